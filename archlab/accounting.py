@@ -1,0 +1,85 @@
+"""Closed-form parameter and FLOP counts from a config alone, and the check of a built model.
+
+The formulas live beside each registry entry (``num_params``), written from the published layouts;
+nothing here looks at a module. ``check_build`` then compares them line by line with the module.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from torch import nn
+
+from archlab.config import ModelConfig, head_dim, to_model_config, validate
+from archlab.nn.attention import attention_params
+from archlab.nn.block import BLOCKS
+from archlab.nn.mlp import MLPS
+from archlab.nn.norms import NORMS
+from archlab.nn.positions import POSITIONS
+
+COMPONENTS = ("token_embedding", "position_embedding", "attention", "mlp", "norms", "final_norm", "head")
+
+
+def count(cfg: Any) -> dict[str, int]:
+    """Per-component counts (per-block parts summed over all blocks), ``total``, ``non_embedding``,
+    ``per_block`` and ``flops_per_token``.
+
+    ``non_embedding`` drops the position table and the token table unless it doubles as the head,
+    i.e. the parameters that take part in a matmul per token (nanoGPT's convention). FLOPs per token
+    of a training step are 6·non_embedding + 12·L·H·Q·T (PaLM, arXiv:2204.02311, appendix B).
+    """
+    cfg = validate(to_model_config(cfg))
+    d, V, L = cfg.d_model, cfg.vocab_size, cfg.n_layer
+    norm = NORMS.get(cfg.norm.kind).num_params(cfg)
+    block = BLOCKS.get(cfg.block.kind)
+    per_block = {
+        "attention": attention_params(cfg),
+        "mlp": MLPS.get(cfg.mlp.kind).num_params(cfg),
+        "norms": block.norms_per_block(cfg) * norm,
+    }
+    counts = {
+        "token_embedding": V * d,
+        "position_embedding": POSITIONS.get(cfg.position.kind).num_params(cfg),
+        **{name: L * n for name, n in per_block.items()},
+        "final_norm": norm if block.final_norm else 0,
+        "head": (0 if cfg.head.tied else V * d) + (V if cfg.head.bias else 0),
+    }
+    counts["total"] = sum(counts[c] for c in COMPONENTS)
+    counts["non_embedding"] = counts["total"] - counts["position_embedding"] - (0 if cfg.head.tied else V * d)
+    counts["per_block"] = sum(per_block.values())
+    counts["flops_per_token"] = flops_per_token(cfg, counts["non_embedding"])
+    return counts
+
+
+def flops_per_token(cfg: ModelConfig, non_embedding: int, seq_len: int | None = None) -> int:
+    """Training FLOPs per token: 6N for the matmuls with weights, 12·L·H·Q·T for attention scores."""
+    T = seq_len or cfg.context_length
+    return 6 * non_embedding + 12 * cfg.n_layer * cfg.attention.n_head * head_dim(cfg) * T
+
+
+def built_counts(model: nn.Module) -> dict[str, int]:
+    """The same breakdown, by summing the parameters of a built ``Decoder`` (tied tensors once)."""
+    prefix = {"tok_emb": "token_embedding", "position": "position_embedding", "final_norm": "final_norm", "head": "head"}
+    part = {"attn": "attention", "mlp": "mlp", "attn_norm": "norms", "mlp_norm": "norms"}
+    counts: dict[str, int] = defaultdict(int)
+    for name, p in model.named_parameters():
+        top = name.split(".")[0]
+        component = part[name.split(".")[2]] if top == "blocks" else prefix[top]
+        counts[component] += p.numel()
+    out = {c: counts[c] for c in COMPONENTS}
+    out["total"] = sum(out.values())
+    return out
+
+
+class ParameterMismatch(AssertionError):
+    """A built model whose parameter count disagrees with the closed-form formula."""
+
+
+def check_build(cfg: Any, model: nn.Module) -> dict[str, int]:
+    """Compare every component of ``model`` with ``count(cfg)``; raise naming each that differs."""
+    analytic, built = count(cfg), built_counts(model)
+    wrong = [f"{c}: analytic {analytic[c]:,} != built {built[c]:,}" for c in (*COMPONENTS, "total") if analytic[c] != built[c]]
+    if wrong:
+        raise ParameterMismatch("parameter count mismatch — " + "; ".join(wrong))
+    return built

@@ -1,0 +1,58 @@
+"""The public entry points: compose a model config as the command line does, count it, build it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+
+from archlab.accounting import check_build, count
+from archlab.config import ModelConfig, register_configs, to_model_config, validate
+from archlab.nn.model import Decoder
+
+CONF_DIR = Path(__file__).parent / "conf"
+
+
+def compose(config_name: str, overrides: Sequence[str] = ()) -> Any:
+    """Compose ``conf/<config_name>.yaml`` with command-line style ``overrides`` (a DictConfig)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    if GlobalHydra.instance().is_initialized():  # e.g. called from inside a Hydra app
+        return hydra_compose(config_name, overrides=list(overrides))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name, overrides=list(overrides))
+
+
+def compose_model(overrides: Sequence[str] = ()) -> ModelConfig:
+    """The model config that ``archlab-check``/``archlab-train`` would build for these overrides,
+    e.g. ``["model=llama2-7b", "model/position=alibi", "model.n_layer=2"]``."""
+    return validate(to_model_config(compose("check", overrides).model))
+
+
+def count_params(cfg: Any) -> dict[str, int]:
+    """Closed-form parameter counts per component, ``total`` and FLOPs per token, from ``cfg`` alone."""
+    return count(cfg)
+
+
+def build_model(
+    cfg: Any, device: str | torch.device = "cpu", dtype: Optional[torch.dtype] = None, check: bool = True
+) -> Decoder:
+    """Build the decoder on the meta device, check it against the formulas, then (unless ``device``
+    is ``"meta"``) allocate it on ``device`` and apply the GPT-2 initialisation."""
+    cfg = validate(to_model_config(cfg))
+    with torch.device("meta"):
+        model = Decoder(cfg)
+    if check:
+        check_build(cfg, model)
+    if str(device) != "meta":
+        model = model.to_empty(device=device)
+        if cfg.head.tied:  # to_empty gives each module its own storage: tie again
+            model.head.weight = model.tok_emb.weight
+        model.init_weights()
+    if dtype is not None:
+        model = model.to(dtype)
+    return model

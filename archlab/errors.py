@@ -1,0 +1,9 @@
+"""The one exception type for a bad setting: it names the field, the value and what is allowed."""
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot work, caught before any tensor or file is touched."""
+
+    def __init__(self, field: str, value: object, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field}={value!r} is invalid: allowed {allowed}")

@@ -1,0 +1,1 @@
+"""The decoder's parts, one registry family per file."""

@@ -1,0 +1,94 @@
+"""Causal self-attention with ``n_kv_head`` key/value heads (MHA, GQA, MQA), SDPA and a KV cache."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from archlab.config import ModelConfig, head_dim, n_kv_head
+
+
+def attention_params(cfg: ModelConfig) -> int:
+    """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for."""
+    a, d, hd, kv = cfg.attention, cfg.d_model, head_dim(cfg), n_kv_head(cfg)
+    qkv_out = (a.n_head + 2 * kv) * hd
+    return d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
+
+
+class KVCache:
+    """Keys and values of every layer, pre-allocated for ``max_len`` positions of a batch."""
+
+    def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, device=None, dtype=None):
+        shape = (cfg.n_layer, batch_size, n_kv_head(cfg), max_len, head_dim(cfg))
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        self.length = 0  # positions already stored; advanced by the model after each forward
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[3]
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store this step's k/v of ``layer`` after the cached ones; return all of them."""
+        end = self.length + k.shape[2]
+        if end > self.max_len:
+            raise ValueError(f"KV cache holds {self.max_len} positions; this step needs {end}")
+        self.k[layer, :, :, self.length : end] = k
+        self.v[layer, :, :, self.length : end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+
+def attention_mask(q_pos: Tensor, k_pos: Tensor, bias: Optional[Tensor]) -> Optional[Tensor]:
+    """The mask SDPA needs beyond ``is_causal``: None when plain causal (or one query) suffices."""
+    if bias is None:
+        if len(q_pos) == 1 or len(q_pos) == len(k_pos):
+            return None
+        return k_pos[None, :] <= q_pos[:, None]
+    return bias.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+
+
+class CausalSelfAttention(nn.Module):
+    """One fused q/k/v projection, SDPA over the causal window, one output projection."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        a = cfg.attention
+        self.n_head, self.n_kv_head, self.head_dim = a.n_head, n_kv_head(cfg), head_dim(cfg)
+        self.dropout = a.dropout
+        self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
+        self.proj = nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias)
+        self.proj.residual = True  # scaled at init (GPT-2)
+
+    def forward(
+        self,
+        x: Tensor,
+        rotary: Optional[Callable[[Tensor], Tensor]] = None,
+        mask: Optional[Tensor] = None,
+        cache: Optional[KVCache] = None,
+        layer: int = 0,
+    ) -> Tensor:
+        B, T, _ = x.shape
+        H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.qkv(x).split((H * hd, KV * hd, KV * hd), dim=-1)
+        q = q.view(B, T, H, hd).transpose(1, 2)
+        k = k.view(B, T, KV, hd).transpose(1, 2)
+        v = v.view(B, T, KV, hd).transpose(1, 2)
+        if rotary is not None:
+            q, k = rotary(q), rotary(k)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)
+        if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
+            mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
+        y = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=mask is None and T > 1,
+            enable_gqa=KV != H,
+        )
+        return self.proj(y.transpose(1, 2).reshape(B, T, H * hd))

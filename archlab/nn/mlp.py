@@ -1,0 +1,145 @@
+"""Feed-forward layers: ``gelu``, ``relu`` (two matrices) and ``swiglu``, ``geglu`` (gated, three).
+
+Hidden width: ``d_ff`` if set, else ``int(multiplier * d_model)``, else 4·d_model for plain MLPs and
+the LLaMA rule for gated ones: ``int(2·4d/3)``, times ``ffn_dim_multiplier``, rounded up to
+``multiple_of``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from archlab.config import ModelConfig
+from archlab.errors import ConfigError
+from archlab.registry import Registry
+
+MLPS: Registry[type] = Registry("model.mlp.kind")
+
+
+def d_ff(cfg: ModelConfig) -> int:
+    """The hidden width this config asks for (see the module docstring for the rules)."""
+    m, d = cfg.mlp, cfg.d_model
+    if m.d_ff is not None:
+        return m.d_ff
+    if m.multiplier is not None:
+        return int(m.multiplier * d)
+    if not MLPS.get(m.kind).gated:
+        return 4 * d
+    hidden = int(2 * 4 * d / 3)
+    if m.ffn_dim_multiplier is not None:
+        hidden = int(m.ffn_dim_multiplier * hidden)
+    return m.multiple_of * math.ceil(hidden / m.multiple_of)
+
+
+def _validate_sizes(cfg: ModelConfig) -> None:
+    m = cfg.mlp
+    for name in ("d_ff", "multiplier", "ffn_dim_multiplier"):
+        value = getattr(m, name)
+        if value is not None and not value > 0:
+            raise ConfigError(f"model.mlp.{name}", value, "a positive number or null")
+    if m.multiple_of is None or m.multiple_of <= 0:
+        raise ConfigError("model.mlp.multiple_of", m.multiple_of, "a positive integer")
+    if d_ff(cfg) <= 0:
+        raise ConfigError(
+            "model.mlp.d_ff", d_ff(cfg), "a resolved hidden width >= 1: raise multiplier or ffn_dim_multiplier"
+        )
+
+
+class PlainMLP(nn.Module):
+    """``proj(act(fc(x)))``: the GPT-2 / original Transformer feed-forward."""
+
+    gated = False
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        f = d_ff(cfg)
+        self.fc = nn.Linear(cfg.d_model, f, bias=cfg.mlp.bias)
+        self.proj = nn.Linear(f, cfg.d_model, bias=cfg.mlp.bias)
+        self.proj.residual = True
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.proj(self.act(self.fc(x)))
+
+    @staticmethod
+    def num_params(cfg: ModelConfig) -> int:
+        d, f = cfg.d_model, d_ff(cfg)
+        return 2 * d * f + cfg.mlp.bias * (f + d)
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        _validate_sizes(cfg)
+
+
+@MLPS.register("gelu")
+class GeLUMLP(PlainMLP):
+    """GELU; ``approximate: tanh`` is GPT-2's and GPT-J's ``gelu_new``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.approximate = cfg.mlp.approximate
+
+    def act(self, x: Tensor) -> Tensor:
+        return F.gelu(x, approximate=self.approximate)
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        if cfg.mlp.approximate not in ("none", "tanh"):
+            raise ConfigError("model.mlp.approximate", cfg.mlp.approximate, "one of ['none', 'tanh']")
+        _validate_sizes(cfg)
+
+
+@MLPS.register("relu")
+class ReLUMLP(PlainMLP):
+    """ReLU, as in the original Transformer."""
+
+    def act(self, x: Tensor) -> Tensor:
+        return F.relu(x)
+
+
+class GatedMLP(nn.Module):
+    """``down(act(gate(x)) * up(x))`` (Shazeer 2020): three matrices at hidden width d_ff."""
+
+    gated = True
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        f, d, bias = d_ff(cfg), cfg.d_model, cfg.mlp.bias
+        self.gate = nn.Linear(d, f, bias=bias)
+        self.up = nn.Linear(d, f, bias=bias)
+        self.down = nn.Linear(f, d, bias=bias)
+        self.down.residual = True
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down(self.act(self.gate(x)) * self.up(x))
+
+    @staticmethod
+    def num_params(cfg: ModelConfig) -> int:
+        d, f = cfg.d_model, d_ff(cfg)
+        return 3 * d * f + cfg.mlp.bias * (2 * f + d)
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        _validate_sizes(cfg)
+
+
+@MLPS.register("swiglu")
+class SwiGLU(GatedMLP):
+    """Gate through SiLU (LLaMA)."""
+
+    def act(self, x: Tensor) -> Tensor:
+        return F.silu(x)
+
+
+@MLPS.register("geglu")
+class GeGLU(GatedMLP):
+    """Gate through exact GELU."""
+
+    def act(self, x: Tensor) -> Tensor:
+        return F.gelu(x)
+
+
+def build_mlp(cfg: ModelConfig) -> nn.Module:
+    return MLPS.get(cfg.mlp.kind)(cfg)

@@ -1,0 +1,70 @@
+"""The decoder: token embedding -> position scheme -> blocks -> final norm -> head."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from archlab.config import ModelConfig
+from archlab.nn.attention import KVCache, attention_mask
+from archlab.nn.block import BLOCKS, build_block
+from archlab.nn.norms import build_norm
+from archlab.nn.positions import build_position
+
+
+class Decoder(nn.Module):
+    """A decoder-only transformer assembled from the registries named in ``cfg``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position = build_position(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(build_block(cfg, i) for i in range(cfg.n_layer))
+        self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head.bias)
+        if cfg.head.tied:
+            self.head.weight = self.tok_emb.weight
+
+    def forward(self, idx: Tensor, cache: Optional[KVCache] = None) -> Tensor:
+        """Logits ``[B, T, vocab]`` for tokens ``idx`` ``[B, T]``; with ``cache``, continue after it."""
+        start = cache.length if cache is not None else 0
+        T = idx.shape[1]
+        q_pos = torch.arange(start, start + T, device=idx.device)
+        k_pos = torch.arange(start + T, device=idx.device) if start else q_pos
+        x = self.drop(self.position.embed(self.tok_emb(idx), q_pos))
+        rotary = self.position.rotary(q_pos, x.dtype)
+        bias = self.position.bias(q_pos, k_pos)
+        mask = attention_mask(q_pos, k_pos, None if bias is None else bias.to(x.dtype))
+        for block in self.blocks:
+            x = block(x, rotary, mask, cache)
+        if cache is not None:
+            cache.length += T
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return self.head(x)
+
+    def new_cache(self, batch_size: int, max_len: Optional[int] = None) -> KVCache:
+        """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` positions."""
+        p = self.tok_emb.weight
+        return KVCache(self.cfg, batch_size, max_len or self.cfg.context_length, p.device, p.dtype)
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """GPT-2 init: N(0, init_std) for matrices and tables, zero biases, unit norm scales, and
+        residual output projections scaled by 1/sqrt(2·n_layer) (Radford et al. 2019)."""
+        std = self.cfg.init_std
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if getattr(module, "residual", False) else 1.0
+                nn.init.normal_(module.weight, 0.0, std * scale)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, 0.0, std)
+            elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+                module.reset_parameters()

@@ -1,0 +1,203 @@
+"""Position schemes: ``learned``, ``sinusoidal``, ``rope``, ``alibi``, ``none``.
+
+A scheme acts at one or more of three points, each a no-op by default: ``embed`` adds an absolute
+position to the token embeddings, ``rotary`` returns a function that rotates queries and keys, and
+``bias`` returns an additive attention bias. The model calls each once per forward.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor, nn
+
+from archlab.config import ModelConfig, head_dim
+from archlab.errors import ConfigError
+from archlab.registry import Registry
+
+POSITIONS: Registry[type] = Registry("model.position.kind")
+
+
+class Position(nn.Module):
+    """Base scheme: adds nothing, rotates nothing, biases nothing (the ``none`` scheme)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        return x
+
+    def rotary(self, pos: Tensor, dtype: torch.dtype) -> Optional[Callable[[Tensor], Tensor]]:
+        return None
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Optional[Tensor]:
+        return None
+
+    @staticmethod
+    def num_params(cfg: ModelConfig) -> int:
+        return 0
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        pass
+
+
+POSITIONS.register("none")(Position)
+
+
+@POSITIONS.register("learned")
+class Learned(Position):
+    """A trained table of ``context_length`` absolute position vectors (GPT-2)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.context_length = cfg.context_length
+        self.table = nn.Embedding(cfg.context_length, cfg.d_model)
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        end = int(pos[-1]) + 1
+        if end > self.context_length:
+            raise ValueError(
+                f"position {end - 1} is past model.context_length={self.context_length}: learned "
+                "positions have no entry there; shorten the sequence or raise model.context_length"
+            )
+        return x + self.table(pos)
+
+    @staticmethod
+    def num_params(cfg: ModelConfig) -> int:
+        return cfg.context_length * cfg.d_model
+
+
+@POSITIONS.register("sinusoidal")
+class Sinusoidal(Position):
+    """Fixed sines and cosines of geometric wavelengths (Vaswani et al. 2017); any length."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.d_model = cfg.d_model
+
+    def embed(self, x: Tensor, pos: Tensor) -> Tensor:
+        i = torch.arange(0, self.d_model, 2, device=x.device, dtype=torch.float32)
+        angle = pos.float()[:, None] * torch.exp(i * (-math.log(10000.0) / self.d_model))[None]
+        table = torch.zeros(len(pos), self.d_model, device=x.device)
+        table[:, 0::2] = torch.sin(angle)
+        table[:, 1::2] = torch.cos(angle)
+        return x + table.to(x.dtype)
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        if cfg.d_model % 2:
+            raise ConfigError("model.d_model", cfg.d_model, "an even number for sinusoidal positions")
+
+
+def rotary_dim(cfg: ModelConfig) -> int:
+    """How many dims of each head RoPE rotates: ``rotary_dim``, ``rotary_fraction`` or all."""
+    p = cfg.position
+    if p.rotary_dim is not None:
+        return p.rotary_dim
+    if p.rotary_fraction is not None:
+        return round(p.rotary_fraction * head_dim(cfg))
+    return head_dim(cfg)
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rotate_interleaved(x: Tensor) -> Tensor:
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-x2, x1), dim=-1).flatten(-2)
+
+
+@POSITIONS.register("rope")
+class RoPE(Position):
+    """Rotary embeddings (Su et al. 2021) on the first ``rotary_dim`` dims of every q/k head.
+
+    ``half`` pairs dim i with i + r/2 (rotate_half: LLaMA, GPT-NeoX); ``interleaved`` pairs 2i with
+    2i+1 (GPT-J). Angles are computed in float32 from the positions, so any length works.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.dim = rotary_dim(cfg)
+        self.theta = cfg.position.theta
+        self.interleaved = cfg.position.pairing == "interleaved"
+
+    def rotary(self, pos: Tensor, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
+        exponent = torch.arange(0, self.dim, 2, device=pos.device, dtype=torch.int64).float() / self.dim
+        inv_freq = 1.0 / (self.theta**exponent)
+        angle = pos.float()[:, None] * inv_freq[None, :]  # [T, r/2]
+        if self.interleaved:
+            angle, rotate = angle.repeat_interleave(2, dim=-1), _rotate_interleaved
+        else:
+            angle, rotate = torch.cat((angle, angle), dim=-1), _rotate_half
+        cos, sin, r = angle.cos().to(dtype), angle.sin().to(dtype), self.dim
+
+        def apply(x: Tensor) -> Tensor:  # x: [B, heads, T, head_dim]
+            if r == x.shape[-1]:
+                return x * cos + rotate(x) * sin
+            x_rot, x_pass = x[..., :r], x[..., r:]
+            return torch.cat((x_rot * cos + rotate(x_rot) * sin, x_pass), dim=-1)
+
+        return apply
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        p, hd = cfg.position, head_dim(cfg)
+        if not p.theta > 0:
+            raise ConfigError("model.position.theta", p.theta, "a positive number")
+        if p.pairing not in ("half", "interleaved"):
+            raise ConfigError("model.position.pairing", p.pairing, "one of ['half', 'interleaved']")
+        if p.rotary_dim is not None and p.rotary_fraction is not None:
+            raise ConfigError(
+                "model.position.rotary_fraction", p.rotary_fraction, "null when rotary_dim is set (give one of them)"
+            )
+        if p.rotary_fraction is not None:
+            if not 0 < p.rotary_fraction <= 1:
+                raise ConfigError("model.position.rotary_fraction", p.rotary_fraction, "a fraction in (0, 1]")
+            dims = p.rotary_fraction * hd
+            if abs(dims - round(dims)) > 1e-6 or round(dims) % 2:
+                raise ConfigError(
+                    "model.position.rotary_fraction",
+                    p.rotary_fraction,
+                    f"a fraction of head_dim={hd} that gives an even whole number of dims",
+                )
+        r = rotary_dim(cfg)
+        if r <= 0 or r % 2 or r > hd:
+            raise ConfigError(
+                "model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]"
+            )
+
+
+def alibi_slopes(n_head: int) -> Tensor:
+    """Per-head slopes of Press et al. 2021: 2^(-8/n)^k for a power of two n, else interleaved."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (k + 1) for k in range(n)]
+
+    if math.log2(n_head).is_integer():
+        return torch.tensor(power_of_two(n_head))
+    closest = 2 ** math.floor(math.log2(n_head))
+    extra = power_of_two(2 * closest)[0::2][: n_head - closest]
+    return torch.tensor(power_of_two(closest) + extra)
+
+
+@POSITIONS.register("alibi")
+class ALiBi(Position):
+    """Attention with linear biases: head h adds -slope_h * distance to its scores; any length."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.n_head = cfg.attention.n_head
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        distance = (k_pos[None, :] - q_pos[:, None]).float()  # <= 0 for every visible key
+        return alibi_slopes(self.n_head).to(q_pos.device)[:, None, None] * distance  # [H, Tq, Tk]
+
+
+def build_position(cfg: ModelConfig) -> Position:
+    return POSITIONS.get(cfg.position.kind)(cfg)
