@@ -7,6 +7,7 @@ from typing import Optional
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, attention_mask
@@ -29,6 +30,8 @@ class Decoder(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head.bias)
         if cfg.head.tied:
             self.head.weight = self.tok_emb.weight
+        # Recompute each block's activations in backward instead of keeping them: less memory, more compute.
+        self.activation_checkpointing = False
 
     def forward(self, idx: Tensor, cache: Optional[KVCache] = None) -> Tensor:
         """Logits ``[B, T, vocab]`` for tokens ``idx`` ``[B, T]``; with ``cache``, continue after it."""
@@ -40,8 +43,9 @@ class Decoder(nn.Module):
         rotary = self.position.rotary(q_pos, x.dtype)
         bias = self.position.bias(q_pos, k_pos)
         mask = attention_mask(q_pos, k_pos, None if bias is None else bias.to(x.dtype))
+        recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            x = block(x, rotary, mask, cache)
+            x = checkpoint(block, x, rotary, mask, cache, use_reentrant=False) if recompute else block(x, rotary, mask, cache)
         if cache is not None:
             cache.length += T
         if self.final_norm is not None:
