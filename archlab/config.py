@@ -87,12 +87,32 @@ class CheckConfig:
     format: str = "table"  # table | json
 
 
+@dataclass
+class BenchConfig:
+    """``archlab-bench``: one composed model against the Hugging Face implementation of its layout."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    batch_size: int = 8
+    seq_len: Optional[int] = None
+    warmup: int = 2
+    repeats: int = 5
+    generate_tokens: int = 256
+    device: str = "auto"
+    dtype: str = "float32"
+    threads: Optional[int] = None
+    compare_hf: bool = True
+    matmul_size: Optional[int] = None
+    checkpointing: bool = True
+    format: str = "table"
+
+
 def register_configs() -> None:
     """Put the schemas in Hydra's ConfigStore so YAML files are type-checked against them."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
     cs.store(name="check_schema", node=CheckConfig)
+    cs.store(name="bench_schema", node=BenchConfig)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:

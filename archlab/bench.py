@@ -1,0 +1,207 @@
+"""Benchmark harness: archlab vs the Hugging Face implementation of the same layout, in one process.
+
+Both sides get the same weights, dtype, threads, batch and loss code; their calls alternate after a
+warm-up so drift in machine speed hits both alike, and each figure is a median over repetitions.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+# bf16 dense peaks (FLOP/s) of common accelerators, for MFU; CPU figures are measured instead.
+GPU_BF16_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10G": 70e12, "4090": 165e12}
+
+
+def gpu_peak_flops(device: torch.device) -> float | None:
+    """The bf16 peak of a known CUDA device, else None (MFU is then not reported)."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in GPU_BF16_PEAK.items() if key in name), None)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_alternating(
+    fns: dict[str, Callable[[], object]], warmup: int, repeats: int, device: torch.device
+) -> dict[str, list[float]]:
+    """Seconds per call of each function: ``warmup`` untimed rounds, then ``repeats`` timed rounds,
+    each round calling every function once, in turn."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            synchronize(device)
+            start = time.perf_counter()
+            fn()
+            synchronize(device)
+            times[name].append(time.perf_counter() - start)
+    return times
+
+
+def median_rate(seconds: list[float], units_per_call: float) -> float:
+    """Units per second of the median call (robust to a stray slow repetition)."""
+    return units_per_call / statistics.median(seconds)
+
+
+def matmul_throughput(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 5) -> float:
+    """FLOP/s of an n x n @ n x n matmul, the machine's dense ceiling for this dtype."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    seconds = time_alternating({"mm": lambda: a @ b}, warmup=2, repeats=repeats, device=device)["mm"]
+    return median_rate(seconds, 2.0 * n**3)
+
+
+@contextmanager
+def saved_activation_bytes() -> Iterator[list[int]]:
+    """Count the bytes autograd saves for backward inside the block (activation memory on any device)."""
+    total = [0]
+    seen: set[int] = set()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        key = t.untyped_storage().data_ptr()
+        if key not in seen and not isinstance(t, torch.nn.Parameter):
+            seen.add(key)
+            total[0] += t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        yield total
+
+
+@dataclass
+class StepFns:
+    """A training step (forward, cross-entropy, backward, AdamW) of one implementation."""
+
+    logits: Callable[[torch.Tensor], torch.Tensor]
+    optimizer: torch.optim.Optimizer
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        logits = self.logits(x)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+def adamw(params, device: torch.device) -> torch.optim.Optimizer:
+    """The optimizer both sides use: AdamW, fused on CUDA, foreach elsewhere."""
+    fused = device.type == "cuda"
+    return torch.optim.AdamW(params, lr=1e-4, fused=fused, foreach=not fused)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def run_bench(cfg) -> dict:
+    """Time ``cfg.model`` (and its Hugging Face twin) as ``cfg`` asks; return every figure measured."""
+    from archlab.accounting import count, flops_per_token
+    from archlab.build import build_model
+    from archlab.config import to_model_config, validate
+    from archlab.errors import ConfigError
+    from archlab.generate import generate
+
+    mcfg = validate(to_model_config(cfg.model))
+    T = cfg.seq_len or mcfg.context_length
+    for name in ("batch_size", "repeats", "generate_tokens"):
+        if getattr(cfg, name) < 1:
+            raise ConfigError(name, getattr(cfg, name), "a positive integer")
+    if cfg.dtype not in ("float32", "bfloat16"):
+        raise ConfigError("dtype", cfg.dtype, "one of ['bfloat16', 'float32']")
+    device, dtype = resolve_device(cfg.device), getattr(torch, cfg.dtype)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(0)
+
+    model = build_model(mcfg, device=device, dtype=dtype)
+    impls = {"archlab": model}
+    if cfg.compare_hf:
+        from archlab.interop.hf import to_hf
+
+        impls["hf"] = to_hf(model).to(device=device, dtype=dtype)
+    flops_tok = flops_per_token(mcfg, count(mcfg)["non_embedding"], T)
+    x = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
+    y = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
+
+    def logits_of(m):
+        return (lambda t: m(t)) if m is model else (lambda t: m(input_ids=t).logits)
+
+    steps = {name: StepFns(logits_of(m), adamw(m.parameters(), device)) for name, m in impls.items()}
+    for m in impls.values():
+        m.train()
+    train_times = time_alternating(
+        {name: (lambda s=s: s.step(x, y)) for name, s in steps.items()}, cfg.warmup, cfg.repeats, device
+    )
+    ceiling = matmul_throughput(device, dtype, cfg.matmul_size or (8192 if device.type == "cuda" else 2048))
+    peak = gpu_peak_flops(device)
+    out: dict = {
+        "device": str(device),
+        "dtype": cfg.dtype,
+        "threads": torch.get_num_threads(),
+        "batch_size": cfg.batch_size,
+        "seq_len": T,
+        "flops_per_token": flops_tok,
+        "matmul_flops": ceiling,
+        "train": {},
+    }
+    for name, secs in train_times.items():
+        tok_s = median_rate(secs, cfg.batch_size * T)
+        row = {"tokens_per_s": tok_s, "step_s": statistics.median(secs), "flops": flops_tok * tok_s}
+        row["fraction_of_matmul"] = row["flops"] / ceiling
+        if peak:
+            row["mfu"] = row["flops"] / peak
+        out["train"][name] = row
+
+    out["memory"] = measure_memory(model, steps["archlab"], x, y, device, cfg.checkpointing)
+    for m in impls.values():
+        m.eval()
+    prompt = torch.randint(0, mcfg.vocab_size, (1, 8), device=device)
+    n = cfg.generate_tokens
+    gen_fns = {"archlab": lambda: generate(model, prompt, max_new_tokens=n)}
+    if "hf" in impls:
+        hf = impls["hf"]
+        gen_fns["hf"] = lambda: hf.generate(
+            prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
+        )
+    with torch.inference_mode():
+        gen_times = time_alternating(gen_fns, max(1, cfg.warmup // 2), cfg.repeats, device)
+    out["generate"] = {name: {"tokens_per_s": median_rate(s, n)} for name, s in gen_times.items()}
+    if "hf" in impls:
+        for section in ("train", "generate"):
+            out[section]["ratio"] = out[section]["archlab"]["tokens_per_s"] / out[section]["hf"]["tokens_per_s"]
+    return out
+
+
+def measure_memory(model, step: StepFns, x, y, device: torch.device, checkpointing: bool) -> dict:
+    """Activation bytes saved for backward (any device) and, on CUDA, the step's peak allocation;
+    with ``checkpointing`` the same with activation checkpointing on, to show what it saves."""
+    modes = [False, True] if checkpointing else [False]
+    result = {}
+    for on in modes:
+        model.activation_checkpointing = on
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        with saved_activation_bytes() as saved:
+            step.step(x, y)
+        key = "checkpointing" if on else "plain"
+        result[key] = {"saved_activation_bytes": saved[0]}
+        if device.type == "cuda":
+            result[key]["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+    model.activation_checkpointing = False
+    return result

@@ -1,0 +1,55 @@
+"""``archlab-bench``: training-step and generation speed of a composed model against Hugging Face."""
+
+from __future__ import annotations
+
+import json
+
+import hydra
+from omegaconf import DictConfig
+
+from archlab.cli.errors import short_config_errors
+from archlab.config import register_configs
+
+register_configs()
+
+
+def _print_table(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"device {result['device']} ({result['threads']} threads), {result['dtype']}, batch {result['batch_size']} x "
+        f"{result['seq_len']} tokens; analytic {result['flops_per_token'] / 1e6:.1f} MFLOP/token; dense matmul "
+        f"ceiling {result['matmul_flops'] / 1e9:.1f} GFLOP/s"
+    )
+    table = Table("measure", *[n for n in result["train"] if n != "ratio"], "archlab / hf")
+    names = [n for n in result["train"] if n != "ratio"]
+
+    def row(label, section, key, fmt):
+        cells = [fmt(result[section][n][key]) if key in result[section][n] else "-" for n in names]
+        ratio = result[section].get("ratio")
+        table.add_row(label, *cells, f"{ratio:.2f}x" if ratio and key == "tokens_per_s" else "")
+
+    row("train tokens/s", "train", "tokens_per_s", lambda v: f"{v:,.0f}")
+    row("train step (s)", "train", "step_s", lambda v: f"{v:.3f}")
+    row("achieved GFLOP/s", "train", "flops", lambda v: f"{v / 1e9:.1f}")
+    row("fraction of matmul ceiling", "train", "fraction_of_matmul", lambda v: f"{v:.2f}")
+    row("MFU (bf16 peak)", "train", "mfu", lambda v: f"{v:.3f}")
+    row("generate tokens/s (batch 1)", "generate", "tokens_per_s", lambda v: f"{v:,.1f}")
+    console.print(table)
+    for mode, figures in result["memory"].items():
+        text = ", ".join(f"{k.replace('_', ' ')} {v / 2**20:.1f} MiB" for k, v in figures.items())
+        console.print(f"archlab memory per step ({mode}): {text}")
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
+@short_config_errors
+def main(cfg: DictConfig) -> None:
+    from archlab.bench import run_bench
+
+    result = run_bench(cfg)
+    if cfg.format == "json":
+        print(json.dumps(result))
+    else:
+        _print_table(result)
