@@ -1,0 +1,154 @@
+"""archlab-check: every preset's analytic and built (meta device) parameter counts against the
+published ones, or, given any ``model`` override, one composed model's breakdown and FLOPs per token.
+
+    archlab-check                                      # the preset table; exit 1 on any mismatch
+    archlab-check model=llama3-70b                     # one model, per component
+    archlab-check model=gpt2 model/position=rope format=json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Optional
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from archlab.accounting import COMPONENTS, built_counts, count
+from archlab.cli.errors import short_config_errors
+from archlab.build import CONF_DIR, build_model, compose
+from archlab.config import register_configs, to_model_config, validate
+from archlab.errors import ConfigError
+
+# Total parameters of each published layout, from ../shared/REFERENCE.md: the Hugging Face
+# transformers 5.23 model built on the meta device, tied tensors counted once. nano has no published
+# model; its number is REFERENCE.md's GPT-2 closed form (V + ctx)·d + L·(4d² + 2df + 9d + f) + 2d
+# at V=256, ctx=256, d=128, L=4, f=512.
+REFERENCE_COUNTS = {
+    "gpt2": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "gptj-6b": 6_050_882_784,
+    "llama-7b": 6_738_415_616,
+    "llama-13b": 13_015_864_320,
+    "llama-65b": 65_285_660_672,
+    "llama2-7b": 6_738_415_616,
+    "llama2-70b": 68_976_648_192,
+    "llama3-8b": 8_030_261_248,
+    "llama3-70b": 70_553_706_496,
+    "nano": 858_880,
+}
+
+register_configs()
+
+
+def presets() -> list[str]:
+    """Names of the presets shipped in ``conf/model/``: the published ones in REFERENCE.md's order first."""
+    order = list(REFERENCE_COUNTS)
+    names = (p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+    return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
+
+
+def report(cfg: Any) -> dict[str, Any]:
+    """Analytic counts (from the config alone), built counts (meta device) and FLOPs per token."""
+    cfg = validate(to_model_config(cfg))
+    analytic = count(cfg)
+    flops = analytic.pop("flops_per_token")
+    built = built_counts(build_model(cfg, device="meta", check=False))
+    return {"analytic": analytic, "built": built, "flops_per_token": flops}
+
+
+def status(row: dict[str, Any]) -> str:
+    """OK when analytic == built == reference; ``no reference`` for an unpublished preset whose
+    counts agree; MISMATCH otherwise."""
+    total = row["analytic"]["total"]
+    if total != row["built"]["total"] or (row["reference"] is not None and total != row["reference"]):
+        return "MISMATCH"
+    return "OK" if row["reference"] is not None else "no reference"
+
+
+def preset_rows(names: Optional[list[str]] = None, references: dict[str, int] = REFERENCE_COUNTS) -> list[dict]:
+    """One report per preset (composed exactly as ``model=<name>``), with its reference and status."""
+    rows = []
+    for name in names or presets():
+        row = {"preset": name, "reference": references.get(name), **report(compose("check", [f"model={name}"]).model)}
+        row["status"] = status(row)
+        rows.append(row)
+    return rows
+
+
+def model_overridden(overrides: list[str]) -> bool:
+    """Do the overrides touch the model at all (``model=``, ``model/<family>=``, ``model.<field>=``)?"""
+    keys = (o.lstrip("+~").split("=")[0] for o in overrides)
+    return any(k.replace("/", ".").split(".")[0] == "model" for k in keys)
+
+
+def _layout(cfg: Any) -> str:
+    m = to_model_config(cfg)
+    a = m.attention
+    kv = a.n_kv_head if a.n_kv_head is not None else a.n_head
+    return (
+        f"norm={m.norm.kind} block={m.block.kind} position={m.position.kind} "
+        f"attention={a.n_head}q/{kv}kv heads mlp={m.mlp.kind} head={'tied' if m.head.tied else 'untied'}"
+    )
+
+
+def print_table(rows: list[dict], console: Console) -> None:
+    table = Table("preset", "analytic", "built (meta)", "reference", "status", box=box.SIMPLE_HEAD)
+    for row in rows:
+        ref = f"{row['reference']:,}" if row["reference"] is not None else "-"
+        table.add_row(row["preset"], f"{row['analytic']['total']:,}", f"{row['built']['total']:,}", ref, row["status"])
+    console.print(table)
+    console.print("reference: Hugging Face transformers models built on the meta device (REFERENCE.md)")
+
+
+def print_breakdown(title: str, result: dict, layout: str, console: Console) -> bool:
+    """Print one model's per-component counts; return whether analytic and built agree everywhere."""
+    analytic, built = result["analytic"], result["built"]
+    table = Table("component", "analytic", "built (meta)", "", title=f"{title}\n{layout}", title_justify="left", box=box.SIMPLE_HEAD)
+    for c in (*COMPONENTS, "total"):
+        table.add_row(c, f"{analytic[c]:,}", f"{built[c]:,}", "OK" if analytic[c] == built[c] else "MISMATCH")
+    console.print(table)
+    console.print(f"non-embedding parameters: {analytic['non_embedding']:,}")
+    console.print(f"per block: {analytic['per_block']:,}")
+    console.print(f"training FLOPs per token (6N + 12·L·H·Q·T at T = context_length): {result['flops_per_token']:,}")
+    return all(analytic[c] == built[c] for c in (*COMPONENTS, "total"))
+
+
+def run(cfg: DictConfig, overrides: list[str]) -> int:
+    """Print the report for the composed ``cfg`` and its command-line ``overrides``; return the
+    exit status: 0 when every count agrees, 1 on any mismatch."""
+    if cfg.format not in ("table", "json"):
+        raise ConfigError("format", cfg.format, "table or json")
+    console = Console(width=max(Console().width, 110), highlight=False)
+    if not model_overridden(overrides):
+        rows = preset_rows()
+        if cfg.format == "json":
+            print(json.dumps(rows, indent=2))
+        else:
+            print_table(rows, console)
+        return int(any(row["status"] == "MISMATCH" for row in rows))
+    result = report(cfg.model)
+    if cfg.format == "json":
+        print(json.dumps(result, indent=2))
+        return int(result["analytic"]["total"] != result["built"]["total"])
+    title = " ".join(o for o in overrides if not o.startswith("format="))
+    return int(not print_breakdown(title, result, _layout(cfg.model), console))
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="check")
+@short_config_errors
+def main(cfg: DictConfig) -> None:
+    code = run(cfg, list(HydraConfig.get().overrides.task))
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

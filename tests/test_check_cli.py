@@ -1,0 +1,109 @@
+"""archlab-check: the entry point as users run it (a subprocess: the preset table and a config
+error), and its reports in-process on configs composed exactly as the command line composes them."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from archlab import ConfigError
+from archlab.build import compose
+from archlab.cli.check import model_overridden, preset_rows, run
+
+PUBLISHED_GPT2 = 124_439_808
+
+
+def check(*args, env=None, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "archlab.cli.check", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+def check_in_process(capsys, *overrides):
+    """``run`` on the config Hydra composes for ``overrides``: (exit status, stdout)."""
+    code = run(compose("check", overrides), list(overrides))
+    return code, capsys.readouterr().out
+
+
+def test_preset_table_json_all_ok_and_fast(tmp_path):
+    start = time.perf_counter()
+    result = check("format=json", cwd=tmp_path)
+    elapsed = time.perf_counter() - start
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert len(rows) == 13
+    by_name = {row["preset"]: row for row in rows}
+    assert by_name["gpt2"]["reference"] == PUBLISHED_GPT2
+    assert by_name["llama3-70b"]["reference"] == 70_553_706_496
+    for row in rows:
+        assert row["analytic"]["total"] == row["built"]["total"] == row["reference"], row["preset"]
+        assert row["status"] == "OK"
+    assert list(tmp_path.iterdir()) == []  # no Hydra outputs/ or log files in the working directory
+    assert elapsed < 30  # the issue's bound; about 8 s on the 2-core development machine
+
+
+def test_config_error_is_one_line_and_exit_2():
+    result = check("model=nano", "model.attention.n_head=5")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "model.attention.n_head=5" in result.stderr
+    full = check("model=nano", "model.attention.n_head=5", env={"HYDRA_FULL_ERROR": "1"})
+    assert full.returncode != 0 and "Traceback" in full.stderr and "ConfigError" in full.stderr
+
+
+def test_which_overrides_select_one_model():
+    assert not model_overridden([]) and not model_overridden(["format=json"])
+    assert model_overridden(["model=gpt2"])
+    assert model_overridden(["model/position=rope"])
+    assert model_overridden(["model.n_layer=2"])
+
+
+def test_preset_table_text(capsys):
+    code, out = check_in_process(capsys)
+    assert code == 0
+    assert "MISMATCH" not in out
+    ok_lines = [line for line in out.splitlines() if line.strip().endswith("OK")]
+    assert len(ok_lines) == 13
+    assert any("gptj-6b" in line and line.count("6,050,882,784") == 3 for line in ok_lines)
+
+
+def test_one_model_changed_part_json(capsys):
+    code, out = check_in_process(capsys, "model=gpt2", "model/position=rope", "format=json")
+    assert code == 0
+    result = json.loads(out)
+    # Rope drops GPT-2's 1024 x 768 position table and nothing else.
+    total = PUBLISHED_GPT2 - 1024 * 768
+    assert result["analytic"]["total"] == result["built"]["total"] == total
+    assert result["analytic"]["position_embedding"] == result["built"]["position_embedding"] == 0
+    # 6N + 12·L·H·Q·T (PaLM appendix B); with a tied head and no table, N = total.
+    assert result["flops_per_token"] == 6 * total + 12 * 12 * 12 * 64 * 1024
+
+
+def test_one_model_breakdown_text(capsys):
+    code, out = check_in_process(capsys, "model=llama2-70b", "model.n_layer=2")
+    assert code == 0
+    for component in ("token_embedding", "attention", "mlp", "norms", "final_norm", "head", "total"):
+        assert component in out
+    # two LLaMA-2 70B blocks of attention: 2·(2d·H·hd + 2d·KV·hd), d 8192, H 64, KV 8, hd 128
+    d = 8192
+    assert f"{2 * (2 * d * 64 * 128 + 2 * d * 8 * 128):,}" in out
+    assert "FLOPs per token" in out and "MISMATCH" not in out
+
+
+def test_wrong_reference_is_a_mismatch():
+    rows = preset_rows(["gpt2", "nano"], references={"gpt2": PUBLISHED_GPT2 + 1})
+    assert [row["status"] for row in rows] == ["MISMATCH", "no reference"]
+    assert preset_rows(["gpt2"], references={"gpt2": PUBLISHED_GPT2})[0]["status"] == "OK"
+
+
+def test_bad_format_is_refused():
+    with pytest.raises(ConfigError, match="format='xml' is invalid: allowed table or json"):
+        run(compose("check", ["format=xml"]), ["format=xml"])
