@@ -1,0 +1,182 @@
+"""Generation with the KV cache: greedy ids equal Hugging Face ``generate`` and uncached argmax
+decoding; sampling follows softmax(logits / T) over the top k, reproducibly; the CLI end to end."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from archlab import ConfigError, build_model, compose_model
+from archlab.cli.generate import main as generate_main
+from archlab.generate import generate, next_token
+from archlab.tokenizer import ByteTokenizer
+from archlab.weights import load_weights, save_weights
+
+V = 96
+TINY = ["model.vocab_size=96", "model.context_length=48", "model.n_layer=2"]
+ARCHLAB = {
+    "learned": ["model=nano", *TINY, "model.d_model=32", "model.attention.n_head=4"],
+    "rope-gqa": ["model=llama2-70b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.attention.n_kv_head=2"],
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(single_thread):
+    pass
+
+
+def randomize(model, seed):
+    """Every parameter N(0, 0.3²) (norm scales around 1), so greedy paths are far from ties."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            if p.dim() == 1 and ("ln" in name or "norm" in name) and name.endswith("weight"):
+                p.add_(1.0)
+    return model.eval()
+
+
+def prompt(batch=2, length=5, seed=0):
+    return torch.randint(0, V, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def model(name, seed=0):
+    return randomize(build_model(compose_model(ARCHLAB[name])), seed)
+
+
+def uncached_greedy(model, ids, steps):
+    with torch.no_grad():
+        for _ in range(steps):
+            ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama-gqa"])
+def test_greedy_matches_hugging_face_generate(family):
+    transformers = pytest.importorskip("transformers")
+    from archlab.interop.hf import from_hf
+
+    special = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None, attn_implementation="eager")
+    if family == "gpt2":
+        config = transformers.GPT2Config(vocab_size=V, n_positions=48, n_embd=32, n_layer=2, n_head=4, **special)
+        hf_model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.LlamaConfig(
+            vocab_size=V, max_position_embeddings=48, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, **special,
+        )
+        hf_model = transformers.LlamaForCausalLM(config)
+    hf_model = randomize(hf_model, seed=1)
+    ids = prompt()
+    expected = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False)
+    got = generate(from_hf(hf_model), ids, max_new_tokens=20)
+    assert expected.shape == got.shape == (2, 25)
+    assert torch.equal(got, expected)
+    assert len(set(got[:, 5:].flatten().tolist())) > 3  # a real continuation, not one repeated token
+
+
+@pytest.mark.parametrize("name", list(ARCHLAB))
+def test_cached_greedy_equals_uncached_argmax(name):
+    m, ids = model(name), prompt()
+    assert torch.equal(generate(m, ids, max_new_tokens=20), uncached_greedy(m, ids, 20))
+
+
+def test_top_k_1_sampling_is_greedy():
+    m, ids = model("rope-gqa"), prompt()
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(generate(m, ids, 20, temperature=1.5, top_k=1, generator=g), generate(m, ids, 20))
+
+
+def test_sampling_is_reproducible_and_stays_in_top_k():
+    m, ids = model("learned"), prompt()
+    run = lambda seed: generate(m, ids, 30, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(seed))
+    first = run(0)
+    assert torch.equal(first, run(0))
+    assert not torch.equal(first, run(1))
+    with torch.no_grad():
+        logits = m(first[:, :-1])  # logits[:, t] predict token t + 1
+    top3 = logits[:, 4:].topk(3, dim=-1).indices  # the positions that produced the 30 new tokens
+    chosen = first[:, 5:]
+    assert (top3 == chosen[..., None]).any(-1).all()
+    assert (chosen != top3[..., 0]).any()  # sampling did leave the argmax sometimes
+
+
+def test_temperature_and_top_k_follow_the_softmax():
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
+    n, g = 40000, torch.Generator().manual_seed(0)
+    for temperature, top_k in [(0.5, None), (2.0, None), (1.0, 2)]:
+        draws = next_token(logits.expand(n, 4), temperature, top_k, g).flatten()
+        freq = torch.bincount(draws, minlength=4).float() / n
+        scaled = logits / temperature
+        if top_k:
+            scaled[top_k:] = float("-inf")  # logits are sorted: the top k come first
+        expected = torch.softmax(scaled, dim=-1)
+        assert torch.allclose(freq, expected, atol=0.012), (temperature, top_k, freq, expected)
+        if top_k:
+            assert freq[top_k:].sum() == 0
+
+
+def test_bad_arguments_are_refused_before_work():
+    m = model("learned")
+    with pytest.raises(ConfigError, match="max_new_tokens=44"):  # 5 + 44 > context_length 48
+        generate(m, prompt(), max_new_tokens=44)
+    with pytest.raises(ConfigError, match="top_k=0"):
+        generate(m, prompt(), 3, temperature=1.0, top_k=0)
+    with pytest.raises(ConfigError, match="temperature=-1"):
+        generate(m, prompt(), 3, temperature=-1.0)
+    with pytest.raises(ConfigError, match="prompt_ids=96"):
+        generate(m, torch.tensor([[1, 96]]), 3)
+    assert torch.equal(generate(m, prompt(), 0), prompt())
+
+
+@pytest.fixture
+def saved(tmp_path):
+    m = build_model(compose_model(["model=nano", "model.n_layer=1", "model.context_length=64"]))
+    randomize(m, seed=2)
+    with_tok = save_weights(m, tmp_path / "tok.safetensors", metadata={"archlab_tokenizer": json.dumps(ByteTokenizer().to_dict())})
+    without = save_weights(m, tmp_path / "plain.safetensors")
+    return with_tok, without
+
+
+def test_cli_generates_text_from_a_file_with_a_tokenizer(saved):
+    path, _ = saved
+    text = "Hi, there: 'x'"
+    result = subprocess.run(
+        [sys.executable, "-m", "archlab.cli.generate", f"ckpt={path}", f"prompt={text}", "max_new_tokens=12", "temperature=0"],
+        capture_output=True,
+        env={**os.environ, "PYTHONIOENCODING": "utf-8"},
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    tok = ByteTokenizer()
+    expected = generate(load_weights(path), torch.tensor([tok.encode(text)]), 12)[0].tolist()
+    assert result.stdout.decode("utf-8") == tok.decode(expected) + "\n"
+
+
+def test_cli_prints_ids_without_a_tokenizer(saved, capsys):
+    _, path = saved
+    generate_main([f"ckpt={path}", "prompt_ids=[1,2,3]", "max_new_tokens=8", "temperature=0.8", "top_k=50", "seed=0"])
+    printed = json.loads(capsys.readouterr().out)
+    g = torch.Generator().manual_seed(0)
+    expected = generate(load_weights(path), torch.tensor([[1, 2, 3]]), 8, temperature=0.8, top_k=50, generator=g)
+    assert printed == expected[0].tolist()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["prompt=hi"], "prompt='hi' is invalid: allowed prompt_ids=[...] instead"),
+        (["prompt_ids=[1,2]", "max_new_tokens=abc"], "max_new_tokens='abc' is invalid: allowed a value of type int"),
+        (["prompt_ids=[1,2]", "colour=red"], "colour='red' is invalid"),
+        (["prompt_ids=[1,2]", "max_new_tokens=100"], "max_new_tokens=100 is invalid: allowed at most model.context_length=64"),
+    ],
+)
+def test_cli_refuses_bad_settings(saved, capsys, args, message):
+    _, path = saved
+    with pytest.raises(SystemExit) as exit:
+        generate_main([f"ckpt={path}", *args])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
