@@ -6,6 +6,7 @@ the variant and the variant's own entry checks the fields it uses (see ``archlab
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -151,7 +152,7 @@ def n_kv_head(cfg: ModelConfig) -> int:
 
 
 def _positive(value: Any, name: str) -> None:
-    if value is None or value <= 0:
+    if value is None or not 0 < value < math.inf:  # nan and inf are not sizes either
         raise ConfigError(name, value, "a positive number")
 
 

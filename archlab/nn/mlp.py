@@ -38,7 +38,7 @@ def _validate_sizes(cfg: ModelConfig) -> None:
     m = cfg.mlp
     for name in ("d_ff", "multiplier", "ffn_dim_multiplier"):
         value = getattr(m, name)
-        if value is not None and not value > 0:
+        if value is not None and not 0 < value < math.inf:
             raise ConfigError(f"model.mlp.{name}", value, "a positive number or null")
     if m.multiple_of is None or m.multiple_of <= 0:
         raise ConfigError("model.mlp.multiple_of", m.multiple_of, "a positive integer")

@@ -147,7 +147,7 @@ class RoPE(Position):
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
         p, hd = cfg.position, head_dim(cfg)
-        if not p.theta > 0:
+        if not 0 < p.theta < math.inf:
             raise ConfigError("model.position.theta", p.theta, "a positive number")
         if p.pairing not in ("half", "interleaved"):
             raise ConfigError("model.position.pairing", p.pairing, "one of ['half', 'interleaved']")
@@ -165,6 +165,13 @@ class RoPE(Position):
                     p.rotary_fraction,
                     f"a fraction of head_dim={hd} that gives an even whole number of dims",
                 )
+        if p.rotary_dim is None and p.rotary_fraction is None and hd % 2:
+            raise ConfigError(
+                "model.attention.head_dim",
+                hd,
+                "an even number for rope, which rotates pairs of dims (or rotate part of the head: "
+                "model.position.rotary_dim / rotary_fraction)",
+            )
         r = rotary_dim(cfg)
         if r <= 0 or r % 2 or r > hd:
             raise ConfigError(
