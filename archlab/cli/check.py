@@ -22,8 +22,9 @@ from rich.table import Table
 from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.cli.errors import short_config_errors
 from archlab.build import CONF_DIR, build_model, compose
-from archlab.config import register_configs, to_model_config, validate
+from archlab.config import head_dim, n_kv_head, register_configs, to_model_config, validate
 from archlab.errors import ConfigError
+from archlab.nn.mlp import d_ff
 
 # Total parameters of each published layout, from ../shared/REFERENCE.md: the Hugging Face
 # transformers 5.23 model built on the meta device, tied tensors counted once. nano has no published
@@ -90,12 +91,12 @@ def model_overridden(overrides: list[str]) -> bool:
 
 
 def _layout(cfg: Any) -> str:
+    """The composed choices and sizes on one line."""
     m = to_model_config(cfg)
-    a = m.attention
-    kv = a.n_kv_head if a.n_kv_head is not None else a.n_head
     return (
-        f"norm={m.norm.kind} block={m.block.kind} position={m.position.kind} "
-        f"attention={a.n_head}q/{kv}kv heads mlp={m.mlp.kind} head={'tied' if m.head.tied else 'untied'}"
+        f"V={m.vocab_size} ctx={m.context_length} L={m.n_layer} d={m.d_model}  norm={m.norm.kind} "
+        f"block={m.block.kind} position={m.position.kind} attention={m.attention.n_head}q/{n_kv_head(m)}kv "
+        f"x {head_dim(m)} mlp={m.mlp.kind} d_ff={d_ff(m)} head={'tied' if m.head.tied else 'untied'}"
     )
 
 
@@ -111,7 +112,9 @@ def print_table(rows: list[dict], console: Console) -> None:
 def print_breakdown(title: str, result: dict, layout: str, console: Console) -> bool:
     """Print one model's per-component counts; return whether analytic and built agree everywhere."""
     analytic, built = result["analytic"], result["built"]
-    table = Table("component", "analytic", "built (meta)", "", title=f"{title}\n{layout}", title_justify="left", box=box.SIMPLE_HEAD)
+    console.print(title or "model (composed defaults)")
+    console.print(layout, soft_wrap=True)
+    table = Table("component", "analytic", "built (meta)", "", box=box.SIMPLE_HEAD)
     for c in (*COMPONENTS, "total"):
         table.add_row(c, f"{analytic[c]:,}", f"{built[c]:,}", "OK" if analytic[c] == built[c] else "MISMATCH")
     console.print(table)
