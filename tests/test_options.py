@@ -136,8 +136,10 @@ def test_model_forward_equals_reference_for_each_position_scheme(position):
     elif kind == "sinusoidal":
         embed = vaswani_table(T, cfg.d_model)
     elif kind == "rope":
-        r = position.get("rotary_dim", 8)
-        q_fn = lambda t: reference_rope(t, pos, position.get("theta", 10000.0), r, position["pairing"] == "interleaved")  # noqa: E731
+        theta, r = position.get("theta", 10000.0), position.get("rotary_dim", 8)
+
+        def q_fn(t):
+            return reference_rope(t, pos, theta, r, interleaved=position["pairing"] == "interleaved")
     elif kind == "alibi":  # head h adds -slope_h * (query - key) to its scores
         slopes = torch.tensor([2.0 ** -(2 * (h + 1)) for h in range(4)], dtype=F64)  # n=4: 2^-2, 2^-4, ...
         bias = -slopes[:, None, None] * (pos[:, None] - pos[None, :]).to(F64)
@@ -405,7 +407,11 @@ def test_grouped_kv_equals_mha_with_repeated_kv_heads(n_kv_head, position):
     mha_cfg = tiny(attention={"n_head": H, "n_kv_head": H}, position={"kind": position})
     grouped, mha = build(grouped_cfg), build(mha_cfg, seed=1)
     state = grouped.state_dict()
-    repeat = lambda t: t.reshape(n_kv_head, hd, *t.shape[1:]).repeat_interleave(H // n_kv_head, 0).reshape(H * hd, *t.shape[1:])  # noqa: E731
+
+    def repeat(t):  # [KV·hd, ...] -> [H·hd, ...], K/V head j serving query heads j·H/KV ... (j+1)·H/KV - 1
+        rows = t.reshape(n_kv_head, hd, *t.shape[1:]).repeat_interleave(H // n_kv_head, dim=0)
+        return rows.reshape(H * hd, *t.shape[1:])
+
     for name in list(state):
         if name.endswith("attn.qkv.weight") or name.endswith("attn.qkv.bias"):
             q, k, v = state[name].split((H * hd, n_kv_head * hd, n_kv_head * hd))
