@@ -114,6 +114,9 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="check_schema", node=CheckConfig)
     cs.store(name="bench_schema", node=BenchConfig)
+    from archlab.training.config import register_train_configs
+
+    register_train_configs(cs)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:

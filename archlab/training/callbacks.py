@@ -1,0 +1,154 @@
+"""Callbacks of ``archlab-train``: parameter check, throughput, text samples, progress.
+
+A callback with a ``summary_fields()`` method contributes those fields to the run's summary.json.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any, Optional
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.throughput import get_available_flops
+from lightning.pytorch.callbacks import Callback, RichProgressBar
+
+from archlab.accounting import COMPONENTS, built_counts, count, flops_per_token
+
+log = logging.getLogger("archlab.train")
+
+PRECISION_DTYPES = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16}
+
+
+class ParameterCheck(Callback):
+    """At fit start, log the closed-form count of every component beside the built module's count."""
+
+    def __init__(self):
+        self.analytic: dict[str, int] = {}
+        self.built: dict[str, int] = {}
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.analytic, self.built = count(pl_module.model_cfg), built_counts(pl_module.model)
+        if trainer.is_global_zero:
+            lines = [f"{'component':<20}{'analytic':>16}{'built':>16}"]
+            for c in (*COMPONENTS, "total"):
+                mark = "" if self.analytic[c] == self.built[c] else "   MISMATCH"
+                lines.append(f"{c:<20}{self.analytic[c]:>16,}{self.built[c]:>16,}{mark}")
+            log.info("parameters (analytic vs built):\n%s", "\n".join(lines))
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"parameters": {"analytic": self.analytic, "built": self.built}}
+
+
+class ThroughputMonitor(Callback):
+    """Tokens/s of the training steps (data loading and validation excluded), FLOP/s from the
+    analytic FLOPs per token at the batch's sequence length, and MFU where the device's peak is
+    known (Lightning's table of accelerator peaks; none for CPUs)."""
+
+    def __init__(self, log_every_n_steps: int = 50):
+        self.log_every_n_steps = log_every_n_steps
+        self.tokens, self.seconds, self.flops = 0, 0.0, 0.0
+        self.peak: Optional[float] = None
+        self._start = 0.0
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        dtype = PRECISION_DTYPES.get(str(trainer.precision), torch.float32)
+        device = trainer.strategy.root_device
+        peak = get_available_flops(device, dtype) if device.type != "cpu" else None
+        self.peak = peak * trainer.world_size if peak else None
+        self.non_embedding = count(pl_module.model_cfg)["non_embedding"]
+
+    def _sync(self, pl_module: L.LightningModule) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._sync(pl_module)
+        self.seconds += time.perf_counter() - self._start
+        inputs = batch[0]
+        tokens = inputs.numel() * trainer.world_size
+        self.tokens += tokens
+        self.flops += tokens * flops_per_token(pl_module.model_cfg, self.non_embedding, inputs.shape[1])
+        if trainer.global_step % self.log_every_n_steps == 0:
+            pl_module.log_dict({f"perf/{k}": v for k, v in self.rates().items() if v is not None})
+
+    def rates(self) -> dict[str, Optional[float]]:
+        tokens_per_s = self.tokens / self.seconds if self.seconds else None
+        flops_per_s = self.flops / self.seconds if self.seconds else None
+        mfu = flops_per_s / self.peak if flops_per_s and self.peak else None
+        return {"tokens_per_s": tokens_per_s, "flops_per_s": flops_per_s, "mfu": mfu}
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"throughput": {**self.rates(), "peak_flops_per_s": self.peak, "train_seconds": self.seconds}}
+
+
+class TextSamples(Callback):
+    """At the end of fit, continue the start of the first validation sequence with the trained model
+    and log the text (only when the data has a tokenizer)."""
+
+    def __init__(self, num_samples: int = 2, prompt_tokens: int = 32, max_new_tokens: int = 200,
+                 temperature: float = 0.8, top_k: Optional[int] = 40, seed: int = 0):
+        self.num_samples, self.prompt_tokens, self.max_new_tokens = num_samples, prompt_tokens, max_new_tokens
+        self.temperature, self.top_k, self.seed = temperature, top_k, seed
+        self.samples: list[dict[str, str]] = []
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from archlab.generate import generate
+
+        tokenizer = getattr(trainer.datamodule, "tokenizer", None)
+        if tokenizer is None or self.num_samples == 0:
+            return
+        inputs, _ = next(iter(trainer.datamodule.val_dataloader()[0]))
+        prompt = inputs[: self.num_samples, : self.prompt_tokens].to(pl_module.device)
+        room = pl_module.model_cfg.context_length - prompt.shape[1]
+        generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
+        # every rank decodes (under FSDP each forward gathers shards collectively); rank 0 reports
+        out = generate(pl_module.model, prompt, min(self.max_new_tokens, room), self.temperature, self.top_k, generator)
+        self.samples = [
+            {"prompt": tokenizer.decode(p.tolist()), "completion": tokenizer.decode(o[prompt.shape[1]:].tolist())}
+            for p, o in zip(prompt.cpu(), out.cpu())
+        ]
+        if trainer.is_global_zero:
+            for s in self.samples:
+                log.info("sample:\n%s[%s]", s["prompt"], s["completion"])
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"samples": self.samples}
+
+
+class PlainProgress(Callback):
+    """Periodic log lines (for logs and non-terminal output) instead of a live progress bar."""
+
+    def __init__(self, every_n_steps: int = 50):
+        self.every_n_steps = every_n_steps
+        self._start = time.perf_counter()
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        if trainer.is_global_zero and (step % self.every_n_steps == 0 or step == trainer.max_steps):
+            m = trainer.callback_metrics
+            log.info(
+                "step %d/%d  loss %.4f  lr %.2e  %.0fs",
+                step, trainer.max_steps, float(m.get("train/loss", float("nan"))),
+                float(m.get("train/lr", float("nan"))), time.perf_counter() - self._start,
+            )
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero and not trainer.sanity_checking:
+            names = getattr(pl_module, "val_names", [])
+            shown = [f"{k} {float(v):.4f}" for k, v in trainer.callback_metrics.items() if k.split("/")[0] in names]
+            log.info("step %d  %s", trainer.global_step, "  ".join(shown))
+
+
+def progress(every_n_steps: int = 50) -> Callback:
+    """A rich progress bar in a terminal, plain periodic log lines otherwise."""
+    return RichProgressBar() if sys.stdout.isatty() else PlainProgress(every_n_steps)

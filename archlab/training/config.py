@@ -1,0 +1,173 @@
+"""Structured configs of ``archlab-train`` (types, checked by Hydra at compose time) and
+``validate_train`` (values, checked before any data is read or weight allocated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from archlab.config import ModelConfig, to_model_config, validate
+from archlab.errors import ConfigError
+
+PRECISIONS = ("32", "32-true", "bf16-mixed", "bf16-true", "16-mixed")
+ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
+STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed")
+SCHEDULES = ("cosine",)
+
+
+@dataclass
+class TrainerConfig:
+    """Arguments of ``lightning.pytorch.Trainer``; training is counted in optimizer steps."""
+
+    _target_: str = "lightning.pytorch.Trainer"
+    accelerator: str = "cpu"
+    devices: Any = 1  # an int, a list of device ids, or "auto"
+    num_nodes: int = 1
+    strategy: Any = "auto"  # a Lightning name, or a node with _target_ (a Strategy object)
+    precision: str = "32-true"
+    max_steps: int = 1000
+    val_check_interval: int = 100  # validate every this many training batches
+    check_val_every_n_epoch: Optional[int] = None  # None: val_check_interval counts across epochs
+    limit_val_batches: Optional[float] = None
+    max_time: Optional[str] = None  # "DD:HH:MM:SS"
+    gradient_clip_val: Optional[float] = 1.0
+    accumulate_grad_batches: int = 1
+    log_every_n_steps: int = 50
+    num_sanity_val_steps: int = 0
+    deterministic: Optional[bool] = None
+
+
+@dataclass
+class OptimConfig:
+    """``torch.optim.AdamW`` built over two parameter groups (see ``archlab.training.optim``)."""
+
+    _target_: str = "torch.optim.AdamW"
+    _partial_: bool = True
+    lr: float = 1e-3
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
+    eps: float = 1e-8
+    weight_decay: float = 0.1  # applied to 2-D weights only
+
+
+@dataclass
+class SchedulerConfig:
+    """Linear warm-up, then cosine decay from ``lr`` to ``min_lr_ratio * lr`` at ``decay_steps``."""
+
+    kind: str = "cosine"
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    decay_steps: Optional[int] = None  # None: trainer.max_steps
+
+
+@dataclass
+class PathsConfig:
+    output_dir: Optional[str] = None  # None: the Hydra run directory (required outside archlab-train)
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: Dict[str, Any] = field(default_factory=dict)  # a LightningDataModule node with _target_
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    logger: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Logger node with _target_
+    callbacks: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Callback node with _target_
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    seed: int = 0
+    ckpt_path: Optional[str] = None  # continue exactly from this checkpoint
+    resume: Optional[str] = None  # "auto": the newest checkpoint of this run directory
+    compile: bool = False  # torch.compile each block
+    activation_checkpointing: bool = False  # recompute each block's activations in backward
+
+
+def world_size(devices: Any, num_nodes: Any) -> int:
+    """Processes in the run: devices per node (a count or a list of ids) times nodes."""
+    per_node = len(devices) if isinstance(devices, (list, ListConfig)) else devices
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
+        raise ConfigError("trainer.devices", devices, "a number or list of devices (this strategy sizes its mesh from it)")
+    return per_node * int(num_nodes)
+
+
+def register_train_configs(cs: Any) -> None:
+    """Store ``train_schema`` in Hydra's ConfigStore (``conf/train.yaml`` lists it first) and the
+    ``archlab.world_size`` resolver the fsdp trainer config sizes its mesh with."""
+    cs.store(name="train_schema", node=TrainConfig)
+    OmegaConf.register_new_resolver("archlab.world_size", world_size, replace=True)
+
+
+def _positive_int(value: Any, name: str, allow_zero: bool = False) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if allow_zero else 1):
+        raise ConfigError(name, value, "a non-negative integer" if allow_zero else "a positive integer")
+
+
+def _choice(value: Any, name: str, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(name, value, "one of " + ", ".join(allowed))
+
+
+def _target(node: Any, name: str) -> None:
+    if not isinstance(node, (dict, DictConfig)) or "_target_" not in node:
+        raise ConfigError(name, node, "a config node with a _target_ (the class to instantiate)")
+
+
+def validate_train(cfg: DictConfig) -> DictConfig:
+    """Raise one ConfigError naming the first bad training setting; return ``cfg`` unchanged.
+
+    Runs before the data is read: the model is checked with the sizes it was composed with (the data
+    later replaces vocab_size and context_length, and the model is checked again then)."""
+    t = cfg.trainer
+    _choice(str(t.precision), "trainer.precision", PRECISIONS)
+    _choice(t.accelerator, "trainer.accelerator", ACCELERATORS)
+    if isinstance(t.strategy, str):
+        _choice(t.strategy, "trainer.strategy", STRATEGIES)
+    else:
+        _target(t.strategy, "trainer.strategy")
+        if str(t.strategy._target_).endswith("ModelParallelStrategy"):
+            world_size(t.devices, t.num_nodes)  # the FSDP mesh is sized from them
+    if not (t.devices == "auto" or isinstance(t.devices, (int, ListConfig, list))) or (
+        isinstance(t.devices, int) and t.devices < 1
+    ):
+        raise ConfigError("trainer.devices", t.devices, 'a positive integer, a list of device ids, or "auto"')
+    _positive_int(t.num_nodes, "trainer.num_nodes")
+    _positive_int(t.max_steps, "trainer.max_steps")
+    _positive_int(t.val_check_interval, "trainer.val_check_interval")
+    _positive_int(t.accumulate_grad_batches, "trainer.accumulate_grad_batches")
+    _positive_int(t.log_every_n_steps, "trainer.log_every_n_steps")
+    _positive_int(t.num_sanity_val_steps, "trainer.num_sanity_val_steps", allow_zero=True)
+    if t.gradient_clip_val is not None and t.gradient_clip_val <= 0:
+        raise ConfigError("trainer.gradient_clip_val", t.gradient_clip_val, "a positive number, or null for no clipping")
+
+    o = cfg.optim
+    if not o.lr > 0:
+        raise ConfigError("optim.lr", o.lr, "a positive number")
+    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
+        raise ConfigError("optim.betas", list(o.betas), "two numbers in [0, 1)")
+    if o.weight_decay < 0:
+        raise ConfigError("optim.weight_decay", o.weight_decay, "a non-negative number")
+
+    s = cfg.scheduler
+    _choice(s.kind, "scheduler.kind", SCHEDULES)
+    _positive_int(s.warmup_steps, "scheduler.warmup_steps", allow_zero=True)
+    if not 0.0 <= s.min_lr_ratio <= 1.0:
+        raise ConfigError("scheduler.min_lr_ratio", s.min_lr_ratio, "a number in [0, 1] (the floor as a fraction of optim.lr)")
+    decay = s.decay_steps if s.decay_steps is not None else t.max_steps
+    if decay <= s.warmup_steps:
+        raise ConfigError("scheduler.decay_steps", decay, f"more than scheduler.warmup_steps={s.warmup_steps}")
+
+    _target(cfg.data, "data")
+    for group in ("logger", "callbacks"):
+        for name, node in (cfg[group] or {}).items():
+            if node is not None:
+                _target(node, f"{group}.{name}")
+    if cfg.resume not in (None, "auto"):
+        raise ConfigError("resume", cfg.resume, 'null or "auto" (the newest checkpoint of this run directory)')
+    if cfg.ckpt_path is not None and cfg.resume is not None:
+        raise ConfigError("resume", cfg.resume, "null when ckpt_path is given (they both pick the checkpoint)")
+    if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).exists():
+        raise ConfigError("ckpt_path", cfg.ckpt_path, "an existing checkpoint file (or sharded checkpoint directory)")
+    validate(to_model_config(cfg.model))
+    return cfg

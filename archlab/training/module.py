@@ -1,0 +1,159 @@
+"""``LitModel``: next-token training of one archlab build (loss, optimizer, schedule, validation metrics)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from archlab.build import build_model
+from archlab.config import to_model_config, validate
+from archlab.nn.model import Decoder
+from archlab.training.optim import build_optimizer, build_scheduler
+
+IGNORE = -100  # targets that are not scored
+
+
+def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy over the scored positions (targets != -100), computed in float32."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
+
+
+class LitModel(L.LightningModule):
+    """A LightningModule around ``archlab.build_model(model)``.
+
+    Every argument is a plain container (saved as hparams), so a checkpoint loads with
+    ``torch.load(weights_only=True)``. The model itself is built in ``configure_model``, where
+    ``trainer=fsdp`` shards it with FSDP2 (``fully_shard`` per block, then the root)."""
+
+    def __init__(
+        self,
+        model: dict[str, Any],
+        optim: dict[str, Any],
+        scheduler: dict[str, Any],
+        val_names: Sequence[str] = ("val",),
+        compile: bool = False,
+        activation_checkpointing: bool = False,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model_cfg = validate(to_model_config(model))
+        self.model: Optional[Decoder] = None
+        self.val_names = list(val_names)
+        V = self.model_cfg.vocab_size
+        self.val_loss = nn.ModuleDict({n: MeanMetric() for n in self.val_names})
+        self.val_acc = nn.ModuleDict(
+            {n: MulticlassAccuracy(num_classes=V, average="micro", ignore_index=IGNORE) for n in self.val_names}
+        )
+        self.history: list[dict[str, float]] = []  # one entry per validation: step and metrics
+        self._rng_to_restore: Optional[dict[str, Tensor]] = None
+
+    def configure_model(self) -> None:
+        """Build (once), with the GPT-2 init drawn from the seeded RNG, so every rank starts identical;
+        under ``ModelParallelStrategy`` shard each block and then the root across the data-parallel mesh."""
+        if self.model is not None:
+            return
+        model = build_model(self.model_cfg)
+        model.activation_checkpointing = self.hparams.activation_checkpointing
+        if self.hparams.compile:
+            for block in model.blocks:
+                block.compile()
+        if self.device_mesh is not None:
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = self._device_mesh["data_parallel"]
+            for block in model.blocks:
+                fully_shard(block, mesh=mesh)
+            fully_shard(model, mesh=mesh)
+        self.model = model
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.model(idx)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        inputs, targets = batch
+        loss = next_token_loss(self.model(inputs), targets)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        return loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        # Validate (and so checkpoint) after the last step too, not only every val_check_interval
+        # batches: the final metrics and last.ckpt then describe the final weights.
+        if self.global_step >= self.trainer.max_steps:
+            self.trainer.should_stop = True
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        name = self.val_names[dataloader_idx]
+        inputs, targets = batch
+        logits = self.model(inputs)
+        scored = (targets != IGNORE).sum()
+        self.val_loss[name].update(next_token_loss(logits, targets), weight=scored)
+        self.val_acc[name].update(logits.argmax(dim=-1), targets)
+
+    def on_validation_epoch_end(self) -> None:
+        """Token-weighted mean loss, its exponential (perplexity) and accuracy on the scored positions,
+        reduced over all processes by torchmetrics."""
+        metrics = {}
+        for name in self.val_names:
+            loss = self.val_loss[name].compute()
+            metrics[f"{name}/loss"] = loss
+            metrics[f"{name}/ppl"] = torch.exp(loss)
+            metrics[f"{name}/acc"] = self.val_acc[name].compute()
+            self.val_loss[name].reset()
+            self.val_acc[name].reset()
+        self.log_dict(metrics, sync_dist=True)  # already reduced by torchmetrics: a no-op mean, no warning
+        if not self.trainer.sanity_checking:
+            entry = {k: float(v) for k, v in metrics.items()}
+            entry = {k: (v if math.isfinite(v) else None) for k, v in entry.items()}
+            self.history.append({"step": self.global_step, **entry})
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = build_optimizer(self.model, self.hparams.optim, self.device)
+        scheduler = build_scheduler(optimizer, self.hparams.scheduler, self.trainer.max_steps)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # plain lists and uint8 tensors: the checkpoint still loads with weights_only=True
+        checkpoint["archlab_history"] = list(self.history)
+        checkpoint["archlab_rng"] = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            checkpoint["archlab_rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.history = list(checkpoint.get("archlab_history", []))
+        self._rng_to_restore = checkpoint.get("archlab_rng")
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Restore the RNG of the checkpoint just before the first step after resuming (building the
+        # model and loaders drew from it since): dropout then continues with the same masks.
+        if self._rng_to_restore is not None:
+            torch.set_rng_state(self._rng_to_restore["cpu"])
+            if "cuda" in self._rng_to_restore and self.device.type == "cuda":
+                torch.cuda.set_rng_state(self._rng_to_restore["cuda"], self.device)
+            self._rng_to_restore = None
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        """The model's unsharded weights on the CPU. Under FSDP this gathers shards: call it on every rank."""
+        from torch.distributed.tensor import DTensor
+
+        if any(isinstance(p, DTensor) for p in self.model.parameters()):
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+            return get_model_state_dict(self.model, options=options)
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+    def export_model(self, state: Optional[dict[str, Tensor]] = None) -> Decoder:
+        """A plain CPU ``Decoder`` holding ``state`` (default: ``full_state_dict()``), for
+        ``archlab.weights.save_weights``."""
+        state = self.full_state_dict() if state is None else state
+        model = build_model(self.model_cfg)
+        model.load_state_dict(state, strict=True)
+        return model

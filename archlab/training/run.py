@@ -1,0 +1,161 @@
+"""``train(cfg)``: one run from a composed ``train`` config (the body of ``archlab-train``).
+
+Order matters: the whole config is validated, then the datamodule is constructed (it names the
+vocabulary size and the longest sequence), then the model config is completed and checked again,
+and only then does Lightning allocate weights (in ``LitModel.configure_model``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import ProgressBar
+from omegaconf import DictConfig, OmegaConf
+
+from archlab.accounting import count
+from archlab.build import CONF_DIR
+from archlab.config import model_config_dict, to_model_config, validate
+from archlab.errors import ConfigError
+from archlab.training.config import validate_train
+from archlab.training.module import LitModel
+from archlab.training.summary import SUMMARY, RunRecorder, write_summary
+
+log = logging.getLogger("archlab.train")
+
+
+def output_dir(cfg: DictConfig) -> Path:
+    """``paths.output_dir``, or the Hydra run directory when it is null."""
+    if cfg.paths.output_dir is not None:
+        return Path(cfg.paths.output_dir)
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        raise ConfigError("paths.output_dir", None, "a directory (required when not run by archlab-train)")
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def newest_checkpoint(directory: Path) -> Optional[Path]:
+    """The most recently written checkpoint (file, or sharded directory) under ``directory``."""
+    found = [p for p in directory.glob("**/*.ckpt")] if directory.exists() else []
+    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+
+
+def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
+    """``ckpt_path`` as given, or with ``resume=auto`` the newest checkpoint of this run directory."""
+    if cfg.ckpt_path is not None:
+        return str(cfg.ckpt_path)
+    if cfg.resume == "auto":
+        found = newest_checkpoint(out / "checkpoints")
+        log.info("resume=auto: %s", f"continuing from {found}" if found else "no checkpoint yet, starting fresh")
+        return str(found) if found else None
+    return None
+
+
+def variant_choices(cfg: DictConfig) -> dict[str, Any]:
+    """The config-group choices of this run (``model``, ``model/position``, ``data``, ...), Hydra's own left out."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        choices = OmegaConf.to_container(HydraConfig.get().runtime.choices)
+    else:  # composed with return_hydra_config=True, or none known
+        choices = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.runtime.choices", default={}) or {})
+    tuned = choices.pop("tuned@_global_", None)  # optional: only counts when tuned/<data>_<model>.yaml exists
+    choices["tuned"] = tuned if tuned and (CONF_DIR / "tuned" / f"{tuned}.yaml").exists() else None
+    return {k: v for k, v in choices.items() if not k.startswith("hydra")}
+
+
+def _instantiate_all(nodes: Optional[DictConfig]) -> list[Any]:
+    return [instantiate(node) for node in (nodes or {}).values() if node is not None]
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Fit, evaluate, export and summarise one run; returns the summary (empty off global rank 0)."""
+    start = time.time()
+    validate_train(cfg)
+    out = output_dir(cfg)
+    cfg.paths.output_dir = str(out)  # the logger and checkpoint configs interpolate it
+    ckpt_path = resolve_checkpoint(cfg, out)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+
+    dm = instantiate(cfg.data, seed=cfg.seed)
+    cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
+    model_cfg = validate(to_model_config(cfg.model))
+    log.info("model.vocab_size=%d and model.context_length=%d come from the data (%s)",
+             model_cfg.vocab_size, model_cfg.context_length, type(dm).__name__)
+    val_names = list(dm.val_names)
+    chance = getattr(dm, "chance_accuracy", None)
+    primary = f"{val_names[0]}/acc" if chance is not None else f"{val_names[0]}/loss"
+    _check_monitor(cfg, val_names)
+
+    counts = count(model_cfg)
+    info = {
+        "start_time": start,
+        "seed": cfg.seed,
+        "choices": variant_choices(cfg),
+        "model": model_config_dict(model_cfg),
+        "model_from_data": {"vocab_size": model_cfg.vocab_size, "context_length": model_cfg.context_length},
+        "data": {"class": type(dm).__name__, "val_names": val_names, "chance_accuracy": chance},
+        "flops_per_token": counts["flops_per_token"],
+        "resumed_from": ckpt_path,
+        "config": {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+                   for k, v in cfg.items() if k != "hydra"},
+    }
+    recorder = RunRecorder(out, info, tokenizer=getattr(dm, "tokenizer", None), primary_metric=primary)
+    trainer = lit = None
+    try:
+        lit = LitModel(
+            model=model_config_dict(model_cfg),
+            optim=OmegaConf.to_container(cfg.optim, resolve=True),
+            scheduler=OmegaConf.to_container(cfg.scheduler, resolve=True),
+            val_names=val_names,
+            compile=cfg.compile,
+            activation_checkpointing=cfg.activation_checkpointing,
+        )
+        callbacks = [*_instantiate_all(cfg.callbacks), recorder]
+        trainer = instantiate(
+            cfg.trainer,
+            callbacks=callbacks,
+            logger=_instantiate_all(cfg.logger) or False,
+            enable_progress_bar=any(isinstance(c, ProgressBar) for c in callbacks),
+            max_epochs=-1,
+            default_root_dir=str(out),
+        )
+        trainer.fit(lit, datamodule=dm, ckpt_path=ckpt_path)
+    except BaseException as err:
+        if not recorder.wrote and (trainer is None or trainer.is_global_zero):
+            write_summary(out, recorder.summary(trainer, lit, "failed", err))
+        raise
+    if not trainer.is_global_zero:
+        return {}
+    summary = json.loads((out / SUMMARY).read_text())
+    report(summary)
+    return summary
+
+
+def _check_monitor(cfg: DictConfig, val_names: list[str]) -> None:
+    """A checkpoint ``monitor`` must name a metric this data produces."""
+    node = (cfg.callbacks or {}).get("checkpoint")
+    monitor = node.get("monitor") if node is not None else None
+    allowed = [f"{n}/{m}" for n in val_names for m in ("loss", "ppl", "acc")]
+    if monitor is not None and monitor not in allowed:
+        raise ConfigError("callbacks.checkpoint.monitor", monitor, "null or one of " + ", ".join(allowed))
+
+
+def report(summary: dict[str, Any]) -> None:
+    """Print where the run's files are and its final metric against chance."""
+    p = summary["paths"]
+    metric = summary.get("primary_metric") or {}
+    value, chance = metric.get("value"), metric.get("chance")
+    lines = [f"final {metric.get('name')}: " + ("n/a" if value is None else f"{value:.4f}")
+             + ("" if chance is None else f"  (chance {chance:.4f})"),
+             f"summary:    {p['summary']}",
+             f"checkpoint: {p['checkpoint']}",
+             f"export:     {p['export']}",
+             f"logs:       {', '.join(p['logs']) or 'none (logger=none)'}"]
+    print("\n".join(lines), flush=True)

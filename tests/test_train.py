@@ -1,0 +1,270 @@
+"""archlab-train: a short CLI fit and its outputs, the python entry, exact resume, config errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from archlab.accounting import COMPONENTS, count, flops_per_token
+from archlab.build import build_model
+from archlab.errors import ConfigError
+from archlab.weights import load_weights
+from train_support import cli, compose_train, tiny_config_dir
+
+SUMMARY_FIELDS = {
+    "status", "error", "seed", "choices", "model", "model_from_data", "data", "flops_per_token", "parameters",
+    "metrics", "primary_metric", "throughput", "wall_time_s", "steps", "trainer", "paths", "samples", "config",
+}
+
+
+@pytest.fixture(scope="module")
+def conf(tmp_path_factory):
+    return tiny_config_dir(tmp_path_factory.mktemp("conf"))
+
+
+@pytest.fixture(scope="module")
+def cli_run(conf, tmp_path_factory):
+    """One short CLI fit with a tokenizer, both loggers and every checkpoint kept."""
+    run = tmp_path_factory.mktemp("cli") / "run"
+    proc = cli(conf, run, ["data.with_tokenizer=true", "logger=[csv,tensorboard]", "trainer.max_steps=30",
+                           "trainer.val_check_interval=10", "callbacks.checkpoint.save_top_k=-1",
+                           "callbacks.samples.max_new_tokens=5", "callbacks.samples.prompt_tokens=4"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run, proc, json.loads((run / "summary.json").read_text())
+
+
+def test_cli_prints_where_everything_is_and_the_metric_against_chance(cli_run):
+    run, proc, summary = cli_run
+    out = proc.stdout
+    assert f"summary:    {run / 'summary.json'}" in out
+    assert f"export:     {run / 'model.safetensors'}" in out
+    assert "checkpoint: " + str(run / "checkpoints") in out
+    assert "logs:       " in out and str(run / "logs") in out
+    acc = summary["metrics"]["final"]["val/acc"]
+    assert f"final val/acc: {acc:.4f}  (chance {1 / 16:.4f})" in out
+
+
+def test_summary_has_every_field(cli_run):
+    run, _, s = cli_run
+    assert SUMMARY_FIELDS <= s.keys()
+    assert s["status"] == "completed" and s["error"] is None and s["steps"] == 30 and s["seed"] == 0
+    assert s["choices"]["model"] == "nano" and s["choices"]["model/position"] == "learned"
+    assert s["choices"]["data"] == "tiny" and s["choices"]["trainer"] == "cpu"
+    # the data set the vocabulary and the context length
+    assert s["model_from_data"] == {"vocab_size": 16, "context_length": 12}
+    assert s["model"]["vocab_size"] == 16 and s["model"]["context_length"] == 12 and s["model"]["n_layer"] == 1
+    assert [h["step"] for h in s["metrics"]["history"]] == [10, 20, 30]
+    assert s["metrics"]["final"] == s["metrics"]["history"][-1]
+    losses = [h["val/loss"] for h in s["metrics"]["history"]]
+    assert s["metrics"]["best"]["val/loss"] == {"value": min(losses), "step": 10 * (1 + losses.index(min(losses)))}
+    assert math.isclose(s["metrics"]["final"]["val/ppl"], math.exp(s["metrics"]["final"]["val/loss"]), rel_tol=1e-5)
+    assert s["primary_metric"]["name"] == "val/acc" and s["primary_metric"]["chance"] == 1 / 16
+    assert s["metrics"]["final"]["val/acc"] > 0.3  # learned: chance is 1/16
+    assert s["trainer"]["world_size"] == 1 and s["wall_time_s"] > 0
+    assert s["paths"]["export"] == str(run / "model.safetensors")
+    assert Path(s["paths"]["checkpoint"]).exists() and Path(s["paths"]["last_checkpoint"]).name == "last.ckpt"
+
+
+def test_parameter_counts_and_flops_in_summary(cli_run):
+    run, _, s = cli_run
+    analytic, built = s["parameters"]["analytic"], s["parameters"]["built"]
+    assert all(analytic[c] == built[c] for c in (*COMPONENTS, "total"))
+    with safe_open(str(run / "model.safetensors"), framework="pt") as f:
+        stored = sum(f.get_tensor(k).numel() for k in f.keys())
+    assert built["total"] == stored  # the tied head is stored once, counted once
+    model = load_weights(run / "model.safetensors")
+    assert s["flops_per_token"] == count(model.cfg)["flops_per_token"]
+    t = s["throughput"]
+    per_token = flops_per_token(model.cfg, analytic["non_embedding"], 12)  # training windows are 12 long
+    assert t["tokens_per_s"] > 0 and math.isclose(t["flops_per_s"] / t["tokens_per_s"], per_token, rel_tol=1e-9)
+    assert t["mfu"] is None  # no known peak for a CPU
+
+
+def test_checkpoint_loads_weights_only_and_export_gives_the_same_logits(cli_run):
+    run, _, s = cli_run
+    ckpt = torch.load(s["paths"]["last_checkpoint"], weights_only=True, map_location="cpu")
+    hp = ckpt["hyper_parameters"]
+    assert type(hp["model"]) is dict and type(hp["optim"]) is dict and hp["optim"]["lr"] == 1e-3
+    reference = build_model(hp["model"])
+    reference.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()
+                               if k.startswith("model.")})
+    exported = load_weights(run / "model.safetensors")
+    idx = torch.randint(0, 16, (3, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(exported(idx), reference.eval()(idx), rtol=0, atol=0)
+    assert ckpt["global_step"] == 30 and [h["step"] for h in ckpt["archlab_history"]] == [10, 20, 30]
+
+
+def test_export_carries_the_tokenizer_and_samples_are_decoded(cli_run):
+    run, _, s = cli_run
+    with safe_open(str(run / "model.safetensors"), framework="pt") as f:
+        meta = f.metadata()
+    assert json.loads(meta["archlab_tokenizer"]) == {"kind": "char", "chars": "abcdefghijklmnop"}
+    assert len(s["samples"]) == 2
+    for sample in s["samples"]:
+        assert len(sample["prompt"]) == 4 and len(sample["completion"]) == 5
+        assert set(sample["prompt"] + sample["completion"]) <= set("abcdefghijklmnop")
+
+
+def test_both_loggers_wrote(cli_run):
+    run, _, _ = cli_run
+    header = (run / "logs" / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"val/loss", "val/ppl", "val/acc", "train/loss", "step"} <= set(header)
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_python_entry_trains_and_resumes_exactly(conf, tmp_path):
+    """A run resumed from its step-20 checkpoint (dropout on: the RNG is restored too) ends with the
+    same metrics and bit-identical weights as the uninterrupted run."""
+    from archlab.training.run import train
+
+    common = ["trainer.max_steps=40", "trainer.val_check_interval=20", "callbacks.checkpoint.save_top_k=-1",
+              "model.dropout=0.1"]
+    full = train(compose_train(conf, tmp_path / "full", common))
+    assert full["choices"]["data"] == "tiny" and full["status"] == "completed"
+    mid = tmp_path / "full" / "checkpoints" / "step000020.ckpt"
+    resumed = train(compose_train(conf, tmp_path / "resumed", [*common, f"ckpt_path={mid}"]))
+    assert resumed["resumed_from"] == str(mid)
+    assert resumed["metrics"]["history"] == full["metrics"]["history"]
+    a = load_weights(tmp_path / "full" / "model.safetensors").state_dict()
+    b = load_weights(tmp_path / "resumed" / "model.safetensors").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
+    from archlab.training.run import train
+
+    first = train(compose_train(conf, tmp_path, ["trainer.max_steps=10", "trainer.val_check_interval=5"]))
+    assert first["steps"] == 10
+    second = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5",
+                                                   "resume=auto"]))
+    assert second["resumed_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
+    assert second["steps"] == 20
+    assert [h["step"] for h in second["metrics"]["history"]] == [5, 10, 15, 20]  # history carried over
+
+
+def test_newest_checkpoint_by_modification_time(tmp_path):
+    from archlab.training.run import newest_checkpoint
+
+    assert newest_checkpoint(tmp_path / "missing") is None
+    for i, name in enumerate(["step000020.ckpt", "last.ckpt", "step000010.ckpt"]):
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, ns=(10**18 + i * 10**9, [3, 1, 2][i] * 10**18))
+    sharded = tmp_path / "step000030.ckpt"  # FSDP: a directory
+    sharded.mkdir()
+    os.utime(sharded, ns=(10**18, 2 * 10**18 + 1))
+    assert newest_checkpoint(tmp_path) == tmp_path / "step000020.ckpt"
+
+
+def test_failed_run_writes_a_failed_summary(conf, tmp_path):
+    from archlab.training.run import train
+
+    cfg = compose_train(conf, tmp_path, ["trainer.max_steps=20",
+                                         "+callbacks.fail={_target_: train_support.FailAt, step: 3}"])
+    with pytest.raises(RuntimeError, match="planned failure"):
+        train(cfg)
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "failed" and s["error"] == "RuntimeError: planned failure at step 3"
+    assert s["steps"] == 3 and s["paths"]["export"] is None and "planned failure" in s["traceback"]
+
+
+@pytest.mark.parametrize("override, field", [
+    ("trainer.precision=fp8", "trainer.precision"),
+    ("optim.lr=-1", "optim.lr"),
+    ("optim.betas=[0.9,1.5]", "optim.betas"),
+    ("scheduler.warmup_steps=5000", "scheduler.decay_steps"),
+    ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
+    ("resume=newest", "resume"),
+    ("ckpt_path=/nonexistent/x.ckpt", "ckpt_path"),
+    ("trainer.strategy=horovod", "trainer.strategy"),
+    ("trainer.max_steps=0", "trainer.max_steps"),
+    ("model.attention.n_head=5", "model.attention.n_head"),
+    ("callbacks.checkpoint.monitor=val/bleu", "callbacks.checkpoint.monitor"),
+])
+def test_bad_settings_raise_before_any_work(conf, tmp_path, override, field):
+    from archlab.training.run import train
+
+    with pytest.raises(ConfigError) as err:
+        train(compose_train(conf, tmp_path, [override]))
+    assert err.value.field == field
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_fsdp_mesh_needs_a_device_count(conf, tmp_path):
+    from archlab.training.run import train
+
+    with pytest.raises(ConfigError) as err:
+        train(compose_train(conf, tmp_path, ["trainer=fsdp", "trainer.devices=auto"]))
+    assert err.value.field == "trainer.devices"
+
+
+def test_cli_config_error_is_one_short_line(conf, tmp_path):
+    proc = cli(conf, tmp_path / "run", ["trainer.precision=fp8"])
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert lines == ["error: trainer.precision='fp8' is invalid: allowed one of 32, 32-true, bf16-mixed, "
+                     "bf16-true, 16-mixed"]
+
+
+def test_cli_type_error_from_the_structured_config(conf, tmp_path):
+    proc = cli(conf, tmp_path / "run", ["trainer.max_steps=many"])
+    assert proc.returncode != 0
+    assert "trainer.max_steps" in proc.stderr and "many" in proc.stderr
+
+
+def test_progress_is_rich_in_a_terminal_and_plain_otherwise(monkeypatch):
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from archlab.training.callbacks import PlainProgress, progress
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert isinstance(progress(), RichProgressBar)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    assert isinstance(progress(7), PlainProgress) and progress(7).every_n_steps == 7
+
+
+def test_every_trainer_option_composes(conf, tmp_path):
+    from hydra.utils import instantiate
+
+    expect = {"cpu": ("cpu", 1, "auto"), "gpu": ("gpu", 1, "auto"), "ddp": ("gpu", 2, "ddp"),
+              "ddp_spawn": ("auto", 2, "ddp_spawn"), "ddp_cpu": ("cpu", 2, "DDPStrategy"),
+              "fsdp": ("auto", 2, "ModelParallelStrategy")}
+    for name, (accelerator, devices, strategy) in expect.items():
+        t = compose_train(conf, tmp_path, [f"trainer={name}"]).trainer
+        assert (t.accelerator, t.devices) == (accelerator, devices)
+        made = t.strategy if isinstance(t.strategy, str) else type(instantiate(t.strategy)).__name__
+        assert made == strategy
+    fsdp = instantiate(compose_train(conf, tmp_path, ["trainer=fsdp", "trainer.devices=4",
+                                                      "trainer.num_nodes=2"]).trainer.strategy)
+    assert (fsdp._data_parallel_size, fsdp._tensor_parallel_size) == (8, 1)
+    ddp_cpu = instantiate(compose_train(conf, tmp_path, ["trainer=ddp_cpu"]).trainer.strategy)
+    assert ddp_cpu._process_group_backend == "gloo"
+
+
+def test_launcher_configs_size_jobs_from_the_trainer(conf, tmp_path):
+    from omegaconf import OmegaConf
+
+    cfg = compose_train(conf, tmp_path, ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=8",
+                                         "trainer.num_nodes=2"])
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert launcher["_target_"].endswith("SlurmLauncher")
+    assert (launcher["nodes"], launcher["tasks_per_node"], launcher["gpus_per_node"]) == (2, 8, 8)
+    local = compose_train(conf, tmp_path, ["hydra/launcher=local"]).hydra.launcher
+    assert local._target_.endswith("JoblibLauncher") and local.n_jobs == 2
+
+
+def test_default_config_composes_without_overrides():
+    """``archlab-train`` with no arguments: nano on mqar, CPU, the tuned settings applied."""
+    from archlab.build import compose
+
+    cfg = compose("train", ["paths.output_dir=/unused"])
+    assert cfg.data._target_.endswith("MQARDataModule") and cfg.trainer.accelerator == "cpu"
+    assert cfg.trainer.strategy == "auto" and cfg.seed == 0 and cfg.ckpt_path is None
