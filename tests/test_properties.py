@@ -28,7 +28,7 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 def model_configs(draw) -> dict:
     """A random tiny config exercising every option of every registry family."""
     n_head = draw(st.sampled_from([1, 2, 3, 4]))
-    n_kv_head = draw(st.sampled_from([k for k in range(1, n_head + 1) if n_head % k == 0]))
+    n_kv_head = draw(st.sampled_from([None] + [k for k in range(1, n_head + 1) if n_head % k == 0]))  # None = MHA
     explicit_head_dim = draw(st.booleans())
     if explicit_head_dim:  # head_dim need not be d_model / n_head
         head_dim = draw(st.sampled_from([2, 4, 6, 8, 12]))
