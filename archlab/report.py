@@ -1,0 +1,248 @@
+"""Turn a sweep directory into an ablation table (report.md, report.csv) and plots.
+
+Every run is read from its ``summary.json`` and ``.hydra/overrides.yaml``; the swept axes are the
+overrides whose values differ between runs, and runs that differ only in ``seed`` are one variant.
+Validation curves come from each run's CSV log (``metrics.csv``), or its summary's history.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+SEED_KEYS = ("seed",)
+
+
+@dataclass
+class Run:
+    """One job of a sweep: its directory, its command-line overrides and its summary (None if absent)."""
+
+    path: Path
+    overrides: dict[str, str]
+    summary: Optional[dict[str, Any]]
+
+    @property
+    def status(self) -> str:
+        return "missing" if self.summary is None else self.summary.get("status", "unknown")
+
+
+@dataclass
+class Variant:
+    """The runs sharing every swept setting but the seed."""
+
+    settings: dict[str, str]
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def completed(self) -> list[Run]:
+        return [r for r in self.runs if r.status == "completed"]
+
+
+def _overrides(run_dir: Path) -> dict[str, str]:
+    file = run_dir / ".hydra" / "overrides.yaml"
+    items = yaml.safe_load(file.read_text()) if file.exists() else []
+    pairs = (item.split("=", 1) for item in items or [] if "=" in item)
+    return {k.lstrip("+~"): v for k, v in pairs if not k.lstrip("+~").startswith("hydra")}
+
+
+def load_runs(sweep_dir: str | Path) -> list[Run]:
+    """Every job directory under ``sweep_dir``: those with a summary, and those Hydra started
+    (``.hydra/``) that never wrote one (killed or still running)."""
+    root = Path(sweep_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"sweep directory {root} does not exist")
+    dirs = {p.parent for p in root.rglob("summary.json")} | {p.parent.parent for p in root.rglob(".hydra/overrides.yaml")}
+    runs = []
+    for d in sorted(dirs):
+        summary_file = d / "summary.json"
+        summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+        runs.append(Run(d, _overrides(d), summary))
+    return runs
+
+
+def swept_axes(runs: list[Run]) -> list[str]:
+    """Override keys whose values differ between runs, the seed left out, in first-seen order."""
+    keys: dict[str, set[str]] = {}
+    for run in runs:
+        for k, v in run.overrides.items():
+            keys.setdefault(k, set()).add(v)
+    return [k for k, values in keys.items() if k not in SEED_KEYS and (len(values) > 1 or any(k not in r.overrides for r in runs))]
+
+
+def group_variants(runs: list[Run], axes: list[str]) -> list[Variant]:
+    variants: dict[tuple, Variant] = {}
+    for run in runs:
+        settings = {k: run.overrides.get(k, "(default)") for k in axes}
+        variants.setdefault(tuple(settings.items()), Variant(settings)).runs.append(run)
+    return list(variants.values())
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+
+
+def run_figures(run: Run) -> dict[str, float]:
+    """The numbers of one completed run that the table aggregates."""
+    s = run.summary or {}
+    out: dict[str, float] = {}
+    for key, value in (s.get("metrics", {}).get("final") or {}).items():
+        if key != "step" and _number(value) is not None:
+            out[f"final {key}"] = float(value)
+    for key, best in (s.get("metrics", {}).get("best") or {}).items():
+        if _number(best.get("value")) is not None:
+            out[f"best {key}"] = float(best["value"])
+    params = (s.get("parameters") or {}).get("analytic") or {}
+    for key in ("total", "non_embedding"):
+        if key in params:
+            out[f"params {key}"] = float(params[key])
+    for key, name in (("flops_per_token", "flops/token"), ("wall_time_s", "wall time (s)")):
+        if _number(s.get(key)) is not None:
+            out[name] = float(s[key])
+    tokens = (s.get("throughput") or {}).get("tokens_per_s")
+    if _number(tokens) is not None:
+        out["tokens/s"] = float(tokens)
+    return out
+
+
+def aggregate(variant: Variant) -> dict[str, tuple[float, float, int]]:
+    """Mean, sample standard deviation (0 for one run) and count of every figure over the completed seeds."""
+    per_run = [run_figures(r) for r in variant.completed]
+    keys = sorted({k for figures in per_run for k in figures})
+    out = {}
+    for key in keys:
+        values = [f[key] for f in per_run if key in f]
+        out[key] = (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0, len(values))
+    return out
+
+
+def metric_columns(variants: list[Variant]) -> list[str]:
+    """Final metrics first (the primary one leading), then best metrics, then cost figures."""
+    keys = {k for v in variants for k in aggregate(v)}
+    primary = next(
+        (f"final {r.summary['primary_metric']['name']}" for v in variants for r in v.completed
+         if (r.summary or {}).get("primary_metric")), None)
+    order = [primary] if primary in keys else []
+    order += sorted(k for k in keys if k.startswith("final ") and k != primary)
+    order += sorted(k for k in keys if k.startswith("best "))
+    order += [k for k in ("params total", "params non_embedding", "flops/token", "tokens/s", "wall time (s)") if k in keys]
+    return order
+
+
+def validation_curve(run: Run, metric: str) -> list[tuple[int, float]]:
+    """(step, value) of ``metric`` over training: from the run's CSV log, else its summary history."""
+    for log_dir in ((run.summary or {}).get("paths") or {}).get("logs") or []:
+        file = Path(log_dir) / "metrics.csv"
+        if not file.is_absolute():
+            file = run.path / file
+        if file.exists():
+            with file.open() as f:
+                rows = [r for r in csv.DictReader(f) if r.get(metric) not in (None, "")]
+            return [(int(float(r["step"])), float(r[metric])) for r in rows]
+    history = ((run.summary or {}).get("metrics") or {}).get("history") or []
+    return [(h["step"], float(h[metric])) for h in history if _number(h.get(metric)) is not None]
+
+
+def _label(settings: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items()) or "all runs"
+
+
+def _fmt(value: float) -> str:
+    if abs(value) >= 1e4:
+        return f"{value:,.0f}"
+    return f"{value:.4g}"
+
+
+def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
+    """Write report.md, report.csv and PNG plots for the sweep; return their paths."""
+    runs = load_runs(sweep_dir)
+    if not runs:
+        raise FileNotFoundError(f"no runs (summary.json or .hydra/overrides.yaml) under {sweep_dir}")
+    out = Path(out_dir or sweep_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    axes = swept_axes(runs)
+    variants = group_variants(runs, axes)
+    columns = metric_columns(variants)
+    stats = [aggregate(v) for v in variants]
+
+    csv_path = out / "report.csv"
+    with csv_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow([*axes, "runs", "completed", "failed", *[f"{c} {s}" for c in columns for s in ("mean", "std")]])
+        for v, st in zip(variants, stats):
+            figures = [x for c in columns for x in ((st[c][0], st[c][1]) if c in st else ("", ""))]
+            failed = sum(r.status == "failed" for r in v.runs)
+            writer.writerow([*v.settings.values(), len(v.runs), len(v.completed), failed, *figures])
+
+    plots = _plots(variants, stats, columns, out)
+    md = [f"# Sweep report: `{Path(sweep_dir)}`", ""]
+    n_seeds = sorted({len(v.runs) for v in variants})
+    md.append(f"{len(runs)} runs, {len(variants)} variants, swept: {', '.join(axes) or 'nothing'}; "
+              f"runs per variant: {', '.join(map(str, n_seeds))}. Cells are mean ± sample std over the completed seeds (n).")
+    md += ["", "| " + " | ".join([*axes, "completed", *columns]) + " |", "|" + "---|" * (len(axes) + 1 + len(columns))]
+    for v, st in zip(variants, stats):
+        cells = [f"{_fmt(st[c][0])} ± {_fmt(st[c][1])} ({st[c][2]})" if c in st else "-" for c in columns]
+        md.append("| " + " | ".join([*v.settings.values(), f"{len(v.completed)}/{len(v.runs)}", *cells]) + " |")
+    problems = [r for r in runs if r.status != "completed"]
+    if problems:
+        md += ["", "## Runs that did not complete", ""]
+        for r in problems:
+            error = (r.summary or {}).get("error") or ("no summary.json (killed, or still running)" if r.summary is None else "")
+            md.append(f"- `{r.path.relative_to(Path(sweep_dir)) if r.path.is_relative_to(Path(sweep_dir)) else r.path}` "
+                      f"({_label(r.overrides)}): **{r.status}** — {error}")
+    if plots:
+        md += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots.values()]
+    md_path = out / "report.md"
+    md_path.write_text("\n".join(md) + "\n")
+    return {"markdown": md_path, "csv": csv_path, **plots}
+
+
+def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: Path) -> dict[str, Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plots: dict[str, Path] = {}
+    primary = next((c for c in columns if c.startswith("final ")), None)
+    if primary is None:
+        return plots
+    metric = primary[len("final "):]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drew = False
+    for v in variants:
+        curves = [validation_curve(r, metric) for r in v.completed]
+        curves = [c for c in curves if c]
+        if not curves:
+            continue
+        steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
+        means = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
+        ax.plot(steps, means, marker=".", label=_label(v.settings))
+        drew = True
+    if drew:
+        ax.set(xlabel="step", ylabel=metric, title=f"{metric} during training (mean over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        plots["curves"] = out / "curves.png"
+        fig.savefig(plots["curves"], dpi=120)
+    plt.close(fig)
+
+    rows = [(v, st[primary]) for v, st in zip(variants, stats) if primary in st]
+    if rows:
+        fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4.5))
+        ax.bar(range(len(rows)), [m for _, (m, _, _) in rows], yerr=[s for _, (_, s, _) in rows], capsize=4)
+        ax.set_xticks(range(len(rows)), [_label(v.settings) for v, _ in rows], rotation=30, ha="right", fontsize=7)
+        ax.set(ylabel=metric, title=f"final {metric} (mean ± std over seeds)")
+        ax.grid(axis="y", alpha=0.3)
+        fig.tight_layout()
+        plots["final"] = out / "final.png"
+        fig.savefig(plots["final"], dpi=120)
+        plt.close(fig)
+    return plots

@@ -1,0 +1,61 @@
+"""The benchmark harness's arithmetic (not speed): rates, alternation, FLOP/s, ratios, memory."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from archlab.bench import median_rate, run_bench, saved_activation_bytes, time_alternating
+from archlab.build import compose
+
+
+def test_median_rate_uses_the_median_call():
+    assert median_rate([2.0, 1.0, 100.0], units_per_call=10) == 10 / 2.0
+
+
+def test_time_alternating_interleaves_and_counts_calls():
+    calls = []
+    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    times = time_alternating(fns, warmup=2, repeats=3, device=torch.device("cpu"))
+    assert calls == ["a", "b"] * 5
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+
+
+def test_saved_activation_bytes_counts_what_autograd_keeps():
+    x = torch.randn(1000, requires_grad=True)
+    with saved_activation_bytes() as saved:
+        y = torch.exp(x)  # exp saves its output: 1000 float32
+        y.sum().backward()
+    assert saved[0] == 1000 * 4
+
+
+@pytest.fixture(scope="module")
+def result():
+    pytest.importorskip("transformers")
+    cfg = compose("bench", ["model.n_layer=2", "model.d_model=32", "model.attention.n_head=2",
+                            "model.vocab_size=50", "model.context_length=16", "batch_size=2",
+                            "warmup=1", "repeats=2", "generate_tokens=4", "matmul_size=64"])
+    return run_bench(cfg), cfg
+
+
+def test_bench_figures_are_consistent(result):
+    out, cfg = result
+    from archlab.accounting import count
+
+    assert out["seq_len"] == 16
+    # 6N + 12·L·H·Q·T with N from the closed form, T = 16
+    model_cfg = OmegaConf.to_object(cfg.model)
+    assert out["flops_per_token"] == 6 * count(model_cfg)["non_embedding"] + 12 * 2 * 2 * 16 * 16
+    for name in ("archlab", "hf"):
+        row = out["train"][name]
+        assert row["tokens_per_s"] == pytest.approx(2 * 16 / row["step_s"])
+        assert row["flops"] == pytest.approx(out["flops_per_token"] * row["tokens_per_s"])
+        assert row["fraction_of_matmul"] == pytest.approx(row["flops"] / out["matmul_flops"])
+    for section in ("train", "generate"):
+        assert out[section]["ratio"] == pytest.approx(
+            out[section]["archlab"]["tokens_per_s"] / out[section]["hf"]["tokens_per_s"])
+
+
+def test_checkpointing_saves_activation_memory(result):
+    out, _ = result
+    memory = out["memory"]
+    assert 0 < memory["checkpointing"]["saved_activation_bytes"] < memory["plain"]["saved_activation_bytes"]
