@@ -13,7 +13,7 @@ from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, attention_mask
 from archlab.nn.block import BLOCKS, build_block
 from archlab.nn.norms import build_norm
-from archlab.nn.positions import build_position
+from archlab.nn.positions import build_position, uninitialised_embedding
 
 
 class Decoder(nn.Module):
@@ -22,7 +22,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.tok_emb = uninitialised_embedding(cfg.vocab_size, cfg.d_model)
         self.position = build_position(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(build_block(cfg, i) for i in range(cfg.n_layer))

@@ -20,6 +20,12 @@ from archlab.registry import Registry
 POSITIONS: Registry[type] = Registry("model.position.kind")
 
 
+def uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
+    """An embedding table left uninitialised: ``Decoder.init_weights`` sets it. Skipping the default
+    ``normal_`` also keeps a meta-device build from importing torch._dynamo (seconds, once)."""
+    return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
+
+
 class Position(nn.Module):
     """Base scheme: adds nothing, rotates nothing, biases nothing (the ``none`` scheme)."""
 
@@ -54,7 +60,7 @@ class Learned(Position):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.context_length = cfg.context_length
-        self.table = nn.Embedding(cfg.context_length, cfg.d_model)
+        self.table = uninitialised_embedding(cfg.context_length, cfg.d_model)
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         end = int(pos[-1]) + 1
