@@ -34,7 +34,9 @@ def _check(model: Decoder, prompt_ids: Tensor, max_new_tokens: int, temperature:
     total, limit = prompt_ids.shape[1] + max_new_tokens, model.cfg.context_length
     if total > limit:
         raise ConfigError(
-            "max_new_tokens", max_new_tokens, f"at most model.context_length={limit} minus the prompt length {prompt_ids.shape[1]}"
+            "max_new_tokens",
+            max_new_tokens,
+            f"at most model.context_length={limit} minus the prompt length {prompt_ids.shape[1]}",
         )
     if not temperature >= 0:
         raise ConfigError("temperature", temperature, "a number >= 0 (0 = greedy)")

@@ -19,7 +19,13 @@ V = 96
 TINY = ["model.vocab_size=96", "model.context_length=48", "model.n_layer=2"]
 ARCHLAB = {
     "learned": ["model=nano", *TINY, "model.d_model=32", "model.attention.n_head=4"],
-    "rope-gqa": ["model=llama2-70b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.attention.n_kv_head=2"],
+    "rope-gqa": [
+        "model=llama2-70b",
+        *TINY,
+        "model.d_model=64",
+        "model.attention.n_head=4",
+        "model.attention.n_kv_head=2",
+    ],
 }
 
 
@@ -65,8 +71,14 @@ def test_greedy_matches_hugging_face_generate(family):
         hf_model = transformers.GPT2LMHeadModel(config)
     else:
         config = transformers.LlamaConfig(
-            vocab_size=V, max_position_embeddings=48, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, **special,
+            vocab_size=V,
+            max_position_embeddings=48,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            **special,
         )
         hf_model = transformers.LlamaForCausalLM(config)
     hf_model = randomize(hf_model, seed=1)
@@ -136,7 +148,9 @@ def test_bad_arguments_are_refused_before_work():
 def saved(tmp_path):
     m = build_model(compose_model(["model=nano", "model.n_layer=1", "model.context_length=64"]))
     randomize(m, seed=2)
-    with_tok = save_weights(m, tmp_path / "tok.safetensors", metadata={"archlab_tokenizer": json.dumps(ByteTokenizer().to_dict())})
+    with_tok = save_weights(
+        m, tmp_path / "tok.safetensors", metadata={"archlab_tokenizer": json.dumps(ByteTokenizer().to_dict())}
+    )
     without = save_weights(m, tmp_path / "plain.safetensors")
     return with_tok, without
 
@@ -145,7 +159,15 @@ def test_cli_generates_text_from_a_file_with_a_tokenizer(saved):
     path, _ = saved
     text = "Hi, there: 'x'"
     result = subprocess.run(
-        [sys.executable, "-m", "archlab.cli.generate", f"ckpt={path}", f"prompt={text}", "max_new_tokens=12", "temperature=0"],
+        [
+            sys.executable,
+            "-m",
+            "archlab.cli.generate",
+            f"ckpt={path}",
+            f"prompt={text}",
+            "max_new_tokens=12",
+            "temperature=0",
+        ],
         capture_output=True,
         env={**os.environ, "PYTHONIOENCODING": "utf-8"},
     )
@@ -170,7 +192,10 @@ def test_cli_prints_ids_without_a_tokenizer(saved, capsys):
         (["prompt=hi"], "prompt='hi' is invalid: allowed prompt_ids=[...] instead"),
         (["prompt_ids=[1,2]", "max_new_tokens=abc"], "max_new_tokens='abc' is invalid: allowed a value of type int"),
         (["prompt_ids=[1,2]", "colour=red"], "colour='red' is invalid"),
-        (["prompt_ids=[1,2]", "max_new_tokens=100"], "max_new_tokens=100 is invalid: allowed at most model.context_length=64"),
+        (
+            ["prompt_ids=[1,2]", "max_new_tokens=100"],
+            "max_new_tokens=100 is invalid: allowed at most model.context_length=64",
+        ),
     ],
 )
 def test_cli_refuses_bad_settings(saved, capsys, args, message):

@@ -96,7 +96,12 @@ def test_from_hf_gives_the_same_logits(family):
 
 def test_from_hf_maps_the_layout():
     gpt2 = from_hf(HF_MODELS["gpt2"]()).cfg
-    assert (gpt2.block.kind, gpt2.position.kind, gpt2.head.tied, gpt2.mlp.approximate) == ("pre", "learned", True, "tanh")
+    assert (gpt2.block.kind, gpt2.position.kind, gpt2.head.tied, gpt2.mlp.approximate) == (
+        "pre",
+        "learned",
+        True,
+        "tanh",
+    )
     gptj = from_hf(HF_MODELS["gptj"]()).cfg
     assert (gptj.block.kind, gptj.block.shared_norm, gptj.position.rotary_dim, gptj.position.pairing) == (
         "parallel",
@@ -120,20 +125,43 @@ def test_tied_gpt2_head_stays_tied_after_conversion():
 TINY = ["model.vocab_size=96", "model.context_length=32", "model.n_layer=2"]
 ARCHLAB_MODELS = {
     "gpt2": ["model=gpt2", *TINY, "model.d_model=32", "model.attention.n_head=4"],
-    "gpt2-untied-relu": ["model=gpt2", *TINY, "model.d_model=32", "model.attention.n_head=4", "model/head=untied", "model/mlp=relu"],
+    "gpt2-untied-relu": [
+        "model=gpt2",
+        *TINY,
+        "model.d_model=32",
+        "model.attention.n_head=4",
+        "model/head=untied",
+        "model/mlp=relu",
+    ],
     "gptj": ["model=gptj-6b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.position.rotary_dim=6"],
     "gptj-tied-exact-gelu": [
-        "model=gptj-6b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.position.rotary_dim=8",
-        "model.head.tied=true", "model.mlp.approximate=none",
+        "model=gptj-6b",
+        *TINY,
+        "model.d_model=64",
+        "model.attention.n_head=4",
+        "model.position.rotary_dim=8",
+        "model.head.tied=true",
+        "model.mlp.approximate=none",
     ],
     "llama2-gqa": [
-        "model=llama2-70b", *TINY, "model.d_model=64", "model.attention.n_head=8", "model.attention.n_kv_head=2",
+        "model=llama2-70b",
+        *TINY,
+        "model.d_model=64",
+        "model.attention.n_head=8",
+        "model.attention.n_kv_head=2",
         "model.mlp.multiple_of=32",
     ],
     "llama-biases-geglu-tied-headdim": [
-        "model=llama-7b", *TINY, "model.d_model=48", "model.attention.n_head=4", "model.attention.head_dim=16",
-        "model.attention.qkv_bias=true", "model.attention.out_bias=true", "model.mlp.bias=true",
-        "model/mlp=geglu", "model/head=tied",
+        "model=llama-7b",
+        *TINY,
+        "model.d_model=48",
+        "model.attention.n_head=4",
+        "model.attention.head_dim=16",
+        "model.attention.qkv_bias=true",
+        "model.attention.out_bias=true",
+        "model.mlp.bias=true",
+        "model/mlp=geglu",
+        "model/head=tied",
     ],
 }
 EXPECTED_CLASS = {"gpt2": "GPT2LMHeadModel", "gptj": "GPTJForCausalLM", "llama": "LlamaForCausalLM"}
@@ -179,7 +207,11 @@ def test_base_model_checkpoint_with_mask_buffers_loads(tmp_path):
 
     hf_model = randomize(HF_MODELS["gpt2"](), seed=5)
     hf_model.config.save_pretrained(tmp_path)
-    state = {k.removeprefix("transformer."): v.contiguous() for k, v in hf_model.state_dict().items() if k != "lm_head.weight"}
+    state = {
+        k.removeprefix("transformer."): v.contiguous()
+        for k, v in hf_model.state_dict().items()
+        if k != "lm_head.weight"
+    }
     for i in range(2):
         state[f"h.{i}.attn.bias"] = torch.tril(torch.ones(1, 1, CTX, CTX))
         state[f"h.{i}.attn.masked_bias"] = torch.tensor(-1e4)
@@ -211,18 +243,56 @@ NANO = ["model=nano"]
         ([*NANO, "model/position=sinusoidal"], "model.position.kind"),
         ([*NANO, "model/block=post"], "model.block.kind"),
         ([*NANO, "model/block=parallel"], "model.position.kind"),  # parallel with learned positions
-        ([*NANO, "model/block=parallel", "model/position=rope", "model.block.shared_norm=false"], "model.block.shared_norm"),
+        (
+            [*NANO, "model/block=parallel", "model/position=rope", "model.block.shared_norm=false"],
+            "model.block.shared_norm",
+        ),
         ([*NANO, "model/norm=rmsnorm"], "model.norm.kind"),
         ([*NANO, "model/mlp=swiglu"], "model.mlp.kind"),
         ([*NANO, "model/attention=mqa"], "model.attention.n_kv_head"),
         ([*NANO, "model.attention.qkv_bias=false"], "model.attention.qkv_bias"),
         ([*NANO, "model.norm.bias=false"], "model.norm.bias"),
         (["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model/mlp=relu"], "model.mlp.kind"),
-        (["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.position.rotary_fraction=0.5"], "model.position.rotary_dim"),
-        (["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.dropout=0.1"], "model.dropout"),
-        (["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.attention.out_bias=true"], "model.attention.out_bias"),
-        (["model=gptj-6b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.position.rotary_dim=8", "model.position.theta=5e5"], "model.position.theta"),
-        (["model=gptj-6b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.position.rotary_dim=8", "model.position.pairing=half"], "model.position.pairing"),
+        (
+            [
+                "model=llama-7b",
+                *TINY,
+                "model.d_model=64",
+                "model.attention.n_head=4",
+                "model.position.rotary_fraction=0.5",
+            ],
+            "model.position.rotary_dim",
+        ),
+        (
+            ["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.dropout=0.1"],
+            "model.dropout",
+        ),
+        (
+            ["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.attention.out_bias=true"],
+            "model.attention.out_bias",
+        ),
+        (
+            [
+                "model=gptj-6b",
+                *TINY,
+                "model.d_model=64",
+                "model.attention.n_head=4",
+                "model.position.rotary_dim=8",
+                "model.position.theta=5e5",
+            ],
+            "model.position.theta",
+        ),
+        (
+            [
+                "model=gptj-6b",
+                *TINY,
+                "model.d_model=64",
+                "model.attention.n_head=4",
+                "model.position.rotary_dim=8",
+                "model.position.pairing=half",
+            ],
+            "model.position.pairing",
+        ),
     ],
 )
 def test_config_to_hf_refuses_what_no_family_holds(overrides, field):
@@ -234,7 +304,11 @@ def test_config_to_hf_refuses_what_no_family_holds(overrides, field):
 
 def test_config_from_hf_refuses_what_archlab_does_not_implement():
     scaled = transformers.LlamaConfig(
-        hidden_size=64, num_attention_heads=4, num_hidden_layers=1, intermediate_size=96, max_position_embeddings=64,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_hidden_layers=1,
+        intermediate_size=96,
+        max_position_embeddings=64,
         rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
     )
     with pytest.raises(ConfigError, match="rope_type='linear'"):

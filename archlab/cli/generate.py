@@ -85,7 +85,9 @@ def run(cfg: GenerateConfig) -> str:
     tokenizer = _read_tokenizer(Path(cfg.ckpt))
     if cfg.prompt is not None:
         if tokenizer is None:
-            raise ConfigError("prompt", cfg.prompt, f"prompt_ids=[...] instead: {cfg.ckpt} has no {TOKENIZER_KEY!r} metadata")
+            raise ConfigError(
+                "prompt", cfg.prompt, f"prompt_ids=[...] instead: {cfg.ckpt} has no {TOKENIZER_KEY!r} metadata"
+            )
         try:
             ids = tokenizer.encode(cfg.prompt)
         except ValueError as e:
@@ -104,8 +106,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(
         prog="archlab-generate",
         description="Continue a prompt with an archlab safetensors model (greedy at temperature=0, else sampled).",
-        epilog="settings (key=value): "
-        + ", ".join(f"{f.name} (default {f.default})" for f in fields(GenerateConfig)),
+        epilog="settings (key=value): " + ", ".join(f"{f.name} (default {f.default})" for f in fields(GenerateConfig)),
     )
     parser.add_argument("settings", nargs="*", metavar="key=value")
     print(run(parse_settings(parser.parse_args(argv).settings)))

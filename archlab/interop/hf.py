@@ -96,7 +96,9 @@ def hf_family(cfg: Any) -> str:
     if family:
         return family
     if block not in ("pre", "parallel"):
-        raise ConfigError("model.block.kind", block, "pre (GPT-2, LLaMA) or parallel (GPT-J) to convert to Hugging Face")
+        raise ConfigError(
+            "model.block.kind", block, "pre (GPT-2, LLaMA) or parallel (GPT-J) to convert to Hugging Face"
+        )
     if position not in ("learned", "rope"):
         raise ConfigError(
             "model.position.kind", position, "learned (GPT-2) or rope (GPT-J, LLaMA) to convert to Hugging Face"
@@ -263,7 +265,11 @@ def _one_dropout(c: Any) -> float:
 
 
 def _gpt2_config(c: Any) -> ModelConfig:
-    for name, want in (("add_cross_attention", False), ("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False)):
+    for name, want in (
+        ("add_cross_attention", False),
+        ("scale_attn_weights", True),
+        ("scale_attn_by_inverse_layer_idx", False),
+    ):
         if getattr(c, name, want) != want:
             _hf_refuse(c, name, f"{_fmt(want)} (archlab attention is causal self-attention scaled by 1/sqrt(head_dim))")
     return ModelConfig(
@@ -380,7 +386,10 @@ def _pairs(family: str, cfg: ModelConfig) -> list[_Pair]:
             pairs.append(_Pair(f"{archlab}.bias", tuple(f"{n}.bias" for n in names), split=qkv_sizes))
 
     if family == "gpt2":
-        pairs += [_Pair("tok_emb.weight", ("transformer.wte.weight",)), _Pair("position.table.weight", ("transformer.wpe.weight",))]
+        pairs += [
+            _Pair("tok_emb.weight", ("transformer.wte.weight",)),
+            _Pair("position.table.weight", ("transformer.wpe.weight",)),
+        ]
         for i in range(cfg.n_layer):
             b, h = f"blocks.{i}", f"transformer.h.{i}"
             add(f"{b}.attn_norm", f"{h}.ln_1", True)
@@ -472,7 +481,9 @@ def from_hf(hf_model: Any) -> Decoder:
     cfg = config_from_hf(hf_model.config)
     expected = HF_CLASSES[hf_family(cfg)][0]
     if type(hf_model).__name__ != expected:
-        raise TypeError(f"from_hf takes a {expected} for a {hf_model.config.model_type} config, got {type(hf_model).__name__}")
+        raise TypeError(
+            f"from_hf takes a {expected} for a {hf_model.config.model_type} config, got {type(hf_model).__name__}"
+        )
     model = _decoder(cfg, hf_state_to_archlab(cfg, hf_model.state_dict(), copy=True))
     return model.train(hf_model.training)
 
