@@ -114,7 +114,8 @@ def _mha_rules(cfg: ModelConfig, family: str) -> list[tuple[str, tuple, str]]:
     ]
 
 
-def _plain_mlp_rules() -> list[tuple[str, tuple, str]]:
+def _gpt_rules() -> list[tuple[str, tuple, str]]:
+    """GPT-2 and GPT-J share LayerNorm with a bias and a two-matrix MLP with biases."""
     return [
         ("model.norm.kind", ("layernorm",), ""),
         ("model.norm.bias", (True,), ""),
@@ -132,7 +133,7 @@ def _gpt2_kwargs(cfg: ModelConfig) -> dict[str, Any]:
     _expect(
         cfg,
         family,
-        _plain_mlp_rules()
+        _gpt_rules()
         + _mha_rules(cfg, family)
         + [
             ("model.attention.qkv_bias", (True,), " (Conv1D layers always have a bias)"),
@@ -162,7 +163,7 @@ def _gptj_kwargs(cfg: ModelConfig) -> dict[str, Any]:
     _expect(
         cfg,
         family,
-        _plain_mlp_rules()
+        _gpt_rules()
         + _mha_rules(cfg, family)
         + [
             ("model.block.shared_norm", (True,), " (one ln_1 feeds attention and MLP)"),
