@@ -3,9 +3,9 @@ error), and its reports in-process on configs composed exactly as the command li
 
 import json
 import os
+import resource
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -33,9 +33,10 @@ def check_in_process(capsys, *overrides):
 
 
 def test_preset_table_json_all_ok_and_fast(tmp_path):
-    start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = check("format=json", cwd=tmp_path)
-    elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert len(rows) == 13
@@ -46,7 +47,9 @@ def test_preset_table_json_all_ok_and_fast(tmp_path):
         assert row["analytic"]["total"] == row["built"]["total"] == row["reference"], row["preset"]
         assert row["status"] == "OK"
     assert list(tmp_path.iterdir()) == []  # no Hydra outputs/ or log files in the working directory
-    assert elapsed < 30  # the bound; about 8 s on the 2-core development machine
+    # The bound is 30 s; CPU time rather than wall time, which other jobs on the machine stretch.
+    # About 6 s on the 2-core development machine.
+    assert cpu_seconds < 30
 
 
 def test_config_error_is_one_line_and_exit_2():
