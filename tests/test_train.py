@@ -19,6 +19,8 @@ from archlab.errors import ConfigError
 from archlab.weights import load_weights
 from train_support import cli, compose_train, tiny_config_dir
 
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
+
 SUMMARY_FIELDS = {
     "status", "error", "seed", "choices", "model", "model_from_data", "data", "flops_per_token", "parameters",
     "metrics", "primary_metric", "throughput", "wall_time_s", "steps", "trainer", "paths", "samples", "config",
@@ -268,3 +270,43 @@ def test_default_config_composes_without_overrides():
     cfg = compose("train", ["paths.output_dir=/unused"])
     assert cfg.data._target_.endswith("MQARDataModule") and cfg.trainer.accelerator == "cpu"
     assert cfg.trainer.strategy == "auto" and cfg.seed == 0 and cfg.ckpt_path is None
+
+
+def test_bf16_mixed_precision_and_activation_checkpointing_train(conf, tmp_path):
+    from archlab.training.run import train
+
+    s = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=20",
+                                             "trainer.precision=bf16-mixed", "activation_checkpointing=true"]))
+    assert s["status"] == "completed" and s["trainer"]["precision"] == "bf16-mixed"
+    assert s["config"]["activation_checkpointing"] is True
+    assert s["metrics"]["final"]["val/acc"] > 2 / 16  # above chance after 20 steps in bf16 autocast
+
+
+@pytest.mark.slow  # torch.compile of each block costs ~30 s on this CPU
+def test_compiled_blocks_train_like_eager_ones(conf, tmp_path):
+    from archlab.training.run import train
+
+    common = ["trainer.max_steps=10", "trainer.val_check_interval=10"]
+    eager = train(compose_train(conf, tmp_path / "eager", common))
+    compiled = train(compose_train(conf, tmp_path / "compiled", [*common, "compile=true"]))
+    a = load_weights(tmp_path / "eager" / "model.safetensors").state_dict()
+    b = load_weights(tmp_path / "compiled" / "model.safetensors").state_dict()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-4
+    assert abs(eager["metrics"]["final"]["val/loss"] - compiled["metrics"]["final"]["val/loss"]) < 1e-3
+
+
+def test_which_trainers_rerun_the_command_line(conf, tmp_path):
+    from archlab.training.config import _relaunches_command
+
+    expect = {"cpu": False, "gpu": False, "ddp": True, "ddp_spawn": False, "ddp_cpu": True, "fsdp": True}
+    for name, relaunches in expect.items():
+        assert _relaunches_command(compose_train(conf, tmp_path, [f"trainer={name}"]).trainer) is relaunches, name
+    assert not _relaunches_command(compose_train(conf, tmp_path, ["trainer=ddp", "trainer.devices=1"]).trainer)
+
+
+def test_a_local_sweep_refuses_a_trainer_that_reruns_the_command(conf, tmp_path):
+    proc = cli(conf, tmp_path / "run", ["trainer=ddp_cpu", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+               multirun=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: trainer.strategy='lightning.pytorch.strategies.DDPStrategy'")
+    assert "ddp_spawn" in proc.stderr and not list((tmp_path / "sweep").glob("*/summary.json"))

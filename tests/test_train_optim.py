@@ -12,6 +12,8 @@ from archlab import build_model, compose_model
 from archlab.training.module import LitModel, next_token_loss
 from archlab.training.optim import build_optimizer, build_scheduler, lr_factor, param_groups
 
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
+
 OPTIM = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3, "betas": [0.9, 0.99], "eps": 1e-8,
          "weight_decay": 0.1}
 

@@ -124,13 +124,15 @@ def compose_train(conf: Path, out: Path, overrides: list[str]):
                                            f"paths.output_dir={out}", *SMALL, *overrides], return_hydra_config=True)
 
 
-def cli(conf: Path, run_dir: Path, overrides: list[str], timeout: int = 300):
+def cli(conf: Path, run_dir: Path, overrides: list[str], timeout: int = 300, multirun: bool = False):
     """Run ``archlab-train`` in a subprocess on the tiny data; returns the CompletedProcess."""
     import os
     import subprocess
     import sys
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    cmd = [sys.executable, "-m", "archlab.cli.train", f"hydra.searchpath=[file://{conf}]", "data=tiny",
+    # one intra-op thread: a tiny model on a busy 2-core machine loses far more to thread hand-offs
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "archlab.cli.train", *(["-m"] if multirun else []),
+           f"hydra.searchpath=[file://{conf}]", "data=tiny",
            f"hydra.run.dir={run_dir}", *SMALL, *overrides]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -12,6 +12,9 @@ from archlab.config import register_configs
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 @short_config_errors
 def _app(cfg: DictConfig) -> float | None:
+    from archlab.training.config import validate_train
+
+    validate_train(cfg)  # a config mistake fails here, before Lightning is even imported
     from archlab.training.run import train
 
     summary = train(cfg)

@@ -38,6 +38,7 @@ class TrainerConfig:
     log_every_n_steps: int = 50
     num_sanity_val_steps: int = 0
     deterministic: Optional[bool] = None
+    enable_model_summary: bool = False  # the parameter check logs the per-component table instead
 
 
 @dataclass
@@ -114,6 +115,31 @@ def _target(node: Any, name: str) -> None:
         raise ConfigError(name, node, "a config node with a _target_ (the class to instantiate)")
 
 
+def _relaunches_command(t: Any) -> bool:
+    """Does Lightning start this trainer's extra processes by re-running the command line?
+    (ddp and ModelParallelStrategy do; ddp_spawn and friends start them in-process.)"""
+    if t.devices == "auto" or (len(t.devices) if isinstance(t.devices, ListConfig) else t.devices) == 1:
+        return False
+    if isinstance(t.strategy, str):
+        return t.strategy not in ("auto", "ddp_spawn", "ddp_notebook", "ddp_fork")
+    return t.strategy.get("start_method", "popen") == "popen"
+
+
+def _check_sweep(t: Any) -> None:
+    """Inside a local ``-m`` sweep, a re-run command line would re-run the whole sweep in every process."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return
+    if "submitit" in str(HydraConfig.get().launcher.get("_target_", "")):
+        return  # SLURM starts every process itself
+    if _relaunches_command(t):
+        raise ConfigError("trainer.strategy", t.strategy if isinstance(t.strategy, str) else t.strategy._target_,
+                          "in a -m sweep: trainer=ddp_spawn (processes spawned in-process), or "
+                          "hydra/launcher=slurm (one job per run); ddp/fsdp re-run the command, i.e. the sweep")
+
+
 def validate_train(cfg: DictConfig) -> DictConfig:
     """Raise one ConfigError naming the first bad training setting; return ``cfg`` unchanged.
 
@@ -132,6 +158,7 @@ def validate_train(cfg: DictConfig) -> DictConfig:
         isinstance(t.devices, int) and t.devices < 1
     ):
         raise ConfigError("trainer.devices", t.devices, 'a positive integer, a list of device ids, or "auto"')
+    _check_sweep(t)
     _positive_int(t.num_nodes, "trainer.num_nodes")
     _positive_int(t.max_steps, "trainer.max_steps")
     _positive_int(t.val_check_interval, "trainer.val_check_interval")

@@ -74,9 +74,19 @@ def _instantiate_all(nodes: Optional[DictConfig]) -> list[Any]:
     return [instantiate(node) for node in (nodes or {}).values() if node is not None]
 
 
+def _single_console() -> None:
+    """The ``lightning`` package adds its own console handler; where the root logger already has
+    handlers (Hydra's), drop it so each Lightning message is printed once."""
+    if logging.getLogger().hasHandlers():
+        lightning_log = logging.getLogger("lightning")
+        for handler in list(lightning_log.handlers):
+            lightning_log.removeHandler(handler)
+
+
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Fit, evaluate, export and summarise one run; returns the summary (empty off global rank 0)."""
     start = time.time()
+    _single_console()
     validate_train(cfg)
     out = output_dir(cfg)
     cfg.paths.output_dir = str(out)  # the logger and checkpoint configs interpolate it
