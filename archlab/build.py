@@ -14,17 +14,19 @@ from archlab.nn.model import Decoder
 CONF_DIR = Path(__file__).parent / "conf"
 
 
-def compose(config_name: str, overrides: Sequence[str] = ()) -> Any:
-    """Compose ``conf/<config_name>.yaml`` with command-line style ``overrides`` (a DictConfig)."""
+def compose(config_name: str, overrides: Sequence[str] = (), return_hydra_config: bool = False) -> Any:
+    """Compose ``conf/<config_name>.yaml`` with command-line style ``overrides`` (a DictConfig);
+    ``return_hydra_config`` keeps the ``hydra`` node (e.g. the group choices a run records)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     register_configs()
+    kwargs = {"overrides": list(overrides), "return_hydra_config": return_hydra_config}
     if GlobalHydra.instance().is_initialized():  # e.g. called from inside a Hydra app
-        return hydra_compose(config_name, overrides=list(overrides))
+        return hydra_compose(config_name, **kwargs)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name, overrides=list(overrides))
+        return hydra_compose(config_name, **kwargs)
 
 
 def compose_model(overrides: Sequence[str] = ()) -> ModelConfig:

@@ -113,15 +113,10 @@ SMALL = ["model.n_layer=1", "model.d_model=32", "model.attention.n_head=2", "sch
 
 def compose_train(conf: Path, out: Path, overrides: list[str]):
     """The ``train`` config as archlab-train composes it, on the tiny data, writing to ``out``."""
-    from hydra import compose, initialize_config_dir
+    from archlab.build import compose
 
-    from archlab.build import CONF_DIR
-    from archlab.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("train", overrides=[f"hydra.searchpath=[file://{conf}]", "data=tiny",
-                                           f"paths.output_dir={out}", *SMALL, *overrides], return_hydra_config=True)
+    return compose("train", [f"hydra.searchpath=[file://{conf}]", "data=tiny", f"paths.output_dir={out}", *SMALL,
+                             *overrides], return_hydra_config=True)
 
 
 def cli(conf: Path, run_dir: Path, overrides: list[str], timeout: int = 300, multirun: bool = False):
