@@ -79,10 +79,13 @@ def test_ddp_cpu_cli_matches_one_process(conf, tmp_path, single):
 def test_fsdp_cli_shards_trains_and_resumes_from_its_sharded_checkpoint(conf, tmp_path, single):
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     common = [*STEPS, "trainer=fsdp", "data.batch_size=4", "callbacks.checkpoint.save_top_k=-1"]
-    proc = cli(conf, full, [*common, _ranks(str(full / "ranks"))])
+    samples = ["data.with_tokenizer=true", "callbacks.samples.prompt_tokens=3", "callbacks.samples.max_new_tokens=4"]
+    proc = cli(conf, full, [*common, *samples, _ranks(str(full / "ranks"))])
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((full / "summary.json").read_text())
     assert summary["trainer"]["strategy"] == "ModelParallelStrategy" and summary["trainer"]["world_size"] == 2
+    # decoding a sharded model: every rank runs the forward passes together
+    assert [len(s["completion"]) for s in summary["samples"]] == [4, 4]
     # each rank holds a shard of every parameter; together exactly the whole model
     shards = [torch.load(full / "ranks" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     total = summary["parameters"]["built"]["total"]

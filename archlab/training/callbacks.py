@@ -110,6 +110,8 @@ class TextSamples(Callback):
         generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
         # every rank decodes (under FSDP each forward gathers shards collectively); rank 0 reports
         out = generate(pl_module.model, prompt, min(self.max_new_tokens, room), self.temperature, self.top_k, generator)
+        if hasattr(pl_module.model, "reshard"):  # FSDP2 leaves the root gathered after a no-grad forward
+            pl_module.model.reshard()
         self.samples = [
             {"prompt": tokenizer.decode(p.tolist()), "completion": tokenizer.decode(o[prompt.shape[1]:].tolist())}
             for p, o in zip(prompt.cpu(), out.cpu())
