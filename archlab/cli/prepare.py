@@ -1,0 +1,110 @@
+"""``archlab-prepare input=<text file> output=<dir> tokenizer=char|byte|bpe [vocab_size=N] [val_fraction=0.1]``:
+tokenise a text file into nanoGPT-format shards (``train.bin``, ``val.bin``) plus ``meta.json`` for ``data=tokens``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from archlab.data.stream import check_fraction
+from archlab.data.text import read_text
+from archlab.data.tokens import token_dtype
+from archlab.data.windows import split_point
+from archlab.errors import ConfigError
+from archlab.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
+
+USAGE = "archlab-prepare input=<text file> output=<dir> [tokenizer=char|byte|bpe] [vocab_size=N (bpe)] [val_fraction=0.1]"
+TOKENIZERS = ("char", "byte", "bpe")
+BPE_ALPHABET = 256  # byte-level BPE starts from the 256 byte symbols
+
+
+@dataclass
+class PrepareConfig:
+    input: str = "???"
+    output: str = "???"
+    tokenizer: str = "char"  # char | byte | bpe
+    vocab_size: Optional[int] = None  # bpe only: the vocabulary to train
+    val_fraction: float = 0.1  # the last 10% of the tokens is the validation split
+
+
+def check(cfg: PrepareConfig) -> None:
+    """Raise ConfigError for the first unusable setting, before the text is read."""
+    if cfg.tokenizer not in TOKENIZERS:
+        raise ConfigError("tokenizer", cfg.tokenizer, " | ".join(TOKENIZERS))
+    if cfg.tokenizer == "bpe":
+        if cfg.vocab_size is None or cfg.vocab_size <= BPE_ALPHABET:
+            raise ConfigError("vocab_size", cfg.vocab_size, f"an integer > {BPE_ALPHABET} for tokenizer=bpe "
+                              "(the byte alphabet plus at least one merge)")
+    elif cfg.vocab_size is not None:
+        raise ConfigError("vocab_size", cfg.vocab_size, f"null for tokenizer={cfg.tokenizer} (its vocabulary is fixed by the text)")
+    check_fraction("val_fraction", cfg.val_fraction)
+
+
+def prepare(cfg: PrepareConfig) -> dict:
+    """Write the shards and ``meta.json`` into ``cfg.output``; return the metadata written."""
+    check(cfg)
+    text = read_text(cfg.input, "input")
+    if cfg.tokenizer == "char":
+        tokenizer = CharTokenizer.fit(text)
+    elif cfg.tokenizer == "byte":
+        tokenizer = ByteTokenizer()
+    else:
+        tokenizer = BPETokenizer.fit(text, cfg.vocab_size)
+    dtype = token_dtype(tokenizer.vocab_size)
+    ids = np.asarray(tokenizer.encode(text), dtype=np.dtype(dtype).newbyteorder("<"))
+    split = split_point(len(ids), cfg.val_fraction)
+    if split == 0 or split == len(ids):
+        raise ConfigError("input", cfg.input, f"a text long enough to split: its {len(ids)} tokens leave an empty split"
+                          f" at val_fraction={cfg.val_fraction}")
+    out = Path(cfg.output).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    ids[:split].tofile(out / "train.bin")
+    ids[split:].tofile(out / "val.bin")
+    if cfg.tokenizer == "bpe":
+        tokenizer.tok.save(str(out / "tokenizer.json"))  # the tokenizers library's own format
+    meta = {"vocab_size": tokenizer.vocab_size, "dtype": dtype, "tokenizer": tokenizer.to_dict(),
+            "train_tokens": split, "val_tokens": len(ids) - split, "val_fraction": cfg.val_fraction,
+            "source": str(Path(cfg.input).expanduser().resolve())}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def parse(argv: Sequence[str]) -> PrepareConfig:
+    """``key=value`` arguments checked against PrepareConfig's keys and types."""
+    keys = ", ".join(PrepareConfig.__dataclass_fields__)
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(PrepareConfig), OmegaConf.from_dotlist(list(argv)))
+    except OmegaConfBaseException as err:
+        key = str(getattr(err, "full_key", None) or "argument")
+        given = next((a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] == key), " ".join(argv))
+        raise ConfigError(key, given, f"one of the keys {keys} with a value of its type ({err.msg.splitlines()[0]})") from None
+    for key in ("input", "output"):
+        if OmegaConf.is_missing(cfg, key):
+            raise ConfigError(key, None, f"a path; usage: {USAGE}")
+    return OmegaConf.to_object(cfg)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"usage: {USAGE}\n\n{__doc__}")
+        return
+    try:
+        cfg = parse(argv)
+        meta = prepare(cfg)
+    except ConfigError as err:
+        sys.exit(f"archlab-prepare: error: {err}")
+    print(f"wrote {meta['train_tokens']} training and {meta['val_tokens']} validation tokens "
+          f"({meta['dtype']}, {meta['tokenizer']['kind']} vocabulary of {meta['vocab_size']}) to {cfg.output}\n"
+          f"train on them with: archlab-train data=tokens data.dir={cfg.output}")
+
+
+if __name__ == "__main__":
+    main()

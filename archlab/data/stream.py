@@ -1,0 +1,81 @@
+"""The seeded training stream shared by every datamodule: batch k is a pure function of (seed, k).
+
+Making each batch a function of its index (rather than of an iterator's history) gives three things:
+a resumed run continues with exactly the batches it would have seen, the stream does not depend on
+``num_workers``, and ``W`` processes each taking their slice of global batch k see together exactly
+what one process with a ``W`` times larger batch sees.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from archlab.errors import ConfigError
+
+IGNORE = -100  # targets that are not scored (torch.nn.functional.cross_entropy's ignore_index)
+
+# make_batch(rng, n) -> (inputs, targets): n examples drawn from the generator rng
+BatchFn = Callable[[np.random.Generator, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def batch_rng(seed: int, stream: int, index: int) -> np.random.Generator:
+    """The generator for batch ``index`` of stream ``stream`` (train, or one fixed evaluation set)."""
+    return np.random.default_rng([seed, stream, index])
+
+
+class BatchStream(IterableDataset):
+    """An endless stream of ready batches; this process keeps rows ``[rank*B, (rank+1)*B)`` of each
+    global batch of ``world_size * B`` rows, starting at batch ``start``."""
+
+    def __init__(self, make_batch: BatchFn, seed: int, batch_size: int, rank: int = 0, world_size: int = 1,
+                 start: int = 0):
+        self.make_batch, self.seed, self.batch_size = make_batch, seed, batch_size
+        self.rank, self.world_size, self.start = rank, world_size, start
+
+    def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
+        inputs, targets = self.make_batch(batch_rng(self.seed, 0, index), self.world_size * self.batch_size)
+        return inputs[rows], targets[rows]
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        # DataLoader workers are read round-robin, so worker w producing batches w, w+n, ... keeps the order
+        info = get_worker_info()
+        index, step = (self.start + info.id, info.num_workers) if info else (self.start, 1)
+        while True:
+            yield self.batch(index)
+            index += step
+
+
+def stream_loader(make_batch: BatchFn, seed: int, batch_size: int, num_workers: int, trainer: Any) -> DataLoader:
+    """The training loader: this rank's slice of the stream, resumed after the batches that
+    ``trainer`` (restored from a checkpoint, or fresh) has already trained on."""
+    rank, world, start = 0, 1, 0
+    if trainer is not None:
+        rank, world = trainer.global_rank, trainer.world_size
+        # restored from the checkpoint before the loaders are built; 0 on a fresh run
+        start = trainer.fit_loop.epoch_loop.batch_progress.total.ready
+    stream = BatchStream(make_batch, seed, batch_size, rank, world, start)
+    return DataLoader(stream, batch_size=None, num_workers=num_workers, persistent_workers=num_workers > 0)
+
+
+def fixed_loader(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, num_workers: int) -> DataLoader:
+    """An evaluation loader over a fixed set of rows, in order."""
+    dataset = torch.utils.data.TensorDataset(inputs, targets)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+                      persistent_workers=num_workers > 0)
+
+
+def check_positive(field: str, value: Any, minimum: int = 1) -> None:
+    """Raise ConfigError unless ``value`` is an int >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(field, value, f"an integer >= {minimum}")
+
+
+def check_fraction(field: str, value: Any) -> None:
+    """Raise ConfigError unless ``value`` is a number strictly between 0 and 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
+        raise ConfigError(field, value, "a number strictly between 0 and 1")

@@ -1,0 +1,55 @@
+"""``data=text``: any local UTF-8 file, as characters or bytes; first 90% for training, last 10% for validation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from archlab.data.stream import check_fraction
+from archlab.data.windows import WindowDataModule, split_point
+from archlab.errors import ConfigError
+from archlab.tokenizer import ByteTokenizer, CharTokenizer
+
+VOCABS = {"char": "one id per distinct character of the file (nanoGPT's shakespeare_char)",
+          "byte": "the 256 byte values of the UTF-8 encoding"}
+
+
+def read_text(path: str | Path, field: str) -> str:
+    """The file's text; ConfigError naming ``field`` when it is missing, empty or not UTF-8."""
+    allowed = "an existing, non-empty UTF-8 text file"
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise ConfigError(field, str(path), f"{allowed} (no file there)")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(field, str(path), f"{allowed} (byte {err.start} is not UTF-8)") from None
+    if not text:
+        raise ConfigError(field, str(path), f"{allowed} (the file is empty)")
+    return text
+
+
+class TextDataModule(WindowDataModule):
+    """A text file tokenised whole; the char vocabulary is fitted on the whole file, so validation
+    characters are always known."""
+
+    def __init__(self, path: str, vocab: str = "char", seq_len: int = 256, val_fraction: float = 0.1,
+                 batch_size: int = 32, num_workers: int = 0, seed: int = 0):
+        super().__init__(seq_len, batch_size, num_workers, seed)
+        if vocab not in VOCABS:
+            raise ConfigError("data.vocab", vocab, " | ".join(f"{k} ({v})" for k, v in VOCABS.items()))
+        check_fraction("data.val_fraction", val_fraction)
+        self.path = Path(path).expanduser()
+        self.text = read_text(path, "data.path")
+        self.tokenizer = CharTokenizer.fit(self.text) if vocab == "char" else ByteTokenizer()
+        self.vocab_size = self.tokenizer.vocab_size
+        n = len(self.text) if vocab == "char" else len(self.text.encode("utf-8"))
+        self.split = split_point(n, val_fraction)
+        self.check_splits(self.split, n - self.split, str(path))
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.train_data is None:
+            ids = np.asarray(self.tokenizer.encode(self.text), dtype=np.int32)
+            self.train_data, self.val_data = ids[: self.split], ids[self.split:]

@@ -1,0 +1,74 @@
+"""``data=tokens``: memory-mapped token shards in nanoGPT's format (``train.bin``, ``val.bin``: raw
+little-endian uint16 or uint32 ids) with the ``meta.json`` that ``archlab-prepare`` writes beside them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from archlab.data.stream import check_positive
+from archlab.data.windows import WindowDataModule
+from archlab.errors import ConfigError
+from archlab.tokenizer import tokenizer_from_dict
+
+DTYPES = ("uint16", "uint32")
+SPLITS = ("train", "val")
+
+
+def token_dtype(vocab_size: int) -> str:
+    """The smallest shard dtype that holds every id of a ``vocab_size`` vocabulary."""
+    return "uint16" if vocab_size <= 2**16 else "uint32"
+
+
+def read_meta(directory: Path) -> Optional[dict[str, Any]]:
+    """``meta.json`` of a shard directory, or None when there is none."""
+    path = directory / "meta.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+class TokensDataModule(WindowDataModule):
+    """``train.bin``/``val.bin`` read through ``np.memmap``: nothing is loaded beyond the windows drawn.
+    ``vocab_size`` and ``dtype`` come from ``meta.json``; give them only for shards without one
+    (e.g. nanoGPT's own: ``data.vocab_size=50257 data.dtype=uint16``)."""
+
+    def __init__(self, dir: str, seq_len: int = 256, batch_size: int = 32, num_workers: int = 0, seed: int = 0,
+                 vocab_size: Optional[int] = None, dtype: Optional[str] = None):
+        super().__init__(seq_len, batch_size, num_workers, seed)
+        self.dir = Path(dir).expanduser()
+        if not self.dir.is_dir():
+            raise ConfigError("data.dir", str(dir), "a directory holding train.bin and val.bin (archlab-prepare writes them)")
+        meta = read_meta(self.dir)
+        self.tokenizer = None
+        if meta is not None:
+            for field, given in (("vocab_size", vocab_size), ("dtype", dtype)):
+                if given is not None and given != meta[field]:
+                    raise ConfigError(f"data.{field}", given, f"null or {meta[field]!r}, the value in {self.dir / 'meta.json'}")
+            vocab_size, dtype = meta["vocab_size"], meta["dtype"]
+            self.tokenizer = tokenizer_from_dict(meta["tokenizer"]) if meta.get("tokenizer") else None
+        elif vocab_size is None or dtype is None:
+            raise ConfigError("data.vocab_size" if vocab_size is None else "data.dtype", None,
+                              f"a value: {self.dir} has no meta.json, so give data.vocab_size and data.dtype")
+        check_positive("data.vocab_size", vocab_size)
+        if dtype not in DTYPES:
+            raise ConfigError("data.dtype", dtype, " | ".join(DTYPES))
+        self.vocab_size, self.dtype = vocab_size, np.dtype(dtype).newbyteorder("<")
+        self.counts = {split: self.count_tokens(split) for split in SPLITS}
+        self.check_splits(self.counts["train"], self.counts["val"], str(self.dir))
+
+    def count_tokens(self, split: str) -> int:
+        path = self.dir / f"{split}.bin"
+        if not path.is_file():
+            raise ConfigError("data.dir", str(self.dir), f"a directory with {path.name} (archlab-prepare writes it)")
+        size = path.stat().st_size
+        if size == 0 or size % self.dtype.itemsize:
+            raise ConfigError("data.dir", str(self.dir), f"a non-empty {path.name} of whole {self.dtype.name} ids"
+                              f" (it has {size} bytes)")
+        return size // self.dtype.itemsize
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if self.train_data is None:
+            self.train_data, self.val_data = (np.memmap(self.dir / f"{split}.bin", dtype=self.dtype, mode="r")
+                                              for split in SPLITS)

@@ -1,0 +1,93 @@
+"""Language-model windows over a 1-D token array, shared by the ``text`` and ``tokens`` datamodules.
+
+Training draws windows of ``seq_len + 1`` tokens at seeded random offsets; validation reads every
+non-overlapping window of the split in order, plus one final window that scores the tail the others
+leave out, so each validation token after the first is scored exactly once.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Optional
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from archlab.data.stream import IGNORE, check_positive, stream_loader
+from archlab.errors import ConfigError
+
+
+def split_point(n: int, val_fraction: float) -> int:
+    """Tokens in the training split: the first ``int(n * (1 - val_fraction))`` (nanoGPT's 90/10 rule)."""
+    return int(n * (1 - val_fraction))
+
+
+def random_windows(rng: np.random.Generator, n: int, data: Any, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` windows at uniform random offsets of ``data``: inputs and next-token targets ``[n, seq_len]``."""
+    offsets = rng.integers(0, len(data) - seq_len, size=n)  # the last offset still has seq_len + 1 tokens
+    window = torch.from_numpy(np.asarray(data[offsets[:, None] + np.arange(seq_len + 1)], dtype=np.int64))
+    return window[:, :-1], window[:, 1:]
+
+
+class ValidationWindows(Dataset):
+    """Window ``i`` predicts tokens ``i*seq_len + 1 ... (i+1)*seq_len``; when tokens remain after the
+    last full window, one more window ends at the split's end with its already-scored targets at -100."""
+
+    def __init__(self, data: Any, seq_len: int):
+        self.data, self.seq_len = data, seq_len
+        self.full, self.tail = divmod(len(data) - 1, seq_len)
+
+    def __len__(self) -> int:
+        return self.full + (self.tail > 0)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        start = i * self.seq_len if i < self.full else len(self.data) - 1 - self.seq_len
+        window = torch.from_numpy(np.asarray(self.data[start:start + self.seq_len + 1], dtype=np.int64))
+        inputs, targets = window[:-1], window[1:].clone()
+        if i == self.full:
+            targets[: self.seq_len - self.tail] = IGNORE
+        return inputs, targets
+
+
+class WindowDataModule(L.LightningDataModule):
+    """A token array split into train and validation: random training windows from the seeded stream,
+    every validation window in order. Subclasses set ``vocab_size``, ``tokenizer`` and load the splits."""
+
+    val_names = ["val"]
+
+    def __init__(self, seq_len: int, batch_size: int, num_workers: int, seed: int):
+        super().__init__()
+        check_positive("data.seq_len", seq_len)
+        check_positive("data.batch_size", batch_size)
+        check_positive("data.num_workers", num_workers, minimum=0)
+        self.seq_len, self.batch_size, self.num_workers, self.seed = seq_len, batch_size, num_workers, seed
+        self.max_seq_len = seq_len
+        self.train_data: Optional[Any] = None
+        self.val_data: Optional[Any] = None
+
+    @property
+    def chance_accuracy(self) -> float:
+        """Accuracy of a uniform guess over the vocabulary."""
+        return 1.0 / self.vocab_size
+
+    def check_splits(self, train_tokens: int, val_tokens: int, source: str) -> None:
+        """Both splits must hold at least one window of ``seq_len + 1`` tokens."""
+        shortest = min(train_tokens, val_tokens)
+        if shortest < self.seq_len + 1:
+            raise ConfigError("data.seq_len", self.seq_len,
+                              f"at most {shortest - 1}: {source} has {train_tokens} training and {val_tokens}"
+                              " validation tokens and a window needs seq_len + 1 of them")
+
+    def train_dataloader(self):
+        self.setup("fit")
+        make_batch = partial(random_windows, data=self.train_data, seq_len=self.seq_len)
+        return stream_loader(make_batch, self.seed, self.batch_size, self.num_workers, self.trainer)
+
+    def val_dataloader(self):
+        self.setup("validate")
+        return [DataLoader(ValidationWindows(self.val_data, self.seq_len), batch_size=self.batch_size,
+                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0)]
