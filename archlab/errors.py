@@ -7,3 +7,8 @@ class ConfigError(ValueError):
     def __init__(self, field: str, value: object, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field}={value!r} is invalid: allowed {allowed}")
+
+
+class SweepConfigError(ConfigError):
+    """A setting that would fail every job of a ``-m`` sweep alike: it stops the sweep instead of
+    being recorded as one failed run."""

@@ -108,7 +108,23 @@ def run_figures(run: Run) -> dict[str, float]:
     tokens = (s.get("throughput") or {}).get("tokens_per_s")
     if _number(tokens) is not None:
         out["tokens/s"] = float(tokens)
+    if s.get("model"):
+        out["KV cache bytes/token"] = float(kv_cache_bytes_per_token(s["model"], (s.get("trainer") or {}).get("precision")))
+    match = s.get("match") or {}
+    if match:
+        out[f"matched {match['field']}"] = float(match["value"])
+        out["match residual"] = float(match["relative_difference"])
     return out
+
+
+def kv_cache_bytes_per_token(model: dict[str, Any], precision: Optional[str] = None) -> int:
+    """Bytes the KV cache holds per token: keys and values of every layer, 2 * L * n_kv_head * head_dim
+    elements, at 2 bytes for 16-bit precisions and 4 otherwise."""
+    from archlab.config import head_dim, n_kv_head, to_model_config
+
+    cfg = to_model_config(model)
+    size = 2 if precision and ("16" in precision) else 4
+    return 2 * cfg.n_layer * n_kv_head(cfg) * head_dim(cfg) * size
 
 
 def aggregate(variant: Variant) -> dict[str, tuple[float, float, int]]:
@@ -131,7 +147,9 @@ def metric_columns(variants: list[Variant]) -> list[str]:
     order = [primary] if primary in keys else []
     order += sorted(k for k in keys if k.startswith("final ") and k != primary)
     order += sorted(k for k in keys if k.startswith("best "))
-    order += [k for k in ("params total", "params non_embedding", "flops/token", "tokens/s", "wall time (s)") if k in keys]
+    order += sorted(k for k in keys if k.startswith("matched ")) + (["match residual"] if "match residual" in keys else [])
+    order += [k for k in ("params total", "params non_embedding", "flops/token", "KV cache bytes/token", "tokens/s",
+                          "wall time (s)") if k in keys]
     return order
 
 

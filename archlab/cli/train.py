@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
+import time
+
 import hydra
 from omegaconf import DictConfig
 
 from archlab.cli.errors import short_config_errors
 from archlab.config import register_configs
+from archlab.errors import SweepConfigError
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 @short_config_errors
 def _app(cfg: DictConfig) -> float | None:
     from archlab.training.config import validate_train
+    from archlab.training.sweep import objective_value, record_failure
 
-    validate_train(cfg)  # a config mistake fails here, before Lightning is even imported
-    from archlab.training.run import train
+    start = time.time()
+    try:
+        validate_train(cfg)  # a config mistake fails here, before Lightning is even imported
+        from archlab.training.run import train
 
-    summary = train(cfg)
-    final = summary.get("metrics", {}).get("final", {})
-    return final.get(f"{summary['data']['val_names'][0]}/loss") if final else None  # a sweeper's objective
+        summary = train(cfg)
+    except Exception as err:
+        if not isinstance(err, SweepConfigError):  # every run fails at any stage with a failed summary.json
+            record_failure(cfg, err, start)
+        raise
+    return objective_value(cfg.objective, summary) if summary else None  # what a sweeper (Optuna) optimises
 
 
 def main() -> None:

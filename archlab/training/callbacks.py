@@ -42,6 +42,16 @@ class ParameterCheck(Callback):
         return {"parameters": {"analytic": self.analytic, "built": self.built}}
 
 
+class FiniteLoss(Callback):
+    """Fail the run (FloatingPointError, recorded in summary.json) as soon as the training loss is
+    NaN or infinite: a diverged run is a failed run, not one with a meaningless final metric."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is not None and not torch.isfinite(loss).all():
+            raise FloatingPointError(f"train/loss is {float(loss)} at step {trainer.global_step}")
+
+
 class ThroughputMonitor(Callback):
     """Tokens/s of the training steps (data loading and validation excluded), FLOP/s from the
     analytic FLOPs per token at the batch's sequence length, and MFU where the device's peak is

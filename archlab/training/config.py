@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from archlab.config import ModelConfig, to_model_config, validate
-from archlab.errors import ConfigError
+from archlab.errors import ConfigError, SweepConfigError
 
 PRECISIONS = ("32", "32-true", "bf16-mixed", "bf16-true", "16-mixed")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
@@ -69,6 +69,17 @@ class PathsConfig:
 
 
 @dataclass
+class MatchConfig:
+    """Size ``field`` so the model has the parameters of a reference: this model with ``reference``'s
+    fields (e.g. ``{mlp: {kind: gelu}}``) set; null reference: no matching (see archlab.matching)."""
+
+    reference: Any = None  # null, or a dict of model fields
+    field: str = "mlp.d_ff"
+    tolerance: float = 0.005
+    step: int = 1
+
+
+@dataclass
 class TrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: Dict[str, Any] = field(default_factory=dict)  # a LightningDataModule node with _target_
@@ -83,6 +94,8 @@ class TrainConfig:
     resume: Optional[str] = None  # "auto": the newest checkpoint of this run directory
     compile: bool = False  # torch.compile each block
     activation_checkpointing: bool = False  # recompute each block's activations in backward
+    match: MatchConfig = field(default_factory=MatchConfig)
+    objective: Optional[str] = None  # the final metric a sweeper optimises (null: the first val loss)
 
 
 def world_size(devices: Any, num_nodes: Any) -> int:
@@ -135,7 +148,7 @@ def _check_sweep(t: Any) -> None:
     if "submitit" in str(HydraConfig.get().launcher.get("_target_", "")):
         return  # SLURM starts every process itself
     if _relaunches_command(t):
-        raise ConfigError("trainer.strategy", t.strategy if isinstance(t.strategy, str) else t.strategy._target_,
+        raise SweepConfigError("trainer.strategy", t.strategy if isinstance(t.strategy, str) else t.strategy._target_,
                           "in a -m sweep: trainer=ddp_spawn (processes spawned in-process), or "
                           "hydra/launcher=slurm (one job per run); ddp/fsdp re-run the command, i.e. the sweep")
 

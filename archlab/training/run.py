@@ -25,6 +25,7 @@ from archlab.errors import ConfigError
 from archlab.training.config import validate_train
 from archlab.training.module import LitModel
 from archlab.training.summary import SUMMARY, RunRecorder, write_summary
+from archlab.training.sweep import apply_match, check_objective
 
 log = logging.getLogger("archlab.train")
 
@@ -95,6 +96,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     dm = instantiate(cfg.data, seed=cfg.seed)
     cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
+    matched = apply_match(cfg)  # match.reference: size match.field to the reference's parameter count
     model_cfg = validate(to_model_config(cfg.model))
     log.info("model.vocab_size=%d and model.context_length=%d come from the data (%s)",
              model_cfg.vocab_size, model_cfg.context_length, type(dm).__name__)
@@ -102,6 +104,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     chance = getattr(dm, "chance_accuracy", None)
     primary = f"{val_names[0]}/acc" if chance is not None else f"{val_names[0]}/loss"
     _check_monitor(cfg, val_names)
+    check_objective(cfg.objective, val_names)
 
     counts = count(model_cfg)
     info = {
@@ -112,6 +115,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "model_from_data": {"vocab_size": model_cfg.vocab_size, "context_length": model_cfg.context_length},
         "data": {"class": type(dm).__name__, "val_names": val_names, "chance_accuracy": chance},
         "flops_per_token": counts["flops_per_token"],
+        "match": matched,
         "resumed_from": ckpt_path,
         "config": {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
                    for k, v in cfg.items() if k != "hydra"},

@@ -1,0 +1,94 @@
+"""What a sweep needs from each run: a fair size (``match``), a number to optimise (``objective``),
+and a ``summary.json`` even when the run fails before training starts."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from archlab.config import to_model_config, validate
+from archlab.errors import ConfigError
+from archlab.matching import match_params
+
+METRICS = ("loss", "ppl", "acc")
+
+
+def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
+    """With ``match.reference`` set, size ``match.field`` of ``cfg.model`` (in place) so its parameter
+    count matches the reference (this model with the reference's fields); return the match record.
+
+    Call once the data has set vocab_size and context_length: the counts include the embeddings."""
+    m = cfg.match
+    if m.reference is None:
+        return None
+    if not isinstance(m.reference, DictConfig):
+        raise ConfigError("match.reference", m.reference, "null, or model fields to change, e.g. {mlp: {kind: gelu}}")
+    reference = validate(to_model_config(OmegaConf.merge(cfg.model, m.reference)))
+    result = match_params(validate(to_model_config(cfg.model)), reference, m.field, m.tolerance, m.step)
+    OmegaConf.update(cfg.model, m.field, result.value, merge=False)
+    return {"reference": OmegaConf.to_container(m.reference), **result.as_dict()}
+
+
+def check_objective(objective: Optional[str], val_names: list[str]) -> None:
+    """``objective`` must be null or a metric this data produces (``<val name>/loss|ppl|acc``)."""
+    allowed = [f"{n}/{m}" for n in val_names for m in METRICS]
+    if objective is not None and objective not in allowed:
+        raise ConfigError("objective", objective, "null (the first validation loss) or one of " + ", ".join(allowed))
+
+
+def objective_value(objective: Optional[str], summary: dict[str, Any]) -> Optional[float]:
+    """The final value of ``objective`` (default: the first validation set's loss): what a sweeper
+    (Optuna) optimises. None when the run has no final metrics."""
+    final = summary.get("metrics", {}).get("final") or {}
+    name = objective or f"{summary['data']['val_names'][0]}/loss"
+    value = final.get(name)
+    return float("nan") if final and value is None else value  # a non-finite metric was stored as null
+
+
+def in_multirun() -> bool:
+    """Is this job one point of a ``-m`` sweep?"""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def record_failure(cfg: DictConfig, error: BaseException, start: float) -> Optional[Path]:
+    """Write a failed ``summary.json`` in the Hydra job directory, unless this attempt already wrote
+    one (a failure during fit is recorded by the run itself, with its metrics so far)."""
+    import json
+
+    from hydra.core.hydra_config import HydraConfig
+
+    from archlab.training.summary import SUMMARY, write_summary
+
+    if not HydraConfig.initialized():
+        return None
+    out = Path(OmegaConf.select(cfg, "paths.output_dir") or HydraConfig.get().runtime.output_dir)
+    existing = out / SUMMARY
+    if existing.exists() and json.loads(existing.read_text()).get("start_time", 0) >= start:
+        return None
+    try:
+        config = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # the failure may be an unresolvable interpolation
+        config = OmegaConf.to_container(cfg, resolve=False)
+    choices = OmegaConf.to_container(HydraConfig.get().runtime.choices)
+    summary = {
+        "status": "failed",
+        "error": f"{type(error).__name__}: {error}",
+        "stage": "setup",  # before any training step
+        "start_time": start,
+        "seed": OmegaConf.select(cfg, "seed"),
+        "choices": {k: v for k, v in choices.items() if not k.startswith("hydra")},
+        "steps": 0,
+        "wall_time_s": time.time() - start,
+        "metrics": {"final": {}, "best": {}, "history": []},
+        "paths": {"summary": str(existing), "export": None, "checkpoint": None, "last_checkpoint": None, "logs": []},
+        "config": config,
+        "traceback": "".join(traceback.format_exception(error)),
+    }
+    return write_summary(out, summary)

@@ -1,0 +1,182 @@
+"""Sweeps: a tiny ``archlab-train -m`` with a failing combination, ``archlab-report`` over it, parameter
+matching inside a run, a diverging run recorded as failed, and a 2-trial Optuna search."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from archlab.accounting import count
+from archlab.config import to_model_config
+from train_support import cli, compose_train, tiny_config_dir
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+MQAR_YAML = """\
+_target_: archlab.data.mqar.MQARDataModule
+num_pairs: 2
+num_keys: 8
+num_values: 8
+val_examples: 64
+batch_size: 16
+"""
+STEPS = ["trainer.max_steps=20", "trainer.val_check_interval=10", "callbacks.samples=null", "logger=csv"]
+
+
+@pytest.fixture(scope="module")
+def conf(tmp_path_factory):
+    root = tiny_config_dir(tmp_path_factory.mktemp("conf"))
+    (root / "data" / "mqar_tiny.yaml").write_text(MQAR_YAML)
+    return root
+
+
+@pytest.fixture(scope="module")
+def sweep(conf, tmp_path_factory):
+    """2 positions x 2 attentions x 2 seeds on tiny MQAR; gqa's 8 KV heads do not divide 2 heads."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    sweep_dir = tmp / "multirun"
+    proc = cli(conf, tmp / "run", ["data=mqar_tiny", *STEPS, "model/position=learned,rope",
+                                   "model/attention=mha,gqa", "seed=0,1", f"hydra.sweep.dir={sweep_dir}"],
+               multirun=True)
+    return sweep_dir, proc
+
+
+def summaries(sweep_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")}
+
+
+def test_every_job_of_the_sweep_ran_and_failures_are_recorded(sweep):
+    sweep_dir, proc = sweep
+    runs = summaries(sweep_dir)
+    assert len(runs) == 8, proc.stderr[-3000:]
+    failed = {k: s for k, s in runs.items() if s["status"] == "failed"}
+    assert {s["choices"]["model/attention"] for s in failed.values()} == {"gqa"} and len(failed) == 4
+    for s in failed.values():
+        assert s["error"].startswith("ConfigError: model.attention.n_kv_head=8") and s["stage"] == "setup"
+    for s in runs.values():
+        if s["status"] == "completed":
+            assert s["steps"] == 20 and s["choices"]["model/attention"] == "mha"
+    # Hydra runs every job, then reports the failures: a non-zero exit, and no SystemExit killed the sweep
+    assert proc.returncode != 0 and "n_kv_head" in proc.stderr
+
+
+def test_report_numbers_equal_the_summaries(sweep, tmp_path):
+    sweep_dir, _ = sweep
+    out = subprocess.run([sys.executable, "-m", "archlab.cli.report", str(sweep_dir), "--out", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    for name in ("report.md", "report.csv", "curves.png", "final.png"):
+        assert (tmp_path / name).stat().st_size > 0
+    rows = list(csv.DictReader((tmp_path / "report.csv").open()))
+    assert len(rows) == 4
+    runs = summaries(sweep_dir)
+    for row in rows:
+        group = [s for s in runs.values() if s["choices"]["model/position"] == row["model/position"]
+                 and s["choices"]["model/attention"] == row["model/attention"]]
+        done = [s for s in group if s["status"] == "completed"]
+        assert (int(row["runs"]), int(row["completed"]), int(row["failed"])) == (2, len(done), 2 - len(done))
+        if not done:
+            assert row["final val/acc mean"] == ""
+            continue
+        for metric in ("val/acc", "val_long/acc", "val/loss"):
+            values = [s["metrics"]["final"][metric] for s in done]
+            assert float(row[f"final {metric} mean"]) == pytest.approx(statistics.fmean(values), rel=1e-12)
+            assert float(row[f"final {metric} std"]) == pytest.approx(statistics.stdev(values), rel=1e-9, abs=1e-15)
+        best = [s["metrics"]["best"]["val/loss"]["value"] for s in done]
+        assert float(row["best val/loss mean"]) == pytest.approx(statistics.fmean(best), rel=1e-12)
+        assert float(row["params total mean"]) == done[0]["parameters"]["analytic"]["total"]
+        assert float(row["params total mean"]) == count(to_model_config(done[0]["model"]))["total"]
+        assert float(row["flops/token mean"]) == done[0]["flops_per_token"]
+        tps = [s["throughput"]["tokens_per_s"] for s in done]
+        assert float(row["tokens/s mean"]) == pytest.approx(statistics.fmean(tps), rel=1e-12)
+    md = (tmp_path / "report.md").read_text()
+    assert md.count("**failed**") == 4 and md.count("n_kv_head=8") == 4
+    assert "model/position" in md and "KV cache" in md
+
+
+def test_report_on_a_partial_sweep(sweep, tmp_path):
+    """A job still running (no summary yet) is listed, the others still reported."""
+    import shutil
+
+    from archlab.report import write_report
+
+    partial = tmp_path / "partial"
+    shutil.copytree(sweep[0], partial)
+    victim = next(p.parent for p in sorted(partial.glob("*/summary.json")) if json.loads(p.read_text())["status"] == "completed")
+    (victim / "summary.json").unlink()
+    write_report(partial)
+    md = (partial / "report.md").read_text()
+    assert "**missing**" in md and victim.name in md
+    rows = list(csv.DictReader((partial / "report.csv").open()))
+    assert sum(int(r["completed"]) for r in rows) == 3
+
+
+def test_matched_run_records_the_size_and_residual(conf, tmp_path):
+    from archlab.training.run import train
+
+    s = train(compose_train(conf, tmp_path, ["data=mqar_tiny", *STEPS, "logger=none", "trainer.max_steps=8",
+                                             "model/mlp=swiglu", "match.reference={mlp: {kind: gelu}}"]))
+    m = s["match"]
+    reference = dict(s["model"], mlp={**s["model"]["mlp"], "kind": "gelu", "d_ff": None})
+    target = count(to_model_config(reference))["total"]
+    assert m["target"] == target and m["field"] == "mlp.d_ff" and m["reference"] == {"mlp": {"kind": "gelu"}}
+    assert s["model"]["mlp"]["d_ff"] == m["value"] and s["parameters"]["built"]["total"] == m["params"]
+    assert abs(m["params"] - target) / target <= 0.005 and m["relative_difference"] == (m["params"] - target) / target
+    # the closest d_ff: one step either way is no closer to the target
+    for other in (m["value"] - 1, m["value"] + 1):
+        moved = dict(s["model"], mlp={**s["model"]["mlp"], "d_ff": other})
+        assert abs(count(to_model_config(moved))["total"] - target) >= abs(m["params"] - target)
+
+
+def test_a_diverging_run_is_recorded_as_failed(conf, tmp_path):
+    from archlab.training.run import train
+
+    with pytest.raises(FloatingPointError, match="train/loss is nan"):
+        train(compose_train(conf, tmp_path, ["data=tiny", "trainer.max_steps=10", "optim.lr=1e30",
+                                             "scheduler.warmup_steps=0", "trainer.gradient_clip_val=null"]))
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "failed" and s["error"].startswith("FloatingPointError") and s["steps"] < 10
+
+
+def test_optuna_search_config_and_objective(conf, tmp_path):
+    """hparams_search=optuna_lr swaps in the Optuna sweeper; the task returns the objective's final value."""
+    from archlab.training.sweep import objective_value
+
+    cfg = compose_train(conf, tmp_path, ["hparams_search=optuna_lr"])
+    assert cfg.hydra.sweeper._target_.endswith("OptunaSweeper") and cfg.hydra.sweeper.direction == "minimize"
+    assert set(cfg.hydra.sweeper.params) == {"optim.lr", "model.init_std"} and cfg.objective == "val/loss"
+    summary = {"data": {"val_names": ["val", "val_long"]},
+               "metrics": {"final": {"val/loss": 1.5, "val_long/acc": 0.25, "val/acc": None}}}
+    assert objective_value(None, summary) == 1.5 and objective_value("val_long/acc", summary) == 0.25
+    assert math.isnan(objective_value("val/acc", summary))  # a non-finite metric: Optuna marks the trial failed
+
+
+@pytest.mark.slow  # two trials in a subprocess: ~30 s on a busy 2-core CPU
+def test_optuna_search_optimises_the_objective(conf, tmp_path):
+    """hparams_search=optuna_lr: 2 trials, each returning its final val/loss to the sweeper."""
+    sweep_dir = tmp_path / "search"
+    proc = cli(conf, tmp_path / "run", ["data=tiny", "trainer.max_steps=10", "trainer.val_check_interval=5",
+                                        "callbacks.samples=null", "hparams_search=optuna_lr",
+                                        "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1",
+                                        "objective=val/loss", f"hydra.sweep.dir={sweep_dir}"], multirun=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = summaries(sweep_dir)
+    assert len(runs) == 2 and all(s["status"] == "completed" for s in runs.values())
+    lrs = {s["config"]["optim"]["lr"] for s in runs.values()}
+    assert len(lrs) == 2 and all(1e-4 <= lr <= 3e-2 for lr in lrs)
+    best = yaml_load(sweep_dir / "optimization_results.yaml")
+    losses = [s["metrics"]["final"]["val/loss"] for s in runs.values()]
+    assert best["best_value"] == pytest.approx(min(losses), rel=1e-6)
+
+
+def yaml_load(path: Path) -> dict:
+    import yaml
+
+    return yaml.safe_load(path.read_text())
