@@ -83,7 +83,7 @@ def test_fsdp_cli_shards_trains_and_resumes_from_its_sharded_checkpoint(conf, tm
     proc = cli(conf, full, [*common, *samples, _ranks(str(full / "ranks"))])
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((full / "summary.json").read_text())
-    assert summary["trainer"]["strategy"] == "ModelParallelStrategy" and summary["trainer"]["world_size"] == 2
+    assert summary["trainer"]["strategy"] == "AtomicModelParallelStrategy" and summary["trainer"]["world_size"] == 2
     # decoding a sharded model: every rank runs the forward passes together
     assert [len(s["completion"]) for s in summary["samples"]] == [4, 4]
     # each rank holds a shard of every parameter; together exactly the whole model
@@ -94,6 +94,7 @@ def test_fsdp_cli_shards_trains_and_resumes_from_its_sharded_checkpoint(conf, tm
     # the checkpoint is sharded: a directory with one file per process
     mid = full / "checkpoints" / "step000005.ckpt"
     assert mid.is_dir() and len(list(mid.glob("*.distcp"))) == 2
+    assert not list((full / "checkpoints").glob(".*"))  # each written to a staging dir, then swapped in
     # it learned like the single process with the same global batch
     exported = load_weights(full / "model.safetensors").state_dict()
     assert _max_diff(exported, single[0]) < TOLERANCE

@@ -182,7 +182,7 @@ def test_failed_run_writes_a_failed_summary(conf, tmp_path):
     ("trainer.precision=fp8", "trainer.precision"),
     ("optim.lr=-1", "optim.lr"),
     ("optim.betas=[0.9,1.5]", "optim.betas"),
-    ("scheduler.warmup_steps=5000", "scheduler.decay_steps"),
+    ("scheduler.warmup_steps=5000", "scheduler.warmup_steps"),
     ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
     ("resume=newest", "resume"),
     ("ckpt_path=/nonexistent/x.ckpt", "ckpt_path"),
@@ -238,7 +238,7 @@ def test_every_trainer_option_composes(conf, tmp_path):
 
     expect = {"cpu": ("cpu", 1, "auto"), "gpu": ("gpu", 1, "auto"), "ddp": ("gpu", 2, "ddp"),
               "ddp_spawn": ("auto", 2, "ddp_spawn"), "ddp_cpu": ("cpu", 2, "DDPStrategy"),
-              "fsdp": ("auto", 2, "ModelParallelStrategy")}
+              "fsdp": ("auto", 2, "AtomicModelParallelStrategy")}
     for name, (accelerator, devices, strategy) in expect.items():
         t = compose_train(conf, tmp_path, [f"trainer={name}"]).trainer
         assert (t.accelerator, t.devices) == (accelerator, devices)

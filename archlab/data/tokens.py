@@ -23,10 +23,31 @@ def token_dtype(vocab_size: int) -> str:
     return "uint16" if vocab_size <= 2**16 else "uint32"
 
 
+META_KEYS = ("vocab_size", "dtype")
+SCAN_CHUNK = 1 << 24  # ids per read while checking a shard's largest id
+
+
 def read_meta(directory: Path) -> Optional[dict[str, Any]]:
-    """``meta.json`` of a shard directory, or None when there is none."""
+    """``meta.json`` of a shard directory, or None when there is none; ConfigError when it is unreadable
+    or lacks ``vocab_size`` or ``dtype``."""
     path = directory / "meta.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError("data.dir", str(directory), f"a meta.json that is JSON ({path}: {err})") from None
+    lacking = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
+    if lacking:
+        raise ConfigError("data.dir", str(directory), f"a meta.json with {' and '.join(META_KEYS)} ({path} lacks "
+                          f"{', '.join(lacking)}; archlab-prepare writes both)")
+    return meta
+
+
+def largest_id(path: Path, dtype: np.dtype) -> int:
+    """The largest token id in a shard, read in chunks (a sequential pass over the file, nothing kept)."""
+    ids = np.memmap(path, dtype=dtype, mode="r")
+    return max(int(ids[i:i + SCAN_CHUNK].max()) for i in range(0, len(ids), SCAN_CHUNK))
 
 
 class TokensDataModule(WindowDataModule):
@@ -56,7 +77,30 @@ class TokensDataModule(WindowDataModule):
             raise ConfigError("data.dtype", dtype, " | ".join(DTYPES))
         self.vocab_size, self.dtype = vocab_size, np.dtype(dtype).newbyteorder("<")
         self.counts = {split: self.count_tokens(split) for split in SPLITS}
+        if meta is not None:
+            self.check_counts(meta)
         self.check_splits(self.counts["train"], self.counts["val"], str(self.dir))
+        self.check_ids(from_meta=meta is not None)
+
+    def check_counts(self, meta: dict[str, Any]) -> None:
+        """The shards hold as many ids as ``meta.json`` says (a mismatch: another dtype, or a cut-short copy)."""
+        for split in SPLITS:
+            said = meta.get(f"{split}_tokens")
+            if said is not None and said != self.counts[split]:
+                raise ConfigError("data.dir", str(self.dir), f"shards matching their meta.json: {split}.bin holds "
+                                  f"{self.counts[split]} {self.dtype.name} ids, meta.json says {said} (written "
+                                  "with another dtype, or truncated?)")
+
+    def check_ids(self, from_meta: bool) -> None:
+        """Every id must be below ``vocab_size``: a larger one would index past the embedding table."""
+        for split in SPLITS:
+            top = largest_id(self.dir / f"{split}.bin", self.dtype)
+            if top >= self.vocab_size:
+                field = "data.dir" if from_meta else "data.vocab_size"
+                value = str(self.dir) if from_meta else self.vocab_size
+                raise ConfigError(field, value, f"token ids below vocab_size={self.vocab_size}: {split}.bin holds id "
+                                  f"{top}" + (" (meta.json disagrees with its shards)" if from_meta
+                                              else f" (data.vocab_size must be at least {top + 1})"))
 
     def count_tokens(self, split: str) -> int:
         path = self.dir / f"{split}.bin"

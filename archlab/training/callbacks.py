@@ -16,6 +16,7 @@ from lightning.fabric.utilities.throughput import get_available_flops
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from archlab.accounting import COMPONENTS, built_counts, count, flops_per_token
+from archlab.errors import ConfigError
 
 log = logging.getLogger("archlab.train")
 
@@ -43,13 +44,72 @@ class ParameterCheck(Callback):
 
 
 class FiniteLoss(Callback):
-    """Fail the run (FloatingPointError, recorded in summary.json) as soon as the training loss is
-    NaN or infinite: a diverged run is a failed run, not one with a meaningless final metric."""
+    """Never train on a NaN/inf loss or gradient. ``action=stop`` (default) fails the run with a
+    FloatingPointError naming the step before that step changes any weight, so the weights and the last
+    checkpoint stay good (the failure is recorded in summary.json); ``action=skip`` drops the step's
+    update (weights and optimizer state unchanged, the schedule moves on) and lists it in summary.json.
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
-        if loss is not None and not torch.isfinite(loss).all():
-            raise FloatingPointError(f"train/loss is {float(loss)} at step {trainer.global_step}")
+    Every process takes the same decision (one all-reduce of a flag per micro-batch under DDP/FSDP).
+    With fp16 autocast (16-mixed) the gradient scaler already skips overflowing steps, so only the loss
+    is checked there."""
+
+    ACTIONS = ("stop", "skip")
+
+    def __init__(self, action: str = "stop"):
+        if action not in self.ACTIONS:
+            raise ConfigError("callbacks.finite_loss.action", action,
+                              "stop (fail the run at the step) | skip (drop that step's update and go on)")
+        self.action = action
+        self.skipped: list[int] = []
+        self._problem: Optional[str] = None  # what was not finite since the last optimizer step
+
+    def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        finite = trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss).all()), all=True)
+        if not finite and self._problem is None:
+            self._problem = f"train/loss is {float(loss)}"
+            if self.action == "stop":  # before backward: nothing of this step has touched the weights
+                self._stop(trainer)
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
+        if self._problem is None and getattr(trainer.precision_plugin, "scaler", None) is None:
+            grads = [_local(p.grad) for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            finite = bool(torch.isfinite(torch.nn.utils.get_total_norm(grads))) if grads else True
+            if not trainer.strategy.reduce_boolean_decision(finite, all=True):
+                self._problem = "a gradient is not finite"
+        if self._problem is None:
+            return
+        if self.action == "stop":
+            self._stop(trainer)
+        for group in optimizer.param_groups:  # AdamW leaves parameters without a gradient untouched
+            for p in group["params"]:
+                p.grad = None
+        step = trainer.global_step + 1
+        self.skipped.append(step)
+        log.warning("%s at step %d: skipped that update (callbacks.finite_loss.action=skip)", self._problem, step)
+        self._problem = None
+
+    def _stop(self, trainer: L.Trainer) -> None:
+        ckpt = trainer.checkpoint_callback
+        last = (ckpt.last_model_path or ckpt.best_model_path) if ckpt is not None else None
+        raise FloatingPointError(
+            f"{self._problem} at step {trainer.global_step + 1}; stopped before that step changed any weight. "
+            + (f"Last good checkpoint: {last} (continue with ckpt_path={last} and a lower optim.lr or "
+               "trainer.gradient_clip_val)" if last else "No checkpoint was written yet")
+            + ", or set callbacks.finite_loss.action=skip to drop such steps.")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"skipped": list(self.skipped)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.skipped = list(state_dict.get("skipped", []))
+
+    def summary_fields(self) -> dict[str, Any]:
+        return {"nonfinite": {"action": self.action, "skipped_steps": list(self.skipped)}}
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This process's shard of a DTensor (FSDP2), the tensor itself otherwise."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 class ThroughputMonitor(Callback):

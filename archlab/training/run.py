@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 import lightning as L
-from hydra.utils import instantiate
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
@@ -22,7 +21,8 @@ from archlab.accounting import count
 from archlab.build import CONF_DIR
 from archlab.config import model_config_dict, to_model_config, validate
 from archlab.errors import ConfigError
-from archlab.training.config import validate_train
+from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint
+from archlab.training.config import instantiate_node, validate_train
 from archlab.training.module import LitModel
 from archlab.training.summary import SUMMARY, RunRecorder, write_summary
 from archlab.training.sweep import apply_match, check_objective
@@ -71,8 +71,8 @@ def variant_choices(cfg: DictConfig) -> dict[str, Any]:
     return {k: v for k, v in choices.items() if not k.startswith("hydra")}
 
 
-def _instantiate_all(nodes: Optional[DictConfig]) -> list[Any]:
-    return [instantiate(node) for node in (nodes or {}).values() if node is not None]
+def _instantiate_all(nodes: Optional[DictConfig], group: str) -> list[Any]:
+    return [instantiate_node(node, f"{group}.{name}") for name, node in (nodes or {}).items() if node is not None]
 
 
 def _single_console() -> None:
@@ -94,10 +94,13 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     ckpt_path = resolve_checkpoint(cfg, out)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
 
-    dm = instantiate(cfg.data, seed=cfg.seed)
+    # callbacks and loggers are cheap objects: made first, a mistake in them costs no data loading
+    callbacks, loggers = _instantiate_all(cfg.callbacks, "callbacks"), _instantiate_all(cfg.logger, "logger")
+    dm = instantiate_node(cfg.data, "data", seed=cfg.seed)
     cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
     matched = apply_match(cfg)  # match.reference: size match.field to the reference's parameter count
     model_cfg = validate(to_model_config(cfg.model))
+    check_checkpoint(ckpt_path, model_config_dict(model_cfg), "ckpt_path" if cfg.ckpt_path else "resume")
     log.info("model.vocab_size=%d and model.context_length=%d come from the data (%s)",
              model_cfg.vocab_size, model_cfg.context_length, type(dm).__name__)
     val_names = list(dm.val_names)
@@ -131,14 +134,16 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             compile=cfg.compile,
             activation_checkpointing=cfg.activation_checkpointing,
         )
-        callbacks = [*_instantiate_all(cfg.callbacks), recorder]
-        trainer = instantiate(
+        callbacks.append(recorder)
+        trainer = instantiate_node(
             cfg.trainer,
+            "trainer",
             callbacks=callbacks,
-            logger=_instantiate_all(cfg.logger) or False,
+            logger=loggers or False,
             enable_progress_bar=any(isinstance(c, ProgressBar) for c in callbacks),
             max_epochs=-1,
             default_root_dir=str(out),
+            plugins=[AtomicCheckpointIO()],  # a kill while saving leaves the previous checkpoint whole
         )
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt_path)
     except BaseException as err:
