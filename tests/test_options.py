@@ -337,14 +337,24 @@ def _gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
 
+def _gate(m, x):  # the gate matrix: the first d_ff rows of the fused [gate | up] weight
+    f = m.down.in_features
+    return F.linear(x, m.gate_up.weight[:f], None if m.gate_up.bias is None else m.gate_up.bias[:f])
+
+
+def _up(m, x):  # the up matrix: the last d_ff rows
+    f = m.down.in_features
+    return F.linear(x, m.gate_up.weight[f:], None if m.gate_up.bias is None else m.gate_up.bias[f:])
+
+
 @pytest.mark.parametrize(
     "mlp, formula",
     [
         ({"kind": "gelu", "approximate": "none"}, lambda m, x: m.proj(_gelu_exact(m.fc(x)))),
         ({"kind": "gelu", "approximate": "tanh"}, lambda m, x: m.proj(_gelu_tanh(m.fc(x)))),
         ({"kind": "relu"}, lambda m, x: m.proj(m.fc(x).clamp(min=0))),
-        ({"kind": "swiglu"}, lambda m, x: m.down(m.gate(x) * torch.sigmoid(m.gate(x)) * m.up(x))),
-        ({"kind": "geglu"}, lambda m, x: m.down(_gelu_exact(m.gate(x)) * m.up(x))),
+        ({"kind": "swiglu"}, lambda m, x: m.down(_gate(m, x) * torch.sigmoid(_gate(m, x)) * _up(m, x))),
+        ({"kind": "geglu"}, lambda m, x: m.down(_gelu_exact(_gate(m, x)) * _up(m, x))),
     ],
     ids=["gelu", "gelu-tanh", "relu", "swiglu", "geglu"],
 )
@@ -391,8 +401,8 @@ def test_mlp_bias_on_off(kind, extra):
 def test_hidden_width_rules(mlp, d, expected):
     cfg = tiny(d_model=d, attention={"n_head": 4}, mlp=mlp, vocab_size=8, n_layer=1)
     assert d_ff(cfg) == expected
-    first = next(build_model(cfg, device="meta").blocks[0].mlp.children())
-    assert first.weight.shape == (expected, d)
+    last = list(build_model(cfg, device="meta").blocks[0].mlp.children())[-1]  # proj / down: d_ff -> d
+    assert last.weight.shape == (d, expected)
 
 
 # ---------------------------------------------------------------- attention
@@ -548,7 +558,7 @@ def test_gpt2_initialisation(mlp):
     for i in range(L):
         expected[f"blocks.{i}.attn.qkv.weight"] = std
         expected[f"blocks.{i}.attn.proj.weight"] = residual
-        for name in ("fc", "gate", "up"):
+        for name in ("fc", "gate_up"):
             expected[f"blocks.{i}.mlp.{name}.weight"] = std
         for name in ("proj", "down"):
             expected[f"blocks.{i}.mlp.{name}.weight"] = residual
@@ -563,4 +573,4 @@ def test_gpt2_initialisation(mlp):
             assert p.std().item() == pytest.approx(expected[name], rel=0.03), name
             assert abs(p.mean().item()) < 0.02 * expected[name], name
             checked += 1
-    assert checked == 3 + L * (4 if mlp == "gelu" else 5)  # every matrix met its expectation
+    assert checked == 3 + L * 4  # every matrix met its expectation (gate and up are one gate_up matrix)

@@ -366,7 +366,7 @@ class _Pair(NamedTuple):
     archlab: str
     hf: tuple[str, ...]
     transpose: bool = False  # GPT-2's Conv1D stores weights as (in, out)
-    split: tuple[int, ...] = ()  # archlab's fused qkv = these HF tensors stacked along dim 0
+    split: tuple[int, ...] = ()  # archlab's fused qkv / gate_up = these HF tensors stacked along dim 0
 
 
 def _pairs(family: str, cfg: ModelConfig) -> list[_Pair]:
@@ -385,6 +385,12 @@ def _pairs(family: str, cfg: ModelConfig) -> list[_Pair]:
         pairs.append(_Pair(f"{archlab}.weight", tuple(f"{n}.weight" for n in names), split=qkv_sizes))
         if bias:
             pairs.append(_Pair(f"{archlab}.bias", tuple(f"{n}.bias" for n in names), split=qkv_sizes))
+
+    def add_gate_up(archlab: str, hf: str, bias: bool) -> None:  # archlab's [gate | up] = gate_proj, up_proj
+        names, sizes = (f"{hf}.gate_proj", f"{hf}.up_proj"), (d_ff(cfg), d_ff(cfg))
+        pairs.append(_Pair(f"{archlab}.weight", tuple(f"{n}.weight" for n in names), split=sizes))
+        if bias:
+            pairs.append(_Pair(f"{archlab}.bias", tuple(f"{n}.bias" for n in names), split=sizes))
 
     if family == "gpt2":
         pairs += [
@@ -418,8 +424,8 @@ def _pairs(family: str, cfg: ModelConfig) -> list[_Pair]:
             add_qkv(f"{b}.attn.qkv", f"{h}.self_attn", a.qkv_bias)
             add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", a.out_bias)
             add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm", False)
-            for part in ("gate", "up", "down"):
-                add(f"{b}.mlp.{part}", f"{h}.mlp.{part}_proj", cfg.mlp.bias)
+            add_gate_up(f"{b}.mlp.gate_up", f"{h}.mlp", cfg.mlp.bias)
+            add(f"{b}.mlp.down", f"{h}.mlp.down_proj", cfg.mlp.bias)
         add("final_norm", "model.norm", False)
     if not cfg.head.tied:
         pairs.append(_Pair("head.weight", ("lm_head.weight",)))
@@ -455,7 +461,7 @@ def hf_state_to_archlab(cfg: Any, hf_state: dict[str, Tensor], copy: bool = True
 
 def archlab_state_to_hf(cfg: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
     """The transformers state dict (family picked from ``cfg``) of an archlab state dict; fused
-    qkv tensors are split into separate copies, GPT-2 Conv1D weights transposed."""
+    qkv and gate_up tensors are split into separate copies, GPT-2 Conv1D weights transposed."""
     cfg = validate(to_model_config(cfg))
     out = {}
     for p in _pairs(hf_family(cfg), cfg):

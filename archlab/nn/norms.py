@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from torch import nn
+from torch import Tensor, nn
 
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.nn.fused import rms_norm
 from archlab.registry import Registry
 
 NORMS: Registry[type] = Registry("model.norm.kind")
@@ -36,6 +37,9 @@ class RMSNorm(nn.RMSNorm):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg.d_model, eps=cfg.norm.eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.weight, self.eps)
 
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from archlab.config import ModelConfig, head_dim
 from archlab.errors import ConfigError
+from archlab.nn.fused import rotary
 from archlab.registry import Registry
 
 POSITIONS: Registry[type] = Registry("model.position.kind")
@@ -108,16 +109,6 @@ def rotary_dim(cfg: ModelConfig) -> int:
     return head_dim(cfg)
 
 
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def _rotate_interleaved(x: Tensor) -> Tensor:
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((-x2, x1), dim=-1).flatten(-2)
-
-
 @POSITIONS.register("rope")
 class RoPE(Position):
     """Rotary embeddings (Su et al. 2021) on the first ``rotary_dim`` dims of every q/k head.
@@ -135,20 +126,9 @@ class RoPE(Position):
     def rotary(self, pos: Tensor, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
         exponent = torch.arange(0, self.dim, 2, device=pos.device, dtype=torch.int64).float() / self.dim
         inv_freq = 1.0 / (self.theta**exponent)
-        angle = pos.float()[:, None] * inv_freq[None, :]  # [T, r/2]
-        if self.interleaved:
-            angle, rotate = angle.repeat_interleave(2, dim=-1), _rotate_interleaved
-        else:
-            angle, rotate = torch.cat((angle, angle), dim=-1), _rotate_half
-        cos, sin, r = angle.cos().to(dtype), angle.sin().to(dtype), self.dim
-
-        def apply(x: Tensor) -> Tensor:  # x: [B, heads, T, head_dim]
-            if r == x.shape[-1]:
-                return x * cos + rotate(x) * sin
-            x_rot, x_pass = x[..., :r], x[..., r:]
-            return torch.cat((x_rot * cos + rotate(x_rot) * sin, x_pass), dim=-1)
-
-        return apply
+        angle = pos.float()[:, None] * inv_freq[None, :]  # [T, r/2]: one angle per rotated pair
+        cos, sin, interleaved = angle.cos().to(dtype), angle.sin().to(dtype), self.interleaved
+        return lambda x: rotary(x, cos, sin, interleaved)  # x: [B, heads, T, head_dim]
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:

@@ -1,0 +1,109 @@
+"""Hand-written backward passes for the elementwise layers autograd would otherwise decompose.
+
+Eager autograd records RMSNorm, RoPE and gated activations as chains of small ops (pow, mean,
+rsqrt, mul, neg, cat...), each a full pass over the activations with its own temporary and its own
+backward. These functions compute the same values in fewer passes; results agree with the plain
+formulas to float rounding (tests/test_fused.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+class _RMSNorm(torch.autograd.Function):
+    """``x / sqrt(mean(x²) + eps) * weight`` over the last dim, statistics in at least float32."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
+        d = x.shape[-1]
+        # ||x||² / d in one read of x (no x² temporary)
+        rstd = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(d).add_(eps).rsqrt_()
+        xhat = xf * rstd
+        ctx.save_for_backward(xhat, rstd, weight)
+        return xhat.to(x.dtype) * weight
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        xhat, rstd, weight = ctx.saved_tensors
+        g = grad if grad.dtype == xhat.dtype else grad.float()
+        w = weight.to(xhat.dtype)
+        g_xhat = g * xhat
+        grad_w = g_xhat.sum(dim=tuple(range(g.dim() - 1))).to(weight.dtype) if ctx.needs_input_grad[1] else None
+        # dx = rstd · (g·w - xhat · mean(g·w·xhat)); the mean is one matrix-vector product
+        mean_dot = torch.matmul(g_xhat, w).unsqueeze(-1).div_(xhat.shape[-1])
+        grad_x = (g * w).addcmul_(xhat, mean_dot, value=-1).mul_(rstd).to(grad.dtype)
+        return grad_x, grad_w, None
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """RMSNorm whose backward makes four passes over the activations (autograd's decomposition: about ten)."""
+    return _RMSNorm.apply(x, weight, eps)
+
+
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """``x`` with each pair of its first ``2·cos.shape[-1]`` dims rotated by the angles of ``cos``/``sin``;
+    pairs are (i, i + r/2) or, ``interleaved``, (2i, 2i + 1)."""
+    r = 2 * cos.shape[-1]
+    x1, x2 = (x[..., 0:r:2], x[..., 1:r:2]) if interleaved else (x[..., : r // 2], x[..., r // 2 : r])
+    y1 = torch.addcmul(x1 * cos, x2, sin, value=-1)  # x1·cos - x2·sin
+    y2 = torch.addcmul(x2 * cos, x1, sin)  # x2·cos + x1·sin
+    rotated = torch.stack((y1, y2), dim=-1).flatten(-2) if interleaved else torch.cat((y1, y2), dim=-1)
+    return rotated if r == x.shape[-1] else torch.cat((rotated, x[..., r:]), dim=-1)
+
+
+class _Rotary(torch.autograd.Function):
+    """A rotation by the angles of ``cos``/``sin``; its backward is the rotation by minus them."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        ctx.interleaved = interleaved
+        return _rotate(x, cos, sin, interleaved)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        cos, sin = ctx.saved_tensors
+        return _rotate(grad, cos, -sin, ctx.interleaved), None, None, None
+
+
+def rotary(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """RoPE on ``x`` ``[..., T, head_dim]`` with ``cos``/``sin`` ``[T, r/2]`` (one angle per pair)."""
+    return _Rotary.apply(x, cos, sin, interleaved)
+
+
+# activation -> (forward, its aten backward writing into a given tensor)
+_GATE_ACTIVATIONS = {
+    "silu": (F.silu, lambda grad, x, out: torch.ops.aten.silu_backward.grad_input(grad, x, grad_input=out)),
+    "gelu": (F.gelu, lambda grad, x, out: torch.ops.aten.gelu_backward.grad_input(grad, x, grad_input=out)),
+}
+
+
+class _Gated(torch.autograd.Function):
+    """``act(gate) * up`` of ``h = [gate | up]``; the backward writes both halves of the gradient in
+    place, so no concatenation follows (autograd's chunk backward would copy them into one tensor)."""
+
+    @staticmethod
+    def forward(ctx, h: Tensor, activation: str) -> Tensor:
+        gate, up = h.chunk(2, dim=-1)
+        act = _GATE_ACTIVATIONS[activation][0](gate)
+        ctx.save_for_backward(gate, up, act)
+        ctx.activation = activation
+        return act * up
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        gate, up, act = ctx.saved_tensors
+        f = gate.shape[-1]
+        grad_h = grad.new_empty((*grad.shape[:-1], 2 * f))
+        torch.mul(grad, act, out=grad_h[..., f:])
+        _GATE_ACTIVATIONS[ctx.activation][1](grad * up, gate, grad_h[..., :f])
+        return grad_h, None
+
+
+def glu(h: Tensor, activation: str) -> Tensor:
+    """``activation(gate) * up`` for ``h = [gate | up]`` along the last dim (SwiGLU: silu, GeGLU: gelu)."""
+    return _Gated.apply(h, activation)

@@ -1,0 +1,86 @@
+"""The hand-written backward passes of archlab.nn.fused against autograd through the plain formulas."""
+
+import math
+
+import pytest
+import torch
+
+from archlab.nn.fused import glu, rms_norm, rotary
+
+F64 = torch.float64
+
+
+def _grads(fn, *inputs):
+    """Output and input gradients of ``fn`` for a fixed random upstream gradient."""
+    leaves = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = fn(*leaves)
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=F64).to(out.dtype)
+    grads = torch.autograd.grad(out, leaves, upstream)
+    return out.detach(), grads
+
+
+def _reference_rms_norm(x, w, eps):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _reference_rotary(x, cos, sin, interleaved):
+    """RoPE as in the papers: pairs (i, i + r/2) or (2i, 2i + 1), each rotated by its angle."""
+    r = 2 * cos.shape[-1]
+    if interleaved:
+        x1, x2 = x[..., 0:r:2], x[..., 1:r:2]
+        rot = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    else:
+        x1, x2 = x[..., : r // 2], x[..., r // 2 : r]
+        rot = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return torch.cat((rot, x[..., r:]), dim=-1)
+
+
+def test_rms_norm_matches_the_formula_and_its_gradients():
+    torch.manual_seed(0)
+    x, w = 3 * torch.randn(2, 5, 16, dtype=F64), torch.randn(16, dtype=F64)
+    out, grads = _grads(lambda x, w: rms_norm(x, w, 1e-5), x, w)
+    ref_out, ref_grads = _grads(lambda x, w: _reference_rms_norm(x, w, 1e-5), x, w)
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
+    for g, ref in zip(grads, ref_grads):
+        torch.testing.assert_close(g, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_rms_norm_keeps_low_precision_dtypes_and_computes_statistics_in_float32():
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 64).bfloat16(), torch.randn(64).bfloat16()
+    out, (gx, gw) = _grads(lambda x, w: rms_norm(x, w, 1e-6), x, w)
+    assert out.dtype == gx.dtype == gw.dtype == torch.bfloat16
+    ref, (rx, rw) = _grads(lambda x, w: _reference_rms_norm(x.double(), w.double(), 1e-6), x, w)
+    torch.testing.assert_close(out.double(), ref, rtol=2e-2, atol=2e-2)  # bf16 rounding only
+    torch.testing.assert_close(gx.double(), rx.double(), rtol=5e-2, atol=5e-2)
+    torch.testing.assert_close(gw.double(), rw.double(), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("rotated", [8, 4])  # the whole head, or the first 4 of 8 dims
+def test_rotary_matches_the_formula_and_its_gradient(interleaved, rotated):
+    torch.manual_seed(0)
+    T = 6
+    angle = torch.arange(T, dtype=F64)[:, None] * torch.rand(rotated // 2, dtype=F64)[None]
+    cos, sin = angle.cos(), angle.sin()
+    qkv = torch.randn(2, T, 3 * 2 * 8, dtype=F64)  # a strided view, as attention passes it
+    q = qkv[..., : 2 * 8].view(2, T, 2, 8).transpose(1, 2)
+    out, (g,) = _grads(lambda q: rotary(q, cos, sin, interleaved), q)
+    ref, (ref_g,) = _grads(lambda q: _reference_rotary(q, cos, sin, interleaved), q)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g, ref_g, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out.norm(dim=-1), q.norm(dim=-1))  # a rotation keeps lengths
+    assert torch.autograd.gradcheck(lambda q: rotary(q, cos, sin, interleaved), (q.detach().requires_grad_(True),))
+
+
+@pytest.mark.parametrize(
+    "activation, act",
+    [("silu", lambda g: g * torch.sigmoid(g)), ("gelu", lambda g: 0.5 * g * (1 + torch.erf(g / math.sqrt(2))))],
+)
+def test_glu_matches_the_formula_and_its_gradient(activation, act):
+    torch.manual_seed(0)
+    h = 2 * torch.randn(3, 4, 2 * 10, dtype=F64)
+    out, (g,) = _grads(lambda h: glu(h, activation), h)
+    ref, (ref_g,) = _grads(lambda h: act(h[..., :10]) * h[..., 10:], h)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g, ref_g, rtol=1e-10, atol=1e-10)
