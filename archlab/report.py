@@ -138,10 +138,11 @@ def aggregate(variant: Variant) -> dict[str, tuple[float, float, int]]:
     return out
 
 
-def metric_columns(variants: list[Variant]) -> list[str]:
-    """Final metrics first (the primary one leading), then best metrics, then cost figures."""
+def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> list[str]:
+    """Final metrics first (``metric``, else the runs' primary metric, leading), then best metrics,
+    then cost figures."""
     keys = {k for v in variants for k in aggregate(v)}
-    primary = next(
+    primary = f"final {metric}" if metric else next(
         (f"final {r.summary['primary_metric']['name']}" for v in variants for r in v.completed
          if (r.summary or {}).get("primary_metric")), None)
     order = [primary] if primary in keys else []
@@ -177,8 +178,9 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
-    """Write report.md, report.csv and PNG plots for the sweep; return their paths."""
+def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None, metric: Optional[str] = None) -> dict[str, Path]:
+    """Write report.md, report.csv and PNG plots for the sweep; return their paths. ``metric`` (e.g.
+    ``val/loss``) leads the table and is plotted; default: the runs' primary metric."""
     runs = load_runs(sweep_dir)
     if not runs:
         raise FileNotFoundError(f"no runs (summary.json or .hydra/overrides.yaml) under {sweep_dir}")
@@ -186,7 +188,7 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None) -> di
     out.mkdir(parents=True, exist_ok=True)
     axes = swept_axes(runs)
     variants = group_variants(runs, axes)
-    columns = metric_columns(variants)
+    columns = metric_columns(variants, metric)
     stats = [aggregate(v) for v in variants]
 
     csv_path = out / "report.csv"

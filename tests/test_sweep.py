@@ -69,13 +69,14 @@ def test_every_job_of_the_sweep_ran_and_failures_are_recorded(sweep):
 
 def test_report_numbers_equal_the_summaries(sweep, tmp_path):
     sweep_dir, _ = sweep
-    out = subprocess.run([sys.executable, "-m", "archlab.cli.report", str(sweep_dir), "--out", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "archlab.cli.report", str(sweep_dir), "--out", str(tmp_path),
+                          "--metric", "val_long/acc"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     for name in ("report.md", "report.csv", "curves.png", "final.png"):
         assert (tmp_path / name).stat().st_size > 0
     rows = list(csv.DictReader((tmp_path / "report.csv").open()))
-    assert len(rows) == 4
+    assert len(rows) == 4 and list(rows[0])[5] == "final val_long/acc mean"  # --metric leads the table
     runs = summaries(sweep_dir)
     for row in rows:
         group = [s for s in runs.values() if s["choices"]["model/position"] == row["model/position"]
@@ -94,6 +95,7 @@ def test_report_numbers_equal_the_summaries(sweep, tmp_path):
         assert float(row["params total mean"]) == done[0]["parameters"]["analytic"]["total"]
         assert float(row["params total mean"]) == count(to_model_config(done[0]["model"]))["total"]
         assert float(row["flops/token mean"]) == done[0]["flops_per_token"]
+        assert float(row["KV cache bytes/token mean"]) == 2 * 1 * 2 * 16 * 4  # K and V, 1 layer, 2 heads of 16, fp32
         tps = [s["throughput"]["tokens_per_s"] for s in done]
         assert float(row["tokens/s mean"]) == pytest.approx(statistics.fmean(tps), rel=1e-12)
     md = (tmp_path / "report.md").read_text()
