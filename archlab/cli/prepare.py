@@ -13,10 +13,7 @@ import numpy as np
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from archlab.data.stream import check_fraction
-from archlab.data.text import read_text
-from archlab.data.tokens import token_dtype
-from archlab.data.windows import split_point
+from archlab.data.common import check_fraction, read_text, split_point, token_dtype
 from archlab.errors import ConfigError
 from archlab.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
 

@@ -4,10 +4,17 @@
 Each exposes, right after construction, ``vocab_size``, ``max_seq_len`` (the longest input it will feed,
 evaluation included), ``val_names`` (one per validation loader), ``tokenizer`` and ``chance_accuracy``.
 Batches are ``(inputs, targets)`` LongTensors ``[B, T]``; targets are -100 where nothing is scored.
+The classes load on first use (PEP 562), so ``archlab-prepare`` never imports Lightning.
 """
 
-from archlab.data.mqar import MQARDataModule
-from archlab.data.text import TextDataModule
-from archlab.data.tokens import TokensDataModule
+from importlib import import_module
 
-__all__ = ["MQARDataModule", "TextDataModule", "TokensDataModule"]
+_MODULES = {"MQARDataModule": "archlab.data.mqar", "TextDataModule": "archlab.data.text",
+            "TokensDataModule": "archlab.data.tokens"}
+__all__ = list(_MODULES)
+
+
+def __getattr__(name: str):
+    if name in _MODULES:
+        return getattr(import_module(_MODULES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

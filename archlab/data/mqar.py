@@ -19,7 +19,8 @@ import lightning as L
 import numpy as np
 import torch
 
-from archlab.data.stream import IGNORE, batch_rng, check_positive, fixed_loader, stream_loader
+from archlab.data.common import IGNORE, check_positive
+from archlab.data.stream import batch_rng, fixed_loader, stream_loader
 from archlab.errors import ConfigError
 
 

@@ -14,9 +14,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from archlab.errors import ConfigError
-
-IGNORE = -100  # targets that are not scored (torch.nn.functional.cross_entropy's ignore_index)
 
 # make_batch(rng, n) -> (inputs, targets): n examples drawn from the generator rng
 BatchFn = Callable[[np.random.Generator, int], tuple[torch.Tensor, torch.Tensor]]
@@ -67,15 +64,3 @@ def fixed_loader(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, n
     dataset = torch.utils.data.TensorDataset(inputs, targets)
     return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                       persistent_workers=num_workers > 0)
-
-
-def check_positive(field: str, value: Any, minimum: int = 1) -> None:
-    """Raise ConfigError unless ``value`` is an int >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, value, f"an integer >= {minimum}")
-
-
-def check_fraction(field: str, value: Any) -> None:
-    """Raise ConfigError unless ``value`` is a number strictly between 0 and 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
-        raise ConfigError(field, value, "a number strictly between 0 and 1")

@@ -7,28 +7,13 @@ from typing import Optional
 
 import numpy as np
 
-from archlab.data.stream import check_fraction
-from archlab.data.windows import WindowDataModule, split_point
+from archlab.data.common import check_fraction, read_text, split_point
+from archlab.data.windows import WindowDataModule
 from archlab.errors import ConfigError
 from archlab.tokenizer import ByteTokenizer, CharTokenizer
 
 VOCABS = {"char": "one id per distinct character of the file (nanoGPT's shakespeare_char)",
           "byte": "the 256 byte values of the UTF-8 encoding"}
-
-
-def read_text(path: str | Path, field: str) -> str:
-    """The file's text; ConfigError naming ``field`` when it is missing, empty or not UTF-8."""
-    allowed = "an existing, non-empty UTF-8 text file"
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigError(field, str(path), f"{allowed} (no file there)")
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(field, str(path), f"{allowed} (byte {err.start} is not UTF-8)") from None
-    if not text:
-        raise ConfigError(field, str(path), f"{allowed} (the file is empty)")
-    return text
 
 
 class TextDataModule(WindowDataModule):

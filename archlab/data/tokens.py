@@ -9,20 +9,13 @@ from typing import Any, Optional
 
 import numpy as np
 
-from archlab.data.stream import check_positive
+from archlab.data.common import check_positive
 from archlab.data.windows import WindowDataModule
 from archlab.errors import ConfigError
 from archlab.tokenizer import tokenizer_from_dict
 
 DTYPES = ("uint16", "uint32")
 SPLITS = ("train", "val")
-
-
-def token_dtype(vocab_size: int) -> str:
-    """The smallest shard dtype that holds every id of a ``vocab_size`` vocabulary."""
-    return "uint16" if vocab_size <= 2**16 else "uint32"
-
-
 META_KEYS = ("vocab_size", "dtype")
 SCAN_CHUNK = 1 << 24  # ids per read while checking a shard's largest id
 

@@ -15,13 +15,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from archlab.data.stream import IGNORE, check_positive, stream_loader
+from archlab.data.common import IGNORE, check_positive
+from archlab.data.stream import stream_loader
 from archlab.errors import ConfigError
-
-
-def split_point(n: int, val_fraction: float) -> int:
-    """Tokens in the training split: the first ``int(n * (1 - val_fraction))`` (nanoGPT's 90/10 rule)."""
-    return int(n * (1 - val_fraction))
 
 
 def random_windows(rng: np.random.Generator, n: int, data: Any, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,6 +54,7 @@ class WindowDataModule(L.LightningDataModule):
     every validation window in order. Subclasses set ``vocab_size``, ``tokenizer`` and load the splits."""
 
     val_names = ["val"]
+    chance_accuracy = None  # no single guessing baseline for text: the run reports val/loss
 
     def __init__(self, seq_len: int, batch_size: int, num_workers: int, seed: int):
         super().__init__()
@@ -68,11 +65,6 @@ class WindowDataModule(L.LightningDataModule):
         self.max_seq_len = seq_len
         self.train_data: Optional[Any] = None
         self.val_data: Optional[Any] = None
-
-    @property
-    def chance_accuracy(self) -> float:
-        """Accuracy of a uniform guess over the vocabulary."""
-        return 1.0 / self.vocab_size
 
     def check_splits(self, train_tokens: int, val_tokens: int, source: str) -> None:
         """Both splits must hold at least one window of ``seq_len + 1`` tokens."""

@@ -1,0 +1,77 @@
+"""A short archlab-train fit on each datamodule, composed exactly as the command line composes it."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from archlab.build import compose
+from archlab.cli.prepare import PrepareConfig, prepare
+from archlab.training.run import train
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
+
+TINY = ["model.n_layer=2", "model.d_model=32", "model.attention.n_head=2", "logger=none", "callbacks.samples=null",
+        "scheduler.warmup_steps=10", "trainer.log_every_n_steps=10", "optim.lr=3e-3"]
+TEXT = "It is a truth universally acknowledged, that a single man in possession of a good fortune, " * 30
+
+
+def fit(out: Path, overrides: list[str]) -> dict:
+    return train(compose("train", [f"paths.output_dir={out}", *TINY, *overrides], return_hydra_config=True))
+
+
+def first_and_last(summary: dict, metric: str) -> tuple[float, float]:
+    history = summary["metrics"]["history"]
+    return history[0][metric], history[-1][metric]
+
+
+def test_mqar_fit_reports_both_lengths_above_chance(tmp_path):
+    s = fit(tmp_path, ["data=mqar", "data.num_pairs=2", "data.num_keys=4", "data.num_values=8",
+                       "data.val_examples=128", "data.batch_size=32", "model.init_std=0.1",
+                       "trainer.max_steps=60", "trainer.val_check_interval=20"])
+    assert s["status"] == "completed" and s["data"]["val_names"] == ["val", "val_long"]
+    assert s["model_from_data"] == {"vocab_size": 12, "context_length": 2 * (4 + 4) - 1}
+    final = s["metrics"]["final"]
+    assert {"val/loss", "val/acc", "val_long/loss", "val_long/acc"} <= final.keys()
+    # picking among the values present in the context already doubles the 1/8 of guessing
+    assert s["data"]["chance_accuracy"] == 1 / 8 and final["val/acc"] > 2 / 8
+    assert final["val/loss"] < math.log(12)
+
+
+def test_text_fit_lowers_the_full_validation_loss(tmp_path):
+    path = tmp_path / "austen.txt"
+    path.write_text(TEXT)
+    s = fit(tmp_path / "run", ["data=text", f"data.path={path}", "data.seq_len=32", "data.batch_size=16",
+                               "trainer.max_steps=60", "trainer.val_check_interval=20"])
+    assert s["model_from_data"] == {"vocab_size": len(set(TEXT)), "context_length": 32}
+    assert s["primary_metric"]["name"] == "val/loss"
+    first, last = first_and_last(s, "val/loss")
+    assert last < first < math.log(len(set(TEXT))) + 0.5 and last < 2.0
+
+
+def test_tokens_fit_from_prepared_bpe_shards(tmp_path):
+    source = tmp_path / "austen.txt"
+    source.write_text(TEXT)
+    meta = prepare(PrepareConfig(input=str(source), output=str(tmp_path / "shards"), tokenizer="bpe",
+                                 vocab_size=300))
+    s = fit(tmp_path / "run", ["data=tokens", f"data.dir={tmp_path / 'shards'}", "data.seq_len=16",
+                               "data.batch_size=16", "trainer.max_steps=60", "trainer.val_check_interval=20"])
+    assert s["model_from_data"] == {"vocab_size": meta["vocab_size"], "context_length": 16}
+    first, last = first_and_last(s, "val/loss")
+    assert last < first
+
+
+@pytest.mark.slow  # the built-in default run: about 1-3 minutes on 2 cores
+def test_default_run_recalls_at_least_90_percent(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "archlab.cli.train", f"hydra.run.dir={tmp_path}"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["choices"]["data"] == "mqar" and summary["metrics"]["final"]["val/acc"] >= 0.9

@@ -1,0 +1,129 @@
+"""data=text: the 90/10 split, char/byte vocabularies, random windows, full validation coverage, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from archlab.data import TextDataModule
+from archlab.data.stream import batch_rng
+from archlab.data.windows import ValidationWindows, random_windows
+from archlab.errors import ConfigError
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    # 1000 characters; "Z" and "!" occur only in the last 10%, so a vocabulary fitted on the
+    # training part alone would miss them
+    body = ("abcdefghij klmnop\n" * 60)[:900] + ("ZZ!" * 40)[:100]
+    path = tmp_path / "t.txt"
+    path.write_text(body, encoding="utf-8")
+    return path, body
+
+
+def test_char_split_is_the_first_90_percent_exactly(text_file):
+    path, body = text_file
+    dm = TextDataModule(str(path), vocab="char", seq_len=16)
+    dm.setup()
+    assert dm.vocab_size == len(set(body)) and dm.tokenizer.chars == "".join(sorted(set(body)))
+    assert dm.tokenizer.decode(dm.train_data.tolist()) == body[:900]
+    assert dm.tokenizer.decode(dm.val_data.tolist()) == body[900:]
+    assert dm.max_seq_len == 16 and dm.val_names == ["val"] and dm.chance_accuracy is None
+
+
+def test_split_fraction_is_configurable(text_file):
+    path, body = text_file
+    dm = TextDataModule(str(path), seq_len=8, val_fraction=0.25)
+    dm.setup()
+    assert len(dm.train_data) == 750 and len(dm.val_data) == 250
+
+
+def test_byte_vocabulary_splits_bytes_and_round_trips(tmp_path):
+    body = "héllo wörld ✓ " * 30  # multi-byte characters: 14 characters, 18 bytes per repeat
+    path = tmp_path / "u.txt"
+    path.write_text(body, encoding="utf-8")
+    dm = TextDataModule(str(path), vocab="byte", seq_len=8)
+    dm.setup()
+    raw = body.encode("utf-8")
+    assert dm.vocab_size == 256 and len(raw) == 18 * 30
+    cut = int(len(raw) * 0.9)
+    assert dm.train_data.tolist() == list(raw[:cut]) and dm.val_data.tolist() == list(raw[cut:])
+    assert dm.tokenizer.decode(dm.train_data.tolist() + dm.val_data.tolist()) == body
+
+
+@pytest.mark.parametrize("n,seq_len", [(100, 9), (100, 7), (100, 10), (65, 64), (129, 64), (130, 64)])
+def test_validation_windows_score_every_token_once(n, seq_len):
+    data = np.arange(1000, 1000 + n)  # token i of the split has id 1000 + i
+    windows = ValidationWindows(data, seq_len)
+    assert len(windows) == -(-(n - 1) // seq_len)  # ceil((n - 1) / seq_len)
+    scored = []
+    for i in range(len(windows)):
+        x, y = windows[i]
+        start = int(x[0]) - 1000
+        assert torch.equal(x, torch.arange(start, start + seq_len) + 1000)  # a contiguous slice
+        assert torch.equal(y[y != -100], torch.arange(start + 1, start + seq_len + 1)[y != -100] + 1000)
+        if i < (n - 1) // seq_len:
+            assert start == i * seq_len and (y != -100).all()  # the full windows do not overlap
+        scored += (y[y != -100] - 1000).tolist()
+    assert sorted(scored) == list(range(1, n))  # every token after the first, each exactly once
+
+
+def test_validation_loader_reads_the_windows_in_order(text_file):
+    path, _ = text_file
+    dm = TextDataModule(str(path), seq_len=16, batch_size=3)
+    dm.setup()
+    (loader,) = dm.val_dataloader()
+    rows = torch.cat([x for x, _ in loader])
+    expected = torch.stack([ValidationWindows(dm.val_data, 16)[i][0] for i in range(len(rows))])
+    assert len(rows) == 7 and torch.equal(rows, expected)  # 99 targets: 6 full windows of 16, one tail window
+
+
+def test_random_windows_are_next_token_pairs_anywhere_in_the_split():
+    data = np.arange(50)
+    x, y = random_windows(batch_rng(0, 0, 0), 4000, data, seq_len=10)
+    assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(y[:, -1], x[:, -1] + 1)
+    assert torch.equal(x, x[:, :1] + torch.arange(10))  # contiguous
+    assert set(x[:, 0].tolist()) == set(range(50 - 10))  # every offset, the last one included
+
+
+def test_training_windows_come_from_the_training_split_only(text_file):
+    path, _ = text_file
+    dm = TextDataModule(str(path), seq_len=16, batch_size=64, seed=2)
+    dm.setup()
+    train_text = dm.tokenizer.decode(dm.train_data.tolist())
+    batches = iter(dm.train_dataloader())
+    for _ in range(3):
+        x, y = next(batches)
+        for row_x, row_y in zip(x.tolist(), y.tolist()):
+            assert dm.tokenizer.decode(row_x + row_y[-1:]) in train_text
+
+
+def test_same_seed_same_windows(text_file):
+    path, _ = text_file
+    a, b, c = (TextDataModule(str(path), seq_len=8, seed=s) for s in (0, 0, 1))
+    xa, xb, xc = (next(iter(dm.train_dataloader()))[0] for dm in (a, b, c))
+    assert torch.equal(xa, xb) and not torch.equal(xa, xc)
+
+
+def test_bad_files_and_settings_are_named(tmp_path, text_file):
+    path, _ = text_file
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("caf\xe9 ".encode("latin-1") * 50)
+    cases = [
+        (dict(path=str(tmp_path / "missing.txt")), "data.path", "no file there"),
+        (dict(path=str(empty)), "data.path", "empty"),
+        (dict(path=str(latin1)), "data.path", "not UTF-8"),
+        (dict(path=str(path), vocab="word"), "data.vocab", "char"),
+        (dict(path=str(path), seq_len=100), "data.seq_len", "at most 99"),  # 100 validation characters
+        (dict(path=str(path), seq_len=0), "data.seq_len", "integer"),
+        (dict(path=str(path), val_fraction=1.0), "data.val_fraction", "between 0 and 1"),
+        (dict(path=str(path), batch_size=0), "data.batch_size", "integer"),
+    ]
+    for kwargs, field, hint in cases:
+        with pytest.raises(ConfigError) as err:
+            TextDataModule(**kwargs)
+        assert err.value.field == field and hint in str(err.value), (kwargs, str(err.value))
+    TextDataModule(str(path), seq_len=99)  # the longest window that fits

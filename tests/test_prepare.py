@@ -1,0 +1,109 @@
+"""archlab-prepare: shards equal to the tokenizer's encoding, dtype choice, BPE, clear errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from archlab.cli.prepare import PrepareConfig, main, prepare
+from archlab.data.common import token_dtype
+from archlab.errors import ConfigError
+from archlab.tokenizer import tokenizer_from_dict
+
+TEXT = "To be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n" * 12
+
+
+def run_prepare(*args: str) -> subprocess.CompletedProcess:
+    """The installed console script, as a user runs it."""
+    script = Path(sys.executable).with_name("archlab-prepare")
+    return subprocess.run([str(script), *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def source(tmp_path):
+    path = tmp_path / "hamlet.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def read_back(out, dtype):
+    return [np.fromfile(out / f"{split}.bin", dtype=np.dtype(dtype).newbyteorder("<")).tolist()
+            for split in ("train", "val")]
+
+
+@pytest.mark.parametrize("kind", ["char", "byte"])
+def test_cli_writes_shards_equal_to_the_tokenizer_encoding(tmp_path, source, kind):
+    out = tmp_path / "shards"
+    proc = run_prepare(f"input={source}", f"output={out}", f"tokenizer={kind}")
+    assert proc.returncode == 0, proc.stderr
+    assert f"data.dir={out}" in proc.stdout  # it says how to train on the result
+    meta = json.loads((out / "meta.json").read_text())
+    tokenizer = tokenizer_from_dict(meta["tokenizer"])
+    ids = tokenizer.encode(TEXT)
+    cut = int(len(ids) * 0.9)
+    assert meta["dtype"] == "uint16" and meta["vocab_size"] == (len(set(TEXT)) if kind == "char" else 256)
+    assert (meta["train_tokens"], meta["val_tokens"]) == (cut, len(ids) - cut)
+    assert read_back(out, "uint16") == [ids[:cut], ids[cut:]]
+    assert (out / "train.bin").stat().st_size == 2 * cut  # raw uint16, no header (nanoGPT's format)
+
+
+def test_bpe_is_trained_locally_and_saved_beside_the_shards(tmp_path, source):
+    from tokenizers import Tokenizer
+
+    out = tmp_path / "bpe"
+    meta = prepare(PrepareConfig(input=str(source), output=str(out), tokenizer="bpe", vocab_size=300,
+                                 val_fraction=0.2))
+    library = Tokenizer.from_file(str(out / "tokenizer.json"))  # the tokenizers library's own file
+    ids = library.encode(TEXT).ids
+    assert 256 < meta["vocab_size"] <= 300 and meta["vocab_size"] == library.get_vocab_size()
+    assert len(ids) < len(TEXT.encode()) / 1.5  # merges learned from this text compress it
+    cut = int(len(ids) * 0.8)
+    assert read_back(out, "uint16") == [ids[:cut], ids[cut:]]
+    tokenizer = tokenizer_from_dict(meta["tokenizer"])
+    assert tokenizer.decode(sum(read_back(out, "uint16"), [])) == TEXT
+
+
+def test_dtype_is_uint16_up_to_65536_ids():
+    assert token_dtype(256) == token_dtype(2**16) == "uint16"
+    assert token_dtype(2**16 + 1) == token_dtype(128256) == "uint32"
+
+
+@pytest.mark.parametrize("args,field", [
+    ({"tokenizer": "word"}, "tokenizer"),
+    ({"tokenizer": "bpe"}, "vocab_size"),
+    ({"tokenizer": "bpe", "vocab_size": 200}, "vocab_size"),
+    ({"tokenizer": "char", "vocab_size": 500}, "vocab_size"),
+    ({"val_fraction": 0.0}, "val_fraction"),
+])
+def test_bad_settings_are_named_before_anything_is_written(tmp_path, source, args, field):
+    out = tmp_path / "never"
+    with pytest.raises(ConfigError) as err:
+        prepare(PrepareConfig(input=str(source), output=str(out), **args))
+    assert err.value.field == field and not out.exists()
+
+
+def test_missing_empty_and_too_short_inputs(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    one = tmp_path / "one.txt"
+    one.write_text("x")  # one token cannot be split 90/10
+    for path, hint in [(tmp_path / "missing.txt", "no file there"), (empty, "empty"), (one, "empty split")]:
+        with pytest.raises(ConfigError) as err:
+            prepare(PrepareConfig(input=str(path), output=str(tmp_path / "out")))
+        assert err.value.field == "input" and hint in str(err.value)
+
+
+def test_cli_errors_are_one_line_naming_the_key(tmp_path, source):
+    proc = run_prepare(f"input={tmp_path / 'missing.txt'}", f"output={tmp_path / 'o'}")
+    assert proc.returncode != 0 and proc.stderr.strip().startswith("archlab-prepare: error: input=")
+    assert "Traceback" not in proc.stderr
+    for argv, key in [([f"input={source}"], "output"), ([f"input={source}", "output=o", "colour=red"], "colour"),
+                      ([f"input={source}", "output=o", "val_fraction=lots"], "val_fraction")]:
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert str(exit_.value).startswith(f"archlab-prepare: error: {key}=")
