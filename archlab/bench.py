@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 # bf16 dense peaks (FLOP/s) of common accelerators, for MFU; CPU figures are measured instead.
 GPU_BF16_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10G": 70e12, "4090": 165e12}
+PROMPT_TOKENS = 8  # generation starts from this many random tokens
 
 
 def gpu_peak_flops(device: torch.device) -> float | None:
@@ -97,10 +98,10 @@ class StepFns:
         return loss.item()
 
 
-def adamw(params, device: torch.device) -> torch.optim.Optimizer:
-    """The optimizer both sides use: AdamW, fused on CUDA, foreach elsewhere."""
-    fused = device.type == "cuda"
-    return torch.optim.AdamW(params, lr=1e-4, fused=fused, foreach=not fused)
+def adamw(params) -> torch.optim.Optimizer:
+    """The optimizer both sides use: fused AdamW (one kernel per step, on CPU and CUDA alike), which
+    is also the Hugging Face Trainer's default (``adamw_torch_fused``) with torch >= 2.8."""
+    return torch.optim.AdamW(params, lr=1e-4, fused=True)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -119,9 +120,15 @@ def run_bench(cfg) -> dict:
 
     mcfg = validate(to_model_config(cfg.model))
     T = cfg.seq_len or mcfg.context_length
-    for name in ("batch_size", "repeats", "generate_tokens"):
+    for name in ("batch_size", "repeats"):
         if getattr(cfg, name) < 1:
             raise ConfigError(name, getattr(cfg, name), "a positive integer")
+    room = mcfg.context_length - PROMPT_TOKENS
+    n = room if cfg.generate_tokens is None else cfg.generate_tokens
+    if not 1 <= n <= room:
+        raise ConfigError(
+            "generate_tokens", n, f"1 to model.context_length - {PROMPT_TOKENS} prompt tokens = {room}, or null for {room}"
+        )
     if cfg.dtype not in ("float32", "bfloat16"):
         raise ConfigError("dtype", cfg.dtype, "one of ['bfloat16', 'float32']")
     device, dtype = resolve_device(cfg.device), getattr(torch, cfg.dtype)
@@ -140,9 +147,10 @@ def run_bench(cfg) -> dict:
     y = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
 
     def logits_of(m):
-        return (lambda t: m(t)) if m is model else (lambda t: m(input_ids=t).logits)
+        run = torch.compile(m) if cfg.compile else m
+        return (lambda t: run(t)) if m is model else (lambda t: run(input_ids=t).logits)
 
-    steps = {name: StepFns(logits_of(m), adamw(m.parameters(), device)) for name, m in impls.items()}
+    steps = {name: StepFns(logits_of(m), adamw(m.parameters())) for name, m in impls.items()}
     for m in impls.values():
         m.train()
     train_times = time_alternating(
@@ -156,6 +164,8 @@ def run_bench(cfg) -> dict:
         "threads": torch.get_num_threads(),
         "batch_size": cfg.batch_size,
         "seq_len": T,
+        "generate_tokens": n,
+        "compiled": cfg.compile,
         "flops_per_token": flops_tok,
         "matmul_flops": ceiling,
         "train": {},
@@ -168,11 +178,11 @@ def run_bench(cfg) -> dict:
             row["mfu"] = row["flops"] / peak
         out["train"][name] = row
 
-    out["memory"] = measure_memory(model, steps["archlab"], x, y, device, cfg.checkpointing)
+    eager = StepFns(lambda t: model(t), steps["archlab"].optimizer)  # saved-tensor hooks see eager autograd only
+    out["memory"] = measure_memory(model, eager, x, y, device, cfg.checkpointing)
     for m in impls.values():
         m.eval()
-    prompt = torch.randint(0, mcfg.vocab_size, (1, 8), device=device)
-    n = cfg.generate_tokens
+    prompt = torch.randint(0, mcfg.vocab_size, (1, PROMPT_TOKENS), device=device)
     gen_fns = {"archlab": lambda: generate(model, prompt, max_new_tokens=n)}
     if "hf" in impls:
         hf = impls["hf"]

@@ -97,11 +97,12 @@ class BenchConfig:
     seq_len: Optional[int] = None
     warmup: int = 2
     repeats: int = 5
-    generate_tokens: int = 256
+    generate_tokens: Optional[int] = None  # None: model.context_length minus the 8-token prompt
     device: str = "auto"
     dtype: str = "float32"
     threads: Optional[int] = None
     compare_hf: bool = True
+    compile: bool = False
     matmul_size: Optional[int] = None
     checkpointing: bool = True
     format: str = "table"

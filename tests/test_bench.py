@@ -6,6 +6,7 @@ from omegaconf import OmegaConf
 
 from archlab.bench import median_rate, run_bench, saved_activation_bytes, time_alternating
 from archlab.build import compose
+from archlab.errors import ConfigError
 
 
 def test_median_rate_uses_the_median_call():
@@ -33,7 +34,7 @@ def result():
     pytest.importorskip("transformers")
     cfg = compose("bench", ["model.n_layer=2", "model.d_model=32", "model.attention.n_head=2",
                             "model.vocab_size=50", "model.context_length=16", "batch_size=2",
-                            "warmup=1", "repeats=2", "generate_tokens=4", "matmul_size=64"])
+                            "warmup=1", "repeats=2", "matmul_size=64"])
     return run_bench(cfg), cfg
 
 
@@ -42,6 +43,8 @@ def test_bench_figures_are_consistent(result):
     from archlab.accounting import count
 
     assert out["seq_len"] == 16
+    assert out["generate_tokens"] == 16 - 8  # null fills the context after the 8-token prompt
+    assert out["compiled"] is False
     # 6N + 12·L·H·Q·T with N from the closed form, T = 16
     model_cfg = OmegaConf.to_object(cfg.model)
     assert out["flops_per_token"] == 6 * count(model_cfg)["non_embedding"] + 12 * 2 * 2 * 16 * 16
@@ -59,3 +62,33 @@ def test_checkpointing_saves_activation_memory(result):
     out, _ = result
     memory = out["memory"]
     assert 0 < memory["checkpointing"]["saved_activation_bytes"] < memory["plain"]["saved_activation_bytes"]
+
+
+def test_generate_tokens_past_the_context_is_refused_before_any_work():
+    cfg = compose("bench", ["model.context_length=16", "generate_tokens=9"])
+    with pytest.raises(ConfigError, match=r"generate_tokens.*9.*= 8"):
+        run_bench(cfg)
+
+
+@pytest.mark.slow
+def test_compiled_bench_runs_and_compiled_model_matches_eager():
+    """torch.compile traces the hand-written autograd functions (RMSNorm, RoPE, SwiGLU) of a LLaMA layout."""
+    pytest.importorskip("transformers")
+    tiny = ["model=llama2-7b", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=4",
+            "model.attention.n_kv_head=2", "model.vocab_size=50", "model.context_length=16", "model.mlp.multiple_of=8"]
+    out = run_bench(compose("bench", tiny + ["batch_size=2", "warmup=1", "repeats=1", "matmul_size=64",
+                                             "checkpointing=false", "compile=true"]))
+    assert out["compiled"] is True and out["train"]["archlab"]["tokens_per_s"] > 0
+
+    from archlab.build import build_model, compose_model
+
+    torch.manual_seed(0)
+    model = build_model(compose_model(tiny), dtype=torch.float64)
+    idx = torch.randint(0, 50, (2, 16))
+    eager = model(idx)
+    eager_grads = torch.autograd.grad(eager.square().sum(), list(model.parameters()))
+    compiled = torch.compile(model)(idx)
+    grads = torch.autograd.grad(compiled.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(compiled, eager)
+    for g, ref in zip(grads, eager_grads):
+        torch.testing.assert_close(g, ref)

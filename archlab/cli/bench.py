@@ -19,9 +19,10 @@ def _print_table(result: dict) -> None:
 
     console = Console()
     console.print(
-        f"device {result['device']} ({result['threads']} threads), {result['dtype']}, batch {result['batch_size']} x "
-        f"{result['seq_len']} tokens; analytic {result['flops_per_token'] / 1e6:.1f} MFLOP/token; dense matmul "
-        f"ceiling {result['matmul_flops'] / 1e9:.1f} GFLOP/s"
+        f"device {result['device']} ({result['threads']} threads), {result['dtype']}, "
+        f"{'torch.compile' if result['compiled'] else 'eager'}, batch {result['batch_size']} x {result['seq_len']} "
+        f"tokens; analytic {result['flops_per_token'] / 1e6:.1f} MFLOP/token; dense matmul ceiling "
+        f"{result['matmul_flops'] / 1e9:.1f} GFLOP/s; generation: {result['generate_tokens']} tokens"
     )
     table = Table("measure", *[n for n in result["train"] if n != "ratio"], "archlab / hf")
     names = [n for n in result["train"] if n != "ratio"]
