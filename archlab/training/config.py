@@ -97,6 +97,7 @@ class TrainConfig:
     resume: Optional[str] = None  # "auto": the newest checkpoint of this run directory
     compile: bool = False  # torch.compile each block
     activation_checkpointing: bool = False  # recompute each block's activations in backward
+    threads: Optional[int] = None  # torch intra-op threads per process (null: torch's default)
     match: MatchConfig = field(default_factory=MatchConfig)
     objective: Optional[str] = None  # the final metric a sweeper optimises (null: the first val loss)
 
@@ -225,6 +226,8 @@ def validate_train(cfg: DictConfig) -> DictConfig:
         raise ConfigError("resume", cfg.resume, "null when ckpt_path is given (they both pick the checkpoint)")
     if cfg.ckpt_path is not None and not Path(cfg.ckpt_path).exists():
         raise ConfigError("ckpt_path", cfg.ckpt_path, "an existing checkpoint file (or sharded checkpoint directory)")
+    if cfg.threads is not None:
+        _positive_int(cfg.threads, "threads")
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed < 2**32:
         raise ConfigError("seed", cfg.seed, "an integer in [0, 2**32) (what numpy and torch accept as a seed)")
     _check_checkpoint_callback((cfg.callbacks or {}).get("checkpoint"))

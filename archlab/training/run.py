@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
@@ -93,6 +94,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     cfg.paths.output_dir = str(out)  # the logger and checkpoint configs interpolate it
     ckpt_path = resolve_checkpoint(cfg, out)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
 
     # callbacks and loggers are cheap objects: made first, a mistake in them costs no data loading
     callbacks, loggers = _instantiate_all(cfg.callbacks, "callbacks"), _instantiate_all(cfg.logger, "logger")
