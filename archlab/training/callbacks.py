@@ -66,7 +66,7 @@ class FiniteLoss(Callback):
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
         finite = trainer.strategy.reduce_boolean_decision(bool(torch.isfinite(loss).all()), all=True)
         if not finite and self._problem is None:
-            self._problem = f"train/loss is {float(loss)}"
+            self._problem = f"train/loss is {float(loss.detach())}"
             if self.action == "stop":  # before backward: nothing of this step has touched the weights
                 self._stop(trainer)
 

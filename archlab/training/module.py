@@ -25,6 +25,20 @@ def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
 
 
+def rng_state(device: torch.device) -> dict[str, Tensor]:
+    """The global torch RNG state (CPU, and the device's on CUDA) as uint8 tensors."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, Tensor], device: torch.device) -> None:
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
 class LitModel(L.LightningModule):
     """A LightningModule around ``archlab.build_model(model)``.
 
@@ -53,6 +67,7 @@ class LitModel(L.LightningModule):
         )
         self.history: list[dict[str, float]] = []  # one entry per validation: step and metrics
         self._rng_to_restore: Optional[dict[str, Tensor]] = None
+        self._rng_before_validation: Optional[dict[str, Tensor]] = None
 
     def configure_model(self) -> None:
         """Build (once), with the GPT-2 init drawn from the seeded RNG, so every rank starts identical;
@@ -88,6 +103,13 @@ class LitModel(L.LightningModule):
         # batches: the final metrics and last.ckpt then describe the final weights.
         if self.global_step >= self.trainer.max_steps:
             self.trainer.should_stop = True
+        # A validation may follow; it draws from the global RNG (each DataLoader iterator takes a seed), so
+        # training's random stream is put back after it: how often a run validates changes no weight.
+        self._rng_before_validation = rng_state(self.device)
+
+    def on_validation_end(self) -> None:
+        if self._rng_before_validation is not None:
+            set_rng_state(self._rng_before_validation, self.device)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         name = self.val_names[dataloader_idx]
@@ -122,9 +144,8 @@ class LitModel(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # plain lists and uint8 tensors: the checkpoint still loads with weights_only=True
         checkpoint["archlab_history"] = list(self.history)
-        checkpoint["archlab_rng"] = {"cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            checkpoint["archlab_rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
+        # the state training continues from (at a validation's end: the one from before it)
+        checkpoint["archlab_rng"] = self._rng_before_validation or rng_state(self.device)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.history = list(checkpoint.get("archlab_history", []))
@@ -134,10 +155,9 @@ class LitModel(L.LightningModule):
         # Restore the RNG of the checkpoint just before the first step after resuming (building the
         # model and loaders drew from it since): dropout then continues with the same masks.
         if self._rng_to_restore is not None:
-            torch.set_rng_state(self._rng_to_restore["cpu"])
-            if "cuda" in self._rng_to_restore and self.device.type == "cuda":
-                torch.cuda.set_rng_state(self._rng_to_restore["cuda"], self.device)
+            set_rng_state(self._rng_to_restore, self.device)
             self._rng_to_restore = None
+        self._rng_before_validation = None
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """The model's unsharded weights on the CPU. Under FSDP this gathers shards: call it on every rank."""
