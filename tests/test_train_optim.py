@@ -65,10 +65,11 @@ def test_weight_decay_only_on_matrices_and_tables(overrides):
     assert len(decay["params"]) + len(no_decay["params"]) == len(unique)
 
 
-def test_adamw_uses_the_groups_and_is_not_fused_on_cpu():
+def test_adamw_uses_the_groups_and_is_fused_on_cpu():
     model = build_model(compose_model(["model=nano", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=2"]))
     opt = build_optimizer(model, OPTIM, torch.device("cpu"))
-    assert isinstance(opt, torch.optim.AdamW) and not opt.defaults["fused"]
+    assert isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"]
+    assert not build_optimizer(model, OPTIM, torch.device("cpu"), mixed_precision=True).defaults["fused"]
     assert [g["weight_decay"] for g in opt.param_groups] == [0.1, 0.0]
     assert opt.defaults["betas"] == (0.9, 0.99) or list(opt.defaults["betas"]) == [0.9, 0.99]
 

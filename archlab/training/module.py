@@ -137,7 +137,8 @@ class LitModel(L.LightningModule):
             self.history.append({"step": self.global_step, **entry})
 
     def configure_optimizers(self) -> dict[str, Any]:
-        optimizer = build_optimizer(self.model, self.hparams.optim, self.device)
+        mixed = str(self.trainer.precision).endswith("-mixed")
+        optimizer = build_optimizer(self.model, self.hparams.optim, self.device, mixed_precision=mixed)
         scheduler = build_scheduler(optimizer, self.hparams.scheduler, self.trainer.max_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
