@@ -66,7 +66,8 @@ def variant_choices(cfg: DictConfig) -> dict[str, Any]:
     if HydraConfig.initialized():
         choices = OmegaConf.to_container(HydraConfig.get().runtime.choices)
     else:  # composed with return_hydra_config=True, or none known
-        choices = OmegaConf.to_container(OmegaConf.select(cfg, "hydra.runtime.choices", default={}) or {})
+        known = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+        choices = OmegaConf.to_container(known) if known is not None else {}
     tuned = choices.pop("tuned@_global_", None)  # optional: only counts when tuned/<data>_<model>.yaml exists
     choices["tuned"] = tuned if tuned and (CONF_DIR / "tuned" / f"{tuned}.yaml").exists() else None
     return {k: v for k, v in choices.items() if not k.startswith("hydra")}
