@@ -220,17 +220,22 @@ def test_cli_prints_one_line_and_exits_2(files, tmp_path):
 
 
 def test_full_trace_with_hydra_full_error(monkeypatch, capsys):
-    """The wrapper of archlab-train's task: one line and exit 2, or with HYDRA_FULL_ERROR=1 the exception itself."""
+    """The wrapper of archlab-train's task: a config mistake is one line and exit 2, a run stopped by a
+    NaN one line and exit 1; with HYDRA_FULL_ERROR=1 the exception itself (its full trace)."""
     from archlab.cli.errors import short_config_errors
 
-    @short_config_errors
-    def task():
-        raise ConfigError("optim.lr", 0.0, "a positive number")
+    errors = {2: ConfigError("optim.lr", 0.0, "a positive number"),
+              1: FloatingPointError("train/loss is nan at step 8; stopped before that step changed any weight.")}
+    for status, error in errors.items():
 
-    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
-    with pytest.raises(SystemExit) as stop:
-        task()
-    assert stop.value.code == 2 and capsys.readouterr().err == "error: optim.lr=0.0 is invalid: allowed a positive number\n"
-    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
-    with pytest.raises(ConfigError, match="optim.lr=0.0"):
-        task()
+        @short_config_errors
+        def task():
+            raise error
+
+        monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+        with pytest.raises(SystemExit) as stop:
+            task()
+        assert stop.value.code == status and capsys.readouterr().err == f"error: {error}\n"
+        monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+        with pytest.raises(type(error)):
+            task()

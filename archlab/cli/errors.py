@@ -18,6 +18,8 @@ def short_config_errors(task: F) -> F:
     Applied under ``@hydra.main``, because Hydra reports (and swallows) any other exception itself.
     In a ``-m`` sweep a job's ConfigError is raised on like any failure, so Hydra runs the other jobs
     (an exit would end the sweep); a SweepConfigError, which every job would repeat, still exits.
+    A run stopped by a non-finite loss (FloatingPointError, its message naming the step and the last
+    good checkpoint) prints the same way and exits with status 1.
     """
 
     @functools.wraps(task)
@@ -29,6 +31,11 @@ def short_config_errors(task: F) -> F:
                 raise
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
+        except FloatingPointError as err:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1" or _in_multirun():
+                raise
+            print(f"error: {err}", file=sys.stderr)
+            sys.exit(1)
 
     return run  # type: ignore[return-value]
 

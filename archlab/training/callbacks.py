@@ -93,9 +93,10 @@ class FiniteLoss(Callback):
         last = (ckpt.last_model_path or ckpt.best_model_path) if ckpt is not None else None
         raise FloatingPointError(
             f"{self._problem} at step {trainer.global_step + 1}; stopped before that step changed any weight. "
-            + (f"Last good checkpoint: {last} (continue with ckpt_path={last} and a lower optim.lr or "
-               "trainer.gradient_clip_val)" if last else "No checkpoint was written yet")
-            + ", or set callbacks.finite_loss.action=skip to drop such steps.")
+            + (f"Last good checkpoint: {last}; continue from it with ckpt_path={last} and a lower optim.lr or "
+               "trainer.gradient_clip_val. " if last else "No checkpoint was written yet; lower optim.lr or "
+               "trainer.gradient_clip_val. ")
+            + "To drop such steps instead: callbacks.finite_loss.action=skip")
 
     def state_dict(self) -> dict[str, Any]:
         return {"skipped": list(self.skipped)}
