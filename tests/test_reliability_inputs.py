@@ -93,6 +93,8 @@ ROWS = [
     (["optim.betas=[0.9,1.0]"], "optim.betas", "two numbers in [0, 1)"),
     (["optim.eps=0"], "optim.eps", "a positive number"),
     (["optim.weight_decay=-0.1"], "optim.weight_decay", "a non-negative number"),
+    (["+optim.momentum=0.9"], "optim.momentum", "an argument of torch.optim.AdamW: lr, betas, eps"),
+    (["optim._target_=torch.optim.Adamw"], "optim._target_", "an importable class or function"),
     (["scheduler.warmup_steps=-1"], "scheduler.warmup_steps", "a non-negative integer"),
     (["scheduler.warmup_steps=5000"], "scheduler.warmup_steps", "fewer than trainer.max_steps=1000"),
     (["scheduler.warmup_steps=10", "scheduler.decay_steps=5"], "scheduler.decay_steps", "more than scheduler.warmup_steps=10"),

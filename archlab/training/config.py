@@ -194,6 +194,7 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     _check_hardware(t)
 
     o = cfg.optim
+    check_arguments(o, "optim", "params")  # e.g. optim._target_=torch.optim.SGD takes no betas
     if not _finite(o.lr) > 0:
         raise ConfigError("optim.lr", o.lr, "a positive number")
     if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
@@ -286,15 +287,13 @@ def _check_output_dir(output_dir: Optional[str]) -> None:
         raise ConfigError("paths.output_dir", output_dir, f"a writable location ({existing} is not writable)")
 
 
-def instantiate_node(node: Any, field: str, **kwargs: Any) -> Any:
-    """``hydra.utils.instantiate(node, **kwargs)`` with a mistake in the node reported as one ConfigError
-    naming ``field``: an unknown ``_target_``, a value left missing (``???``), an argument the target does
-    not take or a required one left out, and a ConfigError of the constructor itself (Hydra would wrap it)."""
+def check_arguments(node: Any, field: str, *supplied: str) -> Any:
+    """The class or function ``node._target_`` names, once sure that a call with the node's values (plus
+    the arguments named in ``supplied``) would bind: ConfigError for an unknown ``_target_``, a value left
+    missing (``???``), an argument the target does not take, or a required one left out."""
     import inspect
 
     from hydra._internal.utils import _locate  # what instantiate resolves _target_ with (get_object also logs)
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
 
     target = node["_target_"]
     try:
@@ -308,7 +307,7 @@ def instantiate_node(node: Any, field: str, **kwargs: Any) -> Any:
     except ValueError:  # no signature to check (some builtins): the call itself decides
         params = None
     if params is not None:
-        takes = [n for n, p in params.items() if n not in kwargs and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        takes = [n for n, p in params.items() if n not in supplied and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
             for key in keys:
                 if key not in params:
@@ -317,6 +316,16 @@ def instantiate_node(node: Any, field: str, **kwargs: Any) -> Any:
             missing += [n for n in takes if params[n].default is params[n].empty and n not in keys]
     if missing:
         raise ConfigError(f"{field}.{missing[0]}", None, f"a value: {target} needs it (e.g. {field}.{missing[0]}=...)")
+    return made
+
+
+def instantiate_node(node: Any, field: str, **kwargs: Any) -> Any:
+    """``hydra.utils.instantiate(node, **kwargs)`` after ``check_arguments``, with a ConfigError (or
+    Lightning's MisconfigurationException) of the constructor itself reported as one ConfigError."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    check_arguments(node, field, *kwargs)
     try:
         return instantiate(node, **kwargs)
     except InstantiationException as err:
@@ -324,5 +333,5 @@ def instantiate_node(node: Any, field: str, **kwargs: Any) -> Any:
         if isinstance(cause, ConfigError):
             raise cause from None
         if type(cause).__name__ == "MisconfigurationException":  # Lightning's own "this setting cannot work"
-            raise ConfigError(field, target, f"settings {target} accepts ({cause})") from None
+            raise ConfigError(field, node["_target_"], f"settings {node['_target_']} accepts ({cause})") from None
         raise
