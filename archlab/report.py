@@ -155,15 +155,17 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
 
 
 def validation_curve(run: Run, metric: str) -> list[tuple[int, float]]:
-    """(step, value) of ``metric`` over training: from the run's CSV log, else its summary history."""
+    """(optimizer steps done, value) of ``metric`` over training: from the run's CSV log, else its
+    summary history (the two agree)."""
     for log_dir in ((run.summary or {}).get("paths") or {}).get("logs") or []:
         file = Path(log_dir) / "metrics.csv"
-        if not file.is_absolute():
-            file = run.path / file
+        if not file.exists():  # a sweep directory moved or committed elsewhere: the log beside the summary
+            file = run.path / Path(log_dir).name / "metrics.csv"
         if file.exists():
             with file.open() as f:
                 rows = [r for r in csv.DictReader(f) if r.get(metric) not in (None, "")]
-            return [(int(float(r["step"])), float(r[metric])) for r in rows]
+            # Lightning's CSVLogger writes the 0-based index of the last batch: steps done = step + 1
+            return [(int(float(r["step"])) + 1, float(r[metric])) for r in rows]
     history = ((run.summary or {}).get("metrics") or {}).get("history") or []
     return [(h["step"], float(h[metric])) for h in history if _number(h.get(metric)) is not None]
 

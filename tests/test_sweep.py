@@ -120,6 +120,23 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     assert sum(int(r["completed"]) for r in rows) == 3
 
 
+def test_curves_come_from_the_log_beside_a_moved_summary(sweep, tmp_path):
+    """A committed or moved sweep: the summary's absolute log path is gone, the run's own logs/metrics.csv is read."""
+    import shutil
+
+    from archlab.report import load_runs, validation_curve
+
+    run_dir = next(p.parent for p in sorted(sweep[0].glob("*/summary.json")) if json.loads(p.read_text())["status"] == "completed")
+    moved = tmp_path / "moved"
+    shutil.copytree(run_dir, moved)
+    s = json.loads((moved / "summary.json").read_text())
+    history = s["metrics"]["history"]
+    s["metrics"]["history"], s["paths"]["logs"] = [], [str(tmp_path / "elsewhere" / "logs")]
+    (moved / "summary.json").write_text(json.dumps(s))
+    (run,) = load_runs(moved)
+    assert validation_curve(run, "val/acc") == [(h["step"], pytest.approx(h["val/acc"], rel=1e-6)) for h in history]
+
+
 def test_matched_run_records_the_size_and_residual(conf, tmp_path):
     from archlab.training.run import train
 
