@@ -12,8 +12,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
-
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
 
 # make_batch(rng, n) -> (inputs, targets): n examples drawn from the generator rng
 BatchFn = Callable[[np.random.Generator, int], tuple[torch.Tensor, torch.Tensor]]
@@ -61,6 +60,5 @@ def stream_loader(make_batch: BatchFn, seed: int, batch_size: int, num_workers: 
 
 def fixed_loader(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, num_workers: int) -> DataLoader:
     """An evaluation loader over a fixed set of rows, in order."""
-    dataset = torch.utils.data.TensorDataset(inputs, targets)
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
+    return DataLoader(TensorDataset(inputs, targets), batch_size=batch_size, shuffle=False, num_workers=num_workers,
                       persistent_workers=num_workers > 0)
