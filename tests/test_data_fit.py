@@ -55,6 +55,26 @@ def test_text_fit_lowers_the_full_validation_loss(tmp_path):
     assert last < first < math.log(len(set(TEXT))) + 0.5 and last < 2.0
 
 
+def test_text_run_resumed_mid_way_sees_the_same_windows(tmp_path):
+    """Resumed from its step-20 checkpoint, a run draws the training windows 20, 21, ... of the stream
+    again, so it ends with bit-identical weights; a different seed's stream does not."""
+    import torch
+
+    from archlab.weights import load_weights
+
+    path = tmp_path / "austen.txt"
+    path.write_text(TEXT)
+    common = ["data=text", f"data.path={path}", "data.seq_len=16", "data.batch_size=8", "trainer.max_steps=40",
+              "trainer.val_check_interval=20", "callbacks.checkpoint.save_top_k=-1"]
+    full = fit(tmp_path / "full", common)
+    mid = tmp_path / "full" / "checkpoints" / "step000020.ckpt"
+    resumed = fit(tmp_path / "resumed", [*common, f"ckpt_path={mid}"])
+    other = fit(tmp_path / "other", [*common, f"ckpt_path={mid}", "seed=1"])
+    assert resumed["metrics"]["history"] == full["metrics"]["history"]
+    a, b, c = (load_weights(tmp_path / run / "model.safetensors").state_dict() for run in ("full", "resumed", "other"))
+    assert all(torch.equal(a[k], b[k]) for k in a) and not all(torch.equal(a[k], c[k]) for k in a)
+
+
 def test_tokens_fit_from_prepared_bpe_shards(tmp_path):
     source = tmp_path / "austen.txt"
     source.write_text(TEXT)
