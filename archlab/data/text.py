@@ -12,7 +12,7 @@ from archlab.data.windows import WindowDataModule
 from archlab.errors import ConfigError
 from archlab.tokenizer import ByteTokenizer, CharTokenizer
 
-VOCABS = {"char": "one id per distinct character of the file (nanoGPT's shakespeare_char)",
+VOCABS = {"char": "one id per distinct character of the file, as nanoGPT's shakespeare_char",
           "byte": "the 256 byte values of the UTF-8 encoding"}
 
 
