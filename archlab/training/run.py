@@ -25,7 +25,8 @@ from archlab.errors import ConfigError
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint
 from archlab.training.config import instantiate_node, validate_train
 from archlab.training.module import LitModel
-from archlab.training.summary import SUMMARY, RunRecorder, write_summary
+from archlab.training.recorder import RunRecorder
+from archlab.training.summary import SUMMARY, write_summary
 from archlab.training.sweep import apply_match, check_objective
 
 log = logging.getLogger("archlab.train")

@@ -1,22 +1,16 @@
 """summary.json: what a run was (choices, model, counts) and what it gave (metrics, throughput, status).
 
-``RunRecorder`` exports the final weights and writes the summary on global rank 0 when fit ends;
-``archlab-report`` reads these files and never parses logs.
+The file format only (no Lightning import, so a run failing at set-up still writes one quickly);
+``archlab.training.recorder.RunRecorder`` fills it in during fit. ``archlab-report`` reads these
+files and never parses logs.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-import traceback
 from pathlib import Path
-from typing import Any, Optional
-
-import lightning as L
-from lightning.pytorch.callbacks import Callback
-
-from archlab.weights import save_weights
+from typing import Any
 
 SUMMARY = "summary.json"
 EXPORT = "model.safetensors"
@@ -42,81 +36,14 @@ def write_summary(output_dir: Path, summary: dict[str, Any]) -> Path:
     path = Path(output_dir) / SUMMARY
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(SUMMARY + ".tmp")
-    tmp.write_text(json.dumps(summary, indent=2, default=_jsonable) + "\n")
+    tmp.write_text(json.dumps(summary, indent=2, default=jsonable) + "\n")
     os.replace(tmp, path)
     return path
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
-
-
-class RunRecorder(Callback):
-    """Collects the run's facts; at the end of fit exports the weights and writes summary.json.
-
-    ``info`` holds what is known before fit (choices, model config, seed, data facts, start time)."""
-
-    def __init__(self, output_dir: str | Path, info: dict[str, Any], tokenizer: Any = None,
-                 primary_metric: Optional[str] = None):
-        self.output_dir = Path(output_dir)
-        self.info = info
-        self.tokenizer = tokenizer
-        self.primary_metric = primary_metric
-        self.wrote = False
-
-    def summary(self, trainer: Optional[L.Trainer], pl_module: Any, status: str,
-                error: Optional[BaseException] = None, export: Optional[Path] = None) -> dict[str, Any]:
-        history = list(getattr(pl_module, "history", []) or [])
-        final = history[-1] if history else {}
-        out: dict[str, Any] = {
-            "status": status,
-            "error": None if error is None else f"{type(error).__name__}: {error}",
-            **self.info,
-            "steps": trainer.global_step if trainer is not None else 0,
-            "wall_time_s": time.time() - self.info["start_time"],
-            "metrics": {"final": final, "best": best_metrics(history), "history": history},
-        }
-        if self.primary_metric:
-            value = final.get(self.primary_metric)
-            out["primary_metric"] = {"name": self.primary_metric, "value": value,
-                                     "chance": self.info.get("data", {}).get("chance_accuracy")}
-        paths = {"summary": str(self.output_dir / SUMMARY), "export": str(export) if export else None,
-                 "checkpoint": None, "last_checkpoint": None, "logs": []}
-        if trainer is not None:
-            for cb in trainer.callbacks:
-                if hasattr(cb, "summary_fields"):
-                    out.update(cb.summary_fields())
-            ckpt = trainer.checkpoint_callback
-            if ckpt is not None:
-                paths["checkpoint"] = ckpt.best_model_path or ckpt.last_model_path or None
-                paths["last_checkpoint"] = ckpt.last_model_path or None
-            paths["logs"] = [str(lg.log_dir) for lg in trainer.loggers if getattr(lg, "log_dir", None)]
-            out["trainer"] = {
-                "strategy": type(trainer.strategy).__name__,
-                "accelerator": type(trainer.accelerator).__name__,
-                "world_size": trainer.world_size,
-                "num_nodes": trainer.num_nodes,
-                "precision": str(trainer.precision),
-            }
-        out["paths"] = paths
-        if error is not None:
-            out["traceback"] = "".join(traceback.format_exception(error))
-        return json.loads(json.dumps(out, default=_jsonable), parse_constant=lambda c: None)
-
-    def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
-        state = pl_module.full_state_dict()  # every rank: under FSDP this gathers the shards
-        if not trainer.is_global_zero:
-            return
-        meta = {"archlab_tokenizer": json.dumps(self.tokenizer.to_dict())} if self.tokenizer is not None else None
-        export = save_weights(pl_module.export_model(state), self.output_dir / EXPORT, metadata=meta)
-        write_summary(self.output_dir, self.summary(trainer, pl_module, "completed", export=export))
-        self.wrote = True
-
-    def on_exception(self, trainer: L.Trainer, pl_module: Any, exception: BaseException) -> None:
-        if trainer.is_global_zero:
-            write_summary(self.output_dir, self.summary(trainer, pl_module, "failed", exception))
-            self.wrote = True

@@ -1,0 +1,82 @@
+"""``RunRecorder``: the callback that exports the final weights and writes summary.json (global rank 0)."""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+
+from archlab.training.summary import EXPORT, SUMMARY, jsonable, best_metrics, write_summary
+from archlab.weights import save_weights
+
+
+class RunRecorder(Callback):
+    """Collects the run's facts; at the end of fit exports the weights and writes summary.json.
+
+    ``info`` holds what is known before fit (choices, model config, seed, data facts, start time)."""
+
+    def __init__(self, output_dir: str | Path, info: dict[str, Any], tokenizer: Any = None,
+                 primary_metric: Optional[str] = None):
+        self.output_dir = Path(output_dir)
+        self.info = info
+        self.tokenizer = tokenizer
+        self.primary_metric = primary_metric
+        self.wrote = False
+
+    def summary(self, trainer: Optional[L.Trainer], pl_module: Any, status: str,
+                error: Optional[BaseException] = None, export: Optional[Path] = None) -> dict[str, Any]:
+        history = list(getattr(pl_module, "history", []) or [])
+        final = history[-1] if history else {}
+        out: dict[str, Any] = {
+            "status": status,
+            "error": None if error is None else f"{type(error).__name__}: {error}",
+            **self.info,
+            "steps": trainer.global_step if trainer is not None else 0,
+            "wall_time_s": time.time() - self.info["start_time"],
+            "metrics": {"final": final, "best": best_metrics(history), "history": history},
+        }
+        if self.primary_metric:
+            value = final.get(self.primary_metric)
+            out["primary_metric"] = {"name": self.primary_metric, "value": value,
+                                     "chance": self.info.get("data", {}).get("chance_accuracy")}
+        paths = {"summary": str(self.output_dir / SUMMARY), "export": str(export) if export else None,
+                 "checkpoint": None, "last_checkpoint": None, "logs": []}
+        if trainer is not None:
+            for cb in trainer.callbacks:
+                if hasattr(cb, "summary_fields"):
+                    out.update(cb.summary_fields())
+            ckpt = trainer.checkpoint_callback
+            if ckpt is not None:
+                paths["checkpoint"] = ckpt.best_model_path or ckpt.last_model_path or None
+                paths["last_checkpoint"] = ckpt.last_model_path or None
+            paths["logs"] = [str(lg.log_dir) for lg in trainer.loggers if getattr(lg, "log_dir", None)]
+            out["trainer"] = {
+                "strategy": type(trainer.strategy).__name__,
+                "accelerator": type(trainer.accelerator).__name__,
+                "world_size": trainer.world_size,
+                "num_nodes": trainer.num_nodes,
+                "precision": str(trainer.precision),
+            }
+        out["paths"] = paths
+        if error is not None:
+            out["traceback"] = "".join(traceback.format_exception(error))
+        return json.loads(json.dumps(out, default=jsonable), parse_constant=lambda c: None)
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        state = pl_module.full_state_dict()  # every rank: under FSDP this gathers the shards
+        if not trainer.is_global_zero:
+            return
+        meta = {"archlab_tokenizer": json.dumps(self.tokenizer.to_dict())} if self.tokenizer is not None else None
+        export = save_weights(pl_module.export_model(state), self.output_dir / EXPORT, metadata=meta)
+        write_summary(self.output_dir, self.summary(trainer, pl_module, "completed", export=export))
+        self.wrote = True
+
+    def on_exception(self, trainer: L.Trainer, pl_module: Any, exception: BaseException) -> None:
+        if trainer.is_global_zero:
+            write_summary(self.output_dir, self.summary(trainer, pl_module, "failed", exception))
+            self.wrote = True
