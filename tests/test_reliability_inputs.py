@@ -120,6 +120,9 @@ ROWS = [
     (["model.n_layer=0"], "model.n_layer", "a positive number"),
     # sweep settings
     (["objective=val/bleu", *MQAR], "objective", "null (the first validation loss) or one of val/loss"),
+    (["hparams_search=optuna_lr", "objective=val/acc"], "hydra.sweeper.direction", "maximize for objective=val/acc"),
+    (["hparams_search=optuna_lr", "hydra.sweeper.direction=maximize"], "hydra.sweeper.direction",
+     "minimize for objective=val/loss"),
     (["match.reference=5", *MQAR], "match.reference", "null, or model fields to change"),
     (["match.reference={mlp: {kind: gelu}}", "match.field=n_head", *MQAR], "match.field", "one of"),
     # data settings
@@ -170,7 +173,7 @@ def test_bad_input_is_one_error_naming_field_and_value_before_any_work(files, tm
     overrides = _fill(overrides, files)
     out = tmp_path / "run"
     given = [o for o in overrides if o.startswith("paths.output_dir=")]
-    cfg = compose("train", [*([] if given else [f"paths.output_dir={out}"]), *SMALL, *overrides])
+    cfg = compose("train", [*([] if given else [f"paths.output_dir={out}"]), *SMALL, *overrides], return_hydra_config=True)
     with pytest.raises(ConfigError) as err:
         train(cfg)
     text = str(err.value)
@@ -182,7 +185,7 @@ def test_bad_input_is_one_error_naming_field_and_value_before_any_work(files, tm
 def test_the_table_covers_every_settings_group():
     groups = {row[1].split(".")[0] for row in ROWS}
     assert {"trainer", "optim", "scheduler", "model", "data", "callbacks", "logger", "ckpt_path", "resume", "seed",
-            "objective", "match", "paths"} <= groups
+            "objective", "match", "hydra", "paths"} <= groups
     assert len(ROWS) >= 30
 
 

@@ -157,6 +157,22 @@ def _check_sweep(t: Any) -> None:
                           "hydra/launcher=slurm (one job per run); ddp/fsdp re-run the command, i.e. the sweep")
 
 
+def _check_direction(cfg: DictConfig) -> None:
+    """An optimising sweeper (Optuna) must maximise an accuracy objective and minimise a loss or perplexity:
+    the other way round it would hunt for the worst run, and every trial would look fine."""
+    from hydra.core.hydra_config import HydraConfig
+
+    sweeper = HydraConfig.get().sweeper if HydraConfig.initialized() else OmegaConf.select(cfg, "hydra.sweeper")
+    direction = sweeper.get("direction") if sweeper is not None else None
+    if not isinstance(direction, str):  # no optimising sweeper (or a multi-objective list)
+        return
+    objective = OmegaConf.select(cfg, "objective") or "val/loss"
+    wanted = "maximize" if objective.endswith("/acc") else "minimize"
+    if direction != wanted:
+        raise SweepConfigError("hydra.sweeper.direction", direction,
+                               f"{wanted} for objective={objective} (accuracy: maximize; loss and ppl: minimize)")
+
+
 def validate_train(cfg: DictConfig) -> DictConfig:
     """Raise one ConfigError naming the first bad training setting; return ``cfg`` unchanged.
 
@@ -176,6 +192,7 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     ):
         raise ConfigError("trainer.devices", t.devices, 'a positive integer, a list of device ids, or "auto"')
     _check_sweep(t)
+    _check_direction(cfg)
     _positive_int(t.num_nodes, "trainer.num_nodes")
     _positive_int(t.max_steps, "trainer.max_steps")
     _positive_int(t.val_check_interval, "trainer.val_check_interval")
