@@ -96,7 +96,7 @@ ROWS = [
     (["+optim.momentum=0.9"], "optim.momentum", "an argument of torch.optim.AdamW: lr, betas, eps"),
     (["optim._target_=torch.optim.Adamw"], "optim._target_", "an importable class or function"),
     (["scheduler.warmup_steps=-1"], "scheduler.warmup_steps", "a non-negative integer"),
-    (["scheduler.warmup_steps=5000"], "scheduler.warmup_steps", "fewer than trainer.max_steps=1000"),
+    (["scheduler.warmup_steps=5000"], "scheduler.warmup_steps", "fewer than trainer.max_steps=1500"),
     (["scheduler.warmup_steps=10", "scheduler.decay_steps=5"], "scheduler.decay_steps", "more than scheduler.warmup_steps=10"),
     (["scheduler.min_lr_ratio=1.5"], "scheduler.min_lr_ratio", "a number in [0, 1]"),
     (["scheduler.kind=linear"], "scheduler.kind", "one of cosine"),
