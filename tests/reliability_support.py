@@ -58,6 +58,9 @@ class Snapshots(L.Callback):
     def _state(pl_module) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in pl_module.model.state_dict().items()}
 
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.checkpoint_io = trainer.strategy.checkpoint_io  # what the run writes its checkpoints with
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.after[trainer.global_step] = self._state(pl_module)
 

@@ -172,6 +172,7 @@ def test_nan_loss_stops_before_the_step_changes_any_weight(conf, tmp_path):
     last = tmp_path / "checkpoints" / "last.ckpt"
     assert f"Last good checkpoint: {last}" in str(err.value)
     snaps = Snapshots.made[-1]
+    assert isinstance(snaps.checkpoint_io, AtomicCheckpointIO)  # the run's checkpoints went through it
     assert bitwise_equal(snaps.at_exception, snaps.after[7])  # step 8 updated nothing
     ckpt = torch.load(last, weights_only=True)
     assert ckpt["global_step"] == 5 and all(torch.isfinite(v).all() for v in ckpt["state_dict"].values())
