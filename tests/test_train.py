@@ -270,6 +270,28 @@ def test_default_config_composes_without_overrides():
     cfg = compose("train", ["paths.output_dir=/unused"])
     assert cfg.data._target_.endswith("MQARDataModule") and cfg.trainer.accelerator == "cpu"
     assert cfg.trainer.strategy == "auto" and cfg.seed == 0 and cfg.ckpt_path is None
+    assert (cfg.model.n_layer, cfg.model.d_model, cfg.model.init_std, cfg.trainer.max_steps, cfg.threads) == (
+        2, 64, 0.1, 1500, 1)
+
+
+def test_tuned_settings_apply_to_their_pair_only_and_keep_choices():
+    from archlab.build import compose
+
+    gpt2 = compose("train", ["model=gpt2"])  # another preset keeps its own sizes
+    assert (gpt2.model.n_layer, gpt2.model.d_model, gpt2.model.init_std, gpt2.trainer.max_steps) == (12, 768, 0.02, 2000)
+    rope = compose("train", ["model/position=rope"], return_hydra_config=True)  # a part swap keeps the tuned sizes
+    assert rope.model.position.kind == "rope" and rope.model.n_layer == 2
+    assert rope.hydra.runtime.choices["model/position"] == "rope"
+
+
+@pytest.mark.slow  # the whole default run: about 1 minute on a quiet 2-core CPU, 2 at a load of 7
+def test_default_run_learns_recall(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "archlab.cli.train", f"hydra.run.dir={tmp_path}"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["metrics"]["final"]["val/acc"] >= 0.9 and s["primary_metric"]["chance"] == 1 / 32
+    assert "final val/acc: " in proc.stdout and "(chance 0.0312)" in proc.stdout
 
 
 def test_bf16_mixed_precision_and_activation_checkpointing_train(conf, tmp_path):
