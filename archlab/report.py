@@ -259,7 +259,9 @@ def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: 
     rows = [(v, st[primary]) for v, st in zip(variants, stats) if primary in st]
     if rows:
         fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4.5))
-        ax.bar(range(len(rows)), [m for _, (m, _, _) in rows], yerr=[s for _, (_, s, _) in rows], capsize=4)
+        # points, not bars: the y axis zooms on the values, so small loss differences stay visible
+        ax.errorbar(range(len(rows)), [m for _, (m, _, _) in rows], yerr=[s for _, (_, s, _) in rows], fmt="o", capsize=4)
+        ax.set_xlim(-0.5, len(rows) - 0.5)
         ax.set_xticks(range(len(rows)), [_label(v.settings) for v, _ in rows], rotation=30, ha="right", fontsize=7)
         ax.set(ylabel=metric, title=f"final {metric} (mean ± std over seeds)")
         ax.grid(axis="y", alpha=0.3)
