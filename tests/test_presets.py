@@ -6,25 +6,11 @@ import pytest
 import torch
 
 from archlab import build_model, compose_model, count_params
+from published import PUBLISHED
 from archlab.interop.hf import config_to_hf
 
 transformers = pytest.importorskip("transformers")
 
-# ../shared/REFERENCE.md, "total params" column (transformers models on the meta device).
-PUBLISHED = {
-    "gpt2": 124_439_808,
-    "gpt2-medium": 354_823_168,
-    "gpt2-large": 774_030_080,
-    "gpt2-xl": 1_557_611_200,
-    "gptj-6b": 6_050_882_784,
-    "llama-7b": 6_738_415_616,
-    "llama-13b": 13_015_864_320,
-    "llama-65b": 65_285_660_672,
-    "llama2-7b": 6_738_415_616,
-    "llama2-70b": 68_976_648_192,
-    "llama3-8b": 8_030_261_248,
-    "llama3-70b": 70_553_706_496,
-}
 
 
 def gpt2_closed_form(V, ctx, d, L, f):
