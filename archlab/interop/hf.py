@@ -128,19 +128,8 @@ def _activation(cfg: ModelConfig) -> str:
     return "relu" if cfg.mlp.kind == "relu" else _PLAIN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)]
 
 
-def _gpt2_kwargs(cfg: ModelConfig) -> dict[str, Any]:
-    family = "GPT-2"
-    _expect(
-        cfg,
-        family,
-        _gpt_rules()
-        + _mha_rules(cfg, family)
-        + [
-            ("model.attention.qkv_bias", (True,), " (Conv1D layers always have a bias)"),
-            ("model.attention.out_bias", (True,), " (Conv1D layers always have a bias)"),
-            ("model.head.bias", (False,), ""),
-        ],
-    )
+def _gpt_common_kwargs(cfg: ModelConfig) -> dict[str, Any]:
+    """Config fields GPT2Config and GPTJConfig share (same names, same meaning)."""
     return dict(
         vocab_size=cfg.vocab_size,
         n_positions=cfg.context_length,
@@ -156,6 +145,22 @@ def _gpt2_kwargs(cfg: ModelConfig) -> dict[str, Any]:
         initializer_range=cfg.init_std,
         tie_word_embeddings=cfg.head.tied,
     )
+
+
+def _gpt2_kwargs(cfg: ModelConfig) -> dict[str, Any]:
+    family = "GPT-2"
+    _expect(
+        cfg,
+        family,
+        _gpt_rules()
+        + _mha_rules(cfg, family)
+        + [
+            ("model.attention.qkv_bias", (True,), " (Conv1D layers always have a bias)"),
+            ("model.attention.out_bias", (True,), " (Conv1D layers always have a bias)"),
+            ("model.head.bias", (False,), ""),
+        ],
+    )
+    return _gpt_common_kwargs(cfg)
 
 
 def _gptj_kwargs(cfg: ModelConfig) -> dict[str, Any]:
@@ -174,22 +179,7 @@ def _gptj_kwargs(cfg: ModelConfig) -> dict[str, Any]:
             ("model.head.bias", (True,), ""),
         ],
     )
-    return dict(
-        vocab_size=cfg.vocab_size,
-        n_positions=cfg.context_length,
-        n_embd=cfg.d_model,
-        n_layer=cfg.n_layer,
-        n_head=cfg.attention.n_head,
-        rotary_dim=rotary_dim(cfg),
-        n_inner=d_ff(cfg),
-        activation_function=_activation(cfg),
-        resid_pdrop=cfg.dropout,
-        embd_pdrop=cfg.dropout,
-        attn_pdrop=cfg.attention.dropout,
-        layer_norm_epsilon=cfg.norm.eps,
-        initializer_range=cfg.init_std,
-        tie_word_embeddings=cfg.head.tied,
-    )
+    return dict(_gpt_common_kwargs(cfg), rotary_dim=rotary_dim(cfg))
 
 
 def _llama_kwargs(cfg: ModelConfig) -> dict[str, Any]:
