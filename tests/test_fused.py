@@ -84,3 +84,21 @@ def test_glu_matches_the_formula_and_its_gradient(activation, act):
     ref, (ref_g,) = _grads(lambda h: act(h[..., :10]) * h[..., 10:], h)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(g, ref_g, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["rms_norm", "rotary", "glu"])
+def test_inference_path_equals_the_autograd_path(name):
+    """Without autograd (decoding) the functions skip the Function machinery; values are the same."""
+    torch.manual_seed(0)
+    cos, sin = torch.rand(5, 4, dtype=F64), torch.rand(5, 4, dtype=F64)
+    fn, shape = {
+        "rms_norm": (lambda t: rms_norm(t, torch.linspace(0.5, 2, 8, dtype=F64), 1e-5), (2, 3, 5, 8)),
+        "rotary": (lambda t: rotary(t, cos, sin, False), (2, 3, 5, 8)),
+        "glu": (lambda t: glu(t, "silu"), (2, 5, 8)),
+    }[name]
+    x = torch.randn(shape, dtype=F64, requires_grad=True)
+    recorded = fn(x)
+    with torch.inference_mode():
+        plain = fn(x.detach())
+    assert recorded.grad_fn is not None and plain.grad_fn is None
+    torch.testing.assert_close(plain, recorded.detach(), rtol=0, atol=0)

@@ -13,16 +13,26 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def _normalise(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """``x / rms(x)`` and ``1 / rms(x)`` (rms over the last dim), in at least float32."""
+    xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
+    # ||x||² / d in one read of x (no x² temporary)
+    rstd = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+    return xf * rstd, rstd
+
+
+def _needs_grad(*tensors: Tensor) -> bool:
+    """Will autograd record this call? If not, skip the Function machinery (it costs more than the
+    arithmetic when decoding one token)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 class _RMSNorm(torch.autograd.Function):
     """``x / sqrt(mean(x²) + eps) * weight`` over the last dim, statistics in at least float32."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
-        d = x.shape[-1]
-        # ||x||² / d in one read of x (no x² temporary)
-        rstd = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(d).add_(eps).rsqrt_()
-        xhat = xf * rstd
+        xhat, rstd = _normalise(x, eps)
         ctx.save_for_backward(xhat, rstd, weight)
         return xhat.to(x.dtype) * weight
 
@@ -41,7 +51,9 @@ class _RMSNorm(torch.autograd.Function):
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm whose backward makes four passes over the activations (autograd's decomposition: about ten)."""
-    return _RMSNorm.apply(x, weight, eps)
+    if _needs_grad(x, weight):
+        return _RMSNorm.apply(x, weight, eps)
+    return _normalise(x, eps)[0].to(x.dtype) * weight
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
@@ -72,7 +84,9 @@ class _Rotary(torch.autograd.Function):
 
 def rotary(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     """RoPE on ``x`` ``[..., T, head_dim]`` with ``cos``/``sin`` ``[T, r/2]`` (one angle per pair)."""
-    return _Rotary.apply(x, cos, sin, interleaved)
+    if _needs_grad(x):
+        return _Rotary.apply(x, cos, sin, interleaved)
+    return _rotate(x, cos, sin, interleaved)
 
 
 # activation -> (forward, its aten backward writing into a given tensor)
@@ -106,4 +120,7 @@ class _Gated(torch.autograd.Function):
 
 def glu(h: Tensor, activation: str) -> Tensor:
     """``activation(gate) * up`` for ``h = [gate | up]`` along the last dim (SwiGLU: silu, GeGLU: gelu)."""
-    return _Gated.apply(h, activation)
+    if _needs_grad(h):
+        return _Gated.apply(h, activation)
+    gate, up = h.chunk(2, dim=-1)
+    return _GATE_ACTIVATIONS[activation][0](gate) * up
