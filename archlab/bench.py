@@ -126,9 +126,8 @@ def run_bench(cfg) -> dict:
     room = mcfg.context_length - PROMPT_TOKENS
     n = room if cfg.generate_tokens is None else cfg.generate_tokens
     if not 1 <= n <= room:
-        raise ConfigError(
-            "generate_tokens", n, f"1 to model.context_length - {PROMPT_TOKENS} prompt tokens = {room}, or null for {room}"
-        )
+        allowed = f"1 to model.context_length - {PROMPT_TOKENS} prompt tokens = {room}, or null for {room}"
+        raise ConfigError("generate_tokens", n, allowed)
     if cfg.dtype not in ("float32", "bfloat16"):
         raise ConfigError("dtype", cfg.dtype, "one of ['bfloat16', 'float32']")
     device, dtype = resolve_device(cfg.device), getattr(torch, cfg.dtype)

@@ -13,18 +13,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def _normalise(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """``x / rms(x)`` and ``1 / rms(x)`` (rms over the last dim), in at least float32."""
-    xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
-    # ||x||² / d in one read of x (no x² temporary)
-    rstd = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
-    return xf * rstd, rstd
-
-
 def _needs_grad(*tensors: Tensor) -> bool:
-    """Will autograd record this call? If not, skip the Function machinery (it costs more than the
-    arithmetic when decoding one token)."""
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    """Use the hand-written backward? Not when nothing records gradients (the Function machinery
+    costs more than the arithmetic when decoding one token), nor under ``torch.compile``, which
+    derives and fuses the backward of the plain formula itself."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors) and not torch.compiler.is_compiling()
 
 
 class _RMSNorm(torch.autograd.Function):
@@ -32,7 +25,10 @@ class _RMSNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        xhat, rstd = _normalise(x, eps)
+        xf = x if x.dtype in (torch.float32, torch.float64) else x.float()
+        # ||x||² / d in one read of x (no x² temporary)
+        rstd = torch.linalg.vector_norm(xf, dim=-1, keepdim=True).square_().div_(x.shape[-1]).add_(eps).rsqrt_()
+        xhat = xf * rstd
         ctx.save_for_backward(xhat, rstd, weight)
         return xhat.to(x.dtype) * weight
 
@@ -53,7 +49,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     """RMSNorm whose backward makes four passes over the activations (autograd's decomposition: about ten)."""
     if _needs_grad(x, weight):
         return _RMSNorm.apply(x, weight, eps)
-    return _normalise(x, eps)[0].to(x.dtype) * weight
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
