@@ -1,12 +1,16 @@
 """Benchmark harness: archlab vs the Hugging Face implementation of the same layout, in one process.
 
 Both sides get the same weights, dtype, threads, batch and loss code; their calls alternate after a
-warm-up so drift in machine speed hits both alike, and each figure is a median over repetitions.
+warm-up, with a large dense matmul (the machine's ceiling) in the same rotation, so drift in machine
+speed hits all three alike, and each figure is a median over repetitions. A profiled step says how
+much of it is spent in matmul and attention kernels: the floor no fusion of the other ops can beat.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +22,10 @@ import torch.nn.functional as F
 # bf16 dense peaks (FLOP/s) of common accelerators, for MFU; CPU figures are measured instead.
 GPU_BF16_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10G": 70e12, "4090": 165e12}
 PROMPT_TOKENS = 8  # generation starts from this many random tokens
+CEILING = "dense matmul"  # the ceiling's entry among the timed functions
+# aten ops that are dense matrix products, and name fragments of every SDPA kernel (flash, efficient, math, cuDNN)
+MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv"})
+ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
 
 
 def gpu_peak_flops(device: torch.device) -> float | None:
@@ -57,12 +65,51 @@ def median_rate(seconds: list[float], units_per_call: float) -> float:
     return units_per_call / statistics.median(seconds)
 
 
-def matmul_throughput(device: torch.device, dtype: torch.dtype, n: int, repeats: int = 5) -> float:
-    """FLOP/s of an n x n @ n x n matmul, the machine's dense ceiling for this dtype."""
+def ceiling_matmul(device: torch.device, dtype: torch.dtype, n: int) -> Callable[[], object]:
+    """An n x n @ n x n matmul (2n³ FLOPs): the machine's dense ceiling for this dtype. It is timed in
+    the same alternation as the training steps, so a change in machine speed moves both alike."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    seconds = time_alternating({"mm": lambda: a @ b}, warmup=2, repeats=repeats, device=device)["mm"]
-    return median_rate(seconds, 2.0 * n**3)
+    return lambda: a @ b
+
+
+@contextmanager
+def c_stderr_silenced() -> Iterator[None]:
+    """Send the process's C-level stderr to /dev/null: Kineto prints two lines per profiled call there."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def kernel_seconds(fn: Callable[[], object], device: torch.device, calls: int = 3) -> dict[str, float]:
+    """Seconds a call of ``fn`` spends inside matmul kernels and inside attention kernels (median of
+    ``calls`` profiled calls): together the step's floor, its time if every other op (norms,
+    activations, optimizer, framework overhead) cost nothing."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    samples: dict[str, list[float]] = {"matmul": [], "attention": []}
+    for _ in range(calls):
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with c_stderr_silenced(), profile(activities=activities) as prof:
+            fn()
+            synchronize(device)
+        seconds = dict.fromkeys(samples, 0.0)
+        for event in prof.key_averages():
+            spent = (event.self_device_time_total if cuda else event.self_cpu_time_total) / 1e6
+            if event.key in MATMUL_OPS:
+                seconds["matmul"] += spent
+            elif any(fragment in event.key for fragment in ATTENTION_OPS):
+                seconds["attention"] += spent
+        for kind, spent in seconds.items():
+            samples[kind].append(spent)
+    return {kind: statistics.median(values) for kind, values in samples.items()}
 
 
 @contextmanager
@@ -152,10 +199,13 @@ def run_bench(cfg) -> dict:
     steps = {name: StepFns(logits_of(m), adamw(m.parameters())) for name, m in impls.items()}
     for m in impls.values():
         m.train()
+    side = cfg.matmul_size or (8192 if device.type == "cuda" else 2048)
+    train_fns = {name: (lambda s=s: s.step(x, y)) for name, s in steps.items()}
     train_times = time_alternating(
-        {name: (lambda s=s: s.step(x, y)) for name, s in steps.items()}, cfg.warmup, cfg.repeats, device
+        {**train_fns, CEILING: ceiling_matmul(device, dtype, side)}, cfg.warmup, cfg.repeats, device
     )
-    ceiling = matmul_throughput(device, dtype, cfg.matmul_size or (8192 if device.type == "cuda" else 2048))
+    ceiling = median_rate(train_times.pop(CEILING), 2.0 * side**3)
+    kernels = {name: kernel_seconds(fn, device, cfg.repeats) for name, fn in train_fns.items()}
     peak = gpu_peak_flops(device)
     out: dict = {
         "device": str(device),
@@ -173,6 +223,9 @@ def run_bench(cfg) -> dict:
         tok_s = median_rate(secs, cfg.batch_size * T)
         row = {"tokens_per_s": tok_s, "step_s": statistics.median(secs), "flops": flops_tok * tok_s}
         row["fraction_of_matmul"] = row["flops"] / ceiling
+        row["matmul_s"], row["attention_s"] = kernels[name]["matmul"], kernels[name]["attention"]
+        row["floor_s"] = row["matmul_s"] + row["attention_s"]
+        row["floor_fraction_of_matmul"] = flops_tok * cfg.batch_size * T / row["floor_s"] / ceiling
         if peak:
             row["mfu"] = row["flops"] / peak
         out["train"][name] = row

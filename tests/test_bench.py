@@ -2,9 +2,11 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 from omegaconf import OmegaConf
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from archlab.bench import median_rate, run_bench, saved_activation_bytes, time_alternating
+from archlab.bench import kernel_seconds, median_rate, run_bench, saved_activation_bytes, time_alternating
 from archlab.build import compose
 from archlab.errors import ConfigError
 
@@ -27,6 +29,18 @@ def test_saved_activation_bytes_counts_what_autograd_keeps():
         y = torch.exp(x)  # exp saves its output: 1000 float32
         y.sum().backward()
     assert saved[0] == 1000 * 4
+
+
+def test_kernel_seconds_sorts_matmul_and_attention_kernels():
+    cpu = torch.device("cpu")
+    a = torch.randn(256, 256)
+    q = torch.randn(1, 2, 64, 16)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # one fused kernel, no aten matmul inside
+        attention = kernel_seconds(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), cpu)
+    matmul = kernel_seconds(lambda: torch.addmm(a[0], a, a), cpu)
+    assert attention["attention"] > 0 and attention["matmul"] == 0
+    assert matmul["matmul"] > 0 and matmul["attention"] == 0
+    assert kernel_seconds(lambda: torch.exp(a), cpu) == {"matmul": 0.0, "attention": 0.0}
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +67,11 @@ def test_bench_figures_are_consistent(result):
         assert row["tokens_per_s"] == pytest.approx(2 * 16 / row["step_s"])
         assert row["flops"] == pytest.approx(out["flops_per_token"] * row["tokens_per_s"])
         assert row["fraction_of_matmul"] == pytest.approx(row["flops"] / out["matmul_flops"])
+        # the floor: the step's matmul and attention kernel time alone, a part of the step
+        assert 0 < row["matmul_s"] < row["step_s"] and 0 < row["attention_s"] < row["step_s"]
+        assert row["floor_s"] == pytest.approx(row["matmul_s"] + row["attention_s"])
+        assert row["floor_fraction_of_matmul"] == pytest.approx(
+            out["flops_per_token"] * 2 * 16 / row["floor_s"] / out["matmul_flops"])
     for section in ("train", "generate"):
         assert out[section]["ratio"] == pytest.approx(
             out[section]["archlab"]["tokens_per_s"] / out[section]["hf"]["tokens_per_s"])

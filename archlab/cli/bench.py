@@ -37,6 +37,9 @@ def _print_table(result: dict) -> None:
     row("achieved GFLOP/s", "train", "flops", lambda v: f"{v / 1e9:.1f}")
     row("fraction of matmul ceiling", "train", "fraction_of_matmul", lambda v: f"{v:.2f}")
     row("MFU (bf16 peak)", "train", "mfu", lambda v: f"{v:.3f}")
+    row("  of the step: in matmul kernels (s)", "train", "matmul_s", lambda v: f"{v:.3f}")
+    row("  in attention kernels (s)", "train", "attention_s", lambda v: f"{v:.3f}")
+    row("  fraction of ceiling if only those ran", "train", "floor_fraction_of_matmul", lambda v: f"{v:.2f}")
     row("generate tokens/s (batch 1)", "generate", "tokens_per_s", lambda v: f"{v:,.1f}")
     console.print(table)
     for mode, figures in result["memory"].items():
