@@ -87,29 +87,34 @@ def c_stderr_silenced() -> Iterator[None]:
             os.close(saved)
 
 
-def kernel_seconds(fn: Callable[[], object], device: torch.device, calls: int = 3) -> dict[str, float]:
-    """Seconds a call of ``fn`` spends inside matmul kernels and inside attention kernels (median of
-    ``calls`` profiled calls): together the step's floor, its time if every other op (norms,
-    activations, optimizer, framework overhead) cost nothing."""
+def kernel_seconds(fn: Callable[[], object], device: torch.device) -> dict[str, float]:
+    """Seconds one profiled call of ``fn`` spends inside matmul kernels and inside attention kernels:
+    together the call's floor, its time if every other op (norms, activations, optimizer, framework
+    overhead) cost nothing."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
-    samples: dict[str, list[float]] = {"matmul": [], "attention": []}
-    for _ in range(calls):
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-        with c_stderr_silenced(), profile(activities=activities) as prof:
-            fn()
-            synchronize(device)
-        seconds = dict.fromkeys(samples, 0.0)
-        for event in prof.key_averages():
-            spent = (event.self_device_time_total if cuda else event.self_cpu_time_total) / 1e6
-            if event.key in MATMUL_OPS:
-                seconds["matmul"] += spent
-            elif any(fragment in event.key for fragment in ATTENTION_OPS):
-                seconds["attention"] += spent
-        for kind, spent in seconds.items():
-            samples[kind].append(spent)
-    return {kind: statistics.median(values) for kind, values in samples.items()}
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with c_stderr_silenced(), profile(activities=activities) as prof:
+        fn()
+        synchronize(device)
+    seconds = {"matmul": 0.0, "attention": 0.0}
+    for event in prof.key_averages():
+        spent = (event.self_device_time_total if cuda else event.self_cpu_time_total) / 1e6
+        if event.key in MATMUL_OPS:
+            seconds["matmul"] += spent
+        elif any(fragment in event.key for fragment in ATTENTION_OPS):
+            seconds["attention"] += spent
+    return seconds
+
+
+def median_kernel_seconds(fns: dict[str, Callable[[], object]], rounds: int, device) -> dict[str, dict[str, float]]:
+    """``kernel_seconds`` of each function, alternating them for ``rounds`` rounds; medians per kind."""
+    profiled = [{name: kernel_seconds(fn, device) for name, fn in fns.items()} for _ in range(rounds)]
+    return {
+        name: {kind: statistics.median(p[name][kind] for p in profiled) for kind in profiled[0][name]}
+        for name in fns
+    }
 
 
 @contextmanager
@@ -205,7 +210,7 @@ def run_bench(cfg) -> dict:
         {**train_fns, CEILING: ceiling_matmul(device, dtype, side)}, cfg.warmup, cfg.repeats, device
     )
     ceiling = median_rate(train_times.pop(CEILING), 2.0 * side**3)
-    kernels = {name: kernel_seconds(fn, device, cfg.repeats) for name, fn in train_fns.items()}
+    kernels = median_kernel_seconds(train_fns, cfg.repeats, device)
     peak = gpu_peak_flops(device)
     out: dict = {
         "device": str(device),

@@ -96,7 +96,7 @@ class BenchConfig:
     batch_size: int = 8
     seq_len: Optional[int] = None
     warmup: int = 2
-    repeats: int = 5
+    repeats: int = 10
     generate_tokens: Optional[int] = None  # None: model.context_length minus the 8-token prompt
     device: str = "auto"
     dtype: str = "float32"
