@@ -61,10 +61,10 @@ def test_rms_norm_keeps_low_precision_dtypes_and_computes_statistics_in_float32(
 def test_rotary_matches_the_formula_and_its_gradient(interleaved, rotated):
     torch.manual_seed(0)
     T = 6
-    angle = torch.arange(T, dtype=F64)[:, None] * torch.rand(rotated // 2, dtype=F64)[None]
+    angle = torch.arange(T, dtype=F64)[:, None, None] * torch.rand(rotated // 2, dtype=F64)  # [T, 1, r/2]
     cos, sin = angle.cos(), angle.sin()
-    qkv = torch.randn(2, T, 3 * 2 * 8, dtype=F64)  # a strided view, as attention passes it
-    q = qkv[..., : 2 * 8].view(2, T, 2, 8).transpose(1, 2)
+    qkv = torch.randn(2, T, 3 * 2, 8, dtype=F64)  # q and k heads of a fused projection: a strided view
+    q = qkv[:, :, : 2 * 2]
     out, (g,) = _grads(lambda q: rotary(q, cos, sin, interleaved), q)
     ref, (ref_g,) = _grads(lambda q: _reference_rotary(q, cos, sin, interleaved), q)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)

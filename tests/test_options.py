@@ -168,11 +168,12 @@ def test_partial_rotary_rotates_only_the_first_dims(position, interleaved):
     rotated = 4
     T = 12
     rotate = build_position(cfg).rotary(torch.arange(T), F64)
-    x = torch.randn(1, 4, 1, hd, dtype=F64).expand(1, 4, T, hd)  # the same vector at every position
+    x = torch.randn(1, 1, 4, hd, dtype=F64).expand(1, T, 4, hd)  # [B, T, heads, hd]: one vector at every position
     y = rotate(x)
     torch.testing.assert_close(y[..., rotated:], x[..., rotated:], rtol=0, atol=0)  # position-independent
-    assert (y[..., 1:, :rotated] - y[..., :1, :rotated]).abs().amax(dim=-1).min() > 1e-3  # rotated at every p > 0
-    torch.testing.assert_close(y, reference_rope(x, torch.arange(T), 10000.0, rotated, interleaved), rtol=1e-6, atol=1e-6)
+    assert (y[:, 1:, :, :rotated] - y[:, :1, :, :rotated]).abs().amax(dim=-1).min() > 1e-3  # rotated at every p > 0
+    expected = reference_rope(x.transpose(1, 2), torch.arange(T), 10000.0, rotated, interleaved).transpose(1, 2)
+    torch.testing.assert_close(y, expected, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))  # a rotation keeps lengths
 
 
@@ -181,8 +182,8 @@ def test_rope_scores_depend_only_on_the_offset(pairing):
     cfg = tiny(position={"kind": "rope", "pairing": pairing})
     T = 16
     rotate = build_position(cfg).rotary(torch.arange(T), F64)
-    q = rotate(torch.randn(1, 1, 1, 8, dtype=F64).expand(1, 1, T, 8))[0, 0]
-    k = rotate(torch.randn(1, 1, 1, 8, dtype=F64).expand(1, 1, T, 8))[0, 0]
+    q = rotate(torch.randn(1, 1, 1, 8, dtype=F64).expand(1, T, 1, 8))[0, :, 0]
+    k = rotate(torch.randn(1, 1, 1, 8, dtype=F64).expand(1, T, 1, 8))[0, :, 0]
     scores = q @ k.T  # scores[m, n] = <R_m q, R_n k>
     for offset in range(-3, 4):
         diagonal = torch.diagonal(scores, offset)

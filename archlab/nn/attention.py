@@ -72,12 +72,13 @@ class CausalSelfAttention(nn.Module):
     ) -> Tensor:
         B, T, _ = x.shape
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v = self.qkv(x).split((H * hd, KV * hd, KV * hd), dim=-1)
-        q = q.view(B, T, H, hd).transpose(1, 2)
-        k = k.view(B, T, KV, hd).transpose(1, 2)
-        v = v.view(B, T, KV, hd).transpose(1, 2)
-        if rotary is not None:
-            q, k = rotary(q), rotary(k)
+        qkv = self.qkv(x).view(B, T, H + 2 * KV, hd)
+        if rotary is None:
+            q, k, v = qkv.split((H, KV, KV), dim=2)
+        else:
+            qk, v = qkv.split((H + KV, KV), dim=2)
+            q, k = rotary(qk).split((H, KV), dim=2)  # queries and keys in one pass, in this layout
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if cache is not None:
             k, v = cache.update(layer, k, v)
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:

@@ -54,13 +54,17 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     """``x`` with each pair of its first ``2·cos.shape[-1]`` dims rotated by the angles of ``cos``/``sin``;
-    pairs are (i, i + r/2) or, ``interleaved``, (2i, 2i + 1)."""
+    pairs are (i, i + r/2) or, ``interleaved``, (2i, 2i + 1). Each half is written straight into one
+    output (no ``cat``), which ``x`` may be a strided view of, e.g. the q/k part of a fused projection."""
     r = 2 * cos.shape[-1]
-    x1, x2 = (x[..., 0:r:2], x[..., 1:r:2]) if interleaved else (x[..., : r // 2], x[..., r // 2 : r])
-    y1 = torch.addcmul(x1 * cos, x2, sin, value=-1)  # x1·cos - x2·sin
-    y2 = torch.addcmul(x2 * cos, x1, sin)  # x2·cos + x1·sin
-    rotated = torch.stack((y1, y2), dim=-1).flatten(-2) if interleaved else torch.cat((y1, y2), dim=-1)
-    return rotated if r == x.shape[-1] else torch.cat((rotated, x[..., r:]), dim=-1)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    pairs = (slice(0, r, 2), slice(1, r, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
+    x1, x2, y1, y2 = x[..., pairs[0]], x[..., pairs[1]], out[..., pairs[0]], out[..., pairs[1]]
+    torch.mul(x1, cos, out=y1).addcmul_(x2, sin, value=-1)  # x1·cos - x2·sin
+    torch.mul(x2, cos, out=y2).addcmul_(x1, sin)  # x2·cos + x1·sin
+    if r < x.shape[-1]:
+        out[..., r:] = x[..., r:]
+    return out
 
 
 class _Rotary(torch.autograd.Function):
@@ -79,7 +83,8 @@ class _Rotary(torch.autograd.Function):
 
 
 def rotary(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    """RoPE on ``x`` ``[..., T, head_dim]`` with ``cos``/``sin`` ``[T, r/2]`` (one angle per pair)."""
+    """RoPE on ``x`` ``[B, T, heads, head_dim]`` with ``cos``/``sin`` ``[T, 1, r/2]`` (one angle per pair);
+    any layout works where ``cos``/``sin`` broadcast against ``x``'s first r/2 dims."""
     if _needs_grad(x):
         return _Rotary.apply(x, cos, sin, interleaved)
     return _rotate(x, cos, sin, interleaved)

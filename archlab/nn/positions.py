@@ -2,7 +2,8 @@
 
 A scheme acts at one or more of three points, each a no-op by default: ``embed`` adds an absolute
 position to the token embeddings, ``rotary`` returns a function that rotates queries and keys, and
-``bias`` returns an additive attention bias. The model calls each once per forward.
+``bias`` returns an additive attention bias. The model calls each once per forward; the rotation
+takes queries and keys together, ``[B, T, heads, head_dim]``.
 """
 
 from __future__ import annotations
@@ -126,9 +127,9 @@ class RoPE(Position):
     def rotary(self, pos: Tensor, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
         exponent = torch.arange(0, self.dim, 2, device=pos.device, dtype=torch.int64).float() / self.dim
         inv_freq = 1.0 / (self.theta**exponent)
-        angle = pos.float()[:, None] * inv_freq[None, :]  # [T, r/2]: one angle per rotated pair
+        angle = pos.float()[:, None, None] * inv_freq  # [T, 1, r/2]: one angle per rotated pair, any head
         cos, sin, interleaved = angle.cos().to(dtype), angle.sin().to(dtype), self.interleaved
-        return lambda x: rotary(x, cos, sin, interleaved)  # x: [B, heads, T, head_dim]
+        return lambda x: rotary(x, cos, sin, interleaved)  # x: [B, T, heads, head_dim]
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
