@@ -73,6 +73,22 @@ def test_rotary_matches_the_formula_and_its_gradient(interleaved, rotated):
     assert torch.autograd.gradcheck(lambda q: rotary(q, cos, sin, interleaved), (q.detach().requires_grad_(True),))
 
 
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary_under_torch_compile_uses_a_formula_with_the_same_values(interleaved, monkeypatch):
+    """Compiled code cannot write through ``out=`` with autograd; its formula must agree with eager's."""
+    T = 6
+    angle = torch.arange(T, dtype=F64)[:, None, None] * torch.rand(2, dtype=F64)
+    cos, sin = angle.cos(), angle.sin()
+    q = torch.randn(2, T, 3, 8, dtype=F64)
+    eager = rotary(q, cos, sin, interleaved)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    out, (g,) = _grads(lambda q: rotary(q, cos, sin, interleaved), q)
+    ref, (ref_g,) = _grads(lambda q: _reference_rotary(q, cos, sin, interleaved), q)
+    torch.testing.assert_close(out, eager, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(g, ref_g, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "activation, act",
     [("silu", lambda g: g * torch.sigmoid(g)), ("gelu", lambda g: 0.5 * g * (1 + torch.erf(g / math.sqrt(2))))],

@@ -67,6 +67,16 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     return out
 
 
+def _rotate_traceable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    """The same rotation as one expression, for ``torch.compile``: ``out=`` has no autograd there, and
+    inductor fuses this into one kernel anyway."""
+    r = 2 * cos.shape[-1]
+    x1, x2 = (x[..., 0:r:2], x[..., 1:r:2]) if interleaved else (x[..., : r // 2], x[..., r // 2 : r])
+    y1, y2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+    rotated = torch.stack((y1, y2), dim=-1).flatten(-2) if interleaved else torch.cat((y1, y2), dim=-1)
+    return rotated if r == x.shape[-1] else torch.cat((rotated, x[..., r:]), dim=-1)
+
+
 class _Rotary(torch.autograd.Function):
     """A rotation by the angles of ``cos``/``sin``; its backward is the rotation by minus them."""
 
@@ -85,6 +95,8 @@ class _Rotary(torch.autograd.Function):
 def rotary(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
     """RoPE on ``x`` ``[B, T, heads, head_dim]`` with ``cos``/``sin`` ``[T, 1, r/2]`` (one angle per pair);
     any layout works where ``cos``/``sin`` broadcast against ``x``'s first r/2 dims."""
+    if torch.compiler.is_compiling():
+        return _rotate_traceable(x, cos, sin, interleaved)
     if _needs_grad(x):
         return _Rotary.apply(x, cos, sin, interleaved)
     return _rotate(x, cos, sin, interleaved)
