@@ -37,6 +37,12 @@ class Decoder(nn.Module):
         """Logits ``[B, T, vocab]`` for tokens ``idx`` ``[B, T]``; with ``cache``, continue after it."""
         start = cache.length if cache is not None else 0
         T = idx.shape[1]
+        limit = self.position.max_positions
+        if limit is not None and start + T > limit:  # checked on ints: no device sync, no graph break
+            raise ValueError(
+                f"position {start + T - 1} is past model.context_length={limit}: learned positions have "
+                "no entry there; shorten the sequence or raise model.context_length"
+            )
         q_pos = torch.arange(start, start + T, device=idx.device)
         k_pos = torch.arange(start + T, device=idx.device) if start else q_pos
         x = self.drop(self.position.embed(self.tok_emb(idx), q_pos))
