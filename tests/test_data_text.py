@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 from archlab.data import TextDataModule
-from archlab.data.stream import batch_rng
+from archlab.data.stream import RankPadded, batch_rng
 from archlab.data.windows import ValidationWindows, random_windows
 from archlab.errors import ConfigError
 
@@ -67,6 +69,38 @@ def test_validation_windows_score_every_token_once(n, seq_len):
             assert start == i * seq_len and (y != -100).all()  # the full windows do not overlap
         scored += (y[y != -100] - 1000).tolist()
     assert sorted(scored) == list(range(1, n))  # every token after the first, each exactly once
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_validation_across_processes_scores_every_token_once(world):
+    """Each process's slice (as Lightning's DistributedSampler cuts it) of the rank-padded windows:
+    together every token once, and the same number of rows on every process."""
+    from torch.utils.data import DistributedSampler
+
+    n, seq_len = 92, 7  # 13 windows: not a multiple of 2 or 3
+    windows = ValidationWindows(np.arange(1000, 1000 + n), seq_len)
+    padded = RankPadded(windows, world)
+    scored, rows = [], []
+    for rank in range(world):
+        sampler = DistributedSampler(padded, num_replicas=world, rank=rank, shuffle=False)
+        targets = [padded[i][1] for i in sampler]
+        rows.append(len(targets))
+        scored += [t - 1000 for y in targets for t in y[y != -100].tolist()]
+    assert sorted(scored) == list(range(1, n)) and len(set(rows)) == 1
+    # the sampler padding real rows instead repeats the first windows' tokens on the last processes
+    unpadded = [t for r in range(world) for i in DistributedSampler(windows, world, r, shuffle=False)
+                for t in windows[i][1][windows[i][1] != -100].tolist()]
+    assert len(unpadded) > n - 1
+
+
+def test_validation_loader_pads_only_under_several_processes(text_file):
+    path, _ = text_file
+    dm = TextDataModule(str(path), seq_len=16, batch_size=3)
+    dm.setup()
+    assert not isinstance(dm.val_dataloader()[0].dataset, RankPadded)  # no trainer: one process
+    dm.trainer = SimpleNamespace(world_size=2)
+    loader = dm.val_dataloader()[0]
+    assert isinstance(loader.dataset, RankPadded) and len(loader.dataset) % 2 == 0
 
 
 def test_validation_loader_reads_the_windows_in_order(text_file):

@@ -3,6 +3,7 @@
 Both ranks must end with identical weights, and a 2-process run with batch 4 per rank must match a
 single process with batch 8 (the same global batch, see tests/train_support.py) to within
 ``TOLERANCE``: the gradient all-reduce sums in another order, and ten Adam steps carry the rounding on.
+Validation losses must match too, with a row count that does not divide among the processes.
 Lightning's ``ddp`` and ``ModelParallelStrategy`` launchers re-run ``sys.argv``, which under pytest
 is pytest itself, so those two are tested through the CLI in a subprocess.
 """
@@ -21,7 +22,8 @@ from train_support import cli, compose_train, tiny_config_dir
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 TOLERANCE = 1e-5  # max |w_2proc - w_1proc| after 10 steps (lr 1e-3); measured 1.5e-6 (weights ~1)
-STEPS = ["trainer.max_steps=10", "trainer.val_check_interval=5", "model.n_layer=2"]
+# 33 validation rows: 17 per process at batch 4, rank 1's last batch only padding; each row scored once
+STEPS = ["trainer.max_steps=10", "trainer.val_check_interval=5", "model.n_layer=2", "data.val_examples=33"]
 
 
 def _ranks(dirpath: str) -> str:

@@ -60,8 +60,10 @@ class TinyData(L.LightningDataModule):
         return DataLoader(_Stream(self, rank, world, start), batch_size=None)
 
     def val_dataloader(self):
+        from archlab.data.stream import eval_loader
+
         x, y = counting(self.seed + 1, 0, self.val_examples, self.seq_len, self.vocab_size)
-        return [DataLoader(TensorDataset(x, y), batch_size=self.batch_size)]
+        return [eval_loader(TensorDataset(x, y), self.batch_size, 0, self.trainer)]
 
 
 TINY_YAML = """\

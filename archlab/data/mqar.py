@@ -18,9 +18,10 @@ from typing import Optional
 import lightning as L
 import numpy as np
 import torch
+from torch.utils.data import TensorDataset
 
 from archlab.data.common import IGNORE, check_positive
-from archlab.data.stream import batch_rng, fixed_loader, stream_loader
+from archlab.data.stream import batch_rng, eval_loader, stream_loader
 from archlab.errors import ConfigError
 
 
@@ -97,4 +98,5 @@ class MQARDataModule(L.LightningDataModule):
 
     def val_dataloader(self):
         self.setup()
-        return [fixed_loader(x, y, self.batch_size, self.num_workers) for x, y in self.val_sets]
+        return [eval_loader(TensorDataset(x, y), self.batch_size, self.num_workers, self.trainer)
+                for x, y in self.val_sets]

@@ -12,7 +12,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, TensorDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+
+from archlab.data.common import IGNORE
 
 # make_batch(rng, n) -> (inputs, targets): n examples drawn from the generator rng
 BatchFn = Callable[[np.random.Generator, int], tuple[torch.Tensor, torch.Tensor]]
@@ -58,7 +60,31 @@ def stream_loader(make_batch: BatchFn, seed: int, batch_size: int, num_workers: 
     return DataLoader(stream, batch_size=None, num_workers=num_workers, persistent_workers=num_workers > 0)
 
 
-def fixed_loader(inputs: torch.Tensor, targets: torch.Tensor, batch_size: int, num_workers: int) -> DataLoader:
-    """An evaluation loader over a fixed set of rows, in order."""
-    return DataLoader(TensorDataset(inputs, targets), batch_size=batch_size, shuffle=False, num_workers=num_workers,
+class RankPadded(Dataset):
+    """``dataset`` padded to a multiple of ``world_size`` rows with unscored rows (every target IGNORE):
+    each process then gets as many rows as the others (sharded models run their forwards together),
+    and the distributed sampler adds no padding of its own, which repeats real rows that the metrics,
+    reduced over processes, would count twice."""
+
+    def __init__(self, dataset: Dataset, world_size: int):
+        self.dataset, self.rows = dataset, len(dataset)
+        self.padded = -(-self.rows // world_size) * world_size
+
+    def __len__(self) -> int:
+        return self.padded
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= i < self.padded:
+            raise IndexError(i)
+        if i < self.rows:
+            return self.dataset[i]
+        inputs, targets = self.dataset[0]
+        return inputs, torch.full_like(targets, IGNORE)
+
+
+def eval_loader(dataset: Dataset, batch_size: int, num_workers: int, trainer: Any) -> DataLoader:
+    """An evaluation loader over ``dataset``'s rows in order; across processes, each row scored once."""
+    if trainer is not None and trainer.world_size > 1:
+        dataset = RankPadded(dataset, trainer.world_size)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
                       persistent_workers=num_workers > 0)

@@ -13,10 +13,10 @@ from typing import Any, Optional
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from archlab.data.common import IGNORE, check_positive
-from archlab.data.stream import stream_loader
+from archlab.data.stream import eval_loader, stream_loader
 from archlab.errors import ConfigError
 
 
@@ -81,5 +81,5 @@ class WindowDataModule(L.LightningDataModule):
 
     def val_dataloader(self):
         self.setup("validate")
-        return [DataLoader(ValidationWindows(self.val_data, self.seq_len), batch_size=self.batch_size,
-                           num_workers=self.num_workers, persistent_workers=self.num_workers > 0)]
+        windows = ValidationWindows(self.val_data, self.seq_len)
+        return [eval_loader(windows, self.batch_size, self.num_workers, self.trainer)]

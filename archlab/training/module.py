@@ -116,7 +116,9 @@ class LitModel(L.LightningModule):
         inputs, targets = batch
         logits = self.model(inputs)
         scored = (targets != IGNORE).sum()
-        self.val_loss[name].update(next_token_loss(logits, targets), weight=scored)
+        # a batch of padding rows only (see RankPadded) has no loss: weight 0, and 0 rather than NaN
+        loss = torch.where(scored > 0, next_token_loss(logits, targets), 0.0)
+        self.val_loss[name].update(loss, weight=scored)
         self.val_acc[name].update(logits.argmax(dim=-1), targets)
 
     def on_validation_epoch_end(self) -> None:
