@@ -3,7 +3,8 @@
 Making each batch a function of its index (rather than of an iterator's history) gives three things:
 a resumed run continues with exactly the batches it would have seen, the stream does not depend on
 ``num_workers``, and ``W`` processes each taking their slice of global batch k see together exactly
-what one process with a ``W`` times larger batch sees.
+what one process with a ``W`` times larger batch sees. The evaluation loaders live here too: fixed
+rows in order, split among processes so that each row is scored once.
 """
 
 from __future__ import annotations
