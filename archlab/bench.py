@@ -14,7 +14,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -118,10 +118,11 @@ def median_kernel_seconds(fns: dict[str, Callable[[], object]], rounds: int, dev
 
 
 @contextmanager
-def saved_activation_bytes() -> Iterator[list[int]]:
-    """Count the bytes autograd saves for backward inside the block (activation memory on any device)."""
+def saved_activation_bytes(weights: Iterable[torch.Tensor] = ()) -> Iterator[list[int]]:
+    """Count the bytes autograd saves for backward inside the block (activation memory on any device);
+    the storages of ``weights`` are not activations, nor are views of them (a matmul saves ``W.t()``)."""
     total = [0]
-    seen: set[int] = set()
+    seen = {w.untyped_storage().data_ptr() for w in weights}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         key = t.untyped_storage().data_ptr()
@@ -132,6 +133,27 @@ def saved_activation_bytes() -> Iterator[list[int]]:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         yield total
+
+
+def peak_step_bytes(fn: Callable[[], object], device: torch.device) -> int:
+    """The most bytes allocated at once during one call of ``fn``, beyond what was allocated before it.
+    CUDA: the allocator's peak; CPU: the profiler's allocation timeline, summed op by op in time order."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return torch.cuda.max_memory_allocated(device) - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with c_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    live = peak = 0
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        live += event.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak
 
 
 @dataclass
@@ -257,19 +279,16 @@ def run_bench(cfg) -> dict:
 
 
 def measure_memory(model, step: StepFns, x, y, device: torch.device, checkpointing: bool) -> dict:
-    """Activation bytes saved for backward (any device) and, on CUDA, the step's peak allocation;
-    with ``checkpointing`` the same with activation checkpointing on, to show what it saves."""
+    """Activation bytes saved for backward and the step's peak allocation above what was resident
+    before it; with ``checkpointing`` the same with activation checkpointing on, to show what it saves."""
     modes = [False, True] if checkpointing else [False]
+    weights = list(model.parameters())
     result = {}
     for on in modes:
         model.activation_checkpointing = on
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        with saved_activation_bytes() as saved:
+        with saved_activation_bytes(weights) as saved:
             step.step(x, y)
-        key = "checkpointing" if on else "plain"
-        result[key] = {"saved_activation_bytes": saved[0]}
-        if device.type == "cuda":
-            result[key]["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+        peak = peak_step_bytes(lambda: step.step(x, y), device)
+        result["checkpointing" if on else "plain"] = {"saved_activation_bytes": saved[0], "peak_step_bytes": peak}
     model.activation_checkpointing = False
     return result
