@@ -1,5 +1,5 @@
-"""Published parameter totals for the tests, typed in from ../shared/REFERENCE.md ("total params"):
-each Hugging Face transformers 5.23 model built on the meta device, a tied tensor counted once. Kept
+"""Published parameter totals, typed in by hand from the team's REFERENCE.md ("total params"; no test
+reads that file): each Hugging Face transformers 5.23 model built on the meta device, a tied tensor counted once. Kept
 apart from archlab/cli/check.py's copy on purpose: the tests check the code against this one."""
 
 PUBLISHED = {

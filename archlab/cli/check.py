@@ -26,7 +26,7 @@ from archlab.config import head_dim, n_kv_head, register_configs, to_model_confi
 from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
 
-# Total parameters of each published layout, from ../shared/REFERENCE.md: the Hugging Face
+# Total parameters of each published layout, typed in from the team's REFERENCE.md: the Hugging Face
 # transformers 5.23 model built on the meta device, tied tensors counted once. nano has no published
 # model; its number is REFERENCE.md's GPT-2 closed form (V + ctx)·d + L·(4d² + 2df + 9d + f) + 2d
 # at V=256, ctx=256, d=128, L=4, f=512.
