@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from archlab import build_model
@@ -111,6 +111,9 @@ def _model(raw, seed):
 @SETTINGS
 @given(model_configs(), st.integers(0, 2**16), st.data())
 def test_forward_shape_and_causality(raw, seed, data):
+    # LayerNorm over d_model = 2 maps every vector to ±(1, -1)·w + b: the final norm keeps one sign
+    # bit, so a changed token need not be visible at all there (a change of 3e-11 was drawn once)
+    assume(not (raw["norm"]["kind"] == "layernorm" and raw["d_model"] == 2))
     cfg, model = _model(raw, seed)
     B, T, V = 2, cfg.context_length, cfg.vocab_size
     idx = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
