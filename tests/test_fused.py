@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from archlab.nn.fused import glu, rms_norm, rotary
+from archlab.nn.fused import glu, rms_norm, rotary_qkv
 
 F64 = torch.float64
 
@@ -56,36 +56,65 @@ def test_rms_norm_keeps_low_precision_dtypes_and_computes_statistics_in_float32(
     torch.testing.assert_close(gw.double(), rw.double(), rtol=5e-2, atol=5e-2)
 
 
+T, H, KV = 6, 3, 1
+SHAPES = [(2, T, H, 8), (2, T, KV, 8), (2, T, KV, 8)]  # positions, query heads, key/value heads; q, k, v shapes
+
+
+def _reference_rotary_qkv(qkv, cos, sin, interleaved, n_head, n_kv_head):
+    q, k, v = qkv.split((n_head, n_kv_head, n_kv_head), dim=2)
+    return _reference_rotary(q, cos, sin, interleaved), _reference_rotary(k, cos, sin, interleaved), v
+
+
+def _qkv_loss(fn):
+    """One scalar of q, k and v with different random weights, so each part's gradient is checked."""
+    weights = [torch.randn(s, generator=torch.Generator().manual_seed(i), dtype=F64) for i, s in enumerate(SHAPES)]
+    return lambda qkv: sum((part * w).sum() for part, w in zip(fn(qkv), weights))
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("rotated", [8, 4])  # the whole head, or the first 4 of 8 dims
-def test_rotary_matches_the_formula_and_its_gradient(interleaved, rotated):
+def test_rotary_qkv_matches_the_formula_and_its_gradient(interleaved, rotated):
     torch.manual_seed(0)
-    T = 6
     angle = torch.arange(T, dtype=F64)[:, None, None] * torch.rand(rotated // 2, dtype=F64)  # [T, 1, r/2]
     cos, sin = angle.cos(), angle.sin()
-    qkv = torch.randn(2, T, 3 * 2, 8, dtype=F64)  # q and k heads of a fused projection: a strided view
-    q = qkv[:, :, : 2 * 2]
-    out, (g,) = _grads(lambda q: rotary(q, cos, sin, interleaved), q)
-    ref, (ref_g,) = _grads(lambda q: _reference_rotary(q, cos, sin, interleaved), q)
-    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    qkv = torch.randn(2, T, H + 2 * KV, 8, dtype=F64)  # a fused projection's output
+    ours = lambda t: rotary_qkv(t, cos, sin, interleaved, H, KV)  # noqa: E731
+    ref = lambda t: _reference_rotary_qkv(t, cos, sin, interleaved, H, KV)  # noqa: E731
+    for part, expected, shape in zip(ours(qkv), ref(qkv), SHAPES):
+        assert part.shape == shape
+        torch.testing.assert_close(part, expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(part.norm(dim=-1), expected.norm(dim=-1))  # a rotation keeps lengths
+    _, (g,) = _grads(_qkv_loss(ours), qkv)
+    _, (ref_g,) = _grads(_qkv_loss(ref), qkv)
     torch.testing.assert_close(g, ref_g, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(out.norm(dim=-1), q.norm(dim=-1))  # a rotation keeps lengths
-    assert torch.autograd.gradcheck(lambda q: rotary(q, cos, sin, interleaved), (q.detach().requires_grad_(True),))
+    assert torch.autograd.gradcheck(_qkv_loss(ours), (qkv.clone().requires_grad_(True),))
+
+
+def test_rotary_qkv_gradient_with_an_unused_output():
+    """An output that takes no part in the loss (its gradient arrives as None) gets a zero gradient."""
+    angle = torch.arange(T, dtype=F64)[:, None, None] * torch.rand(4, dtype=F64)
+    qkv = torch.randn(2, T, H + 2 * KV, 8, dtype=F64, requires_grad=True)
+    q, k, v = rotary_qkv(qkv, angle.cos(), angle.sin(), False, H, KV)
+    (q.sum() + v.sum()).backward()
+    assert qkv.grad[:, :, H : H + KV].abs().max() == 0
+    assert qkv.grad[:, :, H + KV :].eq(1).all() and qkv.grad[:, :, :H].abs().min() > 0
 
 
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_rotary_under_torch_compile_uses_a_formula_with_the_same_values(interleaved, monkeypatch):
     """Compiled code cannot write through ``out=`` with autograd; its formula must agree with eager's."""
-    T = 6
     angle = torch.arange(T, dtype=F64)[:, None, None] * torch.rand(2, dtype=F64)
     cos, sin = angle.cos(), angle.sin()
-    q = torch.randn(2, T, 3, 8, dtype=F64)
-    eager = rotary(q, cos, sin, interleaved)
+    qkv = torch.randn(2, T, H + 2 * KV, 8, dtype=F64)
+    eager = rotary_qkv(qkv, cos, sin, interleaved, H, KV)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    out, (g,) = _grads(lambda q: rotary(q, cos, sin, interleaved), q)
-    ref, (ref_g,) = _grads(lambda q: _reference_rotary(q, cos, sin, interleaved), q)
-    torch.testing.assert_close(out, eager, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    compiled_path = lambda t: rotary_qkv(t, cos, sin, interleaved, H, KV)  # noqa: E731
+    for part, expected, ref in zip(compiled_path(qkv), eager, _reference_rotary_qkv(qkv, cos, sin, interleaved, H, KV)):
+        torch.testing.assert_close(part, expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(part, ref, rtol=1e-12, atol=1e-12)
+    _, (g,) = _grads(_qkv_loss(compiled_path), qkv)
+    monkeypatch.undo()
+    _, (ref_g,) = _grads(_qkv_loss(lambda t: _reference_rotary_qkv(t, cos, sin, interleaved, H, KV)), qkv)
     torch.testing.assert_close(g, ref_g, rtol=1e-12, atol=1e-12)
 
 
@@ -106,10 +135,10 @@ def test_glu_matches_the_formula_and_its_gradient(activation, act):
 def test_inference_path_equals_the_autograd_path(name):
     """Without autograd (decoding) the functions skip the Function machinery; values agree."""
     torch.manual_seed(0)
-    cos, sin = torch.rand(5, 4, dtype=F64), torch.rand(5, 4, dtype=F64)
+    cos, sin = torch.rand(3, 1, 4, dtype=F64), torch.rand(3, 1, 4, dtype=F64)
     fn, shape = {
         "rms_norm": (lambda t: rms_norm(t, torch.linspace(0.5, 2, 8, dtype=F64), 1e-5), (2, 3, 5, 8)),
-        "rotary": (lambda t: rotary(t, cos, sin, False), (2, 3, 5, 8)),
+        "rotary": (lambda t: torch.cat(rotary_qkv(t, cos, sin, False, 3, 1), dim=2), (2, 3, 5, 8)),
         "glu": (lambda t: glu(t, "silu"), (2, 5, 8)),
     }[name]
     x = torch.randn(shape, dtype=F64, requires_grad=True)

@@ -169,7 +169,9 @@ def test_partial_rotary_rotates_only_the_first_dims(position, interleaved):
     T = 12
     rotate = build_position(cfg).rotary(torch.arange(T), F64)
     x = torch.randn(1, 1, 4, hd, dtype=F64).expand(1, T, 4, hd)  # [B, T, heads, hd]: one vector at every position
-    y = rotate(x)
+    q, k, v = rotate(torch.cat((x, x[:, :, :1]), dim=2), 3, 1)  # a fused projection: 3 query, 1 key, 1 value head
+    assert v.equal(x[:, :, :1])  # values pass through unrotated
+    y = torch.cat((q, k), dim=2)  # every head of x, rotated
     torch.testing.assert_close(y[..., rotated:], x[..., rotated:], rtol=0, atol=0)  # position-independent
     assert (y[:, 1:, :, :rotated] - y[:, :1, :, :rotated]).abs().amax(dim=-1).min() > 1e-3  # rotated at every p > 0
     expected = reference_rope(x.transpose(1, 2), torch.arange(T), 10000.0, rotated, interleaved).transpose(1, 2)
@@ -182,8 +184,8 @@ def test_rope_scores_depend_only_on_the_offset(pairing):
     cfg = tiny(position={"kind": "rope", "pairing": pairing})
     T = 16
     rotate = build_position(cfg).rotary(torch.arange(T), F64)
-    q = rotate(torch.randn(1, 1, 1, 8, dtype=F64).expand(1, T, 1, 8))[0, :, 0]
-    k = rotate(torch.randn(1, 1, 1, 8, dtype=F64).expand(1, T, 1, 8))[0, :, 0]
+    qkv = torch.randn(1, 1, 3, 8, dtype=F64).expand(1, T, 3, 8)  # one query, key and value at every position
+    q, k = (t[0, :, 0] for t in rotate(qkv, 1, 1)[:2])
     scores = q @ k.T  # scores[m, n] = <R_m q, R_n k>
     for offset in range(-3, 4):
         diagonal = torch.diagonal(scores, offset)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab.config import ModelConfig, head_dim, n_kv_head
+from archlab.nn.fused import Rotary
 
 
 def attention_params(cfg: ModelConfig) -> int:
@@ -65,7 +66,7 @@ class CausalSelfAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        rotary: Optional[Callable[[Tensor], Tensor]] = None,
+        rotary: Optional[Rotary] = None,
         mask: Optional[Tensor] = None,
         cache: Optional[KVCache] = None,
         layer: int = 0,
@@ -73,11 +74,7 @@ class CausalSelfAttention(nn.Module):
         B, T, _ = x.shape
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
         qkv = self.qkv(x).view(B, T, H + 2 * KV, hd)
-        if rotary is None:
-            q, k, v = qkv.split((H, KV, KV), dim=2)
-        else:
-            qk, v = qkv.split((H + KV, KV), dim=2)
-            q, k = rotary(qk).split((H, KV), dim=2)  # queries and keys in one pass, in this layout
+        q, k, v = qkv.split((H, KV, KV), dim=2) if rotary is None else rotary(qkv, H, KV)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if cache is not None:
             k, v = cache.update(layer, k, v)

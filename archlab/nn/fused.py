@@ -8,6 +8,8 @@ formulas to float rounding (tests/test_fused.py).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -46,7 +48,7 @@ class _RMSNorm(torch.autograd.Function):
         grad_x, grad_w, _ = torch.ops.aten.native_layer_norm_backward(
             g, xf, [d], mean, rstd, w, None, [True, ctx.needs_input_grad[1], False]
         )
-        grad_x.addcmul_(rstd, torch.matmul(g, w).unsqueeze_(-1), value=1.0 / d)
+        grad_x.add_(torch.matmul(g, w).unsqueeze_(-1).mul_(rstd).div_(d))  # [N, 1]: addcmul_ of two such is 5x slower
         return grad_x.to(x.dtype), None if grad_w is None else grad_w.to(weight.dtype), None
 
 
@@ -57,12 +59,12 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return F.rms_norm(x, (x.shape[-1],), weight, eps)
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, out: Tensor | None = None) -> Tensor:
     """``x`` with each pair of its first ``2·cos.shape[-1]`` dims rotated by the angles of ``cos``/``sin``;
-    pairs are (i, i + r/2) or, ``interleaved``, (2i, 2i + 1). Each half is written straight into one
-    output (no ``cat``), which ``x`` may be a strided view of, e.g. the q/k part of a fused projection."""
+    pairs are (i, i + r/2) or, ``interleaved``, (2i, 2i + 1). Each half is written straight into ``out``
+    (a new tensor by default; no ``cat``); ``x`` and ``out`` may be strided views of larger tensors."""
     r = 2 * cos.shape[-1]
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
     pairs = (slice(0, r, 2), slice(1, r, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
     x1, x2, y1, y2 = x[..., pairs[0]], x[..., pairs[1]], out[..., pairs[0]], out[..., pairs[1]]
     torch.mul(x1, cos, out=y1).addcmul_(x2, sin, value=-1)  # x1·cos - x2·sin
@@ -82,29 +84,56 @@ def _rotate_traceable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) ->
     return rotated if r == x.shape[-1] else torch.cat((rotated, x[..., r:]), dim=-1)
 
 
-class _Rotary(torch.autograd.Function):
-    """A rotation by the angles of ``cos``/``sin``; its backward is the rotation by minus them."""
+# (qkv, n_head, n_kv_head) -> (q, k, v): what a position scheme's ``rotary`` returns (rotary_qkv with its angles)
+Rotary = Callable[[Tensor, int, int], tuple[Tensor, Tensor, Tensor]]
+
+
+def _split_rotated(qk: Tensor, v: Tensor, n_head: int) -> tuple[Tensor, Tensor, Tensor]:
+    return qk[:, :, :n_head], qk[:, :, n_head:], v
+
+
+class _RotaryQKV(torch.autograd.Function):
+    """Rotated queries, rotated keys and values of a fused projection. The backward rotates the first
+    two gradients back (the rotation by minus the angles) straight into one gradient of the projection,
+    beside the values' gradient: no ``cat`` to gather them."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
+    def forward(ctx, qkv: Tensor, cos: Tensor, sin: Tensor, n_head: int, n_kv_head: int, interleaved: bool):
         ctx.save_for_backward(cos, sin)
-        ctx.interleaved = interleaved
-        return _rotate(x, cos, sin, interleaved)
+        ctx.shape, ctx.dtype, ctx.heads, ctx.interleaved = qkv.shape, qkv.dtype, (n_head, n_kv_head), interleaved
+        qk = _rotate(qkv[:, :, : n_head + n_kv_head], cos, sin, interleaved)
+        return _split_rotated(qk, qkv[:, :, n_head + n_kv_head :], n_head)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx, grad_q: Tensor | None, grad_k: Tensor | None, grad_v: Tensor | None):
         cos, sin = ctx.saved_tensors
-        return _rotate(grad, cos, -sin, ctx.interleaved), None, None, None
+        H, KV = ctx.heads
+        grad = torch.empty(ctx.shape, dtype=ctx.dtype, device=cos.device)
+        parts = grad[:, :, :H], grad[:, :, H : H + KV], grad[:, :, H + KV :]
+        for g, part in zip((grad_q, grad_k), parts):
+            if g is None:
+                part.zero_()
+            else:
+                _rotate(g, cos, -sin, ctx.interleaved, out=part)
+        if grad_v is None:
+            parts[2].zero_()
+        else:
+            parts[2].copy_(grad_v)
+        return grad, None, None, None, None, None
 
 
-def rotary(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
-    """RoPE on ``x`` ``[B, T, heads, head_dim]`` with ``cos``/``sin`` ``[T, 1, r/2]`` (one angle per pair);
-    any layout works where ``cos``/``sin`` broadcast against ``x``'s first r/2 dims."""
+def rotary_qkv(
+    qkv: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, n_head: int, n_kv_head: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries, keys and values ``[B, T, heads, head_dim]`` of a fused projection ``[B, T, H + 2·KV,
+    head_dim]``, queries and keys rotated by RoPE with ``cos``/``sin`` ``[T, 1, r/2]`` (one angle per
+    pair), in one pass over both; values are a view of the projection."""
+    qk, v = qkv[:, :, : n_head + n_kv_head], qkv[:, :, n_head + n_kv_head :]
     if torch.compiler.is_compiling():
-        return _rotate_traceable(x, cos, sin, interleaved)
-    if _needs_grad(x):
-        return _Rotary.apply(x, cos, sin, interleaved)
-    return _rotate(x, cos, sin, interleaved)
+        return _split_rotated(_rotate_traceable(qk, cos, sin, interleaved), v, n_head)
+    if _needs_grad(qkv):
+        return _RotaryQKV.apply(qkv, cos, sin, n_head, n_kv_head, interleaved)
+    return _split_rotated(_rotate(qk, cos, sin, interleaved), v, n_head)
 
 
 # activation -> (forward, its aten backward writing into a given tensor)

@@ -1,22 +1,22 @@
 """Position schemes: ``learned``, ``sinusoidal``, ``rope``, ``alibi``, ``none``.
 
 A scheme acts at one or more of three points, each a no-op by default: ``embed`` adds an absolute
-position to the token embeddings, ``rotary`` returns a function that rotates queries and keys, and
-``bias`` returns an additive attention bias. The model calls each once per forward; the rotation
-takes queries and keys together, ``[B, T, heads, head_dim]``.
+position to the token embeddings, ``rotary`` returns a function that splits the fused q/k/v
+projection ``[B, T, H + 2·KV, head_dim]`` into queries and keys, both rotated, and values, and
+``bias`` returns an additive attention bias. The model calls each once per forward.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from archlab.config import ModelConfig, head_dim
 from archlab.errors import ConfigError
-from archlab.nn.fused import rotary
+from archlab.nn.fused import Rotary, rotary_qkv
 from archlab.registry import Registry
 
 POSITIONS: Registry[type] = Registry("model.position.kind")
@@ -39,7 +39,7 @@ class Position(nn.Module):
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x
 
-    def rotary(self, pos: Tensor, dtype: torch.dtype) -> Optional[Callable[[Tensor], Tensor]]:
+    def rotary(self, pos: Tensor, dtype: torch.dtype) -> Optional[Rotary]:
         return None
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Optional[Tensor]:
@@ -120,12 +120,12 @@ class RoPE(Position):
         self.theta = cfg.position.theta
         self.interleaved = cfg.position.pairing == "interleaved"
 
-    def rotary(self, pos: Tensor, dtype: torch.dtype) -> Callable[[Tensor], Tensor]:
+    def rotary(self, pos: Tensor, dtype: torch.dtype) -> Rotary:
         exponent = torch.arange(0, self.dim, 2, device=pos.device, dtype=torch.int64).float() / self.dim
         inv_freq = 1.0 / (self.theta**exponent)
         angle = pos.float()[:, None, None] * inv_freq  # [T, 1, r/2]: one angle per rotated pair, any head
         cos, sin, interleaved = angle.cos().to(dtype), angle.sin().to(dtype), self.interleaved
-        return lambda x: rotary(x, cos, sin, interleaved)  # x: [B, T, heads, head_dim]
+        return lambda qkv, n_head, n_kv_head: rotary_qkv(qkv, cos, sin, interleaved, n_head, n_kv_head)
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
