@@ -145,7 +145,8 @@ _GATE_ACTIVATIONS = {
 
 class _Gated(torch.autograd.Function):
     """``act(gate) * up`` of ``h = [gate | up]``; the backward writes both halves of the gradient in
-    place, so no concatenation follows (autograd's chunk backward would copy them into one tensor)."""
+    place, so no concatenation follows (autograd's chunk backward would copy them into one tensor), and
+    allocates nothing else."""
 
     @staticmethod
     def forward(ctx, h: Tensor, activation: str) -> Tensor:
@@ -160,8 +161,9 @@ class _Gated(torch.autograd.Function):
         gate, up, act = ctx.saved_tensors
         f = gate.shape[-1]
         grad_h = grad.new_empty((*grad.shape[:-1], 2 * f))
+        grad_gate = torch.mul(grad, up, out=grad_h[..., :f])  # the activation's upstream gradient, then
+        _GATE_ACTIVATIONS[ctx.activation][1](grad_gate, gate, grad_gate)  # its backward in place: no temporary
         torch.mul(grad, act, out=grad_h[..., f:])
-        _GATE_ACTIVATIONS[ctx.activation][1](grad * up, gate, grad_h[..., :f])
         return grad_h, None
 
 
