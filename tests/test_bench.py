@@ -9,6 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from archlab.bench import (
     kernel_seconds,
     median_rate,
+    paired_ratio_quartiles,
     peak_step_bytes,
     run_bench,
     saved_activation_bytes,
@@ -20,6 +21,15 @@ from archlab.errors import ConfigError
 
 def test_median_rate_uses_the_median_call():
     assert median_rate([2.0, 1.0, 100.0], units_per_call=10) == 10 / 2.0
+
+
+def test_paired_ratio_quartiles_pair_each_round():
+    # per-round speed-ups theirs/ours: 2, 1, 3, 4, 1.5 -> sorted 1, 1.5, 2, 3, 4; inclusive quartiles 1.5 and 3
+    ours, theirs = [1.0, 2.0, 1.0, 0.5, 2.0], [2.0, 2.0, 3.0, 2.0, 3.0]
+    assert paired_ratio_quartiles(ours, theirs) == pytest.approx((1.5, 3.0))
+    # a machine twice as slow in some rounds slows both calls of the round: the pairs do not move
+    assert paired_ratio_quartiles([1, 2, 1, 2], [1.5, 3, 1.5, 3]) == pytest.approx((1.5, 1.5))
+    assert paired_ratio_quartiles([2.0], [3.0]) == (1.5, 1.5)
 
 
 def test_time_alternating_interleaves_and_counts_calls():
@@ -101,6 +111,8 @@ def test_bench_figures_are_consistent(result):
     for section in ("train", "generate"):
         assert out[section]["ratio"] == pytest.approx(
             out[section]["archlab"]["tokens_per_s"] / out[section]["hf"]["tokens_per_s"])
+        q1, q3 = out[section]["ratio_quartiles"]
+        assert 0 < q1 <= q3
 
 
 def test_checkpointing_saves_activation_memory(result):

@@ -24,13 +24,14 @@ def _print_table(result: dict) -> None:
         f"tokens; analytic {result['flops_per_token'] / 1e6:.1f} MFLOP/token; dense matmul ceiling "
         f"{result['matmul_flops'] / 1e9:.1f} GFLOP/s; generation: {result['generate_tokens']} tokens"
     )
-    table = Table("measure", *[n for n in result["train"] if n != "ratio"], "archlab / hf")
-    names = [n for n in result["train"] if n != "ratio"]
+    names = [n for n in result["train"] if not n.startswith("ratio")]
+    table = Table("measure", *names, "archlab / hf (per-round IQR)")
 
     def row(label, section, key, fmt):
         cells = [fmt(result[section][n][key]) if key in result[section][n] else "-" for n in names]
         ratio = result[section].get("ratio")
-        table.add_row(label, *cells, f"{ratio:.2f}x" if ratio and key == "tokens_per_s" else "")
+        spread = "({:.2f}–{:.2f})".format(*result[section]["ratio_quartiles"]) if ratio else ""
+        table.add_row(label, *cells, f"{ratio:.2f}x {spread}" if ratio and key == "tokens_per_s" else "")
 
     row("train tokens/s", "train", "tokens_per_s", lambda v: f"{v:,.0f}")
     row("train step (s)", "train", "step_s", lambda v: f"{v:.3f}")
