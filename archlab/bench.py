@@ -65,15 +65,15 @@ def median_rate(seconds: list[float], units_per_call: float) -> float:
     return units_per_call / statistics.median(seconds)
 
 
-def paired_ratio_quartiles(ours: list[float], theirs: list[float]) -> tuple[float, float]:
-    """First and third quartiles of ``theirs[i] / ours[i]``, our speed-up in round i. The two calls of a
-    round run back to back, so a drift in machine speed cancels within each pair; the spread says how
-    far the ratio of the medians can be trusted."""
+def paired_ratio(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
+    """Quartiles (first, median, third) of ``theirs[i] / ours[i]``, our speed-up in round i. The two calls
+    of a round run back to back, so a drift in machine speed cancels within each pair, which a ratio of
+    the two sides' separate medians (drawn from different rounds) does not."""
     ratios = [t / o for o, t in zip(ours, theirs, strict=True)]
     if len(ratios) == 1:
-        return ratios[0], ratios[0]
-    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-    return q1, q3
+        return ratios[0], ratios[0], ratios[0]
+    q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return q1, median, q3
 
 
 def ceiling_matmul(device: torch.device, dtype: torch.dtype, n: int) -> Callable[[], object]:
@@ -285,8 +285,8 @@ def run_bench(cfg) -> dict:
     out["generate"] = {name: {"tokens_per_s": median_rate(s, n)} for name, s in gen_times.items()}
     if "hf" in impls:
         for section, times in (("train", train_times), ("generate", gen_times)):
-            out[section]["ratio"] = out[section]["archlab"]["tokens_per_s"] / out[section]["hf"]["tokens_per_s"]
-            out[section]["ratio_quartiles"] = paired_ratio_quartiles(times["archlab"], times["hf"])
+            q1, out[section]["ratio"], q3 = paired_ratio(times["archlab"], times["hf"])
+            out[section]["ratio_quartiles"] = [q1, q3]
     return out
 
 
