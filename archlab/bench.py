@@ -8,6 +8,7 @@ much of it is spent in matmul and attention kernels: the floor no fusion of the 
 
 from __future__ import annotations
 
+import copy
 import os
 import statistics
 import sys
@@ -230,12 +231,22 @@ def run_bench(cfg) -> dict:
     x = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
     y = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
 
-    def logits_of(m):
-        run = torch.compile(m) if cfg.compile else m
-        return (lambda t: run(t)) if m is model else (lambda t: run(input_ids=t).logits)
+    def timed_model(m):
+        """What a training step runs: with ``compile``, archlab compiled block by block as archlab-train
+        compiles it (on a copy: memory and generation below stay eager), Hugging Face's model whole."""
+        if not cfg.compile:
+            return m
+        if m is not model:
+            return torch.compile(m)
+        compiled = copy.deepcopy(model)
+        for block in compiled.blocks:
+            block.compile()
+        return compiled
 
-    steps = {name: StepFns(logits_of(m), adamw(m.parameters())) for name, m in impls.items()}
-    for m in impls.values():
+    runs = {name: timed_model(m) for name, m in impls.items()}
+    logits = {"archlab": lambda t: runs["archlab"](t), "hf": lambda t: runs["hf"](input_ids=t).logits}
+    steps = {name: StepFns(logits[name], adamw(run.parameters())) for name, run in runs.items()}
+    for m in (*impls.values(), *runs.values()):
         m.train()
     side = cfg.matmul_size or (8192 if device.type == "cuda" else 2048)
     train_fns = {name: (lambda s=s: s.step(x, y)) for name, s in steps.items()}
@@ -269,7 +280,12 @@ def run_bench(cfg) -> dict:
             row["mfu"] = row["flops"] / peak
         out["train"][name] = row
 
-    eager = StepFns(lambda t: model(t), steps["archlab"].optimizer)  # saved-tensor hooks see eager autograd only
+    # saved-tensor hooks see eager autograd only: memory is measured on the eager model
+    if runs["archlab"] is model:
+        eager = StepFns(lambda t: model(t), steps["archlab"].optimizer)
+    else:  # the timed model was a compiled copy: the eager one gets its own optimizer, state allocated first
+        eager = StepFns(lambda t: model(t), adamw(model.parameters()))
+        eager.step(x, y)
     out["memory"] = measure_memory(model, eager, x, y, device, cfg.checkpointing)
     for m in impls.values():
         m.eval()
