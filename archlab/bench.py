@@ -239,8 +239,7 @@ def run_bench(cfg) -> dict:
         if m is not model:
             return torch.compile(m)
         compiled = copy.deepcopy(model)
-        for block in compiled.blocks:
-            block.compile()
+        compiled.compile_blocks()
         return compiled
 
     runs = {name: timed_model(m) for name, m in impls.items()}

@@ -58,6 +58,13 @@ class Decoder(nn.Module):
             x = self.final_norm(x)
         return self.head(x)
 
+    def compile_blocks(self) -> None:
+        """``torch.compile`` each block in place (``compile=true`` in archlab-train and archlab-bench).
+        Per block, not the whole model: the RoPE angles and masks computed once per forward stay outside
+        the compiled graphs, where a whole-model compile fuses them into every element's rotation."""
+        for block in self.blocks:
+            block.compile()
+
     def new_cache(self, batch_size: int, max_len: Optional[int] = None) -> KVCache:
         """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` positions."""
         p = self.tok_emb.weight

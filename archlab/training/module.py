@@ -77,8 +77,7 @@ class LitModel(L.LightningModule):
         model = build_model(self.model_cfg)
         model.activation_checkpointing = self.hparams.activation_checkpointing
         if self.hparams.compile:
-            for block in model.blocks:
-                block.compile()
+            model.compile_blocks()
         if self.device_mesh is not None:
             from torch.distributed.fsdp import fully_shard
 
