@@ -90,6 +90,26 @@ def test_rotary_qkv_matches_the_formula_and_its_gradient(interleaved, rotated):
     assert torch.autograd.gradcheck(_qkv_loss(ours), (qkv.clone().requires_grad_(True),))
 
 
+@pytest.mark.parametrize("dtype, head_dim", [(torch.bfloat16, 8), (F64, 9)], ids=["bfloat16", "odd-head-dim"])
+def test_rotary_qkv_without_a_complex_view_rotates_the_same_pairs(dtype, head_dim):
+    """Interleaved pairs are rotated as complex numbers where the dtype and strides allow; else (bf16, an
+    odd head_dim) by real products over the same pairs."""
+    torch.manual_seed(0)
+    angle = torch.arange(T, dtype=F64)[:, None, None] * torch.rand(2, dtype=F64)  # 4 of the dims rotated
+    cos, sin = angle.cos(), angle.sin()
+    qkv = torch.randn(2, T, H + 2 * KV, head_dim, dtype=F64)
+    ours = lambda t: rotary_qkv(t, cos.to(dtype), sin.to(dtype), True, H, KV)  # noqa: E731
+    ref = lambda t: _reference_rotary_qkv(t, cos, sin, True, H, KV)  # noqa: E731
+    tol = 1e-12 if dtype == F64 else 2e-2
+    for part, expected in zip(ours(qkv.to(dtype)), ref(qkv)):
+        assert part.dtype == dtype
+        torch.testing.assert_close(part.double(), expected, rtol=tol, atol=tol)
+    weights = [torch.randn(2, T, n, head_dim, dtype=F64) for n in (H, KV, KV)]
+    grad = lambda fn, t: torch.autograd.grad(sum((p.double() * w).sum() for p, w in zip(fn(t), weights)), t)[0]  # noqa: E731
+    g = grad(ours, qkv.to(dtype).requires_grad_(True))
+    torch.testing.assert_close(g.double(), grad(ref, qkv.clone().requires_grad_(True)), rtol=tol * 2, atol=tol * 2)
+
+
 def test_rotary_qkv_gradient_with_an_unused_output():
     """An output that takes no part in the loss (its gradient arrives as None) gets a zero gradient."""
     torch.manual_seed(0)

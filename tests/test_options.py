@@ -160,37 +160,59 @@ def test_rope_theta_changes_outputs():
     assert differ(logits(a, idx), logits(b, idx))
 
 
+def rotate_projection(rotate, qkv, n_head, n_kv_head):
+    """Queries, keys and values from a position scheme's ``rotate`` when the fused projection's output
+    is ``qkv`` ``[B, T, heads, hd]`` itself: the projection is the identity."""
+    width = qkv.shape[-2] * qkv.shape[-1]
+    identity = torch.nn.Linear(width, width, bias=False, dtype=qkv.dtype)
+    with torch.no_grad():
+        identity.weight.copy_(torch.eye(width, dtype=qkv.dtype))
+    return rotate(qkv.flatten(-2), identity, n_head, n_kv_head)
+
+
+def scores(q, k):
+    """Every q·k of ``[B, T, heads, hd]`` queries and keys: ``[B, heads, Tq, Tk]``."""
+    return torch.einsum("bthd,bshd->bhts", q, k)
+
+
+@pytest.mark.parametrize("cached", [False, True])
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("position", [{"rotary_dim": 4}, {"rotary_fraction": 0.25}])
-def test_partial_rotary_rotates_only_the_first_dims(position, interleaved):
+def test_partial_rotary_rotates_only_the_first_dims(position, interleaved, cached):
     hd = 16  # d_model 64 / 4 heads
     cfg = tiny(d_model=64, position={"kind": "rope", "pairing": "interleaved" if interleaved else "half", **position})
     rotated = 4
     T = 12
-    rotate = build_position(cfg).rotary(torch.arange(T), F64)
-    x = torch.randn(1, 1, 4, hd, dtype=F64).expand(1, T, 4, hd)  # [B, T, heads, hd]: one vector at every position
-    q, k, v = rotate(torch.cat((x, x[:, :, :1]), dim=2), 3, 1)  # a fused projection: 3 query, 1 key, 1 value head
+    rotate = build_position(cfg).rotary(torch.arange(T), F64, cached=cached)
+    x = torch.randn(1, T, 4, hd, dtype=F64)  # [B, T, heads, hd]
+    q, k, v = rotate_projection(rotate, torch.cat((x, x[:, :, :1]), dim=2), 3, 1)  # 3 query, 1 key, 1 value head
     assert v.equal(x[:, :, :1])  # values pass through unrotated
     y = torch.cat((q, k), dim=2)  # every head of x, rotated
     torch.testing.assert_close(y[..., rotated:], x[..., rotated:], rtol=0, atol=0)  # position-independent
-    assert (y[:, 1:, :, :rotated] - y[:, :1, :, :rotated]).abs().amax(dim=-1).min() > 1e-3  # rotated at every p > 0
     expected = reference_rope(x.transpose(1, 2), torch.arange(T), 10000.0, rotated, interleaved).transpose(1, 2)
-    torch.testing.assert_close(y, expected, rtol=1e-6, atol=1e-6)
+    # attention sees only q·k: equal to the reference's for every pair of positions, whatever the dims' order
+    torch.testing.assert_close(scores(y, y), scores(expected, expected), rtol=1e-5, atol=1e-5)
+    if interleaved or cached:  # the projection's own order of dims
+        torch.testing.assert_close(y, expected, rtol=1e-6, atol=1e-6)
+    else:  # half pairs (i, i + r/2) rotated as adjacent dims (2i, 2i + 1)
+        half = expected[..., :rotated].unflatten(-1, (2, rotated // 2)).transpose(-1, -2).flatten(-2)
+        torch.testing.assert_close(y[..., :rotated], half, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))  # a rotation keeps lengths
 
 
+@pytest.mark.parametrize("cached", [False, True])
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
-def test_rope_scores_depend_only_on_the_offset(pairing):
+def test_rope_scores_depend_only_on_the_offset(pairing, cached):
     cfg = tiny(position={"kind": "rope", "pairing": pairing})
     T = 16
-    rotate = build_position(cfg).rotary(torch.arange(T), F64)
+    rotate = build_position(cfg).rotary(torch.arange(T), F64, cached=cached)
     qkv = torch.randn(1, 1, 3, 8, dtype=F64).expand(1, T, 3, 8)  # one query, key and value at every position
-    q, k = (t[0, :, 0] for t in rotate(qkv, 1, 1)[:2])
-    scores = q @ k.T  # scores[m, n] = <R_m q, R_n k>
+    q, k, _ = rotate_projection(rotate, qkv, 1, 1)
+    s = scores(q, k)[0, 0]  # s[m, n] = <R_m q, R_n k>
     for offset in range(-3, 4):
-        diagonal = torch.diagonal(scores, offset)
+        diagonal = torch.diagonal(s, offset)
         torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal), rtol=1e-5, atol=1e-5)
-    assert differ(torch.diagonal(scores, 0)[:1], torch.diagonal(scores, 3)[:1], 1e-4)
+    assert differ(torch.diagonal(s, 0)[:1], torch.diagonal(s, 3)[:1], 1e-4)
 
 
 def test_alibi_slopes_follow_press_et_al():

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab.config import ModelConfig, head_dim, n_kv_head
-from archlab.nn.fused import Rotary
+from archlab.nn.positions import Rotary
 
 
 def attention_params(cfg: ModelConfig) -> int:
@@ -73,8 +73,10 @@ class CausalSelfAttention(nn.Module):
     ) -> Tensor:
         B, T, _ = x.shape
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
-        qkv = self.qkv(x).view(B, T, H + 2 * KV, hd)
-        q, k, v = qkv.split((H, KV, KV), dim=2) if rotary is None else rotary(qkv, H, KV)
+        if rotary is None:
+            q, k, v = self.qkv(x).view(B, T, H + 2 * KV, hd).split((H, KV, KV), dim=2)
+        else:
+            q, k, v = rotary(x, self.qkv, H, KV)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if cache is not None:
             k, v = cache.update(layer, k, v)

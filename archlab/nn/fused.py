@@ -8,8 +8,6 @@ formulas to float rounding (tests/test_fused.py).
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -61,17 +59,35 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, out: Tensor | None = None) -> Tensor:
     """``x`` with each pair of its first ``2·cos.shape[-1]`` dims rotated by the angles of ``cos``/``sin``;
-    pairs are (i, i + r/2) or, ``interleaved``, (2i, 2i + 1). Each half is written straight into ``out``
+    pairs are (i, i + r/2) or, ``interleaved``, (2i, 2i + 1). The result is written straight into ``out``
     (a new tensor by default; no ``cat``); ``x`` and ``out`` may be strided views of larger tensors."""
     r = 2 * cos.shape[-1]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
-    pairs = (slice(0, r, 2), slice(1, r, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
-    x1, x2, y1, y2 = x[..., pairs[0]], x[..., pairs[1]], out[..., pairs[0]], out[..., pairs[1]]
-    torch.mul(x1, cos, out=y1).addcmul_(x2, sin, value=-1)  # x1·cos - x2·sin
-    torch.mul(x2, cos, out=y2).addcmul_(x1, sin)  # x2·cos + x1·sin
+    if interleaved and x.dtype in _COMPLEX and _complex_view_ok(x) and _complex_view_ok(out):
+        # adjacent pairs are complex numbers: one multiply, one pass (four real ops make five)
+        turn = torch.complex(cos, sin).to(_COMPLEX[x.dtype])
+        torch.mul(_as_complex(x[..., :r]), turn, out=_as_complex(out[..., :r]))
+    else:
+        pairs = (slice(0, r, 2), slice(1, r, 2)) if interleaved else (slice(0, r // 2), slice(r // 2, r))
+        x1, x2, y1, y2 = x[..., pairs[0]], x[..., pairs[1]], out[..., pairs[0]], out[..., pairs[1]]
+        torch.mul(x1, cos, out=y1).addcmul_(x2, sin, value=-1)  # x1·cos - x2·sin
+        torch.mul(x2, cos, out=y2).addcmul_(x1, sin)  # x2·cos + x1·sin
     if r < x.shape[-1]:
         out[..., r:] = x[..., r:]
     return out
+
+
+_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def _complex_view_ok(x: Tensor) -> bool:
+    """Can ``x``'s pairs be viewed as complex numbers: unit last stride, even strides and offset?"""
+    return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])
+
+
+def _as_complex(x: Tensor) -> Tensor:
+    """``x`` ``[..., 2n]`` viewed as ``n`` complex numbers (2i real, 2i + 1 imaginary); no copy."""
+    return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))
 
 
 def _rotate_traceable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) -> Tensor:
@@ -82,10 +98,6 @@ def _rotate_traceable(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool) ->
     y1, y2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
     rotated = torch.stack((y1, y2), dim=-1).flatten(-2) if interleaved else torch.cat((y1, y2), dim=-1)
     return rotated if r == x.shape[-1] else torch.cat((rotated, x[..., r:]), dim=-1)
-
-
-# (qkv, n_head, n_kv_head) -> (q, k, v): what a position scheme's ``rotary`` returns (rotary_qkv with its angles)
-Rotary = Callable[[Tensor, int, int], tuple[Tensor, Tensor, Tensor]]
 
 
 def _split_rotated(qk: Tensor, v: Tensor, n_head: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -46,7 +46,7 @@ class Decoder(nn.Module):
         q_pos = torch.arange(start, start + T, device=idx.device)
         k_pos = torch.arange(start + T, device=idx.device) if start else q_pos
         x = self.drop(self.position.embed(self.tok_emb(idx), q_pos))
-        rotary = self.position.rotary(q_pos, x.dtype)
+        rotary = self.position.rotary(q_pos, x.dtype, cached=cache is not None)
         bias = self.position.bias(q_pos, k_pos)
         mask = attention_mask(q_pos, k_pos, None if bias is None else bias.to(x.dtype))
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
