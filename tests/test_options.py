@@ -215,6 +215,24 @@ def test_rope_scores_depend_only_on_the_offset(pairing, cached):
     assert differ(torch.diagonal(s, 0)[:1], torch.diagonal(s, 3)[:1], 1e-4)
 
 
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_rope_under_bf16_autocast_matches_float32(pairing):
+    """Under autocast the projection is bf16, which has no complex view: the rotation takes the real
+    products, in the weight's own order. Logits agree with float32's to bf16 rounding (a model without
+    any rotation is off by more than the largest logit)."""
+    cfg = tiny(position={"kind": "rope", "pairing": pairing})
+    torch.manual_seed(0)
+    model, idx = build_model(cfg).eval(), tokens(cfg)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(30)  # peaked attention, so that positions matter
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model(idx)
+    high = logits(model, idx)
+    assert low.dtype == torch.bfloat16
+    assert (low.float() - high).abs().max() < 0.2 * high.abs().max()
+
+
 def test_alibi_slopes_follow_press_et_al():
     # n a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^-8
     assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]

@@ -80,6 +80,12 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, interleaved: bool, out: Tensor 
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 
+def rotates_as_complex(dtype: torch.dtype, head_dim: int) -> bool:
+    """Does ``rotary_qkv`` rotate the interleaved pairs of a contiguous projection with this dtype and
+    head size as complex numbers? (bf16/fp16 and an odd head size use four real products instead.)"""
+    return dtype in _COMPLEX and head_dim % 2 == 0
+
+
 def _complex_view_ok(x: Tensor) -> bool:
     """Can ``x``'s pairs be viewed as complex numbers: unit last stride, even strides and offset?"""
     return x.stride(-1) == 1 and x.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in x.stride()[:-1])

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from archlab.config import ModelConfig, head_dim
 from archlab.errors import ConfigError
-from archlab.nn.fused import rotary_qkv
+from archlab.nn.fused import rotary_qkv, rotates_as_complex
 from archlab.registry import Registry
 
 POSITIONS: Registry[type] = Registry("model.position.kind")
@@ -127,17 +127,19 @@ class RoPE(Position):
     def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> Rotary:
         """Rotation by the angles of positions ``pos``. ``half`` pairs are rotated as adjacent pairs of a
         projection whose q/k rows are reordered (``adjacent_pairs``): one complex multiply instead of five
-        real passes, and every q·k, so attention, is unchanged. Not when ``cached``: keys kept in a KV cache
-        stay in the projection's own order, and a decoding step's reorder would cost more than it saves."""
+        real passes, and every q·k, so attention, is unchanged. Not when ``cached`` (keys kept in a KV cache
+        stay in the projection's own order: a decoding step's reorder would cost more than it saves), nor
+        where the rotation cannot be complex (bf16 under autocast, an odd head size)."""
         exponent = torch.arange(0, self.dim, 2, device=pos.device, dtype=torch.int64).float() / self.dim
         inv_freq = 1.0 / (self.theta**exponent)
         angle = pos.float()[:, None, None] * inv_freq  # [T, 1, r/2]: one angle per rotated pair, any head
         cos, sin, rotated = angle.cos().to(dtype), angle.sin().to(dtype), self.dim
-        reorder = not self.interleaved and not cached
+        may_reorder = not self.interleaved and not cached
 
         def rotate(x: Tensor, proj: nn.Linear, n_head: int, n_kv_head: int) -> tuple[Tensor, Tensor, Tensor]:
             weight, bias = proj.weight, proj.bias
             hd = weight.shape[0] // (n_head + 2 * n_kv_head)
+            reorder = may_reorder and rotates_as_complex(_projection_dtype(weight), hd)
             if reorder:
                 weight = adjacent_pairs(weight, n_head + n_kv_head, hd, rotated)
                 bias = None if bias is None else adjacent_pairs(bias, n_head + n_kv_head, hd, rotated)
@@ -179,6 +181,12 @@ class RoPE(Position):
             raise ConfigError(
                 "model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]"
             )
+
+
+def _projection_dtype(weight: Tensor) -> torch.dtype:
+    """The dtype a Linear with this weight computes in: autocast's, where it is on."""
+    device = weight.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
 
 
 def adjacent_pairs(rows: Tensor, qk_heads: int, head_dim: int, rotated: int) -> Tensor:
