@@ -129,7 +129,8 @@ class RoPE(Position):
         projection whose q/k rows are reordered (``adjacent_pairs``): one complex multiply instead of five
         real passes, and every q·k, so attention, is unchanged. Not when ``cached`` (keys kept in a KV cache
         stay in the projection's own order: a decoding step's reorder would cost more than it saves), nor
-        where the rotation cannot be complex (bf16 under autocast, an odd head size)."""
+        where the rotation cannot be complex (bf16 under autocast, an odd head size), nor under
+        ``torch.compile``, whose kernel for the half rotation is faster than for the reordered one."""
         exponent = torch.arange(0, self.dim, 2, device=pos.device, dtype=torch.int64).float() / self.dim
         inv_freq = 1.0 / (self.theta**exponent)
         angle = pos.float()[:, None, None] * inv_freq  # [T, 1, r/2]: one angle per rotated pair, any head
@@ -139,7 +140,11 @@ class RoPE(Position):
         def rotate(x: Tensor, proj: nn.Linear, n_head: int, n_kv_head: int) -> tuple[Tensor, Tensor, Tensor]:
             weight, bias = proj.weight, proj.bias
             hd = weight.shape[0] // (n_head + 2 * n_kv_head)
-            reorder = may_reorder and rotates_as_complex(_projection_dtype(weight), hd)
+            reorder = (
+                may_reorder
+                and rotates_as_complex(_projection_dtype(weight), hd)
+                and not torch.compiler.is_compiling()  # inductor fuses the half rotation itself
+            )
             if reorder:
                 weight = adjacent_pairs(weight, n_head + n_kv_head, hd, rotated)
                 bias = None if bias is None else adjacent_pairs(bias, n_head + n_kv_head, hd, rotated)
