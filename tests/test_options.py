@@ -233,6 +233,30 @@ def test_rope_under_bf16_autocast_matches_float32(pairing):
     assert (low.float() - high).abs().max() < 0.2 * high.abs().max()
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_whole_model_torch_compile_matches_eager(pairing):
+    """``torch.compile`` of the whole model (the RoPE tables an opaque op, the rotation traced) gives
+    eager's logits and gradients."""
+    cfg = tiny(position={"kind": "rope", "pairing": pairing}, mlp={"kind": "swiglu"}, norm={"kind": "rmsnorm"})
+    torch.manual_seed(0)
+    model, idx = build_model(cfg), tokens(cfg)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(30)  # peaked attention, so that positions matter
+    compiled = torch.compile(model, fullgraph=True)  # one graph: no break at the tables or the rotation
+    results = []
+    for run in (model, compiled):
+        model.zero_grad()
+        out = run(idx)
+        out.square().mean().backward()
+        results.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    (eager_out, eager_grads), (out, grads) = results
+    torch.testing.assert_close(out, eager_out, rtol=1e-4, atol=1e-5)
+    for g, ref in zip(grads, eager_grads):
+        torch.testing.assert_close(g, ref, rtol=1e-3, atol=1e-5)
+
+
 def test_alibi_slopes_follow_press_et_al():
     # n a power of two: the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^-8
     assert alibi_slopes(8).tolist() == [2.0**-k for k in range(1, 9)]
