@@ -215,6 +215,14 @@ def test_rope_scores_depend_only_on_the_offset(pairing, cached):
     assert differ(torch.diagonal(s, 0)[:1], torch.diagonal(s, 3)[:1], 1e-4)
 
 
+def peak_attention(model):
+    """Scale every q/k/v projection up: attention then peaks at a few keys, so that positions matter
+    (at init scale it is near uniform, and RoPE barely moves the logits)."""
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight.mul_(30)
+
+
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 def test_rope_under_bf16_autocast_matches_float32(pairing):
     """Under autocast the projection is bf16, which has no complex view: the rotation takes the real
@@ -223,9 +231,7 @@ def test_rope_under_bf16_autocast_matches_float32(pairing):
     cfg = tiny(position={"kind": "rope", "pairing": pairing})
     torch.manual_seed(0)
     model, idx = build_model(cfg).eval(), tokens(cfg)
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attn.qkv.weight.mul_(30)  # peaked attention, so that positions matter
+    peak_attention(model)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         low = model(idx)
     high = logits(model, idx)
@@ -241,9 +247,7 @@ def test_whole_model_torch_compile_matches_eager(pairing):
     cfg = tiny(position={"kind": "rope", "pairing": pairing}, mlp={"kind": "swiglu"}, norm={"kind": "rmsnorm"})
     torch.manual_seed(0)
     model, idx = build_model(cfg), tokens(cfg)
-    with torch.no_grad():
-        for block in model.blocks:
-            block.attn.qkv.weight.mul_(30)  # peaked attention, so that positions matter
+    peak_attention(model)
     compiled = torch.compile(model, fullgraph=True)  # one graph: no break at the tables or the rotation
     results = []
     for run in (model, compiled):
