@@ -23,7 +23,9 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-
 
 TOLERANCE = 1e-5  # max |w_2proc - w_1proc| after 10 steps (lr 1e-3); measured 1.5e-6 (weights ~1)
 # 33 validation rows: 17 per process at batch 4, rank 1's last batch only padding; each row scored once
-STEPS = ["trainer.max_steps=10", "trainer.val_check_interval=5", "model.n_layer=2", "data.val_examples=33"]
+# RoPE (half pairs: the projection reordered in training, kept in order for decoding) under DDP and FSDP2
+STEPS = ["trainer.max_steps=10", "trainer.val_check_interval=5", "model.n_layer=2", "data.val_examples=33",
+         "model/position=rope"]
 
 
 def _ranks(dirpath: str) -> str:
