@@ -57,7 +57,11 @@ def test_rms_norm_keeps_low_precision_dtypes_and_computes_statistics_in_float32(
 
 
 T, H, KV = 6, 3, 1
-SHAPES = [(2, T, H, 8), (2, T, KV, 8), (2, T, KV, 8)]  # positions, query heads, key/value heads; q, k, v shapes
+
+
+def _qkv_shapes(head_dim=8):
+    """Shapes of q, k and v: batch 2, T positions, H query heads and KV key/value heads."""
+    return [(2, T, n, head_dim) for n in (H, KV, KV)]
 
 
 def _reference_rotary_qkv(qkv, cos, sin, interleaved, n_head, n_kv_head):
@@ -65,9 +69,10 @@ def _reference_rotary_qkv(qkv, cos, sin, interleaved, n_head, n_kv_head):
     return _reference_rotary(q, cos, sin, interleaved), _reference_rotary(k, cos, sin, interleaved), v
 
 
-def _qkv_loss(fn):
+def _qkv_loss(fn, head_dim=8):
     """One scalar of q, k and v with different random weights, so each part's gradient is checked."""
-    weights = [torch.randn(s, generator=torch.Generator().manual_seed(i), dtype=F64) for i, s in enumerate(SHAPES)]
+    shapes = _qkv_shapes(head_dim)
+    weights = [torch.randn(s, generator=torch.Generator().manual_seed(i), dtype=F64) for i, s in enumerate(shapes)]
     return lambda qkv: sum((part * w).sum() for part, w in zip(fn(qkv), weights))
 
 
@@ -80,7 +85,7 @@ def test_rotary_qkv_matches_the_formula_and_its_gradient(interleaved, rotated):
     qkv = torch.randn(2, T, H + 2 * KV, 8, dtype=F64)  # a fused projection's output
     ours = lambda t: rotary_qkv(t, cos, sin, interleaved, H, KV)  # noqa: E731
     ref = lambda t: _reference_rotary_qkv(t, cos, sin, interleaved, H, KV)  # noqa: E731
-    for part, expected, shape in zip(ours(qkv), ref(qkv), SHAPES):
+    for part, expected, shape in zip(ours(qkv), ref(qkv), _qkv_shapes()):
         assert part.shape == shape
         torch.testing.assert_close(part, expected, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(part.norm(dim=-1), expected.norm(dim=-1))  # a rotation keeps lengths
@@ -104,10 +109,10 @@ def test_rotary_qkv_without_a_complex_view_rotates_the_same_pairs(dtype, head_di
     for part, expected in zip(ours(qkv.to(dtype)), ref(qkv)):
         assert part.dtype == dtype
         torch.testing.assert_close(part.double(), expected, rtol=tol, atol=tol)
-    weights = [torch.randn(2, T, n, head_dim, dtype=F64) for n in (H, KV, KV)]
-    grad = lambda fn, t: torch.autograd.grad(sum((p.double() * w).sum() for p, w in zip(fn(t), weights)), t)[0]  # noqa: E731
-    g = grad(ours, qkv.to(dtype).requires_grad_(True))
-    torch.testing.assert_close(g.double(), grad(ref, qkv.clone().requires_grad_(True)), rtol=tol * 2, atol=tol * 2)
+    _, (g,) = _grads(_qkv_loss(ours, head_dim), qkv.to(dtype))
+    _, (ref_g,) = _grads(_qkv_loss(ref, head_dim), qkv)
+    assert g.dtype == dtype
+    torch.testing.assert_close(g.double(), ref_g, rtol=tol * 2, atol=tol * 2)
 
 
 def test_rotary_qkv_gradient_with_an_unused_output():

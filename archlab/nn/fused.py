@@ -125,6 +125,7 @@ class _RotaryQKV(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_q: Tensor | None, grad_k: Tensor | None, grad_v: Tensor | None):
         cos, sin = ctx.saved_tensors
+        back = -sin  # the rotation by minus the angles, for both gradients
         H, KV = ctx.heads
         grad = torch.empty(ctx.shape, dtype=ctx.dtype, device=cos.device)
         parts = grad[:, :, :H], grad[:, :, H : H + KV], grad[:, :, H + KV :]
@@ -132,7 +133,7 @@ class _RotaryQKV(torch.autograd.Function):
             if g is None:
                 part.zero_()
             else:
-                _rotate(g, cos, -sin, ctx.interleaved, out=part)
+                _rotate(g, cos, back, ctx.interleaved, out=part)
         if grad_v is None:
             parts[2].zero_()
         else:

@@ -133,7 +133,6 @@ class RoPE(Position):
         ``torch.compile``, whose kernel for the half rotation is faster than for the reordered one."""
         angles = _opaque_rope_angles if torch.compiler.is_compiling() else rope_angles
         cos, sin = (t.to(dtype) for t in angles(pos, self.dim, self.theta))
-        rotated = self.dim
         may_reorder = not self.interleaved and not cached
 
         def rotate(x: Tensor, proj: nn.Linear, n_head: int, n_kv_head: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -145,8 +144,8 @@ class RoPE(Position):
                 and not torch.compiler.is_compiling()  # inductor fuses the half rotation itself
             )
             if reorder:
-                weight = adjacent_pairs(weight, n_head + n_kv_head, hd, rotated)
-                bias = None if bias is None else adjacent_pairs(bias, n_head + n_kv_head, hd, rotated)
+                weight = adjacent_pairs(weight, n_head + n_kv_head, hd, self.dim)
+                bias = None if bias is None else adjacent_pairs(bias, n_head + n_kv_head, hd, self.dim)
             qkv = F.linear(x, weight, bias).unflatten(-1, (n_head + 2 * n_kv_head, hd))
             return rotary_qkv(qkv, cos, sin, self.interleaved or reorder, n_head, n_kv_head)
 
