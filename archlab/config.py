@@ -17,6 +17,8 @@ from archlab.errors import ConfigError
 
 @dataclass
 class NormConfig:
+    """``model.norm``: the normalisation layer (registry ``NORMS``, archlab/nn/norms.py)."""
+
     kind: str = "layernorm"  # layernorm | rmsnorm
     eps: float = 1e-5
     bias: bool = True  # layernorm only
@@ -24,12 +26,16 @@ class NormConfig:
 
 @dataclass
 class BlockConfig:
+    """``model.block``: how a block wires attention and MLP into the residual stream (``BLOCKS``, archlab/nn/block.py)."""
+
     kind: str = "pre"  # pre | post | parallel
     shared_norm: bool = True  # parallel only: one norm feeds attention and MLP (GPT-J)
 
 
 @dataclass
 class PositionConfig:
+    """``model.position``: the position scheme (``POSITIONS``, archlab/nn/positions.py)."""
+
     kind: str = "learned"  # learned | sinusoidal | rope | alibi | none
     theta: float = 10000.0  # rope base
     rotary_dim: Optional[int] = None  # rope: rotate only this many dims of each head
@@ -39,6 +45,8 @@ class PositionConfig:
 
 @dataclass
 class AttentionConfig:
+    """``model.attention``: heads and projections of causal self-attention (archlab/nn/attention.py)."""
+
     n_head: int = 12
     n_kv_head: Optional[int] = None  # None = n_head (MHA); divides n_head (GQA); 1 (MQA)
     head_dim: Optional[int] = None  # None = d_model // n_head
@@ -49,6 +57,8 @@ class AttentionConfig:
 
 @dataclass
 class MLPConfig:
+    """``model.mlp``: the feed-forward layer and its hidden width (``MLPS``, archlab/nn/mlp.py)."""
+
     kind: str = "gelu"  # gelu | relu | swiglu | geglu
     d_ff: Optional[int] = None  # explicit hidden width wins over every rule below
     multiplier: Optional[float] = None  # hidden width = int(multiplier * d_model)
@@ -60,12 +70,16 @@ class MLPConfig:
 
 @dataclass
 class HeadConfig:
+    """``model.head``: the output projection to the vocabulary (archlab/nn/model.py)."""
+
     tied: bool = True
     bias: bool = False
 
 
 @dataclass
 class ModelConfig:
+    """``model``: a whole decoder; every field a preset in archlab/conf/model may set."""
+
     vocab_size: int = 50257
     context_length: int = 1024
     n_layer: int = 12
