@@ -8,6 +8,10 @@ class ConfigError(ValueError):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field}={value!r} is invalid: allowed {allowed}")
 
+    def __reduce__(self):
+        # rebuilt from its three parts: a parallel sweep's worker process pickles a failed job's error
+        return type(self), (self.field, self.value, self.allowed)
+
 
 class SweepConfigError(ConfigError):
     """A setting that would fail every job of a ``-m`` sweep alike: it stops the sweep instead of

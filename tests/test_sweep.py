@@ -1,5 +1,6 @@
 """Sweeps: a tiny ``archlab-train -m`` with a failing combination, ``archlab-report`` over it, parameter
-matching inside a run, a diverging run recorded as failed, and a 2-trial Optuna search."""
+matching inside a run, a diverging run recorded as failed, a parallel (joblib) sweep with a bad job,
+and a 2-trial Optuna search."""
 
 from __future__ import annotations
 
@@ -199,3 +200,17 @@ def yaml_load(path: Path) -> dict:
     import yaml
 
     return yaml.safe_load(path.read_text())
+
+
+def test_a_parallel_local_sweep_records_a_bad_job_and_runs_the_others(conf, tmp_path):
+    """``hydra/launcher=local`` (the studies' launcher) sends each job's result back from a worker process:
+    a job's ConfigError must survive that trip, so the sweep goes on and the failure is recorded."""
+    sweep_dir = tmp_path / "multirun"
+    proc = cli(conf, tmp_path / "run", ["data=mqar_tiny", *STEPS, "hydra/launcher=local", "model/attention=mha,gqa",
+                                        f"hydra.sweep.dir={sweep_dir}"], multirun=True)
+    runs = {s["choices"]["model/attention"]: s for s in summaries(sweep_dir).values()}
+    assert set(runs) == {"mha", "gqa"}, proc.stderr[-3000:]
+    assert runs["mha"]["status"] == "completed" and runs["mha"]["steps"] == 20
+    assert runs["gqa"]["status"] == "failed" and runs["gqa"]["error"].startswith("ConfigError: model.attention.n_kv_head=8")
+    assert proc.returncode != 0 and "model.attention.n_kv_head=8" in proc.stderr
+    assert "BrokenProcessPool" not in proc.stderr

@@ -11,6 +11,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 import archlab.build
 from archlab import ConfigError, ModelConfig, build_model, compose_model, count_params
 from archlab.config import AttentionConfig, HeadConfig
+from archlab.errors import SweepConfigError
 
 ROPE = "model/position=rope"
 
@@ -143,3 +144,13 @@ def test_wrong_type_is_rejected_by_the_schema_naming_the_key():
         compose_model(["model.mlp.d_ff=2.5"])
     cause = str(info.value.__cause__)
     assert "model.mlp.d_ff" in cause and "Integer" in cause
+
+
+@pytest.mark.parametrize("kind", [ConfigError, SweepConfigError])
+def test_config_errors_survive_pickling(kind):
+    """A parallel sweep's worker sends a failed job's error back pickled: it must come back whole."""
+    import pickle
+
+    err = pickle.loads(pickle.dumps(kind("model.attention.n_head", 5, "a divisor of d_model=384")))
+    assert type(err) is kind and (err.field, err.value, err.allowed) == ("model.attention.n_head", 5, "a divisor of d_model=384")
+    assert str(err) == "model.attention.n_head=5 is invalid: allowed a divisor of d_model=384"
