@@ -47,6 +47,7 @@ def test_cli_prints_where_everything_is_and_the_metric_against_chance(cli_run):
     run, proc, summary = cli_run
     out = proc.stdout
     assert f"summary:    {run / 'summary.json'}" in out
+    assert "LeafSpec" not in proc.stderr  # Lightning's per-run deprecation noise is filtered out
     assert f"export:     {run / 'model.safetensors'}" in out
     assert "checkpoint: " + str(run / "checkpoints") in out
     assert "logs:       " in out and str(run / "logs") in out

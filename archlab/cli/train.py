@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import hydra
 from omegaconf import DictConfig
@@ -32,6 +33,9 @@ def _app(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
+    # Lightning 2.6 builds torch's deprecated LeafSpec when it moves each batch: one FutureWarning per run
+    # that the user can do nothing about
+    warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
     register_configs()
     _app()
 
