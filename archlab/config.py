@@ -1,4 +1,4 @@
-"""Structured model configs (the config contract of DESIGN.md), registered in Hydra's ConfigStore.
+"""Structured model configs (the config contract every registry family reads), registered in Hydra's ConfigStore.
 
 One dataclass per registry family holds the fields of every variant of that family; ``kind`` picks
 the variant and the variant's own entry checks the fields it uses (see ``archlab.nn``).

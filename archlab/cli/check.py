@@ -26,9 +26,9 @@ from archlab.config import head_dim, n_kv_head, register_configs, to_model_confi
 from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
 
-# Total parameters of each published layout, typed in from the team's REFERENCE.md: the Hugging Face
-# transformers 5.23 model built on the meta device, tied tensors counted once. nano has no published
-# model; its number is REFERENCE.md's GPT-2 closed form (V + ctx)·d + L·(4d² + 2df + 9d + f) + 2d
+# Total parameters of each published layout, typed in from the team's reference sheet (not shipped):
+# the Hugging Face transformers 5.23 model built on the meta device, tied tensors counted once. nano has
+# no published model; its number is the sheet's GPT-2 closed form (V + ctx)·d + L·(4d² + 2df + 9d + f) + 2d
 # at V=256, ctx=256, d=128, L=4, f=512.
 REFERENCE_COUNTS = {
     "gpt2": 124_439_808,
@@ -50,7 +50,7 @@ register_configs()
 
 
 def presets() -> list[str]:
-    """Names of the presets shipped in ``conf/model/``: the published ones in REFERENCE.md's order first."""
+    """Names of the presets shipped in ``conf/model/``: the published ones first, in REFERENCE_COUNTS' order."""
     order = list(REFERENCE_COUNTS)
     names = (p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
     return sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
@@ -106,7 +106,8 @@ def print_table(rows: list[dict], console: Console) -> None:
         ref = f"{row['reference']:,}" if row["reference"] is not None else "-"
         table.add_row(row["preset"], f"{row['analytic']['total']:,}", f"{row['built']['total']:,}", ref, row["status"])
     console.print(table)
-    console.print("reference: Hugging Face transformers models built on the meta device (REFERENCE.md)")
+    console.print("reference: published totals (Hugging Face transformers models built on the meta device; nano: "
+                  "the GPT-2 closed form), listed in archlab/cli/check.py")
 
 
 def print_breakdown(title: str, result: dict, layout: str, console: Console) -> bool:
