@@ -31,11 +31,16 @@ def first_and_last(summary: dict, metric: str) -> tuple[float, float]:
     return history[0][metric], history[-1][metric]
 
 
-def test_mqar_fit_reports_both_lengths_above_chance(tmp_path):
-    s = fit(tmp_path, ["data=mqar", "data.num_pairs=2", "data.num_keys=4", "data.num_values=8",
+def test_mqar_fit_reports_both_lengths_above_chance(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = fit(Path("run"), ["data=mqar", "data.num_pairs=2", "data.num_keys=4", "data.num_values=8",
                        "data.val_examples=128", "data.batch_size=32", "model.init_std=0.1",
                        "trainer.max_steps=60", "trainer.val_check_interval=20"])
     assert s["status"] == "completed" and s["data"]["val_names"] == ["val", "val_long"]
+    # a relative paths.output_dir is recorded (and printed) absolute, like the checkpoint Lightning names
+    for key in ("summary", "export", "checkpoint"):
+        assert Path(s["paths"][key]).is_absolute() and Path(s["paths"][key]).is_file(), (key, s["paths"][key])
+        assert Path(s["paths"][key]).is_relative_to(tmp_path / "run"), (key, s["paths"][key])
     assert s["model_from_data"] == {"vocab_size": 12, "context_length": 2 * (4 + 4) - 1}
     final = s["metrics"]["final"]
     assert {"val/loss", "val/acc", "val_long/loss", "val_long/acc"} <= final.keys()

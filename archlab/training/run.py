@@ -33,9 +33,10 @@ log = logging.getLogger("archlab.train")
 
 
 def output_dir(cfg: DictConfig) -> Path:
-    """``paths.output_dir``, or the Hydra run directory when it is null."""
+    """``paths.output_dir`` (made absolute: every path the run prints or records is), or the Hydra run
+    directory when it is null."""
     if cfg.paths.output_dir is not None:
-        return Path(cfg.paths.output_dir)
+        return Path(cfg.paths.output_dir).resolve()
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
