@@ -152,6 +152,22 @@ def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
     assert second["resumed_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
     assert second["steps"] == 20
     assert [h["step"] for h in second["metrics"]["history"]] == [5, 10, 15, 20]  # history carried over
+    for steps in (20, 15):  # nothing left to train: refused up front, not a silent no-op reported as done
+        with pytest.raises(ConfigError, match="more than the 20 steps") as err:
+            train(compose_train(conf, tmp_path, [f"trainer.max_steps={steps}", "trainer.val_check_interval=5",
+                                                 "resume=auto"]))
+        assert err.value.field == "trainer.max_steps"
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 20
+
+
+def test_a_mistyped_rerun_keeps_the_earlier_runs_summary(conf, tmp_path):
+    """A re-run in a finished run's directory that fails its checks prints the error and leaves that
+    run's summary.json alone."""
+    earlier = {"status": "completed", "start_time": 0.0, "steps": 1500, "metrics": {"final": {"val/acc": 0.99}}}
+    (tmp_path / "summary.json").write_text(json.dumps(earlier))
+    proc = cli(conf, tmp_path, ["optim.lr=-1"])
+    assert proc.returncode == 2 and proc.stderr.startswith("error: optim.lr=-1.0")
+    assert json.loads((tmp_path / "summary.json").read_text()) == earlier
 
 
 def test_newest_checkpoint_by_modification_time(tmp_path):

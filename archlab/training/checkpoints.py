@@ -125,9 +125,11 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any], prefix: s
             for k in sorted(a.keys() | b.keys()) if a.get(k, missing) != b.get(k, missing)]
 
 
-def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: str = "ckpt_path") -> None:
-    """Refuse a checkpoint that does not load, or that holds another model config than ``model``
-    (``model_config_dict`` of this run), naming each differing field."""
+def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: str = "ckpt_path",
+                     max_steps: Optional[int] = None) -> None:
+    """Refuse a checkpoint that does not load, that holds another model config than ``model``
+    (``model_config_dict`` of this run), naming each differing field, or that has already trained
+    ``max_steps`` steps (Lightning would stop at once and call it done)."""
     if path is None:
         return
     checkpoint = read_checkpoint(path, field)
@@ -137,3 +139,7 @@ def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: s
     diffs = config_differences(saved, model)
     if diffs:
         raise ConfigError(field, str(path), "a checkpoint of this run's model; it differs in " + "; ".join(diffs))
+    step = checkpoint.get("global_step")
+    if max_steps is not None and max_steps > 0 and isinstance(step, int) and step >= max_steps:
+        raise ConfigError("trainer.max_steps", max_steps, f"more than the {step} steps {path} has already trained "
+                                                          "(max_steps counts from the first step: raise it to train on)")

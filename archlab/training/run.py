@@ -106,7 +106,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
     matched = apply_match(cfg)  # match.reference: size match.field to the reference's parameter count
     model_cfg = validate(to_model_config(cfg.model))
-    check_checkpoint(ckpt_path, model_config_dict(model_cfg), "ckpt_path" if cfg.ckpt_path else "resume")
+    check_checkpoint(ckpt_path, model_config_dict(model_cfg), "ckpt_path" if cfg.ckpt_path else "resume",
+                     cfg.trainer.max_steps)
     log.info("model.vocab_size=%d and model.context_length=%d come from the data (%s)",
              model_cfg.vocab_size, model_cfg.context_length, type(dm).__name__)
     val_names = list(dm.val_names)

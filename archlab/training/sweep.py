@@ -58,10 +58,9 @@ def in_multirun() -> bool:
 
 
 def record_failure(cfg: DictConfig, error: BaseException, start: float) -> Optional[Path]:
-    """Write a failed ``summary.json`` in the Hydra job directory, unless this attempt already wrote
-    one (a failure during fit is recorded by the run itself, with its metrics so far)."""
-    import json
-
+    """Write a failed ``summary.json`` in the Hydra job directory, unless one is there: this attempt's
+    (a failure during fit is recorded by the run itself, with its metrics so far) or an earlier run's,
+    which a mistyped re-run in the same directory must not destroy (its error is printed anyway)."""
     from hydra.core.hydra_config import HydraConfig
 
     from archlab.training.summary import SUMMARY, write_summary
@@ -70,7 +69,7 @@ def record_failure(cfg: DictConfig, error: BaseException, start: float) -> Optio
         return None
     out = Path(OmegaConf.select(cfg, "paths.output_dir") or HydraConfig.get().runtime.output_dir)
     existing = out / SUMMARY
-    if existing.exists() and json.loads(existing.read_text()).get("start_time", 0) >= start:
+    if existing.exists():
         return None
     try:
         config = OmegaConf.to_container(cfg, resolve=True)
