@@ -196,6 +196,11 @@ def test_cli_prints_ids_without_a_tokenizer(saved, capsys):
             ["prompt_ids=[1,2]", "max_new_tokens=100"],
             "max_new_tokens=100 is invalid: allowed at most model.context_length=64",
         ),
+        (["prompt_ids=[]"], "prompt_ids=[] is invalid: allowed a prompt of at least one token"),
+        (["prompt_ids=[1]", "seed=99999999999999999999"], "seed=99999999999999999999 is invalid: allowed null or an integer"),
+        (["prompt_ids=[1]", "device=tpu"], "device='tpu' is invalid: allowed cpu, cuda or cuda:<index>"),
+        pytest.param(["prompt_ids=[1]", "device=cuda"], "device='cuda' is invalid: allowed cpu: this machine has no CUDA GPU",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")),
     ],
 )
 def test_cli_refuses_bad_settings(saved, capsys, args, message):
@@ -205,3 +210,27 @@ def test_cli_refuses_bad_settings(saved, capsys, args, message):
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_refuses_a_file_that_is_not_an_archlab_export(saved, tmp_path, capsys):
+    """Not safetensors at all, cut short, or safetensors from elsewhere: one line naming ckpt, no traceback."""
+    from safetensors.torch import save_file
+
+    with_tok, _ = saved
+    (tmp_path / "notes.txt").write_text("not weights")
+    (tmp_path / "cut.safetensors").write_bytes(with_tok.read_bytes()[:100])
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
+    for name, reason in [("notes.txt", "this one does not read"), ("cut.safetensors", "this one does not read"),
+                         ("other.safetensors", "has no 'archlab_model_config' metadata")]:
+        with pytest.raises(SystemExit) as exit:
+            generate_main([f"ckpt={tmp_path / name}", "prompt_ids=[1]"])
+        err = capsys.readouterr().err
+        assert exit.value.code == 2 and err.startswith(f"error: ckpt='{tmp_path / name}' is invalid") and reason in err, err
+        assert len(err.strip().splitlines()) == 1
+
+
+def test_cli_refuses_an_empty_text_prompt(saved, capsys):
+    with_tok, _ = saved
+    with pytest.raises(SystemExit) as exit:
+        generate_main([f"ckpt={with_tok}", "prompt="])
+    assert exit.value.code == 2 and "prompt='' is invalid: allowed a prompt of at least one token" in capsys.readouterr().err

@@ -63,26 +63,49 @@ def parse_settings(settings: list[str]) -> GenerateConfig:
     return OmegaConf.to_object(cfg)
 
 
-def _read_tokenizer(path: Path):
+def _read_export(path: Path) -> dict[str, str]:
+    """The metadata of an archlab safetensors export; ConfigError for any other file."""
     from safetensors import safe_open
 
-    from archlab.tokenizer import tokenizer_from_dict
+    from archlab.weights import CONFIG_KEY
 
-    with safe_open(str(path), framework="pt") as f:
-        spec = (f.metadata() or {}).get(TOKENIZER_KEY)
-    return tokenizer_from_dict(json.loads(spec)) if spec else None
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except Exception as err:  # not safetensors, or cut short: the library's message says which
+        raise ConfigError("ckpt", str(path), f"a safetensors file written by archlab (this one does not read: {err})") from None
+    if CONFIG_KEY not in meta:
+        raise ConfigError("ckpt", str(path), f"a safetensors file written by archlab (this one has no {CONFIG_KEY!r} "
+                                             "metadata: archlab-train writes <run>/model.safetensors)")
+    return meta
+
+
+def _check_device(name: str) -> None:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError("device", name, "cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", name, "cpu: this machine has no CUDA GPU")
+    if device.type not in ("cpu", "cuda"):
+        raise ConfigError("device", name, "cpu, cuda or cuda:<index>")
 
 
 def run(cfg: GenerateConfig) -> str:
     """The generated sequence (prompt included) as text, or as a JSON list of ids without a tokenizer."""
     from archlab.generate import generate
+    from archlab.tokenizer import tokenizer_from_dict
     from archlab.weights import load_weights
 
     if cfg.ckpt is None or not Path(cfg.ckpt).is_file():
         raise ConfigError("ckpt", cfg.ckpt, "an existing safetensors file written by archlab.weights.save_weights")
     if (cfg.prompt is None) == (cfg.prompt_ids is None):
         raise ConfigError("prompt", cfg.prompt, "exactly one of prompt=<text> or prompt_ids=[...]")
-    tokenizer = _read_tokenizer(Path(cfg.ckpt))
+    if cfg.seed is not None and not 0 <= cfg.seed < 2**63:
+        raise ConfigError("seed", cfg.seed, "null or an integer in [0, 2**63)")
+    _check_device(cfg.device)
+    spec = _read_export(Path(cfg.ckpt)).get(TOKENIZER_KEY)
+    tokenizer = tokenizer_from_dict(json.loads(spec)) if spec else None
     if cfg.prompt is not None:
         if tokenizer is None:
             raise ConfigError(
@@ -94,6 +117,9 @@ def run(cfg: GenerateConfig) -> str:
             raise ConfigError("prompt", cfg.prompt, f"text the checkpoint's tokenizer can encode ({e})") from None
     else:
         ids = cfg.prompt_ids
+    if not ids:
+        field = "prompt" if cfg.prompt is not None else "prompt_ids"
+        raise ConfigError(field, cfg.prompt if cfg.prompt is not None else ids, "a prompt of at least one token")
     model = load_weights(cfg.ckpt, device=cfg.device)
     generator = torch.Generator(cfg.device).manual_seed(cfg.seed) if cfg.seed is not None else None
     prompt = torch.tensor([ids], dtype=torch.long, device=cfg.device)
