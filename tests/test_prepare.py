@@ -98,12 +98,24 @@ def test_missing_empty_and_too_short_inputs(tmp_path):
         assert err.value.field == "input" and hint in str(err.value)
 
 
-def test_cli_errors_are_one_line_naming_the_key(tmp_path, source):
+def test_cli_errors_are_one_line_naming_the_key(tmp_path, source, capsys):
     proc = run_prepare(f"input={tmp_path / 'missing.txt'}", f"output={tmp_path / 'o'}")
-    assert proc.returncode != 0 and proc.stderr.strip().startswith("archlab-prepare: error: input=")
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("archlab-prepare: error: input=")
     assert "Traceback" not in proc.stderr
-    for argv, key in [([f"input={source}"], "output"), ([f"input={source}", "output=o", "colour=red"], "colour"),
-                      ([f"input={source}", "output=o", "val_fraction=lots"], "val_fraction")]:
+    a_file = tmp_path / "taken.txt"
+    a_file.write_text("x")
+    for argv, key, reason in [
+        ([f"input={source}"], "output", "a path"),
+        ([f"input={source}", "output=o", "colour=red"], "colour", "one of the keys"),
+        ([f"input={source}", "output=o", "val_fraction=lots"], "val_fraction", "a value of its type"),
+        ([str(source), "o"], "argument", "key=value"),  # positional paths, as for many tools
+        ([f"input={tmp_path}", "output=o"], "input", "(a directory there)"),
+        # checked before the text is read and tokenised: a file, or a place this user cannot write
+        ([f"input={source}", f"output={a_file}"], "output", "this path is a file"),
+        ([f"input={source}", f"output={a_file / 'sub'}"], "output", f"({a_file} is a file)"),
+    ]:
         with pytest.raises(SystemExit) as exit_:
             main(argv)
-        assert str(exit_.value).startswith(f"archlab-prepare: error: {key}=")
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(f"archlab-prepare: error: {key}=") and reason in err, err
+        assert len(err.strip().splitlines()) == 1

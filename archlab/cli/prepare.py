@@ -4,6 +4,7 @@ tokenise a text file into nanoGPT-format shards (``train.bin``, ``val.bin``) plu
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,13 @@ def check(cfg: PrepareConfig) -> None:
     elif cfg.vocab_size is not None:
         raise ConfigError("vocab_size", cfg.vocab_size, f"null for tokenizer={cfg.tokenizer} (its vocabulary is fixed by the text)")
     check_fraction("val_fraction", cfg.val_fraction)
+    out = Path(cfg.output).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ConfigError("output", cfg.output, "a directory to write the shards into (this path is a file)")
+    parent = next(p for p in (out, *out.parents) if p.exists())  # the part of the path that exists already
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        why = "is not writable" if parent.is_dir() else "is a file"
+        raise ConfigError("output", cfg.output, f"a directory this user can create or write into ({parent} {why})")
 
 
 def prepare(cfg: PrepareConfig) -> dict:
@@ -76,6 +84,9 @@ def prepare(cfg: PrepareConfig) -> dict:
 def parse(argv: Sequence[str]) -> PrepareConfig:
     """``key=value`` arguments checked against PrepareConfig's keys and types."""
     keys = ", ".join(PrepareConfig.__dataclass_fields__)
+    for arg in argv:
+        if "=" not in arg:
+            raise ConfigError("argument", arg, f"key=value with a key among {keys}; usage: {USAGE}")
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(PrepareConfig), OmegaConf.from_dotlist(list(argv)))
     except OmegaConfBaseException as err:
@@ -96,8 +107,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     try:
         cfg = parse(argv)
         meta = prepare(cfg)
-    except ConfigError as err:
-        sys.exit(f"archlab-prepare: error: {err}")
+    except ConfigError as err:  # exit status 2, as the other archlab commands give for a bad setting
+        print(f"archlab-prepare: error: {err}", file=sys.stderr)
+        sys.exit(2)
     print(f"wrote {meta['train_tokens']} training and {meta['val_tokens']} validation tokens "
           f"({meta['dtype']}, {meta['tokenizer']['kind']} vocabulary of {meta['vocab_size']}) to {cfg.output}\n"
           f"train on them with: archlab-train data=tokens data.dir={cfg.output}")

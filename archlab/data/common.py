@@ -28,7 +28,7 @@ def read_text(path: str | Path, field: str) -> str:
     allowed = "an existing, non-empty UTF-8 text file"
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ConfigError(field, str(path), f"{allowed} (no file there)")
+        raise ConfigError(field, str(path), f"{allowed} ({'a directory' if file.is_dir() else 'no file'} there)")
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
