@@ -17,6 +17,8 @@ from typing import Any, Optional
 
 import yaml
 
+from archlab.errors import ConfigError
+
 SEED_KEYS = ("seed",)
 
 
@@ -57,12 +59,17 @@ def load_runs(sweep_dir: str | Path) -> list[Run]:
     (``.hydra/``) that never wrote one (killed or still running)."""
     root = Path(sweep_dir)
     if not root.is_dir():
-        raise FileNotFoundError(f"sweep directory {root} does not exist")
+        why = "this path is a file" if root.exists() else "nothing is there"
+        raise ConfigError("sweep_dir", str(root), f"a directory of runs: a Hydra multirun directory or any folder ({why})")
     dirs = {p.parent for p in root.rglob("summary.json")} | {p.parent.parent for p in root.rglob(".hydra/overrides.yaml")}
     runs = []
     for d in sorted(dirs):
         summary_file = d / "summary.json"
-        summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+        try:
+            summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ConfigError("sweep_dir", str(root), f"runs whose summary.json is JSON ({summary_file}: {err}; "
+                                                      "move that run aside to report the others)") from None
         runs.append(Run(d, _overrides(d), summary))
     return runs
 
@@ -185,13 +192,18 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None, metri
     ``val/loss``) leads the table and is plotted; default: the runs' primary metric."""
     runs = load_runs(sweep_dir)
     if not runs:
-        raise FileNotFoundError(f"no runs (summary.json or .hydra/overrides.yaml) under {sweep_dir}")
+        raise ConfigError("sweep_dir", str(sweep_dir), "a directory holding runs (summary.json or .hydra/overrides.yaml)")
     out = Path(out_dir or sweep_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ConfigError("--out", str(out), "a directory for report.md, report.csv and the plots (this path is a file)")
     axes = swept_axes(runs)
     variants = group_variants(runs, axes)
-    columns = metric_columns(variants, metric)
     stats = [aggregate(v) for v in variants]
+    finals = sorted({c.removeprefix("final ") for st in stats for c in st if c.startswith("final ")})
+    if metric and finals and metric not in finals:
+        raise ConfigError("--metric", metric, f"a final metric of these runs: {', '.join(finals)}")
+    columns = metric_columns(variants, metric)
+    out.mkdir(parents=True, exist_ok=True)
 
     csv_path = out / "report.csv"
     with csv_path.open("w", newline="") as f:

@@ -121,6 +121,35 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     assert sum(int(r["completed"]) for r in rows) == 3
 
 
+def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):
+    """A path that is no sweep, an --out that is a file, an unknown --metric and an unreadable summary.json:
+    one error line each naming the argument, exit 2, and nothing written."""
+    import shutil
+
+    from archlab.cli.report import main as report_main
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sweep[0], copy)
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("x")
+    broken = tmp_path / "broken"
+    shutil.copytree(sweep[0], broken)
+    next(broken.glob("*/summary.json")).write_text("{bad")
+    for argv, start, reason in [
+        ([str(tmp_path / "missing")], "error: sweep_dir=", "nothing is there"),
+        ([str(a_file)], "error: sweep_dir=", "this path is a file"),
+        ([str(copy), "--out", str(a_file)], "error: --out=", "this path is a file"),
+        ([str(copy), "--metric", "val/bleu"], "error: --metric='val/bleu'", "a final metric of these runs: val/acc, val/loss"),
+        ([str(broken)], "error: sweep_dir=", "whose summary.json is JSON"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            report_main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(start) and reason in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert not (copy / "report.md").exists()
+
+
 def test_curves_come_from_the_log_beside_a_moved_summary(sweep, tmp_path):
     """A committed or moved sweep: the summary's absolute log path is gone, the run's own logs/metrics.csv is read."""
     import shutil

@@ -13,11 +13,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metric", default=None,
                         help="the metric that leads the table and is plotted, e.g. val/loss (default: the runs' primary metric)")
     args = parser.parse_args(argv)
+    from archlab.errors import ConfigError
     from archlab.report import write_report
 
     try:
         written = write_report(args.sweep_dir, args.out, args.metric)
-    except FileNotFoundError as err:
+    except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     for kind, path in written.items():
