@@ -196,26 +196,47 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def run_bench(cfg) -> dict:
-    """Time ``cfg.model`` (and its Hugging Face twin) as ``cfg`` asks; return every figure measured."""
-    from archlab.accounting import count, flops_per_token
-    from archlab.build import build_model
-    from archlab.config import to_model_config, validate
+def check_settings(cfg, context_length: int) -> int:
+    """Refuse any unusable bench setting before a model is built; return the tokens to generate."""
     from archlab.errors import ConfigError
-    from archlab.generate import generate
 
-    mcfg = validate(to_model_config(cfg.model))
-    T = cfg.seq_len or mcfg.context_length
     for name in ("batch_size", "repeats"):
         if getattr(cfg, name) < 1:
             raise ConfigError(name, getattr(cfg, name), "a positive integer")
-    room = mcfg.context_length - PROMPT_TOKENS
+    if cfg.warmup < 0:
+        raise ConfigError("warmup", cfg.warmup, "an integer >= 0")
+    for name in ("threads", "matmul_size"):
+        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
+            raise ConfigError(name, getattr(cfg, name), "null or a positive integer")
+    if cfg.seq_len is not None and not 1 <= cfg.seq_len <= context_length:
+        raise ConfigError("seq_len", cfg.seq_len, f"null or 1 to model.context_length={context_length}")
+    room = context_length - PROMPT_TOKENS
     n = room if cfg.generate_tokens is None else cfg.generate_tokens
     if not 1 <= n <= room:
         allowed = f"1 to model.context_length - {PROMPT_TOKENS} prompt tokens = {room}, or null for {room}"
         raise ConfigError("generate_tokens", n, allowed)
     if cfg.dtype not in ("float32", "bfloat16"):
         raise ConfigError("dtype", cfg.dtype, "one of ['bfloat16', 'float32']")
+    if cfg.format not in ("table", "json"):
+        raise ConfigError("format", cfg.format, "one of ['json', 'table']")
+    if cfg.device != "auto" and (cfg.device.split(":")[0] not in ("cpu", "cuda") or cfg.device.count(":") > 1
+                                 or not (cfg.device.partition(":")[2] or "0").isdigit()):
+        raise ConfigError("device", cfg.device, "auto, cpu, cuda or cuda:<index>")
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device", cfg.device, "auto or cpu: this machine has no CUDA GPU")
+    return n
+
+
+def run_bench(cfg) -> dict:
+    """Time ``cfg.model`` (and its Hugging Face twin) as ``cfg`` asks; return every figure measured."""
+    from archlab.accounting import count, flops_per_token
+    from archlab.build import build_model
+    from archlab.config import to_model_config, validate
+    from archlab.generate import generate
+
+    mcfg = validate(to_model_config(cfg.model))
+    n = check_settings(cfg, mcfg.context_length)
+    T = cfg.seq_len or mcfg.context_length
     device, dtype = resolve_device(cfg.device), getattr(torch, cfg.dtype)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -128,10 +128,29 @@ def test_checkpointing_saves_activation_memory(result):
     assert memory["plain"]["peak_step_bytes"] >= memory["plain"]["saved_activation_bytes"]
 
 
-def test_generate_tokens_past_the_context_is_refused_before_any_work():
-    cfg = compose("bench", ["model.context_length=16", "generate_tokens=9"])
-    with pytest.raises(ConfigError, match=r"generate_tokens.*9.*= 8"):
+@pytest.mark.parametrize("override, field, allowed", [
+    ("generate_tokens=9", "generate_tokens", "= 8"),
+    ("seq_len=17", "seq_len", "null or 1 to model.context_length=16"),
+    ("seq_len=-4", "seq_len", "null or 1 to"),
+    ("threads=-1", "threads", "null or a positive integer"),
+    ("warmup=-3", "warmup", "an integer >= 0"),
+    ("format=xml", "format", "one of ['json', 'table']"),
+    ("device=tpu", "device", "auto, cpu, cuda or cuda:<index>"),
+    ("device=cuda:x", "device", "auto, cpu, cuda or cuda:<index>"),
+    pytest.param("device=cuda", "device", "this machine has no CUDA GPU",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")),
+])
+def test_bad_settings_are_refused_before_any_work(override, field, allowed, monkeypatch):
+    import archlab.build
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a model was built before the settings were checked")
+
+    monkeypatch.setattr(archlab.build, "build_model", no_build)
+    cfg = compose("bench", ["model.context_length=16", override])
+    with pytest.raises(ConfigError) as err:
         run_bench(cfg)
+    assert err.value.field == field and allowed in err.value.allowed
 
 
 @pytest.mark.slow
