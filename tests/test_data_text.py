@@ -144,6 +144,8 @@ def test_bad_files_and_settings_are_named(tmp_path, text_file):
     path, _ = text_file
     empty = tmp_path / "empty.txt"
     empty.write_text("")
+    one_char = tmp_path / "one.txt"
+    one_char.write_text("x")
     latin1 = tmp_path / "latin1.txt"
     latin1.write_bytes("caf\xe9 ".encode("latin-1") * 50)
     cases = [
@@ -152,6 +154,8 @@ def test_bad_files_and_settings_are_named(tmp_path, text_file):
         (dict(path=str(latin1)), "data.path", "not UTF-8"),
         (dict(path=str(path), vocab="word"), "data.vocab", "char"),
         (dict(path=str(path), seq_len=100), "data.seq_len", "at most 99"),  # 100 validation characters
+        (dict(path=str(one_char)), "data.path", "0 training and 1 validation tokens"),  # no window fits at all
+        (dict(path=str(tmp_path)), "data.path", "a directory there"),
         (dict(path=str(path), seq_len=0), "data.seq_len", "integer"),
         (dict(path=str(path), val_fraction=1.0), "data.val_fraction", "between 0 and 1"),
         (dict(path=str(path), batch_size=0), "data.batch_size", "integer"),

@@ -32,7 +32,7 @@ class TextDataModule(WindowDataModule):
         self.vocab_size = self.tokenizer.vocab_size
         n = len(self.text) if vocab == "char" else len(self.text.encode("utf-8"))
         self.split = split_point(n, val_fraction)
-        self.check_splits(self.split, n - self.split, str(path))
+        self.check_splits(self.split, n - self.split, str(path), "data.path")
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.train_data is None:

@@ -72,7 +72,7 @@ class TokensDataModule(WindowDataModule):
         self.counts = {split: self.count_tokens(split) for split in SPLITS}
         if meta is not None:
             self.check_counts(meta)
-        self.check_splits(self.counts["train"], self.counts["val"], str(self.dir))
+        self.check_splits(self.counts["train"], self.counts["val"], str(self.dir), "data.dir")
         self.check_ids(from_meta=meta is not None)
 
     def check_counts(self, meta: dict[str, Any]) -> None:

@@ -66,9 +66,13 @@ class WindowDataModule(L.LightningDataModule):
         self.train_data: Optional[Any] = None
         self.val_data: Optional[Any] = None
 
-    def check_splits(self, train_tokens: int, val_tokens: int, source: str) -> None:
-        """Both splits must hold at least one window of ``seq_len + 1`` tokens."""
+    def check_splits(self, train_tokens: int, val_tokens: int, source: str, source_field: str) -> None:
+        """Both splits must hold at least one window of ``seq_len + 1`` tokens; when not even a window of
+        two fits, the data (``source_field``) is what is wrong, not ``seq_len``."""
         shortest = min(train_tokens, val_tokens)
+        if shortest < 2:
+            raise ConfigError(source_field, source, f"data long enough for a window of seq_len + 1 >= 2 tokens in each "
+                                                    f"split (it gives {train_tokens} training and {val_tokens} validation tokens)")
         if shortest < self.seq_len + 1:
             raise ConfigError("data.seq_len", self.seq_len,
                               f"at most {shortest - 1}: {source} has {train_tokens} training and {val_tokens}"
