@@ -198,7 +198,7 @@ def resolve_device(name: str) -> torch.device:
 
 def check_settings(cfg, context_length: int) -> int:
     """Refuse any unusable bench setting before a model is built; return the tokens to generate."""
-    from archlab.errors import ConfigError
+    from archlab.errors import ConfigError, check_device
 
     for name in ("batch_size", "repeats"):
         if getattr(cfg, name) < 1:
@@ -219,11 +219,7 @@ def check_settings(cfg, context_length: int) -> int:
         raise ConfigError("dtype", cfg.dtype, "one of ['bfloat16', 'float32']")
     if cfg.format not in ("table", "json"):
         raise ConfigError("format", cfg.format, "one of ['json', 'table']")
-    if cfg.device != "auto" and (cfg.device.split(":")[0] not in ("cpu", "cuda") or cfg.device.count(":") > 1
-                                 or not (cfg.device.partition(":")[2] or "0").isdigit()):
-        raise ConfigError("device", cfg.device, "auto, cpu, cuda or cuda:<index>")
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("device", cfg.device, "auto or cpu: this machine has no CUDA GPU")
+    check_device(cfg.device, auto=True)
     return n
 
 

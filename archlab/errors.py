@@ -1,4 +1,5 @@
-"""The one exception type for a bad setting: it names the field, the value and what is allowed."""
+"""The one exception type for a bad setting: it names the field, the value and what is allowed; and the
+device check the commands share."""
 
 
 class ConfigError(ValueError):
@@ -16,3 +17,21 @@ class ConfigError(ValueError):
 class SweepConfigError(ConfigError):
     """A setting that would fail every job of a ``-m`` sweep alike: it stops the sweep instead of
     being recorded as one failed run."""
+
+
+def check_device(name: str, auto: bool = False) -> None:
+    """Refuse a ``device`` setting this machine cannot run on: not cpu, cuda or cuda:<index> (nor
+    ``auto``, where ``auto`` is allowed), or cuda without a CUDA GPU."""
+    import torch
+
+    choices = "auto, cpu, cuda or cuda:<index>" if auto else "cpu, cuda or cuda:<index>"
+    if auto and name == "auto":
+        return
+    try:
+        kind = torch.device(name).type
+    except RuntimeError:
+        raise ConfigError("device", name, choices) from None
+    if kind not in ("cpu", "cuda"):
+        raise ConfigError("device", name, choices)
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", name, f"{'auto or ' if auto else ''}cpu: this machine has no CUDA GPU")

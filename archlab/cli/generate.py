@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from archlab.cli.errors import short_config_errors
-from archlab.errors import ConfigError
+from archlab.errors import ConfigError, check_device
 
 TOKENIZER_KEY = "archlab_tokenizer"
 
@@ -80,17 +80,6 @@ def _read_export(path: Path) -> dict[str, str]:
     return meta
 
 
-def _check_device(name: str) -> None:
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError("device", name, "cpu, cuda or cuda:<index>") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device", name, "cpu: this machine has no CUDA GPU")
-    if device.type not in ("cpu", "cuda"):
-        raise ConfigError("device", name, "cpu, cuda or cuda:<index>")
-
-
 def run(cfg: GenerateConfig) -> str:
     """The generated sequence (prompt included) as text, or as a JSON list of ids without a tokenizer."""
     from archlab.generate import generate
@@ -103,7 +92,7 @@ def run(cfg: GenerateConfig) -> str:
         raise ConfigError("prompt", cfg.prompt, "exactly one of prompt=<text> or prompt_ids=[...]")
     if cfg.seed is not None and not 0 <= cfg.seed < 2**63:
         raise ConfigError("seed", cfg.seed, "null or an integer in [0, 2**63)")
-    _check_device(cfg.device)
+    check_device(cfg.device)
     spec = _read_export(Path(cfg.ckpt)).get(TOKENIZER_KEY)
     tokenizer = tokenizer_from_dict(json.loads(spec)) if spec else None
     if cfg.prompt is not None:
