@@ -67,10 +67,16 @@ def _check_ddp(out: Path, single) -> None:
 def test_ddp_spawn_in_process_matches_one_process(conf, tmp_path, single):
     from archlab.training.run import train
 
+    sharing = "+callbacks.sharing={_target_:train_support.SaveMetricSharing,dirpath:" + str(tmp_path / "sharing") + "}"
     summary = train(compose_train(conf, tmp_path, [*STEPS, "trainer=ddp_spawn", "trainer.accelerator=cpu",
-                                                   "data.batch_size=4", _ranks(str(tmp_path / "ranks"))]))
+                                                   "data.batch_size=4", _ranks(str(tmp_path / "ranks")), sharing]))
     assert summary["trainer"]["strategy"] == "DDPStrategy"
     _check_ddp(tmp_path, single)
+    # spawning hands both processes the module's tensors in one shared memory; metric states added to
+    # there by both at once lose updates (a first val/loss of 1.86 against 2.46, seen under load)
+    records = sorted((tmp_path / "sharing").iterdir())
+    assert [p.name for p in records] == ["rank0_step10.json", "rank0_step5.json", "rank1_step10.json", "rank1_step5.json"]
+    assert not any(json.loads(p.read_text()) for p in records)
 
 
 def test_ddp_cpu_cli_matches_one_process(conf, tmp_path, single):

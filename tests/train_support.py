@@ -8,6 +8,7 @@ rank taking its slice, and starts after the batches a restored trainer has alrea
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import lightning as L
@@ -96,6 +97,21 @@ class SaveRankWeights(L.Callback):
                  for n, p in pl_module.model.named_parameters()}
         self.dirpath.mkdir(parents=True, exist_ok=True)
         torch.save(state, self.dirpath / f"rank{trainer.global_rank}.pt")
+
+
+class SaveMetricSharing(L.Callback):
+    """At each validation's start, each rank saves whether any of its metric states lies in shared memory."""
+
+    def __init__(self, dirpath: str):
+        self.dirpath = Path(dirpath)
+
+    def on_validation_epoch_start(self, trainer, pl_module):
+        from torchmetrics import Metric
+
+        states = [getattr(m, name) for m in pl_module.modules() if isinstance(m, Metric) for name in m._defaults]
+        self.dirpath.mkdir(parents=True, exist_ok=True)
+        path = self.dirpath / f"rank{trainer.global_rank}_step{trainer.global_step}.json"
+        path.write_text(json.dumps(any(t.is_shared() for t in states)))
 
 
 class FailAt(L.Callback):

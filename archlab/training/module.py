@@ -69,6 +69,13 @@ class LitModel(L.LightningModule):
         self._rng_to_restore: Optional[dict[str, Tensor]] = None
         self._rng_before_validation: Optional[dict[str, Tensor]] = None
 
+    def setup(self, stage: str) -> None:
+        # Spawned processes (ddp_spawn) receive the module's tensors in one shared memory; Lightning gives
+        # parameters and buffers private copies but not metric states, so ranks adding into them at once
+        # lost updates (a wrong first val/loss). A reset gives each process its own.
+        for metric in (*self.val_loss.values(), *self.val_acc.values()):
+            metric.reset()
+
     def configure_model(self) -> None:
         """Build (once), with the GPT-2 init drawn from the seeded RNG, so every rank starts identical;
         under ``ModelParallelStrategy`` shard each block and then the root across the data-parallel mesh."""
