@@ -160,6 +160,30 @@ def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 20
 
 
+def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_run(cli_run, conf, tmp_path):
+    """A finished run's summary, export and checkpoints are not overwritten by a re-run that forgot
+    resume=auto; continuing it (resume=auto, or one of its own checkpoints) is allowed."""
+    from archlab.training.run import train
+
+    run, _, _ = cli_run
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and ".hydra" not in p.parts}
+    proc = cli(conf, run, ["data.with_tokenizer=true", "trainer.max_steps=30"])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.startswith(f"error: hydra.run.dir='{run}' is invalid: allowed a directory without an earlier "
+                                  "run; this one holds summary.json, model.safetensors, checkpoints. Continue that "
+                                  "run with resume=auto")
+    assert {p: p.read_bytes() for p in before} == before
+
+    common = ["trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.checkpoint.save_top_k=-1"]
+    train(compose_train(conf, tmp_path, common))
+    with pytest.raises(ConfigError, match="holds summary.json, model.safetensors, checkpoints") as err:
+        train(compose_train(conf, tmp_path, common))
+    assert err.value.field == "paths.output_dir"
+    own = tmp_path / "checkpoints" / "step000005.ckpt"
+    again = train(compose_train(conf, tmp_path, [*common, f"ckpt_path={own}"]))  # back to its own step 5
+    assert again["resumed_from"] == str(own) and again["steps"] == 10
+
+
 def test_a_mistyped_rerun_keeps_the_earlier_runs_summary(conf, tmp_path):
     """A re-run in a finished run's directory that fails its checks prints the error and leaves that
     run's summary.json alone."""

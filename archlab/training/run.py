@@ -26,22 +26,24 @@ from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint
 from archlab.training.config import instantiate_node, validate_train
 from archlab.training.module import LitModel
 from archlab.training.recorder import RunRecorder
-from archlab.training.summary import SUMMARY, write_summary
+from archlab.training.summary import EXPORT, SUMMARY, write_summary
 from archlab.training.sweep import apply_match, check_objective
 
 log = logging.getLogger("archlab.train")
 
 
-def output_dir(cfg: DictConfig) -> Path:
+def output_dir(cfg: DictConfig) -> tuple[Path, str]:
     """``paths.output_dir`` (made absolute: every path the run prints or records is), or the Hydra run
-    directory when it is null."""
+    (or sweep job) directory when it is null; with the setting that chose it."""
     if cfg.paths.output_dir is not None:
-        return Path(cfg.paths.output_dir).resolve()
+        return Path(cfg.paths.output_dir).resolve(), "paths.output_dir"
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     if not HydraConfig.initialized():
         raise ConfigError("paths.output_dir", None, "a directory (required when not run by archlab-train)")
-    return Path(HydraConfig.get().runtime.output_dir)
+    hydra = HydraConfig.get()
+    return Path(hydra.runtime.output_dir), "hydra.sweep.dir" if hydra.mode == RunMode.MULTIRUN else "hydra.run.dir"
 
 
 def newest_checkpoint(directory: Path) -> Optional[Path]:
@@ -59,6 +61,19 @@ def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
         log.info("resume=auto: %s", f"continuing from {found}" if found else "no checkpoint yet, starting fresh")
         return str(found) if found else None
     return None
+
+
+def check_fresh(cfg: DictConfig, out: Path, ckpt_path: Optional[str], field: str) -> None:
+    """Refuse to start over in a directory that holds an earlier run (its summary, export or checkpoints
+    would be overwritten) unless this run continues it: ``resume=auto``, or a ``ckpt_path`` inside it."""
+    if cfg.resume == "auto" or (ckpt_path is not None and Path(ckpt_path).resolve().is_relative_to(out)):
+        return
+    held = [name for name in (SUMMARY, EXPORT) if (out / name).exists()]
+    held += ["checkpoints"] if newest_checkpoint(out / "checkpoints") else []
+    if held:
+        raise ConfigError(field, str(out), f"a directory without an earlier run; this one holds {', '.join(held)}. "
+                                           "Continue that run with resume=auto, or give a new directory "
+                                           "(delete this one to start over)")
 
 
 def variant_choices(cfg: DictConfig) -> dict[str, Any]:
@@ -93,9 +108,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     start = time.time()
     _single_console()
     validate_train(cfg)
-    out = output_dir(cfg)
+    out, out_field = output_dir(cfg)
     cfg.paths.output_dir = str(out)  # the logger and checkpoint configs interpolate it
     ckpt_path = resolve_checkpoint(cfg, out)
+    check_fresh(cfg, out, ckpt_path, out_field)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
