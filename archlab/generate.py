@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -38,8 +39,8 @@ def _check(model: Decoder, prompt_ids: Tensor, max_new_tokens: int, temperature:
             max_new_tokens,
             f"at most model.context_length={limit} minus the prompt length {prompt_ids.shape[1]}",
         )
-    if not temperature >= 0:
-        raise ConfigError("temperature", temperature, "a number >= 0 (0 = greedy)")
+    if not 0 <= temperature < math.inf:
+        raise ConfigError("temperature", temperature, "a finite number >= 0 (0 = greedy)")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ConfigError("top_k", top_k, "null or an integer >= 1")
     bad = prompt_ids[(prompt_ids < 0) | (prompt_ids >= model.cfg.vocab_size)]

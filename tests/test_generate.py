@@ -2,6 +2,7 @@
 decoding; sampling follows softmax(logits / T) over the top k, reproducibly; the CLI end to end."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -137,8 +138,9 @@ def test_bad_arguments_are_refused_before_work():
         generate(m, prompt(), max_new_tokens=44)
     with pytest.raises(ConfigError, match="top_k=0"):
         generate(m, prompt(), 3, temperature=1.0, top_k=0)
-    with pytest.raises(ConfigError, match="temperature=-1"):
-        generate(m, prompt(), 3, temperature=-1.0)
+    for temperature in (-1.0, math.inf, math.nan):
+        with pytest.raises(ConfigError, match=f"temperature={temperature}"):
+            generate(m, prompt(), 3, temperature=temperature)
     with pytest.raises(ConfigError, match="prompt_ids=96"):
         generate(m, torch.tensor([[1, 96]]), 3)
     assert torch.equal(generate(m, prompt(), 0), prompt())

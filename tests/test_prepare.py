@@ -68,6 +68,13 @@ def test_bpe_is_trained_locally_and_saved_beside_the_shards(tmp_path, source):
     assert tokenizer.decode(sum(read_back(out, "uint16"), [])) == TEXT
 
 
+def test_a_bpe_vocabulary_the_text_cannot_fill_is_reported(tmp_path, source, capsys):
+    main([f"input={source}", f"output={tmp_path / 'bpe'}", "tokenizer=bpe", "vocab_size=100000"])
+    meta = json.loads((tmp_path / "bpe" / "meta.json").read_text())
+    assert 256 < meta["vocab_size"] < 400  # TEXT has a few dozen distinct words
+    assert f"note: the text gave {meta['vocab_size']} tokens, fewer than vocab_size=100000" in capsys.readouterr().out
+
+
 def test_dtype_is_uint16_up_to_65536_ids():
     assert token_dtype(256) == token_dtype(2**16) == "uint16"
     assert token_dtype(2**16 + 1) == token_dtype(128256) == "uint32"

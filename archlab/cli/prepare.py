@@ -113,6 +113,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     print(f"wrote {meta['train_tokens']} training and {meta['val_tokens']} validation tokens "
           f"({meta['dtype']}, {meta['tokenizer']['kind']} vocabulary of {meta['vocab_size']}) to {cfg.output}\n"
           f"train on them with: archlab-train data=tokens data.dir={cfg.output}")
+    if cfg.vocab_size is not None and meta["vocab_size"] < cfg.vocab_size:
+        print(f"note: the text gave {meta['vocab_size']} tokens, fewer than vocab_size={cfg.vocab_size}: BPE ran out of "
+              "pairs to merge (a model trained on these shards takes its vocabulary size from meta.json)")
 
 
 if __name__ == "__main__":
