@@ -183,6 +183,12 @@ def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_ru
     again = train(compose_train(conf, tmp_path, [*common, f"ckpt_path={own}"]))  # back to its own step 5
     assert again["resumed_from"] == str(own) and again["steps"] == 10
 
+    # a run that failed before validating (e.g. a mistyped setting) left no results: started over
+    mistyped = tmp_path / "mistyped"
+    mistyped.mkdir()
+    (mistyped / "summary.json").write_text(json.dumps({"status": "failed", "steps": 0, "metrics": {"history": []}}))
+    assert train(compose_train(conf, mistyped, common))["status"] == "completed"
+
 
 def test_a_mistyped_rerun_keeps_the_earlier_runs_summary(conf, tmp_path):
     """A re-run in a finished run's directory that fails its checks prints the error and leaves that

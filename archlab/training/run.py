@@ -63,12 +63,26 @@ def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
     return None
 
 
+def _has_results(summary: Path) -> bool:
+    """Whether ``summary`` records results: a completed run or one validation (an unreadable one counts
+    too). A run that failed before validating, e.g. on a mistyped setting, has none."""
+    if not summary.exists():
+        return False
+    try:
+        s = json.loads(summary.read_text())
+        return s.get("status") != "failed" or bool(s["metrics"]["history"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return True
+
+
 def check_fresh(cfg: DictConfig, out: Path, ckpt_path: Optional[str], field: str) -> None:
-    """Refuse to start over in a directory that holds an earlier run (its summary, export or checkpoints
-    would be overwritten) unless this run continues it: ``resume=auto``, or a ``ckpt_path`` inside it."""
+    """Refuse to start over in a directory that holds an earlier run's results (its summary, export or
+    checkpoints would be overwritten) unless this run continues it: ``resume=auto``, or a ``ckpt_path``
+    inside it."""
     if cfg.resume == "auto" or (ckpt_path is not None and Path(ckpt_path).resolve().is_relative_to(out)):
         return
-    held = [name for name in (SUMMARY, EXPORT) if (out / name).exists()]
+    held = [SUMMARY] if _has_results(out / SUMMARY) else []
+    held += [EXPORT] if (out / EXPORT).exists() else []
     held += ["checkpoints"] if newest_checkpoint(out / "checkpoints") else []
     if held:
         raise ConfigError(field, str(out), f"a directory without an earlier run; this one holds {', '.join(held)}. "
