@@ -2,7 +2,8 @@
 
 Every run is read from its ``summary.json`` and ``.hydra/overrides.yaml``; the swept axes are the
 overrides whose values differ between runs, and runs that differ only in ``seed`` are one variant.
-Validation curves come from each run's CSV log (``metrics.csv``), or its summary's history.
+Validation curves come from each run's summary history: the optimizer step of every validation, kept
+whole across resumes (a resumed run's CSV log starts again).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import yaml
 from archlab.errors import ConfigError
 
 SEED_KEYS = ("seed",)
+CONTINUATION_KEYS = ("resume",)  # how a run was continued, not what it is: never a swept axis
 
 
 @dataclass
@@ -48,10 +50,13 @@ class Variant:
 
 
 def _overrides(run_dir: Path) -> dict[str, str]:
+    """The run's command-line overrides, less Hydra's own and those that only continued it: ``resume``,
+    and a ``ckpt_path`` inside the run's own directory."""
     file = run_dir / ".hydra" / "overrides.yaml"
     items = yaml.safe_load(file.read_text()) if file.exists() else []
-    pairs = (item.split("=", 1) for item in items or [] if "=" in item)
-    return {k.lstrip("+~"): v for k, v in pairs if not k.lstrip("+~").startswith("hydra")}
+    pairs = ((k.lstrip("+~"), v) for k, v in (item.split("=", 1) for item in items or [] if "=" in item))
+    return {k: v for k, v in pairs if not k.startswith("hydra") and k not in CONTINUATION_KEYS
+            and not (k == "ckpt_path" and Path(v).resolve().is_relative_to(run_dir.resolve()))}
 
 
 def load_runs(sweep_dir: str | Path) -> list[Run]:
@@ -109,12 +114,18 @@ def run_figures(run: Run) -> dict[str, float]:
     for key in ("total", "non_embedding"):
         if key in params:
             out[f"params {key}"] = float(params[key])
-    for key, name in (("flops_per_token", "flops/token"), ("wall_time_s", "wall time (s)")):
-        if _number(s.get(key)) is not None:
-            out[name] = float(s[key])
-    tokens = (s.get("throughput") or {}).get("tokens_per_s")
-    if _number(tokens) is not None:
-        out["tokens/s"] = float(tokens)
+    throughput = s.get("throughput") or {}
+    tokens, flops = _number(throughput.get("tokens_per_s")), _number(throughput.get("flops_per_s"))
+    # as trained (the training sequence length; the summary's flops_per_token is at context_length),
+    # to the whole FLOP: the two float rates leave rounding noise in the last digits
+    if tokens and flops is not None:
+        out["flops/token"] = float(round(flops / tokens))
+    elif _number(s.get("flops_per_token")) is not None:
+        out["flops/token"] = float(s["flops_per_token"])
+    if _number(s.get("wall_time_s")) is not None:
+        out["wall time (s)"] = float(s["wall_time_s"])
+    if tokens is not None:
+        out["tokens/s"] = tokens
     if s.get("model"):
         out["KV cache bytes/token"] = float(kv_cache_bytes_per_token(s["model"], (s.get("trainer") or {}).get("precision")))
     match = s.get("match") or {}
@@ -162,17 +173,7 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
 
 
 def validation_curve(run: Run, metric: str) -> list[tuple[int, float]]:
-    """(optimizer steps done, value) of ``metric`` over training: from the run's CSV log, else its
-    summary history (the two agree)."""
-    for log_dir in ((run.summary or {}).get("paths") or {}).get("logs") or []:
-        file = Path(log_dir) / "metrics.csv"
-        if not file.exists():  # a sweep directory moved or committed elsewhere: the log beside the summary
-            file = run.path / Path(log_dir).name / "metrics.csv"
-        if file.exists():
-            with file.open() as f:
-                rows = [r for r in csv.DictReader(f) if r.get(metric) not in (None, "")]
-            # Lightning's CSVLogger writes the 0-based index of the last batch: steps done = step + 1
-            return [(int(float(r["step"])) + 1, float(r[metric])) for r in rows]
+    """(optimizer steps done, value) of ``metric`` at every validation, from the run's summary history."""
     history = ((run.summary or {}).get("metrics") or {}).get("history") or []
     return [(h["step"], float(h[metric])) for h in history if _number(h.get(metric)) is not None]
 

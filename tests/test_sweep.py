@@ -95,7 +95,10 @@ def test_report_numbers_equal_the_summaries(sweep, tmp_path):
         assert float(row["best val/loss mean"]) == pytest.approx(statistics.fmean(best), rel=1e-12)
         assert float(row["params total mean"]) == done[0]["parameters"]["analytic"]["total"]
         assert float(row["params total mean"]) == count(to_model_config(done[0]["model"]))["total"]
-        assert float(row["flops/token mean"]) == done[0]["flops_per_token"]
+        # FLOPs per token as trained: 2 pairs + 2 queries are 7 input tokens (val_long's 15 set context_length)
+        non_embedding = count(to_model_config(done[0]["model"]))["non_embedding"]
+        assert float(row["flops/token mean"]) == pytest.approx(6 * non_embedding + 12 * 1 * 2 * 16 * 7, rel=1e-9)
+        assert done[0]["flops_per_token"] == 6 * non_embedding + 12 * 1 * 2 * 16 * 15  # the summary's: at context_length
         assert float(row["KV cache bytes/token mean"]) == 2 * 1 * 2 * 16 * 4  # K and V, 1 layer, 2 heads of 16, fp32
         tps = [s["throughput"]["tokens_per_s"] for s in done]
         assert float(row["tokens/s mean"]) == pytest.approx(statistics.fmean(tps), rel=1e-12)
@@ -150,21 +153,33 @@ def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):
     assert not (copy / "report.md").exists()
 
 
-def test_curves_come_from_the_log_beside_a_moved_summary(sweep, tmp_path):
-    """A committed or moved sweep: the summary's absolute log path is gone, the run's own logs/metrics.csv is read."""
+def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep, tmp_path):
+    """A job continued with resume=auto (or from a checkpoint of its own) is the same variant, and its
+    curve is the summary history even where the CSV log was started again or points elsewhere; a
+    ckpt_path from outside the run is a real difference between runs."""
     import shutil
 
-    from archlab.report import load_runs, validation_curve
+    import yaml
 
-    run_dir = next(p.parent for p in sorted(sweep[0].glob("*/summary.json")) if json.loads(p.read_text())["status"] == "completed")
-    moved = tmp_path / "moved"
-    shutil.copytree(run_dir, moved)
-    s = json.loads((moved / "summary.json").read_text())
-    history = s["metrics"]["history"]
-    s["metrics"]["history"], s["paths"]["logs"] = [], [str(tmp_path / "elsewhere" / "logs")]
-    (moved / "summary.json").write_text(json.dumps(s))
-    (run,) = load_runs(moved)
-    assert validation_curve(run, "val/acc") == [(h["step"], pytest.approx(h["val/acc"], rel=1e-6)) for h in history]
+    from archlab.report import group_variants, load_runs, swept_axes, validation_curve
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sweep[0], copy)
+    done = sorted(p.parent for p in copy.glob("*/summary.json") if json.loads(p.read_text())["status"] == "completed")
+    resumed, own, other = done[0], done[1], done[2]
+    for run, extra in ((resumed, "resume=auto"), (own, f"ckpt_path={own / 'checkpoints' / 'last.ckpt'}"),
+                       (other, f"ckpt_path={tmp_path / 'pretrained.ckpt'}")):
+        file = run / ".hydra" / "overrides.yaml"
+        file.write_text(yaml.safe_dump([*yaml.safe_load(file.read_text()), extra]))
+    (resumed / "logs" / "metrics.csv").write_text("step,val/acc\n19,0.5\n")  # a resumed run's CSV starts again
+    runs = load_runs(copy)
+    assert swept_axes(runs) == ["model/position", "model/attention", "ckpt_path"]
+    assert len(group_variants(runs, swept_axes(runs))) == 5  # 2 x 2 and the one from elsewhere
+    for run in runs:
+        if run.status == "completed":
+            history = run.summary["metrics"]["history"]
+            assert validation_curve(run, "val/acc") == [(h["step"], h["val/acc"]) for h in history]
+            assert [step for step, _ in validation_curve(run, "val/acc")] == [10, 20]
 
 
 def test_matched_run_records_the_size_and_residual(conf, tmp_path):
