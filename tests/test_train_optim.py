@@ -111,3 +111,22 @@ def _tiny_model() -> dict:
     return model_config_dict(compose_model(["model=nano", "model.n_layer=2", "model.d_model=32",
                                             "model.attention.n_head=2", "model.vocab_size=16",
                                             "model.context_length=8"]))
+
+
+def test_a_non_finite_validation_batch_makes_the_validation_loss_non_finite():
+    """A batch whose loss is NaN is not dropped from the token-weighted mean (which would report the
+    mean of the other batches as the loss): the validation loss is NaN."""
+    lit = LitModel(_tiny_model(), OPTIM, {"kind": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1,
+                                          "decay_steps": None})
+    lit.configure_model()
+    lit.eval()
+    x = torch.randint(16, (4, 8), generator=torch.Generator().manual_seed(0))
+    y = x.roll(-1, 1)
+    with torch.no_grad():
+        lit.validation_step((x, y), 0)
+        assert torch.isfinite(lit.val_loss["val"].compute())
+        lit.val_loss["val"].reset()
+        lit.validation_step((x, y), 0)
+        lit.model.final_norm.weight.fill_(float("nan"))
+        lit.validation_step((x, y), 1)
+    assert torch.isnan(lit.val_loss["val"].compute())

@@ -61,7 +61,8 @@ class LitModel(L.LightningModule):
         self.model: Optional[Decoder] = None
         self.val_names = list(val_names)
         V = self.model_cfg.vocab_size
-        self.val_loss = nn.ModuleDict({n: MeanMetric() for n in self.val_names})
+        # a NaN batch loss makes the mean NaN (torchmetrics' default drops it and averages the rest)
+        self.val_loss = nn.ModuleDict({n: MeanMetric(nan_strategy=math.nan) for n in self.val_names})
         self.val_acc = nn.ModuleDict(
             {n: MulticlassAccuracy(num_classes=V, average="micro", ignore_index=IGNORE) for n in self.val_names}
         )
