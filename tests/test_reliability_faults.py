@@ -4,6 +4,7 @@ weight changes, and a seed fixes every number a run reports."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -50,7 +51,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_weights_and_loss(conf, tmp_p
     exists; resume=auto in the same run directory then ends bit-identical to a run never interrupted."""
     run = tmp_path / "killed"
     common = ["trainer.max_steps=21", "trainer.val_check_interval=3", "callbacks.checkpoint.save_top_k=-1",
-              "model.dropout=0.1", "callbacks.samples=null"]
+              "model.dropout=0.1", "callbacks.samples=null", "logger=csv"]
     pace = "+callbacks.pace={_target_: reliability_support.Pace, seconds: 0.2}"  # slow enough to kill mid-run
     env = {**os.environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "archlab.cli.train", f"hydra.searchpath=[file://{conf}]", "data=tiny",
@@ -76,6 +77,15 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_weights_and_loss(conf, tmp_p
     assert resumed["metrics"]["final"] == full["metrics"]["final"]
     assert resumed["metrics"]["history"] == full["metrics"]["history"]  # validations before the kill kept
     assert bitwise_equal(weights(run), weights(tmp_path / "full"))
+    # the CSV log too: the rows up to the checkpoint kept, those after it (written before the kill) logged once
+    assert csv_rows(run) == csv_rows(tmp_path / "full")
+    assert [r["step"] for r in csv_rows(run) if r["val/loss"]] == [str(s - 1) for s in range(3, 22, 3)]
+
+
+def csv_rows(run: Path) -> list[dict[str, str]]:
+    """The rows of ``metrics.csv`` without the timing columns (perf/*)."""
+    with (run / "logs" / "metrics.csv").open(newline="") as f:
+        return [{k: v for k, v in row.items() if not k.startswith("perf/")} for row in csv.DictReader(f)]
 
 
 # ---------------------------------------------------------------- atomic checkpoint writes

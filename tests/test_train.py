@@ -174,14 +174,21 @@ def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_ru
                                   "run with resume=auto")
     assert {p: p.read_bytes() for p in before} == before
 
-    common = ["trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.checkpoint.save_top_k=-1"]
+    common = ["trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.checkpoint.save_top_k=-1",
+              "logger=csv", "trainer.log_every_n_steps=2"]
     train(compose_train(conf, tmp_path, common))
+    log = tmp_path / "logs" / "metrics.csv"
+    first = log.read_text()
     with pytest.raises(ConfigError, match="holds summary.json, model.safetensors, checkpoints") as err:
         train(compose_train(conf, tmp_path, common))
     assert err.value.field == "paths.output_dir"
     own = tmp_path / "checkpoints" / "step000005.ckpt"
     again = train(compose_train(conf, tmp_path, [*common, f"ckpt_path={own}"]))  # back to its own step 5
     assert again["resumed_from"] == str(own) and again["steps"] == 10
+    # the CSV log keeps its rows up to step 5 and has those after it once, as the same steps logged them
+    timing = [i for i, k in enumerate(first.splitlines()[0].split(",")) if k.startswith("perf/")]
+    strip = lambda text: [[v for i, v in enumerate(line.split(",")) if i not in timing] for line in text.splitlines()]
+    assert strip(log.read_text()) == strip(first) and len(first.splitlines()) == 1 + 5 + 2  # header, train, val
 
     # a run that failed before validating (e.g. a mistyped setting) left no results: started over
     mistyped = tmp_path / "mistyped"

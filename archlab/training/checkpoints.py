@@ -126,12 +126,12 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any], prefix: s
 
 
 def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: str = "ckpt_path",
-                     max_steps: Optional[int] = None) -> None:
+                     max_steps: Optional[int] = None) -> Optional[int]:
     """Refuse a checkpoint that does not load, that holds another model config than ``model``
     (``model_config_dict`` of this run), naming each differing field, or that has already trained
-    ``max_steps`` steps (Lightning would stop at once and call it done)."""
+    ``max_steps`` steps (Lightning would stop at once and call it done). Returns its step."""
     if path is None:
-        return
+        return None
     checkpoint = read_checkpoint(path, field)
     saved = (checkpoint.get("hyper_parameters") or {}).get("model")
     if not isinstance(saved, dict):
@@ -143,3 +143,4 @@ def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: s
     if max_steps is not None and max_steps > 0 and isinstance(step, int) and step >= max_steps:
         raise ConfigError("trainer.max_steps", max_steps, f"more than the {step} steps {path} has already trained "
                                                           "(max_steps counts from the first step: raise it to train on)")
+    return step if isinstance(step, int) else None

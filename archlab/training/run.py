@@ -24,6 +24,7 @@ from archlab.config import model_config_dict, to_model_config, validate
 from archlab.errors import ConfigError
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint
 from archlab.training.config import instantiate_node, validate_train
+from archlab.training.loggers import CSVLogger
 from archlab.training.module import LitModel
 from archlab.training.recorder import RunRecorder
 from archlab.training.summary import EXPORT, SUMMARY, write_summary
@@ -136,8 +137,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
     matched = apply_match(cfg)  # match.reference: size match.field to the reference's parameter count
     model_cfg = validate(to_model_config(cfg.model))
-    check_checkpoint(ckpt_path, model_config_dict(model_cfg), "ckpt_path" if cfg.ckpt_path else "resume",
-                     cfg.trainer.max_steps)
+    resumed_step = check_checkpoint(ckpt_path, model_config_dict(model_cfg), "ckpt_path" if cfg.ckpt_path else "resume",
+                                    cfg.trainer.max_steps)
+    if resumed_step is not None:  # the CSV log keeps the rows up to the checkpoint
+        for logger in loggers:
+            if isinstance(logger, CSVLogger):
+                logger.continue_from(resumed_step)
     log.info("model.vocab_size=%d and model.context_length=%d come from the data (%s)",
              model_cfg.vocab_size, model_cfg.context_length, type(dm).__name__)
     val_names = list(dm.val_names)
