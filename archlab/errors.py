@@ -19,6 +19,11 @@ class SweepConfigError(ConfigError):
     being recorded as one failed run."""
 
 
+class DirectoryHoldsRun(ConfigError):
+    """The run directory holds an earlier run's results, and this run does not continue it: the error
+    is this attempt's, so it is not recorded in that directory."""
+
+
 def check_device(name: str, auto: bool = False) -> None:
     """Refuse a ``device`` setting this machine cannot run on: not cpu, cuda or cuda:<index> (nor
     ``auto``, where ``auto`` is allowed), or cuda without a CUDA GPU."""

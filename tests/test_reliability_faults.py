@@ -20,7 +20,8 @@ import torch
 from archlab.build import compose
 from archlab.errors import ConfigError
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, replace_dir
-from archlab.training.run import newest_checkpoint, train
+from archlab.training.outputs import newest_checkpoint
+from archlab.training.run import train
 from archlab.weights import load_weights
 from reliability_support import Snapshots
 from train_support import SMALL, compose_train, tiny_config_dir

@@ -152,12 +152,21 @@ def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
     assert second["resumed_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
     assert second["steps"] == 20
     assert [h["step"] for h in second["metrics"]["history"]] == [5, 10, 15, 20]  # history carried over
-    for steps in (20, 15):  # nothing left to train: refused up front, not a silent no-op reported as done
-        with pytest.raises(ConfigError, match="more than the 20 steps") as err:
-            train(compose_train(conf, tmp_path, [f"trainer.max_steps={steps}", "trainer.val_check_interval=5",
-                                                 "resume=auto"]))
-        assert err.value.field == "trainer.max_steps"
-    assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 20
+    with pytest.raises(ConfigError, match="more than the 20 steps") as err:  # fewer steps than it trained
+        train(compose_train(conf, tmp_path, ["trainer.max_steps=15", "trainer.val_check_interval=5", "resume=auto"]))
+    assert err.value.field == "trainer.max_steps"
+    finished = (tmp_path / "summary.json").read_text()
+    # already at max_steps: nothing to train, the completed run left as it is (a sweep can be re-run to finish)
+    again = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"]))
+    assert again == json.loads(finished) and (tmp_path / "summary.json").read_text() == finished
+    # killed after its last checkpoint, before the export and summary: resume=auto writes them from it
+    exported = load_weights(tmp_path / "model.safetensors").state_dict()
+    (tmp_path / "summary.json").unlink()
+    (tmp_path / "model.safetensors").unlink()
+    ended = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"]))
+    assert ended["status"] == "completed" and ended["metrics"] == second["metrics"]
+    rebuilt = load_weights(tmp_path / "model.safetensors").state_dict()
+    assert all(torch.equal(rebuilt[k], exported[k]) for k in exported)
 
 
 def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_run(cli_run, conf, tmp_path):
@@ -166,13 +175,15 @@ def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_ru
     from archlab.training.run import train
 
     run, _, _ = cli_run
-    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and ".hydra" not in p.parts}
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "train.log"}
+    assert (run / ".hydra" / "overrides.yaml") in before
     proc = cli(conf, run, ["data.with_tokenizer=true", "trainer.max_steps=30"])
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.startswith(f"error: hydra.run.dir='{run}' is invalid: allowed a directory without an earlier "
                                   "run; this one holds summary.json, model.safetensors, checkpoints. Continue that "
                                   "run with resume=auto")
-    assert {p: p.read_bytes() for p in before} == before
+    # every file as it was, the run's .hydra (its settings, which archlab-report reads) included
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "train.log"} == before
 
     common = ["trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.checkpoint.save_top_k=-1",
               "logger=csv", "trainer.log_every_n_steps=2"]
@@ -199,16 +210,23 @@ def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_ru
 
 def test_a_mistyped_rerun_keeps_the_earlier_runs_summary(conf, tmp_path):
     """A re-run in a finished run's directory that fails its checks prints the error and leaves that
-    run's summary.json alone."""
+    run's summary.json alone; a summary that only says an earlier attempt failed is replaced."""
     earlier = {"status": "completed", "start_time": 0.0, "steps": 1500, "metrics": {"final": {"val/acc": 0.99}}}
     (tmp_path / "summary.json").write_text(json.dumps(earlier))
     proc = cli(conf, tmp_path, ["optim.lr=-1"])
     assert proc.returncode == 2 and proc.stderr.startswith("error: optim.lr=-1.0")
     assert json.loads((tmp_path / "summary.json").read_text()) == earlier
 
+    retry = tmp_path / "retry"
+    assert cli(conf, retry, ["optim.lr=-1"]).returncode == 2
+    assert cli(conf, retry, ["optim.weight_decay=-1"]).returncode == 2
+    failed = json.loads((retry / "summary.json").read_text())
+    assert failed["error"].startswith("ConfigError: optim.weight_decay=-1")  # the latest attempt's
+    assert "optim.weight_decay=-1" in (retry / ".hydra" / "overrides.yaml").read_text()
+
 
 def test_newest_checkpoint_by_modification_time(tmp_path):
-    from archlab.training.run import newest_checkpoint
+    from archlab.training.outputs import newest_checkpoint
 
     assert newest_checkpoint(tmp_path / "missing") is None
     for i, name in enumerate(["step000020.ckpt", "last.ckpt", "step000010.ckpt"]):

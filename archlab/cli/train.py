@@ -10,13 +10,14 @@ from omegaconf import DictConfig
 
 from archlab.cli.errors import short_config_errors
 from archlab.config import register_configs
-from archlab.errors import SweepConfigError
+from archlab.errors import DirectoryHoldsRun, SweepConfigError
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 @short_config_errors
 def _app(cfg: DictConfig) -> float | None:
     from archlab.training.config import validate_train
+    from archlab.training.outputs import settle_hydra_files
     from archlab.training.sweep import objective_value, record_failure
 
     start = time.time()
@@ -26,8 +27,12 @@ def _app(cfg: DictConfig) -> float | None:
 
         summary = train(cfg)
     except Exception as err:
-        if not isinstance(err, SweepConfigError):  # every run fails at any stage with a failed summary.json
-            record_failure(cfg, err, start)
+        # every run fails at any stage with a failed summary.json, but for an error of this attempt
+        # alone: a setting every sweep job shares, or a directory that holds another run
+        wrote = None
+        if not isinstance(err, (SweepConfigError, DirectoryHoldsRun)):
+            wrote = record_failure(cfg, err, start)
+        settle_hydra_files(keep=wrote is not None)  # .hydra describes the run whose summary is there
         raise
     return objective_value(cfg.objective, summary) if summary else None  # what a sweeper (Optuna) optimises
 

@@ -126,10 +126,11 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any], prefix: s
 
 
 def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: str = "ckpt_path",
-                     max_steps: Optional[int] = None) -> Optional[int]:
+                     max_steps: Optional[int] = None, allow_done: bool = False) -> Optional[int]:
     """Refuse a checkpoint that does not load, that holds another model config than ``model``
     (``model_config_dict`` of this run), naming each differing field, or that has already trained
-    ``max_steps`` steps (Lightning would stop at once and call it done). Returns its step."""
+    ``max_steps`` steps (Lightning would stop at once and call it done; ``allow_done``: exactly
+    ``max_steps`` is accepted, for ``resume=auto`` finishing its own run). Returns its step."""
     if path is None:
         return None
     checkpoint = read_checkpoint(path, field)
@@ -140,7 +141,7 @@ def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: s
     if diffs:
         raise ConfigError(field, str(path), "a checkpoint of this run's model; it differs in " + "; ".join(diffs))
     step = checkpoint.get("global_step")
-    if max_steps is not None and max_steps > 0 and isinstance(step, int) and step >= max_steps:
+    if max_steps is not None and max_steps > 0 and isinstance(step, int) and step >= max_steps + allow_done:
         raise ConfigError("trainer.max_steps", max_steps, f"more than the {step} steps {path} has already trained "
                                                           "(max_steps counts from the first step: raise it to train on)")
     return step if isinstance(step, int) else None

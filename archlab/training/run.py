@@ -25,32 +25,13 @@ from archlab.errors import ConfigError
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint
 from archlab.training.config import instantiate_node, validate_train
 from archlab.training.loggers import CSVLogger
+from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
 from archlab.training.module import LitModel
 from archlab.training.recorder import RunRecorder
 from archlab.training.summary import EXPORT, SUMMARY, write_summary
 from archlab.training.sweep import apply_match, check_objective
 
 log = logging.getLogger("archlab.train")
-
-
-def output_dir(cfg: DictConfig) -> tuple[Path, str]:
-    """``paths.output_dir`` (made absolute: every path the run prints or records is), or the Hydra run
-    (or sweep job) directory when it is null; with the setting that chose it."""
-    if cfg.paths.output_dir is not None:
-        return Path(cfg.paths.output_dir).resolve(), "paths.output_dir"
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized():
-        raise ConfigError("paths.output_dir", None, "a directory (required when not run by archlab-train)")
-    hydra = HydraConfig.get()
-    return Path(hydra.runtime.output_dir), "hydra.sweep.dir" if hydra.mode == RunMode.MULTIRUN else "hydra.run.dir"
-
-
-def newest_checkpoint(directory: Path) -> Optional[Path]:
-    """The most recently written checkpoint (file, or sharded directory) under ``directory``."""
-    found = [p for p in directory.glob("**/*.ckpt")] if directory.exists() else []
-    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
 
 
 def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
@@ -62,33 +43,6 @@ def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
         log.info("resume=auto: %s", f"continuing from {found}" if found else "no checkpoint yet, starting fresh")
         return str(found) if found else None
     return None
-
-
-def _has_results(summary: Path) -> bool:
-    """Whether ``summary`` records results: a completed run or one validation (an unreadable one counts
-    too). A run that failed before validating, e.g. on a mistyped setting, has none."""
-    if not summary.exists():
-        return False
-    try:
-        s = json.loads(summary.read_text())
-        return s.get("status") != "failed" or bool(s["metrics"]["history"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return True
-
-
-def check_fresh(cfg: DictConfig, out: Path, ckpt_path: Optional[str], field: str) -> None:
-    """Refuse to start over in a directory that holds an earlier run's results (its summary, export or
-    checkpoints would be overwritten) unless this run continues it: ``resume=auto``, or a ``ckpt_path``
-    inside it."""
-    if cfg.resume == "auto" or (ckpt_path is not None and Path(ckpt_path).resolve().is_relative_to(out)):
-        return
-    held = [SUMMARY] if _has_results(out / SUMMARY) else []
-    held += [EXPORT] if (out / EXPORT).exists() else []
-    held += ["checkpoints"] if newest_checkpoint(out / "checkpoints") else []
-    if held:
-        raise ConfigError(field, str(out), f"a directory without an earlier run; this one holds {', '.join(held)}. "
-                                           "Continue that run with resume=auto, or give a new directory "
-                                           "(delete this one to start over)")
 
 
 def variant_choices(cfg: DictConfig) -> dict[str, Any]:
@@ -125,8 +79,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     validate_train(cfg)
     out, out_field = output_dir(cfg)
     cfg.paths.output_dir = str(out)  # the logger and checkpoint configs interpolate it
+    check_fresh(cfg, out, out_field)
     ckpt_path = resolve_checkpoint(cfg, out)
-    check_fresh(cfg, out, ckpt_path, out_field)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -137,8 +91,19 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
     matched = apply_match(cfg)  # match.reference: size match.field to the reference's parameter count
     model_cfg = validate(to_model_config(cfg.model))
+    auto = cfg.ckpt_path is None and cfg.resume == "auto"
     resumed_step = check_checkpoint(ckpt_path, model_config_dict(model_cfg), "ckpt_path" if cfg.ckpt_path else "resume",
-                                    cfg.trainer.max_steps)
+                                    cfg.trainer.max_steps, allow_done=auto)
+    if auto and resumed_step == cfg.trainer.max_steps:
+        # trained to the end: a completed run is left as it is; one killed before writing its export and
+        # summary gets them from its last checkpoint (fit restores it and has no step left to take)
+        done = completed_summary(out)
+        if done is not None:
+            settle_hydra_files(keep=False)
+            print(f"nothing to train: this run already completed its trainer.max_steps={resumed_step} steps "
+                  "(raise trainer.max_steps to train on)", flush=True)
+            report(done)
+            return done
     if resumed_step is not None:  # the CSV log keeps the rows up to the checkpoint
         for logger in loggers:
             if isinstance(logger, CSVLogger):
@@ -150,6 +115,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     primary = f"{val_names[0]}/acc" if chance is not None else f"{val_names[0]}/loss"
     _check_monitor(cfg, val_names)
     check_objective(cfg.objective, val_names)
+    settle_hydra_files(keep=True)  # this attempt writes the run's summary: its config files are the run's
 
     counts = count(model_cfg)
     info = {

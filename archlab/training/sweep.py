@@ -3,6 +3,7 @@ and a ``summary.json`` even when the run fails before training starts."""
 
 from __future__ import annotations
 
+import json
 import time
 import traceback
 from pathlib import Path
@@ -57,19 +58,29 @@ def in_multirun() -> bool:
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def _written_since(summary: Path, start: float) -> bool:
+    """Whether ``summary`` is from an attempt that started at ``start`` or later."""
+    try:
+        return float(json.loads(summary.read_text()).get("start_time", 0)) >= start
+    except (OSError, ValueError, TypeError, AttributeError):
+        return False
+
+
 def record_failure(cfg: DictConfig, error: BaseException, start: float) -> Optional[Path]:
-    """Write a failed ``summary.json`` in the Hydra job directory, unless one is there: this attempt's
-    (a failure during fit is recorded by the run itself, with its metrics so far) or an earlier run's,
-    which a mistyped re-run in the same directory must not destroy (its error is printed anyway)."""
+    """Write a failed ``summary.json`` in the Hydra job directory, unless one is there that is this
+    attempt's (a failure during fit is recorded by the run itself, with its metrics so far) or holds an
+    earlier run's results, which a mistyped re-run must not destroy (its error is printed anyway). An
+    earlier attempt's failure without results is replaced: the summary says why the latest one failed."""
     from hydra.core.hydra_config import HydraConfig
 
+    from archlab.training.outputs import has_results
     from archlab.training.summary import SUMMARY, write_summary
 
     if not HydraConfig.initialized():
         return None
     out = Path(OmegaConf.select(cfg, "paths.output_dir") or HydraConfig.get().runtime.output_dir)
     existing = out / SUMMARY
-    if existing.exists():
+    if existing.exists() and (has_results(existing) or _written_since(existing, start)):
         return None
     try:
         config = OmegaConf.to_container(cfg, resolve=True)

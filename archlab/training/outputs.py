@@ -1,0 +1,99 @@
+"""Where a run writes, and whether it may: a directory holding an earlier run's results is only ever
+continued (``resume=auto``, or a ``ckpt_path`` of its own), never started over."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig
+
+from archlab.errors import ConfigError, DirectoryHoldsRun
+from archlab.training.summary import EXPORT, SUMMARY
+
+HYDRA_FILES = ".hydra"  # the job's composed config, overrides and Hydra settings, as Hydra names them
+
+
+def output_dir(cfg: DictConfig) -> tuple[Path, str]:
+    """``paths.output_dir`` (made absolute: every path the run prints or records is), or the Hydra run
+    (or sweep job) directory when it is null; with the setting that chose it."""
+    if cfg.paths.output_dir is not None:
+        return Path(cfg.paths.output_dir).resolve(), "paths.output_dir"
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        raise ConfigError("paths.output_dir", None, "a directory (required when not run by archlab-train)")
+    hydra = HydraConfig.get()
+    return Path(hydra.runtime.output_dir), "hydra.sweep.dir" if hydra.mode == RunMode.MULTIRUN else "hydra.run.dir"
+
+
+def newest_checkpoint(directory: Path) -> Optional[Path]:
+    """The most recently written checkpoint (file, or sharded directory) under ``directory``."""
+    found = [p for p in directory.glob("**/*.ckpt")] if directory.exists() else []
+    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+
+
+def _read_summary(path: Path) -> Optional[dict[str, Any]]:
+    """The summary at ``path``; None where there is none, ``{}`` where it does not read as one."""
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+        return summary if isinstance(summary, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def has_results(summary_path: Path) -> bool:
+    """Whether the summary records results: a completed run or one validation (an unreadable one counts
+    too). A run that failed before validating, e.g. on a mistyped setting, has none."""
+    summary = _read_summary(summary_path)
+    if summary is None:
+        return False
+    history = (summary.get("metrics") or {}).get("history") if isinstance(summary.get("metrics"), dict) else None
+    return summary.get("status") != "failed" or bool(history)
+
+
+def completed_summary(out: Path) -> Optional[dict[str, Any]]:
+    """The summary of a run in ``out`` that completed (its export written), else None."""
+    summary = _read_summary(out / SUMMARY)
+    return summary if summary and summary.get("status") == "completed" and (out / EXPORT).exists() else None
+
+
+def check_fresh(cfg: DictConfig, out: Path, field: str) -> None:
+    """Refuse to start over in a directory that holds an earlier run's results (its summary, export or
+    checkpoints would be overwritten) unless this run continues it: ``resume=auto``, or a ``ckpt_path``
+    inside it."""
+    if cfg.resume == "auto" or (cfg.ckpt_path is not None and Path(cfg.ckpt_path).resolve().is_relative_to(out)):
+        return
+    held = [SUMMARY] if has_results(out / SUMMARY) else []
+    held += [EXPORT] if (out / EXPORT).exists() else []
+    held += ["checkpoints"] if newest_checkpoint(out / "checkpoints") else []
+    if held:
+        raise DirectoryHoldsRun(field, str(out), f"a directory without an earlier run; this one holds {', '.join(held)}. "
+                                           "Continue that run with resume=auto, or give a new directory "
+                                           "(delete this one to start over)")
+
+
+def settle_hydra_files(keep: bool) -> None:
+    """Hydra writes a job's config files before the job runs, into ``hydra.output_subdir`` (a pending
+    name here). ``keep``: this attempt writes the run's summary, so they become the job's ``.hydra``;
+    otherwise (a refused re-run, an already completed run) they are removed and the ``.hydra`` of the run
+    in the directory stays as it was. Nothing where Hydra wrote none (``ddp``'s extra processes)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    hydra = HydraConfig.get()
+    job_dir, pending = Path(hydra.runtime.output_dir), hydra.output_subdir
+    if not pending or pending == HYDRA_FILES or not (job_dir / pending).is_dir():
+        return
+    if keep:
+        if (job_dir / HYDRA_FILES).exists():
+            shutil.rmtree(job_dir / HYDRA_FILES)
+        (job_dir / pending).rename(job_dir / HYDRA_FILES)
+    else:
+        shutil.rmtree(job_dir / pending)
