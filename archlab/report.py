@@ -26,14 +26,18 @@ CONTINUATION_KEYS = ("resume",)  # how a run was continued, not what it is: neve
 
 @dataclass
 class Run:
-    """One job of a sweep: its directory, its command-line overrides and its summary (None if absent)."""
+    """One job of a sweep: its directory, its command-line overrides and its summary (None if absent);
+    ``started`` is False for a job the sweep planned that never got a directory."""
 
     path: Path
     overrides: dict[str, str]
     summary: Optional[dict[str, Any]]
+    started: bool = True
 
     @property
     def status(self) -> str:
+        if not self.started:
+            return "not started"
         return "missing" if self.summary is None else self.summary.get("status", "unknown")
 
 
@@ -49,14 +53,40 @@ class Variant:
         return [r for r in self.runs if r.status == "completed"]
 
 
-def _overrides(run_dir: Path) -> dict[str, str]:
-    """The run's command-line overrides, less Hydra's own and those that only continued it: ``resume``,
-    and a ``ckpt_path`` inside the run's own directory."""
-    file = run_dir / ".hydra" / "overrides.yaml"
-    items = yaml.safe_load(file.read_text()) if file.exists() else []
+def _settings(items: list[str], run_dir: Path) -> dict[str, str]:
+    """``key=value`` overrides as a dict, less Hydra's own and those that only continue a run:
+    ``resume``, and a ``ckpt_path`` inside the run's own directory."""
     pairs = ((k.lstrip("+~"), v) for k, v in (item.split("=", 1) for item in items or [] if "=" in item))
     return {k: v for k, v in pairs if not k.startswith("hydra") and k not in CONTINUATION_KEYS
             and not (k == "ckpt_path" and Path(v).resolve().is_relative_to(run_dir.resolve()))}
+
+
+def _overrides(run_dir: Path) -> dict[str, str]:
+    """The run's command-line overrides (``.hydra/overrides.yaml``)."""
+    file = run_dir / ".hydra" / "overrides.yaml"
+    return _settings(yaml.safe_load(file.read_text()) if file.exists() else [], run_dir)
+
+
+def planned_jobs(sweep_dir: Path) -> list[list[str]]:
+    """Every job's overrides as Hydra's basic sweeper expands the sweep recorded in ``multirun.yaml``
+    (``hydra.sweeper.params``, then the command line); none for another sweeper (Optuna) or no record."""
+    from omegaconf import OmegaConf
+
+    file = sweep_dir / "multirun.yaml"
+    if not file.is_file():
+        return []
+    try:
+        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        hydra = OmegaConf.load(file).hydra
+        if hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":
+            return []
+        params = [f"{k}={v}" for k, v in (hydra.sweeper.get("params") or {}).items()]
+        overrides = OverridesParser.create().parse_overrides([*params, *hydra.overrides.task])
+        return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    except Exception:  # a record this Hydra cannot read: report the jobs that have directories
+        return []
 
 
 def load_runs(sweep_dir: str | Path) -> list[Run]:
@@ -76,6 +106,11 @@ def load_runs(sweep_dir: str | Path) -> list[Run]:
             raise ConfigError("sweep_dir", str(root), f"runs whose summary.json is JSON ({summary_file}: {err}; "
                                                       "move that run aside to report the others)") from None
         runs.append(Run(d, _overrides(d), summary))
+    started = [r.overrides for r in runs]
+    for num, job in enumerate(planned_jobs(root)):
+        settings = _settings(job, root)
+        if settings not in started:  # planned, but killed or stopped before Hydra made its directory
+            runs.append(Run(root / f"job {num}", settings, None, started=False))
     return runs
 
 
@@ -228,7 +263,9 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None, metri
     if problems:
         md += ["", "## Runs that did not complete", ""]
         for r in problems:
-            error = (r.summary or {}).get("error") or ("no summary.json (killed, or still running)" if r.summary is None else "")
+            error = (r.summary or {}).get("error") or (
+                "planned in multirun.yaml, no directory (the sweep stopped first)" if not r.started
+                else "no summary.json (killed, or still running)" if r.summary is None else "")
             md.append(f"- `{r.path.relative_to(Path(sweep_dir)) if r.path.is_relative_to(Path(sweep_dir)) else r.path}` "
                       f"({_label(r.overrides)}): **{r.status}** — {error}")
     if plots:

@@ -123,6 +123,19 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     rows = list(csv.DictReader((partial / "report.csv").open()))
     assert sum(int(r["completed"]) for r in rows) == 3
 
+    # stopped before the rope jobs started: multirun.yaml still says what the sweep was
+    from archlab.report import load_runs, swept_axes
+
+    rope = [p.parent.parent for p in partial.glob("*/.hydra/overrides.yaml") if "model/position=rope" in p.read_text()]
+    assert len(rope) == 4
+    for job in rope:
+        shutil.rmtree(job)
+    runs = load_runs(partial)
+    assert swept_axes(runs) == ["model/position", "model/attention"]
+    assert sorted(r.status for r in runs if r.overrides["model/position"] == "rope") == ["not started"] * 4
+    write_report(partial)
+    assert (partial / "report.md").read_text().count("**not started**") == 4
+
 
 def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):
     """A path that is no sweep, an --out that is a file, an unknown --metric and an unreadable summary.json:
