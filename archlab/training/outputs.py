@@ -36,7 +36,7 @@ def newest_checkpoint(directory: Path) -> Optional[Path]:
     return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
 
 
-def _read_summary(path: Path) -> Optional[dict[str, Any]]:
+def read_summary(path: Path) -> Optional[dict[str, Any]]:
     """The summary at ``path``; None where there is none, ``{}`` where it does not read as one."""
     if not path.exists():
         return None
@@ -50,16 +50,16 @@ def _read_summary(path: Path) -> Optional[dict[str, Any]]:
 def has_results(summary_path: Path) -> bool:
     """Whether the summary records results: a completed run or one validation (an unreadable one counts
     too). A run that failed before validating, e.g. on a mistyped setting, has none."""
-    summary = _read_summary(summary_path)
+    summary = read_summary(summary_path)
     if summary is None:
         return False
-    history = (summary.get("metrics") or {}).get("history") if isinstance(summary.get("metrics"), dict) else None
-    return summary.get("status") != "failed" or bool(history)
+    metrics = summary.get("metrics")
+    return summary.get("status") != "failed" or bool(isinstance(metrics, dict) and metrics.get("history"))
 
 
 def completed_summary(out: Path) -> Optional[dict[str, Any]]:
     """The summary of a run in ``out`` that completed (its export written), else None."""
-    summary = _read_summary(out / SUMMARY)
+    summary = read_summary(out / SUMMARY)
     return summary if summary and summary.get("status") == "completed" and (out / EXPORT).exists() else None
 
 
@@ -73,9 +73,9 @@ def check_fresh(cfg: DictConfig, out: Path, field: str) -> None:
     held += [EXPORT] if (out / EXPORT).exists() else []
     held += ["checkpoints"] if newest_checkpoint(out / "checkpoints") else []
     if held:
-        raise DirectoryHoldsRun(field, str(out), f"a directory without an earlier run; this one holds {', '.join(held)}. "
-                                           "Continue that run with resume=auto, or give a new directory "
-                                           "(delete this one to start over)")
+        raise DirectoryHoldsRun(field, str(out), f"a directory without an earlier run; this one holds "
+                                                 f"{', '.join(held)}. Continue that run with resume=auto, or give "
+                                                 "a new directory (delete this one to start over)")
 
 
 def settle_hydra_files(keep: bool) -> None:

@@ -28,7 +28,7 @@ from archlab.training.loggers import CSVLogger
 from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
 from archlab.training.module import LitModel
 from archlab.training.recorder import RunRecorder
-from archlab.training.summary import EXPORT, SUMMARY, write_summary
+from archlab.training.summary import SUMMARY, write_summary
 from archlab.training.sweep import apply_match, check_objective
 
 log = logging.getLogger("archlab.train")

@@ -3,7 +3,6 @@ and a ``summary.json`` even when the run fails before training starts."""
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from pathlib import Path
@@ -60,10 +59,10 @@ def in_multirun() -> bool:
 
 def _written_since(summary: Path, start: float) -> bool:
     """Whether ``summary`` is from an attempt that started at ``start`` or later."""
-    try:
-        return float(json.loads(summary.read_text()).get("start_time", 0)) >= start
-    except (OSError, ValueError, TypeError, AttributeError):
-        return False
+    from archlab.training.outputs import read_summary
+
+    started = (read_summary(summary) or {}).get("start_time")
+    return isinstance(started, (int, float)) and started >= start
 
 
 def record_failure(cfg: DictConfig, error: BaseException, start: float) -> Optional[Path]:
