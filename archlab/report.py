@@ -3,7 +3,7 @@
 Every run is read from its ``summary.json`` and ``.hydra/overrides.yaml``; the swept axes are the
 overrides whose values differ between runs, and runs that differ only in ``seed`` are one variant.
 Validation curves come from each run's summary history: the optimizer step of every validation, kept
-whole across resumes (a resumed run's CSV log starts again).
+whole across resumes.
 """
 
 from __future__ import annotations
@@ -61,10 +61,17 @@ def _settings(items: list[str], run_dir: Path) -> dict[str, str]:
             and not (k == "ckpt_path" and Path(v).resolve().is_relative_to(run_dir.resolve()))}
 
 
+HYDRA_DIRS = (".hydra", ".hydra.pending")  # a job's config files: its own, or those of one killed early
+
+
 def _overrides(run_dir: Path) -> dict[str, str]:
-    """The run's command-line overrides (``.hydra/overrides.yaml``)."""
-    file = run_dir / ".hydra" / "overrides.yaml"
-    return _settings(yaml.safe_load(file.read_text()) if file.exists() else [], run_dir)
+    """The run's command-line overrides (``.hydra/overrides.yaml``, else the pending copy Hydra wrote
+    for a job that never got as far as its summary)."""
+    for name in HYDRA_DIRS:
+        file = run_dir / name / "overrides.yaml"
+        if file.exists():
+            return _settings(yaml.safe_load(file.read_text()), run_dir)
+    return {}
 
 
 def planned_jobs(sweep_dir: Path) -> list[list[str]]:
@@ -90,13 +97,15 @@ def planned_jobs(sweep_dir: Path) -> list[list[str]]:
 
 
 def load_runs(sweep_dir: str | Path) -> list[Run]:
-    """Every job directory under ``sweep_dir``: those with a summary, and those Hydra started
-    (``.hydra/``) that never wrote one (killed or still running)."""
+    """Every job directory under ``sweep_dir``: those with a summary, those Hydra started (``.hydra/``,
+    or ``.hydra.pending/``) that never wrote one (killed or still running), and the jobs the sweep's
+    ``multirun.yaml`` planned that never got a directory."""
     root = Path(sweep_dir)
     if not root.is_dir():
         why = "this path is a file" if root.exists() else "nothing is there"
         raise ConfigError("sweep_dir", str(root), f"a directory of runs: a Hydra multirun directory or any folder ({why})")
-    dirs = {p.parent for p in root.rglob("summary.json")} | {p.parent.parent for p in root.rglob(".hydra/overrides.yaml")}
+    dirs = {p.parent for p in root.rglob("summary.json")}
+    dirs |= {p.parent.parent for name in HYDRA_DIRS for p in root.rglob(f"{name}/overrides.yaml")}
     runs = []
     for d in sorted(dirs):
         summary_file = d / "summary.json"
@@ -106,11 +115,14 @@ def load_runs(sweep_dir: str | Path) -> list[Run]:
             raise ConfigError("sweep_dir", str(root), f"runs whose summary.json is JSON ({summary_file}: {err}; "
                                                       "move that run aside to report the others)") from None
         runs.append(Run(d, _overrides(d), summary))
+    planned = [_settings(job, root) for job in planned_jobs(root)]
     started = [r.overrides for r in runs]
-    for num, job in enumerate(planned_jobs(root)):
-        settings = _settings(job, root)
-        if settings not in started:  # planned, but killed or stopped before Hydra made its directory
-            runs.append(Run(root / f"job {num}", settings, None, started=False))
+    # multirun.yaml is the latest sweep started here: it plans these runs only if it names every one
+    # (Hydra rewrites it before any job, also for a re-run whose jobs are all refused)
+    if all(settings in planned for settings in started):
+        for num, settings in enumerate(planned):
+            if settings not in started:  # planned, but the sweep stopped before Hydra made its directory
+                runs.append(Run(root / f"job {num}", settings, None, started=False))
     return runs
 
 
@@ -151,12 +163,11 @@ def run_figures(run: Run) -> dict[str, float]:
             out[f"params {key}"] = float(params[key])
     throughput = s.get("throughput") or {}
     tokens, flops = _number(throughput.get("tokens_per_s")), _number(throughput.get("flops_per_s"))
-    # as trained (the training sequence length; the summary's flops_per_token is at context_length),
-    # to the whole FLOP: the two float rates leave rounding noise in the last digits
+    # as trained (the training sequence length; the summary's flops_per_token is at context_length, so
+    # it is no stand-in where a run trained no step), to the whole FLOP: the two float rates leave
+    # rounding noise in the last digits
     if tokens and flops is not None:
         out["flops/token"] = float(round(flops / tokens))
-    elif _number(s.get("flops_per_token")) is not None:
-        out["flops/token"] = float(s["flops_per_token"])
     if _number(s.get("wall_time_s")) is not None:
         out["wall time (s)"] = float(s["wall_time_s"])
     if tokens is not None:

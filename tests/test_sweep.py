@@ -135,6 +135,18 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     assert sorted(r.status for r in runs if r.overrides["model/position"] == "rope") == ["not started"] * 4
     write_report(partial)
     assert (partial / "report.md").read_text().count("**not started**") == 4
+    # killed while setting up: only the config files Hydra wrote for it, still pending
+    pending = rope[0] / ".hydra.pending"
+    pending.mkdir(parents=True)
+    (pending / "overrides.yaml").write_text((next(partial.glob("*/.hydra/overrides.yaml"))).read_text()
+                                            .replace("model/position=learned", "model/position=rope"))
+    assert sorted(r.status for r in load_runs(partial) if r.overrides["model/position"] == "rope") == \
+        ["missing", "not started", "not started", "not started"]
+    # a later sweep's multirun.yaml (Hydra rewrites it even when every job is refused) plans other runs
+    record = partial / "multirun.yaml"
+    record.write_text(record.read_text().replace("model/position=learned,rope", "model/position=alibi,none"))
+    runs = load_runs(partial)
+    assert len(runs) == 5 and all(r.started for r in runs)  # the 4 learned jobs and the pending rope one
 
 
 def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):

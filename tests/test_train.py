@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from archlab.accounting import COMPONENTS, count, flops_per_token
 from archlab.build import build_model
-from archlab.errors import ConfigError
+from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.weights import load_weights
 from train_support import cli, compose_train, tiny_config_dir
 
@@ -159,6 +159,13 @@ def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
     # already at max_steps: nothing to train, the completed run left as it is (a sweep can be re-run to finish)
     again = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"]))
     assert again == json.loads(finished) and (tmp_path / "summary.json").read_text() == finished
+    # the same with checkpoints off: done at max_steps; to train on, it has nothing to continue from
+    off = ["trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.checkpoint=null"]
+    plain = train(compose_train(conf, tmp_path / "off", off))
+    assert train(compose_train(conf, tmp_path / "off", [*off, "resume=auto"])) == plain
+    with pytest.raises(DirectoryHoldsRun, match="completed run of 10 steps and no checkpoint to continue from"):
+        train(compose_train(conf, tmp_path / "off", [*off, "resume=auto", "trainer.max_steps=20"]))
+    assert json.loads((tmp_path / "off" / "summary.json").read_text()) == plain
     # killed after its last checkpoint, before the export and summary: resume=auto writes them from it
     exported = load_weights(tmp_path / "model.safetensors").state_dict()
     (tmp_path / "summary.json").unlink()
@@ -217,12 +224,38 @@ def test_a_mistyped_rerun_keeps_the_earlier_runs_summary(conf, tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("error: optim.lr=-1.0")
     assert json.loads((tmp_path / "summary.json").read_text()) == earlier
 
+    killed = tmp_path / "killed"  # killed mid-run: checkpoints and its settings, no summary yet
+    (killed / "checkpoints").mkdir(parents=True)
+    (killed / "checkpoints" / "step000500.ckpt").write_bytes(b"x")
+    (killed / ".hydra").mkdir()
+    (killed / ".hydra" / "overrides.yaml").write_text("- model.d_model=64\n")
+    assert cli(conf, killed, ["optim.lr=-1", "resume=auto"]).returncode == 2
+    assert not (killed / "summary.json").exists() and not (killed / ".hydra.pending").exists()
+    assert (killed / ".hydra" / "overrides.yaml").read_text() == "- model.d_model=64\n"
+
     retry = tmp_path / "retry"
     assert cli(conf, retry, ["optim.lr=-1"]).returncode == 2
     assert cli(conf, retry, ["optim.weight_decay=-1"]).returncode == 2
     failed = json.loads((retry / "summary.json").read_text())
     assert failed["error"].startswith("ConfigError: optim.weight_decay=-1")  # the latest attempt's
     assert "optim.weight_decay=-1" in (retry / ".hydra" / "overrides.yaml").read_text()
+
+
+def test_a_checkpoint_of_the_run_is_its_own_through_a_symlinked_directory(tmp_path):
+    from omegaconf import OmegaConf
+
+    from archlab.training.outputs import check_fresh
+
+    real = tmp_path / "scratch" / "run1"
+    (real / "checkpoints").mkdir(parents=True)
+    (real / "checkpoints" / "step000005.ckpt").write_bytes(b"x")
+    link = tmp_path / "run1"
+    link.symlink_to(real)
+    own = OmegaConf.create({"resume": None, "ckpt_path": str(real / "checkpoints" / "step000005.ckpt")})
+    check_fresh(own, link, "hydra.run.dir")  # the same directory, reached through the link
+    other = OmegaConf.create({"resume": None, "ckpt_path": str(tmp_path / "elsewhere.ckpt")})
+    with pytest.raises(DirectoryHoldsRun, match="holds checkpoints"):
+        check_fresh(other, link, "hydra.run.dir")
 
 
 def test_newest_checkpoint_by_modification_time(tmp_path):

@@ -4,6 +4,7 @@ continued (``resume=auto``, or a ``ckpt_path`` of its own), never started over."
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Optional
@@ -63,19 +64,34 @@ def completed_summary(out: Path) -> Optional[dict[str, Any]]:
     return summary if summary and summary.get("status") == "completed" and (out / EXPORT).exists() else None
 
 
+def held_results(out: Path) -> list[str]:
+    """What of an earlier run's results ``out`` holds: a summary with results, the export, checkpoints."""
+    held = [SUMMARY] if has_results(out / SUMMARY) else []
+    held += [EXPORT] if (out / EXPORT).exists() else []
+    return held + (["checkpoints"] if newest_checkpoint(out / "checkpoints") else [])
+
+
 def check_fresh(cfg: DictConfig, out: Path, field: str) -> None:
     """Refuse to start over in a directory that holds an earlier run's results (its summary, export or
     checkpoints would be overwritten) unless this run continues it: ``resume=auto``, or a ``ckpt_path``
     inside it."""
-    if cfg.resume == "auto" or (cfg.ckpt_path is not None and Path(cfg.ckpt_path).resolve().is_relative_to(out)):
+    if cfg.resume == "auto" or (cfg.ckpt_path is not None
+                                and Path(cfg.ckpt_path).resolve().is_relative_to(out.resolve())):
         return
-    held = [SUMMARY] if has_results(out / SUMMARY) else []
-    held += [EXPORT] if (out / EXPORT).exists() else []
-    held += ["checkpoints"] if newest_checkpoint(out / "checkpoints") else []
+    held = held_results(out)
     if held:
         raise DirectoryHoldsRun(field, str(out), f"a directory without an earlier run; this one holds "
                                                  f"{', '.join(held)}. Continue that run with resume=auto, or give "
                                                  "a new directory (delete this one to start over)")
+
+
+def _global_rank() -> int:
+    """This process's rank as the launchers set it (torchrun, SLURM tasks, LSF), 0 when none does; the
+    same variables, in the same order, as Lightning reads."""
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        if os.environ.get(key, "").isdigit():
+            return int(os.environ[key])
+    return 0
 
 
 def settle_hydra_files(keep: bool) -> None:
@@ -85,7 +101,7 @@ def settle_hydra_files(keep: bool) -> None:
     in the directory stays as it was. Nothing where Hydra wrote none (``ddp``'s extra processes)."""
     from hydra.core.hydra_config import HydraConfig
 
-    if not HydraConfig.initialized():
+    if not HydraConfig.initialized() or _global_rank() != 0:  # one process of a multi-task job moves them
         return
     hydra = HydraConfig.get()
     job_dir, pending = Path(hydra.runtime.output_dir), hydra.output_subdir

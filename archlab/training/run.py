@@ -15,14 +15,14 @@ from typing import Any, Optional
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.accounting import count
 from archlab.build import CONF_DIR
 from archlab.config import model_config_dict, to_model_config, validate
-from archlab.errors import ConfigError
-from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint
+from archlab.errors import ConfigError, DirectoryHoldsRun
+from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.config import instantiate_node, validate_train
 from archlab.training.loggers import CSVLogger
 from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
@@ -94,16 +94,23 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     auto = cfg.ckpt_path is None and cfg.resume == "auto"
     resumed_step = check_checkpoint(ckpt_path, model_config_dict(model_cfg), "ckpt_path" if cfg.ckpt_path else "resume",
                                     cfg.trainer.max_steps, allow_done=auto)
-    if auto and resumed_step == cfg.trainer.max_steps:
-        # trained to the end: a completed run is left as it is; one killed before writing its export and
-        # summary gets them from its last checkpoint (fit restores it and has no step left to take)
-        done = completed_summary(out)
-        if done is not None:
-            settle_hydra_files(keep=False)
-            print(f"nothing to train: this run already completed its trainer.max_steps={resumed_step} steps "
-                  "(raise trainer.max_steps to train on)", flush=True)
-            report(done)
-            return done
+    # resume=auto on a run trained to the end: a completed run is left as it is; one killed before writing
+    # its export and summary gets them from its last checkpoint (fit restores it, with no step left)
+    done = completed_summary(out) if auto else None
+    if done is not None and resumed_step is None:  # checkpoints were off (callbacks.checkpoint=null)
+        diffs = config_differences(done.get("model") or {}, model_config_dict(model_cfg))
+        if done.get("steps") != cfg.trainer.max_steps or diffs:
+            raise DirectoryHoldsRun(out_field, str(out), "a directory without an earlier run, or one to continue; "
+                                    f"this one holds a completed run of {done.get('steps')} steps and no checkpoint "
+                                    "to continue from (callbacks.checkpoint was null)"
+                                    + (f", and its model differs in {'; '.join(diffs)}" if diffs else "")
+                                    + ". Give a new directory")
+    if done is not None and resumed_step in (None, cfg.trainer.max_steps):
+        settle_hydra_files(keep=False)
+        print(f"nothing to train: this run already completed its trainer.max_steps={cfg.trainer.max_steps} steps "
+              "(raise trainer.max_steps to train on)", flush=True)
+        report(done)
+        return done
     if resumed_step is not None:  # the CSV log keeps the rows up to the checkpoint
         for logger in loggers:
             if isinstance(logger, CSVLogger):
@@ -149,6 +156,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             callbacks=callbacks,
             logger=loggers or False,
             enable_progress_bar=any(isinstance(c, ProgressBar) for c in callbacks),
+            # callbacks.checkpoint=null means no checkpoints, not Lightning's default one
+            enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
             max_epochs=-1,
             default_root_dir=str(out),
             plugins=[AtomicCheckpointIO()],  # a kill while saving leaves the previous checkpoint whole

@@ -66,20 +66,21 @@ def _written_since(summary: Path, start: float) -> bool:
 
 
 def record_failure(cfg: DictConfig, error: BaseException, start: float) -> Optional[Path]:
-    """Write a failed ``summary.json`` in the Hydra job directory, unless one is there that is this
-    attempt's (a failure during fit is recorded by the run itself, with its metrics so far) or holds an
-    earlier run's results, which a mistyped re-run must not destroy (its error is printed anyway). An
-    earlier attempt's failure without results is replaced: the summary says why the latest one failed."""
+    """Write a failed ``summary.json`` in the Hydra job directory, unless the summary there is this
+    attempt's (a failure during fit is recorded by the run itself, with its metrics so far) or the
+    directory holds an earlier run's results (a summary with results, the export, checkpoints), which a
+    mistyped re-run must not touch (its error is printed anyway). An earlier attempt's failure without
+    results is replaced: the summary says why the latest one failed."""
     from hydra.core.hydra_config import HydraConfig
 
-    from archlab.training.outputs import has_results
+    from archlab.training.outputs import held_results
     from archlab.training.summary import SUMMARY, write_summary
 
     if not HydraConfig.initialized():
         return None
     out = Path(OmegaConf.select(cfg, "paths.output_dir") or HydraConfig.get().runtime.output_dir)
     existing = out / SUMMARY
-    if existing.exists() and (has_results(existing) or _written_since(existing, start)):
+    if held_results(out) or (existing.exists() and _written_since(existing, start)):
         return None
     try:
         config = OmegaConf.to_container(cfg, resolve=True)
