@@ -53,12 +53,16 @@ class Variant:
         return [r for r in self.runs if r.status == "completed"]
 
 
-def _settings(items: list[str], run_dir: Path) -> dict[str, str]:
+def _settings(items: list[str], run_dir: Path, cwd: Optional[str] = None) -> dict[str, str]:
     """``key=value`` overrides as a dict, less Hydra's own and those that only continue a run:
-    ``resume``, and a ``ckpt_path`` inside the run's own directory."""
+    ``resume``, and a ``ckpt_path`` inside the run's own directory (a relative one is relative to
+    ``cwd``, where the run was started)."""
+    def own(path: str) -> bool:
+        return (Path(cwd or ".") / path).resolve().is_relative_to(run_dir.resolve())
+
     pairs = ((k.lstrip("+~"), v) for k, v in (item.split("=", 1) for item in items or [] if "=" in item))
     return {k: v for k, v in pairs if not k.startswith("hydra") and k not in CONTINUATION_KEYS
-            and not (k == "ckpt_path" and Path(v).resolve().is_relative_to(run_dir.resolve()))}
+            and not (k == "ckpt_path" and own(v))}
 
 
 HYDRA_DIRS = (".hydra", ".hydra.pending")  # a job's config files: its own, or those of one killed early
@@ -70,7 +74,10 @@ def _overrides(run_dir: Path) -> dict[str, str]:
     for name in HYDRA_DIRS:
         file = run_dir / name / "overrides.yaml"
         if file.exists():
-            return _settings(yaml.safe_load(file.read_text()), run_dir)
+            hydra_file = file.with_name("hydra.yaml")
+            hydra = (yaml.safe_load(hydra_file.read_text()) or {}).get("hydra") if hydra_file.exists() else None
+            cwd = ((hydra or {}).get("runtime") or {}).get("cwd")
+            return _settings(yaml.safe_load(file.read_text()), run_dir, cwd)
     return {}
 
 

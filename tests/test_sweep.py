@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -178,7 +179,7 @@ def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):
     assert not (copy / "report.md").exists()
 
 
-def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep, tmp_path):
+def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep, tmp_path, monkeypatch):
     """A job continued with resume=auto (or from a checkpoint of its own) is the same variant, and its
     curve is the summary history even where the CSV log was started again or points elsewhere; a
     ckpt_path from outside the run is a real difference between runs."""
@@ -192,7 +193,10 @@ def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep,
     shutil.copytree(sweep[0], copy)
     done = sorted(p.parent for p in copy.glob("*/summary.json") if json.loads(p.read_text())["status"] == "completed")
     resumed, own, other = done[0], done[1], done[2]
-    for run, extra in ((resumed, "resume=auto"), (own, f"ckpt_path={own / 'checkpoints' / 'last.ckpt'}"),
+    started_in = Path(yaml.safe_load((own / ".hydra" / "hydra.yaml").read_text())["hydra"]["runtime"]["cwd"])
+    relative = os.path.relpath(own / "checkpoints" / "last.ckpt", started_in)  # as typed where the run started
+    monkeypatch.chdir(tmp_path)  # the report runs elsewhere
+    for run, extra in ((resumed, "resume=auto"), (own, f"ckpt_path={relative}"),
                        (other, f"ckpt_path={tmp_path / 'pretrained.ckpt'}")):
         file = run / ".hydra" / "overrides.yaml"
         file.write_text(yaml.safe_dump([*yaml.safe_load(file.read_text()), extra]))

@@ -191,6 +191,12 @@ def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_ru
                                   "run with resume=auto")
     # every file as it was, the run's .hydra (its settings, which archlab-report reads) included
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "train.log"} == before
+    # a run writing elsewhere (paths.output_dir) from this Hydra directory leaves its .hydra alone too
+    elsewhere = tmp_path / "elsewhere"
+    proc = cli(conf, run, ["trainer.max_steps=10", "trainer.val_check_interval=5", f"paths.output_dir={elsewhere}"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (elsewhere / "summary.json").exists() and not (run / ".hydra.pending").exists()
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "train.log"} == before
 
     common = ["trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.checkpoint.save_top_k=-1",
               "logger=csv", "trainer.log_every_n_steps=2"]

@@ -94,11 +94,12 @@ def _global_rank() -> int:
     return 0
 
 
-def settle_hydra_files(keep: bool) -> None:
+def settle_hydra_files(keep: bool, out: Optional[Path] = None) -> None:
     """Hydra writes a job's config files before the job runs, into ``hydra.output_subdir`` (a pending
-    name here). ``keep``: this attempt writes the run's summary, so they become the job's ``.hydra``;
-    otherwise (a refused re-run, an already completed run) they are removed and the ``.hydra`` of the run
-    in the directory stays as it was. Nothing where Hydra wrote none (``ddp``'s extra processes)."""
+    name here). ``keep``: this attempt writes the run's summary (in ``out``), so they become the job's
+    ``.hydra``; otherwise (a refused re-run, an already completed run, or a ``paths.output_dir`` elsewhere
+    while the Hydra job directory holds another run) they are removed and the ``.hydra`` of the run in the
+    directory stays as it was. Nothing where Hydra wrote none (``ddp``'s extra processes)."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized() or _global_rank() != 0:  # one process of a multi-task job moves them
@@ -107,6 +108,8 @@ def settle_hydra_files(keep: bool) -> None:
     job_dir, pending = Path(hydra.runtime.output_dir), hydra.output_subdir
     if not pending or pending == HYDRA_FILES or not (job_dir / pending).is_dir():
         return
+    if keep and out is not None and out.resolve() != job_dir.resolve() and held_results(job_dir):
+        keep = False
     if keep:
         if (job_dir / HYDRA_FILES).exists():
             shutil.rmtree(job_dir / HYDRA_FILES)

@@ -37,7 +37,7 @@ log = logging.getLogger("archlab.train")
 def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
     """``ckpt_path`` as given, or with ``resume=auto`` the newest checkpoint of this run directory."""
     if cfg.ckpt_path is not None:
-        return str(cfg.ckpt_path)
+        return str(Path(cfg.ckpt_path).resolve())  # recorded in summary.json: absolute, like every path there
     if cfg.resume == "auto":
         found = newest_checkpoint(out / "checkpoints")
         log.info("resume=auto: %s", f"continuing from {found}" if found else "no checkpoint yet, starting fresh")
@@ -102,10 +102,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if done.get("steps") != cfg.trainer.max_steps or diffs:
             raise DirectoryHoldsRun(out_field, str(out), "a directory without an earlier run, or one to continue; "
                                     f"this one holds a completed run of {done.get('steps')} steps and no checkpoint "
-                                    "to continue from (callbacks.checkpoint was null)"
+                                    "to continue from (callbacks.checkpoint was null, or they were deleted)"
                                     + (f", and its model differs in {'; '.join(diffs)}" if diffs else "")
                                     + ". Give a new directory")
-    if done is not None and resumed_step in (None, cfg.trainer.max_steps):
+    if done is not None and done.get("steps") == cfg.trainer.max_steps:
         settle_hydra_files(keep=False)
         print(f"nothing to train: this run already completed its trainer.max_steps={cfg.trainer.max_steps} steps "
               "(raise trainer.max_steps to train on)", flush=True)
@@ -122,7 +122,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     primary = f"{val_names[0]}/acc" if chance is not None else f"{val_names[0]}/loss"
     _check_monitor(cfg, val_names)
     check_objective(cfg.objective, val_names)
-    settle_hydra_files(keep=True)  # this attempt writes the run's summary: its config files are the run's
+    settle_hydra_files(keep=True, out=out)  # this attempt writes the run's summary: its config files are the run's
 
     counts = count(model_cfg)
     info = {
