@@ -172,6 +172,12 @@ def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
     (tmp_path / "model.safetensors").unlink()
     ended = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"]))
     assert ended["status"] == "completed" and ended["metrics"] == second["metrics"]
+    # its figures are those of the attempts that trained, kept in the checkpoint: tokens of all 20 steps,
+    # and the wall time up to the checkpoint plus this attempt's
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]
+    assert ended["throughput"]["tokens"] == second["throughput"]["tokens"] == 20 * 8 * 12  # steps x batch x seq_len
+    assert ended["throughput"]["tokens_per_s"] == pytest.approx(second["throughput"]["tokens_per_s"])
+    assert ended["wall_time_s"] > saved["RunRecorder"]["wall_time_s"] > first["wall_time_s"]
     rebuilt = load_weights(tmp_path / "model.safetensors").state_dict()
     assert all(torch.equal(rebuilt[k], exported[k]) for k in exported)
 

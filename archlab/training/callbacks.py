@@ -149,6 +149,13 @@ class ThroughputMonitor(Callback):
         if trainer.global_step % self.log_every_n_steps == 0:
             pl_module.log_dict({f"perf/{k}": v for k, v in self.rates().items() if v is not None})
 
+    def state_dict(self) -> dict[str, Any]:
+        # in the checkpoint: a resumed run's figures cover the steps of every attempt
+        return {"tokens": self.tokens, "seconds": self.seconds, "flops": self.flops}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.tokens, self.seconds, self.flops = state_dict["tokens"], state_dict["seconds"], state_dict["flops"]
+
     def rates(self) -> dict[str, Optional[float]]:
         tokens_per_s = self.tokens / self.seconds if self.seconds else None
         flops_per_s = self.flops / self.seconds if self.seconds else None
@@ -156,7 +163,8 @@ class ThroughputMonitor(Callback):
         return {"tokens_per_s": tokens_per_s, "flops_per_s": flops_per_s, "mfu": mfu}
 
     def summary_fields(self) -> dict[str, Any]:
-        return {"throughput": {**self.rates(), "peak_flops_per_s": self.peak, "train_seconds": self.seconds}}
+        return {"throughput": {**self.rates(), "peak_flops_per_s": self.peak, "train_seconds": self.seconds,
+                               "tokens": self.tokens}}
 
 
 class TextSamples(Callback):

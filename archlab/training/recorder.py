@@ -27,6 +27,7 @@ class RunRecorder(Callback):
         self.tokenizer = tokenizer
         self.primary_metric = primary_metric
         self.wrote = False
+        self.earlier_seconds = 0.0  # wall time of the attempts before a resume, up to their checkpoint
 
     def summary(self, trainer: Optional[L.Trainer], pl_module: Any, status: str,
                 error: Optional[BaseException] = None, export: Optional[Path] = None) -> dict[str, Any]:
@@ -37,7 +38,7 @@ class RunRecorder(Callback):
             "error": None if error is None else f"{type(error).__name__}: {error}",
             **self.info,
             "steps": trainer.global_step if trainer is not None else 0,
-            "wall_time_s": time.time() - self.info["start_time"],
+            "wall_time_s": self.wall_time(),
             "metrics": {"final": final, "best": best_metrics(history), "history": history},
         }
         if self.primary_metric:
@@ -66,6 +67,16 @@ class RunRecorder(Callback):
         if error is not None:
             out["traceback"] = "".join(traceback.format_exception(error))
         return json.loads(json.dumps(out, default=jsonable), parse_constant=lambda c: None)
+
+    def wall_time(self) -> float:
+        """Seconds of this run: this attempt's, and those of earlier attempts up to the checkpoint resumed."""
+        return self.earlier_seconds + time.time() - self.info["start_time"]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"wall_time_s": self.wall_time()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.earlier_seconds = float(state_dict["wall_time_s"])
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: Any) -> None:
         state = pl_module.full_state_dict()  # every rank: under FSDP this gathers the shards
