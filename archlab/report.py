@@ -19,6 +19,7 @@ from typing import Any, Optional
 import yaml
 
 from archlab.errors import ConfigError
+from archlab.training.outputs import HYDRA_FILES, PENDING_HYDRA_FILES, continues_run
 
 SEED_KEYS = ("seed",)
 CONTINUATION_KEYS = ("resume",)  # how a run was continued, not what it is: never a swept axis
@@ -57,15 +58,12 @@ def _settings(items: list[str], run_dir: Path, cwd: Optional[str] = None) -> dic
     """``key=value`` overrides as a dict, less Hydra's own and those that only continue a run:
     ``resume``, and a ``ckpt_path`` inside the run's own directory (a relative one is relative to
     ``cwd``, where the run was started)."""
-    def own(path: str) -> bool:
-        return (Path(cwd or ".") / path).resolve().is_relative_to(run_dir.resolve())
-
     pairs = ((k.lstrip("+~"), v) for k, v in (item.split("=", 1) for item in items or [] if "=" in item))
     return {k: v for k, v in pairs if not k.startswith("hydra") and k not in CONTINUATION_KEYS
-            and not (k == "ckpt_path" and own(v))}
+            and not (k == "ckpt_path" and continues_run(v, run_dir, cwd))}
 
 
-HYDRA_DIRS = (".hydra", ".hydra.pending")  # a job's config files: its own, or those of one killed early
+HYDRA_DIRS = (HYDRA_FILES, PENDING_HYDRA_FILES)  # a job's config files: its own, or those of one killed early
 
 
 def _overrides(run_dir: Path) -> dict[str, str]:

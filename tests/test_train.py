@@ -389,6 +389,11 @@ def test_default_config_composes_without_overrides():
     assert cfg.trainer.strategy == "auto" and cfg.seed == 0 and cfg.ckpt_path is None
     assert (cfg.model.n_layer, cfg.model.d_model, cfg.model.init_std, cfg.trainer.max_steps, cfg.threads) == (
         2, 64, 0.1, 1500, 1)
+    # Hydra writes each job's config files where archlab-train (and archlab-report) look for them first
+    from archlab.training.outputs import PENDING_HYDRA_FILES
+
+    hydra = compose("train", ["paths.output_dir=/unused"], return_hydra_config=True).hydra
+    assert hydra.output_subdir == PENDING_HYDRA_FILES
 
 
 def test_tuned_settings_apply_to_their_pair_only_and_keep_choices():

@@ -15,6 +15,7 @@ from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.training.summary import EXPORT, SUMMARY
 
 HYDRA_FILES = ".hydra"  # the job's composed config, overrides and Hydra settings, as Hydra names them
+PENDING_HYDRA_FILES = ".hydra.pending"  # where Hydra writes them first: hydra.output_subdir in conf/train.yaml
 
 
 def output_dir(cfg: DictConfig) -> tuple[Path, str]:
@@ -71,12 +72,17 @@ def held_results(out: Path) -> list[str]:
     return held + (["checkpoints"] if newest_checkpoint(out / "checkpoints") else [])
 
 
+def continues_run(ckpt_path: str, run_dir: Path, cwd: Optional[str | Path] = None) -> bool:
+    """Whether ``ckpt_path`` (relative to ``cwd``, by default this process's) lies inside ``run_dir``: a
+    checkpoint of that run, so training from it continues the run rather than starting another."""
+    return (Path(cwd or ".") / ckpt_path).resolve().is_relative_to(Path(run_dir).resolve())
+
+
 def check_fresh(cfg: DictConfig, out: Path, field: str) -> None:
     """Refuse to start over in a directory that holds an earlier run's results (its summary, export or
     checkpoints would be overwritten) unless this run continues it: ``resume=auto``, or a ``ckpt_path``
     inside it."""
-    if cfg.resume == "auto" or (cfg.ckpt_path is not None
-                                and Path(cfg.ckpt_path).resolve().is_relative_to(out.resolve())):
+    if cfg.resume == "auto" or (cfg.ckpt_path is not None and continues_run(cfg.ckpt_path, out)):
         return
     held = held_results(out)
     if held:
