@@ -60,7 +60,12 @@ def flops_per_token(cfg: ModelConfig, non_embedding: int, seq_len: int | None = 
 
 def built_counts(model: nn.Module) -> dict[str, int]:
     """The same breakdown, by summing the parameters of a built ``Decoder`` (tied tensors once)."""
-    prefix = {"tok_emb": "token_embedding", "position": "position_embedding", "final_norm": "final_norm", "head": "head"}
+    prefix = {
+        "tok_emb": "token_embedding",
+        "position": "position_embedding",
+        "final_norm": "final_norm",
+        "head": "head",
+    }
     part = {"attn": "attention", "mlp": "mlp", "attn_norm": "norms", "mlp_norm": "norms"}
     counts: dict[str, int] = defaultdict(int)
     for name, p in model.named_parameters():
@@ -79,7 +84,11 @@ class ParameterMismatch(AssertionError):
 def check_build(cfg: Any, model: nn.Module) -> dict[str, int]:
     """Compare every component of ``model`` with ``count(cfg)``; raise naming each that differs."""
     analytic, built = count(cfg), built_counts(model)
-    wrong = [f"{c}: analytic {analytic[c]:,} != built {built[c]:,}" for c in (*COMPONENTS, "total") if analytic[c] != built[c]]
+    wrong = [
+        f"{c}: analytic {analytic[c]:,} != built {built[c]:,}"
+        for c in (*COMPONENTS, "total")
+        if analytic[c] != built[c]
+    ]
     if wrong:
         raise ParameterMismatch("parameter count mismatch — " + "; ".join(wrong))
     return built

@@ -124,8 +124,7 @@ def median_kernel_seconds(fns: dict[str, Callable[[], object]], rounds: int, dev
     """``kernel_seconds`` of each function, alternating them for ``rounds`` rounds; medians per kind."""
     profiled = [{name: kernel_seconds(fn, device) for name, fn in fns.items()} for _ in range(rounds)]
     return {
-        name: {kind: statistics.median(p[name][kind] for p in profiled) for kind in profiled[0][name]}
-        for name in fns
+        name: {kind: statistics.median(p[name][kind] for p in profiled) for kind in profiled[0][name]} for name in fns
     }
 
 

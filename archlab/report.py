@@ -59,8 +59,13 @@ def _settings(items: list[str], run_dir: Path, cwd: Optional[str] = None) -> dic
     ``resume``, and a ``ckpt_path`` inside the run's own directory (a relative one is relative to
     ``cwd``, where the run was started)."""
     pairs = ((k.lstrip("+~"), v) for k, v in (item.split("=", 1) for item in items or [] if "=" in item))
-    return {k: v for k, v in pairs if not k.startswith("hydra") and k not in CONTINUATION_KEYS
-            and not (k == "ckpt_path" and continues_run(v, run_dir, cwd))}
+    return {
+        k: v
+        for k, v in pairs
+        if not k.startswith("hydra")
+        and k not in CONTINUATION_KEYS
+        and not (k == "ckpt_path" and continues_run(v, run_dir, cwd))
+    }
 
 
 HYDRA_DIRS = (HYDRA_FILES, PENDING_HYDRA_FILES)  # a job's config files: its own, or those of one killed early
@@ -108,7 +113,9 @@ def load_runs(sweep_dir: str | Path) -> list[Run]:
     root = Path(sweep_dir)
     if not root.is_dir():
         why = "this path is a file" if root.exists() else "nothing is there"
-        raise ConfigError("sweep_dir", str(root), f"a directory of runs: a Hydra multirun directory or any folder ({why})")
+        raise ConfigError(
+            "sweep_dir", str(root), f"a directory of runs: a Hydra multirun directory or any folder ({why})"
+        )
     dirs = {p.parent for p in root.rglob("summary.json")}
     dirs |= {p.parent.parent for name in HYDRA_DIRS for p in root.rglob(f"{name}/overrides.yaml")}
     runs = []
@@ -117,8 +124,11 @@ def load_runs(sweep_dir: str | Path) -> list[Run]:
         try:
             summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError("sweep_dir", str(root), f"runs whose summary.json is JSON ({summary_file}: {err}; "
-                                                      "move that run aside to report the others)") from None
+            raise ConfigError(
+                "sweep_dir",
+                str(root),
+                f"runs whose summary.json is JSON ({summary_file}: {err}; move that run aside to report the others)",
+            ) from None
         runs.append(Run(d, _overrides(d), summary))
     planned = [_settings(job, root) for job in planned_jobs(root)]
     started = [r.overrides for r in runs]
@@ -137,7 +147,11 @@ def swept_axes(runs: list[Run]) -> list[str]:
     for run in runs:
         for k, v in run.overrides.items():
             keys.setdefault(k, set()).add(v)
-    return [k for k, values in keys.items() if k not in SEED_KEYS and (len(values) > 1 or any(k not in r.overrides for r in runs))]
+    return [
+        k
+        for k, values in keys.items()
+        if k not in SEED_KEYS and (len(values) > 1 or any(k not in r.overrides for r in runs))
+    ]
 
 
 def group_variants(runs: list[Run], axes: list[str]) -> list[Variant]:
@@ -149,7 +163,11 @@ def group_variants(runs: list[Run], axes: list[str]) -> list[Variant]:
 
 
 def _number(value: Any) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else None
+    return (
+        float(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        else None
+    )
 
 
 def run_figures(run: Run) -> dict[str, float]:
@@ -178,7 +196,9 @@ def run_figures(run: Run) -> dict[str, float]:
     if tokens is not None:
         out["tokens/s"] = tokens
     if s.get("model"):
-        out["KV cache bytes/token"] = float(kv_cache_bytes_per_token(s["model"], (s.get("trainer") or {}).get("precision")))
+        out["KV cache bytes/token"] = float(
+            kv_cache_bytes_per_token(s["model"], (s.get("trainer") or {}).get("precision"))
+        )
     match = s.get("match") or {}
     if match:
         out[f"matched {match['field']}"] = float(match["value"])
@@ -211,15 +231,37 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
     """Final metrics first (``metric``, else the runs' primary metric, leading), then best metrics,
     then cost figures."""
     keys = {k for v in variants for k in aggregate(v)}
-    primary = f"final {metric}" if metric else next(
-        (f"final {r.summary['primary_metric']['name']}" for v in variants for r in v.completed
-         if (r.summary or {}).get("primary_metric")), None)
+    primary = (
+        f"final {metric}"
+        if metric
+        else next(
+            (
+                f"final {r.summary['primary_metric']['name']}"
+                for v in variants
+                for r in v.completed
+                if (r.summary or {}).get("primary_metric")
+            ),
+            None,
+        )
+    )
     order = [primary] if primary in keys else []
     order += sorted(k for k in keys if k.startswith("final ") and k != primary)
     order += sorted(k for k in keys if k.startswith("best "))
-    order += sorted(k for k in keys if k.startswith("matched ")) + (["match residual"] if "match residual" in keys else [])
-    order += [k for k in ("params total", "params non_embedding", "flops/token", "KV cache bytes/token", "tokens/s",
-                          "wall time (s)") if k in keys]
+    order += sorted(k for k in keys if k.startswith("matched ")) + (
+        ["match residual"] if "match residual" in keys else []
+    )
+    order += [
+        k
+        for k in (
+            "params total",
+            "params non_embedding",
+            "flops/token",
+            "KV cache bytes/token",
+            "tokens/s",
+            "wall time (s)",
+        )
+        if k in keys
+    ]
     return order
 
 
@@ -239,15 +281,21 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None, metric: Optional[str] = None) -> dict[str, Path]:
+def write_report(
+    sweep_dir: str | Path, out_dir: str | Path | None = None, metric: Optional[str] = None
+) -> dict[str, Path]:
     """Write report.md, report.csv and PNG plots for the sweep; return their paths. ``metric`` (e.g.
     ``val/loss``) leads the table and is plotted; default: the runs' primary metric."""
     runs = load_runs(sweep_dir)
     if not runs:
-        raise ConfigError("sweep_dir", str(sweep_dir), "a directory holding runs (summary.json or .hydra/overrides.yaml)")
+        raise ConfigError(
+            "sweep_dir", str(sweep_dir), "a directory holding runs (summary.json or .hydra/overrides.yaml)"
+        )
     out = Path(out_dir or sweep_dir)
     if out.exists() and not out.is_dir():
-        raise ConfigError("--out", str(out), "a directory for report.md, report.csv and the plots (this path is a file)")
+        raise ConfigError(
+            "--out", str(out), "a directory for report.md, report.csv and the plots (this path is a file)"
+        )
     axes = swept_axes(runs)
     variants = group_variants(runs, axes)
     stats = [aggregate(v) for v in variants]
@@ -269,8 +317,10 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None, metri
     plots = _plots(variants, stats, columns, out)
     md = [f"# Sweep report: `{Path(sweep_dir)}`", ""]
     n_seeds = sorted({len(v.runs) for v in variants})
-    md.append(f"{len(runs)} runs, {len(variants)} variants, swept: {', '.join(axes) or 'nothing'}; "
-              f"runs per variant: {', '.join(map(str, n_seeds))}. Cells are mean ± sample std over the completed seeds (n).")
+    md.append(
+        f"{len(runs)} runs, {len(variants)} variants, swept: {', '.join(axes) or 'nothing'}; "
+        f"runs per variant: {', '.join(map(str, n_seeds))}. Cells are mean ± sample std over the completed seeds (n)."
+    )
     md += ["", "| " + " | ".join([*axes, "completed", *columns]) + " |", "|" + "---|" * (len(axes) + 1 + len(columns))]
     for v, st in zip(variants, stats):
         cells = [f"{_fmt(st[c][0])} ± {_fmt(st[c][1])} ({st[c][2]})" if c in st else "-" for c in columns]
@@ -280,10 +330,16 @@ def write_report(sweep_dir: str | Path, out_dir: str | Path | None = None, metri
         md += ["", "## Runs that did not complete", ""]
         for r in problems:
             error = (r.summary or {}).get("error") or (
-                "planned in multirun.yaml, no directory (the sweep stopped first)" if not r.started
-                else "no summary.json (killed, or still running)" if r.summary is None else "")
-            md.append(f"- `{r.path.relative_to(Path(sweep_dir)) if r.path.is_relative_to(Path(sweep_dir)) else r.path}` "
-                      f"({_label(r.overrides)}): **{r.status}** — {error}")
+                "planned in multirun.yaml, no directory (the sweep stopped first)"
+                if not r.started
+                else "no summary.json (killed, or still running)"
+                if r.summary is None
+                else ""
+            )
+            md.append(
+                f"- `{r.path.relative_to(Path(sweep_dir)) if r.path.is_relative_to(Path(sweep_dir)) else r.path}` "
+                f"({_label(r.overrides)}): **{r.status}** — {error}"
+            )
     if plots:
         md += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots.values()]
     md_path = out / "report.md"
@@ -301,7 +357,7 @@ def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: 
     primary = next((c for c in columns if c.startswith("final ")), None)
     if primary is None:
         return plots
-    metric = primary[len("final "):]
+    metric = primary[len("final ") :]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drew = False
     for v in variants:
@@ -326,7 +382,9 @@ def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: 
     if rows:
         fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4.5))
         # points, not bars: the y axis zooms on the values, so small loss differences stay visible
-        ax.errorbar(range(len(rows)), [m for _, (m, _, _) in rows], yerr=[s for _, (_, s, _) in rows], fmt="o", capsize=4)
+        ax.errorbar(
+            range(len(rows)), [m for _, (m, _, _) in rows], yerr=[s for _, (_, s, _) in rows], fmt="o", capsize=4
+        )
         ax.set_xlim(-0.5, len(rows) - 0.5)
         ax.set_xticks(range(len(rows)), [_label(v.settings) for v, _ in rows], rotation=30, ha="right", fontsize=7)
         ax.set(ylabel=metric, title=f"final {metric} (mean ± std over seeds)")

@@ -21,7 +21,7 @@ class CharTokenizer:
         self.index = {c: i for i, c in enumerate(self.chars)}
 
     @classmethod
-    def fit(cls, text: str) -> "CharTokenizer":
+    def fit(cls, text: str) -> CharTokenizer:
         return cls(text)
 
     @property
@@ -66,7 +66,7 @@ class BPETokenizer:
         self.tok = tokenizer
 
     @classmethod
-    def fit(cls, text: str, vocab_size: int) -> "BPETokenizer":
+    def fit(cls, text: str, vocab_size: int) -> BPETokenizer:
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
         tok = Tokenizer(models.BPE())

@@ -47,7 +47,7 @@ class Snapshots(L.Callback):
     """The model's weights after every training step (``after[step]``), and when an exception ends fit.
     Made by Hydra from the config: the test finds the instance in ``Snapshots.made``."""
 
-    made: list["Snapshots"] = []
+    made: list[Snapshots] = []
 
     def __init__(self):
         Snapshots.made.append(self)

@@ -88,9 +88,20 @@ def test_peak_step_bytes_is_the_most_allocated_at_once():
 @pytest.fixture(scope="module")
 def result():
     pytest.importorskip("transformers")
-    cfg = compose("bench", ["model.n_layer=2", "model.d_model=32", "model.attention.n_head=2",
-                            "model.vocab_size=50", "model.context_length=16", "batch_size=2",
-                            "warmup=1", "repeats=2", "matmul_size=64"])
+    cfg = compose(
+        "bench",
+        [
+            "model.n_layer=2",
+            "model.d_model=32",
+            "model.attention.n_head=2",
+            "model.vocab_size=50",
+            "model.context_length=16",
+            "batch_size=2",
+            "warmup=1",
+            "repeats=2",
+            "matmul_size=64",
+        ],
+    )
     return run_bench(cfg), cfg
 
 
@@ -113,7 +124,8 @@ def test_bench_figures_are_consistent(result):
         assert row["matmul_s"] > 0 and row["attention_s"] > 0
         assert row["floor_s"] == pytest.approx(row["matmul_s"] + row["attention_s"])
         assert row["floor_fraction_of_matmul"] == pytest.approx(
-            out["flops_per_token"] * 2 * 16 / row["floor_s"] / out["profiled_matmul_flops"])
+            out["flops_per_token"] * 2 * 16 / row["floor_s"] / out["profiled_matmul_flops"]
+        )
     for section in ("train", "generate"):
         q1, q3 = out[section]["ratio_quartiles"]  # of the per-round ratios, whose median is the ratio
         assert 0 < q1 <= out[section]["ratio"] <= q3
@@ -128,18 +140,25 @@ def test_checkpointing_saves_activation_memory(result):
     assert memory["plain"]["peak_step_bytes"] >= memory["plain"]["saved_activation_bytes"]
 
 
-@pytest.mark.parametrize("override, field, allowed", [
-    ("generate_tokens=9", "generate_tokens", "= 8"),
-    ("seq_len=17", "seq_len", "null or 1 to model.context_length=16"),
-    ("seq_len=-4", "seq_len", "null or 1 to"),
-    ("threads=-1", "threads", "null or a positive integer"),
-    ("warmup=-3", "warmup", "an integer >= 0"),
-    ("format=xml", "format", "one of ['json', 'table']"),
-    ("device=tpu", "device", "auto, cpu, cuda or cuda:<index>"),
-    ("device=cuda:x", "device", "auto, cpu, cuda or cuda:<index>"),
-    pytest.param("device=cuda", "device", "this machine has no CUDA GPU",
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")),
-])
+@pytest.mark.parametrize(
+    "override, field, allowed",
+    [
+        ("generate_tokens=9", "generate_tokens", "= 8"),
+        ("seq_len=17", "seq_len", "null or 1 to model.context_length=16"),
+        ("seq_len=-4", "seq_len", "null or 1 to"),
+        ("threads=-1", "threads", "null or a positive integer"),
+        ("warmup=-3", "warmup", "an integer >= 0"),
+        ("format=xml", "format", "one of ['json', 'table']"),
+        ("device=tpu", "device", "auto, cpu, cuda or cuda:<index>"),
+        ("device=cuda:x", "device", "auto, cpu, cuda or cuda:<index>"),
+        pytest.param(
+            "device=cuda",
+            "device",
+            "this machine has no CUDA GPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present"),
+        ),
+    ],
+)
 def test_bad_settings_are_refused_before_any_work(override, field, allowed, monkeypatch):
     import archlab.build
 
@@ -157,10 +176,22 @@ def test_bad_settings_are_refused_before_any_work(override, field, allowed, monk
 def test_compiled_bench_runs_and_compiled_model_matches_eager():
     """torch.compile traces the hand-written autograd functions (RMSNorm, RoPE, SwiGLU) of a LLaMA layout."""
     pytest.importorskip("transformers")
-    tiny = ["model=llama2-7b", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=4",
-            "model.attention.n_kv_head=2", "model.vocab_size=50", "model.context_length=16", "model.mlp.multiple_of=8"]
-    out = run_bench(compose("bench", tiny + ["batch_size=2", "warmup=1", "repeats=1", "matmul_size=64",
-                                             "checkpointing=false", "compile=true"]))
+    tiny = [
+        "model=llama2-7b",
+        "model.n_layer=1",
+        "model.d_model=32",
+        "model.attention.n_head=4",
+        "model.attention.n_kv_head=2",
+        "model.vocab_size=50",
+        "model.context_length=16",
+        "model.mlp.multiple_of=8",
+    ]
+    out = run_bench(
+        compose(
+            "bench",
+            tiny + ["batch_size=2", "warmup=1", "repeats=1", "matmul_size=64", "checkpointing=false", "compile=true"],
+        )
+    )
     assert out["compiled"] is True and out["train"]["archlab"]["tokens_per_s"] > 0
 
     from archlab.build import build_model, compose_model

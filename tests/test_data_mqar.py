@@ -15,24 +15,31 @@ from archlab.errors import ConfigError
 
 def read_sequence(inputs: list[int], targets: list[int], pairs: int):
     """Independent reading of one row: the context's key -> value dict and the scored positions."""
-    context = dict(zip(inputs[0:2 * pairs:2], inputs[1:2 * pairs:2]))
+    context = dict(zip(inputs[0 : 2 * pairs : 2], inputs[1 : 2 * pairs : 2]))
     scored = [t for t, y in enumerate(targets) if y != -100]
     return context, scored
 
 
 @pytest.mark.parametrize("pairs,queries,eval_pairs", [(3, None, None), (4, 7, 5), (8, None, 16)])
 def test_answers_are_the_values_of_the_queried_keys(pairs, queries, eval_pairs):
-    dm = MQARDataModule(num_pairs=pairs, num_queries=queries, num_keys=20, num_values=10, eval_num_pairs=eval_pairs,
-                        val_examples=200, seed=5)
+    dm = MQARDataModule(
+        num_pairs=pairs,
+        num_queries=queries,
+        num_keys=20,
+        num_values=10,
+        eval_num_pairs=eval_pairs,
+        val_examples=200,
+        seed=5,
+    )
     dm.setup()
     n_queries = pairs if queries is None else queries
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == y.shape == (dm.batch_size, 2 * (pairs + n_queries) - 1) and x.dtype == y.dtype == torch.long
     for inputs, targets in zip(x.tolist(), y.tolist()):
         context, scored = read_sequence(inputs, targets, pairs)
-        keys = inputs[0:2 * pairs:2]
+        keys = inputs[0 : 2 * pairs : 2]
         assert len(set(keys)) == pairs and all(0 <= k < 20 for k in keys)  # distinct keys from the key range
-        assert all(20 <= v < 30 for v in inputs[1:2 * pairs:2])  # values from the value range
+        assert all(20 <= v < 30 for v in inputs[1 : 2 * pairs : 2])  # values from the value range
         assert scored == [2 * pairs + 2 * j for j in range(n_queries)]  # one answer after each question
         for t in scored:
             assert inputs[t] in context and targets[t] == context[inputs[t]]
@@ -75,7 +82,7 @@ def test_same_seed_same_data_other_seed_other_data():
     stream = [next(iter(dm.train_dataloader())) for dm in (a, b, c)]
     assert torch.equal(stream[0][0], stream[1][0]) and not torch.equal(stream[0][0], stream[2][0])
     # the fixed validation set is not a piece of the training stream
-    assert not torch.equal(a.val_sets[0][0][:a.batch_size], stream[0][0])
+    assert not torch.equal(a.val_sets[0][0][: a.batch_size], stream[0][0])
 
 
 def test_ranks_share_the_global_batch_of_one_process():
@@ -92,8 +99,9 @@ def test_stream_resumes_after_the_batches_a_trainer_has_seen():
     fresh = iter(dm.train_dataloader())
     first = [next(fresh) for _ in range(5)]
     progress = SimpleNamespace(total=SimpleNamespace(ready=3))
-    trainer = SimpleNamespace(global_rank=0, world_size=1,
-                              fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress)))
+    trainer = SimpleNamespace(
+        global_rank=0, world_size=1, fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace(batch_progress=progress))
+    )
     resumed = iter(stream_loader(dm.batch_fn(3), dm.seed, 4, 0, trainer))
     assert torch.equal(next(resumed)[0], first[3][0]) and torch.equal(next(resumed)[0], first[4][0])
 
@@ -126,16 +134,19 @@ def test_batch_rng_streams_are_independent_of_each_other():
     assert np.array_equal(a, batch_rng(0, 0, 0).integers(0, 2**31, 4))
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    ({"num_pairs": 0}, "data.num_pairs"),
-    ({"num_pairs": 8, "num_keys": 12}, "data.num_keys"),  # val_long needs 16 distinct keys
-    ({"num_pairs": 4, "eval_num_pairs": 0}, "data.eval_num_pairs"),
-    ({"num_queries": 0}, "data.num_queries"),
-    ({"num_values": 0}, "data.num_values"),
-    ({"batch_size": 2.5}, "data.batch_size"),
-    ({"num_workers": -1}, "data.num_workers"),
-    ({"val_examples": 0}, "data.val_examples"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"num_pairs": 0}, "data.num_pairs"),
+        ({"num_pairs": 8, "num_keys": 12}, "data.num_keys"),  # val_long needs 16 distinct keys
+        ({"num_pairs": 4, "eval_num_pairs": 0}, "data.eval_num_pairs"),
+        ({"num_queries": 0}, "data.num_queries"),
+        ({"num_values": 0}, "data.num_values"),
+        ({"batch_size": 2.5}, "data.batch_size"),
+        ({"num_workers": -1}, "data.num_workers"),
+        ({"val_examples": 0}, "data.val_examples"),
+    ],
+)
 def test_bad_settings_name_the_field(kwargs, field):
     with pytest.raises(ConfigError) as err:
         MQARDataModule(**kwargs)

@@ -88,8 +88,12 @@ def test_validation_across_processes_scores_every_token_once(world):
         scored += [t - 1000 for y in targets for t in y[y != -100].tolist()]
     assert sorted(scored) == list(range(1, n)) and len(set(rows)) == 1
     # the sampler padding real rows instead repeats the first windows' tokens on the last processes
-    unpadded = [t for r in range(world) for i in DistributedSampler(windows, world, r, shuffle=False)
-                for t in windows[i][1][windows[i][1] != -100].tolist()]
+    unpadded = [
+        t
+        for r in range(world)
+        for i in DistributedSampler(windows, world, r, shuffle=False)
+        for t in windows[i][1][windows[i][1] != -100].tolist()
+    ]
     assert len(unpadded) > n - 1
 
 

@@ -33,16 +33,26 @@ from archlab.config import to_model_config
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 BASE = {"vocab_size": 64, "context_length": 32, "n_layer": 2, "d_model": 64, "attention": {"n_head": 4}}
-LLAMA_LIKE = {"norm": {"kind": "rmsnorm"}, "position": {"kind": "rope"}, "mlp": {"kind": "swiglu", "bias": False},
-              "attention": {"qkv_bias": False, "out_bias": False}}
+LLAMA_LIKE = {
+    "norm": {"kind": "rmsnorm"},
+    "position": {"kind": "rope"},
+    "mlp": {"kind": "swiglu", "bias": False},
+    "attention": {"qkv_bias": False, "out_bias": False},
+}
 
 BUILDS = {
     # (overrides, largest relative gap allowed between analytic and counted)
     "mha-gpt2": ({"mlp": {"approximate": "tanh"}}, 0.02),  # biases everywhere: the largest gap (1.6 %)
     "gqa-llama": (OmegaConf.merge(LLAMA_LIKE, {"attention": {"n_kv_head": 2}, "head": {"tied": False}}), 0.01),
     "mqa-llama": (OmegaConf.merge(LLAMA_LIKE, {"attention": {"n_kv_head": 1}}), 0.01),
-    "geglu-alibi": ({"mlp": {"kind": "geglu", "bias": False}, "position": {"kind": "alibi"},
-                     "attention": {"qkv_bias": False, "out_bias": False}}, 0.01),
+    "geglu-alibi": (
+        {
+            "mlp": {"kind": "geglu", "bias": False},
+            "position": {"kind": "alibi"},
+            "attention": {"qkv_bias": False, "out_bias": False},
+        },
+        0.01,
+    ),
     "untied-head-bias": ({"head": {"tied": False, "bias": True}, "block": {"kind": "parallel"}}, 0.02),
     "head-dim": ({"attention": {"head_dim": 24, "n_kv_head": 2}, "position": {"kind": "sinusoidal"}}, 0.02),
 }

@@ -105,7 +105,10 @@ def test_top_k_1_sampling_is_greedy():
 
 def test_sampling_is_reproducible_and_stays_in_top_k():
     m, ids = model("learned"), prompt()
-    run = lambda seed: generate(m, ids, 30, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(seed))
+
+    def run(seed):
+        return generate(m, ids, 30, temperature=2.0, top_k=3, generator=torch.Generator().manual_seed(seed))
+
     first = run(0)
     assert torch.equal(first, run(0))
     assert not torch.equal(first, run(1))
@@ -199,10 +202,16 @@ def test_cli_prints_ids_without_a_tokenizer(saved, capsys):
             "max_new_tokens=100 is invalid: allowed at most model.context_length=64",
         ),
         (["prompt_ids=[]"], "prompt_ids=[] is invalid: allowed a prompt of at least one token"),
-        (["prompt_ids=[1]", "seed=99999999999999999999"], "seed=99999999999999999999 is invalid: allowed null or an integer"),
+        (
+            ["prompt_ids=[1]", "seed=99999999999999999999"],
+            "seed=99999999999999999999 is invalid: allowed null or an integer",
+        ),
         (["prompt_ids=[1]", "device=tpu"], "device='tpu' is invalid: allowed cpu, cuda or cuda:<index>"),
-        pytest.param(["prompt_ids=[1]", "device=cuda"], "device='cuda' is invalid: allowed cpu: this machine has no CUDA GPU",
-                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")),
+        pytest.param(
+            ["prompt_ids=[1]", "device=cuda"],
+            "device='cuda' is invalid: allowed cpu: this machine has no CUDA GPU",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present"),
+        ),
     ],
 )
 def test_cli_refuses_bad_settings(saved, capsys, args, message):
@@ -222,12 +231,17 @@ def test_cli_refuses_a_file_that_is_not_an_archlab_export(saved, tmp_path, capsy
     (tmp_path / "notes.txt").write_text("not weights")
     (tmp_path / "cut.safetensors").write_bytes(with_tok.read_bytes()[:100])
     save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
-    for name, reason in [("notes.txt", "this one does not read"), ("cut.safetensors", "this one does not read"),
-                         ("other.safetensors", "has no 'archlab_model_config' metadata")]:
+    for name, reason in [
+        ("notes.txt", "this one does not read"),
+        ("cut.safetensors", "this one does not read"),
+        ("other.safetensors", "has no 'archlab_model_config' metadata"),
+    ]:
         with pytest.raises(SystemExit) as exit:
             generate_main([f"ckpt={tmp_path / name}", "prompt_ids=[1]"])
         err = capsys.readouterr().err
-        assert exit.value.code == 2 and err.startswith(f"error: ckpt='{tmp_path / name}' is invalid") and reason in err, err
+        assert (
+            exit.value.code == 2 and err.startswith(f"error: ckpt='{tmp_path / name}' is invalid") and reason in err
+        ), err
         assert len(err.strip().splitlines()) == 1
 
 
@@ -235,4 +249,7 @@ def test_cli_refuses_an_empty_text_prompt(saved, capsys):
     with_tok, _ = saved
     with pytest.raises(SystemExit) as exit:
         generate_main([f"ckpt={with_tok}", "prompt="])
-    assert exit.value.code == 2 and "prompt='' is invalid: allowed a prompt of at least one token" in capsys.readouterr().err
+    assert (
+        exit.value.code == 2
+        and "prompt='' is invalid: allowed a prompt of at least one token" in capsys.readouterr().err
+    )

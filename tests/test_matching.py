@@ -53,7 +53,9 @@ def test_d_model_match_keeps_heads_whole():
 
 def test_unreachable_tolerance_names_the_field():
     with pytest.raises(ConfigError, match="match.tolerance"):
-        match_params(compose_model([*NANO, "model/attention=mqa"]), compose_model(NANO), field="n_layer", tolerance=0.001)
+        match_params(
+            compose_model([*NANO, "model/attention=mqa"]), compose_model(NANO), field="n_layer", tolerance=0.001
+        )
 
 
 def test_unknown_field_lists_the_choices():

@@ -4,11 +4,10 @@ equals the Hugging Face count, and REFERENCE.md's closed forms written out by ha
 from __future__ import annotations
 
 import pytest
+from published import PUBLISHED
 
 from archlab import build_model, compose_model, count_params
-from published import PUBLISHED
 from archlab.accounting import built_counts
-
 
 
 @pytest.mark.parametrize("preset", PUBLISHED)
@@ -65,7 +64,10 @@ def test_closed_forms_equal_count_params(preset):
 def test_llama2_70b_breakdown_by_hand():
     V, L, d, H, KV, hd, f = 32000, 80, 8192, 64, 8, 128, 28672
     counts = count_params(compose_model(["model=llama2-70b"]))
-    assert {k: counts[k] for k in ("token_embedding", "position_embedding", "attention", "mlp", "norms", "final_norm", "head")} == {
+    assert {
+        k: counts[k]
+        for k in ("token_embedding", "position_embedding", "attention", "mlp", "norms", "final_norm", "head")
+    } == {
         "token_embedding": V * d,
         "position_embedding": 0,  # rope has no parameters
         "attention": L * (d * H * hd + 2 * d * KV * hd + H * hd * d),

@@ -15,17 +15,22 @@ from pathlib import Path
 
 import pytest
 import torch
+from train_support import cli, compose_train, tiny_config_dir
 
 from archlab.weights import load_weights
-from train_support import cli, compose_train, tiny_config_dir
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 TOLERANCE = 1e-5  # max |w_2proc - w_1proc| after 10 steps (lr 1e-3); measured 1.5e-6 (weights ~1)
 # 33 validation rows: 17 per process at batch 4, rank 1's last batch only padding; each row scored once
 # RoPE (half pairs: the projection reordered in training, kept in order for decoding) under DDP and FSDP2
-STEPS = ["trainer.max_steps=10", "trainer.val_check_interval=5", "model.n_layer=2", "data.val_examples=33",
-         "model/position=rope"]
+STEPS = [
+    "trainer.max_steps=10",
+    "trainer.val_check_interval=5",
+    "model.n_layer=2",
+    "data.val_examples=33",
+    "model/position=rope",
+]
 
 
 def _ranks(dirpath: str) -> str:
@@ -68,14 +73,31 @@ def test_ddp_spawn_in_process_matches_one_process(conf, tmp_path, single):
     from archlab.training.run import train
 
     sharing = "+callbacks.sharing={_target_:train_support.SaveMetricSharing,dirpath:" + str(tmp_path / "sharing") + "}"
-    summary = train(compose_train(conf, tmp_path, [*STEPS, "trainer=ddp_spawn", "trainer.accelerator=cpu",
-                                                   "data.batch_size=4", _ranks(str(tmp_path / "ranks")), sharing]))
+    summary = train(
+        compose_train(
+            conf,
+            tmp_path,
+            [
+                *STEPS,
+                "trainer=ddp_spawn",
+                "trainer.accelerator=cpu",
+                "data.batch_size=4",
+                _ranks(str(tmp_path / "ranks")),
+                sharing,
+            ],
+        )
+    )
     assert summary["trainer"]["strategy"] == "DDPStrategy"
     _check_ddp(tmp_path, single)
     # spawning hands both processes the module's tensors in one shared memory; metric states added to
     # there by both at once lose updates (a first val/loss of 1.86 against 2.46, seen under load)
     records = sorted((tmp_path / "sharing").iterdir())
-    assert [p.name for p in records] == ["rank0_step10.json", "rank0_step5.json", "rank1_step10.json", "rank1_step5.json"]
+    assert [p.name for p in records] == [
+        "rank0_step10.json",
+        "rank0_step5.json",
+        "rank1_step10.json",
+        "rank1_step5.json",
+    ]
     assert not any(json.loads(p.read_text()) for p in records)
 
 

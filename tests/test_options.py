@@ -148,14 +148,17 @@ def test_model_forward_equals_reference_for_each_position_scheme(position):
 
 
 def test_rope_pairings_differ_for_the_same_weights():
-    half, inter = same_weights(tiny(position={"kind": "rope", "pairing": "half"}),
-                               tiny(position={"kind": "rope", "pairing": "interleaved"}))
+    half, inter = same_weights(
+        tiny(position={"kind": "rope", "pairing": "half"}), tiny(position={"kind": "rope", "pairing": "interleaved"})
+    )
     idx = tokens(half.cfg)
     assert differ(logits(half, idx), logits(inter, idx))
 
 
 def test_rope_theta_changes_outputs():
-    a, b = same_weights(tiny(position={"kind": "rope", "theta": 10000.0}), tiny(position={"kind": "rope", "theta": 10.0}))
+    a, b = same_weights(
+        tiny(position={"kind": "rope", "theta": 10000.0}), tiny(position={"kind": "rope", "theta": 10.0})
+    )
     idx = tokens(a.cfg)
     assert differ(logits(a, idx), logits(b, idx))
 
@@ -437,8 +440,10 @@ def test_mlp_equals_hand_formula(mlp, formula):
 
 
 def test_gelu_approximations_differ():
-    exact, tanh = same_weights(tiny(mlp={"kind": "gelu", "approximate": "none"}, init_std=0.5),
-                               tiny(mlp={"kind": "gelu", "approximate": "tanh"}, init_std=0.5))
+    exact, tanh = same_weights(
+        tiny(mlp={"kind": "gelu", "approximate": "none"}, init_std=0.5),
+        tiny(mlp={"kind": "gelu", "approximate": "tanh"}, init_std=0.5),
+    )
     x = torch.randn(3, 5, 32, dtype=F64)
     with torch.no_grad():
         assert differ(exact.blocks[0].mlp(x), tanh.blocks[0].mlp(x), 1e-5)
@@ -463,10 +468,18 @@ def test_mlp_bias_on_off(kind, extra):
         ({"kind": "swiglu", "multiple_of": 256}, 4096, 11008),  # LLaMA 7B: 10922 -> 43·256
         ({"kind": "swiglu", "multiple_of": 256}, 5120, 13824),  # LLaMA 13B: 13653 -> 54·256
         ({"kind": "swiglu", "multiple_of": 256}, 8192, 22016),  # LLaMA 65B: 21845 -> 86·256
-        ({"kind": "swiglu", "ffn_dim_multiplier": 1.3, "multiple_of": 1024}, 4096, 14336),  # int(1.3·10922)=14198 -> 14·1024
+        (
+            {"kind": "swiglu", "ffn_dim_multiplier": 1.3, "multiple_of": 1024},
+            4096,
+            14336,
+        ),  # int(1.3·10922)=14198 -> 14·1024
         ({"kind": "swiglu", "ffn_dim_multiplier": 1.3, "multiple_of": 4096}, 8192, 28672),  # 28398 -> 7·4096
         ({"kind": "geglu", "ffn_dim_multiplier": 0.5, "multiple_of": 10}, 48, 70),  # int(0.5·128) = 64 -> 70
-        ({"kind": "gelu", "ffn_dim_multiplier": 1.3, "multiple_of": 256}, 48, 192),  # the LLaMA rule is for gated MLPs only
+        (
+            {"kind": "gelu", "ffn_dim_multiplier": 1.3, "multiple_of": 256},
+            48,
+            192,
+        ),  # the LLaMA rule is for gated MLPs only
     ],
 )
 def test_hidden_width_rules(mlp, d, expected):
@@ -500,7 +513,9 @@ def test_grouped_kv_equals_mha_with_repeated_kv_heads(n_kv_head, position):
     mha.load_state_dict(state)
     idx = tokens(grouped_cfg)
     torch.testing.assert_close(logits(grouped, idx), logits(mha, idx), rtol=1e-10, atol=1e-10)
-    assert count_params(mha_cfg)["attention"] - count_params(grouped_cfg)["attention"] == 2 * 2 * (H - n_kv_head) * hd * (32 + 1)
+    assert count_params(mha_cfg)["attention"] - count_params(grouped_cfg)["attention"] == 2 * 2 * (
+        H - n_kv_head
+    ) * hd * (32 + 1)
 
 
 @pytest.mark.parametrize("n_kv_head", [4, 2, 1])
@@ -620,8 +635,16 @@ def test_attention_dropout_only_in_train_mode():
 @pytest.mark.parametrize("mlp", ["gelu", "swiglu"])
 def test_gpt2_initialisation(mlp):
     L, std = 4, 0.05
-    cfg = tiny(vocab_size=512, context_length=256, n_layer=L, d_model=256, init_std=std,
-               attention={"n_head": 4}, mlp={"kind": mlp, "d_ff": 1024}, head={"tied": False, "bias": True})
+    cfg = tiny(
+        vocab_size=512,
+        context_length=256,
+        n_layer=L,
+        d_model=256,
+        init_std=std,
+        attention={"n_head": 4},
+        mlp={"kind": mlp, "d_ff": 1024},
+        head={"tied": False, "bias": True},
+    )
     torch.manual_seed(0)
     model = build_model(cfg)
     residual = std / math.sqrt(2 * L)

@@ -32,8 +32,10 @@ def source(tmp_path):
 
 
 def read_back(out, dtype):
-    return [np.fromfile(out / f"{split}.bin", dtype=np.dtype(dtype).newbyteorder("<")).tolist()
-            for split in ("train", "val")]
+    return [
+        np.fromfile(out / f"{split}.bin", dtype=np.dtype(dtype).newbyteorder("<")).tolist()
+        for split in ("train", "val")
+    ]
 
 
 @pytest.mark.parametrize("kind", ["char", "byte"])
@@ -56,8 +58,7 @@ def test_bpe_is_trained_locally_and_saved_beside_the_shards(tmp_path, source):
     from tokenizers import Tokenizer
 
     out = tmp_path / "bpe"
-    meta = prepare(PrepareConfig(input=str(source), output=str(out), tokenizer="bpe", vocab_size=300,
-                                 val_fraction=0.2))
+    meta = prepare(PrepareConfig(input=str(source), output=str(out), tokenizer="bpe", vocab_size=300, val_fraction=0.2))
     library = Tokenizer.from_file(str(out / "tokenizer.json"))  # the tokenizers library's own file
     ids = library.encode(TEXT).ids
     assert 256 < meta["vocab_size"] <= 300 and meta["vocab_size"] == library.get_vocab_size()
@@ -80,13 +81,16 @@ def test_dtype_is_uint16_up_to_65536_ids():
     assert token_dtype(2**16 + 1) == token_dtype(128256) == "uint32"
 
 
-@pytest.mark.parametrize("args,field", [
-    ({"tokenizer": "word"}, "tokenizer"),
-    ({"tokenizer": "bpe"}, "vocab_size"),
-    ({"tokenizer": "bpe", "vocab_size": 200}, "vocab_size"),
-    ({"tokenizer": "char", "vocab_size": 500}, "vocab_size"),
-    ({"val_fraction": 0.0}, "val_fraction"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        ({"tokenizer": "word"}, "tokenizer"),
+        ({"tokenizer": "bpe"}, "vocab_size"),
+        ({"tokenizer": "bpe", "vocab_size": 200}, "vocab_size"),
+        ({"tokenizer": "char", "vocab_size": 500}, "vocab_size"),
+        ({"val_fraction": 0.0}, "val_fraction"),
+    ],
+)
 def test_bad_settings_are_named_before_anything_is_written(tmp_path, source, args, field):
     out = tmp_path / "never"
     with pytest.raises(ConfigError) as err:

@@ -4,13 +4,12 @@ archlab model built on the meta device, and the Hugging Face model of the config
 
 import pytest
 import torch
+from published import PUBLISHED
 
 from archlab import build_model, compose_model, count_params
-from published import PUBLISHED
 from archlab.interop.hf import config_to_hf
 
 transformers = pytest.importorskip("transformers")
-
 
 
 def gpt2_closed_form(V, ctx, d, L, f):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from reliability_support import Snapshots
+from train_support import SMALL, compose_train, tiny_config_dir
 
 from archlab.build import compose
 from archlab.errors import ConfigError
@@ -23,8 +25,6 @@ from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, r
 from archlab.training.outputs import newest_checkpoint
 from archlab.training.run import train
 from archlab.weights import load_weights
-from reliability_support import Snapshots
-from train_support import SMALL, compose_train, tiny_config_dir
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
@@ -51,12 +51,27 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_weights_and_loss(conf, tmp_p
     """archlab-train in a real process, checkpointing every 3 steps, is SIGKILLed once step 9's checkpoint
     exists; resume=auto in the same run directory then ends bit-identical to a run never interrupted."""
     run = tmp_path / "killed"
-    common = ["trainer.max_steps=21", "trainer.val_check_interval=3", "callbacks.checkpoint.save_top_k=-1",
-              "model.dropout=0.1", "callbacks.samples=null", "logger=csv"]
+    common = [
+        "trainer.max_steps=21",
+        "trainer.val_check_interval=3",
+        "callbacks.checkpoint.save_top_k=-1",
+        "model.dropout=0.1",
+        "callbacks.samples=null",
+        "logger=csv",
+    ]
     pace = "+callbacks.pace={_target_: reliability_support.Pace, seconds: 0.2}"  # slow enough to kill mid-run
     env = {**os.environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "archlab.cli.train", f"hydra.searchpath=[file://{conf}]", "data=tiny",
-           f"hydra.run.dir={run}", *SMALL, *common, pace]
+    cmd = [
+        sys.executable,
+        "-m",
+        "archlab.cli.train",
+        f"hydra.searchpath=[file://{conf}]",
+        "data=tiny",
+        f"hydra.run.dir={run}",
+        *SMALL,
+        *common,
+        pace,
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while not (run / "checkpoints" / "step000009.ckpt").exists():
@@ -174,10 +189,17 @@ def test_sharded_checkpoint_directory_is_swapped_in_whole(tmp_path, monkeypatch)
 
 def test_nan_loss_stops_before_the_step_changes_any_weight(conf, tmp_path):
     Snapshots.made.clear()
-    cfg = compose_train(conf, tmp_path, [
-        "trainer.max_steps=20", "trainer.val_check_interval=5", "callbacks.samples=null",
-        "+callbacks.poison={_target_: reliability_support.Poison, loss_step: 8}",
-        "+callbacks.snapshots={_target_: reliability_support.Snapshots}"])
+    cfg = compose_train(
+        conf,
+        tmp_path,
+        [
+            "trainer.max_steps=20",
+            "trainer.val_check_interval=5",
+            "callbacks.samples=null",
+            "+callbacks.poison={_target_: reliability_support.Poison, loss_step: 8}",
+            "+callbacks.snapshots={_target_: reliability_support.Snapshots}",
+        ],
+    )
     with pytest.raises(FloatingPointError, match=r"^train/loss is nan at step 8; stopped") as err:
         train(cfg)
     last = tmp_path / "checkpoints" / "last.ckpt"
@@ -194,11 +216,20 @@ def test_nan_loss_stops_before_the_step_changes_any_weight(conf, tmp_path):
 def test_skip_drops_the_non_finite_steps_and_trains_on(conf, tmp_path):
     """Step 4's loss and step 8's gradient are NaN: with action=skip both updates are dropped."""
     Snapshots.made.clear()
-    s = train(compose_train(conf, tmp_path, [
-        "trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.samples=null",
-        "callbacks.finite_loss.action=skip",
-        "+callbacks.poison={_target_: reliability_support.Poison, loss_step: 4, grad_step: 8}",
-        "+callbacks.snapshots={_target_: reliability_support.Snapshots}"]))
+    s = train(
+        compose_train(
+            conf,
+            tmp_path,
+            [
+                "trainer.max_steps=10",
+                "trainer.val_check_interval=5",
+                "callbacks.samples=null",
+                "callbacks.finite_loss.action=skip",
+                "+callbacks.poison={_target_: reliability_support.Poison, loss_step: 4, grad_step: 8}",
+                "+callbacks.snapshots={_target_: reliability_support.Snapshots}",
+            ],
+        )
+    )
     assert s["status"] == "completed" and s["steps"] == 10
     assert s["nonfinite"] == {"action": "skip", "skipped_steps": [4, 8]}
     after = Snapshots.made[-1].after
@@ -210,9 +241,21 @@ def test_skip_drops_the_non_finite_steps_and_trains_on(conf, tmp_path):
 
 # ---------------------------------------------------------------- determinism
 
-MQAR = ["data=mqar", "data.num_pairs=2", "data.num_keys=8", "data.num_values=8", "data.val_examples=64",
-        "data.batch_size=16", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=2", "model.dropout=0.1",
-        "scheduler.warmup_steps=2", "trainer.max_steps=12", "logger=none"]
+MQAR = [
+    "data=mqar",
+    "data.num_pairs=2",
+    "data.num_keys=8",
+    "data.num_values=8",
+    "data.val_examples=64",
+    "data.batch_size=16",
+    "model.n_layer=1",
+    "model.d_model=32",
+    "model.attention.n_head=2",
+    "model.dropout=0.1",
+    "scheduler.warmup_steps=2",
+    "trainer.max_steps=12",
+    "logger=none",
+]
 VOLATILE = ("start_time", "wall_time_s", "throughput", "paths")  # clocks and where the files went
 
 

@@ -24,8 +24,14 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 # small MQAR and model: what the rows that get past the data step build
 MQAR = ["data.num_pairs=2", "data.num_keys=8", "data.num_values=8", "data.val_examples=32", "data.batch_size=8"]
-SMALL = ["model.n_layer=1", "model.d_model=32", "model.attention.n_head=2", "scheduler.warmup_steps=2",
-         "logger=none", "callbacks.samples=null"]
+SMALL = [
+    "model.n_layer=1",
+    "model.d_model=32",
+    "model.attention.n_head=2",
+    "scheduler.warmup_steps=2",
+    "logger=none",
+    "callbacks.samples=null",
+]
 
 
 def write_shards(directory: Path, train, val, dtype: str = "uint16", meta: dict | str | None = None) -> Path:
@@ -45,7 +51,10 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "latin1.txt").write_bytes("café au lait ".encode("latin-1") * 20)
     (root / "empty.txt").write_text("")
     (root / "short.txt").write_text("abcdefghijklmnopqrst")  # 18 training and 2 validation characters
-    ids, meta = [i % 10 for i in range(100)], {"vocab_size": 10, "dtype": "uint16", "train_tokens": 100, "val_tokens": 50}
+    ids, meta = (
+        [i % 10 for i in range(100)],
+        {"vocab_size": 10, "dtype": "uint16", "train_tokens": 100, "val_tokens": 50},
+    )
     write_shards(root / "big_id", [*ids[:99], 12], ids[:50], meta=meta)
     write_shards(root / "no_meta", [i % 20 for i in range(100)], ids[:50])
     write_shards(root / "wrong_dtype", ids, ids[:50], dtype="uint32", meta=meta)
@@ -58,8 +67,19 @@ def files(tmp_path_factory) -> dict[str, str]:
     (odd / "train.bin").write_bytes((odd / "train.bin").read_bytes() + b"\x00")
 
     run = root / "run"
-    train(compose("train", [f"paths.output_dir={run}", *MQAR, *SMALL, "trainer.max_steps=2", "scheduler.warmup_steps=1",
-                            "trainer.val_check_interval=2"]))
+    train(
+        compose(
+            "train",
+            [
+                f"paths.output_dir={run}",
+                *MQAR,
+                *SMALL,
+                "trainer.max_steps=2",
+                "scheduler.warmup_steps=1",
+                "trainer.val_check_interval=2",
+            ],
+        )
+    )
     ckpt = run / "checkpoints" / "last.ckpt"
     (root / "truncated.ckpt").write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
     torch.save({"state_dict": {"w": torch.zeros(2)}}, root / "foreign.ckpt")
@@ -97,7 +117,11 @@ ROWS = [
     (["optim._target_=torch.optim.Adamw"], "optim._target_", "an importable class or function"),
     (["scheduler.warmup_steps=-1"], "scheduler.warmup_steps", "a non-negative integer"),
     (["scheduler.warmup_steps=5000"], "scheduler.warmup_steps", "fewer than trainer.max_steps=1500"),
-    (["scheduler.warmup_steps=10", "scheduler.decay_steps=5"], "scheduler.decay_steps", "more than scheduler.warmup_steps=10"),
+    (
+        ["scheduler.warmup_steps=10", "scheduler.decay_steps=5"],
+        "scheduler.decay_steps",
+        "more than scheduler.warmup_steps=10",
+    ),
     (["scheduler.min_lr_ratio=1.5"], "scheduler.min_lr_ratio", "a number in [0, 1]"),
     (["scheduler.kind=linear"], "scheduler.kind", "one of cosine"),
     # run settings, callbacks, loggers, output
@@ -105,13 +129,20 @@ ROWS = [
     (["resume=latest"], "resume", 'null or "auto"'),
     (["ckpt_path=/nonexistent/x.ckpt"], "ckpt_path", "an existing checkpoint file"),
     (["ckpt_path={ckpt}", "resume=auto"], "resume", "null when ckpt_path is given"),
-    (["callbacks.checkpoint.every_n_train_steps=-2"], "callbacks.checkpoint.every_n_train_steps", "a non-negative integer"),
+    (
+        ["callbacks.checkpoint.every_n_train_steps=-2"],
+        "callbacks.checkpoint.every_n_train_steps",
+        "a non-negative integer",
+    ),
     (["callbacks.checkpoint.save_top_k=-3"], "callbacks.checkpoint.save_top_k", "-1 (keep all), 0 (none)"),
     (["callbacks.checkpoint.mode=best"], "callbacks.checkpoint.mode", "one of min, max"),
     (["callbacks.checkpoint.monitor=val/bleu", *MQAR], "callbacks.checkpoint.monitor", "null or one of val/loss"),
     (["callbacks.finite_loss.action=ignore"], "callbacks.finite_loss.action", "stop (fail the run at the step) | skip"),
-    (["+callbacks.extra={_target_: lightning.pytorch.callbacks.NoSuchCallback}"], "callbacks.extra._target_",
-     "an importable class or function"),
+    (
+        ["+callbacks.extra={_target_: lightning.pytorch.callbacks.NoSuchCallback}"],
+        "callbacks.extra._target_",
+        "an importable class or function",
+    ),
     (["+logger.wandb={_target_: nowhere.Logger}"], "logger.wandb._target_", "No module named 'nowhere'"),
     (["paths.output_dir={root}/a_file"], "paths.output_dir", "a directory (this path is a file)"),
     # model
@@ -121,13 +152,20 @@ ROWS = [
     # sweep settings
     (["objective=val/bleu", *MQAR], "objective", "null (the first validation loss) or one of val/loss"),
     (["hparams_search=optuna_lr", "objective=val/acc"], "hydra.sweeper.direction", "maximize for objective=val/acc"),
-    (["hparams_search=optuna_lr", "hydra.sweeper.direction=maximize"], "hydra.sweeper.direction",
-     "minimize for objective=val/loss"),
+    (
+        ["hparams_search=optuna_lr", "hydra.sweeper.direction=maximize"],
+        "hydra.sweeper.direction",
+        "minimize for objective=val/loss",
+    ),
     (["match.reference=5", *MQAR], "match.reference", "null, or model fields to change"),
     (["match.reference={mlp: {kind: gelu}}", "match.field=n_head", *MQAR], "match.field", "one of"),
     # data settings
     (["data.num_pairs=0"], "data.num_pairs", "an integer >= 1"),
-    (["data.num_pairs=20", "data.num_keys=16"], "data.num_keys", "at least max(data.num_pairs, data.eval_num_pairs)=40"),
+    (
+        ["data.num_pairs=20", "data.num_keys=16"],
+        "data.num_keys",
+        "at least max(data.num_pairs, data.eval_num_pairs)=40",
+    ),
     (["data.batch_size=0"], "data.batch_size", "an integer >= 1"),
     (["+data.shuffle=true"], "data.shuffle", "an argument of archlab.data.MQARDataModule: num_pairs"),
     (["data=text"], "data.path", "a value: archlab.data.TextDataModule needs it"),
@@ -138,28 +176,46 @@ ROWS = [
     (["data=text", "data.path={root}/short.txt", "data.vocab=word"], "data.vocab", "char (one id per distinct"),
     # token shards
     (["data=tokens", "data.dir={root}/nowhere"], "data.dir", "a directory holding train.bin and val.bin"),
-    (["data=tokens", "data.dir={root}/big_id", "data.seq_len=8"], "data.dir",
-     "token ids below vocab_size=10: train.bin holds id 12 (meta.json disagrees with its shards)"),
-    (["data=tokens", "data.dir={root}/no_meta", "data.seq_len=8", "data.vocab_size=10", "data.dtype=uint16"],
-     "data.vocab_size", "train.bin holds id 19 (data.vocab_size must be at least 20)"),
+    (
+        ["data=tokens", "data.dir={root}/big_id", "data.seq_len=8"],
+        "data.dir",
+        "token ids below vocab_size=10: train.bin holds id 12 (meta.json disagrees with its shards)",
+    ),
+    (
+        ["data=tokens", "data.dir={root}/no_meta", "data.seq_len=8", "data.vocab_size=10", "data.dtype=uint16"],
+        "data.vocab_size",
+        "train.bin holds id 19 (data.vocab_size must be at least 20)",
+    ),
     (["data=tokens", "data.dir={root}/no_meta", "data.seq_len=8"], "data.vocab_size", "has no meta.json"),
-    (["data=tokens", "data.dir={root}/wrong_dtype", "data.seq_len=8"], "data.dir",
-     "train.bin holds 200 uint16 ids, meta.json says 100"),
+    (
+        ["data=tokens", "data.dir={root}/wrong_dtype", "data.seq_len=8"],
+        "data.dir",
+        "train.bin holds 200 uint16 ids, meta.json says 100",
+    ),
     (["data=tokens", "data.dir={root}/odd_bytes", "data.seq_len=8"], "data.dir", "whole uint16 ids (it has 201 bytes)"),
     (["data=tokens", "data.dir={root}/bad_json", "data.seq_len=8"], "data.dir", "a meta.json that is JSON"),
     (["data=tokens", "data.dir={root}/no_dtype", "data.seq_len=8"], "data.dir", "lacks dtype"),
     (["data=tokens", "data.dir={root}/empty_train", "data.seq_len=8"], "data.dir", "a non-empty train.bin"),
     (["data=tokens", "data.dir={root}/no_val", "data.seq_len=8"], "data.dir", "a directory with val.bin"),
-    (["data=tokens", "data.dir={root}/big_id", "data.seq_len=8", "data.dtype=uint32"], "data.dtype",
-     "null or 'uint16', the value in"),
+    (
+        ["data=tokens", "data.dir={root}/big_id", "data.seq_len=8", "data.dtype=uint32"],
+        "data.dtype",
+        "null or 'uint16', the value in",
+    ),
     # checkpoints
     (["ckpt_path={root}/truncated.ckpt", *MQAR], "ckpt_path", "this one does not load (RuntimeError: "),
     (["ckpt_path={root}/foreign.ckpt", *MQAR], "ckpt_path", "records no hyper_parameters.model"),
-    (["ckpt_path={ckpt}", *MQAR, "model.n_layer=2"], "ckpt_path",
-     "a checkpoint of this run's model; it differs in model.n_layer: checkpoint 1, this run 2"),
-    (["ckpt_path={ckpt}", *MQAR, "data.num_values=9", "model.d_model=48", "model.norm.eps=1e-6"], "ckpt_path",
-     "model.d_model: checkpoint 32, this run 48; model.norm.eps: checkpoint 1e-05, this run 1e-06; "
-     "model.vocab_size: checkpoint 16, this run 17"),
+    (
+        ["ckpt_path={ckpt}", *MQAR, "model.n_layer=2"],
+        "ckpt_path",
+        "a checkpoint of this run's model; it differs in model.n_layer: checkpoint 1, this run 2",
+    ),
+    (
+        ["ckpt_path={ckpt}", *MQAR, "data.num_values=9", "model.d_model=48", "model.norm.eps=1e-6"],
+        "ckpt_path",
+        "model.d_model: checkpoint 32, this run 48; model.norm.eps: checkpoint 1e-05, this run 1e-06; "
+        "model.vocab_size: checkpoint 16, this run 17",
+    ),
     (["resume=auto", "paths.output_dir={root}/resume_corrupt", *MQAR], "resume", "this one does not load"),
 ]
 
@@ -173,7 +229,9 @@ def test_bad_input_is_one_error_naming_field_and_value_before_any_work(files, tm
     overrides = _fill(overrides, files)
     out = tmp_path / "run"
     given = [o for o in overrides if o.startswith("paths.output_dir=")]
-    cfg = compose("train", [*([] if given else [f"paths.output_dir={out}"]), *SMALL, *overrides], return_hydra_config=True)
+    cfg = compose(
+        "train", [*([] if given else [f"paths.output_dir={out}"]), *SMALL, *overrides], return_hydra_config=True
+    )
     with pytest.raises(ConfigError) as err:
         train(cfg)
     text = str(err.value)
@@ -184,17 +242,34 @@ def test_bad_input_is_one_error_naming_field_and_value_before_any_work(files, tm
 
 def test_the_table_covers_every_settings_group():
     groups = {row[1].split(".")[0] for row in ROWS}
-    assert {"trainer", "optim", "scheduler", "model", "data", "callbacks", "logger", "ckpt_path", "resume", "seed",
-            "objective", "match", "hydra", "paths"} <= groups
+    assert {
+        "trainer",
+        "optim",
+        "scheduler",
+        "model",
+        "data",
+        "callbacks",
+        "logger",
+        "ckpt_path",
+        "resume",
+        "seed",
+        "objective",
+        "match",
+        "hydra",
+        "paths",
+    } <= groups
     assert len(ROWS) >= 30
 
 
-@pytest.mark.parametrize("override, says", [
-    ("logger=wandb", "Could not find 'logger/wandb'"),  # Hydra lists the options: csv, none, tensorboard
-    ("trainer.max_steps=many", "Value 'many' of type 'str' could not be converted to Integer"),
-    ("seed=0.5", "Value '0.5' of type 'float' could not be converted to Integer"),
-    ("optim.momentum=0.9", "Could not override 'optim.momentum'"),
-])
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("logger=wandb", "Could not find 'logger/wandb'"),  # Hydra lists the options: csv, none, tensorboard
+        ("trainer.max_steps=many", "Value 'many' of type 'str' could not be converted to Integer"),
+        ("seed=0.5", "Value '0.5' of type 'float' could not be converted to Integer"),
+        ("optim.momentum=0.9", "Could not override 'optim.momentum'"),
+    ],
+)
 def test_mistakes_hydra_catches_while_composing(override, says):
     with pytest.raises(ConfigCompositionException) as err:
         compose("train", ["paths.output_dir=/unused", override])
@@ -206,18 +281,28 @@ def test_cli_prints_one_line_and_exits_2(files, tmp_path):
     an incompatible checkpoint. Each prints one ``error:`` line (no traceback) and exits with status 2."""
     cases = {
         "setting": (["optim.lr=0"], "error: optim.lr=0.0 is invalid: allowed a positive number"),
-        "data": (["data=text", f"data.path={files['root']}/latin1.txt"],
-                 f"error: data.path='{files['root']}/latin1.txt' is invalid: allowed an existing, non-empty UTF-8 "
-                 "text file (byte 3 is not UTF-8)"),
-        "checkpoint": ([f"ckpt_path={files['ckpt']}", *MQAR, "model.n_layer=2"],
-                       f"error: ckpt_path='{files['ckpt']}' is invalid: allowed a checkpoint of this run's model; "
-                       "it differs in model.n_layer: checkpoint 1, this run 2"),
+        "data": (
+            ["data=text", f"data.path={files['root']}/latin1.txt"],
+            f"error: data.path='{files['root']}/latin1.txt' is invalid: allowed an existing, non-empty UTF-8 "
+            "text file (byte 3 is not UTF-8)",
+        ),
+        "checkpoint": (
+            [f"ckpt_path={files['ckpt']}", *MQAR, "model.n_layer=2"],
+            f"error: ckpt_path='{files['ckpt']}' is invalid: allowed a checkpoint of this run's model; "
+            "it differs in model.n_layer: checkpoint 1, this run 2",
+        ),
     }
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = {name: subprocess.Popen([sys.executable, "-m", "archlab.cli.train", f"hydra.run.dir={tmp_path / name}",
-                                     *SMALL, *overrides], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
-             for name, (overrides, _) in cases.items()}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-m", "archlab.cli.train", f"hydra.run.dir={tmp_path / name}", *SMALL, *overrides],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, (overrides, _) in cases.items()
+    }
     for name, (_, line) in cases.items():
         _, stderr = procs[name].communicate(timeout=300)
         assert procs[name].returncode == 2 and stderr.strip().splitlines() == [line], stderr[-2000:]
@@ -229,12 +314,14 @@ def test_full_trace_with_hydra_full_error(monkeypatch, capsys):
     NaN one line and exit 1; with HYDRA_FULL_ERROR=1 the exception itself (its full trace)."""
     from archlab.cli.errors import short_config_errors
 
-    errors = {2: ConfigError("optim.lr", 0.0, "a positive number"),
-              1: FloatingPointError("train/loss is nan at step 8; stopped before that step changed any weight.")}
+    errors = {
+        2: ConfigError("optim.lr", 0.0, "a positive number"),
+        1: FloatingPointError("train/loss is nan at step 8; stopped before that step changed any weight."),
+    }
     for status, error in errors.items():
 
         @short_config_errors
-        def task():
+        def task(error=error):
             raise error
 
         monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)

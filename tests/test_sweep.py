@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from train_support import cli, compose_train, tiny_config_dir
 
 from archlab.accounting import count
 from archlab.config import to_model_config
-from train_support import cli, compose_train, tiny_config_dir
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -44,9 +44,19 @@ def sweep(conf, tmp_path_factory):
     """2 positions x 2 attentions x 2 seeds on tiny MQAR; gqa's 8 KV heads do not divide 2 heads."""
     tmp = tmp_path_factory.mktemp("sweep")
     sweep_dir = tmp / "multirun"
-    proc = cli(conf, tmp / "run", ["data=mqar_tiny", *STEPS, "model/position=learned,rope",
-                                   "model/attention=mha,gqa", "seed=0,1", f"hydra.sweep.dir={sweep_dir}"],
-               multirun=True)
+    proc = cli(
+        conf,
+        tmp / "run",
+        [
+            "data=mqar_tiny",
+            *STEPS,
+            "model/position=learned,rope",
+            "model/attention=mha,gqa",
+            "seed=0,1",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        multirun=True,
+    )
     return sweep_dir, proc
 
 
@@ -71,9 +81,21 @@ def test_every_job_of_the_sweep_ran_and_failures_are_recorded(sweep):
 
 def test_report_numbers_equal_the_summaries(sweep, tmp_path):
     sweep_dir, _ = sweep
-    out = subprocess.run([sys.executable, "-m", "archlab.cli.report", str(sweep_dir), "--out", str(tmp_path),
-                          "--metric", "val_long/acc"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "archlab.cli.report",
+            str(sweep_dir),
+            "--out",
+            str(tmp_path),
+            "--metric",
+            "val_long/acc",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     for name in ("report.md", "report.csv", "curves.png", "final.png"):
         assert (tmp_path / name).stat().st_size > 0
@@ -81,8 +103,12 @@ def test_report_numbers_equal_the_summaries(sweep, tmp_path):
     assert len(rows) == 4 and list(rows[0])[5] == "final val_long/acc mean"  # --metric leads the table
     runs = summaries(sweep_dir)
     for row in rows:
-        group = [s for s in runs.values() if s["choices"]["model/position"] == row["model/position"]
-                 and s["choices"]["model/attention"] == row["model/attention"]]
+        group = [
+            s
+            for s in runs.values()
+            if s["choices"]["model/position"] == row["model/position"]
+            and s["choices"]["model/attention"] == row["model/attention"]
+        ]
         done = [s for s in group if s["status"] == "completed"]
         assert (int(row["runs"]), int(row["completed"]), int(row["failed"])) == (2, len(done), 2 - len(done))
         if not done:
@@ -99,7 +125,9 @@ def test_report_numbers_equal_the_summaries(sweep, tmp_path):
         # FLOPs per token as trained: 2 pairs + 2 queries are 7 input tokens (val_long's 15 set context_length)
         non_embedding = count(to_model_config(done[0]["model"]))["non_embedding"]
         assert float(row["flops/token mean"]) == pytest.approx(6 * non_embedding + 12 * 1 * 2 * 16 * 7, rel=1e-9)
-        assert done[0]["flops_per_token"] == 6 * non_embedding + 12 * 1 * 2 * 16 * 15  # the summary's: at context_length
+        assert (
+            done[0]["flops_per_token"] == 6 * non_embedding + 12 * 1 * 2 * 16 * 15
+        )  # the summary's: at context_length
         assert float(row["KV cache bytes/token mean"]) == 2 * 1 * 2 * 16 * 4  # K and V, 1 layer, 2 heads of 16, fp32
         tps = [s["throughput"]["tokens_per_s"] for s in done]
         assert float(row["tokens/s mean"]) == pytest.approx(statistics.fmean(tps), rel=1e-12)
@@ -116,7 +144,9 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
 
     partial = tmp_path / "partial"
     shutil.copytree(sweep[0], partial)
-    victim = next(p.parent for p in sorted(partial.glob("*/summary.json")) if json.loads(p.read_text())["status"] == "completed")
+    victim = next(
+        p.parent for p in sorted(partial.glob("*/summary.json")) if json.loads(p.read_text())["status"] == "completed"
+    )
     (victim / "summary.json").unlink()
     write_report(partial)
     md = (partial / "report.md").read_text()
@@ -139,10 +169,17 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     # killed while setting up: only the config files Hydra wrote for it, still pending
     pending = rope[0] / ".hydra.pending"
     pending.mkdir(parents=True)
-    (pending / "overrides.yaml").write_text((next(partial.glob("*/.hydra/overrides.yaml"))).read_text()
-                                            .replace("model/position=learned", "model/position=rope"))
-    assert sorted(r.status for r in load_runs(partial) if r.overrides["model/position"] == "rope") == \
-        ["missing", "not started", "not started", "not started"]
+    (pending / "overrides.yaml").write_text(
+        (next(partial.glob("*/.hydra/overrides.yaml")))
+        .read_text()
+        .replace("model/position=learned", "model/position=rope")
+    )
+    assert sorted(r.status for r in load_runs(partial) if r.overrides["model/position"] == "rope") == [
+        "missing",
+        "not started",
+        "not started",
+        "not started",
+    ]
     # a later sweep's multirun.yaml (Hydra rewrites it even when every job is refused) plans other runs
     record = partial / "multirun.yaml"
     record.write_text(record.read_text().replace("model/position=learned,rope", "model/position=alibi,none"))
@@ -168,7 +205,11 @@ def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):
         ([str(tmp_path / "missing")], "error: sweep_dir=", "nothing is there"),
         ([str(a_file)], "error: sweep_dir=", "this path is a file"),
         ([str(copy), "--out", str(a_file)], "error: --out=", "this path is a file"),
-        ([str(copy), "--metric", "val/bleu"], "error: --metric='val/bleu'", "a final metric of these runs: val/acc, val/loss"),
+        (
+            [str(copy), "--metric", "val/bleu"],
+            "error: --metric='val/bleu'",
+            "a final metric of these runs: val/acc, val/loss",
+        ),
         ([str(broken)], "error: sweep_dir=", "whose summary.json is JSON"),
     ]:
         with pytest.raises(SystemExit) as exit_:
@@ -196,8 +237,11 @@ def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep,
     started_in = Path(yaml.safe_load((own / ".hydra" / "hydra.yaml").read_text())["hydra"]["runtime"]["cwd"])
     relative = os.path.relpath(own / "checkpoints" / "last.ckpt", started_in)  # as typed where the run started
     monkeypatch.chdir(tmp_path)  # the report runs elsewhere
-    for run, extra in ((resumed, "resume=auto"), (own, f"ckpt_path={relative}"),
-                       (other, f"ckpt_path={tmp_path / 'pretrained.ckpt'}")):
+    for run, extra in (
+        (resumed, "resume=auto"),
+        (own, f"ckpt_path={relative}"),
+        (other, f"ckpt_path={tmp_path / 'pretrained.ckpt'}"),
+    ):
         file = run / ".hydra" / "overrides.yaml"
         file.write_text(yaml.safe_dump([*yaml.safe_load(file.read_text()), extra]))
     (resumed / "logs" / "metrics.csv").write_text("step,val/acc\n19,0.5\n")  # a resumed run's CSV starts again
@@ -214,8 +258,20 @@ def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep,
 def test_matched_run_records_the_size_and_residual(conf, tmp_path):
     from archlab.training.run import train
 
-    s = train(compose_train(conf, tmp_path, ["data=mqar_tiny", *STEPS, "logger=none", "trainer.max_steps=8",
-                                             "model/mlp=swiglu", "match.reference={mlp: {kind: gelu}}"]))
+    s = train(
+        compose_train(
+            conf,
+            tmp_path,
+            [
+                "data=mqar_tiny",
+                *STEPS,
+                "logger=none",
+                "trainer.max_steps=8",
+                "model/mlp=swiglu",
+                "match.reference={mlp: {kind: gelu}}",
+            ],
+        )
+    )
     m = s["match"]
     reference = dict(s["model"], mlp={**s["model"]["mlp"], "kind": "gelu", "d_ff": None})
     target = count(to_model_config(reference))["total"]
@@ -232,8 +288,19 @@ def test_a_diverging_run_is_recorded_as_failed(conf, tmp_path):
     from archlab.training.run import train
 
     with pytest.raises(FloatingPointError, match="train/loss is nan"):
-        train(compose_train(conf, tmp_path, ["data=tiny", "trainer.max_steps=10", "optim.lr=1e30",
-                                             "scheduler.warmup_steps=0", "trainer.gradient_clip_val=null"]))
+        train(
+            compose_train(
+                conf,
+                tmp_path,
+                [
+                    "data=tiny",
+                    "trainer.max_steps=10",
+                    "optim.lr=1e30",
+                    "scheduler.warmup_steps=0",
+                    "trainer.gradient_clip_val=null",
+                ],
+            )
+        )
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["status"] == "failed" and s["error"].startswith("FloatingPointError") and s["steps"] < 10
 
@@ -245,8 +312,10 @@ def test_optuna_search_config_and_objective(conf, tmp_path):
     cfg = compose_train(conf, tmp_path, ["hparams_search=optuna_lr"])
     assert cfg.hydra.sweeper._target_.endswith("OptunaSweeper") and cfg.hydra.sweeper.direction == "minimize"
     assert set(cfg.hydra.sweeper.params) == {"optim.lr", "model.init_std"} and cfg.objective == "val/loss"
-    summary = {"data": {"val_names": ["val", "val_long"]},
-               "metrics": {"final": {"val/loss": 1.5, "val_long/acc": 0.25, "val/acc": None}}}
+    summary = {
+        "data": {"val_names": ["val", "val_long"]},
+        "metrics": {"final": {"val/loss": 1.5, "val_long/acc": 0.25, "val/acc": None}},
+    }
     assert objective_value(None, summary) == 1.5 and objective_value("val_long/acc", summary) == 0.25
     assert math.isnan(objective_value("val/acc", summary))  # a non-finite metric: Optuna marks the trial failed
 
@@ -255,10 +324,22 @@ def test_optuna_search_config_and_objective(conf, tmp_path):
 def test_optuna_search_optimises_the_objective(conf, tmp_path):
     """hparams_search=optuna_lr: 2 trials, each returning its final val/loss to the sweeper."""
     sweep_dir = tmp_path / "search"
-    proc = cli(conf, tmp_path / "run", ["data=tiny", "trainer.max_steps=10", "trainer.val_check_interval=5",
-                                        "callbacks.samples=null", "hparams_search=optuna_lr",
-                                        "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=1",
-                                        "objective=val/loss", f"hydra.sweep.dir={sweep_dir}"], multirun=True)
+    proc = cli(
+        conf,
+        tmp_path / "run",
+        [
+            "data=tiny",
+            "trainer.max_steps=10",
+            "trainer.val_check_interval=5",
+            "callbacks.samples=null",
+            "hparams_search=optuna_lr",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=1",
+            "objective=val/loss",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        multirun=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "setup plugin alembic" not in proc.stdout + proc.stderr  # the log noise of Optuna's alembic import
     runs = summaries(sweep_dir)
@@ -280,11 +361,17 @@ def test_a_parallel_local_sweep_records_a_bad_job_and_runs_the_others(conf, tmp_
     """``hydra/launcher=local`` (the studies' launcher) sends each job's result back from a worker process:
     a job's ConfigError must survive that trip, so the sweep goes on and the failure is recorded."""
     sweep_dir = tmp_path / "multirun"
-    proc = cli(conf, tmp_path / "run", ["data=mqar_tiny", *STEPS, "hydra/launcher=local", "model/attention=mha,gqa",
-                                        f"hydra.sweep.dir={sweep_dir}"], multirun=True)
+    proc = cli(
+        conf,
+        tmp_path / "run",
+        ["data=mqar_tiny", *STEPS, "hydra/launcher=local", "model/attention=mha,gqa", f"hydra.sweep.dir={sweep_dir}"],
+        multirun=True,
+    )
     runs = {s["choices"]["model/attention"]: s for s in summaries(sweep_dir).values()}
     assert set(runs) == {"mha", "gqa"}, proc.stderr[-3000:]
     assert runs["mha"]["status"] == "completed" and runs["mha"]["steps"] == 20
-    assert runs["gqa"]["status"] == "failed" and runs["gqa"]["error"].startswith("ConfigError: model.attention.n_kv_head=8")
+    assert runs["gqa"]["status"] == "failed" and runs["gqa"]["error"].startswith(
+        "ConfigError: model.attention.n_kv_head=8"
+    )
     assert proc.returncode != 0 and "model.attention.n_kv_head=8" in proc.stderr
     assert "BrokenProcessPool" not in proc.stderr

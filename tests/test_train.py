@@ -12,18 +12,34 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from train_support import cli, compose_train, tiny_config_dir
 
 from archlab.accounting import COMPONENTS, count, flops_per_token
 from archlab.build import build_model
 from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.weights import load_weights
-from train_support import cli, compose_train, tiny_config_dir
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 SUMMARY_FIELDS = {
-    "status", "error", "seed", "choices", "model", "model_from_data", "data", "flops_per_token", "parameters",
-    "metrics", "primary_metric", "throughput", "wall_time_s", "steps", "trainer", "paths", "samples", "config",
+    "status",
+    "error",
+    "seed",
+    "choices",
+    "model",
+    "model_from_data",
+    "data",
+    "flops_per_token",
+    "parameters",
+    "metrics",
+    "primary_metric",
+    "throughput",
+    "wall_time_s",
+    "steps",
+    "trainer",
+    "paths",
+    "samples",
+    "config",
 }
 
 
@@ -36,9 +52,19 @@ def conf(tmp_path_factory):
 def cli_run(conf, tmp_path_factory):
     """One short CLI fit with a tokenizer, both loggers and every checkpoint kept."""
     run = tmp_path_factory.mktemp("cli") / "run"
-    proc = cli(conf, run, ["data.with_tokenizer=true", "logger=[csv,tensorboard]", "trainer.max_steps=30",
-                           "trainer.val_check_interval=10", "callbacks.checkpoint.save_top_k=-1",
-                           "callbacks.samples.max_new_tokens=5", "callbacks.samples.prompt_tokens=4"])
+    proc = cli(
+        conf,
+        run,
+        [
+            "data.with_tokenizer=true",
+            "logger=[csv,tensorboard]",
+            "trainer.max_steps=30",
+            "trainer.val_check_interval=10",
+            "callbacks.checkpoint.save_top_k=-1",
+            "callbacks.samples.max_new_tokens=5",
+            "callbacks.samples.prompt_tokens=4",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run, proc, json.loads((run / "summary.json").read_text())
 
@@ -97,8 +123,9 @@ def test_checkpoint_loads_weights_only_and_export_gives_the_same_logits(cli_run)
     hp = ckpt["hyper_parameters"]
     assert type(hp["model"]) is dict and type(hp["optim"]) is dict and hp["optim"]["lr"] == 1e-3
     reference = build_model(hp["model"])
-    reference.load_state_dict({k.removeprefix("model."): v for k, v in ckpt["state_dict"].items()
-                               if k.startswith("model.")})
+    reference.load_state_dict(
+        {k.removeprefix("model."): v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    )
     exported = load_weights(run / "model.safetensors")
     idx = torch.randint(0, 16, (3, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -129,8 +156,12 @@ def test_python_entry_trains_and_resumes_exactly(conf, tmp_path):
     same metrics and bit-identical weights as the uninterrupted run."""
     from archlab.training.run import train
 
-    common = ["trainer.max_steps=40", "trainer.val_check_interval=20", "callbacks.checkpoint.save_top_k=-1",
-              "model.dropout=0.1"]
+    common = [
+        "trainer.max_steps=40",
+        "trainer.val_check_interval=20",
+        "callbacks.checkpoint.save_top_k=-1",
+        "model.dropout=0.1",
+    ]
     full = train(compose_train(conf, tmp_path / "full", common))
     assert full["choices"]["data"] == "tiny" and full["status"] == "completed"
     mid = tmp_path / "full" / "checkpoints" / "step000020.ckpt"
@@ -147,8 +178,9 @@ def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
 
     first = train(compose_train(conf, tmp_path, ["trainer.max_steps=10", "trainer.val_check_interval=5"]))
     assert first["steps"] == 10
-    second = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5",
-                                                   "resume=auto"]))
+    second = train(
+        compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"])
+    )
     assert second["resumed_from"] == str(tmp_path / "checkpoints" / "last.ckpt")
     assert second["steps"] == 20
     assert [h["step"] for h in second["metrics"]["history"]] == [5, 10, 15, 20]  # history carried over
@@ -157,7 +189,9 @@ def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
     assert err.value.field == "trainer.max_steps"
     finished = (tmp_path / "summary.json").read_text()
     # already at max_steps: nothing to train, the completed run left as it is (a sweep can be re-run to finish)
-    again = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"]))
+    again = train(
+        compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"])
+    )
     assert again == json.loads(finished) and (tmp_path / "summary.json").read_text() == finished
     # the same with checkpoints off: done at max_steps; to train on, it has nothing to continue from
     off = ["trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.checkpoint=null"]
@@ -170,7 +204,9 @@ def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):
     exported = load_weights(tmp_path / "model.safetensors").state_dict()
     (tmp_path / "summary.json").unlink()
     (tmp_path / "model.safetensors").unlink()
-    ended = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"]))
+    ended = train(
+        compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=5", "resume=auto"])
+    )
     assert ended["status"] == "completed" and ended["metrics"] == second["metrics"]
     # its figures are those of the attempts that trained, kept in the checkpoint: tokens of all 20 steps,
     # and the wall time up to the checkpoint plus this attempt's
@@ -192,9 +228,11 @@ def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_ru
     assert (run / ".hydra" / "overrides.yaml") in before
     proc = cli(conf, run, ["data.with_tokenizer=true", "trainer.max_steps=30"])
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.startswith(f"error: hydra.run.dir='{run}' is invalid: allowed a directory without an earlier "
-                                  "run; this one holds summary.json, model.safetensors, checkpoints. Continue that "
-                                  "run with resume=auto")
+    assert proc.stderr.startswith(
+        f"error: hydra.run.dir='{run}' is invalid: allowed a directory without an earlier "
+        "run; this one holds summary.json, model.safetensors, checkpoints. Continue that "
+        "run with resume=auto"
+    )
     # every file as it was, the run's .hydra (its settings, which archlab-report reads) included
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "train.log"} == before
     # a run writing elsewhere (paths.output_dir) from this Hydra directory leaves its .hydra alone too
@@ -204,8 +242,13 @@ def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_ru
     assert (elsewhere / "summary.json").exists() and not (run / ".hydra.pending").exists()
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != "train.log"} == before
 
-    common = ["trainer.max_steps=10", "trainer.val_check_interval=5", "callbacks.checkpoint.save_top_k=-1",
-              "logger=csv", "trainer.log_every_n_steps=2"]
+    common = [
+        "trainer.max_steps=10",
+        "trainer.val_check_interval=5",
+        "callbacks.checkpoint.save_top_k=-1",
+        "logger=csv",
+        "trainer.log_every_n_steps=2",
+    ]
     train(compose_train(conf, tmp_path, common))
     log = tmp_path / "logs" / "metrics.csv"
     first = log.read_text()
@@ -217,7 +260,10 @@ def test_starting_over_in_a_run_directory_is_refused_unless_it_continues_that_ru
     assert again["resumed_from"] == str(own) and again["steps"] == 10
     # the CSV log keeps its rows up to step 5 and has those after it once, as the same steps logged them
     timing = [i for i, k in enumerate(first.splitlines()[0].split(",")) if k.startswith("perf/")]
-    strip = lambda text: [[v for i, v in enumerate(line.split(",")) if i not in timing] for line in text.splitlines()]
+
+    def strip(text):
+        return [[v for i, v in enumerate(line.split(",")) if i not in timing] for line in text.splitlines()]
+
     assert strip(log.read_text()) == strip(first) and len(first.splitlines()) == 1 + 5 + 2  # header, train, val
 
     # a run that failed before validating (e.g. a mistyped setting) left no results: started over
@@ -286,8 +332,9 @@ def test_newest_checkpoint_by_modification_time(tmp_path):
 def test_failed_run_writes_a_failed_summary(conf, tmp_path):
     from archlab.training.run import train
 
-    cfg = compose_train(conf, tmp_path, ["trainer.max_steps=20",
-                                         "+callbacks.fail={_target_: train_support.FailAt, step: 3}"])
+    cfg = compose_train(
+        conf, tmp_path, ["trainer.max_steps=20", "+callbacks.fail={_target_: train_support.FailAt, step: 3}"]
+    )
     with pytest.raises(RuntimeError, match="planned failure"):
         train(cfg)
     s = json.loads((tmp_path / "summary.json").read_text())
@@ -295,19 +342,22 @@ def test_failed_run_writes_a_failed_summary(conf, tmp_path):
     assert s["steps"] == 3 and s["paths"]["export"] is None and "planned failure" in s["traceback"]
 
 
-@pytest.mark.parametrize("override, field", [
-    ("trainer.precision=fp8", "trainer.precision"),
-    ("optim.lr=-1", "optim.lr"),
-    ("optim.betas=[0.9,1.5]", "optim.betas"),
-    ("scheduler.warmup_steps=5000", "scheduler.warmup_steps"),
-    ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
-    ("resume=newest", "resume"),
-    ("ckpt_path=/nonexistent/x.ckpt", "ckpt_path"),
-    ("trainer.strategy=horovod", "trainer.strategy"),
-    ("trainer.max_steps=0", "trainer.max_steps"),
-    ("model.attention.n_head=5", "model.attention.n_head"),
-    ("callbacks.checkpoint.monitor=val/bleu", "callbacks.checkpoint.monitor"),
-])
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("trainer.precision=fp8", "trainer.precision"),
+        ("optim.lr=-1", "optim.lr"),
+        ("optim.betas=[0.9,1.5]", "optim.betas"),
+        ("scheduler.warmup_steps=5000", "scheduler.warmup_steps"),
+        ("scheduler.min_lr_ratio=2", "scheduler.min_lr_ratio"),
+        ("resume=newest", "resume"),
+        ("ckpt_path=/nonexistent/x.ckpt", "ckpt_path"),
+        ("trainer.strategy=horovod", "trainer.strategy"),
+        ("trainer.max_steps=0", "trainer.max_steps"),
+        ("model.attention.n_head=5", "model.attention.n_head"),
+        ("callbacks.checkpoint.monitor=val/bleu", "callbacks.checkpoint.monitor"),
+    ],
+)
 def test_bad_settings_raise_before_any_work(conf, tmp_path, override, field):
     from archlab.training.run import train
 
@@ -329,8 +379,9 @@ def test_cli_config_error_is_one_short_line(conf, tmp_path):
     proc = cli(conf, tmp_path / "run", ["trainer.precision=fp8"])
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    assert lines == ["error: trainer.precision='fp8' is invalid: allowed one of 32, 32-true, bf16-mixed, "
-                     "bf16-true, 16-mixed"]
+    assert lines == [
+        "error: trainer.precision='fp8' is invalid: allowed one of 32, 32-true, bf16-mixed, bf16-true, 16-mixed"
+    ]
 
 
 def test_cli_type_error_from_the_structured_config(conf, tmp_path):
@@ -353,16 +404,22 @@ def test_progress_is_rich_in_a_terminal_and_plain_otherwise(monkeypatch):
 def test_every_trainer_option_composes(conf, tmp_path):
     from hydra.utils import instantiate
 
-    expect = {"cpu": ("cpu", 1, "auto"), "gpu": ("gpu", 1, "auto"), "ddp": ("gpu", 2, "ddp"),
-              "ddp_spawn": ("auto", 2, "ddp_spawn"), "ddp_cpu": ("cpu", 2, "DDPStrategy"),
-              "fsdp": ("auto", 2, "AtomicModelParallelStrategy")}
+    expect = {
+        "cpu": ("cpu", 1, "auto"),
+        "gpu": ("gpu", 1, "auto"),
+        "ddp": ("gpu", 2, "ddp"),
+        "ddp_spawn": ("auto", 2, "ddp_spawn"),
+        "ddp_cpu": ("cpu", 2, "DDPStrategy"),
+        "fsdp": ("auto", 2, "AtomicModelParallelStrategy"),
+    }
     for name, (accelerator, devices, strategy) in expect.items():
         t = compose_train(conf, tmp_path, [f"trainer={name}"]).trainer
         assert (t.accelerator, t.devices) == (accelerator, devices)
         made = t.strategy if isinstance(t.strategy, str) else type(instantiate(t.strategy)).__name__
         assert made == strategy
-    fsdp = instantiate(compose_train(conf, tmp_path, ["trainer=fsdp", "trainer.devices=4",
-                                                      "trainer.num_nodes=2"]).trainer.strategy)
+    fsdp = instantiate(
+        compose_train(conf, tmp_path, ["trainer=fsdp", "trainer.devices=4", "trainer.num_nodes=2"]).trainer.strategy
+    )
     assert (fsdp._data_parallel_size, fsdp._tensor_parallel_size) == (8, 1)
     ddp_cpu = instantiate(compose_train(conf, tmp_path, ["trainer=ddp_cpu"]).trainer.strategy)
     assert ddp_cpu._process_group_backend == "gloo"
@@ -371,8 +428,9 @@ def test_every_trainer_option_composes(conf, tmp_path):
 def test_launcher_configs_size_jobs_from_the_trainer(conf, tmp_path):
     from omegaconf import OmegaConf
 
-    cfg = compose_train(conf, tmp_path, ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=8",
-                                         "trainer.num_nodes=2"])
+    cfg = compose_train(
+        conf, tmp_path, ["hydra/launcher=slurm", "trainer=ddp", "trainer.devices=8", "trainer.num_nodes=2"]
+    )
     launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
     assert launcher["_target_"].endswith("SlurmLauncher")
     assert (launcher["nodes"], launcher["tasks_per_node"], launcher["gpus_per_node"]) == (2, 8, 8)
@@ -388,7 +446,12 @@ def test_default_config_composes_without_overrides():
     assert cfg.data._target_.endswith("MQARDataModule") and cfg.trainer.accelerator == "cpu"
     assert cfg.trainer.strategy == "auto" and cfg.seed == 0 and cfg.ckpt_path is None
     assert (cfg.model.n_layer, cfg.model.d_model, cfg.model.init_std, cfg.trainer.max_steps, cfg.threads) == (
-        2, 64, 0.1, 1500, 1)
+        2,
+        64,
+        0.1,
+        1500,
+        1,
+    )
     # Hydra writes each job's config files where archlab-train (and archlab-report) look for them first
     from archlab.training.outputs import PENDING_HYDRA_FILES
 
@@ -400,7 +463,12 @@ def test_tuned_settings_apply_to_their_pair_only_and_keep_choices():
     from archlab.build import compose
 
     gpt2 = compose("train", ["model=gpt2"])  # another preset keeps its own sizes
-    assert (gpt2.model.n_layer, gpt2.model.d_model, gpt2.model.init_std, gpt2.trainer.max_steps) == (12, 768, 0.02, 2000)
+    assert (gpt2.model.n_layer, gpt2.model.d_model, gpt2.model.init_std, gpt2.trainer.max_steps) == (
+        12,
+        768,
+        0.02,
+        2000,
+    )
     rope = compose("train", ["model/position=rope"], return_hydra_config=True)  # a part swap keeps the tuned sizes
     assert rope.model.position.kind == "rope" and rope.model.n_layer == 2
     assert rope.hydra.runtime.choices["model/position"] == "rope"
@@ -408,8 +476,12 @@ def test_tuned_settings_apply_to_their_pair_only_and_keep_choices():
 
 @pytest.mark.slow  # the whole default run: about 1 minute on a quiet 2-core CPU, 2 at a load of 7
 def test_default_run_learns_recall(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "archlab.cli.train", f"hydra.run.dir={tmp_path}"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "archlab.cli.train", f"hydra.run.dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["metrics"]["final"]["val/acc"] >= 0.9 and s["primary_metric"]["chance"] == 1 / 32
@@ -419,8 +491,18 @@ def test_default_run_learns_recall(tmp_path):
 def test_bf16_mixed_precision_and_activation_checkpointing_train(conf, tmp_path):
     from archlab.training.run import train
 
-    s = train(compose_train(conf, tmp_path, ["trainer.max_steps=20", "trainer.val_check_interval=20",
-                                             "trainer.precision=bf16-mixed", "activation_checkpointing=true"]))
+    s = train(
+        compose_train(
+            conf,
+            tmp_path,
+            [
+                "trainer.max_steps=20",
+                "trainer.val_check_interval=20",
+                "trainer.precision=bf16-mixed",
+                "activation_checkpointing=true",
+            ],
+        )
+    )
     assert s["status"] == "completed" and s["trainer"]["precision"] == "bf16-mixed"
     assert s["config"]["activation_checkpointing"] is True
     assert s["metrics"]["final"]["val/acc"] > 2 / 16  # above chance after 20 steps in bf16 autocast
@@ -449,8 +531,13 @@ def test_which_trainers_rerun_the_command_line(conf, tmp_path):
 
 
 def test_a_local_sweep_refuses_a_trainer_that_reruns_the_command(conf, tmp_path):
-    proc = cli(conf, tmp_path / "run", ["trainer=ddp_cpu", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-               multirun=True)
+    proc = cli(
+        conf, tmp_path / "run", ["trainer=ddp_cpu", "seed=0,1", f"hydra.sweep.dir={tmp_path / 'sweep'}"], multirun=True
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines()[-1].startswith("error: trainer.strategy='lightning.pytorch.strategies.DDPStrategy'")
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: trainer.strategy='lightning.pytorch.strategies.DDPStrategy'")
+    )
     assert "ddp_spawn" in proc.stderr and not list((tmp_path / "sweep").glob("*/summary.json"))

@@ -14,20 +14,29 @@ from archlab.training.optim import build_optimizer, build_scheduler, lr_factor, 
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
-OPTIM = {"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3, "betas": [0.9, 0.99], "eps": 1e-8,
-         "weight_decay": 0.1}
+OPTIM = {
+    "_target_": "torch.optim.AdamW",
+    "_partial_": True,
+    "lr": 1e-3,
+    "betas": [0.9, 0.99],
+    "eps": 1e-8,
+    "weight_decay": 0.1,
+}
 
 
-@pytest.mark.parametrize("step, expected", [
-    (0, 1 / 11),                          # warm-up: (step + 1) / (warmup + 1)
-    (4, 5 / 11),
-    (9, 10 / 11),
-    (10, 1.0),                            # cosine starts at the peak
-    (35, 0.1 + 0.45 * (1 + math.cos(math.pi / 4))),  # a quarter of the way: cos(pi/4)
-    (60, 0.55),                           # half way: the mean of peak and floor
-    (110, 0.1),                           # the floor from decay_steps on
-    (500, 0.1),
-])
+@pytest.mark.parametrize(
+    "step, expected",
+    [
+        (0, 1 / 11),  # warm-up: (step + 1) / (warmup + 1)
+        (4, 5 / 11),
+        (9, 10 / 11),
+        (10, 1.0),  # cosine starts at the peak
+        (35, 0.1 + 0.45 * (1 + math.cos(math.pi / 4))),  # a quarter of the way: cos(pi/4)
+        (60, 0.55),  # half way: the mean of peak and floor
+        (110, 0.1),  # the floor from decay_steps on
+        (500, 0.1),
+    ],
+)
 def test_lr_factor_at_hand_computed_steps(step, expected):
     assert lr_factor(step, warmup_steps=10, decay_steps=110, min_lr_ratio=0.1) == pytest.approx(expected, abs=1e-12)
 
@@ -47,8 +56,13 @@ def test_scheduler_steps_once_per_optimizer_step():
     assert seen == pytest.approx(expected, abs=1e-15)
 
 
-@pytest.mark.parametrize("overrides", [["model=nano"], ["model=nano", "model/head=untied", "model/mlp=swiglu",
-                                                       "model/norm=rmsnorm", "model.head.bias=true"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model=nano"],
+        ["model=nano", "model/head=untied", "model/mlp=swiglu", "model/norm=rmsnorm", "model.head.bias=true"],
+    ],
+)
 def test_weight_decay_only_on_matrices_and_tables(overrides):
     model = build_model(compose_model([*overrides, "model.n_layer=2", "model.d_model=32", "model.attention.n_head=2"]))
     decay, no_decay = param_groups(model, 0.1)
@@ -66,7 +80,9 @@ def test_weight_decay_only_on_matrices_and_tables(overrides):
 
 
 def test_adamw_uses_the_groups_and_is_fused_on_cpu():
-    model = build_model(compose_model(["model=nano", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=2"]))
+    model = build_model(
+        compose_model(["model=nano", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=2"])
+    )
     opt = build_optimizer(model, OPTIM, torch.device("cpu"))
     assert isinstance(opt, torch.optim.AdamW) and opt.defaults["fused"]
     assert not build_optimizer(model, OPTIM, torch.device("cpu"), mixed_precision=True).defaults["fused"]
@@ -87,8 +103,12 @@ def test_activation_checkpointing_gives_the_same_gradients():
     grads = []
     for recompute in (False, True):
         torch.manual_seed(0)
-        lit = LitModel(cfg, OPTIM, {"kind": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1, "decay_steps": None},
-                       activation_checkpointing=recompute)
+        lit = LitModel(
+            cfg,
+            OPTIM,
+            {"kind": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1, "decay_steps": None},
+            activation_checkpointing=recompute,
+        )
         lit.configure_model()
         assert lit.model.activation_checkpointing is recompute
         idx = torch.randint(0, 16, (2, 8), generator=torch.Generator().manual_seed(1))
@@ -99,8 +119,12 @@ def test_activation_checkpointing_gives_the_same_gradients():
 
 
 def test_hparams_are_plain_containers():
-    lit = LitModel(_tiny_model(), OPTIM, {"kind": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1,
-                                          "decay_steps": None}, val_names=["val", "val_long"])
+    lit = LitModel(
+        _tiny_model(),
+        OPTIM,
+        {"kind": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1, "decay_steps": None},
+        val_names=["val", "val_long"],
+    )
     hp = dict(lit.hparams)
     assert type(hp["model"]) is dict and type(hp["optim"]) is dict and list(hp["val_names"]) == ["val", "val_long"]
 
@@ -108,16 +132,26 @@ def test_hparams_are_plain_containers():
 def _tiny_model() -> dict:
     from archlab.config import model_config_dict
 
-    return model_config_dict(compose_model(["model=nano", "model.n_layer=2", "model.d_model=32",
-                                            "model.attention.n_head=2", "model.vocab_size=16",
-                                            "model.context_length=8"]))
+    return model_config_dict(
+        compose_model(
+            [
+                "model=nano",
+                "model.n_layer=2",
+                "model.d_model=32",
+                "model.attention.n_head=2",
+                "model.vocab_size=16",
+                "model.context_length=8",
+            ]
+        )
+    )
 
 
 def test_a_non_finite_validation_batch_makes_the_validation_loss_non_finite():
     """A batch whose loss is NaN is not dropped from the token-weighted mean (which would report the
     mean of the other batches as the loss): the validation loss is NaN."""
-    lit = LitModel(_tiny_model(), OPTIM, {"kind": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1,
-                                          "decay_steps": None})
+    lit = LitModel(
+        _tiny_model(), OPTIM, {"kind": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1, "decay_steps": None}
+    )
     lit.configure_model()
     lit.eval()
     x = torch.randint(16, (4, 8), generator=torch.Generator().manual_seed(0))

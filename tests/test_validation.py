@@ -23,7 +23,11 @@ CASES = [
     (["model.block.kind=sandwich"], "model.block.kind", "one of ['parallel', 'post', 'pre']"),
     (["model.mlp.kind=moe"], "model.mlp.kind", "one of ['geglu', 'gelu', 'relu', 'swiglu']"),
     # head layout
-    (["model.d_model=130"], "model.attention.n_head", "a divisor of model.d_model=130, or set model.attention.head_dim"),
+    (
+        ["model.d_model=130"],
+        "model.attention.n_head",
+        "a divisor of model.d_model=130, or set model.attention.head_dim",
+    ),
     (["model.attention.n_kv_head=3"], "model.attention.n_kv_head", "a divisor of model.attention.n_head=4"),
     (["model.attention.n_kv_head=0"], "model.attention.n_kv_head", "a positive number"),
     (["model/attention=gqa"], "model.attention.n_kv_head", "a divisor of model.attention.n_head=4"),  # gqa = 8 KV heads
@@ -66,7 +70,11 @@ CASES = [
     (["model.mlp.d_ff=0"], "model.mlp.d_ff", "a positive number or null"),
     (["model.mlp.multiplier=-2"], "model.mlp.multiplier", "a positive number or null"),
     (["model.mlp.multiplier=inf"], "model.mlp.multiplier", "a positive number or null"),
-    (["model/mlp=swiglu", "model.mlp.ffn_dim_multiplier=0"], "model.mlp.ffn_dim_multiplier", "a positive number or null"),
+    (
+        ["model/mlp=swiglu", "model.mlp.ffn_dim_multiplier=0"],
+        "model.mlp.ffn_dim_multiplier",
+        "a positive number or null",
+    ),
     (["model.mlp.multiple_of=0"], "model.mlp.multiple_of", "a positive integer"),
     (["model.mlp.multiplier=0.001"], "model.mlp.d_ff", "a resolved hidden width >= 1"),  # int(0.128) = 0
     (["model.mlp.approximate=erf"], "model.mlp.approximate", "one of ['none', 'tanh']"),
@@ -96,7 +104,11 @@ def test_explicit_head_dim_lifts_the_divisibility_rule():
 @pytest.mark.parametrize(
     "cfg, field, allowed",
     [
-        (ModelConfig(d_model=64, attention=AttentionConfig(n_head=5)), "model.attention.n_head", "a divisor of model.d_model=64"),
+        (
+            ModelConfig(d_model=64, attention=AttentionConfig(n_head=5)),
+            "model.attention.n_head",
+            "a divisor of model.d_model=64",
+        ),
         (ModelConfig(attention=AttentionConfig(n_head=12, n_kv_head=5)), "model.attention.n_kv_head", "a divisor"),
         (ModelConfig(head=HeadConfig(tied="yes")), "model.head.tied", "true or false"),
         ({"n_layer": -3}, "model.n_layer", "a positive number"),
@@ -152,5 +164,9 @@ def test_config_errors_survive_pickling(kind):
     import pickle
 
     err = pickle.loads(pickle.dumps(kind("model.attention.n_head", 5, "a divisor of d_model=384")))
-    assert type(err) is kind and (err.field, err.value, err.allowed) == ("model.attention.n_head", 5, "a divisor of d_model=384")
+    assert type(err) is kind and (err.field, err.value, err.allowed) == (
+        "model.attention.n_head",
+        5,
+        "a divisor of d_model=384",
+    )
     assert str(err) == "model.attention.n_head=5 is invalid: allowed a divisor of d_model=384"

@@ -18,8 +18,12 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 def counting(seed: int, first: int, n: int, seq_len: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Samples ``first .. first+n-1`` as ``(inputs, targets)``; the first target is not scored."""
-    starts = torch.stack([torch.randint(vocab, (1,), generator=torch.Generator().manual_seed(seed * 1_000_003 + i))
-                          for i in range(first, first + n)])
+    starts = torch.stack(
+        [
+            torch.randint(vocab, (1,), generator=torch.Generator().manual_seed(seed * 1_000_003 + i))
+            for i in range(first, first + n)
+        ]
+    )
     seq = (starts + torch.arange(seq_len + 1)) % vocab
     inputs, targets = seq[:, :-1].clone(), seq[:, 1:].clone()
     targets[:, 0] = -100
@@ -27,7 +31,7 @@ def counting(seed: int, first: int, n: int, seq_len: int, vocab: int) -> tuple[t
 
 
 class _Stream(IterableDataset):
-    def __init__(self, dm: "TinyData", rank: int, world: int, start: int):
+    def __init__(self, dm: TinyData, rank: int, world: int, start: int):
         self.dm, self.rank, self.world, self.start = dm, rank, world, start
 
     def __iter__(self):
@@ -41,8 +45,16 @@ class _Stream(IterableDataset):
 class TinyData(L.LightningDataModule):
     val_names = ["val"]
 
-    def __init__(self, vocab_size: int = 16, seq_len: int = 12, batch_size: int = 8, val_examples: int = 32,
-                 seed: int = 0, with_tokenizer: bool = False, chance: bool = True):
+    def __init__(
+        self,
+        vocab_size: int = 16,
+        seq_len: int = 12,
+        batch_size: int = 8,
+        val_examples: int = 32,
+        seed: int = 0,
+        with_tokenizer: bool = False,
+        chance: bool = True,
+    ):
         super().__init__()
         self.vocab_size, self.seq_len, self.batch_size = vocab_size, seq_len, batch_size
         self.max_seq_len, self.val_examples, self.seed = seq_len, val_examples, seed
@@ -93,8 +105,10 @@ class SaveRankWeights(L.Callback):
     def on_fit_end(self, trainer, pl_module):
         from torch.distributed.tensor import DTensor
 
-        state = {n: (p.to_local() if isinstance(p, DTensor) else p).detach().cpu().clone()
-                 for n, p in pl_module.model.named_parameters()}
+        state = {
+            n: (p.to_local() if isinstance(p, DTensor) else p).detach().cpu().clone()
+            for n, p in pl_module.model.named_parameters()
+        }
         self.dirpath.mkdir(parents=True, exist_ok=True)
         torch.save(state, self.dirpath / f"rank{trainer.global_rank}.pt")
 
@@ -125,16 +139,25 @@ class FailAt(L.Callback):
             raise RuntimeError(f"planned failure at step {self.step}")
 
 
-SMALL = ["model.n_layer=1", "model.d_model=32", "model.attention.n_head=2", "scheduler.warmup_steps=5",
-         "logger=none", "trainer.log_every_n_steps=10"]
+SMALL = [
+    "model.n_layer=1",
+    "model.d_model=32",
+    "model.attention.n_head=2",
+    "scheduler.warmup_steps=5",
+    "logger=none",
+    "trainer.log_every_n_steps=10",
+]
 
 
 def compose_train(conf: Path, out: Path, overrides: list[str]):
     """The ``train`` config as archlab-train composes it, on the tiny data, writing to ``out``."""
     from archlab.build import compose
 
-    return compose("train", [f"hydra.searchpath=[file://{conf}]", "data=tiny", f"paths.output_dir={out}", *SMALL,
-                             *overrides], return_hydra_config=True)
+    return compose(
+        "train",
+        [f"hydra.searchpath=[file://{conf}]", "data=tiny", f"paths.output_dir={out}", *SMALL, *overrides],
+        return_hydra_config=True,
+    )
 
 
 def cli(conf: Path, run_dir: Path, overrides: list[str], timeout: int = 300, multirun: bool = False):
@@ -145,7 +168,15 @@ def cli(conf: Path, run_dir: Path, overrides: list[str], timeout: int = 300, mul
 
     # one intra-op thread: a tiny model on a busy 2-core machine loses far more to thread hand-offs
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "archlab.cli.train", *(["-m"] if multirun else []),
-           f"hydra.searchpath=[file://{conf}]", "data=tiny",
-           f"hydra.run.dir={run_dir}", *SMALL, *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "archlab.cli.train",
+        *(["-m"] if multirun else []),
+        f"hydra.searchpath=[file://{conf}]",
+        "data=tiny",
+        f"hydra.run.dir={run_dir}",
+        *SMALL,
+        *overrides,
+    ]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

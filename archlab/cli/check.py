@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from archlab.accounting import COMPONENTS, built_counts, count
-from archlab.cli.errors import short_config_errors
 from archlab.build import CONF_DIR, build_model, compose
+from archlab.cli.errors import short_config_errors
 from archlab.config import head_dim, n_kv_head, register_configs, to_model_config, validate
 from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
@@ -106,8 +106,10 @@ def print_table(rows: list[dict], console: Console) -> None:
         ref = f"{row['reference']:,}" if row["reference"] is not None else "-"
         table.add_row(row["preset"], f"{row['analytic']['total']:,}", f"{row['built']['total']:,}", ref, row["status"])
     console.print(table)
-    console.print("reference: published totals (Hugging Face transformers models built on the meta device; nano: "
-                  "the GPT-2 closed form), listed in archlab/cli/check.py")
+    console.print(
+        "reference: published totals (Hugging Face transformers models built on the meta device; nano: "
+        "the GPT-2 closed form), listed in archlab/cli/check.py"
+    )
 
 
 def print_breakdown(title: str, result: dict, layout: str, console: Console) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
@@ -73,10 +72,16 @@ def _read_export(path: Path) -> dict[str, str]:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
     except Exception as err:  # not safetensors, or cut short: the library's message says which
-        raise ConfigError("ckpt", str(path), f"a safetensors file written by archlab (this one does not read: {err})") from None
+        raise ConfigError(
+            "ckpt", str(path), f"a safetensors file written by archlab (this one does not read: {err})"
+        ) from None
     if CONFIG_KEY not in meta:
-        raise ConfigError("ckpt", str(path), f"a safetensors file written by archlab (this one has no {CONFIG_KEY!r} "
-                                             "metadata: archlab-train writes <run>/model.safetensors)")
+        raise ConfigError(
+            "ckpt",
+            str(path),
+            f"a safetensors file written by archlab (this one has no {CONFIG_KEY!r} "
+            "metadata: archlab-train writes <run>/model.safetensors)",
+        )
     return meta
 
 

@@ -18,7 +18,9 @@ from archlab.data.common import check_fraction, read_text, split_point, token_dt
 from archlab.errors import ConfigError
 from archlab.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
 
-USAGE = "archlab-prepare input=<text file> output=<dir> [tokenizer=char|byte|bpe] [vocab_size=N (bpe)] [val_fraction=0.1]"
+USAGE = (
+    "archlab-prepare input=<text file> output=<dir> [tokenizer=char|byte|bpe] [vocab_size=N (bpe)] [val_fraction=0.1]"
+)
 TOKENIZERS = ("char", "byte", "bpe")
 BPE_ALPHABET = 256  # byte-level BPE starts from the 256 byte symbols
 
@@ -38,10 +40,15 @@ def check(cfg: PrepareConfig) -> None:
         raise ConfigError("tokenizer", cfg.tokenizer, " | ".join(TOKENIZERS))
     if cfg.tokenizer == "bpe":
         if cfg.vocab_size is None or cfg.vocab_size <= BPE_ALPHABET:
-            raise ConfigError("vocab_size", cfg.vocab_size, f"an integer > {BPE_ALPHABET} for tokenizer=bpe "
-                              "(the byte alphabet plus at least one merge)")
+            raise ConfigError(
+                "vocab_size",
+                cfg.vocab_size,
+                f"an integer > {BPE_ALPHABET} for tokenizer=bpe (the byte alphabet plus at least one merge)",
+            )
     elif cfg.vocab_size is not None:
-        raise ConfigError("vocab_size", cfg.vocab_size, f"null for tokenizer={cfg.tokenizer} (its vocabulary is fixed by the text)")
+        raise ConfigError(
+            "vocab_size", cfg.vocab_size, f"null for tokenizer={cfg.tokenizer} (its vocabulary is fixed by the text)"
+        )
     check_fraction("val_fraction", cfg.val_fraction)
     out = Path(cfg.output).expanduser()
     if out.exists() and not out.is_dir():
@@ -66,17 +73,27 @@ def prepare(cfg: PrepareConfig) -> dict:
     ids = np.asarray(tokenizer.encode(text), dtype=np.dtype(dtype).newbyteorder("<"))
     split = split_point(len(ids), cfg.val_fraction)
     if split == 0 or split == len(ids):
-        raise ConfigError("input", cfg.input, f"a text long enough to split: its {len(ids)} tokens leave an empty split"
-                          f" at val_fraction={cfg.val_fraction}")
+        raise ConfigError(
+            "input",
+            cfg.input,
+            f"a text long enough to split: its {len(ids)} tokens leave an empty split"
+            f" at val_fraction={cfg.val_fraction}",
+        )
     out = Path(cfg.output).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     ids[:split].tofile(out / "train.bin")
     ids[split:].tofile(out / "val.bin")
     if cfg.tokenizer == "bpe":
         tokenizer.tok.save(str(out / "tokenizer.json"))  # the tokenizers library's own format
-    meta = {"vocab_size": tokenizer.vocab_size, "dtype": dtype, "tokenizer": tokenizer.to_dict(),
-            "train_tokens": split, "val_tokens": len(ids) - split, "val_fraction": cfg.val_fraction,
-            "source": str(Path(cfg.input).expanduser().resolve())}
+    meta = {
+        "vocab_size": tokenizer.vocab_size,
+        "dtype": dtype,
+        "tokenizer": tokenizer.to_dict(),
+        "train_tokens": split,
+        "val_tokens": len(ids) - split,
+        "val_fraction": cfg.val_fraction,
+        "source": str(Path(cfg.input).expanduser().resolve()),
+    }
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
 
@@ -92,7 +109,9 @@ def parse(argv: Sequence[str]) -> PrepareConfig:
     except OmegaConfBaseException as err:
         key = str(getattr(err, "full_key", None) or "argument")
         given = next((a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] == key), " ".join(argv))
-        raise ConfigError(key, given, f"one of the keys {keys} with a value of its type ({err.msg.splitlines()[0]})") from None
+        raise ConfigError(
+            key, given, f"one of the keys {keys} with a value of its type ({err.msg.splitlines()[0]})"
+        ) from None
     for key in ("input", "output"):
         if OmegaConf.is_missing(cfg, key):
             raise ConfigError(key, None, f"a path; usage: {USAGE}")
@@ -110,12 +129,16 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except ConfigError as err:  # exit status 2, as the other archlab commands give for a bad setting
         print(f"archlab-prepare: error: {err}", file=sys.stderr)
         sys.exit(2)
-    print(f"wrote {meta['train_tokens']} training and {meta['val_tokens']} validation tokens "
-          f"({meta['dtype']}, {meta['tokenizer']['kind']} vocabulary of {meta['vocab_size']}) to {cfg.output}\n"
-          f"train on them with: archlab-train data=tokens data.dir={cfg.output}")
+    print(
+        f"wrote {meta['train_tokens']} training and {meta['val_tokens']} validation tokens "
+        f"({meta['dtype']}, {meta['tokenizer']['kind']} vocabulary of {meta['vocab_size']}) to {cfg.output}\n"
+        f"train on them with: archlab-train data=tokens data.dir={cfg.output}"
+    )
     if cfg.vocab_size is not None and meta["vocab_size"] < cfg.vocab_size:
-        print(f"note: the text gave {meta['vocab_size']} tokens, fewer than vocab_size={cfg.vocab_size}: BPE ran out of "
-              "pairs to merge (a model trained on these shards takes its vocabulary size from meta.json)")
+        print(
+            f"note: the text gave {meta['vocab_size']} tokens, fewer than vocab_size={cfg.vocab_size}: BPE ran out of "
+            "pairs to merge (a model trained on these shards takes its vocabulary size from meta.json)"
+        )
 
 
 if __name__ == "__main__":

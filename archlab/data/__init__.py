@@ -9,8 +9,11 @@ The classes load on first use (PEP 562), so ``archlab-prepare`` never imports Li
 
 from importlib import import_module
 
-_MODULES = {"MQARDataModule": "archlab.data.mqar", "TextDataModule": "archlab.data.text",
-            "TokensDataModule": "archlab.data.tokens"}
+_MODULES = {
+    "MQARDataModule": "archlab.data.mqar",
+    "TextDataModule": "archlab.data.text",
+    "TokensDataModule": "archlab.data.tokens",
+}
 __all__ = list(_MODULES)
 
 

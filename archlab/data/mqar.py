@@ -25,8 +25,9 @@ from archlab.data.stream import batch_rng, eval_loader, stream_loader
 from archlab.errors import ConfigError
 
 
-def mqar_batch(rng: np.random.Generator, n: int, num_pairs: int, num_queries: int, num_keys: int,
-               num_values: int) -> tuple[torch.Tensor, torch.Tensor]:
+def mqar_batch(
+    rng: np.random.Generator, n: int, num_pairs: int, num_queries: int, num_keys: int, num_values: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` MQAR sequences as ``(inputs, targets)`` of shape ``[n, 2*(num_pairs + num_queries) - 1]``."""
     keys = rng.random((n, num_keys)).argsort(axis=1)[:, :num_pairs]  # distinct keys per row
     values = rng.integers(num_keys, num_keys + num_values, size=(n, num_pairs))
@@ -37,7 +38,7 @@ def mqar_batch(rng: np.random.Generator, n: int, num_pairs: int, num_queries: in
     recall = np.stack([queries, answers], axis=2).reshape(n, -1)
     sequence = torch.from_numpy(np.concatenate([context, recall], axis=1))
     targets = torch.full((n, sequence.shape[1] - 1), IGNORE, dtype=torch.long)
-    targets[:, 2 * num_pairs::2] = torch.from_numpy(answers)  # predicted at each question's position
+    targets[:, 2 * num_pairs :: 2] = torch.from_numpy(answers)  # predicted at each question's position
     return sequence[:, :-1].contiguous(), targets
 
 
@@ -48,9 +49,18 @@ class MQARDataModule(L.LightningDataModule):
     val_names = ["val", "val_long"]
     tokenizer = None
 
-    def __init__(self, num_pairs: int = 8, num_queries: Optional[int] = None, num_keys: int = 32,
-                 num_values: int = 32, eval_num_pairs: Optional[int] = None, val_examples: int = 1000,
-                 batch_size: int = 64, num_workers: int = 0, seed: int = 0):
+    def __init__(
+        self,
+        num_pairs: int = 8,
+        num_queries: Optional[int] = None,
+        num_keys: int = 32,
+        num_values: int = 32,
+        eval_num_pairs: Optional[int] = None,
+        val_examples: int = 1000,
+        batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
         super().__init__()
         check_positive("data.num_pairs", num_pairs)
         eval_num_pairs = 2 * num_pairs if eval_num_pairs is None else eval_num_pairs
@@ -59,9 +69,12 @@ class MQARDataModule(L.LightningDataModule):
             check_positive("data.num_queries", num_queries)
         check_positive("data.num_keys", num_keys)
         if num_keys < max(num_pairs, eval_num_pairs):
-            raise ConfigError("data.num_keys", num_keys,
-                              f"at least max(data.num_pairs, data.eval_num_pairs)={max(num_pairs, eval_num_pairs)}"
-                              " (keys are distinct within a sequence)")
+            raise ConfigError(
+                "data.num_keys",
+                num_keys,
+                f"at least max(data.num_pairs, data.eval_num_pairs)={max(num_pairs, eval_num_pairs)}"
+                " (keys are distinct within a sequence)",
+            )
         check_positive("data.num_values", num_values)
         check_positive("data.val_examples", val_examples)
         check_positive("data.batch_size", batch_size)
@@ -84,19 +97,26 @@ class MQARDataModule(L.LightningDataModule):
 
     def batch_fn(self, pairs: int):
         """``(rng, n) -> (inputs, targets)`` for sequences of ``pairs`` pairs (picklable for workers)."""
-        return partial(mqar_batch, num_pairs=pairs, num_queries=self.queries(pairs), num_keys=self.num_keys,
-                       num_values=self.num_values)
+        return partial(
+            mqar_batch,
+            num_pairs=pairs,
+            num_queries=self.queries(pairs),
+            num_keys=self.num_keys,
+            num_values=self.num_values,
+        )
 
     def setup(self, stage: Optional[str] = None) -> None:
         if not self.val_sets:  # fixed sets: streams 1 and 2 of the seed; training uses stream 0
-            self.val_sets = [self.batch_fn(pairs)(batch_rng(self.seed, 1 + i, 0), self.val_examples)
-                             for i, pairs in enumerate((self.num_pairs, self.eval_num_pairs))]
+            self.val_sets = [
+                self.batch_fn(pairs)(batch_rng(self.seed, 1 + i, 0), self.val_examples)
+                for i, pairs in enumerate((self.num_pairs, self.eval_num_pairs))
+            ]
 
     def train_dataloader(self):
-        return stream_loader(self.batch_fn(self.num_pairs), self.seed, self.batch_size, self.num_workers,
-                             self.trainer)
+        return stream_loader(self.batch_fn(self.num_pairs), self.seed, self.batch_size, self.num_workers, self.trainer)
 
     def val_dataloader(self):
         self.setup()
-        return [eval_loader(TensorDataset(x, y), self.batch_size, self.num_workers, self.trainer)
-                for x, y in self.val_sets]
+        return [
+            eval_loader(TensorDataset(x, y), self.batch_size, self.num_workers, self.trainer) for x, y in self.val_sets
+        ]

@@ -30,8 +30,9 @@ class BatchStream(IterableDataset):
     """An endless stream of ready batches; this process keeps rows ``[rank*B, (rank+1)*B)`` of each
     global batch of ``world_size * B`` rows, starting at batch ``start``."""
 
-    def __init__(self, make_batch: BatchFn, seed: int, batch_size: int, rank: int = 0, world_size: int = 1,
-                 start: int = 0):
+    def __init__(
+        self, make_batch: BatchFn, seed: int, batch_size: int, rank: int = 0, world_size: int = 1, start: int = 0
+    ):
         self.make_batch, self.seed, self.batch_size = make_batch, seed, batch_size
         self.rank, self.world_size, self.start = rank, world_size, start
 
@@ -87,5 +88,6 @@ def eval_loader(dataset: Dataset, batch_size: int, num_workers: int, trainer: An
     """An evaluation loader over ``dataset``'s rows in order; across processes, each row scored once."""
     if trainer is not None and trainer.world_size > 1:
         dataset = RankPadded(dataset, trainer.world_size)
-    return DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers,
-                      persistent_workers=num_workers > 0)
+    return DataLoader(
+        dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers, persistent_workers=num_workers > 0
+    )

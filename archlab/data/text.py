@@ -12,16 +12,26 @@ from archlab.data.windows import WindowDataModule
 from archlab.errors import ConfigError
 from archlab.tokenizer import ByteTokenizer, CharTokenizer
 
-VOCABS = {"char": "one id per distinct character of the file, as nanoGPT's shakespeare_char",
-          "byte": "the 256 byte values of the UTF-8 encoding"}
+VOCABS = {
+    "char": "one id per distinct character of the file, as nanoGPT's shakespeare_char",
+    "byte": "the 256 byte values of the UTF-8 encoding",
+}
 
 
 class TextDataModule(WindowDataModule):
     """A text file tokenised whole; the char vocabulary is fitted on the whole file, so validation
     characters are always known."""
 
-    def __init__(self, path: str, vocab: str = "char", seq_len: int = 256, val_fraction: float = 0.1,
-                 batch_size: int = 32, num_workers: int = 0, seed: int = 0):
+    def __init__(
+        self,
+        path: str,
+        vocab: str = "char",
+        seq_len: int = 256,
+        val_fraction: float = 0.1,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
         super().__init__(seq_len, batch_size, num_workers, seed)
         if vocab not in VOCABS:
             raise ConfigError("data.vocab", vocab, " | ".join(f"{k} ({v})" for k, v in VOCABS.items()))
@@ -37,4 +47,4 @@ class TextDataModule(WindowDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         if self.train_data is None:
             ids = np.asarray(self.tokenizer.encode(self.text), dtype=np.int32)
-            self.train_data, self.val_data = ids[: self.split], ids[self.split:]
+            self.train_data, self.val_data = ids[: self.split], ids[self.split :]

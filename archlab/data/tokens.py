@@ -32,15 +32,19 @@ def read_meta(directory: Path) -> Optional[dict[str, Any]]:
         raise ConfigError("data.dir", str(directory), f"a meta.json that is JSON ({path}: {err})") from None
     lacking = [k for k in META_KEYS if not isinstance(meta, dict) or k not in meta]
     if lacking:
-        raise ConfigError("data.dir", str(directory), f"a meta.json with {' and '.join(META_KEYS)} ({path} lacks "
-                          f"{', '.join(lacking)}; archlab-prepare writes both)")
+        raise ConfigError(
+            "data.dir",
+            str(directory),
+            f"a meta.json with {' and '.join(META_KEYS)} ({path} lacks "
+            f"{', '.join(lacking)}; archlab-prepare writes both)",
+        )
     return meta
 
 
 def largest_id(path: Path, dtype: np.dtype) -> int:
     """The largest token id in a shard, read in chunks (a sequential pass over the file, nothing kept)."""
     ids = np.memmap(path, dtype=dtype, mode="r")
-    return max(int(ids[i:i + SCAN_CHUNK].max()) for i in range(0, len(ids), SCAN_CHUNK))
+    return max(int(ids[i : i + SCAN_CHUNK].max()) for i in range(0, len(ids), SCAN_CHUNK))
 
 
 class TokensDataModule(WindowDataModule):
@@ -48,23 +52,38 @@ class TokensDataModule(WindowDataModule):
     ``vocab_size`` and ``dtype`` come from ``meta.json``; give them only for shards without one
     (e.g. nanoGPT's own: ``data.vocab_size=50257 data.dtype=uint16``)."""
 
-    def __init__(self, dir: str, seq_len: int = 256, batch_size: int = 32, num_workers: int = 0, seed: int = 0,
-                 vocab_size: Optional[int] = None, dtype: Optional[str] = None):
+    def __init__(
+        self,
+        dir: str,
+        seq_len: int = 256,
+        batch_size: int = 32,
+        num_workers: int = 0,
+        seed: int = 0,
+        vocab_size: Optional[int] = None,
+        dtype: Optional[str] = None,
+    ):
         super().__init__(seq_len, batch_size, num_workers, seed)
         self.dir = Path(dir).expanduser()
         if not self.dir.is_dir():
-            raise ConfigError("data.dir", str(dir), "a directory holding train.bin and val.bin (archlab-prepare writes them)")
+            raise ConfigError(
+                "data.dir", str(dir), "a directory holding train.bin and val.bin (archlab-prepare writes them)"
+            )
         meta = read_meta(self.dir)
         self.tokenizer = None
         if meta is not None:
             for field, given in (("vocab_size", vocab_size), ("dtype", dtype)):
                 if given is not None and given != meta[field]:
-                    raise ConfigError(f"data.{field}", given, f"null or {meta[field]!r}, the value in {self.dir / 'meta.json'}")
+                    raise ConfigError(
+                        f"data.{field}", given, f"null or {meta[field]!r}, the value in {self.dir / 'meta.json'}"
+                    )
             vocab_size, dtype = meta["vocab_size"], meta["dtype"]
             self.tokenizer = tokenizer_from_dict(meta["tokenizer"]) if meta.get("tokenizer") else None
         elif vocab_size is None or dtype is None:
-            raise ConfigError("data.vocab_size" if vocab_size is None else "data.dtype", None,
-                              f"a value: {self.dir} has no meta.json, so give data.vocab_size and data.dtype")
+            raise ConfigError(
+                "data.vocab_size" if vocab_size is None else "data.dtype",
+                None,
+                f"a value: {self.dir} has no meta.json, so give data.vocab_size and data.dtype",
+            )
         check_positive("data.vocab_size", vocab_size)
         if dtype not in DTYPES:
             raise ConfigError("data.dtype", dtype, " | ".join(DTYPES))
@@ -80,9 +99,13 @@ class TokensDataModule(WindowDataModule):
         for split in SPLITS:
             said = meta.get(f"{split}_tokens")
             if said is not None and said != self.counts[split]:
-                raise ConfigError("data.dir", str(self.dir), f"shards matching their meta.json: {split}.bin holds "
-                                  f"{self.counts[split]} {self.dtype.name} ids, meta.json says {said} (written "
-                                  "with another dtype, or truncated?)")
+                raise ConfigError(
+                    "data.dir",
+                    str(self.dir),
+                    f"shards matching their meta.json: {split}.bin holds "
+                    f"{self.counts[split]} {self.dtype.name} ids, meta.json says {said} (written "
+                    "with another dtype, or truncated?)",
+                )
 
     def check_ids(self, from_meta: bool) -> None:
         """Every id must be below ``vocab_size``: a larger one would index past the embedding table."""
@@ -91,9 +114,17 @@ class TokensDataModule(WindowDataModule):
             if top >= self.vocab_size:
                 field = "data.dir" if from_meta else "data.vocab_size"
                 value = str(self.dir) if from_meta else self.vocab_size
-                raise ConfigError(field, value, f"token ids below vocab_size={self.vocab_size}: {split}.bin holds id "
-                                  f"{top}" + (" (meta.json disagrees with its shards)" if from_meta
-                                              else f" (data.vocab_size must be at least {top + 1})"))
+                raise ConfigError(
+                    field,
+                    value,
+                    f"token ids below vocab_size={self.vocab_size}: {split}.bin holds id "
+                    f"{top}"
+                    + (
+                        " (meta.json disagrees with its shards)"
+                        if from_meta
+                        else f" (data.vocab_size must be at least {top + 1})"
+                    ),
+                )
 
     def count_tokens(self, split: str) -> int:
         path = self.dir / f"{split}.bin"
@@ -101,11 +132,15 @@ class TokensDataModule(WindowDataModule):
             raise ConfigError("data.dir", str(self.dir), f"a directory with {path.name} (archlab-prepare writes it)")
         size = path.stat().st_size
         if size == 0 or size % self.dtype.itemsize:
-            raise ConfigError("data.dir", str(self.dir), f"a non-empty {path.name} of whole {self.dtype.name} ids"
-                              f" (it has {size} bytes)")
+            raise ConfigError(
+                "data.dir",
+                str(self.dir),
+                f"a non-empty {path.name} of whole {self.dtype.name} ids (it has {size} bytes)",
+            )
         return size // self.dtype.itemsize
 
     def setup(self, stage: Optional[str] = None) -> None:
         if self.train_data is None:
-            self.train_data, self.val_data = (np.memmap(self.dir / f"{split}.bin", dtype=self.dtype, mode="r")
-                                              for split in SPLITS)
+            self.train_data, self.val_data = (
+                np.memmap(self.dir / f"{split}.bin", dtype=self.dtype, mode="r") for split in SPLITS
+            )

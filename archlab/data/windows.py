@@ -42,7 +42,7 @@ class ValidationWindows(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(i)
         start = i * self.seq_len if i < self.full else len(self.data) - 1 - self.seq_len
-        window = torch.from_numpy(np.asarray(self.data[start:start + self.seq_len + 1], dtype=np.int64))
+        window = torch.from_numpy(np.asarray(self.data[start : start + self.seq_len + 1], dtype=np.int64))
         inputs, targets = window[:-1], window[1:].clone()
         if i == self.full:
             targets[: self.seq_len - self.tail] = IGNORE
@@ -71,12 +71,19 @@ class WindowDataModule(L.LightningDataModule):
         two fits, the data (``source_field``) is what is wrong, not ``seq_len``."""
         shortest = min(train_tokens, val_tokens)
         if shortest < 2:
-            raise ConfigError(source_field, source, f"data long enough for a window of seq_len + 1 >= 2 tokens in each "
-                                                    f"split (it gives {train_tokens} training and {val_tokens} validation tokens)")
+            raise ConfigError(
+                source_field,
+                source,
+                f"data long enough for a window of seq_len + 1 >= 2 tokens in each "
+                f"split (it gives {train_tokens} training and {val_tokens} validation tokens)",
+            )
         if shortest < self.seq_len + 1:
-            raise ConfigError("data.seq_len", self.seq_len,
-                              f"at most {shortest - 1}: {source} has {train_tokens} training and {val_tokens}"
-                              " validation tokens and a window needs seq_len + 1 of them")
+            raise ConfigError(
+                "data.seq_len",
+                self.seq_len,
+                f"at most {shortest - 1}: {source} has {train_tokens} training and {val_tokens}"
+                " validation tokens and a window needs seq_len + 1 of them",
+            )
 
     def train_dataloader(self):
         self.setup("fit")

@@ -51,7 +51,11 @@ class Decoder(nn.Module):
         mask = attention_mask(q_pos, k_pos, None if bias is None else bias.to(x.dtype))
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
-            x = checkpoint(block, x, rotary, mask, cache, use_reentrant=False) if recompute else block(x, rotary, mask, cache)
+            x = (
+                checkpoint(block, x, rotary, mask, cache, use_reentrant=False)
+                if recompute
+                else block(x, rotary, mask, cache)
+            )
         if cache is not None:
             cache.length += T
         if self.final_norm is not None:

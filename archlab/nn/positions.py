@@ -181,9 +181,7 @@ class RoPE(Position):
             )
         r = rotary_dim(cfg)
         if r <= 0 or r % 2 or r > hd:
-            raise ConfigError(
-                "model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]"
-            )
+            raise ConfigError("model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]")
 
 
 def rope_angles(pos: Tensor, dim: int, theta: float) -> tuple[Tensor, Tensor]:
@@ -198,7 +196,10 @@ def rope_angles(pos: Tensor, dim: int, theta: float) -> tuple[Tensor, Tensor]:
 # computation into the rotation kernels and redoes cos and sin for every element (a whole-model compile
 # of LLaMA spent 4.4 ms per layer of backward there). An op is computed once, like in eager mode.
 _opaque_rope_angles = torch.library.custom_op(
-    "archlab::rope_angles", rope_angles, mutates_args=(), schema="(Tensor pos, int dim, float theta) -> (Tensor, Tensor)"
+    "archlab::rope_angles",
+    rope_angles,
+    mutates_args=(),
+    schema="(Tensor pos, int dim, float theta) -> (Tensor, Tensor)",
 )
 
 

@@ -57,8 +57,11 @@ class FiniteLoss(Callback):
 
     def __init__(self, action: str = "stop"):
         if action not in self.ACTIONS:
-            raise ConfigError("callbacks.finite_loss.action", action,
-                              "stop (fail the run at the step) | skip (drop that step's update and go on)")
+            raise ConfigError(
+                "callbacks.finite_loss.action",
+                action,
+                "stop (fail the run at the step) | skip (drop that step's update and go on)",
+            )
         self.action = action
         self.skipped: list[int] = []
         self._problem: Optional[str] = None  # what was not finite since the last optimizer step
@@ -93,10 +96,14 @@ class FiniteLoss(Callback):
         last = (ckpt.last_model_path or ckpt.best_model_path) if ckpt is not None else None
         raise FloatingPointError(
             f"{self._problem} at step {trainer.global_step + 1}; stopped before that step changed any weight. "
-            + (f"Last good checkpoint: {last}; continue from it with ckpt_path={last} and a lower optim.lr or "
-               "trainer.gradient_clip_val. " if last else "No checkpoint was written yet; lower optim.lr or "
-               "trainer.gradient_clip_val. ")
-            + "To drop such steps instead: callbacks.finite_loss.action=skip")
+            + (
+                f"Last good checkpoint: {last}; continue from it with ckpt_path={last} and a lower optim.lr or "
+                "trainer.gradient_clip_val. "
+                if last
+                else "No checkpoint was written yet; lower optim.lr or trainer.gradient_clip_val. "
+            )
+            + "To drop such steps instead: callbacks.finite_loss.action=skip"
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {"skipped": list(self.skipped)}
@@ -163,16 +170,29 @@ class ThroughputMonitor(Callback):
         return {"tokens_per_s": tokens_per_s, "flops_per_s": flops_per_s, "mfu": mfu}
 
     def summary_fields(self) -> dict[str, Any]:
-        return {"throughput": {**self.rates(), "peak_flops_per_s": self.peak, "train_seconds": self.seconds,
-                               "tokens": self.tokens}}
+        return {
+            "throughput": {
+                **self.rates(),
+                "peak_flops_per_s": self.peak,
+                "train_seconds": self.seconds,
+                "tokens": self.tokens,
+            }
+        }
 
 
 class TextSamples(Callback):
     """At the end of fit, continue the start of the first validation sequence with the trained model
     and log the text (only when the data has a tokenizer)."""
 
-    def __init__(self, num_samples: int = 2, prompt_tokens: int = 32, max_new_tokens: int = 200,
-                 temperature: float = 0.8, top_k: Optional[int] = 40, seed: int = 0):
+    def __init__(
+        self,
+        num_samples: int = 2,
+        prompt_tokens: int = 32,
+        max_new_tokens: int = 200,
+        temperature: float = 0.8,
+        top_k: Optional[int] = 40,
+        seed: int = 0,
+    ):
         self.num_samples, self.prompt_tokens, self.max_new_tokens = num_samples, prompt_tokens, max_new_tokens
         self.temperature, self.top_k, self.seed = temperature, top_k, seed
         self.samples: list[dict[str, str]] = []
@@ -192,7 +212,7 @@ class TextSamples(Callback):
         if hasattr(pl_module.model, "reshard"):  # FSDP2 leaves the root gathered after a no-grad forward
             pl_module.model.reshard()
         self.samples = [
-            {"prompt": tokenizer.decode(p.tolist()), "completion": tokenizer.decode(o[prompt.shape[1]:].tolist())}
+            {"prompt": tokenizer.decode(p.tolist()), "completion": tokenizer.decode(o[prompt.shape[1] :].tolist())}
             for p, o in zip(prompt.cpu(), out.cpu())
         ]
         if trainer.is_global_zero:
@@ -219,8 +239,11 @@ class PlainProgress(Callback):
             m = trainer.callback_metrics
             log.info(
                 "step %d/%d  loss %.4f  lr %.2e  %.0fs",
-                step, trainer.max_steps, float(m.get("train/loss", float("nan"))),
-                float(m.get("train/lr", float("nan"))), time.perf_counter() - self._start,
+                step,
+                trainer.max_steps,
+                float(m.get("train/loss", float("nan"))),
+                float(m.get("train/lr", float("nan"))),
+                time.perf_counter() - self._start,
             )
 
     def on_validation_end(self, trainer, pl_module) -> None:

@@ -99,13 +99,18 @@ def read_checkpoint(path: str | Path, field: str) -> dict[str, Any]:
     path = Path(path)
     file = path / _METADATA_FILENAME if path.is_dir() else path
     if not file.is_file():
-        raise ConfigError(field, str(path), f"a checkpoint file, or a sharded checkpoint directory with {_METADATA_FILENAME}")
+        raise ConfigError(
+            field, str(path), f"a checkpoint file, or a sharded checkpoint directory with {_METADATA_FILENAME}"
+        )
     try:
         return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # truncated, overwritten, not a torch file: torch's message says which
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(field, str(path), f"a complete checkpoint written by archlab-train; this one does not load "
-                                            f"({type(err).__name__}: {reason})") from None
+        raise ConfigError(
+            field,
+            str(path),
+            f"a complete checkpoint written by archlab-train; this one does not load ({type(err).__name__}: {reason})",
+        ) from None
 
 
 def _flatten(d: Any, prefix: str) -> dict[str, Any]:
@@ -121,12 +126,20 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any], prefix: s
     """``"<field>: checkpoint <a>, this run <b>"`` for every leaf field whose values differ."""
     a, b = _flatten(saved, prefix), _flatten(current, prefix)
     missing = "(absent)"
-    return [f"{k}: checkpoint {a.get(k, missing)!r}, this run {b.get(k, missing)!r}"
-            for k in sorted(a.keys() | b.keys()) if a.get(k, missing) != b.get(k, missing)]
+    return [
+        f"{k}: checkpoint {a.get(k, missing)!r}, this run {b.get(k, missing)!r}"
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k, missing) != b.get(k, missing)
+    ]
 
 
-def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: str = "ckpt_path",
-                     max_steps: Optional[int] = None, allow_done: bool = False) -> Optional[int]:
+def check_checkpoint(
+    path: Optional[str | Path],
+    model: dict[str, Any],
+    field: str = "ckpt_path",
+    max_steps: Optional[int] = None,
+    allow_done: bool = False,
+) -> Optional[int]:
     """Refuse a checkpoint that does not load, that holds another model config than ``model``
     (``model_config_dict`` of this run), naming each differing field, or that has already trained
     ``max_steps`` steps (Lightning would stop at once and call it done; ``allow_done``: exactly
@@ -136,12 +149,18 @@ def check_checkpoint(path: Optional[str | Path], model: dict[str, Any], field: s
     checkpoint = read_checkpoint(path, field)
     saved = (checkpoint.get("hyper_parameters") or {}).get("model")
     if not isinstance(saved, dict):
-        raise ConfigError(field, str(path), "a checkpoint written by archlab-train (it records no hyper_parameters.model)")
+        raise ConfigError(
+            field, str(path), "a checkpoint written by archlab-train (it records no hyper_parameters.model)"
+        )
     diffs = config_differences(saved, model)
     if diffs:
         raise ConfigError(field, str(path), "a checkpoint of this run's model; it differs in " + "; ".join(diffs))
     step = checkpoint.get("global_step")
     if max_steps is not None and max_steps > 0 and isinstance(step, int) and step >= max_steps + allow_done:
-        raise ConfigError("trainer.max_steps", max_steps, f"more than the {step} steps {path} has already trained "
-                                                          "(max_steps counts from the first step: raise it to train on)")
+        raise ConfigError(
+            "trainer.max_steps",
+            max_steps,
+            f"more than the {step} steps {path} has already trained "
+            "(max_steps counts from the first step: raise it to train on)",
+        )
     return step if isinstance(step, int) else None

@@ -106,7 +106,9 @@ def world_size(devices: Any, num_nodes: Any) -> int:
     """Processes in the run: devices per node (a count or a list of ids) times nodes."""
     per_node = len(devices) if isinstance(devices, (list, ListConfig)) else devices
     if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
-        raise ConfigError("trainer.devices", devices, "a number or list of devices (this strategy sizes its mesh from it)")
+        raise ConfigError(
+            "trainer.devices", devices, "a number or list of devices (this strategy sizes its mesh from it)"
+        )
     return per_node * int(num_nodes)
 
 
@@ -152,9 +154,12 @@ def _check_sweep(t: Any) -> None:
     if "submitit" in str(HydraConfig.get().launcher.get("_target_", "")):
         return  # SLURM starts every process itself
     if _relaunches_command(t):
-        raise SweepConfigError("trainer.strategy", t.strategy if isinstance(t.strategy, str) else t.strategy._target_,
-                          "in a -m sweep: trainer=ddp_spawn (processes spawned in-process), or "
-                          "hydra/launcher=slurm (one job per run); ddp/fsdp re-run the command, i.e. the sweep")
+        raise SweepConfigError(
+            "trainer.strategy",
+            t.strategy if isinstance(t.strategy, str) else t.strategy._target_,
+            "in a -m sweep: trainer=ddp_spawn (processes spawned in-process), or "
+            "hydra/launcher=slurm (one job per run); ddp/fsdp re-run the command, i.e. the sweep",
+        )
 
 
 def _check_direction(cfg: DictConfig) -> None:
@@ -169,8 +174,11 @@ def _check_direction(cfg: DictConfig) -> None:
     objective = OmegaConf.select(cfg, "objective") or "val/loss"
     wanted = "maximize" if objective.endswith("/acc") else "minimize"
     if direction != wanted:
-        raise SweepConfigError("hydra.sweeper.direction", direction,
-                               f"{wanted} for objective={objective} (accuracy: maximize; loss and ppl: minimize)")
+        raise SweepConfigError(
+            "hydra.sweeper.direction",
+            direction,
+            f"{wanted} for objective={objective} (accuracy: maximize; loss and ppl: minimize)",
+        )
 
 
 def validate_train(cfg: DictConfig) -> DictConfig:
@@ -200,12 +208,16 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     _positive_int(t.log_every_n_steps, "trainer.log_every_n_steps")
     _positive_int(t.num_sanity_val_steps, "trainer.num_sanity_val_steps", allow_zero=True)
     if t.gradient_clip_val is not None and not _finite(t.gradient_clip_val) > 0:
-        raise ConfigError("trainer.gradient_clip_val", t.gradient_clip_val, "a positive number, or null for no clipping")
+        raise ConfigError(
+            "trainer.gradient_clip_val", t.gradient_clip_val, "a positive number, or null for no clipping"
+        )
     if t.check_val_every_n_epoch is not None:
         _positive_int(t.check_val_every_n_epoch, "trainer.check_val_every_n_epoch")
     v = t.limit_val_batches
     if v is not None and not (isinstance(v, int) and v >= 1 or isinstance(v, float) and 0.0 < v <= 1.0):
-        raise ConfigError("trainer.limit_val_batches", v, "null (all), a number of batches >= 1, or a fraction in (0, 1]")
+        raise ConfigError(
+            "trainer.limit_val_batches", v, "null (all), a number of batches >= 1, or a fraction in (0, 1]"
+        )
     if t.max_time is not None and not re.fullmatch(r"\d+:\d+:\d+:\d+", str(t.max_time)):
         raise ConfigError("trainer.max_time", t.max_time, 'null or a duration "DD:HH:MM:SS", e.g. "00:12:00:00"')
     _check_hardware(t)
@@ -217,7 +229,9 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
         raise ConfigError("optim.betas", list(o.betas), "two numbers in [0, 1)")
     if not _finite(o.eps) > 0:
-        raise ConfigError("optim.eps", o.eps, "a positive number (it keeps AdamW's update finite where a gradient is 0)")
+        raise ConfigError(
+            "optim.eps", o.eps, "a positive number (it keeps AdamW's update finite where a gradient is 0)"
+        )
     if not _finite(o.weight_decay) >= 0:
         raise ConfigError("optim.weight_decay", o.weight_decay, "a non-negative number")
 
@@ -225,10 +239,15 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     _choice(s.kind, "scheduler.kind", SCHEDULES)
     _positive_int(s.warmup_steps, "scheduler.warmup_steps", allow_zero=True)
     if not 0.0 <= s.min_lr_ratio <= 1.0:
-        raise ConfigError("scheduler.min_lr_ratio", s.min_lr_ratio, "a number in [0, 1] (the floor as a fraction of optim.lr)")
+        raise ConfigError(
+            "scheduler.min_lr_ratio", s.min_lr_ratio, "a number in [0, 1] (the floor as a fraction of optim.lr)"
+        )
     if s.decay_steps is None and s.warmup_steps >= t.max_steps:
-        raise ConfigError("scheduler.warmup_steps", s.warmup_steps,
-                          f"fewer than trainer.max_steps={t.max_steps} (the cosine decays until then)")
+        raise ConfigError(
+            "scheduler.warmup_steps",
+            s.warmup_steps,
+            f"fewer than trainer.max_steps={t.max_steps} (the cosine decays until then)",
+        )
     decay = s.decay_steps if s.decay_steps is not None else t.max_steps
     if decay <= s.warmup_steps:
         raise ConfigError("scheduler.decay_steps", decay, f"more than scheduler.warmup_steps={s.warmup_steps}")
@@ -271,12 +290,18 @@ def _check_hardware(t: Any) -> None:
             raise ConfigError("trainer.accelerator", t.accelerator, "cpu or auto: this machine has no CUDA GPU")
         wanted = list(t.devices) if isinstance(t.devices, ListConfig) else t.devices
         if isinstance(wanted, int) and wanted > have or isinstance(wanted, list) and max(wanted) >= have:
-            raise ConfigError("trainer.devices", wanted, f'at most {have} GPU(s) on this machine (ids 0..{have - 1}), or "auto"')
+            raise ConfigError(
+                "trainer.devices", wanted, f'at most {have} GPU(s) on this machine (ids 0..{have - 1}), or "auto"'
+            )
     if t.accelerator == "cpu":
         if isinstance(t.devices, ListConfig):
-            raise ConfigError("trainer.devices", list(t.devices), "a number of processes for accelerator=cpu (ids are for GPUs)")
+            raise ConfigError(
+                "trainer.devices", list(t.devices), "a number of processes for accelerator=cpu (ids are for GPUs)"
+            )
         if str(t.precision) == "16-mixed":
-            raise ConfigError("trainer.precision", "16-mixed", "bf16-mixed or 32-true on a CPU (fp16 autocast needs a GPU)")
+            raise ConfigError(
+                "trainer.precision", "16-mixed", "bf16-mixed or 32-true on a CPU (fp16 autocast needs a GPU)"
+            )
 
 
 def _check_checkpoint_callback(node: Any) -> None:
@@ -316,7 +341,9 @@ def check_arguments(node: Any, field: str, *supplied: str) -> Any:
     try:
         made = _locate(target)
     except Exception as err:
-        raise ConfigError(f"{field}._target_", target, f"an importable class or function ({err.__cause__ or err})") from None
+        raise ConfigError(
+            f"{field}._target_", target, f"an importable class or function ({err.__cause__ or err})"
+        ) from None
     keys = [k for k in node if not str(k).startswith("_")]
     missing = [k for k in keys if OmegaConf.is_config(node) and OmegaConf.is_missing(node, k)]
     try:

@@ -86,9 +86,13 @@ def check_fresh(cfg: DictConfig, out: Path, field: str) -> None:
         return
     held = held_results(out)
     if held:
-        raise DirectoryHoldsRun(field, str(out), f"a directory without an earlier run; this one holds "
-                                                 f"{', '.join(held)}. Continue that run with resume=auto, or give "
-                                                 "a new directory (delete this one to start over)")
+        raise DirectoryHoldsRun(
+            field,
+            str(out),
+            f"a directory without an earlier run; this one holds "
+            f"{', '.join(held)}. Continue that run with resume=auto, or give "
+            "a new directory (delete this one to start over)",
+        )
 
 
 def _global_rank() -> int:

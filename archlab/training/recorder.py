@@ -11,7 +11,7 @@ from typing import Any, Optional
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from archlab.training.summary import EXPORT, SUMMARY, jsonable, best_metrics, write_summary
+from archlab.training.summary import EXPORT, SUMMARY, best_metrics, jsonable, write_summary
 from archlab.weights import save_weights
 
 
@@ -20,8 +20,9 @@ class RunRecorder(Callback):
 
     ``info`` holds what is known before fit (choices, model config, seed, data facts, start time)."""
 
-    def __init__(self, output_dir: str | Path, info: dict[str, Any], tokenizer: Any = None,
-                 primary_metric: Optional[str] = None):
+    def __init__(
+        self, output_dir: str | Path, info: dict[str, Any], tokenizer: Any = None, primary_metric: Optional[str] = None
+    ):
         self.output_dir = Path(output_dir)
         self.info = info
         self.tokenizer = tokenizer
@@ -29,8 +30,14 @@ class RunRecorder(Callback):
         self.wrote = False
         self.earlier_seconds = 0.0  # wall time of the attempts before a resume, up to their checkpoint
 
-    def summary(self, trainer: Optional[L.Trainer], pl_module: Any, status: str,
-                error: Optional[BaseException] = None, export: Optional[Path] = None) -> dict[str, Any]:
+    def summary(
+        self,
+        trainer: Optional[L.Trainer],
+        pl_module: Any,
+        status: str,
+        error: Optional[BaseException] = None,
+        export: Optional[Path] = None,
+    ) -> dict[str, Any]:
         history = list(getattr(pl_module, "history", []) or [])
         final = history[-1] if history else {}
         out: dict[str, Any] = {
@@ -43,10 +50,18 @@ class RunRecorder(Callback):
         }
         if self.primary_metric:
             value = final.get(self.primary_metric)
-            out["primary_metric"] = {"name": self.primary_metric, "value": value,
-                                     "chance": self.info.get("data", {}).get("chance_accuracy")}
-        paths = {"summary": str(self.output_dir / SUMMARY), "export": str(export) if export else None,
-                 "checkpoint": None, "last_checkpoint": None, "logs": []}
+            out["primary_metric"] = {
+                "name": self.primary_metric,
+                "value": value,
+                "chance": self.info.get("data", {}).get("chance_accuracy"),
+            }
+        paths = {
+            "summary": str(self.output_dir / SUMMARY),
+            "export": str(export) if export else None,
+            "checkpoint": None,
+            "last_checkpoint": None,
+            "logs": [],
+        }
         if trainer is not None:
             for cb in trainer.callbacks:
                 if hasattr(cb, "summary_fields"):

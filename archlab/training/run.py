@@ -25,8 +25,8 @@ from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.config import instantiate_node, validate_train
 from archlab.training.loggers import CSVLogger
-from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
 from archlab.training.module import LitModel
+from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
 from archlab.training.recorder import RunRecorder
 from archlab.training.summary import SUMMARY, write_summary
 from archlab.training.sweep import apply_match, check_objective
@@ -92,31 +92,47 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     matched = apply_match(cfg)  # match.reference: size match.field to the reference's parameter count
     model_cfg = validate(to_model_config(cfg.model))
     auto = cfg.ckpt_path is None and cfg.resume == "auto"
-    resumed_step = check_checkpoint(ckpt_path, model_config_dict(model_cfg), "ckpt_path" if cfg.ckpt_path else "resume",
-                                    cfg.trainer.max_steps, allow_done=auto)
+    resumed_step = check_checkpoint(
+        ckpt_path,
+        model_config_dict(model_cfg),
+        "ckpt_path" if cfg.ckpt_path else "resume",
+        cfg.trainer.max_steps,
+        allow_done=auto,
+    )
     # resume=auto on a run trained to the end: a completed run is left as it is; one killed before writing
     # its export and summary gets them from its last checkpoint (fit restores it, with no step left)
     done = completed_summary(out) if auto else None
     if done is not None and resumed_step is None:  # checkpoints were off (callbacks.checkpoint=null)
         diffs = config_differences(done.get("model") or {}, model_config_dict(model_cfg))
         if done.get("steps") != cfg.trainer.max_steps or diffs:
-            raise DirectoryHoldsRun(out_field, str(out), "a directory without an earlier run, or one to continue; "
-                                    f"this one holds a completed run of {done.get('steps')} steps and no checkpoint "
-                                    "to continue from (callbacks.checkpoint was null, or they were deleted)"
-                                    + (f", and its model differs in {'; '.join(diffs)}" if diffs else "")
-                                    + ". Give a new directory")
+            raise DirectoryHoldsRun(
+                out_field,
+                str(out),
+                "a directory without an earlier run, or one to continue; "
+                f"this one holds a completed run of {done.get('steps')} steps and no checkpoint "
+                "to continue from (callbacks.checkpoint was null, or they were deleted)"
+                + (f", and its model differs in {'; '.join(diffs)}" if diffs else "")
+                + ". Give a new directory",
+            )
     if done is not None and done.get("steps") == cfg.trainer.max_steps:
         settle_hydra_files(keep=False)
-        print(f"nothing to train: this run already completed its trainer.max_steps={cfg.trainer.max_steps} steps "
-              "(raise trainer.max_steps to train on)", flush=True)
+        print(
+            f"nothing to train: this run already completed its trainer.max_steps={cfg.trainer.max_steps} steps "
+            "(raise trainer.max_steps to train on)",
+            flush=True,
+        )
         report(done)
         return done
     if resumed_step is not None:  # the CSV log keeps the rows up to the checkpoint
         for logger in loggers:
             if isinstance(logger, CSVLogger):
                 logger.continue_from(resumed_step)
-    log.info("model.vocab_size=%d and model.context_length=%d come from the data (%s)",
-             model_cfg.vocab_size, model_cfg.context_length, type(dm).__name__)
+    log.info(
+        "model.vocab_size=%d and model.context_length=%d come from the data (%s)",
+        model_cfg.vocab_size,
+        model_cfg.context_length,
+        type(dm).__name__,
+    )
     val_names = list(dm.val_names)
     chance = getattr(dm, "chance_accuracy", None)
     primary = f"{val_names[0]}/acc" if chance is not None else f"{val_names[0]}/loss"
@@ -135,8 +151,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         "flops_per_token": counts["flops_per_token"],
         "match": matched,
         "resumed_from": ckpt_path,
-        "config": {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-                   for k, v in cfg.items() if k != "hydra"},
+        "config": {
+            k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+            for k, v in cfg.items()
+            if k != "hydra"
+        },
     }
     recorder = RunRecorder(out, info, tokenizer=getattr(dm, "tokenizer", None), primary_metric=primary)
     trainer = lit = None
@@ -188,10 +207,13 @@ def report(summary: dict[str, Any]) -> None:
     p = summary["paths"]
     metric = summary.get("primary_metric") or {}
     value, chance = metric.get("value"), metric.get("chance")
-    lines = [f"final {metric.get('name')}: " + ("n/a" if value is None else f"{value:.4f}")
-             + ("" if chance is None else f"  (chance {chance:.4f})"),
-             f"summary:    {p['summary']}",
-             f"checkpoint: {p['checkpoint']}",
-             f"export:     {p['export']}",
-             f"logs:       {', '.join(p['logs']) or 'none (logger=none)'}"]
+    lines = [
+        f"final {metric.get('name')}: "
+        + ("n/a" if value is None else f"{value:.4f}")
+        + ("" if chance is None else f"  (chance {chance:.4f})"),
+        f"summary:    {p['summary']}",
+        f"checkpoint: {p['checkpoint']}",
+        f"export:     {p['export']}",
+        f"logs:       {', '.join(p['logs']) or 'none (logger=none)'}",
+    ]
     print("\n".join(lines), flush=True)
