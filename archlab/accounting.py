@@ -1,7 +1,8 @@
 """Closed-form parameter and FLOP counts from a config alone, and the check of a built model.
 
-The formulas live beside each registry entry (``num_params``), written from the published layouts;
-nothing here looks at a module. ``check_build`` then compares them line by line with the module.
+The formulas live beside each registry entry (``num_params``, ``extra_flops``), written from the
+published layouts; nothing here looks at a module or names a variant. ``check_build`` then compares
+them line by line with the module.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from typing import Any
 
 from torch import nn
 
-from archlab.config import ModelConfig, head_dim, to_model_config, validate
-from archlab.nn.attention import attention_params
-from archlab.nn.block import BLOCKS
-from archlab.nn.mlp import MLPS
-from archlab.nn.norms import NORMS
-from archlab.nn.positions import POSITIONS
+from archlab.config import ModelConfig, to_model_config
+from archlab.nn.validation import FAMILIES, validate
 
 COMPONENTS = ("token_embedding", "position_embedding", "attention", "mlp", "norms", "final_norm", "head")
+
+
+def _entry(cfg: ModelConfig, family: str) -> Any:
+    return FAMILIES[family].get(getattr(cfg, family).kind)
 
 
 def count(cfg: Any) -> dict[str, int]:
@@ -30,32 +31,36 @@ def count(cfg: Any) -> dict[str, int]:
     of a training step are 6·non_embedding + 12·L·H·Q·T (PaLM, arXiv:2204.02311, appendix B).
     """
     cfg = validate(to_model_config(cfg))
-    d, V, L = cfg.d_model, cfg.vocab_size, cfg.n_layer
-    norm = NORMS.get(cfg.norm.kind).num_params(cfg)
-    block = BLOCKS.get(cfg.block.kind)
+    L = cfg.n_layer
+    norm = _entry(cfg, "norm").num_params(cfg)
+    block_entry = _entry(cfg, "block")
     per_block = {
-        "attention": attention_params(cfg),
-        "mlp": MLPS.get(cfg.mlp.kind).num_params(cfg),
-        "norms": block.norms_per_block(cfg) * norm,
+        "attention": _entry(cfg, "attention").num_params(cfg),
+        "mlp": _entry(cfg, "mlp").num_params(cfg),
+        "norms": block_entry.norms_per_block(cfg) * norm,
     }
     counts = {
-        "token_embedding": V * d,
-        "position_embedding": POSITIONS.get(cfg.position.kind).num_params(cfg),
+        "token_embedding": cfg.vocab_size * cfg.d_model,
+        "position_embedding": _entry(cfg, "position").num_params(cfg),
         **{name: L * n for name, n in per_block.items()},
-        "final_norm": norm if block.final_norm else 0,
-        "head": (0 if cfg.head.tied else V * d) + (V if cfg.head.bias else 0),
+        "final_norm": norm if block_entry.final_norm else 0,
+        "head": _entry(cfg, "head").num_params(cfg),
     }
     counts["total"] = sum(counts[c] for c in COMPONENTS)
-    counts["non_embedding"] = counts["total"] - counts["position_embedding"] - (0 if cfg.head.tied else V * d)
+    shared = _entry(cfg, "head").shared_embedding_params(cfg)
+    counts["non_embedding"] = counts["total"] - counts["token_embedding"] - counts["position_embedding"] + shared
     counts["per_block"] = sum(per_block.values())
     counts["flops_per_token"] = flops_per_token(cfg, counts["non_embedding"])
     return counts
 
 
 def flops_per_token(cfg: ModelConfig, non_embedding: int, seq_len: int | None = None) -> int:
-    """Training FLOPs per token: 6N for the matmuls with weights, 12·L·H·Q·T for attention scores."""
+    """Training FLOPs per token at ``seq_len`` (default ``context_length``): 6 per parameter that takes
+    part in a matmul, plus what each layer's entries do beyond their weights (attention's scores)."""
     T = seq_len or cfg.context_length
-    return 6 * non_embedding + 12 * cfg.n_layer * cfg.attention.n_head * head_dim(cfg) * T
+    per_layer = sum(_entry(cfg, f).extra_flops(cfg, T) for f in ("attention", "mlp", "norm", "block"))
+    once = sum(_entry(cfg, f).extra_flops(cfg, T) for f in ("position", "head"))
+    return 6 * non_embedding + cfg.n_layer * per_layer + once
 
 
 def built_counts(model: nn.Module) -> dict[str, int]:

@@ -226,8 +226,9 @@ def run_bench(cfg) -> dict:
     """Time ``cfg.model`` (and its Hugging Face twin) as ``cfg`` asks; return every figure measured."""
     from archlab.accounting import count, flops_per_token
     from archlab.build import build_model
-    from archlab.config import to_model_config, validate
+    from archlab.config import to_model_config
     from archlab.generate import generate
+    from archlab.nn.validation import validate
 
     mcfg = validate(to_model_config(cfg.model))
     n = check_settings(cfg, mcfg.context_length)

@@ -8,8 +8,10 @@ from typing import Any, Optional, Sequence
 import torch
 
 from archlab.accounting import check_build, count
-from archlab.config import ModelConfig, register_configs, to_model_config, validate
+from archlab.config import ModelConfig, to_model_config
+from archlab.config.store import register_configs
 from archlab.nn.model import Decoder
+from archlab.nn.validation import validate
 
 CONF_DIR = Path(__file__).parent / "conf"
 
@@ -52,8 +54,7 @@ def build_model(
         check_build(cfg, model)
     if str(device) != "meta":
         model = model.to_empty(device=device)
-        if cfg.head.tied:  # to_empty gives each module its own storage: tie again
-            model.head.weight = model.tok_emb.weight
+        model.head.tie(model.tok_emb)  # to_empty gives each module its own storage: tie again
         model.init_weights()
     if dtype is not None:
         model = model.to(dtype)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 from archlab.errors import ConfigError
 
@@ -12,17 +12,22 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Maps a config name (e.g. ``"rope"``) to the class that implements it.
 
-    ``field`` is the config path of the name (``"model.position.kind"``), used in error messages.
+    ``field`` is the config path of the name (``"model.position.kind"``), used in error messages;
+    ``members`` are the attributes every entry must have (e.g. the Component interface of archlab.nn).
     """
 
-    def __init__(self, field: str):
+    def __init__(self, field: str, members: Sequence[str] = ()):
         self.field = field
+        self.members = tuple(members)
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(entry: T) -> T:
             if name in self._entries:
                 raise ValueError(f"{self.field}: {name!r} is registered twice")
+            missing = [m for m in self.members if not hasattr(entry, m)]
+            if missing:
+                raise TypeError(f"{self.field}: {name!r} lacks {', '.join(missing)}")
             self._entries[name] = entry
             return entry
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
+
+from archlab.registry import Registry
+
+# kind -> tokenizer class; each has fit(text, vocab_size), from_dict(spec), to_dict(), encode(), decode()
+TOKENIZERS: Registry[type] = Registry("tokenizer", ("fit", "from_dict", "to_dict", "encode", "decode"))
 
 
+@TOKENIZERS.register("char")
 class CharTokenizer:
     """One id per distinct character of the training text, in sorted order (nanoGPT's shakespeare_char)."""
 
@@ -21,8 +27,13 @@ class CharTokenizer:
         self.index = {c: i for i, c in enumerate(self.chars)}
 
     @classmethod
-    def fit(cls, text: str) -> CharTokenizer:
+    def fit(cls, text: str, vocab_size: Optional[int] = None) -> CharTokenizer:
+        """The vocabulary is the text's characters: ``vocab_size`` is not a choice."""
         return cls(text)
+
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> CharTokenizer:
+        return cls(spec["chars"])
 
     @property
     def vocab_size(self) -> int:
@@ -41,11 +52,20 @@ class CharTokenizer:
         return {"kind": self.kind, "chars": self.chars}
 
 
+@TOKENIZERS.register("byte")
 class ByteTokenizer:
     """The 256 byte values of UTF-8 text: no fitting, any text."""
 
     kind = "byte"
     vocab_size = 256
+
+    @classmethod
+    def fit(cls, text: str, vocab_size: Optional[int] = None) -> ByteTokenizer:
+        return cls()
+
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> ByteTokenizer:
+        return cls()
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
@@ -57,6 +77,7 @@ class ByteTokenizer:
         return {"kind": self.kind}
 
 
+@TOKENIZERS.register("bpe")
 class BPETokenizer:
     """Byte-level BPE trained locally with the ``tokenizers`` library (no downloads)."""
 
@@ -78,6 +99,12 @@ class BPETokenizer:
         tok.train_from_iterator([text], trainer=trainer)
         return cls(tok)
 
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any]) -> BPETokenizer:
+        from tokenizers import Tokenizer
+
+        return cls(Tokenizer.from_str(spec["tokenizer"]))
+
     @property
     def vocab_size(self) -> int:
         return self.tok.get_vocab_size()
@@ -94,16 +121,7 @@ class BPETokenizer:
 
 def tokenizer_from_dict(spec: dict[str, Any]):
     """Inverse of ``to_dict``."""
-    kind = spec.get("kind")
-    if kind == "char":
-        return CharTokenizer(spec["chars"])
-    if kind == "byte":
-        return ByteTokenizer()
-    if kind == "bpe":
-        from tokenizers import Tokenizer
-
-        return BPETokenizer(Tokenizer.from_str(spec["tokenizer"]))
-    raise ValueError(f"tokenizer kind={kind!r} is invalid: allowed one of ['bpe', 'byte', 'char']")
+    return TOKENIZERS.get(spec.get("kind")).from_dict(spec)
 
 
 def save_tokenizer(tokenizer, path: str | Path) -> None:

@@ -163,14 +163,14 @@ def test_rope_theta_changes_outputs():
     assert differ(logits(a, idx), logits(b, idx))
 
 
-def rotate_projection(rotate, qkv, n_head, n_kv_head):
-    """Queries, keys and values from a position scheme's ``rotate`` when the fused projection's output
-    is ``qkv`` ``[B, T, heads, hd]`` itself: the projection is the identity."""
-    width = qkv.shape[-2] * qkv.shape[-1]
-    identity = torch.nn.Linear(width, width, bias=False, dtype=qkv.dtype)
-    with torch.no_grad():
-        identity.weight.copy_(torch.eye(width, dtype=qkv.dtype))
-    return rotate(qkv.flatten(-2), identity, n_head, n_kv_head)
+def rotate_projection(rotation, qkv, n_head, n_kv_head):
+    """Queries, keys and values as attention gets them from a position scheme's ``rotation`` when the
+    fused projection's output is ``qkv`` ``[B, T, heads, hd]`` itself: the projection is the identity
+    (whose rows the rotation may reorder, as attention lets it)."""
+    width, hd = qkv.shape[-2] * qkv.shape[-1], qkv.shape[-1]
+    weight, bias, arranged = rotation.arrange(torch.eye(width, dtype=qkv.dtype), None, n_head + n_kv_head, hd)
+    projected = torch.nn.functional.linear(qkv.flatten(-2), weight, bias).unflatten(-1, (qkv.shape[-2], hd))
+    return rotation.rotate(projected, n_head, n_kv_head, arranged)
 
 
 def scores(q, k):
@@ -429,8 +429,9 @@ def _up(m, x):  # the up matrix: the last d_ff rows
         ({"kind": "relu"}, lambda m, x: m.proj(m.fc(x).clamp(min=0))),
         ({"kind": "swiglu"}, lambda m, x: m.down(_gate(m, x) * torch.sigmoid(_gate(m, x)) * _up(m, x))),
         ({"kind": "geglu"}, lambda m, x: m.down(_gelu_exact(_gate(m, x)) * _up(m, x))),
+        ({"kind": "geglu", "approximate": "tanh"}, lambda m, x: m.down(_gelu_tanh(_gate(m, x)) * _up(m, x))),
     ],
-    ids=["gelu", "gelu-tanh", "relu", "swiglu", "geglu"],
+    ids=["gelu", "gelu-tanh", "relu", "swiglu", "geglu", "geglu-tanh"],
 )
 def test_mlp_equals_hand_formula(mlp, formula):
     m = build(tiny(mlp=mlp, init_std=0.5)).blocks[0].mlp  # a large init puts pre-activations far from 0

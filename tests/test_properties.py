@@ -48,11 +48,9 @@ def model_configs(draw) -> dict:
         position["theta"] = draw(st.sampled_from([10.0, 10000.0, 500000.0]))
         position["pairing"] = draw(st.sampled_from(["half", "interleaved"]))
 
-    mlp: dict = {
-        "kind": draw(st.sampled_from(["gelu", "relu", "swiglu", "geglu"])),
-        "bias": draw(st.booleans()),
-        "approximate": draw(st.sampled_from(["none", "tanh"])),
-    }
+    mlp: dict = {"kind": draw(st.sampled_from(["gelu", "relu", "swiglu", "geglu"])), "bias": draw(st.booleans())}
+    if mlp["kind"] in ("gelu", "geglu"):  # the GELU kinds, exact or tanh-approximated
+        mlp["approximate"] = draw(st.sampled_from(["none", "tanh"]))
     sizing = draw(st.sampled_from(["default", "d_ff", "multiplier", "llama"]))
     if sizing == "d_ff":
         mlp["d_ff"] = draw(st.integers(1, 96))

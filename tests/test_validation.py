@@ -78,6 +78,19 @@ CASES = [
     (["model.mlp.multiple_of=0"], "model.mlp.multiple_of", "a positive integer"),
     (["model.mlp.multiplier=0.001"], "model.mlp.d_ff", "a resolved hidden width >= 1"),  # int(0.128) = 0
     (["model.mlp.approximate=erf"], "model.mlp.approximate", "one of ['none', 'tanh']"),
+    # an enumerated value is checked whatever variant is chosen, and refused where the variant cannot honour it
+    (["model/mlp=swiglu", "model.mlp.approximate=bogus"], "model.mlp.approximate", "one of ['none', 'tanh']"),
+    (["model/mlp=geglu", "model.mlp.approximate=bogus"], "model.mlp.approximate", "one of ['none', 'tanh']"),
+    (["model/mlp=relu", "model.mlp.approximate=bogus"], "model.mlp.approximate", "one of ['none', 'tanh']"),
+    (["model/mlp=swiglu", "model.mlp.approximate=tanh"], "model.mlp.approximate", "none for swiglu"),
+    (["model/mlp=relu", "model.mlp.approximate=tanh"], "model.mlp.approximate", "none for relu"),
+    (
+        ["model/position=learned", "model.position.pairing=bogus"],
+        "model.position.pairing",
+        "one of ['half', 'interleaved']",
+    ),
+    (["model.attention.kind=linear"], "model.attention.kind", "one of ['causal']"),
+    (["model.head.kind=bogus"], "model.head.kind", "one of ['linear']"),
     # probabilities
     (["model.dropout=1.0"], "model.dropout", "a probability in [0, 1)"),
     (["model.dropout=-0.1"], "model.dropout", "a probability in [0, 1)"),
@@ -170,3 +183,12 @@ def test_config_errors_survive_pickling(kind):
         "a divisor of d_model=384",
     )
     assert str(err) == "model.attention.n_head=5 is invalid: allowed a divisor of d_model=384"
+
+
+def test_swapping_to_an_mlp_without_a_tanh_form_resets_a_presets_tanh():
+    """GPT-2 asks for tanh GELU; choosing swiglu or relu on it resets approximate (their option files do),
+    geglu keeps it and honours it."""
+    assert compose_model(["model=gpt2", "model/mlp=swiglu"]).mlp.approximate == "none"
+    assert compose_model(["model=gpt2", "model/mlp=relu"]).mlp.approximate == "none"
+    geglu = build_model(compose_model(["model=nano", "model/mlp=geglu"]), device="meta").blocks[0].mlp
+    assert geglu.gate == "gelu_tanh"

@@ -22,9 +22,11 @@ from rich.table import Table
 from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.build import CONF_DIR, build_model, compose
 from archlab.cli.errors import short_config_errors
-from archlab.config import head_dim, n_kv_head, register_configs, to_model_config, validate
+from archlab.config import head_dim, n_kv_head, to_model_config
+from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
+from archlab.nn.validation import validate
 
 # Total parameters of each published layout, typed in from the team's reference sheet (not shipped):
 # the Hugging Face transformers 5.23 model built on the meta device, tied tensors counted once. nano has

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,21 +21,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import ValidationError
 
 from archlab.cli.errors import short_config_errors
+from archlab.config.commands import GenerateConfig
 from archlab.errors import ConfigError, check_device
 
 TOKENIZER_KEY = "archlab_tokenizer"
-
-
-@dataclass
-class GenerateConfig:
-    ckpt: Optional[str] = None  # safetensors file written by archlab.weights.save_weights
-    prompt: Optional[str] = None  # text, encoded with the tokenizer stored in the file
-    prompt_ids: Optional[list[int]] = None  # token ids, for files without a tokenizer
-    max_new_tokens: int = 100
-    temperature: float = 1.0  # 0 = greedy
-    top_k: Optional[int] = None  # sample among the k most likely tokens; null = all
-    seed: Optional[int] = 0  # null = a different sample every run
-    device: str = "cpu"
 
 
 _TEXT_FIELDS = {"ckpt", "prompt", "device"}  # taken verbatim; other values are parsed as YAML

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -14,30 +13,20 @@ import numpy as np
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from archlab.config.commands import PrepareConfig
 from archlab.data.common import check_fraction, read_text, split_point, token_dtype
 from archlab.errors import ConfigError
-from archlab.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
+from archlab.tokenizer import TOKENIZERS
 
 USAGE = (
     "archlab-prepare input=<text file> output=<dir> [tokenizer=char|byte|bpe] [vocab_size=N (bpe)] [val_fraction=0.1]"
 )
-TOKENIZERS = ("char", "byte", "bpe")
 BPE_ALPHABET = 256  # byte-level BPE starts from the 256 byte symbols
-
-
-@dataclass
-class PrepareConfig:
-    input: str = "???"
-    output: str = "???"
-    tokenizer: str = "char"  # char | byte | bpe
-    vocab_size: Optional[int] = None  # bpe only: the vocabulary to train
-    val_fraction: float = 0.1  # the last 10% of the tokens is the validation split
 
 
 def check(cfg: PrepareConfig) -> None:
     """Raise ConfigError for the first unusable setting, before the text is read."""
-    if cfg.tokenizer not in TOKENIZERS:
-        raise ConfigError("tokenizer", cfg.tokenizer, " | ".join(TOKENIZERS))
+    TOKENIZERS.get(cfg.tokenizer)
     if cfg.tokenizer == "bpe":
         if cfg.vocab_size is None or cfg.vocab_size <= BPE_ALPHABET:
             raise ConfigError(
@@ -63,12 +52,7 @@ def prepare(cfg: PrepareConfig) -> dict:
     """Write the shards and ``meta.json`` into ``cfg.output``; return the metadata written."""
     check(cfg)
     text = read_text(cfg.input, "input")
-    if cfg.tokenizer == "char":
-        tokenizer = CharTokenizer.fit(text)
-    elif cfg.tokenizer == "byte":
-        tokenizer = ByteTokenizer()
-    else:
-        tokenizer = BPETokenizer.fit(text, cfg.vocab_size)
+    tokenizer = TOKENIZERS.get(cfg.tokenizer).fit(text, cfg.vocab_size)
     dtype = token_dtype(tokenizer.vocab_size)
     ids = np.asarray(tokenizer.encode(text), dtype=np.dtype(dtype).newbyteorder("<"))
     split = split_point(len(ids), cfg.val_fraction)

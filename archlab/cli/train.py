@@ -9,7 +9,7 @@ import hydra
 from omegaconf import DictConfig
 
 from archlab.cli.errors import short_config_errors
-from archlab.config import register_configs
+from archlab.config.store import register_configs
 from archlab.errors import DirectoryHoldsRun, SweepConfigError
 
 

@@ -28,11 +28,11 @@ from archlab.config import (
     head_dim,
     n_kv_head,
     to_model_config,
-    validate,
 )
 from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
 from archlab.nn.model import Decoder
+from archlab.nn.validation import validate
 from archlab.nn.positions import rotary_dim
 
 # family -> (transformers model class, its config class)
@@ -468,7 +468,7 @@ def _decoder(cfg: ModelConfig, state: dict[str, Tensor]) -> Decoder:
     model = build_model(cfg, device="meta")
     model.load_state_dict(state, strict=True, assign=True)
     if cfg.head.tied:  # assign replaced both parameters: make the head the embedding again
-        model.head.weight = model.tok_emb.weight
+        model.head.tie(model.tok_emb)
     return model
 
 

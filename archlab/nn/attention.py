@@ -1,4 +1,5 @@
-"""Causal self-attention with ``n_kv_head`` key/value heads (MHA, GQA, MQA), SDPA and a KV cache."""
+"""Attention variants (``causal``: softmax self-attention with ``n_kv_head`` key/value heads, i.e.
+MHA, GQA or MQA, over SDPA) and the KV cache they decode with."""
 
 from __future__ import annotations
 
@@ -8,15 +9,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from archlab import checks
 from archlab.config import ModelConfig, head_dim, n_kv_head
-from archlab.nn.positions import Rotary
+from archlab.errors import ConfigError
+from archlab.nn.component import MEMBERS, Base
+from archlab.nn.positions import Rotation
+from archlab.registry import Registry
 
-
-def attention_params(cfg: ModelConfig) -> int:
-    """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for."""
-    a, d, hd, kv = cfg.attention, cfg.d_model, head_dim(cfg), n_kv_head(cfg)
-    qkv_out = (a.n_head + 2 * kv) * hd
-    return d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
+ATTENTIONS: Registry[type] = Registry("model.attention.kind", MEMBERS)
 
 
 class KVCache:
@@ -51,7 +51,8 @@ def attention_mask(q_pos: Tensor, k_pos: Tensor, bias: Optional[Tensor]) -> Opti
     return bias.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
 
 
-class CausalSelfAttention(nn.Module):
+@ATTENTIONS.register("causal")
+class CausalSelfAttention(Base, nn.Module):
     """One fused q/k/v projection, SDPA over the causal window, one output projection."""
 
     def __init__(self, cfg: ModelConfig):
@@ -66,7 +67,7 @@ class CausalSelfAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        rotary: Optional[Rotary] = None,
+        rotary: Optional[Rotation] = None,
         mask: Optional[Tensor] = None,
         cache: Optional[KVCache] = None,
         layer: int = 0,
@@ -75,8 +76,10 @@ class CausalSelfAttention(nn.Module):
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
         if rotary is None:
             q, k, v = self.qkv(x).view(B, T, H + 2 * KV, hd).split((H, KV, KV), dim=2)
-        else:
-            q, k, v = rotary(x, self.qkv, H, KV)
+        else:  # the scheme may reorder the projection's rows into a layout it rotates faster
+            weight, bias, arranged = rotary.arrange(self.qkv.weight, self.qkv.bias, H + KV, hd)
+            qkv = F.linear(x, weight, bias).unflatten(-1, (H + 2 * KV, hd))
+            q, k, v = rotary.rotate(qkv, H, KV, arranged)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if cache is not None:
             k, v = cache.update(layer, k, v)
@@ -92,3 +95,42 @@ class CausalSelfAttention(nn.Module):
             enable_gqa=KV != H,
         )
         return self.proj(y.transpose(1, 2).reshape(B, T, H * hd))
+
+    @staticmethod
+    def num_params(cfg: ModelConfig) -> int:
+        """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for."""
+        a, d, hd, kv = cfg.attention, cfg.d_model, head_dim(cfg), n_kv_head(cfg)
+        qkv_out = (a.n_head + 2 * kv) * hd
+        return d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
+
+    @staticmethod
+    def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
+        """Scores q·k and the weighted sum of values, forward and backward: 12·H·hd·T (PaLM, appendix B)."""
+        return 12 * cfg.attention.n_head * head_dim(cfg) * seq_len
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        a = cfg.attention
+        checks.positive("model.attention.n_head", a.n_head)
+        if a.head_dim is None:
+            if cfg.d_model % a.n_head:
+                raise ConfigError(
+                    "model.attention.n_head",
+                    a.n_head,
+                    f"a divisor of model.d_model={cfg.d_model}, or set model.attention.head_dim",
+                )
+        else:
+            checks.positive("model.attention.head_dim", a.head_dim)
+        if a.n_kv_head is not None:
+            checks.positive("model.attention.n_kv_head", a.n_kv_head)
+            if a.n_head % a.n_kv_head:
+                raise ConfigError(
+                    "model.attention.n_kv_head",
+                    a.n_kv_head,
+                    f"a divisor of model.attention.n_head={a.n_head} (1 = MQA, n_head = MHA)",
+                )
+        checks.probability("model.attention.dropout", a.dropout)
+
+
+def build_attention(cfg: ModelConfig) -> nn.Module:
+    return ATTENTIONS.get(cfg.attention.kind)(cfg)

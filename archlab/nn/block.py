@@ -7,15 +7,16 @@ from typing import Optional
 from torch import Tensor, nn
 
 from archlab.config import ModelConfig
-from archlab.nn.attention import CausalSelfAttention, KVCache
+from archlab.nn.attention import KVCache, build_attention
+from archlab.nn.component import MEMBERS, Base
 from archlab.nn.mlp import build_mlp
 from archlab.nn.norms import build_norm
 from archlab.registry import Registry
 
-BLOCKS: Registry[type] = Registry("model.block.kind")
+BLOCKS: Registry[type] = Registry("model.block.kind", MEMBERS + ("norms_per_block", "final_norm"))
 
 
-class Block(nn.Module):
+class Block(Base, nn.Module):
     """Holds a block's parts; subclasses say how they are wired into the residual stream."""
 
     final_norm = True  # does the model need a norm after the last block?
@@ -24,7 +25,7 @@ class Block(nn.Module):
         super().__init__()
         self.layer = layer
         self.attn_norm = build_norm(cfg)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = build_attention(cfg)
         self.mlp_norm = build_norm(cfg) if self.norms_per_block(cfg) == 2 else None
         self.mlp = build_mlp(cfg)
         self.drop = nn.Dropout(cfg.dropout)
@@ -34,11 +35,8 @@ class Block(nn.Module):
 
     @staticmethod
     def norms_per_block(cfg: ModelConfig) -> int:
+        """How many norms one block holds (the wiring's, beyond its attention and MLP)."""
         return 2
-
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        pass
 
 
 @BLOCKS.register("pre")

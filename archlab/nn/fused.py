@@ -8,6 +8,8 @@ formulas to float rounding (tests/test_fused.py).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -159,6 +161,10 @@ def rotary_qkv(
 _GATE_ACTIVATIONS = {
     "silu": (F.silu, lambda grad, x, out: torch.ops.aten.silu_backward.grad_input(grad, x, grad_input=out)),
     "gelu": (F.gelu, lambda grad, x, out: torch.ops.aten.gelu_backward.grad_input(grad, x, grad_input=out)),
+    "gelu_tanh": (
+        functools.partial(F.gelu, approximate="tanh"),
+        lambda grad, x, out: torch.ops.aten.gelu_backward.grad_input(grad, x, approximate="tanh", grad_input=out),
+    ),
 }
 
 
@@ -187,7 +193,7 @@ class _Gated(torch.autograd.Function):
 
 
 def glu(h: Tensor, activation: str) -> Tensor:
-    """``activation(gate) * up`` for ``h = [gate | up]`` along the last dim (SwiGLU: silu, GeGLU: gelu)."""
+    """``activation(gate) * up`` for ``h = [gate | up]`` along the last dim (SwiGLU: silu, GeGLU: gelu or gelu_tanh)."""
     if _needs_grad(h):
         return _Gated.apply(h, activation)
     gate, up = h.chunk(2, dim=-1)

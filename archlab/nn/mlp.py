@@ -14,10 +14,11 @@ from torch import Tensor, nn
 
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.nn.component import MEMBERS, Base
 from archlab.nn.fused import glu
 from archlab.registry import Registry
 
-MLPS: Registry[type] = Registry("model.mlp.kind")
+MLPS: Registry[type] = Registry("model.mlp.kind", MEMBERS)
 
 
 def d_ff(cfg: ModelConfig) -> int:
@@ -49,7 +50,7 @@ def _validate_sizes(cfg: ModelConfig) -> None:
         )
 
 
-class PlainMLP(nn.Module):
+class PlainMLP(Base, nn.Module):
     """``proj(act(fc(x)))``: the GPT-2 / original Transformer feed-forward."""
 
     gated = False
@@ -85,12 +86,6 @@ class GeLUMLP(PlainMLP):
     def act(self, x: Tensor) -> Tensor:
         return F.gelu(x, approximate=self.approximate)
 
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        if cfg.mlp.approximate not in ("none", "tanh"):
-            raise ConfigError("model.mlp.approximate", cfg.mlp.approximate, "one of ['none', 'tanh']")
-        _validate_sizes(cfg)
-
 
 @MLPS.register("relu")
 class ReLUMLP(PlainMLP):
@@ -99,8 +94,14 @@ class ReLUMLP(PlainMLP):
     def act(self, x: Tensor) -> Tensor:
         return F.relu(x)
 
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        if cfg.mlp.approximate != "none":
+            raise ConfigError("model.mlp.approximate", cfg.mlp.approximate, "none for relu (only GELU has a tanh form)")
+        _validate_sizes(cfg)
 
-class GatedMLP(nn.Module):
+
+class GatedMLP(Base, nn.Module):
     """``down(act(gate(x)) * up(x))`` (Shazeer 2020): three matrices at hidden width d_ff. The gate
     and up matrices are one ``gate_up`` Linear with output ``[gate | up]``: one matmul, not two."""
 
@@ -112,9 +113,14 @@ class GatedMLP(nn.Module):
         self.gate_up = nn.Linear(d, 2 * f, bias=bias)
         self.down = nn.Linear(f, d, bias=bias)
         self.down.residual = True
+        self.gate = self.activation_of(cfg)
+
+    def activation_of(self, cfg: ModelConfig) -> str:
+        """The gate's activation, a name ``archlab.nn.fused.glu`` knows."""
+        raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(glu(self.gate_up(x), self.activation))
+        return self.down(glu(self.gate_up(x), self.gate))
 
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:
@@ -130,14 +136,22 @@ class GatedMLP(nn.Module):
 class SwiGLU(GatedMLP):
     """Gate through SiLU (LLaMA)."""
 
-    activation = "silu"
+    def activation_of(self, cfg: ModelConfig) -> str:
+        return "silu"
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        if cfg.mlp.approximate != "none":
+            raise ConfigError("model.mlp.approximate", cfg.mlp.approximate, "none for swiglu (SiLU has no tanh form)")
+        _validate_sizes(cfg)
 
 
 @MLPS.register("geglu")
 class GeGLU(GatedMLP):
-    """Gate through exact GELU."""
+    """Gate through GELU: exact, or its tanh approximation (``approximate: tanh``, Gemma's gated GELU)."""
 
-    activation = "gelu"
+    def activation_of(self, cfg: ModelConfig) -> str:
+        return "gelu" if cfg.mlp.approximate == "none" else "gelu_tanh"
 
 
 def build_mlp(cfg: ModelConfig) -> nn.Module:

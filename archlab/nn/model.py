@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, attention_mask
 from archlab.nn.block import BLOCKS, build_block
+from archlab.nn.head import build_head
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import build_position, uninitialised_embedding
 
@@ -27,9 +28,8 @@ class Decoder(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(build_block(cfg, i) for i in range(cfg.n_layer))
         self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.head.bias)
-        if cfg.head.tied:
-            self.head.weight = self.tok_emb.weight
+        self.head = build_head(cfg)
+        self.head.tie(self.tok_emb)
         # Recompute each block's activations in backward instead of keeping them: less memory, more compute.
         self.activation_checkpointing = False
 

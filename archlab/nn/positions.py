@@ -1,29 +1,27 @@
 """Position schemes: ``learned``, ``sinusoidal``, ``rope``, ``alibi``, ``none``.
 
 A scheme acts at one or more of three points, each a no-op by default: ``embed`` adds an absolute
-position to the token embeddings, ``rotary`` returns a function that computes the fused q/k/v
-projection and splits it into queries and keys, both rotated, and values, and ``bias`` returns an
-additive attention bias. The model calls each once per forward.
+position to the token embeddings, ``rotary`` returns a ``Rotation`` that attention applies to the
+queries and keys it projected, and ``bias`` returns an additive attention bias. The model calls each
+once per forward.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from archlab import checks
 from archlab.config import ModelConfig, head_dim
 from archlab.errors import ConfigError
+from archlab.nn.component import MEMBERS, Base
 from archlab.nn.fused import rotary_qkv, rotates_as_complex
 from archlab.registry import Registry
 
-POSITIONS: Registry[type] = Registry("model.position.kind")
-
-# (x, the fused q/k/v Linear, n_head, n_kv_head) -> queries, keys, values [B, T, heads, head_dim], q and k rotated
-Rotary = Callable[[Tensor, nn.Linear, int, int], tuple[Tensor, Tensor, Tensor]]
+POSITIONS: Registry[type] = Registry("model.position.kind", MEMBERS)
 
 
 def uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
@@ -32,7 +30,24 @@ def uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
     return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
 
 
-class Position(nn.Module):
+class Rotation:
+    """What a rotary scheme hands attention for one forward: ``arrange`` may reorder the rows of the
+    fused q/k/v projection before attention multiplies by it (a faster layout for the rotation), and
+    ``rotate`` turns that projection's output into rotated queries and keys, and values."""
+
+    def arrange(
+        self, weight: Tensor, bias: Optional[Tensor], qk_heads: int, head_dim: int
+    ) -> tuple[Tensor, Optional[Tensor], bool]:
+        """The projection's weight and bias to multiply by (``qk_heads`` query and key heads of
+        ``head_dim`` rows come first), and whether their rows were reordered."""
+        return weight, bias, False
+
+    def rotate(self, qkv: Tensor, n_head: int, n_kv_head: int, arranged: bool) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values ``[B, T, heads, head_dim]`` of a projection ``[B, T, H + 2·KV, head_dim]``."""
+        raise NotImplementedError
+
+
+class Position(Base, nn.Module):
     """Base scheme: adds nothing, rotates nothing, biases nothing (the ``none`` scheme)."""
 
     max_positions: Optional[int] = None  # positions from this one on have no encoding (a learned table)
@@ -43,19 +58,11 @@ class Position(nn.Module):
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x
 
-    def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> Optional[Rotary]:
+    def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> Optional[Rotation]:
         return None
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Optional[Tensor]:
         return None
-
-    @staticmethod
-    def num_params(cfg: ModelConfig) -> int:
-        return 0
-
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        pass
 
 
 POSITIONS.register("none")(Position)
@@ -124,40 +131,15 @@ class RoPE(Position):
         self.theta = cfg.position.theta
         self.interleaved = cfg.position.pairing == "interleaved"
 
-    def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> Rotary:
-        """Rotation by the angles of positions ``pos``. ``half`` pairs are rotated as adjacent pairs of a
-        projection whose q/k rows are reordered (``adjacent_pairs``): one complex multiply instead of five
-        real passes, and every q·k, so attention, is unchanged. Not when ``cached`` (keys kept in a KV cache
-        stay in the projection's own order: a decoding step's reorder would cost more than it saves), nor
-        where the rotation cannot be complex (bf16 under autocast, an odd head size), nor under
-        ``torch.compile``, whose kernel for the half rotation is faster than for the reordered one."""
+    def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> RoPERotation:
         angles = _opaque_rope_angles if torch.compiler.is_compiling() else rope_angles
         cos, sin = (t.to(dtype) for t in angles(pos, self.dim, self.theta))
-        may_reorder = not self.interleaved and not cached
-
-        def rotate(x: Tensor, proj: nn.Linear, n_head: int, n_kv_head: int) -> tuple[Tensor, Tensor, Tensor]:
-            weight, bias = proj.weight, proj.bias
-            hd = weight.shape[0] // (n_head + 2 * n_kv_head)
-            reorder = (
-                may_reorder
-                and rotates_as_complex(_projection_dtype(weight), hd)
-                and not torch.compiler.is_compiling()  # inductor fuses the half rotation itself
-            )
-            if reorder:
-                weight = adjacent_pairs(weight, n_head + n_kv_head, hd, self.dim)
-                bias = None if bias is None else adjacent_pairs(bias, n_head + n_kv_head, hd, self.dim)
-            qkv = F.linear(x, weight, bias).unflatten(-1, (n_head + 2 * n_kv_head, hd))
-            return rotary_qkv(qkv, cos, sin, self.interleaved or reorder, n_head, n_kv_head)
-
-        return rotate
+        return RoPERotation(cos, sin, self.dim, self.interleaved, may_reorder=not self.interleaved and not cached)
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
         p, hd = cfg.position, head_dim(cfg)
-        if not 0 < p.theta < math.inf:
-            raise ConfigError("model.position.theta", p.theta, "a positive number")
-        if p.pairing not in ("half", "interleaved"):
-            raise ConfigError("model.position.pairing", p.pairing, "one of ['half', 'interleaved']")
+        checks.positive("model.position.theta", p.theta)
         if p.rotary_dim is not None and p.rotary_fraction is not None:
             raise ConfigError(
                 "model.position.rotary_fraction", p.rotary_fraction, "null when rotary_dim is set (give one of them)"
@@ -182,6 +164,34 @@ class RoPE(Position):
         r = rotary_dim(cfg)
         if r <= 0 or r % 2 or r > hd:
             raise ConfigError("model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]")
+
+
+class RoPERotation(Rotation):
+    """RoPE's rotation at one forward's positions. ``half`` pairs are rotated as adjacent pairs of a
+    projection whose q/k rows ``arrange`` reorders (``adjacent_pairs``): one complex multiply instead of
+    five real passes, and every q·k, so attention, is unchanged. Not when ``may_reorder`` is off (keys
+    headed for a KV cache stay in the projection's own order: a decoding step's reorder would cost more
+    than it saves), nor where the rotation cannot be complex (bf16 under autocast, an odd head size), nor
+    under ``torch.compile``, whose kernel for the half rotation is faster than for the reordered one."""
+
+    def __init__(self, cos: Tensor, sin: Tensor, dim: int, interleaved: bool, may_reorder: bool):
+        self.cos, self.sin, self.dim, self.interleaved, self.may_reorder = cos, sin, dim, interleaved, may_reorder
+
+    def arrange(
+        self, weight: Tensor, bias: Optional[Tensor], qk_heads: int, head_dim: int
+    ) -> tuple[Tensor, Optional[Tensor], bool]:
+        reorder = (
+            self.may_reorder
+            and rotates_as_complex(_projection_dtype(weight), head_dim)
+            and not torch.compiler.is_compiling()  # inductor fuses the half rotation itself
+        )
+        if not reorder:
+            return weight, bias, False
+        bias = None if bias is None else adjacent_pairs(bias, qk_heads, head_dim, self.dim)
+        return adjacent_pairs(weight, qk_heads, head_dim, self.dim), bias, True
+
+    def rotate(self, qkv: Tensor, n_head: int, n_kv_head: int, arranged: bool) -> tuple[Tensor, Tensor, Tensor]:
+        return rotary_qkv(qkv, self.cos, self.sin, self.interleaved or arranged, n_head, n_kv_head)
 
 
 def rope_angles(pos: Tensor, dim: int, theta: float) -> tuple[Tensor, Tensor]:

@@ -6,117 +6,20 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from archlab.config import ModelConfig, to_model_config, validate
+from archlab.config import to_model_config
+from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
+from archlab.nn.validation import validate
 
 PRECISIONS = ("32", "32-true", "bf16-mixed", "bf16-true", "16-mixed")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed")
 SCHEDULES = ("cosine",)
-
-
-@dataclass
-class TrainerConfig:
-    """Arguments of ``lightning.pytorch.Trainer``; training is counted in optimizer steps."""
-
-    _target_: str = "lightning.pytorch.Trainer"
-    accelerator: str = "cpu"
-    devices: Any = 1  # an int, a list of device ids, or "auto"
-    num_nodes: int = 1
-    strategy: Any = "auto"  # a Lightning name, or a node with _target_ (a Strategy object)
-    precision: str = "32-true"
-    max_steps: int = 1000
-    val_check_interval: int = 100  # validate every this many training batches
-    check_val_every_n_epoch: Optional[int] = None  # None: val_check_interval counts across epochs
-    limit_val_batches: Any = None  # null (all), a count of batches (int), or a fraction (float in (0, 1])
-    max_time: Optional[str] = None  # "DD:HH:MM:SS"
-    gradient_clip_val: Optional[float] = 1.0
-    accumulate_grad_batches: int = 1
-    log_every_n_steps: int = 50
-    num_sanity_val_steps: int = 0
-    deterministic: Optional[bool] = None
-    enable_model_summary: bool = False  # the parameter check logs the per-component table instead
-
-
-@dataclass
-class OptimConfig:
-    """``torch.optim.AdamW`` built over two parameter groups (see ``archlab.training.optim``)."""
-
-    _target_: str = "torch.optim.AdamW"
-    _partial_: bool = True
-    lr: float = 1e-3
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
-    eps: float = 1e-8
-    weight_decay: float = 0.1  # applied to 2-D weights only
-
-
-@dataclass
-class SchedulerConfig:
-    """Linear warm-up, then cosine decay from ``lr`` to ``min_lr_ratio * lr`` at ``decay_steps``."""
-
-    kind: str = "cosine"
-    warmup_steps: int = 100
-    min_lr_ratio: float = 0.1
-    decay_steps: Optional[int] = None  # None: trainer.max_steps
-
-
-@dataclass
-class PathsConfig:
-    output_dir: Optional[str] = None  # None: the Hydra run directory (required outside archlab-train)
-
-
-@dataclass
-class MatchConfig:
-    """Size ``field`` so the model has the parameters of a reference: this model with ``reference``'s
-    fields (e.g. ``{mlp: {kind: gelu}}``) set; null reference: no matching (see archlab.matching)."""
-
-    reference: Any = None  # null, or a dict of model fields
-    field: str = "mlp.d_ff"
-    tolerance: float = 0.005
-    step: int = 1
-
-
-@dataclass
-class TrainConfig:
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: Dict[str, Any] = field(default_factory=dict)  # a LightningDataModule node with _target_
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
-    logger: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Logger node with _target_
-    callbacks: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Callback node with _target_
-    paths: PathsConfig = field(default_factory=PathsConfig)
-    seed: int = 0
-    ckpt_path: Optional[str] = None  # continue exactly from this checkpoint
-    resume: Optional[str] = None  # "auto": the newest checkpoint of this run directory
-    compile: bool = False  # torch.compile each block
-    activation_checkpointing: bool = False  # recompute each block's activations in backward
-    threads: Optional[int] = None  # torch intra-op threads per process (null: torch's default)
-    match: MatchConfig = field(default_factory=MatchConfig)
-    objective: Optional[str] = None  # the final metric a sweeper optimises (null: the first val loss)
-
-
-def world_size(devices: Any, num_nodes: Any) -> int:
-    """Processes in the run: devices per node (a count or a list of ids) times nodes."""
-    per_node = len(devices) if isinstance(devices, (list, ListConfig)) else devices
-    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
-        raise ConfigError(
-            "trainer.devices", devices, "a number or list of devices (this strategy sizes its mesh from it)"
-        )
-    return per_node * int(num_nodes)
-
-
-def register_train_configs(cs: Any) -> None:
-    """Store ``train_schema`` in Hydra's ConfigStore (``conf/train.yaml`` lists it first) and the
-    ``archlab.world_size`` resolver the fsdp trainer config sizes its mesh with."""
-    cs.store(name="train_schema", node=TrainConfig)
-    OmegaConf.register_new_resolver("archlab.world_size", world_size, replace=True)
 
 
 def _positive_int(value: Any, name: str, allow_zero: bool = False) -> None:
@@ -182,7 +85,8 @@ def _check_direction(cfg: DictConfig) -> None:
 
 
 def validate_train(cfg: DictConfig) -> DictConfig:
-    """Raise one ConfigError naming the first bad training setting; return ``cfg`` unchanged.
+    """Raise one ConfigError naming the first bad training setting; return ``cfg``, unchanged but for a
+    warm-up the command line did not set, fitted to a shorter run (``fit_warmup``).
 
     Runs before the data is read: the model is checked with the sizes it was composed with (the data
     later replaces vocab_size and context_length, and the model is checked again then)."""
@@ -242,6 +146,9 @@ def validate_train(cfg: DictConfig) -> DictConfig:
         raise ConfigError(
             "scheduler.min_lr_ratio", s.min_lr_ratio, "a number in [0, 1] (the floor as a fraction of optim.lr)"
         )
+    from archlab.training.optim import fit_warmup
+
+    fit_warmup(cfg)  # a warm-up not set on the command line is shortened to fit the run
     if s.decay_steps is None and s.warmup_steps >= t.max_steps:
         raise ConfigError(
             "scheduler.warmup_steps",

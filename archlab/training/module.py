@@ -13,8 +13,9 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from archlab.build import build_model
-from archlab.config import to_model_config, validate
+from archlab.config import to_model_config
 from archlab.nn.model import Decoder
+from archlab.nn.validation import validate
 from archlab.training.optim import build_optimizer, build_scheduler
 
 IGNORE = -100  # targets that are not scored

@@ -20,8 +20,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from archlab.accounting import count
 from archlab.build import CONF_DIR
-from archlab.config import model_config_dict, to_model_config, validate
+from archlab.config import model_config_dict, to_model_config
 from archlab.errors import ConfigError, DirectoryHoldsRun
+from archlab.nn.validation import validate
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.config import instantiate_node, validate_train
 from archlab.training.loggers import CSVLogger

@@ -10,9 +10,10 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from archlab.config import to_model_config, validate
+from archlab.config import to_model_config
 from archlab.errors import ConfigError
 from archlab.matching import match_params
+from archlab.nn.validation import validate
 
 METRICS = ("loss", "ppl", "acc")
 

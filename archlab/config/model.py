@@ -1,4 +1,5 @@
-"""Structured model configs (the config contract every registry family reads), registered in Hydra's ConfigStore.
+"""Structured model configs: the contract every registry family reads (plain dataclasses; Hydra's
+ConfigStore holds them, see ``archlab.config.store``).
 
 One dataclass per registry family holds the fields of every variant of that family; ``kind`` picks
 the variant and the variant's own entry checks the fields it uses (see ``archlab.nn``).
@@ -6,13 +7,16 @@ the variant and the variant's own entry checks the fields it uses (see ``archlab
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from archlab.errors import ConfigError
+
+def choice(default: str, *allowed: str) -> Any:
+    """A string field that takes one of ``allowed`` values: validation checks every such field of the
+    model config, whatever variant is chosen (``archlab.nn.validation``)."""
+    return field(default=default, metadata={"choices": (default, *allowed)})
 
 
 @dataclass
@@ -40,13 +44,14 @@ class PositionConfig:
     theta: float = 10000.0  # rope base
     rotary_dim: Optional[int] = None  # rope: rotate only this many dims of each head
     rotary_fraction: Optional[float] = None  # rope: ... or this fraction of them
-    pairing: str = "half"  # rope: half (rotate_half, LLaMA/NeoX) | interleaved (GPT-J)
+    pairing: str = choice("half", "interleaved")  # rope: half (rotate_half, LLaMA/NeoX) | interleaved (GPT-J)
 
 
 @dataclass
 class AttentionConfig:
-    """``model.attention``: heads and projections of causal self-attention (archlab/nn/attention.py)."""
+    """``model.attention``: self-attention, its heads and projections (``ATTENTIONS``, archlab/nn/attention.py)."""
 
+    kind: str = "causal"  # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head)
     n_head: int = 12
     n_kv_head: Optional[int] = None  # None = n_head (MHA); divides n_head (GQA); 1 (MQA)
     head_dim: Optional[int] = None  # None = d_model // n_head
@@ -65,13 +70,14 @@ class MLPConfig:
     ffn_dim_multiplier: Optional[float] = None  # gated LLaMA rule
     multiple_of: int = 1  # gated LLaMA rule: round the width up to a multiple of this
     bias: bool = True
-    approximate: str = "none"  # gelu only: none | tanh
+    approximate: str = choice("none", "tanh")  # gelu and geglu: exact GELU, or its tanh approximation
 
 
 @dataclass
 class HeadConfig:
-    """``model.head``: the output projection to the vocabulary (archlab/nn/model.py)."""
+    """``model.head``: the output projection to the vocabulary (``HEADS``, archlab/nn/head.py)."""
 
+    kind: str = "linear"  # linear (a matrix of its own, or the token embedding when tied)
     tied: bool = True
     bias: bool = False
 
@@ -92,46 +98,6 @@ class ModelConfig:
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     mlp: MLPConfig = field(default_factory=MLPConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
-
-
-@dataclass
-class CheckConfig:
-    """``archlab-check``: one composed model, or (with no ``model=``) every preset."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    format: str = "table"  # table | json
-
-
-@dataclass
-class BenchConfig:
-    """``archlab-bench``: one composed model against the Hugging Face implementation of its layout."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    batch_size: int = 8
-    seq_len: Optional[int] = None
-    warmup: int = 2
-    repeats: int = 10
-    generate_tokens: Optional[int] = None  # None: model.context_length minus the 8-token prompt
-    device: str = "auto"
-    dtype: str = "float32"
-    threads: Optional[int] = None
-    compare_hf: bool = True
-    compile: bool = False
-    matmul_size: Optional[int] = None
-    checkpointing: bool = True
-    format: str = "table"
-
-
-def register_configs() -> None:
-    """Put the schemas in Hydra's ConfigStore so YAML files are type-checked against them."""
-    from hydra.core.config_store import ConfigStore
-
-    cs = ConfigStore.instance()
-    cs.store(name="check_schema", node=CheckConfig)
-    cs.store(name="bench_schema", node=BenchConfig)
-    from archlab.training.config import register_train_configs
-
-    register_train_configs(cs)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:
@@ -164,58 +130,3 @@ def head_dim(cfg: ModelConfig) -> int:
 def n_kv_head(cfg: ModelConfig) -> int:
     a = cfg.attention
     return a.n_kv_head if a.n_kv_head is not None else a.n_head
-
-
-# ---- validation: every check runs before any tensor is allocated ----
-
-
-def _positive(value: Any, name: str) -> None:
-    if value is None or not 0 < value < math.inf:  # nan and inf are not sizes either
-        raise ConfigError(name, value, "a positive number")
-
-
-def _probability(value: float, name: str) -> None:
-    if not 0.0 <= value < 1.0:
-        raise ConfigError(name, value, "a probability in [0, 1)")
-
-
-def validate(cfg: ModelConfig) -> ModelConfig:
-    """Raise one ConfigError naming the first inconsistent field; return the config unchanged."""
-    from archlab.nn.block import BLOCKS
-    from archlab.nn.mlp import MLPS
-    from archlab.nn.norms import NORMS
-    from archlab.nn.positions import POSITIONS
-
-    for name in ("vocab_size", "context_length", "n_layer", "d_model"):
-        _positive(getattr(cfg, name), f"model.{name}")
-    _probability(cfg.dropout, "model.dropout")
-    _positive(cfg.init_std, "model.init_std")
-
-    a = cfg.attention
-    _positive(a.n_head, "model.attention.n_head")
-    if a.head_dim is None:
-        if cfg.d_model % a.n_head:
-            raise ConfigError(
-                "model.attention.n_head",
-                a.n_head,
-                f"a divisor of model.d_model={cfg.d_model}, or set model.attention.head_dim",
-            )
-    else:
-        _positive(a.head_dim, "model.attention.head_dim")
-    if a.n_kv_head is not None:
-        _positive(a.n_kv_head, "model.attention.n_kv_head")
-        if a.n_head % a.n_kv_head:
-            raise ConfigError(
-                "model.attention.n_kv_head",
-                a.n_kv_head,
-                f"a divisor of model.attention.n_head={a.n_head} (1 = MQA, n_head = MHA)",
-            )
-    _probability(a.dropout, "model.attention.dropout")
-
-    NORMS.get(cfg.norm.kind).validate(cfg)
-    BLOCKS.get(cfg.block.kind).validate(cfg)
-    POSITIONS.get(cfg.position.kind).validate(cfg)
-    MLPS.get(cfg.mlp.kind).validate(cfg)
-    if not isinstance(cfg.head.tied, bool):
-        raise ConfigError("model.head.tied", cfg.head.tied, "true or false")
-    return cfg

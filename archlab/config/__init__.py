@@ -1,0 +1,30 @@
+"""The config layer: schemas of the model and of every command, as plain dataclasses. It imports
+neither ``archlab.nn`` nor ``archlab.training``; everything else reads it."""
+
+from archlab.config.model import (
+    AttentionConfig,
+    BlockConfig,
+    HeadConfig,
+    MLPConfig,
+    ModelConfig,
+    NormConfig,
+    PositionConfig,
+    head_dim,
+    model_config_dict,
+    n_kv_head,
+    to_model_config,
+)
+
+__all__ = [
+    "AttentionConfig",
+    "BlockConfig",
+    "HeadConfig",
+    "MLPConfig",
+    "ModelConfig",
+    "NormConfig",
+    "PositionConfig",
+    "head_dim",
+    "model_config_dict",
+    "n_kv_head",
+    "to_model_config",
+]

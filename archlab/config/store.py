@@ -1,0 +1,20 @@
+"""Every command's schema in Hydra's ConfigStore, so YAML files and overrides are type-checked against
+them, and the resolvers the YAML files use."""
+
+from __future__ import annotations
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from archlab.config.commands import BenchConfig, CheckConfig
+from archlab.config.train import TrainConfig, world_size
+
+
+def register_configs() -> None:
+    """Store ``check_schema``, ``bench_schema`` and ``train_schema`` (each conf/<command>.yaml lists its
+    schema first) and the ``archlab.world_size`` resolver the fsdp trainer sizes its mesh with."""
+    cs = ConfigStore.instance()
+    cs.store(name="check_schema", node=CheckConfig)
+    cs.store(name="bench_schema", node=BenchConfig)
+    cs.store(name="train_schema", node=TrainConfig)
+    OmegaConf.register_new_resolver("archlab.world_size", world_size, replace=True)

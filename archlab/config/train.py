@@ -1,0 +1,103 @@
+"""Schemas of ``archlab-train`` (types, checked by Hydra at compose time; values are checked by
+``archlab.training.validation`` before any data is read or weight allocated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import ListConfig
+
+from archlab.config.model import ModelConfig
+from archlab.errors import ConfigError
+
+
+@dataclass
+class TrainerConfig:
+    """Arguments of ``lightning.pytorch.Trainer``; training is counted in optimizer steps."""
+
+    _target_: str = "lightning.pytorch.Trainer"
+    accelerator: str = "cpu"
+    devices: Any = 1  # an int, a list of device ids, or "auto"
+    num_nodes: int = 1
+    strategy: Any = "auto"  # a Lightning name, or a node with _target_ (a Strategy object)
+    precision: str = "32-true"
+    max_steps: int = 1000
+    val_check_interval: int = 100  # validate every this many training batches
+    check_val_every_n_epoch: Optional[int] = None  # None: val_check_interval counts across epochs
+    limit_val_batches: Any = None  # null (all), a count of batches (int), or a fraction (float in (0, 1])
+    max_time: Optional[str] = None  # "DD:HH:MM:SS"
+    gradient_clip_val: Optional[float] = 1.0
+    accumulate_grad_batches: int = 1
+    log_every_n_steps: int = 50
+    num_sanity_val_steps: int = 0
+    deterministic: Optional[bool] = None
+    enable_model_summary: bool = False  # the parameter check logs the per-component table instead
+
+
+@dataclass
+class OptimConfig:
+    """``torch.optim.AdamW`` built over two parameter groups (see ``archlab.training.optim``)."""
+
+    _target_: str = "torch.optim.AdamW"
+    _partial_: bool = True
+    lr: float = 1e-3
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
+    eps: float = 1e-8
+    weight_decay: float = 0.1  # applied to 2-D weights only
+
+
+@dataclass
+class SchedulerConfig:
+    """Linear warm-up, then cosine decay from ``lr`` to ``min_lr_ratio * lr`` at ``decay_steps``."""
+
+    kind: str = "cosine"
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    decay_steps: Optional[int] = None  # None: trainer.max_steps
+
+
+@dataclass
+class PathsConfig:
+    output_dir: Optional[str] = None  # None: the Hydra run directory (required outside archlab-train)
+
+
+@dataclass
+class MatchConfig:
+    """Size ``field`` so the model has the parameters of a reference: this model with ``reference``'s
+    fields (e.g. ``{mlp: {kind: gelu}}``) set; null reference: no matching (see archlab.matching)."""
+
+    reference: Any = None  # null, or a dict of model fields
+    field: str = "mlp.d_ff"
+    tolerance: float = 0.005
+    step: int = 1
+
+
+@dataclass
+class TrainConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: Dict[str, Any] = field(default_factory=dict)  # a LightningDataModule node with _target_
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    logger: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Logger node with _target_
+    callbacks: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Callback node with _target_
+    paths: PathsConfig = field(default_factory=PathsConfig)
+    seed: int = 0
+    ckpt_path: Optional[str] = None  # continue exactly from this checkpoint
+    resume: Optional[str] = None  # "auto": the newest checkpoint of this run directory
+    compile: bool = False  # torch.compile each block
+    activation_checkpointing: bool = False  # recompute each block's activations in backward
+    threads: Optional[int] = None  # torch intra-op threads per process (null: torch's default)
+    match: MatchConfig = field(default_factory=MatchConfig)
+    objective: Optional[str] = None  # the final metric a sweeper optimises (null: the first val loss)
+
+
+def world_size(devices: Any, num_nodes: Any) -> int:
+    """Processes in the run: devices per node (a count or a list of ids) times nodes."""
+    per_node = len(devices) if isinstance(devices, (list, ListConfig)) else devices
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
+        raise ConfigError(
+            "trainer.devices", devices, "a number or list of devices (this strategy sizes its mesh from it)"
+        )
+    return per_node * int(num_nodes)

@@ -1,0 +1,48 @@
+"""Output heads: ``linear`` maps the final hidden state to vocabulary logits with a matrix of its own,
+or with the token embedding when ``tied`` (Press & Wolf 2017)."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from archlab.config import ModelConfig
+from archlab.errors import ConfigError
+from archlab.nn.component import MEMBERS, Base
+from archlab.registry import Registry
+
+HEADS: Registry[type] = Registry("model.head.kind", MEMBERS)
+
+
+@HEADS.register("linear")
+class LinearHead(Base, nn.Linear):
+    """``x @ W.T (+ b)`` with ``W`` [vocab, d_model]; tied, ``W`` is the token embedding's table."""
+
+    def __init__(self, cfg: ModelConfig):
+        nn.Linear.__init__(self, cfg.d_model, cfg.vocab_size, bias=cfg.head.bias)
+        self.tied = cfg.head.tied
+
+    def tie(self, embedding: nn.Embedding) -> None:
+        """Share the embedding's table as this head's weight (after every re-allocation of either)."""
+        if self.tied:
+            self.weight = embedding.weight
+
+    @staticmethod
+    def num_params(cfg: ModelConfig) -> int:
+        """The weight unless it is the embedding's, and the bias."""
+        V, d = cfg.vocab_size, cfg.d_model
+        return (0 if cfg.head.tied else V * d) + (V if cfg.head.bias else 0)
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        for name in ("tied", "bias"):
+            if not isinstance(getattr(cfg.head, name), bool):
+                raise ConfigError(f"model.head.{name}", getattr(cfg.head, name), "true or false")
+
+    @staticmethod
+    def shared_embedding_params(cfg: ModelConfig) -> int:
+        """Parameters of the token embedding this head also multiplies by (counted in non-embedding)."""
+        return cfg.vocab_size * cfg.d_model if cfg.head.tied else 0
+
+
+def build_head(cfg: ModelConfig) -> nn.Module:
+    return HEADS.get(cfg.head.kind)(cfg)

@@ -1,0 +1,52 @@
+"""Model validation: the whole config is checked before any tensor is allocated, by rules that hold for
+every layout (sizes, probabilities, enumerated fields) and by each chosen registry entry's own
+``validate``; nothing here knows a family's variants."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from archlab import checks
+from archlab.config import ModelConfig
+from archlab.nn.attention import ATTENTIONS
+from archlab.nn.block import BLOCKS
+from archlab.nn.head import HEADS
+from archlab.nn.mlp import MLPS
+from archlab.nn.norms import NORMS
+from archlab.nn.positions import POSITIONS
+from archlab.registry import Registry
+
+# model.<family> -> its registry; the family's ``kind`` picks the entry
+# (attention first: the others read the head size it checks)
+FAMILIES: dict[str, Registry] = {
+    "attention": ATTENTIONS,
+    "norm": NORMS,
+    "block": BLOCKS,
+    "position": POSITIONS,
+    "mlp": MLPS,
+    "head": HEADS,
+}
+
+
+def _check_choices(node: Any, path: str) -> None:
+    """Every field declared with ``config.model.choice`` holds one of its values, whichever variant
+    is chosen (a value a variant ignores is still checked: a typo stays a typo)."""
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        if "choices" in f.metadata:
+            checks.choice(f"{path}.{f.name}", value, f.metadata["choices"])
+        elif dataclasses.is_dataclass(value):
+            _check_choices(value, f"{path}.{f.name}")
+
+
+def validate(cfg: ModelConfig) -> ModelConfig:
+    """Raise one ConfigError naming the first inconsistent field; return the config unchanged."""
+    for name in ("vocab_size", "context_length", "n_layer", "d_model"):
+        checks.positive(f"model.{name}", getattr(cfg, name))
+    checks.probability("model.dropout", cfg.dropout)
+    checks.positive("model.init_std", cfg.init_std)
+    _check_choices(cfg, "model")
+    for family, registry in FAMILIES.items():
+        registry.get(getattr(cfg, family).kind).validate(cfg)
+    return cfg
