@@ -203,8 +203,8 @@ def rope_angles(pos: Tensor, dim: int, theta: float) -> tuple[Tensor, Tensor]:
 
 
 # The same tables as one op that torch.compile cannot see into: inlined, inductor fuses the angle
-# computation into the rotation kernels and redoes cos and sin for every element (a whole-model compile
-# of LLaMA spent 4.4 ms per layer of backward there). An op is computed once, like in eager mode.
+# computation into the rotation kernels and redoes cos and sin for every element. An op is computed
+# once per forward, as in eager mode.
 _opaque_rope_angles = torch.library.custom_op(
     "archlab::rope_angles",
     rope_angles,
