@@ -56,11 +56,9 @@ def count(cfg: Any) -> dict[str, int]:
 
 def flops_per_token(cfg: ModelConfig, non_embedding: int, seq_len: int | None = None) -> int:
     """Training FLOPs per token at ``seq_len`` (default ``context_length``): 6 per parameter that takes
-    part in a matmul, plus what each layer's entries do beyond their weights (attention's scores)."""
+    part in a matmul, plus what the chosen entries do beyond their weights (attention's scores)."""
     T = seq_len or cfg.context_length
-    per_layer = sum(_entry(cfg, f).extra_flops(cfg, T) for f in ("attention", "mlp", "norm", "block"))
-    once = sum(_entry(cfg, f).extra_flops(cfg, T) for f in ("position", "head"))
-    return 6 * non_embedding + cfg.n_layer * per_layer + once
+    return 6 * non_embedding + sum(_entry(cfg, family).extra_flops(cfg, T) for family in FAMILIES)
 
 
 def built_counts(model: nn.Module) -> dict[str, int]:
@@ -71,11 +69,11 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "final_norm": "final_norm",
         "head": "head",
     }
-    part = {"attn": "attention", "mlp": "mlp", "attn_norm": "norms", "mlp_norm": "norms"}
+    part = {"attn": "attention", "mlp": "mlp"}  # a block's other modules are its norms
     counts: dict[str, int] = defaultdict(int)
     for name, p in model.named_parameters():
         top = name.split(".")[0]
-        component = part[name.split(".")[2]] if top == "blocks" else prefix[top]
+        component = part.get(name.split(".")[2], "norms") if top == "blocks" else prefix[top]
         counts[component] += p.numel()
     out = {c: counts[c] for c in COMPONENTS}
     out["total"] = sum(out.values())

@@ -60,6 +60,9 @@ def model_configs(draw) -> dict:
         mlp["ffn_dim_multiplier"] = draw(st.sampled_from([None, 0.5, 1.3]))
         mlp["multiple_of"] = draw(st.sampled_from([1, 8, 32]))
 
+    norm_kind = draw(st.sampled_from(["layernorm", "rmsnorm"]))
+    window = draw(st.sampled_from([None, 1, 2, 3, 5]))
+    softcap = draw(st.sampled_from([None, 0.5, 20.0]))
     return {
         "vocab_size": draw(st.integers(2, 64)),
         "context_length": draw(st.integers(4, 16)),
@@ -67,12 +70,17 @@ def model_configs(draw) -> dict:
         "d_model": d_model,
         "dropout": draw(st.sampled_from([0.0, 0.1])),
         "init_std": draw(st.sampled_from([0.02, 0.3])),
+        "scale_embedding": draw(st.booleans()),
         "norm": {
-            "kind": draw(st.sampled_from(["layernorm", "rmsnorm"])),
+            "kind": norm_kind,
             "bias": draw(st.booleans()),
             "eps": draw(st.sampled_from([1e-6, 1e-5, 1e-2])),
+            "unit_offset": norm_kind == "rmsnorm" and draw(st.booleans()),
         },
-        "block": {"kind": draw(st.sampled_from(["pre", "post", "parallel"])), "shared_norm": draw(st.booleans())},
+        "block": {
+            "kind": draw(st.sampled_from(["pre", "post", "parallel", "post_sublayer", "sandwich"])),
+            "shared_norm": draw(st.booleans()),
+        },
         "position": position,
         "attention": {
             "n_head": n_head,
@@ -81,9 +89,18 @@ def model_configs(draw) -> dict:
             "qkv_bias": draw(st.booleans()),
             "out_bias": draw(st.booleans()),
             "dropout": draw(st.sampled_from([0.0, 0.1])),
+            "qk_norm": draw(st.sampled_from(["none", "head", "full"])),
+            "scale": draw(st.sampled_from([None, 0.1, 1.0])),
+            "softcap": softcap,
+            "window": window,
+            "global_every": draw(st.sampled_from([None, 2])) if window is not None else None,
         },
         "mlp": mlp,
-        "head": {"tied": draw(st.booleans()), "bias": draw(st.booleans())},
+        "head": {
+            "tied": draw(st.booleans()),
+            "bias": draw(st.booleans()),
+            "softcap": draw(st.sampled_from([None, 1.0, 30.0])),
+        },
     }
 
 

@@ -26,6 +26,7 @@ class NormConfig:
     kind: str = "layernorm"  # layernorm | rmsnorm
     eps: float = 1e-5
     bias: bool = True  # layernorm only
+    unit_offset: bool = False  # rmsnorm: the scale is stored as w and applied as (1 + w), w starting at 0 (Gemma)
 
 
 @dataclass
@@ -58,6 +59,13 @@ class AttentionConfig:
     qkv_bias: bool = True
     out_bias: bool = True
     dropout: float = 0.0
+    qk_norm: str = choice(
+        "none", "head", "full"
+    )  # norm q and k before RoPE: per head (Qwen3) | whole projection (OLMo 2)
+    scale: Optional[float] = None  # score multiplier; None = 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar^-0.5)
+    softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)
+    window: Optional[int] = None  # sliding window: a query sees itself and the window-1 positions before it (Mistral)
+    global_every: Optional[int] = None  # with window: every N-th layer is global (Gemma 2: 2); None = all local
 
 
 @dataclass
@@ -80,6 +88,7 @@ class HeadConfig:
     kind: str = "linear"  # linear (a matrix of its own, or the token embedding when tied)
     tied: bool = True
     bias: bool = False
+    softcap: Optional[float] = None  # logits -> softcap·tanh(logits/softcap) (Gemma 2: 30)
 
 
 @dataclass
@@ -92,6 +101,7 @@ class ModelConfig:
     d_model: int = 768
     dropout: float = 0.0  # embedding and residual dropout
     init_std: float = 0.02
+    scale_embedding: bool = False  # multiply the token embeddings by sqrt(d_model) (Gemma)
     norm: NormConfig = field(default_factory=NormConfig)
     block: BlockConfig = field(default_factory=BlockConfig)
     position: PositionConfig = field(default_factory=PositionConfig)

@@ -32,8 +32,8 @@ from archlab.config import (
 from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
 from archlab.nn.model import Decoder
-from archlab.nn.validation import validate
 from archlab.nn.positions import rotary_dim
+from archlab.nn.validation import validate
 
 # family -> (transformers model class, its config class)
 HF_CLASSES = {
@@ -54,9 +54,26 @@ _PLAIN_FROM_HF = {
     "relu": ("relu", "none"),
 }
 _PLAIN_TO_HF = {("gelu", "tanh"): "gelu_new", ("gelu", "none"): "gelu"}
-# Gated MLPs (LLaMA computes down(act(gate(x)) * up(x))): hidden_act <-> archlab kind.
-_GATED_FROM_HF = {"silu": "swiglu", "gelu": "geglu"}
-_GATED_TO_HF = {v: k for k, v in _GATED_FROM_HF.items()}
+# Gated MLPs (LLaMA computes down(act(gate(x)) * up(x))): hidden_act <-> archlab (kind, approximate).
+_GATED_FROM_HF = {
+    "silu": ("swiglu", "none"),
+    "gelu": ("geglu", "none"),
+    "gelu_pytorch_tanh": ("geglu", "tanh"),
+    "gelu_new": ("geglu", "tanh"),
+}
+_GATED_TO_HF = {("swiglu", "none"): "silu", ("geglu", "none"): "gelu", ("geglu", "tanh"): "gelu_pytorch_tanh"}
+# Fields none of the families above can hold other than at their defaults.
+_PLAIN_RULES = [
+    ("model.attention.kind", ("causal",), ""),
+    ("model.attention.qk_norm", ("none",), " (no QK-norm)"),
+    ("model.attention.scale", (None,), " (scores scaled by 1/sqrt(head_dim))"),
+    ("model.attention.softcap", (None,), " (no score soft-capping)"),
+    ("model.attention.window", (None,), " (no sliding window)"),
+    ("model.head.kind", ("linear",), ""),
+    ("model.head.softcap", (None,), " (no logit soft-capping)"),
+    ("model.scale_embedding", (False,), " (unscaled embeddings)"),
+    ("model.norm.unit_offset", (False,), ""),
+]
 
 
 def _transformers() -> Any:
@@ -211,7 +228,7 @@ def _llama_kwargs(cfg: ModelConfig) -> dict[str, Any]:
         num_attention_heads=a.n_head,
         num_key_value_heads=n_kv_head(cfg),
         head_dim=head_dim(cfg),
-        hidden_act=_GATED_TO_HF[cfg.mlp.kind],
+        hidden_act=_GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
         max_position_embeddings=cfg.context_length,
         initializer_range=cfg.init_std,
         rms_norm_eps=cfg.norm.eps,
@@ -231,6 +248,7 @@ def config_to_hf(cfg: Any, **hf_kwargs: Any) -> Any:
     (archlab configs carry no special tokens, so bos/eos/pad ids default to None)."""
     cfg = validate(to_model_config(cfg))
     family = hf_family(cfg)
+    _expect(cfg, HF_CLASSES[family][0], _PLAIN_RULES)
     kwargs = {**_TO_HF[family](cfg), "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **hf_kwargs}
     return getattr(_transformers(), HF_CLASSES[family][1])(**kwargs)
 
@@ -331,7 +349,12 @@ def _llama_config(c: Any) -> ModelConfig:
             out_bias=c.attention_bias,
             dropout=float(c.attention_dropout),
         ),
-        mlp=MLPConfig(kind=_GATED_FROM_HF[c.hidden_act], d_ff=c.intermediate_size, bias=getattr(c, "mlp_bias", False)),
+        mlp=MLPConfig(
+            kind=_GATED_FROM_HF[c.hidden_act][0],
+            approximate=_GATED_FROM_HF[c.hidden_act][1],
+            d_ff=c.intermediate_size,
+            bias=getattr(c, "mlp_bias", False),
+        ),
         head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
     )
 

@@ -1,8 +1,9 @@
 """Attention variants (``causal``: softmax self-attention with ``n_kv_head`` key/value heads, i.e.
-MHA, GQA or MQA, over SDPA) and the KV cache they decode with."""
+MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped) and the KV cache they decode with."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -13,100 +14,182 @@ from archlab import checks
 from archlab.config import ModelConfig, head_dim, n_kv_head
 from archlab.errors import ConfigError
 from archlab.nn.component import MEMBERS, Base
+from archlab.nn.norms import NORMS
 from archlab.nn.positions import Rotation
 from archlab.registry import Registry
 
 ATTENTIONS: Registry[type] = Registry("model.attention.kind", MEMBERS)
 
 
+def window_of(cfg: ModelConfig, layer: int) -> Optional[int]:
+    """The sliding window of ``layer`` (None: it sees every earlier position). With ``global_every``
+    = N, layers N-1, 2N-1, ... are global and the others local (Gemma 2: N = 2, from layer 1)."""
+    a = cfg.attention
+    if a.window is None or (a.global_every is not None and (layer + 1) % a.global_every == 0):
+        return None
+    return a.window
+
+
 class KVCache:
-    """Keys and values of every layer, pre-allocated for ``max_len`` positions of a batch."""
+    """Keys and values of every layer for a batch, decoded up to ``max_len`` positions. A global layer
+    keeps every position; a sliding-window layer keeps only the last ``window - 1``, all a later query
+    can see."""
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, device=None, dtype=None):
-        shape = (cfg.n_layer, batch_size, n_kv_head(cfg), max_len, head_dim(cfg))
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
-        self.length = 0  # positions already stored; advanced by the model after each forward
+        self.max_len = max_len
+        self.windows = [window_of(cfg, layer) for layer in range(cfg.n_layer)]
+        shape = (batch_size, n_kv_head(cfg), max_len, head_dim(cfg))
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) if w is None else None for w in self.windows]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) if w is None else None for w in self.windows]
+        self.length = 0  # positions already seen; advanced by the model after each forward
 
-    @property
-    def max_len(self) -> int:
-        return self.k.shape[3]
+    def kept(self, window: Optional[int]) -> int:
+        """How many cached positions a layer with this window attends to besides the new ones."""
+        return self.length if window is None else min(self.length, window - 1)
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store this step's k/v of ``layer`` after the cached ones; return all of them."""
+        """Store this step's k/v ``[B, KV, T, hd]`` of ``layer`` after the cached ones; return the keys
+        and values this step attends to (for a window layer: the kept ones, then the new ones)."""
         end = self.length + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; this step needs {end}")
-        self.k[layer, :, :, self.length : end] = k
-        self.v[layer, :, :, self.length : end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        window = self.windows[layer]
+        if window is None:
+            self.k[layer][:, :, self.length : end] = k
+            self.v[layer][:, :, self.length : end] = v
+            return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
+        if self.k[layer] is not None:
+            k, v = torch.cat((self.k[layer], k), dim=2), torch.cat((self.v[layer], v), dim=2)
+        keep = min(k.shape[2], window - 1)
+        self.k[layer], self.v[layer] = k[:, :, k.shape[2] - keep :], v[:, :, v.shape[2] - keep :]
+        return k, v
 
 
-def attention_mask(q_pos: Tensor, k_pos: Tensor, bias: Optional[Tensor]) -> Optional[Tensor]:
-    """The mask SDPA needs beyond ``is_causal``: None when plain causal (or one query) suffices."""
-    if bias is None:
-        if len(q_pos) == 1 or len(q_pos) == len(k_pos):
-            return None
-        return k_pos[None, :] <= q_pos[:, None]
-    return bias.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
+def attention_mask(
+    q_pos: Tensor, k_pos: Tensor, bias: Optional[Tensor], window: Optional[int] = None
+) -> Optional[Tensor]:
+    """What attention needs beyond plain causal masking, for queries at ``q_pos`` and keys at the
+    contiguous positions ``k_pos`` (ending at the last query): None when ``is_causal`` (or one query
+    seeing every key) suffices, else a boolean mask of visible keys, or ``bias`` with -inf where a key
+    is hidden. A key is hidden when it is later than the query or ``window`` or more positions before it."""
+    cut = window is not None and len(k_pos) > window  # some key lies outside some query's window
+    if bias is None and not cut and (len(q_pos) == 1 or len(q_pos) == len(k_pos)):
+        return None
+    distance = q_pos[:, None] - k_pos[None, :]
+    visible = distance >= 0
+    if cut:
+        visible &= distance < window
+    return visible if bias is None else bias.masked_fill(~visible, float("-inf"))
 
 
 @ATTENTIONS.register("causal")
 class CausalSelfAttention(Base, nn.Module):
-    """One fused q/k/v projection, SDPA over the causal window, one output projection."""
+    """One fused q/k/v projection, optional QK-norm, scaled dot-product attention over the causal (or
+    sliding) window, optionally soft-capped, one output projection. SDPA runs it unless soft-capping
+    asks for the scores themselves."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         a = cfg.attention
         self.n_head, self.n_kv_head, self.head_dim = a.n_head, n_kv_head(cfg), head_dim(cfg)
-        self.dropout = a.dropout
+        self.dropout, self.softcap, self.scale = a.dropout, a.softcap, a.scale
+        self.window = window_of(cfg, layer)
         self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
         self.proj = nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias)
         self.proj.residual = True  # scaled at init (GPT-2)
+        self.qk_norm = a.qk_norm
+        if a.qk_norm != "none":
+            norm = NORMS.get(cfg.norm.kind)
+            per_head = a.qk_norm == "head"
+            self.q_norm = norm(cfg, self.head_dim if per_head else self.n_head * self.head_dim)
+            self.k_norm = norm(cfg, self.head_dim if per_head else self.n_kv_head * self.head_dim)
+
+    def project(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values ``[B, T, heads, hd]``: projected, QK-normed, then rotated."""
+        H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
+        if rotary is None and self.qk_norm == "none":
+            return self.qkv(x).unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
+        arranged = False
+        weight, bias = self.qkv.weight, self.qkv.bias
+        if rotary is not None and self.qk_norm == "none":  # the scheme may reorder rows it rotates faster
+            weight, bias, arranged = rotary.arrange(weight, bias, H + KV, hd)
+        qkv = F.linear(x, weight, bias).unflatten(-1, (H + 2 * KV, hd))
+        if self.qk_norm != "none":
+            q, k, v = qkv.split((H, KV, KV), dim=2)
+            if self.qk_norm == "head":
+                q, k = self.q_norm(q), self.k_norm(k)
+            else:  # over each whole projection (OLMo 2)
+                q, k = (
+                    self.q_norm(q.flatten(-2)).unflatten(-1, (H, hd)),
+                    self.k_norm(k.flatten(-2)).unflatten(-1, (KV, hd)),
+                )
+            qkv = torch.cat((q, k, v), dim=2)
+        if rotary is None:
+            return qkv.split((H, KV, KV), dim=2)
+        return rotary.rotate(qkv, H, KV, arranged)
 
     def forward(
         self,
         x: Tensor,
         rotary: Optional[Rotation] = None,
         mask: Optional[Tensor] = None,
-        cache: Optional[KVCache] = None,
+        cache=None,
         layer: int = 0,
     ) -> Tensor:
         B, T, _ = x.shape
-        H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
-        if rotary is None:
-            q, k, v = self.qkv(x).view(B, T, H + 2 * KV, hd).split((H, KV, KV), dim=2)
-        else:  # the scheme may reorder the projection's rows into a layout it rotates faster
-            weight, bias, arranged = rotary.arrange(self.qkv.weight, self.qkv.bias, H + KV, hd)
-            qkv = F.linear(x, weight, bias).unflatten(-1, (H + 2 * KV, hd))
-            q, k, v = rotary.rotate(qkv, H, KV, arranged)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        q, k, v = (t.transpose(1, 2) for t in self.project(x, rotary))
         if cache is not None:
             k, v = cache.update(layer, k, v)
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=mask is None and T > 1,
-            enable_gqa=KV != H,
-        )
-        return self.proj(y.transpose(1, 2).reshape(B, T, H * hd))
+        dropout = self.dropout if self.training else 0.0
+        if self.softcap is None:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None and T > 1, scale=self.scale,
+                enable_gqa=self.n_kv_head != self.n_head,
+            )  # fmt: skip
+        else:
+            y = self.capped_attention(q, k, v, mask, dropout)
+        return self.proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+
+    def capped_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float) -> Tensor:
+        """Attention with scores soft-capped to ``softcap·tanh(s / softcap)`` before masking (Gemma 2):
+        explicit matmuls, as SDPA cannot cap its scores."""
+        groups = self.n_head // self.n_kv_head
+        if groups > 1:
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        scale = self.scale if self.scale is not None else 1 / math.sqrt(self.head_dim)
+        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        scores = torch.tanh(scores / self.softcap) * self.softcap
+        if mask is None and q.shape[2] > 1:  # plain causal: queries and keys start together
+            mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
+        weights = F.dropout(weights.to(q.dtype), dropout)
+        return torch.matmul(weights, v)
 
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:
-        """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for."""
+        """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for, plus the
+        QK-norms (per head: two norms of hd; whole projection: one of H·hd and one of KV·hd)."""
         a, d, hd, kv = cfg.attention, cfg.d_model, head_dim(cfg), n_kv_head(cfg)
         qkv_out = (a.n_head + 2 * kv) * hd
-        return d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
+        params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
+        norm = NORMS.get(cfg.norm.kind).num_params
+        if a.qk_norm == "head":
+            params += 2 * norm(cfg, hd)
+        elif a.qk_norm == "full":
+            params += norm(cfg, a.n_head * hd) + norm(cfg, kv * hd)
+        return params
 
     @staticmethod
     def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
-        """Scores q·k and the weighted sum of values, forward and backward: 12·H·hd·T (PaLM, appendix B)."""
-        return 12 * cfg.attention.n_head * head_dim(cfg) * seq_len
+        """Scores q·k and the weighted sum of values, forward and backward, over every layer: 12·H·hd
+        per key a query sees, T keys (PaLM, appendix B), or at most the window in a sliding layer."""
+        windows = (window_of(cfg, layer) for layer in range(cfg.n_layer))
+        keys = [seq_len if w is None else min(w, seq_len) for w in windows]
+        return 12 * cfg.attention.n_head * head_dim(cfg) * sum(keys)
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
@@ -130,7 +213,18 @@ class CausalSelfAttention(Base, nn.Module):
                     f"a divisor of model.attention.n_head={a.n_head} (1 = MQA, n_head = MHA)",
                 )
         checks.probability("model.attention.dropout", a.dropout)
+        for name in ("scale", "softcap"):
+            if getattr(a, name) is not None:
+                checks.positive(f"model.attention.{name}", getattr(a, name), "a positive number, or null")
+        if a.window is not None:
+            checks.integer("model.attention.window", a.window, 1, "a positive integer (keys a query sees), or null")
+        if a.global_every is not None:
+            checks.integer("model.attention.global_every", a.global_every, 1, "a positive integer, or null")
+            if a.window is None:
+                raise ConfigError(
+                    "model.attention.global_every", a.global_every, "null unless model.attention.window is set"
+                )
 
 
-def build_attention(cfg: ModelConfig) -> nn.Module:
-    return ATTENTIONS.get(cfg.attention.kind)(cfg)
+def build_attention(cfg: ModelConfig, layer: int = 0) -> nn.Module:
+    return ATTENTIONS.get(cfg.attention.kind)(cfg, layer)

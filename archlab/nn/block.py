@@ -1,4 +1,4 @@
-"""Residual wiring of one transformer block: ``pre``, ``post`` and ``parallel``."""
+"""Residual wiring of one transformer block: ``pre``, ``post``, ``parallel``, ``post_sublayer``, ``sandwich``."""
 
 from __future__ import annotations
 
@@ -24,19 +24,27 @@ class Block(Base, nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.layer = layer
-        self.attn_norm = build_norm(cfg)
-        self.attn = build_attention(cfg)
-        self.mlp_norm = build_norm(cfg) if self.norms_per_block(cfg) == 2 else None
+        names = self.norm_names(cfg)
+        self.attn_norm = build_norm(cfg) if "attn_norm" in names else None  # before attention (or after, post)
+        self.attn = build_attention(cfg, layer)
+        self.mlp_norm = build_norm(cfg) if "mlp_norm" in names else None
         self.mlp = build_mlp(cfg)
+        self.attn_out_norm = build_norm(cfg) if "attn_out_norm" in names else None  # on attention's output
+        self.mlp_out_norm = build_norm(cfg) if "mlp_out_norm" in names else None
         self.drop = nn.Dropout(cfg.dropout)
 
     def attend(self, x: Tensor, rotary, mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
         return self.drop(self.attn(x, rotary, mask, cache, self.layer))
 
     @staticmethod
-    def norms_per_block(cfg: ModelConfig) -> int:
-        """How many norms one block holds (the wiring's, beyond its attention and MLP)."""
-        return 2
+    def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
+        """The norms this wiring holds, by attribute name."""
+        return ("attn_norm", "mlp_norm")
+
+    @classmethod
+    def norms_per_block(cls, cfg: ModelConfig) -> int:
+        """How many norms one block holds (beyond any inside its attention and MLP)."""
+        return len(cls.norm_names(cfg))
 
 
 @BLOCKS.register("pre")
@@ -69,8 +77,36 @@ class Parallel(Block):
         return x + self.attend(h, rotary, mask, cache) + self.drop(self.mlp(h_mlp))
 
     @staticmethod
-    def norms_per_block(cfg: ModelConfig) -> int:
-        return 1 if cfg.block.shared_norm else 2
+    def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
+        return ("attn_norm",) if cfg.block.shared_norm else ("attn_norm", "mlp_norm")
+
+
+@BLOCKS.register("post_sublayer")
+class PostSublayerNorm(Block):
+    """``x + norm(attn(x))`` then ``x + norm(mlp(x))``: each sublayer's output is normed before the
+    residual add, and a final norm follows the last block (OLMo 2)."""
+
+    def forward(self, x, rotary=None, mask=None, cache=None):
+        x = x + self.drop(self.attn_out_norm(self.attn(x, rotary, mask, cache, self.layer)))
+        return x + self.drop(self.mlp_out_norm(self.mlp(x)))
+
+    @staticmethod
+    def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
+        return ("attn_out_norm", "mlp_out_norm")
+
+
+@BLOCKS.register("sandwich")
+class SandwichNorm(Block):
+    """``x + norm(attn(norm(x)))`` then ``x + norm(mlp(norm(x)))``: a norm before and after each
+    sublayer, and a final norm (Gemma 2)."""
+
+    def forward(self, x, rotary=None, mask=None, cache=None):
+        x = x + self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), rotary, mask, cache, self.layer)))
+        return x + self.drop(self.mlp_out_norm(self.mlp(self.mlp_norm(x))))
+
+    @staticmethod
+    def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
+        return ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
 
 
 def build_block(cfg: ModelConfig, layer: int) -> Block:

@@ -17,7 +17,7 @@ class Component(Protocol):
 
     @staticmethod
     def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
-        """Training FLOPs per token of one instance beyond the 6 per parameter of its weights (attention scores)."""
+        """Training FLOPs per token of all its instances in the model beyond 6 per weight (attention's scores)."""
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:

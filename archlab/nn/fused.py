@@ -48,7 +48,9 @@ class _RMSNorm(torch.autograd.Function):
         grad_x, grad_w, _ = torch.ops.aten.native_layer_norm_backward(
             g, xf, [d], mean, rstd, w, None, [True, ctx.needs_input_grad[1], False]
         )
-        grad_x.add_(torch.matmul(g, w).unsqueeze_(-1).mul_(rstd).div_(d))  # [N, 1] row terms: cheaper than an addcmul_ of two
+        grad_x.add_(
+            torch.matmul(g, w).unsqueeze_(-1).mul_(rstd).div_(d)
+        )  # [N, 1] row terms: cheaper than an addcmul_ of two
         return grad_x.to(x.dtype), None if grad_w is None else grad_w.to(weight.dtype), None
 
 

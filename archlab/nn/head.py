@@ -3,8 +3,10 @@ or with the token embedding when ``tied`` (Press & Wolf 2017)."""
 
 from __future__ import annotations
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
+from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.component import MEMBERS, Base
@@ -19,7 +21,13 @@ class LinearHead(Base, nn.Linear):
 
     def __init__(self, cfg: ModelConfig):
         nn.Linear.__init__(self, cfg.d_model, cfg.vocab_size, bias=cfg.head.bias)
-        self.tied = cfg.head.tied
+        self.tied, self.softcap = cfg.head.tied, cfg.head.softcap
+
+    def forward(self, x: Tensor) -> Tensor:
+        logits = super().forward(x)
+        if self.softcap is None:
+            return logits
+        return torch.tanh(logits / self.softcap) * self.softcap  # soft-capped to (-softcap, softcap) (Gemma 2)
 
     def tie(self, embedding: nn.Embedding) -> None:
         """Share the embedding's table as this head's weight (after every re-allocation of either)."""
@@ -37,6 +45,8 @@ class LinearHead(Base, nn.Linear):
         for name in ("tied", "bias"):
             if not isinstance(getattr(cfg.head, name), bool):
                 raise ConfigError(f"model.head.{name}", getattr(cfg.head, name), "true or false")
+        if cfg.head.softcap is not None:
+            checks.positive("model.head.softcap", cfg.head.softcap, "a positive number, or null")
 
     @staticmethod
     def shared_embedding_params(cfg: ModelConfig) -> int:

@@ -44,13 +44,16 @@ class Decoder(nn.Module):
                 "no entry there; shorten the sequence or raise model.context_length"
             )
         q_pos = torch.arange(start, start + T, device=idx.device)
-        k_pos = torch.arange(start + T, device=idx.device) if start else q_pos
-        x = self.drop(self.position.embed(self.tok_emb(idx), q_pos))
+        x = self.tok_emb(idx)
+        if self.cfg.scale_embedding:  # sqrt(d_model), rounded to x's dtype as Gemma does
+            x = x * torch.tensor(self.cfg.d_model**0.5, dtype=x.dtype)
+        x = self.drop(self.position.embed(x, q_pos))
         rotary = self.position.rotary(q_pos, x.dtype, cached=cache is not None)
-        bias = self.position.bias(q_pos, k_pos)
-        mask = attention_mask(q_pos, k_pos, None if bias is None else bias.to(x.dtype))
+        windows = {block.attn.window for block in self.blocks}
+        masks = {w: self.mask(q_pos, start, cache.kept(w) if cache is not None else 0, w, x.dtype) for w in windows}
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
+            mask = masks[block.attn.window]
             x = (
                 checkpoint(block, x, rotary, mask, cache, use_reentrant=False)
                 if recompute
@@ -61,6 +64,13 @@ class Decoder(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.head(x)
+
+    def mask(self, q_pos: Tensor, start: int, kept: int, window: Optional[int], dtype: torch.dtype) -> Optional[Tensor]:
+        """The attention mask (and position bias) of layers with this ``window``, for queries at
+        ``q_pos`` (from ``start``) and the keys such a layer attends to: the ``kept`` cached ones, then the new ones."""
+        k_pos = torch.arange(start - kept, start + len(q_pos), device=q_pos.device) if kept else q_pos
+        bias = self.position.bias(q_pos, k_pos)
+        return attention_mask(q_pos, k_pos, None if bias is None else bias.to(dtype), window)
 
     def compile_blocks(self) -> None:
         """``torch.compile`` each block in place (``compile=true`` in archlab-train and archlab-bench).

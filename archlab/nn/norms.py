@@ -1,11 +1,14 @@
-"""Normalisation layers: ``layernorm`` (bias on/off) and ``rmsnorm``."""
+"""Normalisation layers: ``layernorm`` (bias on/off) and ``rmsnorm`` (scale stored as w or 1 + w)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
+from archlab.errors import ConfigError
 from archlab.nn.component import MEMBERS, Base
 from archlab.nn.fused import rms_norm
 from archlab.registry import Registry
@@ -14,38 +17,51 @@ NORMS: Registry[type] = Registry("model.norm.kind", MEMBERS)
 
 
 class Norm(Base):
-    """What every norm checks: a positive ``eps``."""
+    """What every norm checks: a positive ``eps``. Built over ``dim`` features (default ``d_model``;
+    QK-norm builds them over a head or a whole projection)."""
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
         checks.positive("model.norm.eps", cfg.norm.eps)
+        if cfg.norm.unit_offset and cfg.norm.kind != "rmsnorm":
+            raise ConfigError("model.norm.unit_offset", True, "false unless model.norm.kind is rmsnorm")
 
 
 @NORMS.register("layernorm")
 class LayerNorm(Norm, nn.LayerNorm):
     """LayerNorm (Ba et al. 2016): scale, and a shift when ``bias``."""
 
-    def __init__(self, cfg: ModelConfig):
-        nn.LayerNorm.__init__(self, cfg.d_model, eps=cfg.norm.eps, bias=cfg.norm.bias)
+    def __init__(self, cfg: ModelConfig, dim: Optional[int] = None):
+        nn.LayerNorm.__init__(self, dim or cfg.d_model, eps=cfg.norm.eps, bias=cfg.norm.bias)
 
     @staticmethod
-    def num_params(cfg: ModelConfig) -> int:
-        return cfg.d_model * (2 if cfg.norm.bias else 1)
+    def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
+        return (dim or cfg.d_model) * (2 if cfg.norm.bias else 1)
 
 
 @NORMS.register("rmsnorm")
 class RMSNorm(Norm, nn.RMSNorm):
-    """RMSNorm (Zhang & Sennrich 2019): scale only, no mean subtraction, no bias."""
+    """RMSNorm (Zhang & Sennrich 2019): scale only, no mean subtraction, no bias. With ``unit_offset``
+    the scale is ``1 + w`` and ``w`` starts at 0 (Gemma), so weight decay pulls it toward 1."""
 
-    def __init__(self, cfg: ModelConfig):
-        nn.RMSNorm.__init__(self, cfg.d_model, eps=cfg.norm.eps)
+    def __init__(self, cfg: ModelConfig, dim: Optional[int] = None):
+        nn.RMSNorm.__init__(self, dim or cfg.d_model, eps=cfg.norm.eps)
+        self.unit_offset = cfg.norm.unit_offset
+        if self.unit_offset:
+            self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if getattr(self, "unit_offset", False):
+            nn.init.zeros_(self.weight)
+        else:
+            super().reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:
-        return rms_norm(x, self.weight, self.eps)
+        return rms_norm(x, 1 + self.weight if self.unit_offset else self.weight, self.eps)
 
     @staticmethod
-    def num_params(cfg: ModelConfig) -> int:
-        return cfg.d_model
+    def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
+        return dim or cfg.d_model
 
 
 def build_norm(cfg: ModelConfig) -> nn.Module:
