@@ -47,6 +47,9 @@ def model_configs(draw) -> dict:
             position["rotary_fraction"] = rotated / head_dim
         position["theta"] = draw(st.sampled_from([10.0, 10000.0, 500000.0]))
         position["pairing"] = draw(st.sampled_from(["half", "interleaved"]))
+        position["scaling"] = draw(st.sampled_from(["none", "linear", "llama3"]))
+        position["factor"] = draw(st.sampled_from([2.0, 8.0]))
+        position["original_context"] = 8
 
     mlp: dict = {"kind": draw(st.sampled_from(["gelu", "relu", "swiglu", "geglu"])), "bias": draw(st.booleans())}
     if mlp["kind"] in ("gelu", "geglu"):  # the GELU kinds, exact or tanh-approximated

@@ -46,6 +46,11 @@ class PositionConfig:
     rotary_dim: Optional[int] = None  # rope: rotate only this many dims of each head
     rotary_fraction: Optional[float] = None  # rope: ... or this fraction of them
     pairing: str = choice("half", "interleaved")  # rope: half (rotate_half, LLaMA/NeoX) | interleaved (GPT-J)
+    scaling: str = choice("none", "linear", "llama3")  # rope: frequency scaling for a longer context
+    factor: float = 1.0  # rope scaling: how much longer the context is (Llama 3.1: 8)
+    low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above original_context / this are divided by factor
+    high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below original_context / this are kept
+    original_context: Optional[int] = None  # llama3 scaling: the context length before scaling (Llama 3.1: 8192)
 
 
 @dataclass

@@ -73,6 +73,7 @@ _PLAIN_RULES = [
     ("model.head.softcap", (None,), " (no logit soft-capping)"),
     ("model.scale_embedding", (False,), " (unscaled embeddings)"),
     ("model.norm.unit_offset", (False,), ""),
+    ("model.position.scaling", ("none",), " (unscaled RoPE)"),
 ]
 
 

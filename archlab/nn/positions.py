@@ -128,18 +128,30 @@ class RoPE(Position):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.dim = rotary_dim(cfg)
-        self.theta = cfg.position.theta
+        self.position_cfg = cfg.position
         self.interleaved = cfg.position.pairing == "interleaved"
 
     def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> RoPERotation:
         angles = _opaque_rope_angles if torch.compiler.is_compiling() else rope_angles
-        cos, sin = (t.to(dtype) for t in angles(pos, self.dim, self.theta))
+        cos, sin = (t.to(dtype) for t in angles(pos, inverse_frequencies(self.position_cfg, self.dim, pos.device)))
         return RoPERotation(cos, sin, self.dim, self.interleaved, may_reorder=not self.interleaved and not cached)
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
         p, hd = cfg.position, head_dim(cfg)
         checks.positive("model.position.theta", p.theta)
+        if p.scaling != "none":
+            checks.positive("model.position.factor", p.factor)
+        if p.scaling == "llama3":
+            checks.integer("model.position.original_context", p.original_context, 1,
+                           "a positive integer for scaling=llama3 (the context the model was trained at)")  # fmt: skip
+            checks.positive("model.position.low_freq_factor", p.low_freq_factor)
+            if not checks.finite(p.high_freq_factor) > p.low_freq_factor:
+                raise ConfigError(
+                    "model.position.high_freq_factor",
+                    p.high_freq_factor,
+                    f"a number above model.position.low_freq_factor={p.low_freq_factor}",
+                )
         if p.rotary_dim is not None and p.rotary_fraction is not None:
             raise ConfigError(
                 "model.position.rotary_fraction", p.rotary_fraction, "null when rotary_dim is set (give one of them)"
@@ -194,11 +206,30 @@ class RoPERotation(Rotation):
         return rotary_qkv(qkv, self.cos, self.sin, self.interleaved or arranged, n_head, n_kv_head)
 
 
-def rope_angles(pos: Tensor, dim: int, theta: float) -> tuple[Tensor, Tensor]:
-    """cos and sin, ``[T, 1, dim/2]`` in float32, of RoPE's angles ``pos·theta^(-2i/dim)``: one angle per
+def inverse_frequencies(p, dim: int, device=None) -> Tensor:
+    """RoPE's angle per position of each rotated pair i, ``theta^(-2i/dim)`` in float32, rescaled as
+    ``p.scaling`` asks: ``linear`` divides every frequency by ``factor`` (positions interpolated, Chen et
+    al. 2023); ``llama3`` divides only the low frequencies (wavelengths above ``original_context /
+    low_freq_factor``) by it, keeps the high ones (below ``original_context / high_freq_factor``) and
+    blends the band between (Llama 3.1)."""
+    exponent = torch.arange(0, dim, 2, device=device, dtype=torch.int64).float() / dim
+    inv_freq = 1.0 / p.theta**exponent
+    if p.scaling == "linear":
+        return inv_freq / p.factor
+    if p.scaling == "llama3":
+        wavelength = 2 * math.pi / inv_freq
+        smooth = (p.original_context / wavelength - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor)
+        blended = (1 - smooth) * inv_freq / p.factor + smooth * inv_freq
+        low = wavelength > p.original_context / p.low_freq_factor
+        high = wavelength < p.original_context / p.high_freq_factor
+        return torch.where(low, inv_freq / p.factor, torch.where(high, inv_freq, blended))
+    return inv_freq
+
+
+def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+    """cos and sin, ``[T, 1, dim/2]`` in float32, of RoPE's angles ``pos·inv_freq``: one angle per
     rotated pair, shared by every head."""
-    exponent = torch.arange(0, dim, 2, device=pos.device, dtype=torch.int64).float() / dim
-    angle = pos.float()[:, None, None] * (1.0 / theta**exponent)
+    angle = pos.float()[:, None, None] * inv_freq
     return angle.cos(), angle.sin()
 
 
@@ -209,13 +240,13 @@ _opaque_rope_angles = torch.library.custom_op(
     "archlab::rope_angles",
     rope_angles,
     mutates_args=(),
-    schema="(Tensor pos, int dim, float theta) -> (Tensor, Tensor)",
+    schema="(Tensor pos, Tensor inv_freq) -> (Tensor, Tensor)",
 )
 
 
 @_opaque_rope_angles.register_fake
-def _rope_angles_shape(pos: Tensor, dim: int, theta: float) -> tuple[Tensor, Tensor]:
-    shape = (pos.shape[0], 1, dim // 2)
+def _rope_angles_shape(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+    shape = (pos.shape[0], 1, inv_freq.shape[0])
     return pos.new_empty(shape, dtype=torch.float32), pos.new_empty(shape, dtype=torch.float32)
 
 
