@@ -56,24 +56,34 @@ def generate(
     temperature: float = 0.0,
     top_k: Optional[int] = None,
     generator: Optional[torch.Generator] = None,
+    attention_mask: Optional[Tensor] = None,
 ) -> Tensor:
     """``prompt_ids`` ``[B, T]`` followed by ``max_new_tokens`` new ids: ``[B, T + max_new_tokens]``.
 
     The prompt runs once (prefill, filling the KV cache), then each step feeds only the newest token.
     ``temperature`` 0 is greedy; ``generator`` seeds the sampling. Dropout is off while decoding.
+    ``attention_mask`` ``[B, T]`` (1 = token, 0 = padding) lets a batch hold prompts of different lengths,
+    left-padded: each row then continues exactly as its prompt would alone.
     """
     _check(model, prompt_ids, max_new_tokens, temperature, top_k)
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(prompt_ids.shape):
+        raise ConfigError(
+            "attention_mask", tuple(attention_mask.shape), f"the prompt's shape {tuple(prompt_ids.shape)}"
+        )
     was_training = model.training
     model.eval()
     try:
         cache = model.new_cache(prompt_ids.shape[0], prompt_ids.shape[1] + max_new_tokens)
         out = [prompt_ids]
+        mask = attention_mask
         if max_new_tokens:
-            logits = model(prompt_ids, cache)[:, -1]
+            logits = model(prompt_ids, cache, mask)[:, -1]
         for step in range(max_new_tokens):
             out.append(next_token(logits, temperature, top_k, generator))
             if step + 1 < max_new_tokens:
-                logits = model(out[-1], cache)[:, -1]
+                if mask is not None:  # every new token is a real one
+                    mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)
+                logits = model(out[-1], cache, mask)[:, -1]
         return torch.cat(out, dim=1)
     finally:
         model.train(was_training)

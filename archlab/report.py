@@ -276,16 +276,44 @@ def _label(settings: dict[str, str]) -> str:
 
 
 def _fmt(value: float) -> str:
+    """4 significant digits; from 10,000 up, the whole number with thousands separators."""
     if abs(value) >= 1e4:
         return f"{value:,.0f}"
     return f"{value:.4g}"
 
 
+def _mean_std(mean: float, std: float) -> str:
+    """``mean ± std``, the std to 2 significant digits and the mean to the same decimal place."""
+    places = 1 - math.floor(math.log10(std))
+    if places > 0:
+        return f"{mean:.{places}f} ± {std:.{places}f}"
+    return f"{round(mean, places):,.0f} ± {round(std, places):,.0f}"
+
+
+def _cell(figure: tuple[float, float, int], seeds: int) -> str:
+    """One table cell: the value where the seeds agree (or there is one seed), else mean ± sample std;
+    ``(n=k)`` where only k of the variant's ``seeds`` completed seeds have the figure."""
+    mean, std, n = figure
+    text = _fmt(mean) if std == 0 else _mean_std(mean, std)
+    return text if n == seeds else f"{text} (n={n})"
+
+
+TABLE_COSTS = {"params total": "params", "flops/token": "FLOPs/token", "tokens/s": "tokens/s"}
+
+
+def table_columns(columns: list[str]) -> dict[str, str]:
+    """The markdown table's figures (key -> header): the leading metric, final and best, then
+    parameters, FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
+    primary = next((c[len("final ") :] for c in columns if c.startswith("final ")), None)
+    wanted = {f"final {primary}": f"final {primary}", f"best {primary}": f"best {primary}"} if primary else {}
+    return {k: label for k, label in {**wanted, **TABLE_COSTS}.items() if k in columns}
+
+
 def write_report(
     sweep_dir: str | Path, out_dir: str | Path | None = None, metric: Optional[str] = None
 ) -> dict[str, Path]:
-    """Write report.md, report.csv and PNG plots for the sweep; return their paths. ``metric`` (e.g.
-    ``val/loss``) leads the table and is plotted; default: the runs' primary metric."""
+    """Write report.md (a compact table), report.csv (every figure) and PNG plots for the sweep; return
+    their paths. ``metric`` (e.g. ``val/loss``) leads both and is plotted; default: the runs' primary metric."""
     runs = load_runs(sweep_dir)
     if not runs:
         raise ConfigError(
@@ -293,15 +321,13 @@ def write_report(
         )
     out = Path(out_dir or sweep_dir)
     if out.exists() and not out.is_dir():
-        raise ConfigError(
-            "--out", str(out), "a directory for report.md, report.csv and the plots (this path is a file)"
-        )
+        raise ConfigError("out", str(out), "a directory for report.md, report.csv and the plots (this path is a file)")
     axes = swept_axes(runs)
     variants = group_variants(runs, axes)
     stats = [aggregate(v) for v in variants]
     finals = sorted({c.removeprefix("final ") for st in stats for c in st if c.startswith("final ")})
     if metric and finals and metric not in finals:
-        raise ConfigError("--metric", metric, f"a final metric of these runs: {', '.join(finals)}")
+        raise ConfigError("metric", metric, f"a final metric of these runs: {', '.join(finals)}")
     columns = metric_columns(variants, metric)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -315,15 +341,19 @@ def write_report(
             writer.writerow([*v.settings.values(), len(v.runs), len(v.completed), failed, *figures])
 
     plots = _plots(variants, stats, columns, out)
-    md = [f"# Sweep report: `{Path(sweep_dir)}`", ""]
-    n_seeds = sorted({len(v.runs) for v in variants})
-    md.append(
-        f"{len(runs)} runs, {len(variants)} variants, swept: {', '.join(axes) or 'nothing'}; "
-        f"runs per variant: {', '.join(map(str, n_seeds))}. Cells are mean ± sample std over the completed seeds (n)."
-    )
-    md += ["", "| " + " | ".join([*axes, "completed", *columns]) + " |", "|" + "---|" * (len(axes) + 1 + len(columns))]
+    table = table_columns(columns)
+    md = [
+        f"# Sweep report: `{Path(sweep_dir)}`",
+        "",
+        f"{len(runs)} runs, {len(variants)} variants, swept: {', '.join(axes) or 'nothing'}. seeds: completed / all "
+        "runs of the variant. A cell is the value where the completed seeds agree, else their mean ± sample std. Every "
+        f"figure (each final and best metric, KV-cache bytes/token, wall time...): [{csv_path.name}]({csv_path.name}).",
+        "",
+        "| " + " | ".join([*axes, "seeds", *table.values()]) + " |",
+        "|" + "---|" * (len(axes) + 1 + len(table)),
+    ]
     for v, st in zip(variants, stats):
-        cells = [f"{_fmt(st[c][0])} ± {_fmt(st[c][1])} ({st[c][2]})" if c in st else "-" for c in columns]
+        cells = [_cell(st[c], len(v.completed)) if c in st else "-" for c in table]
         md.append("| " + " | ".join([*v.settings.values(), f"{len(v.completed)}/{len(v.runs)}", *cells]) + " |")
     problems = [r for r in runs if r.status != "completed"]
     if problems:

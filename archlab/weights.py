@@ -12,9 +12,12 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from archlab.config import model_config_dict, to_model_config
+from archlab.errors import ConfigError
 from archlab.nn.model import Decoder
+from archlab.tokenizer import tokenizer_from_dict
 
-CONFIG_KEY = "archlab_model_config"
+CONFIG_KEY = "archlab_model_config"  # the resolved model config, as JSON: what load_weights rebuilds
+TOKENIZER_KEY = "archlab_tokenizer"  # the tokenizer's to_dict(), as JSON: a training export's text <-> ids
 
 
 def state_dict_for_export(model: Decoder) -> dict[str, torch.Tensor]:
@@ -36,13 +39,35 @@ def save_weights(model: Decoder, path: str | os.PathLike, metadata: dict[str, st
     return path
 
 
+def read_metadata(path: str | os.PathLike, field: str = "path") -> dict[str, str]:
+    """The metadata of a safetensors file written by ``save_weights``; any other file (not safetensors,
+    cut short, or without the model config) raises one ConfigError naming ``field``."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+    except Exception as err:  # not safetensors, or cut short: the library's message says which
+        raise ConfigError(
+            field, str(path), f"a safetensors file written by archlab (this one does not read: {err})"
+        ) from None
+    if CONFIG_KEY not in meta:
+        raise ConfigError(
+            field,
+            str(path),
+            f"a safetensors file written by archlab (this one has no {CONFIG_KEY!r} "
+            "metadata: archlab-train writes <run>/model.safetensors)",
+        )
+    return meta
+
+
 def read_config(path: str | os.PathLike) -> Any:
     """The model config stored in a safetensors file written by ``save_weights``."""
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-    if CONFIG_KEY not in meta:
-        raise ValueError(f"{path}: no {CONFIG_KEY!r} in the safetensors metadata; not an archlab export")
-    return to_model_config(json.loads(meta[CONFIG_KEY]))
+    return to_model_config(json.loads(read_metadata(path)[CONFIG_KEY]))
+
+
+def read_tokenizer(path: str | os.PathLike, field: str = "path") -> Any:
+    """The tokenizer a training export carries (``TOKENIZER_KEY``), or None for a file without one."""
+    spec = read_metadata(path, field).get(TOKENIZER_KEY)
+    return tokenizer_from_dict(json.loads(spec)) if spec else None
 
 
 def load_weights(path: str | os.PathLike, device: str | torch.device = "cpu") -> Decoder:

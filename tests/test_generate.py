@@ -12,6 +12,7 @@ import torch
 
 from archlab import ConfigError, build_model, compose_model
 from archlab.cli.generate import main as generate_main
+from archlab.cli.generate import parse_settings
 from archlab.generate import generate, next_token
 from archlab.tokenizer import ByteTokenizer
 from archlab.weights import load_weights, save_weights
@@ -182,13 +183,30 @@ def test_cli_generates_text_from_a_file_with_a_tokenizer(saved):
     assert result.stdout.decode("utf-8") == tok.decode(expected) + "\n"
 
 
-def test_cli_prints_ids_without_a_tokenizer(saved, capsys):
+@pytest.mark.parametrize("ckpt", ["ckpt={}", "{}"])  # a bare path is the ckpt
+def test_cli_prints_ids_without_a_tokenizer(saved, capsys, ckpt):
     _, path = saved
-    generate_main([f"ckpt={path}", "prompt_ids=[1,2,3]", "max_new_tokens=8", "temperature=0.8", "top_k=50", "seed=0"])
+    settings = ["prompt_ids=[1,2,3]", "max_new_tokens=8", "temperature=0.8", "top_k=50", "seed=0"]
+    generate_main([*settings[:2], ckpt.format(path), *settings[2:]])
     printed = json.loads(capsys.readouterr().out)
     g = torch.Generator().manual_seed(0)
     expected = generate(load_weights(path), torch.tensor([[1, 2, 3]]), 8, temperature=0.8, top_k=50, generator=g)
     assert printed == expected[0].tolist()
+
+
+def test_settings_keep_text_verbatim_and_read_the_rest_as_yaml():
+    cfg = parse_settings(["out/model.safetensors", "prompt=a=b, ${x}: 'y'", "top_k=5", "seed=null", "device=cpu"])
+    assert (cfg.ckpt, cfg.prompt, cfg.top_k, cfg.seed) == ("out/model.safetensors", "a=b, ${x}: 'y'", 5, None)
+    for args, message in [
+        (["a.safetensors", "--top_k=3"], "--top_k='3' is invalid: allowed key=value with a key among"),
+        (["a.safetensors", "b.safetensors"], "ckpt='b.safetensors' is invalid: allowed one value for ckpt"),
+        (["ckpt=a.safetensors", "b.safetensors"], "ckpt='b.safetensors' is invalid: allowed one value for ckpt"),
+        (["top_k=3", "top_k=4"], "top_k='4' is invalid: allowed one value for top_k (also given as '3')"),
+        (["prompt_ids=[1,"], "prompt_ids='[1,' is invalid: allowed a value of type list of int or null"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            parse_settings(args)
+        assert str(err.value).startswith(message), err.value
 
 
 @pytest.mark.parametrize(

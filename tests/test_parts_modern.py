@@ -140,7 +140,7 @@ def test_sliding_window_sees_exactly_the_window(window, global_every):
         assert block.attn.window == (window if local else None)
         with torch.no_grad():
             expected = reference_attention(block.attn, x, cfg.norm.eps, visible=visible)
-            masks = model.mask(pos, 0, 0, block.attn.window, F64)
+            masks = model.mask(0, 9, 0, block.attn.window, F64, x.device)
             torch.testing.assert_close(block.attn(x, None, masks), expected)
 
 
@@ -296,3 +296,51 @@ def test_linear_rope_scaling_interpolates_positions():
     pos = torch.arange(0, 32, 4)
     a, b = scaled.rotary(pos, F64), plain.rotary(pos // 4, F64)
     torch.testing.assert_close((a.cos, a.sin), (b.cos, b.sin))
+
+
+def left_padded(prompts, pad=0):
+    """A batch of prompts of different lengths, padded on the left, and its attention mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"position": {"kind": "learned"}},
+        {"position": {"kind": "sinusoidal"}},
+        {"position": {"kind": "rope"}, "attention": {"n_kv_head": 2}},
+        {"position": {"kind": "alibi"}},
+        {"position": {"kind": "rope"}, "attention": {"window": 3, "global_every": 2, "softcap": 5.0}},
+    ],
+    ids=["learned", "sinusoidal", "rope-gqa", "alibi", "window-softcap"],
+)
+def test_a_padded_batch_computes_each_prompt_as_alone(overrides):
+    """Left padding plus its attention mask: every row's logits at its real tokens, and its greedy
+    continuation, equal those of its prompt run alone."""
+    from archlab.generate import generate
+
+    cfg = tiny(**overrides, context_length=32)
+    model = build(cfg)
+    prompts = [[5, 9, 2, 7, 1, 3, 8], [4, 4], [11, 3, 6, 2]]
+    ids, mask = left_padded(prompts)
+    with torch.no_grad():
+        batch = model(ids, attention_mask=mask)
+        for row, prompt in enumerate(prompts):
+            alone = model(torch.tensor([prompt]))
+            torch.testing.assert_close(batch[row, -len(prompt) :], alone[0], rtol=1e-9, atol=1e-9)
+    together = generate(model, ids, max_new_tokens=12, attention_mask=mask)
+    for row, prompt in enumerate(prompts):
+        alone = generate(model, torch.tensor([prompt]), max_new_tokens=12)
+        assert together[row, ids.shape[1] :].tolist() == alone[0, len(prompt) :].tolist()
+
+
+def test_generate_refuses_a_mask_of_another_shape():
+    from archlab import ConfigError
+    from archlab.generate import generate
+
+    model = build(tiny())
+    with pytest.raises(ConfigError, match="attention_mask"):
+        generate(model, torch.ones(2, 4, dtype=torch.long), 3, attention_mask=torch.ones(2, 5))

@@ -38,10 +38,10 @@ def read_back(out, dtype):
     ]
 
 
-@pytest.mark.parametrize("kind", ["char", "byte"])
-def test_cli_writes_shards_equal_to_the_tokenizer_encoding(tmp_path, source, kind):
+@pytest.mark.parametrize("kind, given", [("char", "input={}"), ("byte", "{}")])  # a bare path is the input
+def test_cli_writes_shards_equal_to_the_tokenizer_encoding(tmp_path, source, kind, given):
     out = tmp_path / "shards"
-    proc = run_prepare(f"input={source}", f"output={out}", f"tokenizer={kind}")
+    proc = run_prepare(given.format(source), f"output={out}", f"tokenizer={kind}")
     assert proc.returncode == 0, proc.stderr
     assert f"data.dir={out}" in proc.stdout  # it says how to train on the result
     meta = json.loads((out / "meta.json").read_text())
@@ -111,15 +111,15 @@ def test_missing_empty_and_too_short_inputs(tmp_path):
 
 def test_cli_errors_are_one_line_naming_the_key(tmp_path, source, capsys):
     proc = run_prepare(f"input={tmp_path / 'missing.txt'}", f"output={tmp_path / 'o'}")
-    assert proc.returncode == 2 and proc.stderr.strip().startswith("archlab-prepare: error: input=")
+    assert proc.returncode == 2 and proc.stderr.strip().startswith("error: input=")
     assert "Traceback" not in proc.stderr
     a_file = tmp_path / "taken.txt"
     a_file.write_text("x")
     for argv, key, reason in [
-        ([f"input={source}"], "output", "a path"),
-        ([f"input={source}", "output=o", "colour=red"], "colour", "one of the keys"),
-        ([f"input={source}", "output=o", "val_fraction=lots"], "val_fraction", "a value of its type"),
-        ([str(source), "o"], "argument", "key=value"),  # positional paths, as for many tools
+        ([f"input={source}"], "output", "a value (required): the directory"),
+        ([f"input={source}", "output=o", "colour=red"], "colour", "key=value with a key among"),
+        ([f"input={source}", "output=o", "val_fraction=lots"], "val_fraction", "a value of type float"),
+        ([str(source), "o"], "input", f"one value for input (also given as '{source}')"),  # one bare path only
         ([f"input={tmp_path}", "output=o"], "input", "(a directory there)"),
         # checked before the text is read and tokenised: a file, or a place this user cannot write
         ([f"input={source}", f"output={a_file}"], "output", "this path is a file"),
@@ -128,5 +128,5 @@ def test_cli_errors_are_one_line_naming_the_key(tmp_path, source, capsys):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
         err = capsys.readouterr().err
-        assert exit_.value.code == 2 and err.startswith(f"archlab-prepare: error: {key}=") and reason in err, err
+        assert exit_.value.code == 2 and err.startswith(f"error: {key}=") and reason in err, err
         assert len(err.strip().splitlines()) == 1

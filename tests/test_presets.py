@@ -1,44 +1,85 @@
-"""Every preset reproduces its published parameter count three ways: the closed-form count, the
-archlab model built on the meta device, and the Hugging Face model of the config that
-``config_to_hf`` writes, built by transformers on the meta device (the independent reference)."""
+"""Every preset reproduces its published parameter count (tests/published.py) three ways: the closed-form
+count, the archlab model built on the meta device (no storage), and the Hugging Face model of the config
+that ``config_to_hf`` writes, built by transformers on the meta device (the independent reference); and
+REFERENCE.md's closed forms, written out by hand, agree with count_params block by block."""
 
 import pytest
 import torch
 from published import PUBLISHED
 
 from archlab import build_model, compose_model, count_params
-from archlab.interop.hf import config_to_hf
+from archlab.accounting import built_counts
 
-transformers = pytest.importorskip("transformers")
-
-
-def gpt2_closed_form(V, ctx, d, L, f):
-    """REFERENCE.md: (V + ctx)·d + L·(4d² + 2df + 9d + f) + 2d."""
-    return (V + ctx) * d + L * (4 * d * d + 2 * d * f + 9 * d + f) + 2 * d
+# REFERENCE.md's closed forms (f = d_ff), each returning (parameters per block, total).
 
 
-def llama_closed_form(V, d, L, H, KV, hd, f):
-    """REFERENCE.md: 2V·d + L·(2d·H·hd + 2d·KV·hd + 3d·f + 2d) + d."""
-    return 2 * V * d + L * (2 * d * H * hd + 2 * d * KV * hd + 3 * d * f + 2 * d) + d
+def gpt2_total(V, ctx, L, d, f):
+    block = 4 * d * d + 2 * d * f + 9 * d + f  # qkv + out (4d² + 4d), MLP (2df + f + d), two LayerNorms (4d)
+    return block, (V + ctx) * d + L * block + 2 * d
+
+
+def gptj_total(V, L, d, f):
+    block = 4 * d * d + 2 * d * f + f + 3 * d  # no attention biases; MLP biases; one shared LayerNorm
+    return block, V * d + L * block + 2 * d + V * d + V  # untied head with a bias
+
+
+def llama_total(V, L, d, H, KV, hd, f):
+    block = 2 * d * H * hd + 2 * d * KV * hd + 3 * d * f + 2 * d  # q, o; k, v; gate, up, down; two RMSNorms
+    return block, 2 * V * d + L * block + d
+
+
+CLOSED_FORMS = {
+    "gpt2": gpt2_total(V=50257, ctx=1024, L=12, d=768, f=3072),
+    "gpt2-medium": gpt2_total(V=50257, ctx=1024, L=24, d=1024, f=4096),
+    "gpt2-large": gpt2_total(V=50257, ctx=1024, L=36, d=1280, f=5120),
+    "gpt2-xl": gpt2_total(V=50257, ctx=1024, L=48, d=1600, f=6400),
+    "gptj-6b": gptj_total(V=50400, L=28, d=4096, f=16384),
+    "llama-7b": llama_total(V=32000, L=32, d=4096, H=32, KV=32, hd=128, f=11008),
+    "llama-13b": llama_total(V=32000, L=40, d=5120, H=40, KV=40, hd=128, f=13824),
+    "llama-65b": llama_total(V=32000, L=80, d=8192, H=64, KV=64, hd=128, f=22016),
+    "llama2-7b": llama_total(V=32000, L=32, d=4096, H=32, KV=32, hd=128, f=11008),
+    "llama2-70b": llama_total(V=32000, L=80, d=8192, H=64, KV=8, hd=128, f=28672),
+    "llama3-8b": llama_total(V=128256, L=32, d=4096, H=32, KV=8, hd=128, f=14336),
+    "llama3-70b": llama_total(V=128256, L=80, d=8192, H=64, KV=8, hd=128, f=28672),
+}
 
 
 def hf_meta_count(cfg) -> int:
+    """Parameters of the transformers model of ``cfg``'s layout, built on the meta device (skips without transformers)."""
+    transformers = pytest.importorskip("transformers")
+    from archlab.interop.hf import config_to_hf
+
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config_to_hf(cfg))
     return sum(p.numel() for p in model.parameters())  # a tied tensor is listed once
 
 
-@pytest.mark.parametrize("preset", list(PUBLISHED))
-def test_preset_reproduces_published_count(preset):
+@pytest.mark.parametrize("preset", PUBLISHED)
+def test_preset_on_meta_matches_published_count(preset):
     cfg = compose_model([f"model={preset}"])
     assert count_params(cfg)["total"] == PUBLISHED[preset]
-    assert sum(p.numel() for p in build_model(cfg, device="meta").parameters()) == PUBLISHED[preset]
-    assert hf_meta_count(cfg) == PUBLISHED[preset]
+    model = build_model(cfg, device="meta")
+    assert all(p.is_meta for p in model.parameters())  # nothing allocated
+    assert built_counts(model)["total"] == PUBLISHED[preset]
+    assert sum(p.numel() for p in model.parameters()) == PUBLISHED[preset]
+
+
+@pytest.mark.parametrize("preset", PUBLISHED)
+def test_hugging_face_model_of_the_preset_has_the_published_count(preset):
+    assert hf_meta_count(compose_model([f"model={preset}"])) == PUBLISHED[preset]
+
+
+@pytest.mark.parametrize("preset", CLOSED_FORMS)
+def test_closed_forms_equal_count_params(preset):
+    block, total = CLOSED_FORMS[preset]
+    counts = count_params(compose_model([f"model={preset}"]))
+    assert counts["per_block"] == block
+    assert counts["total"] == total == PUBLISHED[preset]
 
 
 def test_nano_matches_gpt2_closed_form_and_hf():
     cfg = compose_model(["model=nano"])
-    expected = gpt2_closed_form(V=256, ctx=256, d=128, L=4, f=512)
+    _, expected = gpt2_total(V=256, ctx=256, L=4, d=128, f=512)
     assert count_params(cfg)["total"] == expected == 858_880
     assert hf_meta_count(cfg) == expected
 
@@ -53,7 +94,7 @@ def test_every_shipped_preset_has_a_reference():
 def test_preset_with_fewer_layers_follows_closed_form():
     # llama2-70b: d 8192, 64 heads, 8 KV heads of 128, f = 28672 (REFERENCE.md), two layers.
     cfg = compose_model(["model=llama2-70b", "model.n_layer=2"])
-    expected = llama_closed_form(V=32000, d=8192, L=2, H=64, KV=8, hd=128, f=28672)
+    _, expected = llama_total(V=32000, L=2, d=8192, H=64, KV=8, hd=128, f=28672)
     assert count_params(cfg)["total"] == expected
     assert hf_meta_count(cfg) == expected
 
@@ -63,3 +104,20 @@ def test_gpt2_with_rope_drops_only_the_position_table():
     assert (cfg.n_layer, cfg.d_model, cfg.attention.n_head, cfg.head.tied) == (12, 768, 12, True)  # sizes kept
     assert count_params(cfg)["total"] == PUBLISHED["gpt2"] - 1024 * 768
     assert sum(p.numel() for p in build_model(cfg, device="meta").parameters()) == PUBLISHED["gpt2"] - 1024 * 768
+
+
+def test_llama2_70b_breakdown_by_hand():
+    V, L, d, H, KV, hd, f = 32000, 80, 8192, 64, 8, 128, 28672
+    counts = count_params(compose_model(["model=llama2-70b"]))
+    assert {
+        k: counts[k]
+        for k in ("token_embedding", "position_embedding", "attention", "mlp", "norms", "final_norm", "head")
+    } == {
+        "token_embedding": V * d,
+        "position_embedding": 0,  # rope has no parameters
+        "attention": L * (d * H * hd + 2 * d * KV * hd + H * hd * d),
+        "mlp": L * 3 * d * f,
+        "norms": L * 2 * d,
+        "final_norm": d,
+        "head": V * d,
+    }

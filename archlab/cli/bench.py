@@ -1,13 +1,21 @@
-"""``archlab-bench``: training-step and generation speed of a composed model against Hugging Face."""
+"""archlab-bench: training-step and generation speed of a composed model against the Hugging Face model of
+its layout (same weights, dtype, threads and batch), with memory per step and the machine's matmul ceiling.
+
+    archlab-bench model=gpt2 model.n_layer=6 model.d_model=384 model.attention.n_head=6 threads=2
+    archlab-bench compile=true format=json
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from archlab.cli.errors import short_config_errors
+from archlab.cli.settings import hydra_help_text, wants_help
+from archlab.config.commands import BenchConfig
 from archlab.config.store import register_configs
 
 register_configs()
@@ -50,7 +58,7 @@ def _print_table(result: dict) -> None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
 @short_config_errors
-def main(cfg: DictConfig) -> None:
+def bench_app(cfg: DictConfig) -> None:
     from archlab.bench import run_bench
 
     result = run_bench(cfg)
@@ -58,3 +66,15 @@ def main(cfg: DictConfig) -> None:
         print(json.dumps(result))
     else:
         _print_table(result)
+
+
+def main() -> None:
+    """The console script: ``--help`` lists this command's settings and model groups; the rest is Hydra's."""
+    if wants_help(sys.argv[1:]):
+        print(hydra_help_text("archlab-bench", __doc__, "bench", BenchConfig))
+        return
+    bench_app()
+
+
+if __name__ == "__main__":
+    main()

@@ -22,7 +22,9 @@ from rich.table import Table
 from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.build import CONF_DIR, build_model, compose
 from archlab.cli.errors import short_config_errors
+from archlab.cli.settings import hydra_help_text, wants_help
 from archlab.config import head_dim, n_kv_head, to_model_config
+from archlab.config.commands import CheckConfig
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
@@ -152,10 +154,18 @@ def run(cfg: DictConfig, overrides: list[str]) -> int:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="check")
 @short_config_errors
-def main(cfg: DictConfig) -> None:
+def check_app(cfg: DictConfig) -> None:
     code = run(cfg, list(HydraConfig.get().overrides.task))
     if code:
         sys.exit(code)
+
+
+def main() -> None:
+    """The console script: ``--help`` lists this command's settings and model groups; the rest is Hydra's."""
+    if wants_help(sys.argv[1:]):
+        print(hydra_help_text("archlab-check", __doc__, "check", CheckConfig))
+        return
+    check_app()
 
 
 if __name__ == "__main__":

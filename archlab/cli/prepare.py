@@ -1,26 +1,27 @@
-"""``archlab-prepare input=<text file> output=<dir> tokenizer=char|byte|bpe [vocab_size=N] [val_fraction=0.1]``:
-tokenise a text file into nanoGPT-format shards (``train.bin``, ``val.bin``) plus ``meta.json`` for ``data=tokens``."""
+"""archlab-prepare: tokenise a text file into nanoGPT-format shards (train.bin, val.bin) plus meta.json,
+for data=tokens.
+
+    archlab-prepare notes.txt output=shards                               # a bare path is the input
+    archlab-prepare input=notes.txt output=shards tokenizer=bpe vocab_size=512
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
+from archlab.checks import writable_dir
+from archlab.cli.errors import short_config_errors
+from archlab.cli.settings import help_text, parse, wants_help
 from archlab.config.commands import PrepareConfig
 from archlab.data.common import check_fraction, read_text, split_point, token_dtype
 from archlab.errors import ConfigError
 from archlab.tokenizer import TOKENIZERS
 
-USAGE = (
-    "archlab-prepare input=<text file> output=<dir> [tokenizer=char|byte|bpe] [vocab_size=N (bpe)] [val_fraction=0.1]"
-)
 BPE_ALPHABET = 256  # byte-level BPE starts from the 256 byte symbols
 
 
@@ -39,13 +40,7 @@ def check(cfg: PrepareConfig) -> None:
             "vocab_size", cfg.vocab_size, f"null for tokenizer={cfg.tokenizer} (its vocabulary is fixed by the text)"
         )
     check_fraction("val_fraction", cfg.val_fraction)
-    out = Path(cfg.output).expanduser()
-    if out.exists() and not out.is_dir():
-        raise ConfigError("output", cfg.output, "a directory to write the shards into (this path is a file)")
-    parent = next(p for p in (out, *out.parents) if p.exists())  # the part of the path that exists already
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        why = "is not writable" if parent.is_dir() else "is a file"
-        raise ConfigError("output", cfg.output, f"a directory this user can create or write into ({parent} {why})")
+    writable_dir("output", cfg.output)
 
 
 def prepare(cfg: PrepareConfig) -> dict:
@@ -82,37 +77,19 @@ def prepare(cfg: PrepareConfig) -> dict:
     return meta
 
 
-def parse(argv: Sequence[str]) -> PrepareConfig:
-    """``key=value`` arguments checked against PrepareConfig's keys and types."""
-    keys = ", ".join(PrepareConfig.__dataclass_fields__)
-    for arg in argv:
-        if "=" not in arg:
-            raise ConfigError("argument", arg, f"key=value with a key among {keys}; usage: {USAGE}")
-    try:
-        cfg = OmegaConf.merge(OmegaConf.structured(PrepareConfig), OmegaConf.from_dotlist(list(argv)))
-    except OmegaConfBaseException as err:
-        key = str(getattr(err, "full_key", None) or "argument")
-        given = next((a.split("=", 1)[1] for a in argv if a.split("=", 1)[0] == key), " ".join(argv))
-        raise ConfigError(
-            key, given, f"one of the keys {keys} with a value of its type ({err.msg.splitlines()[0]})"
-        ) from None
-    for key in ("input", "output"):
-        if OmegaConf.is_missing(cfg, key):
-            raise ConfigError(key, None, f"a path; usage: {USAGE}")
-    return OmegaConf.to_object(cfg)
+def parse_args(argv: Sequence[str]) -> PrepareConfig:
+    """``key=value`` arguments (a bare path is the input) checked against PrepareConfig's keys and types."""
+    return parse(PrepareConfig, argv, bare="input")
 
 
+@short_config_errors
 def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if any(a in ("-h", "--help") for a in argv):
-        print(f"usage: {USAGE}\n\n{__doc__}")
+    if wants_help(argv):
+        print(help_text("archlab-prepare", __doc__, PrepareConfig, bare="input"))
         return
-    try:
-        cfg = parse(argv)
-        meta = prepare(cfg)
-    except ConfigError as err:  # exit status 2, as the other archlab commands give for a bad setting
-        print(f"archlab-prepare: error: {err}", file=sys.stderr)
-        sys.exit(2)
+    cfg = parse_args(argv)
+    meta = prepare(cfg)
     print(
         f"wrote {meta['train_tokens']} training and {meta['val_tokens']} validation tokens "
         f"({meta['dtype']}, {meta['tokenizer']['kind']} vocabulary of {meta['vocab_size']}) to {cfg.output}\n"

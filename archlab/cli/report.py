@@ -1,32 +1,29 @@
-"""``archlab-report <sweep dir> [--out DIR]``: ablation table and plots from a sweep's summaries."""
+"""archlab-report: one table (report.md), every figure (report.csv) and plots from a sweep's run summaries.
+
+archlab-report multirun/pos_mlp                                  # writes into the sweep directory
+archlab-report multirun/pos_mlp out=reports/pos_mlp metric=val/loss
+"""
 
 from __future__ import annotations
 
-import argparse
 import sys
+from typing import Optional, Sequence
+
+from archlab.cli.errors import short_config_errors
+from archlab.cli.settings import help_text, parse, wants_help
+from archlab.config.commands import ReportConfig
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="archlab-report", description=__doc__)
-    parser.add_argument("sweep_dir", help="a Hydra multirun directory (multirun/<date>/<time>) or any folder of runs")
-    parser.add_argument(
-        "--out", default=None, help="where to write report.md, report.csv and plots (default: sweep_dir)"
-    )
-    parser.add_argument(
-        "--metric",
-        default=None,
-        help="the metric that leads the table and is plotted, e.g. val/loss (default: the runs' primary metric)",
-    )
-    args = parser.parse_args(argv)
-    from archlab.errors import ConfigError
-    from archlab.report import write_report
+@short_config_errors
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if wants_help(argv):
+        print(help_text("archlab-report", __doc__, ReportConfig, bare="sweep_dir"))
+        return
+    from archlab.report import write_report  # matplotlib and the training modules: only when there is work
 
-    try:
-        written = write_report(args.sweep_dir, args.out, args.metric)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        sys.exit(2)
-    for kind, path in written.items():
+    cfg = parse(ReportConfig, argv, bare="sweep_dir")
+    for kind, path in write_report(cfg.sweep_dir, cfg.out, cfg.metric).items():
         print(f"{kind:>9}: {path}")
 
 

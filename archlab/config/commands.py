@@ -1,12 +1,19 @@
-"""Schemas of the commands other than archlab-train: archlab-check, archlab-bench, archlab-generate and
-archlab-prepare (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``)."""
+"""Schemas of the commands other than archlab-train: archlab-check, archlab-bench, archlab-generate,
+archlab-prepare and archlab-report (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
+Each field's ``help`` is the line ``--help`` prints beside it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import List, Optional
+from dataclasses import MISSING, dataclass, field
+from typing import Any, List, Optional
 
 from archlab.config.model import ModelConfig
+
+
+def setting(default: Any = MISSING, help: str = "") -> Any:
+    """A schema field with the one-line description that the command's ``--help`` prints; no default
+    (``MISSING``) makes it required."""
+    return field(default="???" if default is MISSING else default, metadata={"help": help})
 
 
 @dataclass
@@ -14,7 +21,7 @@ class CheckConfig:
     """``archlab-check``: one composed model, or (with no ``model=``) every preset."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    format: str = "table"  # table | json
+    format: str = setting("table", "table or json")
 
 
 @dataclass
@@ -22,41 +29,58 @@ class BenchConfig:
     """``archlab-bench``: one composed model against the Hugging Face implementation of its layout."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    batch_size: int = 8
-    seq_len: Optional[int] = None
-    warmup: int = 2
-    repeats: int = 10
-    generate_tokens: Optional[int] = None  # None: model.context_length minus the 8-token prompt
-    device: str = "auto"
-    dtype: str = "float32"
-    threads: Optional[int] = None
-    compare_hf: bool = True
-    compile: bool = False
-    matmul_size: Optional[int] = None
-    checkpointing: bool = True
-    format: str = "table"
+    batch_size: int = setting(8, "sequences per training step")
+    seq_len: Optional[int] = setting(None, "tokens per sequence; null = model.context_length")
+    warmup: int = setting(2, "untimed rounds before the timed ones")
+    repeats: int = setting(10, "timed (and profiled) rounds; figures are medians")
+    generate_tokens: Optional[int] = setting(
+        None, "greedy tokens generated at batch 1 after an 8-token prompt; null = fill the context"
+    )
+    device: str = setting("auto", "auto, cpu, cuda or cuda:<index>")
+    dtype: str = setting("float32", "float32 or bfloat16")
+    threads: Optional[int] = setting(None, "torch threads (CPU); null = torch's default")
+    compare_hf: bool = setting(True, "also time the Hugging Face model of the same layout")
+    compile: bool = setting(False, "torch.compile the training step (archlab block by block, HF whole)")
+    matmul_size: Optional[int] = setting(
+        None, "side of the square matmul measuring the ceiling; null = 2048 / 8192 (GPU)"
+    )
+    checkpointing: bool = setting(True, "also measure activation memory with activation checkpointing on")
+    format: str = setting("table", "table or json")
 
 
 @dataclass
 class GenerateConfig:
     """``archlab-generate``: a saved model, a prompt and how to sample its continuation."""
 
-    ckpt: Optional[str] = None  # safetensors file written by archlab.weights.save_weights
-    prompt: Optional[str] = None  # text, encoded with the tokenizer stored in the file
-    prompt_ids: Optional[List[int]] = None  # token ids, for files without a tokenizer
-    max_new_tokens: int = 100
-    temperature: float = 1.0  # 0 = greedy
-    top_k: Optional[int] = None  # sample among the k most likely tokens; null = all
-    seed: Optional[int] = 0  # null = a different sample every run
-    device: str = "cpu"
+    ckpt: Optional[str] = setting(None, "safetensors file written by archlab (a bare path is taken as ckpt)")
+    prompt: Optional[str] = setting(None, "text, taken verbatim, encoded with the tokenizer stored in the file")
+    prompt_ids: Optional[List[int]] = setting(None, "token ids, e.g. [1,2,3], for a file without a tokenizer")
+    max_new_tokens: int = setting(100, "tokens to generate after the prompt")
+    temperature: float = setting(1.0, "softmax temperature; 0 = greedy")
+    top_k: Optional[int] = setting(None, "sample among the k most likely tokens; null = all")
+    seed: Optional[int] = setting(0, "sampling seed; null = a different sample every run")
+    device: str = setting("cpu", "cpu, cuda or cuda:<index>")
 
 
 @dataclass
 class PrepareConfig:
     """``archlab-prepare``: tokenise a text file into shards for ``data=tokens``."""
 
-    input: str = "???"
-    output: str = "???"
-    tokenizer: str = "char"  # char | byte | bpe
-    vocab_size: Optional[int] = None  # bpe only: the vocabulary to train
-    val_fraction: float = 0.1  # the last 10% of the tokens is the validation split
+    input: str = setting(help="the UTF-8 text file to tokenise (a bare path is taken as input)")
+    output: str = setting(help="the directory to write train.bin, val.bin and meta.json into")
+    tokenizer: str = setting("char", "char, byte or bpe")
+    vocab_size: Optional[int] = setting(None, "bpe only: the vocabulary to train")
+    val_fraction: float = setting(0.1, "the last fraction of the tokens, the validation split")
+
+
+@dataclass
+class ReportConfig:
+    """``archlab-report``: a sweep's runs summarised as a table, a CSV and plots."""
+
+    sweep_dir: str = setting(
+        help="a Hydra multirun directory or any folder of runs (a bare path is taken as sweep_dir)"
+    )
+    out: Optional[str] = setting(None, "where to write report.md, report.csv and the plots; null = sweep_dir")
+    metric: Optional[str] = setting(
+        None, "the final metric that leads the table and is plotted; null = the runs' primary one"
+    )

@@ -66,14 +66,15 @@ class KVCache:
 
 
 def attention_mask(
-    q_pos: Tensor, k_pos: Tensor, bias: Optional[Tensor], window: Optional[int] = None
+    q_pos: Tensor, k_pos: Tensor, bias: Optional[Tensor], window: Optional[int] = None, always: bool = False
 ) -> Optional[Tensor]:
     """What attention needs beyond plain causal masking, for queries at ``q_pos`` and keys at the
     contiguous positions ``k_pos`` (ending at the last query): None when ``is_causal`` (or one query
-    seeing every key) suffices, else a boolean mask of visible keys, or ``bias`` with -inf where a key
-    is hidden. A key is hidden when it is later than the query or ``window`` or more positions before it."""
+    seeing every key) suffices (unless ``always``), else a boolean mask of visible keys, or ``bias`` with
+    -inf where a key is hidden. A key is hidden when it is later than the query or ``window`` or more
+    positions before it."""
     cut = window is not None and len(k_pos) > window  # some key lies outside some query's window
-    if bias is None and not cut and (len(q_pos) == 1 or len(q_pos) == len(k_pos)):
+    if bias is None and not cut and not always and (len(q_pos) == 1 or len(q_pos) == len(k_pos)):
         return None
     distance = q_pos[:, None] - k_pos[None, :]
     visible = distance >= 0

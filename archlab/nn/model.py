@@ -33,8 +33,12 @@ class Decoder(nn.Module):
         # Recompute each block's activations in backward instead of keeping them: less memory, more compute.
         self.activation_checkpointing = False
 
-    def forward(self, idx: Tensor, cache: Optional[KVCache] = None) -> Tensor:
-        """Logits ``[B, T, vocab]`` for tokens ``idx`` ``[B, T]``; with ``cache``, continue after it."""
+    def forward(self, idx: Tensor, cache: Optional[KVCache] = None, attention_mask: Optional[Tensor] = None) -> Tensor:
+        """Logits ``[B, T, vocab]`` for tokens ``idx`` ``[B, T]``; with ``cache``, continue after it.
+
+        ``attention_mask`` ``[B, cached + T]`` (1 = a token, 0 = padding, as in Hugging Face) hides the
+        padding from every query, and numbers each row's positions from its first token, so a
+        left-padded prompt is computed as it would be alone."""
         start = cache.length if cache is not None else 0
         T = idx.shape[1]
         limit = self.position.max_positions
@@ -43,14 +47,17 @@ class Decoder(nn.Module):
                 f"position {start + T - 1} is past model.context_length={limit}: learned positions have "
                 "no entry there; shorten the sequence or raise model.context_length"
             )
-        q_pos = torch.arange(start, start + T, device=idx.device)
+        positions = None if attention_mask is None else (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        q_pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions[:, start:]
         x = self.tok_emb(idx)
         if self.cfg.scale_embedding:  # sqrt(d_model), rounded to x's dtype as Gemma does
             x = x * torch.tensor(self.cfg.d_model**0.5, dtype=x.dtype)
         x = self.drop(self.position.embed(x, q_pos))
         rotary = self.position.rotary(q_pos, x.dtype, cached=cache is not None)
-        windows = {block.attn.window for block in self.blocks}
-        masks = {w: self.mask(q_pos, start, cache.kept(w) if cache is not None else 0, w, x.dtype) for w in windows}
+        masks = {}
+        for w in {block.attn.window for block in self.blocks}:
+            kept = cache.kept(w) if cache is not None else 0
+            masks[w] = self.mask(start, T, kept, w, x.dtype, idx.device, attention_mask, positions)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block in self.blocks:
             mask = masks[block.attn.window]
@@ -65,12 +72,32 @@ class Decoder(nn.Module):
             x = self.final_norm(x)
         return self.head(x)
 
-    def mask(self, q_pos: Tensor, start: int, kept: int, window: Optional[int], dtype: torch.dtype) -> Optional[Tensor]:
-        """The attention mask (and position bias) of layers with this ``window``, for queries at
-        ``q_pos`` (from ``start``) and the keys such a layer attends to: the ``kept`` cached ones, then the new ones."""
-        k_pos = torch.arange(start - kept, start + len(q_pos), device=q_pos.device) if kept else q_pos
-        bias = self.position.bias(q_pos, k_pos)
-        return attention_mask(q_pos, k_pos, None if bias is None else bias.to(dtype), window)
+    def mask(
+        self,
+        start: int,
+        length: int,
+        kept: int,
+        window: Optional[int],
+        dtype: torch.dtype,
+        device: torch.device,
+        padding: Optional[Tensor] = None,
+        positions: Optional[Tensor] = None,
+    ) -> Optional[Tensor]:
+        """The attention mask (and position bias) of layers with this ``window``, for the ``length``
+        queries from index ``start`` and the keys such a layer attends to: the ``kept`` cached ones, then
+        the new ones. With ``padding`` (the attention mask, 0 = padding) the mask is per row ``[B, 1, Tq,
+        Tk]``: padded keys are hidden (a padded query sees only itself, so no row is empty) and the bias
+        reads each row's ``positions``."""
+        first, end = start - kept, start + length
+        q_idx = torch.arange(start, end, device=device)
+        k_idx = q_idx if kept == 0 else torch.arange(first, end, device=device)
+        if padding is None:
+            bias = self.position.bias(q_idx, k_idx)
+            return attention_mask(q_idx, k_idx, None if bias is None else bias.to(dtype), window)
+        visible = attention_mask(q_idx, k_idx, None, window, always=True)
+        visible = (visible & padding[:, None, None, first:end].bool()) | (q_idx[:, None] == k_idx[None, :])
+        bias = self.position.bias(positions[:, start:end], positions[:, first:end])
+        return visible if bias is None else bias.to(dtype).masked_fill(~visible, float("-inf"))
 
     def compile_blocks(self) -> None:
         """``torch.compile`` each block in place (``compile=true`` in archlab-train and archlab-bench).

@@ -3,7 +3,8 @@
 A scheme acts at one or more of three points, each a no-op by default: ``embed`` adds an absolute
 position to the token embeddings, ``rotary`` returns a ``Rotation`` that attention applies to the
 queries and keys it projected, and ``bias`` returns an additive attention bias. The model calls each
-once per forward.
+once per forward. Positions are ``[T]``, shared by the batch, or ``[B, T]`` when a padded batch gives
+each row its own.
 """
 
 from __future__ import annotations
@@ -95,10 +96,8 @@ class Sinusoidal(Position):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         i = torch.arange(0, self.d_model, 2, device=x.device, dtype=torch.float32)
-        angle = pos.float()[:, None] * torch.exp(i * (-math.log(10000.0) / self.d_model))[None]
-        table = torch.zeros(len(pos), self.d_model, device=x.device)
-        table[:, 0::2] = torch.sin(angle)
-        table[:, 1::2] = torch.cos(angle)
+        angle = pos.float()[..., None] * torch.exp(i * (-math.log(10000.0) / self.d_model))
+        table = torch.stack((torch.sin(angle), torch.cos(angle)), dim=-1).flatten(-2)  # sin at 2i, cos at 2i + 1
         return x + table.to(x.dtype)
 
     @staticmethod
@@ -227,9 +226,9 @@ def inverse_frequencies(p, dim: int, device=None) -> Tensor:
 
 
 def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
-    """cos and sin, ``[T, 1, dim/2]`` in float32, of RoPE's angles ``pos·inv_freq``: one angle per
+    """cos and sin, ``[(B,) T, 1, dim/2]`` in float32, of RoPE's angles ``pos·inv_freq``: one angle per
     rotated pair, shared by every head."""
-    angle = pos.float()[:, None, None] * inv_freq
+    angle = pos.float()[..., None, None] * inv_freq
     return angle.cos(), angle.sin()
 
 
@@ -246,7 +245,7 @@ _opaque_rope_angles = torch.library.custom_op(
 
 @_opaque_rope_angles.register_fake
 def _rope_angles_shape(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
-    shape = (pos.shape[0], 1, inv_freq.shape[0])
+    shape = (*pos.shape, 1, inv_freq.shape[0])
     return pos.new_empty(shape, dtype=torch.float32), pos.new_empty(shape, dtype=torch.float32)
 
 
@@ -291,8 +290,8 @@ class ALiBi(Position):
         self.n_head = cfg.attention.n_head
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        distance = (k_pos[None, :] - q_pos[:, None]).float()  # <= 0 for every visible key
-        return alibi_slopes(self.n_head).to(q_pos.device)[:, None, None] * distance  # [H, Tq, Tk]
+        distance = (k_pos[..., None, :] - q_pos[..., :, None]).float()  # <= 0 for every visible key
+        return alibi_slopes(self.n_head).to(q_pos.device)[:, None, None] * distance[..., None, :, :]  # [(B,) H, Tq, Tk]
 
 
 def build_position(cfg: ModelConfig) -> Position:
