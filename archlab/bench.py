@@ -20,21 +20,11 @@ from typing import Callable, Iterable, Iterator
 import torch
 import torch.nn.functional as F
 
-# bf16 dense peaks (FLOP/s) of common accelerators, for MFU; CPU figures are measured instead.
-GPU_BF16_PEAK = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10G": 70e12, "4090": 165e12}
 PROMPT_TOKENS = 8  # generation starts from this many random tokens
 CEILING = "dense matmul"  # the ceiling's entry among the timed functions
 # aten ops that are dense matrix products, and name fragments of every SDPA kernel (flash, efficient, math, cuDNN)
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv"})
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
-
-
-def gpu_peak_flops(device: torch.device) -> float | None:
-    """The bf16 peak of a known CUDA device, else None (MFU is then not reported)."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in GPU_BF16_PEAK.items() if key in name), None)
 
 
 def synchronize(device: torch.device) -> None:
@@ -229,6 +219,7 @@ def run_bench(cfg) -> dict:
     from archlab.config import to_model_config
     from archlab.generate import generate
     from archlab.nn.validation import validate
+    from archlab.peak_flops import peak_flops
 
     mcfg = validate(to_model_config(cfg.model))
     n = check_settings(cfg, mcfg.context_length)
@@ -271,7 +262,7 @@ def run_bench(cfg) -> dict:
     ceiling = median_rate(train_times.pop(CEILING), 2.0 * side**3)
     kernels = median_kernel_seconds(timed, cfg.repeats, device)  # the ceiling profiled in the same rounds
     profiled_ceiling = 2.0 * side**3 / kernels.pop(CEILING)["matmul"]
-    peak = gpu_peak_flops(device)
+    peak = peak_flops(device, dtype)  # MFU against the peak of the dtype timed, as archlab-train reports it
     out: dict = {
         "device": str(device),
         "dtype": cfg.dtype,

@@ -93,8 +93,9 @@ def planned_jobs(sweep_dir: Path) -> list[list[str]]:
     if not file.is_file():
         return []
     try:
-        from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
         from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from archlab.hydra_private import BasicSweeper
 
         hydra = OmegaConf.load(file).hydra
         if hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":

@@ -94,12 +94,12 @@ def files(tmp_path_factory) -> dict[str, str]:
 ROWS = [
     # trainer
     (["trainer.max_steps=0"], "trainer.max_steps", "a positive integer"),
-    (["trainer.precision=fp8"], "trainer.precision", "one of 32, 32-true, bf16-mixed"),
+    (["trainer.precision=fp8"], "trainer.precision", "one of ['32', '32-true', 'bf16-mixed'"),
     (["trainer.precision=16-mixed"], "trainer.precision", "bf16-mixed or 32-true on a CPU"),
-    (["trainer.accelerator=tpu"], "trainer.accelerator", "one of cpu, gpu"),
+    (["trainer.accelerator=tpu"], "trainer.accelerator", "one of ['cpu', 'gpu'"),
     (["trainer.devices=0"], "trainer.devices", "a positive integer, a list of device ids"),
     (["trainer.devices=[0,1]"], "trainer.devices", "a number of processes for accelerator=cpu"),
-    (["trainer.strategy=horovod"], "trainer.strategy", "one of auto, ddp"),
+    (["trainer.strategy=horovod"], "trainer.strategy", "one of ['auto', 'ddp'"),
     (["trainer.num_nodes=0"], "trainer.num_nodes", "a positive integer"),
     (["trainer.val_check_interval=0"], "trainer.val_check_interval", "a positive integer"),
     (["trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches", "a positive integer"),
@@ -123,7 +123,7 @@ ROWS = [
         "more than scheduler.warmup_steps=10",
     ),
     (["scheduler.min_lr_ratio=1.5"], "scheduler.min_lr_ratio", "a number in [0, 1]"),
-    (["scheduler.kind=linear"], "scheduler.kind", "one of cosine"),
+    (["scheduler.kind=linear"], "scheduler.kind", "one of ['cosine']"),
     # run settings, callbacks, loggers, output
     (["seed=-1"], "seed", "an integer in [0, 2**32)"),
     (["resume=latest"], "resume", 'null or "auto"'),
@@ -135,7 +135,7 @@ ROWS = [
         "a non-negative integer",
     ),
     (["callbacks.checkpoint.save_top_k=-3"], "callbacks.checkpoint.save_top_k", "-1 (keep all), 0 (none)"),
-    (["callbacks.checkpoint.mode=best"], "callbacks.checkpoint.mode", "one of min, max"),
+    (["callbacks.checkpoint.mode=best"], "callbacks.checkpoint.mode", "one of ['min', 'max']"),
     (["callbacks.checkpoint.monitor=val/bleu", *MQAR], "callbacks.checkpoint.monitor", "null or one of val/loss"),
     (["callbacks.finite_loss.action=ignore"], "callbacks.finite_loss.action", "stop (fail the run at the step) | skip"),
     (

@@ -87,10 +87,8 @@ def test_report_numbers_equal_the_summaries(sweep, tmp_path):
             "-m",
             "archlab.cli.report",
             str(sweep_dir),
-            "--out",
-            str(tmp_path),
-            "--metric",
-            "val_long/acc",
+            f"out={tmp_path}",
+            "metric=val_long/acc",
         ],
         capture_output=True,
         text=True,
@@ -133,7 +131,21 @@ def test_report_numbers_equal_the_summaries(sweep, tmp_path):
         assert float(row["tokens/s mean"]) == pytest.approx(statistics.fmean(tps), rel=1e-12)
     md = (tmp_path / "report.md").read_text()
     assert md.count("**failed**") == 4 and md.count("n_kv_head=8") == 4
-    assert "model/position" in md and "KV cache" in md
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines() if line.startswith("| ")]
+    assert table[0] == [
+        "model/position",
+        "model/attention",
+        "seeds",
+        "final val_long/acc",  # metric= leads
+        "best val_long/acc",
+        "params",
+        "FLOPs/token",
+        "tokens/s",
+    ]  # the other figures (val/loss, KV cache bytes, wall time...) are in the CSV only
+    for row, cells in zip(rows, table[1:]):
+        assert cells[:3] == [row["model/position"], row["model/attention"], f"{row['completed']}/{row['runs']}"]
+        # the seeds of a variant have one parameter count: the plain value, no "± 0"
+        assert cells[5] == (f"{int(float(row['params total mean'])):,}" if row["params total mean"] else "-")
 
 
 def test_report_on_a_partial_sweep(sweep, tmp_path):
@@ -188,8 +200,8 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
 
 
 def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):
-    """A path that is no sweep, an --out that is a file, an unknown --metric and an unreadable summary.json:
-    one error line each naming the argument, exit 2, and nothing written."""
+    """A path that is no sweep, an out that is a file, an unknown metric, an unreadable summary.json, a
+    --flag and no sweep at all: one error line each naming the argument, exit 2, and nothing written."""
     import shutil
 
     from archlab.cli.report import main as report_main
@@ -204,13 +216,15 @@ def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):
     for argv, start, reason in [
         ([str(tmp_path / "missing")], "error: sweep_dir=", "nothing is there"),
         ([str(a_file)], "error: sweep_dir=", "this path is a file"),
-        ([str(copy), "--out", str(a_file)], "error: --out=", "this path is a file"),
+        ([str(copy), f"out={a_file}"], "error: out=", "this path is a file"),
         (
-            [str(copy), "--metric", "val/bleu"],
-            "error: --metric='val/bleu'",
+            [str(copy), "metric=val/bleu"],
+            "error: metric='val/bleu'",
             "a final metric of these runs: val/acc, val/loss",
         ),
-        ([str(broken)], "error: sweep_dir=", "whose summary.json is JSON"),
+        ([f"sweep_dir={broken}"], "error: sweep_dir=", "whose summary.json is JSON"),
+        ([str(copy), "--out", str(tmp_path)], "error: argument='--out'", "key=value with a key among"),
+        ([], "error: sweep_dir=None", "a value (required)"),
     ]:
         with pytest.raises(SystemExit) as exit_:
             report_main(argv)
@@ -218,6 +232,50 @@ def test_report_refuses_bad_arguments_in_one_line(sweep, tmp_path, capsys):
         assert exit_.value.code == 2 and err.startswith(start) and reason in err, err
         assert len(err.strip().splitlines()) == 1
     assert not (copy / "report.md").exists()
+
+
+def test_report_markdown_is_a_compact_table_with_plain_values_for_agreeing_seeds(tmp_path):
+    """report.md: axes, seeds, the primary metric final and best, params, FLOPs/token, tokens/s; a value
+    the seeds agree on (or one seed's) plain, else mean ± std (std to 2 digits, the mean to its decimal
+    place), and (n=k) where fewer completed seeds have the figure."""
+    from archlab.report import write_report
+
+    def job(name, overrides, loss=None, tokens_per_s=None):
+        run = tmp_path / "sweep" / name
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
+        summary = {"status": "failed", "error": "ConfigError: boom"}
+        if loss is not None:
+            summary = {
+                "status": "completed",
+                "primary_metric": {"name": "val/loss"},
+                "metrics": {"final": {"val/loss": loss, "step": 10}, "best": {"val/loss": {"value": loss - 0.1}}},
+                "parameters": {"analytic": {"total": 108_224, "non_embedding": 104_192}},
+                "wall_time_s": 12.0,
+            }
+            if tokens_per_s is not None:
+                summary["throughput"] = {"tokens_per_s": tokens_per_s, "flops_per_s": 672_768 * tokens_per_s}
+        (run / "summary.json").write_text(json.dumps(summary))
+
+    job("0", ["model/mlp=gelu", "seed=0"], 2.0, 1000.0)
+    job("1", ["model/mlp=gelu", "seed=1"], 2.1, 1200.0)
+    job("2", ["model/mlp=swiglu", "seed=0"], 2.5, 900.0)
+    job("3", ["model/mlp=swiglu", "seed=1"])
+    job("4", ["model/mlp=geglu", "seed=0"], 2.25, 800.0)
+    job("5", ["model/mlp=geglu", "seed=1"], 2.25)  # an older summary, without throughput
+    write_report(tmp_path / "sweep", tmp_path / "out")
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert [line for line in md.splitlines() if line.startswith("|")] == [
+        "| model/mlp | seeds | final val/loss | best val/loss | params | FLOPs/token | tokens/s |",
+        "|---|---|---|---|---|---|---|",
+        # std of (2.0, 2.1) is 0.0707..., of (1000, 1200) 141.4...
+        "| gelu | 2/2 | 2.050 ± 0.071 | 1.950 ± 0.071 | 108,224 | 672,768 | 1,100 ± 140 |",
+        "| swiglu | 1/2 | 2.5 | 2.4 | 108,224 | 672,768 | 900 |",
+        "| geglu | 2/2 | 2.25 | 2.15 | 108,224 | 672,768 (n=1) | 800 (n=1) |",
+    ]
+    assert "`3` (model/mlp=swiglu, seed=1): **failed** — ConfigError: boom" in md
+    header = next(csv.reader((tmp_path / "out" / "report.csv").open()))
+    assert {"params non_embedding mean", "wall time (s) mean", "tokens/s std"} <= set(header)  # the rest: CSV
 
 
 def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep, tmp_path, monkeypatch):
@@ -355,6 +413,29 @@ def yaml_load(path: Path) -> dict:
     import yaml
 
     return yaml.safe_load(path.read_text())
+
+
+def test_a_bad_setting_fails_its_job_in_one_line_and_the_sweep_runs_the_others(conf, tmp_path, monkeypatch):
+    """One job of four with optim.lr=0: it prints ``error: ...`` once (no traceback), records its failure, and
+    the other three train; the sweep exits 1. With HYDRA_FULL_ERROR=1 the job's error comes with its trace."""
+    sweep_dir = tmp_path / "multirun"
+    quick = ["trainer.max_steps=8", "trainer.val_check_interval=8", "callbacks.samples=null"]
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    overrides = [*quick, "optim.lr=1e-3,0,2e-3,3e-3", f"hydra.sweep.dir={sweep_dir}"]
+    proc = cli(conf, tmp_path / "run", overrides, multirun=True)
+    runs = {s["config"]["optim"]["lr"]: s for s in summaries(sweep_dir).values()}
+    assert set(runs) == {1e-3, 0.0, 2e-3, 3e-3}, proc.stderr[-3000:]
+    line = "error: optim.lr=0.0 is invalid: allowed a positive number"
+    assert [row for row in proc.stderr.splitlines() if row.startswith("error:")] == [line]
+    assert "Traceback" not in proc.stdout + proc.stderr and proc.returncode == 1
+    assert runs[0.0]["status"] == "failed" and runs[0.0]["error"] == "ConfigError: " + line.removeprefix("error: ")
+    for lr in (1e-3, 2e-3, 3e-3):
+        assert runs[lr]["status"] == "completed" and runs[lr]["steps"] == 8
+
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    full = cli(conf, tmp_path / "run", [*quick, "optim.lr=0", f"hydra.sweep.dir={tmp_path / 'full'}"], multirun=True)
+    assert full.returncode != 0 and "Traceback" in full.stderr
+    assert "archlab.errors.ConfigError: optim.lr=0.0 is invalid: allowed a positive number" in full.stderr
 
 
 def test_a_parallel_local_sweep_records_a_bad_job_and_runs_the_others(conf, tmp_path):

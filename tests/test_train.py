@@ -117,6 +117,21 @@ def test_parameter_counts_and_flops_in_summary(cli_run):
     assert t["mfu"] is None  # no known peak for a CPU
 
 
+def test_one_table_of_peaks_for_every_mfu():
+    """archlab-train's MFU and archlab-bench's divide by the same peak: the device's, for the dtype it runs."""
+    from archlab.peak_flops import device_peak, peak_flops
+
+    assert device_peak("NVIDIA H100 80GB HBM3", torch.bfloat16, tf32=True) == 989.4e12
+    assert device_peak("NVIDIA H100 PCIe", torch.bfloat16, tf32=True) == 756e12  # the model before its family
+    assert device_peak("NVIDIA H200", torch.float16, tf32=True) == 989.4e12
+    assert device_peak("NVIDIA A100-SXM4-80GB", torch.float32, tf32=True) == 156e12  # float32 matmuls as TF32
+    assert device_peak("NVIDIA A100-SXM4-80GB", torch.float32, tf32=False) == 19.5e12
+    assert device_peak("NVIDIA L4", torch.bfloat16, tf32=True) == 121e12
+    assert device_peak("NVIDIA L40S", torch.bfloat16, tf32=True) is None  # whole words: an L40S is no L4
+    assert device_peak("NVIDIA A10G", torch.float32, tf32=True) is None  # a dtype the table lacks
+    assert peak_flops(torch.device("cpu"), torch.bfloat16) is None
+
+
 def test_checkpoint_loads_weights_only_and_export_gives_the_same_logits(cli_run):
     run, _, s = cli_run
     ckpt = torch.load(s["paths"]["last_checkpoint"], weights_only=True, map_location="cpu")
@@ -380,7 +395,7 @@ def test_cli_config_error_is_one_short_line(conf, tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == [
-        "error: trainer.precision='fp8' is invalid: allowed one of 32, 32-true, bf16-mixed, bf16-true, 16-mixed"
+        "error: trainer.precision='fp8' is invalid: allowed one of ['32', '32-true', 'bf16-mixed', 'bf16-true', '16-mixed']"
     ]
 
 
@@ -522,7 +537,7 @@ def test_compiled_blocks_train_like_eager_ones(conf, tmp_path):
 
 
 def test_which_trainers_rerun_the_command_line(conf, tmp_path):
-    from archlab.training.config import _relaunches_command
+    from archlab.training.validation import _relaunches_command
 
     expect = {"cpu": False, "gpu": False, "ddp": True, "ddp_spawn": False, "ddp_cpu": True, "fsdp": True}
     for name, relaunches in expect.items():

@@ -20,7 +20,11 @@ CASES = [
     # unknown registry names list the choices
     (["model.position.kind=foo"], "model.position.kind", "one of ['alibi', 'learned', 'none', 'rope', 'sinusoidal']"),
     (["model.norm.kind=batchnorm"], "model.norm.kind", "one of ['layernorm', 'rmsnorm']"),
-    (["model.block.kind=hourglass"], "model.block.kind", "one of ['parallel', 'post', 'post_sublayer', 'pre', 'sandwich']"),
+    (
+        ["model.block.kind=hourglass"],
+        "model.block.kind",
+        "one of ['parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
+    ),
     (["model.mlp.kind=moe"], "model.mlp.kind", "one of ['geglu', 'gelu', 'relu', 'swiglu']"),
     # head layout
     (

@@ -14,11 +14,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from archlab import checks
 from archlab.checks import writable_dir
 from archlab.cli.errors import short_config_errors
 from archlab.cli.settings import help_text, parse, wants_help
 from archlab.config.commands import PrepareConfig
-from archlab.data.common import check_fraction, read_text, split_point, token_dtype
+from archlab.data.common import read_text, split_point, token_dtype
 from archlab.errors import ConfigError
 from archlab.tokenizer import TOKENIZERS
 
@@ -39,7 +40,7 @@ def check(cfg: PrepareConfig) -> None:
         raise ConfigError(
             "vocab_size", cfg.vocab_size, f"null for tokenizer={cfg.tokenizer} (its vocabulary is fixed by the text)"
         )
-    check_fraction("val_fraction", cfg.val_fraction)
+    checks.fraction("val_fraction", cfg.val_fraction)
     writable_dir("output", cfg.output)
 
 

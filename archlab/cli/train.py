@@ -1,7 +1,13 @@
-"""``archlab-train``: train any archlab build with Lightning, configured by Hydra (conf/train.yaml)."""
+"""archlab-train: train any archlab build with Lightning, configured by Hydra (conf/train.yaml).
+
+    archlab-train                                     the default: nano learns associative recall on the CPU
+    archlab-train model=llama2-7b model.n_layer=2 trainer.max_steps=300
+    archlab-train -m model/position=rope,alibi seed=0,1   a sweep (archlab-report summarises it)
+"""
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 
@@ -9,16 +15,18 @@ import hydra
 from omegaconf import DictConfig
 
 from archlab.cli.errors import short_config_errors
+from archlab.cli.settings import hydra_help_text, wants_help
 from archlab.config.store import register_configs
+from archlab.config.train import TrainConfig
 from archlab.errors import DirectoryHoldsRun, SweepConfigError
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 @short_config_errors
 def _app(cfg: DictConfig) -> float | None:
-    from archlab.training.config import validate_train
     from archlab.training.outputs import settle_hydra_files
     from archlab.training.sweep import objective_value, record_failure
+    from archlab.training.validation import validate_train
 
     start = time.time()
     try:
@@ -42,6 +50,9 @@ def main() -> None:
     # that the user can do nothing about
     warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
     register_configs()
+    if wants_help(sys.argv[1:]):
+        print(hydra_help_text("archlab-train", __doc__, "train", TrainConfig))
+        return
     _app()
 
 

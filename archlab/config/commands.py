@@ -4,16 +4,11 @@ Each field's ``help`` is the line ``--help`` prints beside it."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field
-from typing import Any, List, Optional
+from dataclasses import dataclass, field
+from typing import List, Optional
 
+from archlab.config.fields import setting
 from archlab.config.model import ModelConfig
-
-
-def setting(default: Any = MISSING, help: str = "") -> Any:
-    """A schema field with the one-line description that the command's ``--help`` prints; no default
-    (``MISSING``) makes it required."""
-    return field(default="???" if default is MISSING else default, metadata={"help": help})
 
 
 @dataclass

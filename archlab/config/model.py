@@ -12,11 +12,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-
-def choice(default: str, *allowed: str) -> Any:
-    """A string field that takes one of ``allowed`` values: validation checks every such field of the
-    model config, whatever variant is chosen (``archlab.nn.validation``)."""
-    return field(default=default, metadata={"choices": (default, *allowed)})
+from archlab.config.fields import choice
 
 
 @dataclass

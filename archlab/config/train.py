@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import ListConfig
 
+from archlab.config.fields import setting
 from archlab.config.model import ModelConfig
 from archlab.errors import ConfigError
 
@@ -83,14 +84,16 @@ class TrainConfig:
     logger: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Logger node with _target_
     callbacks: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Callback node with _target_
     paths: PathsConfig = field(default_factory=PathsConfig)
-    seed: int = 0
-    ckpt_path: Optional[str] = None  # continue exactly from this checkpoint
-    resume: Optional[str] = None  # "auto": the newest checkpoint of this run directory
-    compile: bool = False  # torch.compile each block
-    activation_checkpointing: bool = False  # recompute each block's activations in backward
-    threads: Optional[int] = None  # torch intra-op threads per process (null: torch's default)
-    match: MatchConfig = field(default_factory=MatchConfig)
-    objective: Optional[str] = None  # the final metric a sweeper optimises (null: the first val loss)
+    seed: int = setting(0, "seeds weights, data order and dropout; two runs with one seed match")
+    ckpt_path: Optional[str] = setting(None, "continue exactly from this checkpoint, into a new run directory")
+    resume: Optional[str] = setting(None, "auto: continue from the newest checkpoint of this run directory")
+    compile: bool = setting(False, "torch.compile each block")
+    activation_checkpointing: bool = setting(False, "recompute each block's activations in backward (less memory)")
+    threads: Optional[int] = setting(None, "torch intra-op threads per process (null: torch's default)")
+    match: MatchConfig = field(
+        default_factory=MatchConfig, metadata={"help": "size match.field so the model has a reference's parameters"}
+    )
+    objective: Optional[str] = setting(None, "the final metric a sweeper optimises (null: the first val loss)")
 
 
 def world_size(devices: Any, num_nodes: Any) -> int:

@@ -4,23 +4,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from archlab.errors import ConfigError
 
 IGNORE = -100  # targets that are not scored (torch.nn.functional.cross_entropy's ignore_index)
-
-
-def check_positive(field: str, value: Any, minimum: int = 1) -> None:
-    """Raise ConfigError unless ``value`` is an int >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(field, value, f"an integer >= {minimum}")
-
-
-def check_fraction(field: str, value: Any) -> None:
-    """Raise ConfigError unless ``value`` is a number strictly between 0 and 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value < 1.0:
-        raise ConfigError(field, value, "a number strictly between 0 and 1")
 
 
 def read_text(path: str | Path, field: str) -> str:

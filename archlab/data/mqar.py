@@ -20,7 +20,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from archlab.data.common import IGNORE, check_positive
+from archlab import checks
+from archlab.data.common import IGNORE
 from archlab.data.stream import batch_rng, eval_loader, stream_loader
 from archlab.errors import ConfigError
 
@@ -62,12 +63,12 @@ class MQARDataModule(L.LightningDataModule):
         seed: int = 0,
     ):
         super().__init__()
-        check_positive("data.num_pairs", num_pairs)
+        checks.integer("data.num_pairs", num_pairs, 1, "an integer >= 1")
         eval_num_pairs = 2 * num_pairs if eval_num_pairs is None else eval_num_pairs
-        check_positive("data.eval_num_pairs", eval_num_pairs)
+        checks.integer("data.eval_num_pairs", eval_num_pairs, 1, "an integer >= 1")
         if num_queries is not None:
-            check_positive("data.num_queries", num_queries)
-        check_positive("data.num_keys", num_keys)
+            checks.integer("data.num_queries", num_queries, 1, "an integer >= 1")
+        checks.integer("data.num_keys", num_keys, 1, "an integer >= 1")
         if num_keys < max(num_pairs, eval_num_pairs):
             raise ConfigError(
                 "data.num_keys",
@@ -75,10 +76,10 @@ class MQARDataModule(L.LightningDataModule):
                 f"at least max(data.num_pairs, data.eval_num_pairs)={max(num_pairs, eval_num_pairs)}"
                 " (keys are distinct within a sequence)",
             )
-        check_positive("data.num_values", num_values)
-        check_positive("data.val_examples", val_examples)
-        check_positive("data.batch_size", batch_size)
-        check_positive("data.num_workers", num_workers, minimum=0)
+        checks.integer("data.num_values", num_values, 1, "an integer >= 1")
+        checks.integer("data.val_examples", val_examples, 1, "an integer >= 1")
+        checks.integer("data.batch_size", batch_size, 1, "an integer >= 1")
+        checks.integer("data.num_workers", num_workers, 0, "an integer >= 0")
         self.num_pairs, self.num_queries, self.eval_num_pairs = num_pairs, num_queries, eval_num_pairs
         self.num_keys, self.num_values = num_keys, num_values
         self.val_examples, self.batch_size, self.num_workers, self.seed = val_examples, batch_size, num_workers, seed

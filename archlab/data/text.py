@@ -7,7 +7,8 @@ from typing import Optional
 
 import numpy as np
 
-from archlab.data.common import check_fraction, read_text, split_point
+from archlab import checks
+from archlab.data.common import read_text, split_point
 from archlab.data.windows import WindowDataModule
 from archlab.errors import ConfigError
 from archlab.tokenizer import ByteTokenizer, CharTokenizer
@@ -35,7 +36,7 @@ class TextDataModule(WindowDataModule):
         super().__init__(seq_len, batch_size, num_workers, seed)
         if vocab not in VOCABS:
             raise ConfigError("data.vocab", vocab, " | ".join(f"{k} ({v})" for k, v in VOCABS.items()))
-        check_fraction("data.val_fraction", val_fraction)
+        checks.fraction("data.val_fraction", val_fraction)
         self.path = Path(path).expanduser()
         self.text = read_text(path, "data.path")
         self.tokenizer = CharTokenizer.fit(self.text) if vocab == "char" else ByteTokenizer()

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from archlab.data.common import check_positive
+from archlab import checks
 from archlab.data.windows import WindowDataModule
 from archlab.errors import ConfigError
 from archlab.tokenizer import tokenizer_from_dict
@@ -84,7 +84,7 @@ class TokensDataModule(WindowDataModule):
                 None,
                 f"a value: {self.dir} has no meta.json, so give data.vocab_size and data.dtype",
             )
-        check_positive("data.vocab_size", vocab_size)
+        checks.integer("data.vocab_size", vocab_size, 1, "an integer >= 1")
         if dtype not in DTYPES:
             raise ConfigError("data.dtype", dtype, " | ".join(DTYPES))
         self.vocab_size, self.dtype = vocab_size, np.dtype(dtype).newbyteorder("<")

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from archlab.data.common import IGNORE, check_positive
+from archlab import checks
+from archlab.data.common import IGNORE
 from archlab.data.stream import eval_loader, stream_loader
 from archlab.errors import ConfigError
 
@@ -58,9 +59,9 @@ class WindowDataModule(L.LightningDataModule):
 
     def __init__(self, seq_len: int, batch_size: int, num_workers: int, seed: int):
         super().__init__()
-        check_positive("data.seq_len", seq_len)
-        check_positive("data.batch_size", batch_size)
-        check_positive("data.num_workers", num_workers, minimum=0)
+        checks.integer("data.seq_len", seq_len, 1, "an integer >= 1")
+        checks.integer("data.batch_size", batch_size, 1, "an integer >= 1")
+        checks.integer("data.num_workers", num_workers, 0, "an integer >= 0")
         self.seq_len, self.batch_size, self.num_workers, self.seed = seq_len, batch_size, num_workers, seed
         self.max_seq_len = seq_len
         self.train_data: Optional[Any] = None

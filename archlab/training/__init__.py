@@ -1,1 +1,1 @@
-"""Training with Lightning: ``run.train(cfg)`` is the body of ``archlab-train`` (see README "Training")."""
+"""Training with Lightning: ``run.train(cfg)`` is the body of ``archlab-train`` (see docs/training.md)."""

@@ -12,11 +12,11 @@ from typing import Any, Optional
 
 import lightning as L
 import torch
-from lightning.fabric.utilities.throughput import get_available_flops
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from archlab.accounting import COMPONENTS, built_counts, count, flops_per_token
 from archlab.errors import ConfigError
+from archlab.peak_flops import peak_flops
 
 log = logging.getLogger("archlab.train")
 
@@ -123,7 +123,7 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 class ThroughputMonitor(Callback):
     """Tokens/s of the training steps (data loading and validation excluded), FLOP/s from the
     analytic FLOPs per token at the batch's sequence length, and MFU where the device's peak is
-    known (Lightning's table of accelerator peaks; none for CPUs)."""
+    known (``archlab.peak_flops``, which archlab-bench reads too; none for CPUs)."""
 
     def __init__(self, log_every_n_steps: int = 50):
         self.log_every_n_steps = log_every_n_steps
@@ -133,8 +133,7 @@ class ThroughputMonitor(Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         dtype = PRECISION_DTYPES.get(str(trainer.precision), torch.float32)
-        device = trainer.strategy.root_device
-        peak = get_available_flops(device, dtype) if device.type != "cpu" else None
+        peak = peak_flops(trainer.strategy.root_device, dtype)
         self.peak = peak * trainer.world_size if peak else None
         self.non_embedding = count(pl_module.model_cfg)["non_embedding"]
 
@@ -253,6 +252,76 @@ class PlainProgress(Callback):
             log.info("step %d  %s", trainer.global_step, "  ".join(shown))
 
 
+class StepProgress(RichProgressBar):
+    """Lightning's rich bar counting optimizer steps toward ``trainer.max_steps`` (training here is
+    step-based, with no epoch limit), with the latest validation loss and accuracy beside train/loss.
+    While it is shown, log lines meant for the terminal are printed above it, never into it."""
+
+    DESCRIPTION = "Training"
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self._rerouted: list[tuple[logging.StreamHandler, Any]] = []
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return f"{self.DESCRIPTION:{len(self.validation_description)}}"  # as wide as "Validation": no flicker
+
+    def _initialize_train_progress_bar_id(self) -> None:
+        trainer = self.trainer
+        self.train_progress_bar_id = self.progress.add_task(
+            self._get_train_description(trainer.current_epoch), total=trainer.max_steps, completed=trainer.global_step
+        )
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # one bar for the whole run: a new epoch of a finite dataset neither resets nor re-sizes it
+        if self.is_enabled and self.progress is not None and self.train_progress_bar_id is None:
+            self._initialize_train_progress_bar_id()
+            self.refresh()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.is_enabled and self.train_progress_bar_id is None:  # e.g. resumed mid-epoch
+            self._initialize_train_progress_bar_id()
+        self._update(self.train_progress_bar_id, trainer.global_step)
+        self._update_metrics(trainer, pl_module)
+        self.refresh()
+
+    def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)
+        history = getattr(pl_module, "history", None)
+        if history:  # the latest validation of the first validation set (null: not finite)
+            name = pl_module.val_names[0]
+            for key in (f"{name}/loss", f"{name}/acc"):
+                if key in history[-1]:
+                    items[key] = float("nan") if history[-1][key] is None else history[-1][key]
+        return items
+
+    def _init_progress(self, trainer: L.Trainer) -> None:
+        starting = self.is_enabled and (self.progress is None or self._progress_stopped)
+        terminal = (sys.stdout, sys.stderr)
+        super()._init_progress(trainer)
+        if starting:
+            self._reroute_logs(terminal)
+
+    def _stop_progress(self) -> None:
+        super()._stop_progress()
+        for handler, stream in self._rerouted:
+            handler.setStream(stream)
+        self._rerouted = []
+
+    def _reroute_logs(self, terminal: tuple[Any, Any]) -> None:
+        """Point the log handlers that write to the terminal at the live display's stand-ins for
+        stdout/stderr (rich's FileProxy, set while it is shown), which print each line above the bar."""
+        proxies = dict(zip(map(id, terminal), (sys.stdout, sys.stderr)))
+        loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+        handlers = {h for lg in loggers if isinstance(lg, logging.Logger) for h in lg.handlers}
+        for handler in handlers:
+            stream = getattr(handler, "stream", None)
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                proxy = proxies.get(id(stream))
+                if proxy is not None and proxy is not stream:
+                    self._rerouted.append((handler, handler.setStream(proxy)))
+
+
 def progress(every_n_steps: int = 50) -> Callback:
-    """A rich progress bar in a terminal, plain periodic log lines otherwise."""
-    return RichProgressBar() if sys.stdout.isatty() else PlainProgress(every_n_steps)
+    """A rich progress bar of the run's steps in a terminal, plain periodic log lines otherwise."""
+    return StepProgress() if sys.stdout.isatty() else PlainProgress(every_n_steps)

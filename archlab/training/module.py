@@ -14,15 +14,14 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from archlab.build import build_model
 from archlab.config import to_model_config
+from archlab.data.common import IGNORE
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 from archlab.training.optim import build_optimizer, build_scheduler
 
-IGNORE = -100  # targets that are not scored
-
 
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean cross-entropy over the scored positions (targets != -100), computed in float32."""
+    """Mean cross-entropy over the scored positions (targets != IGNORE), computed in float32."""
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
 
 

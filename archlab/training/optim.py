@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 import torch
 from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
+
+log = logging.getLogger("archlab.train")
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -50,3 +54,39 @@ def build_scheduler(optimizer: torch.optim.Optimizer, scheduler: dict[str, Any],
     decay = scheduler["decay_steps"] if scheduler["decay_steps"] is not None else max_steps
     warmup, floor = scheduler["warmup_steps"], scheduler["min_lr_ratio"]
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, warmup, decay, floor))
+
+
+def command_line_sets(cfg: DictConfig, key: str) -> bool:
+    """Whether this run's command line sets ``key`` (Hydra's task overrides: those of the ``hydra`` node
+    of a config composed with ``return_hydra_config=True``, else the running Hydra job's). True where
+    neither is known: a value of unknown origin is taken as chosen."""
+    from hydra.core.hydra_config import HydraConfig
+
+    task = OmegaConf.select(cfg, "hydra.overrides.task", default=None)
+    if task is None and HydraConfig.initialized():
+        task = HydraConfig.get().overrides.task
+    if task is None:
+        return True
+    return any(str(o).split("=", 1)[0].lstrip("+~") == key for o in task)
+
+
+def fit_warmup(cfg: DictConfig) -> None:
+    """Where ``scheduler.warmup_steps`` would not end before the cosine decay does and the command line
+    did not set it (a default or an experiment's value, made for longer runs), shorten it in ``cfg`` to a
+    tenth of the decay steps (rounded down) and log the change; a value set on the command line is kept,
+    for validation to reject."""
+    s = cfg.scheduler
+    decay = s.decay_steps if s.decay_steps is not None else cfg.trainer.max_steps
+    if not 0 < decay <= s.warmup_steps or command_line_sets(cfg, "scheduler.warmup_steps"):
+        return
+    fitted = decay // 10
+    field = "scheduler.decay_steps" if s.decay_steps is not None else "trainer.max_steps"
+    log.info(
+        "scheduler.warmup_steps: %d -> %d (a tenth of %s=%d: the warm-up must end before the cosine decay does; "
+        "set scheduler.warmup_steps to choose it)",
+        s.warmup_steps,
+        fitted,
+        field,
+        decay,
+    )
+    s.warmup_steps = fitted

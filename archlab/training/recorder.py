@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Optional
 
 import lightning as L
 from lightning.pytorch.callbacks import Callback
 
-from archlab.training.summary import EXPORT, SUMMARY, best_metrics, jsonable, write_summary
-from archlab.weights import save_weights
+from archlab.training.summary import EXPORT, run_summary, write_summary
+from archlab.weights import TOKENIZER_KEY, save_weights
 
 
 class RunRecorder(Callback):
@@ -38,50 +37,44 @@ class RunRecorder(Callback):
         error: Optional[BaseException] = None,
         export: Optional[Path] = None,
     ) -> dict[str, Any]:
+        """This run's summary as it stands: ``run_summary`` with what the trainer, the module's validation
+        history and the callbacks (their ``summary_fields()``) know."""
         history = list(getattr(pl_module, "history", []) or [])
-        final = history[-1] if history else {}
-        out: dict[str, Any] = {
-            "status": status,
-            "error": None if error is None else f"{type(error).__name__}: {error}",
-            **self.info,
-            "steps": trainer.global_step if trainer is not None else 0,
-            "wall_time_s": self.wall_time(),
-            "metrics": {"final": final, "best": best_metrics(history), "history": history},
-        }
+        fields: dict[str, Any] = {}
         if self.primary_metric:
-            value = final.get(self.primary_metric)
-            out["primary_metric"] = {
+            fields["primary_metric"] = {
                 "name": self.primary_metric,
-                "value": value,
+                "value": history[-1].get(self.primary_metric) if history else None,
                 "chance": self.info.get("data", {}).get("chance_accuracy"),
             }
-        paths = {
-            "summary": str(self.output_dir / SUMMARY),
-            "export": str(export) if export else None,
-            "checkpoint": None,
-            "last_checkpoint": None,
-            "logs": [],
-        }
+        paths: dict[str, Any] = {"export": str(export) if export else None}
         if trainer is not None:
             for cb in trainer.callbacks:
                 if hasattr(cb, "summary_fields"):
-                    out.update(cb.summary_fields())
+                    fields.update(cb.summary_fields())
             ckpt = trainer.checkpoint_callback
             if ckpt is not None:
                 paths["checkpoint"] = ckpt.best_model_path or ckpt.last_model_path or None
                 paths["last_checkpoint"] = ckpt.last_model_path or None
             paths["logs"] = [str(lg.log_dir) for lg in trainer.loggers if getattr(lg, "log_dir", None)]
-            out["trainer"] = {
+            fields["trainer"] = {
                 "strategy": type(trainer.strategy).__name__,
                 "accelerator": type(trainer.accelerator).__name__,
                 "world_size": trainer.world_size,
                 "num_nodes": trainer.num_nodes,
                 "precision": str(trainer.precision),
             }
-        out["paths"] = paths
-        if error is not None:
-            out["traceback"] = "".join(traceback.format_exception(error))
-        return json.loads(json.dumps(out, default=jsonable), parse_constant=lambda c: None)
+        return run_summary(
+            self.output_dir,
+            self.info,
+            status,
+            error,
+            steps=trainer.global_step if trainer is not None else 0,
+            wall_time_s=self.wall_time(),
+            history=history,
+            paths=paths,
+            **fields,
+        )
 
     def wall_time(self) -> float:
         """Seconds of this run: this attempt's, and those of earlier attempts up to the checkpoint resumed."""
@@ -97,7 +90,7 @@ class RunRecorder(Callback):
         state = pl_module.full_state_dict()  # every rank: under FSDP this gathers the shards
         if not trainer.is_global_zero:
             return
-        meta = {"archlab_tokenizer": json.dumps(self.tokenizer.to_dict())} if self.tokenizer is not None else None
+        meta = {TOKENIZER_KEY: json.dumps(self.tokenizer.to_dict())} if self.tokenizer is not None else None
         export = save_weights(pl_module.export_model(state), self.output_dir / EXPORT, metadata=meta)
         write_summary(self.output_dir, self.summary(trainer, pl_module, "completed", export=export))
         self.wrote = True

@@ -19,58 +19,20 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.accounting import count
-from archlab.build import CONF_DIR
-from archlab.config import model_config_dict, to_model_config
+from archlab.config import ModelConfig, model_config_dict, to_model_config
 from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.nn.validation import validate
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
-from archlab.training.config import instantiate_node, validate_train
+from archlab.training.instantiate import instantiate_group, instantiate_node
 from archlab.training.loggers import CSVLogger
 from archlab.training.module import LitModel
 from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
 from archlab.training.recorder import RunRecorder
-from archlab.training.summary import SUMMARY, write_summary
-from archlab.training.sweep import apply_match, check_objective
+from archlab.training.summary import SUMMARY, metric_names, write_summary
+from archlab.training.sweep import apply_match, check_objective, variant_choices
+from archlab.training.validation import validate_train
 
 log = logging.getLogger("archlab.train")
-
-
-def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
-    """``ckpt_path`` as given, or with ``resume=auto`` the newest checkpoint of this run directory."""
-    if cfg.ckpt_path is not None:
-        return str(Path(cfg.ckpt_path).resolve())  # recorded in summary.json: absolute, like every path there
-    if cfg.resume == "auto":
-        found = newest_checkpoint(out / "checkpoints")
-        log.info("resume=auto: %s", f"continuing from {found}" if found else "no checkpoint yet, starting fresh")
-        return str(found) if found else None
-    return None
-
-
-def variant_choices(cfg: DictConfig) -> dict[str, Any]:
-    """The config-group choices of this run (``model``, ``model/position``, ``data``, ...), Hydra's own left out."""
-    from hydra.core.hydra_config import HydraConfig
-
-    if HydraConfig.initialized():
-        choices = OmegaConf.to_container(HydraConfig.get().runtime.choices)
-    else:  # composed with return_hydra_config=True, or none known
-        known = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
-        choices = OmegaConf.to_container(known) if known is not None else {}
-    tuned = choices.pop("tuned@_global_", None)  # optional: only counts when tuned/<data>_<model>.yaml exists
-    choices["tuned"] = tuned if tuned and (CONF_DIR / "tuned" / f"{tuned}.yaml").exists() else None
-    return {k: v for k, v in choices.items() if not k.startswith("hydra")}
-
-
-def _instantiate_all(nodes: Optional[DictConfig], group: str) -> list[Any]:
-    return [instantiate_node(node, f"{group}.{name}") for name, node in (nodes or {}).items() if node is not None]
-
-
-def _single_console() -> None:
-    """The ``lightning`` package adds its own console handler; where the root logger already has
-    handlers (Hydra's), drop it so each Lightning message is printed once."""
-    if logging.getLogger().hasHandlers():
-        lightning_log = logging.getLogger("lightning")
-        for handler in list(lightning_log.handlers):
-            lightning_log.removeHandler(handler)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
@@ -87,24 +49,79 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         torch.set_num_threads(cfg.threads)
 
     # callbacks and loggers are cheap objects: made first, a mistake in them costs no data loading
-    callbacks, loggers = _instantiate_all(cfg.callbacks, "callbacks"), _instantiate_all(cfg.logger, "logger")
+    callbacks, loggers = instantiate_group(cfg.callbacks, "callbacks"), instantiate_group(cfg.logger, "logger")
     dm = instantiate_node(cfg.data, "data", seed=cfg.seed)
+    model_cfg, matched = _model_for_data(cfg, dm)
+    resumed_step, finished = _resume_point(cfg, out, out_field, ckpt_path, model_cfg)
+    if finished is not None:
+        return _nothing_to_train(cfg, finished)
+    if resumed_step is not None:  # the CSV log keeps the rows up to the checkpoint
+        for logger in loggers:
+            if isinstance(logger, CSVLogger):
+                logger.continue_from(resumed_step)
+    _check_metric_names(cfg, list(dm.val_names))
+    settle_hydra_files(keep=True, out=out)  # this attempt writes the run's summary: its config files are the run's
+
+    info = _run_info(cfg, dm, model_cfg, matched, ckpt_path, start)
+    recorder = RunRecorder(out, info, tokenizer=getattr(dm, "tokenizer", None), primary_metric=_primary_metric(dm))
+    trainer = _fit(cfg, model_cfg, dm, callbacks, loggers, recorder, ckpt_path)
+    if not trainer.is_global_zero:
+        return {}
+    summary = json.loads((out / SUMMARY).read_text())
+    report(summary)
+    return summary
+
+
+def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
+    """``ckpt_path`` as given, or with ``resume=auto`` the newest checkpoint of this run directory."""
+    if cfg.ckpt_path is not None:
+        return str(Path(cfg.ckpt_path).resolve())  # recorded in summary.json: absolute, like every path there
+    if cfg.resume == "auto":
+        found = newest_checkpoint(out / "checkpoints")
+        log.info("resume=auto: %s", f"continuing from {found}" if found else "no checkpoint yet, starting fresh")
+        return str(found) if found else None
+    return None
+
+
+def _single_console() -> None:
+    """The ``lightning`` package adds its own console handler; where the root logger already has
+    handlers (Hydra's), drop it so each Lightning message is printed once."""
+    if logging.getLogger().hasHandlers():
+        lightning_log = logging.getLogger("lightning")
+        for handler in list(lightning_log.handlers):
+            lightning_log.removeHandler(handler)
+
+
+def _model_for_data(cfg: DictConfig, dm: Any) -> tuple[ModelConfig, Optional[dict[str, Any]]]:
+    """The model config completed by the data (vocab_size, context_length) and by ``match`` (the sized
+    field), written back into ``cfg.model`` and checked again; with the match record."""
     cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
     matched = apply_match(cfg)  # match.reference: size match.field to the reference's parameter count
     model_cfg = validate(to_model_config(cfg.model))
-    auto = cfg.ckpt_path is None and cfg.resume == "auto"
-    resumed_step = check_checkpoint(
-        ckpt_path,
-        model_config_dict(model_cfg),
-        "ckpt_path" if cfg.ckpt_path else "resume",
-        cfg.trainer.max_steps,
-        allow_done=auto,
+    log.info(
+        "model.vocab_size=%d and model.context_length=%d come from the data (%s)",
+        model_cfg.vocab_size,
+        model_cfg.context_length,
+        type(dm).__name__,
     )
-    # resume=auto on a run trained to the end: a completed run is left as it is; one killed before writing
-    # its export and summary gets them from its last checkpoint (fit restores it, with no step left)
+    return model_cfg, matched
+
+
+def _resume_point(
+    cfg: DictConfig, out: Path, out_field: str, ckpt_path: Optional[str], model_cfg: ModelConfig
+) -> tuple[Optional[int], Optional[dict[str, Any]]]:
+    """The step the checkpoint resumes from (None: a fresh start), once sure it fits this run; and, with
+    ``resume=auto`` on a run already trained to ``trainer.max_steps`` and summarised, that run's summary.
+
+    A completed run is left as it is; one killed before writing its export and summary gets them from its
+    last checkpoint (fit restores it, with no step left)."""
+    auto = cfg.ckpt_path is None and cfg.resume == "auto"
+    model = model_config_dict(model_cfg)
+    field = "ckpt_path" if cfg.ckpt_path else "resume"
+    resumed_step = check_checkpoint(ckpt_path, model, field, cfg.trainer.max_steps, allow_done=auto)
     done = completed_summary(out) if auto else None
     if done is not None and resumed_step is None:  # checkpoints were off (callbacks.checkpoint=null)
-        diffs = config_differences(done.get("model") or {}, model_config_dict(model_cfg))
+        diffs = config_differences(done.get("model") or {}, model)
         if done.get("steps") != cfg.trainer.max_steps or diffs:
             raise DirectoryHoldsRun(
                 out_field,
@@ -115,41 +132,59 @@ def train(cfg: DictConfig) -> dict[str, Any]:
                 + (f", and its model differs in {'; '.join(diffs)}" if diffs else "")
                 + ". Give a new directory",
             )
-    if done is not None and done.get("steps") == cfg.trainer.max_steps:
-        settle_hydra_files(keep=False)
-        print(
-            f"nothing to train: this run already completed its trainer.max_steps={cfg.trainer.max_steps} steps "
-            "(raise trainer.max_steps to train on)",
-            flush=True,
-        )
-        report(done)
-        return done
-    if resumed_step is not None:  # the CSV log keeps the rows up to the checkpoint
-        for logger in loggers:
-            if isinstance(logger, CSVLogger):
-                logger.continue_from(resumed_step)
-    log.info(
-        "model.vocab_size=%d and model.context_length=%d come from the data (%s)",
-        model_cfg.vocab_size,
-        model_cfg.context_length,
-        type(dm).__name__,
-    )
-    val_names = list(dm.val_names)
-    chance = getattr(dm, "chance_accuracy", None)
-    primary = f"{val_names[0]}/acc" if chance is not None else f"{val_names[0]}/loss"
-    _check_monitor(cfg, val_names)
-    check_objective(cfg.objective, val_names)
-    settle_hydra_files(keep=True, out=out)  # this attempt writes the run's summary: its config files are the run's
+    finished = done is not None and done.get("steps") == cfg.trainer.max_steps
+    return resumed_step, done if finished else None
 
-    counts = count(model_cfg)
-    info = {
+
+def _nothing_to_train(cfg: DictConfig, done: dict[str, Any]) -> dict[str, Any]:
+    """Report a run that already completed its steps, leaving its directory (and its ``.hydra``) as it was."""
+    settle_hydra_files(keep=False)
+    print(
+        f"nothing to train: this run already completed its trainer.max_steps={cfg.trainer.max_steps} steps "
+        "(raise trainer.max_steps to train on)",
+        flush=True,
+    )
+    report(done)
+    return done
+
+
+def _check_metric_names(cfg: DictConfig, val_names: list[str]) -> None:
+    """A checkpoint ``monitor`` and the sweep ``objective`` must each name a metric this data produces."""
+    node = (cfg.callbacks or {}).get("checkpoint")
+    monitor = node.get("monitor") if node is not None else None
+    allowed = metric_names(val_names)
+    if monitor is not None and monitor not in allowed:
+        raise ConfigError("callbacks.checkpoint.monitor", monitor, "null or one of " + ", ".join(allowed))
+    check_objective(cfg.objective, val_names)
+
+
+def _primary_metric(dm: Any) -> str:
+    """The metric the run reports last: accuracy where the data has a chance level, else the loss."""
+    name = dm.val_names[0]
+    return f"{name}/acc" if getattr(dm, "chance_accuracy", None) is not None else f"{name}/loss"
+
+
+def _run_info(
+    cfg: DictConfig,
+    dm: Any,
+    model_cfg: ModelConfig,
+    matched: Optional[dict[str, Any]],
+    ckpt_path: Optional[str],
+    start: float,
+) -> dict[str, Any]:
+    """What summary.json records of the run before fit: its variant, model, data, sizing and config."""
+    return {
         "start_time": start,
         "seed": cfg.seed,
         "choices": variant_choices(cfg),
         "model": model_config_dict(model_cfg),
         "model_from_data": {"vocab_size": model_cfg.vocab_size, "context_length": model_cfg.context_length},
-        "data": {"class": type(dm).__name__, "val_names": val_names, "chance_accuracy": chance},
-        "flops_per_token": counts["flops_per_token"],
+        "data": {
+            "class": type(dm).__name__,
+            "val_names": list(dm.val_names),
+            "chance_accuracy": getattr(dm, "chance_accuracy", None),
+        },
+        "flops_per_token": count(model_cfg)["flops_per_token"],
         "match": matched,
         "resumed_from": ckpt_path,
         "config": {
@@ -158,18 +193,30 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             if k != "hydra"
         },
     }
-    recorder = RunRecorder(out, info, tokenizer=getattr(dm, "tokenizer", None), primary_metric=primary)
+
+
+def _fit(
+    cfg: DictConfig,
+    model_cfg: ModelConfig,
+    dm: Any,
+    callbacks: list[Any],
+    loggers: list[Any],
+    recorder: RunRecorder,
+    ckpt_path: Optional[str],
+) -> L.Trainer:
+    """Build the LightningModule and the Trainer and fit. ``recorder`` writes the summary; a failure it
+    did not record (the module or the trainer failing to build) gets a failed summary here."""
+    callbacks = [*callbacks, recorder]
     trainer = lit = None
     try:
         lit = LitModel(
             model=model_config_dict(model_cfg),
             optim=OmegaConf.to_container(cfg.optim, resolve=True),
             scheduler=OmegaConf.to_container(cfg.scheduler, resolve=True),
-            val_names=val_names,
+            val_names=list(dm.val_names),
             compile=cfg.compile,
             activation_checkpointing=cfg.activation_checkpointing,
         )
-        callbacks.append(recorder)
         trainer = instantiate_node(
             cfg.trainer,
             "trainer",
@@ -179,28 +226,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             # callbacks.checkpoint=null means no checkpoints, not Lightning's default one
             enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
             max_epochs=-1,
-            default_root_dir=str(out),
+            default_root_dir=str(recorder.output_dir),
             plugins=[AtomicCheckpointIO()],  # a kill while saving leaves the previous checkpoint whole
         )
         trainer.fit(lit, datamodule=dm, ckpt_path=ckpt_path)
     except BaseException as err:
         if not recorder.wrote and (trainer is None or trainer.is_global_zero):
-            write_summary(out, recorder.summary(trainer, lit, "failed", err))
+            write_summary(recorder.output_dir, recorder.summary(trainer, lit, "failed", err))
         raise
-    if not trainer.is_global_zero:
-        return {}
-    summary = json.loads((out / SUMMARY).read_text())
-    report(summary)
-    return summary
-
-
-def _check_monitor(cfg: DictConfig, val_names: list[str]) -> None:
-    """A checkpoint ``monitor`` must name a metric this data produces."""
-    node = (cfg.callbacks or {}).get("checkpoint")
-    monitor = node.get("monitor") if node is not None else None
-    allowed = [f"{n}/{m}" for n in val_names for m in ("loss", "ppl", "acc")]
-    if monitor is not None and monitor not in allowed:
-        raise ConfigError("callbacks.checkpoint.monitor", monitor, "null or one of " + ", ".join(allowed))
+    return trainer
 
 
 def report(summary: dict[str, Any]) -> None:

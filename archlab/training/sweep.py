@@ -1,21 +1,21 @@
-"""What a sweep needs from each run: a fair size (``match``), a number to optimise (``objective``),
-and a ``summary.json`` even when the run fails before training starts."""
+"""What a sweep needs from each run: a fair size (``match``), a number to optimise (``objective``), the
+variant it is (``variant_choices``), and a ``summary.json`` even when the run fails before training starts."""
 
 from __future__ import annotations
 
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
+from archlab.build import CONF_DIR
 from archlab.config import to_model_config
 from archlab.errors import ConfigError
 from archlab.matching import match_params
 from archlab.nn.validation import validate
-
-METRICS = ("loss", "ppl", "acc")
+from archlab.training.outputs import held_results, read_summary
+from archlab.training.summary import SUMMARY, metric_names, run_summary, write_summary
 
 
 def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
@@ -36,7 +36,7 @@ def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
 
 def check_objective(objective: Optional[str], val_names: list[str]) -> None:
     """``objective`` must be null or a metric this data produces (``<val name>/loss|ppl|acc``)."""
-    allowed = [f"{n}/{m}" for n in val_names for m in METRICS]
+    allowed = metric_names(val_names)
     if objective is not None and objective not in allowed:
         raise ConfigError("objective", objective, "null (the first validation loss) or one of " + ", ".join(allowed))
 
@@ -51,17 +51,30 @@ def objective_value(objective: Optional[str], summary: dict[str, Any]) -> Option
 
 
 def in_multirun() -> bool:
-    """Is this job one point of a ``-m`` sweep?"""
+    """Is this job one point of a ``-m`` sweep (Hydra's multirun, whatever the sweeper and launcher)?"""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
+def variant_choices(cfg: DictConfig) -> dict[str, Any]:
+    """The config-group choices of this run (``model``, ``model/position``, ``data``, ...), Hydra's own left
+    out: what archlab-report groups the runs of a sweep by."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        choices = OmegaConf.to_container(HydraConfig.get().runtime.choices)
+    else:  # composed with return_hydra_config=True, or none known
+        known = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
+        choices = OmegaConf.to_container(known) if known is not None else {}
+    tuned = choices.pop("tuned@_global_", None)  # optional: only counts when tuned/<data>_<model>.yaml exists
+    choices["tuned"] = tuned if tuned and (CONF_DIR / "tuned" / f"{tuned}.yaml").exists() else None
+    return {k: v for k, v in choices.items() if not k.startswith("hydra")}
+
+
 def _written_since(summary: Path, start: float) -> bool:
     """Whether ``summary`` is from an attempt that started at ``start`` or later."""
-    from archlab.training.outputs import read_summary
-
     started = (read_summary(summary) or {}).get("start_time")
     return isinstance(started, (int, float)) and started >= start
 
@@ -74,9 +87,6 @@ def record_failure(cfg: DictConfig, error: BaseException, start: float) -> Optio
     results is replaced: the summary says why the latest one failed."""
     from hydra.core.hydra_config import HydraConfig
 
-    from archlab.training.outputs import held_results
-    from archlab.training.summary import SUMMARY, write_summary
-
     if not HydraConfig.initialized():
         return None
     out = Path(OmegaConf.select(cfg, "paths.output_dir") or HydraConfig.get().runtime.output_dir)
@@ -87,19 +97,11 @@ def record_failure(cfg: DictConfig, error: BaseException, start: float) -> Optio
         config = OmegaConf.to_container(cfg, resolve=True)
     except Exception:  # the failure may be an unresolvable interpolation
         config = OmegaConf.to_container(cfg, resolve=False)
-    choices = OmegaConf.to_container(HydraConfig.get().runtime.choices)
-    summary = {
-        "status": "failed",
-        "error": f"{type(error).__name__}: {error}",
+    info = {
         "stage": "setup",  # before any training step
         "start_time": start,
         "seed": OmegaConf.select(cfg, "seed"),
-        "choices": {k: v for k, v in choices.items() if not k.startswith("hydra")},
-        "steps": 0,
-        "wall_time_s": time.time() - start,
-        "metrics": {"final": {}, "best": {}, "history": []},
-        "paths": {"summary": str(existing), "export": None, "checkpoint": None, "last_checkpoint": None, "logs": []},
+        "choices": variant_choices(cfg),
         "config": config,
-        "traceback": "".join(traceback.format_exception(error)),
     }
-    return write_summary(out, summary)
+    return write_summary(out, run_summary(out, info, "failed", error, wall_time_s=time.time() - start))

@@ -1,0 +1,515 @@
+"""The documentation runs: every ``archlab-*`` command line in a ```bash block of README.md and docs/*.md
+is carried out in a check-only or tiny form, so a renamed option, field or file fails here.
+
+Each document's bash lines run in order in a fresh working directory (a copy of README.md and
+pyproject.toml, which the docs use as sample text), so a line can use what an earlier one made
+(``archlab-prepare`` shards, a ``python -c`` model file). How each kind of line is checked:
+
+- ``archlab-train`` (also ``make train ARGS=...`` and ``python3 scripts/bootstrap.py train ...``): the
+  overrides are composed through Hydra's compose API, as the command composes them, and put through
+  everything ``train`` checks before Lightning allocates weights: ``validate_train``, the callbacks,
+  loggers and datamodule built, the model sized from the data, ``match`` solved, the model validated,
+  the objective checked. A ``-m`` line is expanded into jobs of its sweep that between them use every
+  value of every swept axis (the command line's and, for Hydra's basic sweeper, the
+  ``hydra.sweeper.params`` an experiment sets). A line whose trainer
+  asks for more CUDA GPUs than this machine has (``trainer=gpu``, ``trainer.devices=8``) is composed and
+  must be refused by exactly that check (``trainer.accelerator`` or ``trainer.devices``).
+- ``archlab-bench``: composed, the model validated, the bench's own setting check run, and (with
+  ``compare_hf``) the layout mapped to its Hugging Face config; nothing is timed.
+- ``archlab-check``, ``archlab-generate``, ``archlab-prepare``, ``archlab-report``: run for real, in
+  process. Files they read that no earlier line made are stand-ins made here: a tiny model for
+  ``archlab-generate``, a short text for ``data.path=``/``input=``, an empty file for ``ckpt_path=``, a
+  copy of a committed study's runs for ``archlab-report``. Absolute paths under /tmp/ are moved into
+  the working directory.
+- ``--help`` on any command: the installed console script, which must exit 0.
+- A line whose comment reads ``# error: <field>=...`` documents a refusal: it must raise the
+  ``ConfigError`` naming that field.
+- A line choosing an option that the document's own worked example adds (a ```yaml block headed
+  ``# model/<family>=<name>`` for an option archlab does not ship) is left to that example's test.
+- ``make <target>`` needs that target in the Makefile, ``python3 scripts/bootstrap.py <cmd>`` that
+  command in the script; ``python -c`` lines are executed; ``curl -o FILE`` writes a stand-in text.
+
+Any other ``archlab-*`` line, or an option no rule knows, fails the test. Other lines (pip, venv,
+pytest, iconv, ...) are not run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+from urllib.parse import unquote
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README_LIMIT = 15_000  # bytes
+COMMANDS = ("archlab-train", "archlab-check", "archlab-bench", "archlab-generate", "archlab-prepare", "archlab-report")
+GPU_FIELDS = ("trainer.accelerator", "trainer.devices")
+STAND_IN_TEXT = (
+    "ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n\n"
+    "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\nDeny thy father and refuse thy name;\n\n"
+    "HAMLET:\nTo be, or not to be, that is the question:\nWhether 'tis nobler in the mind to suffer\n\n"
+) * 60  # about 20 KB: every split holds a window of the default seq_len (256)
+
+
+def _training(name: str) -> Callable:
+    """``validate_train`` or ``instantiate_node`` from wherever the training package keeps it."""
+    import importlib
+
+    for module in ("archlab.training.validation", "archlab.training.instantiate", "archlab.training.config"):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    raise ImportError(f"no archlab.training module defines {name}")
+
+
+# ---------------------------------------------------------------- reading the docs
+
+
+@dataclass
+class Line:
+    doc: str
+    number: int  # 1-based line number in the document
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.number}: {self.text}"
+
+
+def bash_lines(path: Path) -> list[Line]:
+    """The command lines of every ```bash block (backslash continuations joined, blank lines left out)."""
+    lines, inside, pending, start = [], False, "", 0
+    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("```"):
+            inside = not inside and stripped[3:].strip() in ("bash", "sh", "shell", "console")
+            continue
+        if not inside or not stripped:
+            continue
+        if not pending:
+            start = number
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        lines.append(Line(path.relative_to(ROOT).as_posix(), start, pending + stripped))
+        pending = ""
+    return lines
+
+
+def words(line: Line) -> tuple[dict[str, str], list[str]]:
+    """The environment assignments and the words of a shell line, ``time`` and comments dropped."""
+    argv = shlex.split(line.text, comments=True)
+    env = {}
+    while argv and (argv[0] == "time" or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0])):
+        word = argv.pop(0)
+        if word != "time":
+            key, _, value = word.partition("=")
+            env[key] = value
+    return env, argv
+
+
+def options_added_by(doc: Path) -> set[str]:
+    """``model/<family>=<name>`` choices that a worked example in ``doc`` adds (a ```yaml block headed
+    ``# model/<family>=<name>`` for which archlab ships no option file)."""
+    from archlab.build import CONF_DIR
+
+    added = set()
+    for header in re.findall(r"```yaml\n#\s*(model/\w+=\w+)", doc.read_text(encoding="utf-8")):
+        group, name = header.split("=")
+        if not (CONF_DIR / group / f"{name}.yaml").exists():
+            added.add(header)
+    return added
+
+
+def expected_error(line: Line) -> Optional[str]:
+    """The field of a documented refusal: ``# error: <field>=...`` in the line's comment."""
+    found = re.search(r"\s#\s*error:\s*([\w./+-]+)=", line.text)
+    return found.group(1) if found else None
+
+
+# ---------------------------------------------------------------- the working directory
+
+
+class Workspace:
+    """The directory a document's lines run in: what its commands read and write."""
+
+    def __init__(self, path: Path, added: set[str] = frozenset()):
+        self.path = path
+        self.added = added  # options the document's own worked example adds
+        for name in ("README.md", "pyproject.toml"):
+            shutil.copy(ROOT / name, path / name)
+
+    def local(self, value: str) -> str:
+        """A path as the command sees it: absolute /tmp/ paths moved into the workspace."""
+        return str(self.path / "tmp" / value[len("/tmp/") :]) if value.startswith("/tmp/") else value
+
+    def localize(self, arg: str) -> str:
+        """A command-line word with its path (the whole word, or the value of key=value) localised."""
+        key, sep, value = arg.partition("=")
+        return key + sep + self.local(value) if sep else self.local(arg)
+
+    def text_file(self, value: str) -> None:
+        path = self.path / value
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(STAND_IN_TEXT, encoding="utf-8")
+
+    def empty_file(self, value: str) -> None:
+        path = self.path / value
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"")
+
+    def model_file(self, value: str, with_tokenizer: bool) -> None:
+        """A tiny model (nano's layout, vocabulary and context at 1 layer of width 32) at ``value``."""
+        from archlab import build_model, compose_model
+        from archlab.tokenizer import ByteTokenizer
+        from archlab.weights import save_weights
+
+        path = self.path / value
+        if path.exists():
+            return
+        sizes = ["model=nano", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=2"]
+        meta = {"archlab_tokenizer": json.dumps(ByteTokenizer().to_dict())} if with_tokenizer else None
+        save_weights(build_model(compose_model(sizes)), path, metadata=meta)
+
+    def sweep_dir(self, value: str) -> None:
+        """A sweep's runs: the committed study of the same name, else the MLP study's."""
+        path = self.path / value
+        if path.exists():
+            return
+        study = ROOT / "experiments" / Path(value).name / "runs"
+        shutil.copytree(study if study.is_dir() else ROOT / "experiments" / "mlp" / "runs", path)
+
+
+# ---------------------------------------------------------------- one rule per kind of command
+
+
+def settings(argv: list[str]) -> dict[str, str]:
+    return dict(a.split("=", 1) for a in argv if "=" in a)
+
+
+def compose(config: str, overrides: list[str]):
+    from archlab.build import compose as archlab_compose
+
+    return archlab_compose(config, overrides, return_hydra_config=True)
+
+
+def gpus_wanted(trainer) -> int:
+    if trainer.accelerator not in ("gpu", "cuda"):
+        return 0
+    devices = trainer.devices
+    if devices == "auto":
+        return 1
+    return len(devices) if not isinstance(devices, int) else devices
+
+
+def sweep_points(overrides: list[str], config_params: dict[str, str]) -> list[list[str]]:
+    """Jobs of a ``-m`` sweep that between them use every value of every swept axis: the command line's
+    sweeps and the config's ``hydra.sweeper.params`` (the command line wins for a key it also sets), as
+    Hydra's basic sweeper reads them. As many jobs as the longest axis, values paired in order, rather
+    than the whole product: a renamed option or field fails in whichever job uses it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    parsed = parser.parse_overrides(overrides)
+    keys = {o.get_key_element() for o in parsed}
+    extra = [f"{k}={v}" for k, v in config_params.items() if k not in keys]
+    axes = []
+    for o in [*parsed, *parser.parse_overrides(extra)]:
+        if o.is_sweep_override():
+            axes.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
+        else:
+            axes.append([o.input_line])
+    jobs = max((len(axis) for axis in axes), default=1)
+    return [[axis[i % len(axis)] for axis in axes] for i in range(jobs)]
+
+
+def train_dry_run(overrides: list[str], ws: Workspace) -> None:
+    """What ``archlab-train`` checks before Lightning allocates any weight (see ``training/run.py``)."""
+    from omegaconf import OmegaConf
+
+    from archlab.config import to_model_config
+    from archlab.nn.validation import validate
+    from archlab.training.sweep import apply_match, check_objective
+
+    for key, value in settings(overrides).items():
+        if key == "data.path":
+            ws.text_file(value)
+        elif key == "ckpt_path":
+            ws.empty_file(value)
+    cfg = compose("train", overrides)
+    validate_train, instantiate_node = _training("validate_train"), _training("instantiate_node")
+    if gpus_wanted(cfg.trainer) > torch.cuda.device_count():
+        with pytest.raises(Exception) as refused:
+            validate_train(cfg)
+        assert getattr(refused.value, "field", None) in GPU_FIELDS, f"refused for another reason: {refused.value}"
+        return
+    validate_train(cfg)
+    cfg.paths.output_dir = str(ws.path / "outputs" / "dry-run")
+    for group in ("callbacks", "logger"):
+        for name, node in (cfg[group] or {}).items():
+            if node is not None:
+                instantiate_node(node, f"{group}.{name}")
+    dm = instantiate_node(cfg.data, "data", seed=cfg.seed)
+    cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
+    apply_match(cfg)
+    validate(to_model_config(cfg.model))
+    check_objective(cfg.objective, list(dm.val_names))
+    monitor = OmegaConf.select(cfg, "callbacks.checkpoint.monitor", default=None)
+    if monitor is not None:
+        check_objective(monitor, list(dm.val_names))
+
+
+def run_train(argv: list[str], ws: Workspace) -> None:
+    multirun = bool({"-m", "--multirun"} & set(argv))
+    overrides = [a for a in argv if a not in ("-m", "--multirun")]
+    unknown = [a for a in overrides if a.startswith("-")]
+    assert not unknown, f"no rule for the option(s) {unknown}"
+    overrides = [ws.localize(a) for a in overrides]
+    if not multirun:
+        train_dry_run(overrides, ws)
+        return
+    first = compose("train", sweep_points(overrides, {})[0])
+    sweeper = first.hydra.sweeper
+    basic = str(sweeper.get("_target_", "")).endswith("BasicSweeper")
+    params = {k: str(v) for k, v in (sweeper.get("params") or {}).items()} if basic else {}
+    for point in sweep_points(overrides, params):
+        train_dry_run(point, ws)
+
+
+def run_bench(argv: list[str], ws: Workspace) -> None:
+    from archlab.bench import check_settings
+    from archlab.config import to_model_config
+    from archlab.nn.validation import validate
+
+    cfg = compose("bench", argv)
+    model = validate(to_model_config(cfg.model))
+    check_settings(cfg, model.context_length)
+    if cfg.compare_hf:
+        from archlab.interop.hf import config_to_hf
+
+        config_to_hf(model)
+
+
+_CHECKS: dict[tuple[str, ...], str] = {}  # the preset table takes seconds: once per distinct command
+
+
+def run_check(argv: list[str], ws: Workspace) -> None:
+    from archlab.cli.check import run
+
+    if tuple(argv) not in _CHECKS:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = run(compose("check", argv), argv)
+        assert code == 0, f"exit status {code}:\n{out.getvalue()}"
+        _CHECKS[tuple(argv)] = out.getvalue()
+    if "format=json" in argv:
+        json.loads(_CHECKS[tuple(argv)])
+
+
+def bare_or_setting(argv: list[str], key: str) -> Optional[str]:
+    """The value of ``key=...``, or of the one argument without ``=`` (what the command takes it as)."""
+    bare = [a for a in argv if "=" not in a and not a.startswith("-")]
+    return settings(argv).get(key) or (bare[0] if bare else None)
+
+
+def run_exiting(main: Callable, argv: list[str]) -> None:
+    """A command's ``main``: its output swallowed, an exit turned into a failure with its message."""
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            main(argv)
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            raise AssertionError(f"exit status {stop.code}: {err.getvalue().strip()}") from None
+
+
+def run_generate(argv: list[str], ws: Workspace) -> None:
+    from archlab.cli.generate import main
+
+    ckpt = bare_or_setting(argv, "ckpt")
+    if ckpt is not None:
+        ws.model_file(ckpt, with_tokenizer="prompt" in settings(argv))
+    run_exiting(main, [ws.localize(a) for a in argv])
+
+
+def run_prepare(argv: list[str], ws: Workspace) -> None:
+    from archlab.cli.prepare import main
+
+    source = bare_or_setting(argv, "input")
+    if source is not None:
+        ws.text_file(source)
+    run_exiting(main, [ws.localize(a) for a in argv])
+
+
+def run_report(argv: list[str], ws: Workspace) -> None:
+    from archlab.cli.report import main
+
+    sweep_dir = bare_or_setting(argv, "sweep_dir")
+    if sweep_dir is not None:
+        ws.sweep_dir(sweep_dir)
+    run_exiting(main, [ws.localize(a) for a in argv])
+
+
+def run_help(command: str) -> None:
+    script = Path(sys.executable).with_name(command)
+    done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip(), f"{command} --help: exit {done.returncode}: {done.stderr}"
+
+
+RULES: dict[str, Callable[[list[str], Workspace], None]] = {
+    "archlab-train": run_train,
+    "archlab-bench": run_bench,
+    "archlab-check": run_check,
+    "archlab-generate": run_generate,
+    "archlab-prepare": run_prepare,
+    "archlab-report": run_report,
+}
+
+
+def run_archlab(line: Line, argv: list[str], ws: Workspace) -> None:
+    """One ``archlab-*`` command by its rule; a documented refusal must name its field."""
+    from archlab.errors import ConfigError
+
+    command, args = argv[0], argv[1:]
+    assert command in RULES, f"no rule for {command} (the commands: {', '.join(COMMANDS)})"
+    if ws.added & set(args):
+        return  # a variant the document shows how to add: its own test (test_architecture_doc.py) builds it
+    if "--help" in args or "-h" in args:
+        run_help(command)
+        return
+    field = expected_error(line)
+    if field is None:
+        RULES[command](args, ws)
+        return
+    with pytest.raises(ConfigError) as refused:
+        RULES[command](args, ws)
+    assert refused.value.field == field, f"refused on {refused.value.field}, documented as {field}: {refused.value}"
+
+
+def makefile_targets() -> set[str]:
+    makefile = ROOT / "Makefile"
+    assert makefile.is_file(), "the docs run make, and there is no Makefile"
+    return set(re.findall(r"^([A-Za-z][\w-]*):", makefile.read_text(), flags=re.M))
+
+
+def run_line(line: Line, ws: Workspace, monkeypatch) -> None:
+    env, argv = words(line)
+    if not argv:
+        return
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")  # a ConfigError propagates instead of exiting the process
+    try:
+        if argv[0].startswith("archlab-"):
+            run_archlab(line, argv, ws)
+        elif argv[0] == "make":
+            targets = [a for a in argv[1:] if "=" not in a and not a.startswith("-")]
+            missing = set(targets) - makefile_targets()
+            assert not missing, f"no Makefile target {sorted(missing)}"
+            make_args = settings(argv[1:]).get("ARGS", "")
+            if "train" in targets:
+                run_archlab(line, ["archlab-train", *shlex.split(make_args)], ws)
+        elif argv[0].startswith("python") and argv[1:2] == ["scripts/bootstrap.py"]:
+            script = ROOT / "scripts" / "bootstrap.py"
+            assert script.is_file(), "no scripts/bootstrap.py"
+            command = argv[2] if len(argv) > 2 else None
+            assert command and f'"{command}"' in script.read_text(), f"bootstrap.py has no command {command!r}"
+            if command == "train":
+                run_archlab(line, ["archlab-train", *argv[3:]], ws)
+        elif argv[0].startswith("python") and argv[1:2] == ["-c"]:
+            exec(compile(argv[2], str(line), "exec"), {"__name__": "__docs__"})
+        elif argv[0] == "curl" and "-o" in argv:
+            ws.text_file(argv[argv.index("-o") + 1])
+    finally:
+        for key in env:
+            monkeypatch.delenv(key, raising=False)
+
+
+# ---------------------------------------------------------------- the tests
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(single_thread):
+    pass
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_documented_commands_run(doc, tmp_path, monkeypatch):
+    lines = bash_lines(doc)
+    ws = Workspace(tmp_path, options_added_by(doc))
+    monkeypatch.chdir(tmp_path)
+    failures = []
+    for line in lines:
+        try:
+            run_line(line, ws, monkeypatch)
+        except (Exception, SystemExit, pytest.fail.Exception) as err:  # every failing line is reported
+            failures.append(
+                f"{line}\n    -> {type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+            )
+    assert not failures, f"{len(failures)} documented command(s) fail:\n" + "\n".join(failures)
+
+
+def test_every_command_kind_is_documented_and_covered():
+    """Each console script appears in some bash block, and every documented archlab-* word has a rule."""
+    seen = set()
+    for doc in DOCS:
+        for line in bash_lines(doc):
+            _, argv = words(line)
+            if argv and argv[0].startswith("archlab-"):
+                assert argv[0] in RULES, f"{line}: no rule for {argv[0]}"
+                seen.add(argv[0])
+    assert seen == set(COMMANDS), f"not documented in any bash block: {sorted(set(COMMANDS) - seen)}"
+
+
+def test_readme_is_short():
+    size = (ROOT / "README.md").stat().st_size
+    assert size <= README_LIMIT, f"README.md is {size:,} bytes; the limit is {README_LIMIT:,}: move detail to docs/"
+
+
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_relative_links_point_to_files(doc):
+    broken = []
+    for number, text in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+        for match in LINK.finditer(text):
+            target = match.group(1) or match.group(2)
+            if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a URL, or an anchor in the same page
+            path = unquote(target.split("#", 1)[0])
+            if not (doc.parent / path).exists():
+                broken.append(f"{doc.relative_to(ROOT)}:{number}: {target}")
+    assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
+
+
+def test_reference_counts_in_the_docs_are_the_checked_ones():
+    """The preset tables of README.md and docs/reference.md give the counts archlab-check holds presets to."""
+    from archlab.cli.check import REFERENCE_COUNTS
+
+    for doc in (ROOT / "README.md", ROOT / "docs" / "reference.md"):
+        rows = re.findall(r"^\| `([\w.-]+)` \|(.*)$", doc.read_text(encoding="utf-8"), flags=re.M)
+        documented = {}
+        for name, rest in rows:
+            if name in REFERENCE_COUNTS:
+                numbers = [int(n.replace(",", "")) for n in re.findall(r"\b\d{1,3}(?:,\d{3})+\b", rest)]
+                documented[name] = numbers
+        assert set(documented) == set(REFERENCE_COUNTS), f"{doc.name}: presets missing from its table"
+        for name, numbers in documented.items():
+            assert REFERENCE_COUNTS[name] in numbers, f"{doc.name}: {name} is not given as {REFERENCE_COUNTS[name]:,}"
