@@ -8,13 +8,12 @@ its layout (same weights, dtype, threads and batch), with memory per step and th
 from __future__ import annotations
 
 import json
-import sys
 
 import hydra
 from omegaconf import DictConfig
 
 from archlab.cli.errors import short_config_errors
-from archlab.cli.settings import hydra_help_text, wants_help
+from archlab.cli.settings import run_hydra_command
 from archlab.config.commands import BenchConfig
 from archlab.config.store import register_configs
 
@@ -70,10 +69,7 @@ def bench_app(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The console script: ``--help`` lists this command's settings and model groups; the rest is Hydra's."""
-    if wants_help(sys.argv[1:]):
-        print(hydra_help_text("archlab-bench", __doc__, "bench", BenchConfig))
-        return
-    bench_app()
+    run_hydra_command("archlab-bench", __doc__, "bench", BenchConfig, bench_app)
 
 
 if __name__ == "__main__":

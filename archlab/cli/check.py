@@ -22,7 +22,7 @@ from rich.table import Table
 from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.build import CONF_DIR, build_model, compose
 from archlab.cli.errors import short_config_errors
-from archlab.cli.settings import hydra_help_text, wants_help
+from archlab.cli.settings import run_hydra_command
 from archlab.config import head_dim, n_kv_head, to_model_config
 from archlab.config.commands import CheckConfig
 from archlab.config.store import register_configs
@@ -162,10 +162,7 @@ def check_app(cfg: DictConfig) -> None:
 
 def main() -> None:
     """The console script: ``--help`` lists this command's settings and model groups; the rest is Hydra's."""
-    if wants_help(sys.argv[1:]):
-        print(hydra_help_text("archlab-check", __doc__, "check", CheckConfig))
-        return
-    check_app()
+    run_hydra_command("archlab-check", __doc__, "check", CheckConfig, check_app)
 
 
 if __name__ == "__main__":

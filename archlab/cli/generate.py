@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 
 from archlab.cli.errors import short_config_errors
-from archlab.cli.settings import help_text, parse, wants_help
+from archlab.cli.settings import parse, settings_or_help
 from archlab.config.commands import GenerateConfig
 from archlab.errors import ConfigError, check_device
 from archlab.generate import generate
@@ -63,11 +63,9 @@ def run(cfg: GenerateConfig) -> str:
 
 @short_config_errors
 def main(argv: Optional[list[str]] = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if wants_help(argv):
-        print(help_text("archlab-generate", __doc__, GenerateConfig, bare="ckpt"))
-        return
-    print(run(parse_settings(argv)))
+    cfg = settings_or_help("archlab-generate", __doc__, GenerateConfig, sys.argv[1:] if argv is None else argv, "ckpt")
+    if cfg is not None:
+        print(run(cfg))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import numpy as np
 from archlab import checks
 from archlab.checks import writable_dir
 from archlab.cli.errors import short_config_errors
-from archlab.cli.settings import help_text, parse, wants_help
+from archlab.cli.settings import settings_or_help
 from archlab.config.commands import PrepareConfig
 from archlab.data.common import read_text, split_point, token_dtype
 from archlab.errors import ConfigError
@@ -78,18 +78,11 @@ def prepare(cfg: PrepareConfig) -> dict:
     return meta
 
 
-def parse_args(argv: Sequence[str]) -> PrepareConfig:
-    """``key=value`` arguments (a bare path is the input) checked against PrepareConfig's keys and types."""
-    return parse(PrepareConfig, argv, bare="input")
-
-
 @short_config_errors
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if wants_help(argv):
-        print(help_text("archlab-prepare", __doc__, PrepareConfig, bare="input"))
+    cfg = settings_or_help("archlab-prepare", __doc__, PrepareConfig, sys.argv[1:] if argv is None else argv, "input")
+    if cfg is None:
         return
-    cfg = parse_args(argv)
     meta = prepare(cfg)
     print(
         f"wrote {meta['train_tokens']} training and {meta['val_tokens']} validation tokens "

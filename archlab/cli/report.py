@@ -10,19 +10,17 @@ import sys
 from typing import Optional, Sequence
 
 from archlab.cli.errors import short_config_errors
-from archlab.cli.settings import help_text, parse, wants_help
+from archlab.cli.settings import settings_or_help
 from archlab.config.commands import ReportConfig
 
 
 @short_config_errors
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if wants_help(argv):
-        print(help_text("archlab-report", __doc__, ReportConfig, bare="sweep_dir"))
+    cfg = settings_or_help("archlab-report", __doc__, ReportConfig, sys.argv[1:] if argv is None else argv, "sweep_dir")
+    if cfg is None:
         return
     from archlab.report import write_report  # matplotlib and the training modules: only when there is work
 
-    cfg = parse(ReportConfig, argv, bare="sweep_dir")
     for kind, path in write_report(cfg.sweep_dir, cfg.out, cfg.metric).items():
         print(f"{kind:>9}: {path}")
 

@@ -5,9 +5,10 @@ their own settings (``help_text``) and the Hydra apps (``hydra_help_text``) alik
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from dataclasses import fields
-from typing import Any, Mapping, Optional, Sequence, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 from omegaconf import OmegaConf
@@ -127,3 +128,22 @@ def hydra_help_text(prog: str, doc: str, config_name: str, schema: type) -> str:
         listed = ", ".join(f"{o}*" if o == choice else o for o in options)
         lines += textwrap.wrap(listed, 110, initial_indent=f"  {group:<{width}}", subsequent_indent=" " * (width + 2))
     return "\n".join(lines)
+
+
+def settings_or_help(
+    prog: str, doc: str, schema: type[T], argv: Sequence[str], bare: Optional[str] = None
+) -> Optional[T]:
+    """A command's parsed settings, or None once its ``--help`` is printed (when asked for)."""
+    if wants_help(argv):
+        print(help_text(prog, doc, schema, bare))
+        return None
+    return parse(schema, argv, bare)
+
+
+def run_hydra_command(prog: str, doc: str, config_name: str, schema: type, app: Callable[[], Any]) -> None:
+    """A Hydra command's console script: ``--help`` lists its own settings and groups (Hydra's lists
+    every group of every command); anything else goes to the Hydra ``app``."""
+    if wants_help(sys.argv[1:]):
+        print(hydra_help_text(prog, doc, config_name, schema))
+        return
+    app()

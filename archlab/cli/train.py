@@ -1,13 +1,12 @@
 """archlab-train: train any archlab build with Lightning, configured by Hydra (conf/train.yaml).
 
-    archlab-train                                     the default: nano learns associative recall on the CPU
-    archlab-train model=llama2-7b model.n_layer=2 trainer.max_steps=300
-    archlab-train -m model/position=rope,alibi seed=0,1   a sweep (archlab-report summarises it)
+archlab-train                                     the default: nano learns associative recall on the CPU
+archlab-train model=llama2-7b model.n_layer=2 trainer.max_steps=300
+archlab-train -m model/position=rope,alibi seed=0,1   a sweep (archlab-report summarises it)
 """
 
 from __future__ import annotations
 
-import sys
 import time
 import warnings
 
@@ -15,7 +14,7 @@ import hydra
 from omegaconf import DictConfig
 
 from archlab.cli.errors import short_config_errors
-from archlab.cli.settings import hydra_help_text, wants_help
+from archlab.cli.settings import run_hydra_command
 from archlab.config.store import register_configs
 from archlab.config.train import TrainConfig
 from archlab.errors import DirectoryHoldsRun, SweepConfigError
@@ -50,10 +49,7 @@ def main() -> None:
     # that the user can do nothing about
     warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
     register_configs()
-    if wants_help(sys.argv[1:]):
-        print(hydra_help_text("archlab-train", __doc__, "train", TrainConfig))
-        return
-    _app()
+    run_hydra_command("archlab-train", __doc__, "train", TrainConfig, _app)
 
 
 if __name__ == "__main__":
