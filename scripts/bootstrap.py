@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""The two-command start: ``python3 scripts/bootstrap.py train|test [args]`` (what ``make train`` and
+``make test`` run) sets up ``.venv`` where it is missing or stale, then runs the command in it.
+
+Standard library only, so it runs on a machine with nothing but Python >= 3.10 and a clone. Each call
+reuses what an earlier one set up: torch is installed only where the venv lacks it, the project only
+where it is not installed or pyproject.toml changed since (a stamp file in the venv records which).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+STAMP = ".archlab-install"  # in the venv: what the project was last installed from
+TORCH = "torch==2.13.0"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+INDEX_ENV = "ARCHLAB_TORCH_INDEX"  # a package index to take torch from, instead of the choice below
+# an unreachable CPU index fails within seconds, leaving PyPI to try
+FAST_FAIL = ["--timeout", "5", "--retries", "0"]
+MIN_PYTHON = (3, 10)
+
+
+def has_nvidia_gpu(which: Callable[[str], Optional[str]] = shutil.which) -> bool:
+    """Whether this machine has an NVIDIA driver (``nvidia-smi`` on the PATH)."""
+    return which("nvidia-smi") is not None
+
+
+def torch_installs(env: Mapping[str, str], gpu: bool) -> list[list[str]]:
+    """The ``pip install`` arguments to try in turn for torch: the index in ``ARCHLAB_TORCH_INDEX`` alone
+    where set; with a GPU, PyPI's CUDA build; without, the CPU build from PyTorch's index (PyPI's Linux
+    wheel carries gigabytes of CUDA libraries), then PyPI where that index cannot be reached."""
+    index = env.get(INDEX_ENV, "").strip()
+    if index:
+        return [[TORCH, "--index-url", index]]
+    if gpu:
+        return [[TORCH]]
+    return [[TORCH, "--index-url", CPU_INDEX, *FAST_FAIL], [TORCH]]
+
+
+def stamp_text(root: Path) -> str:
+    """What the project's install depends on: its location (an editable install points there) and the
+    exact pyproject.toml (dependencies, extras, entry points)."""
+    digest = hashlib.sha256((root / "pyproject.toml").read_bytes()).hexdigest()
+    return f"{root.resolve()}\n{digest}\n"
+
+
+def needs_project_install(venv_dir: Path, root: Path, installed: bool) -> bool:
+    """Install the project where it is not installed, or was installed from another checkout or another
+    pyproject.toml than this one."""
+    stamp = venv_dir / STAMP
+    return not installed or not stamp.exists() or stamp.read_text() != stamp_text(root)
+
+
+def suite_commands(extra: Sequence[str] = ()) -> list[list[str]]:
+    """The project's test command, in order: lint, format check, then the tests (``extra`` goes to pytest)."""
+    return [
+        ["ruff", "check", "."],
+        ["ruff", "format", "--check", "."],
+        ["python", "-m", "pytest", "-q", *extra],
+    ]
+
+
+def venv_bin(venv_dir: Path, name: str) -> Path:
+    """An executable the venv installed (its python, pip, archlab-train, ruff)."""
+    return venv_dir / "bin" / name
+
+
+def _has(python: Path, probe: str) -> bool:
+    """Run ``probe`` (exits 0 for yes) in the venv's Python, isolated: the checkout itself is not on its path."""
+    done = subprocess.run(
+        [str(python), "-I", "-c", probe], cwd=str(python.parent), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return done.returncode == 0
+
+
+def _say(message: str) -> None:
+    print(f"bootstrap: {message}", flush=True)
+
+
+def _pip(python: Path, args: Sequence[str]) -> int:
+    cmd = [str(python), "-m", "pip", "install", *args]
+    _say(" ".join(["pip install", *args]))
+    return subprocess.run(cmd, cwd=str(ROOT)).returncode
+
+
+def setup(venv_dir: Path = VENV, root: Path = ROOT) -> Path:
+    """Make ``venv_dir`` ready to run the project; returns its Python."""
+    python = venv_bin(venv_dir, "python")
+    if not python.exists():
+        _say(f"creating {venv_dir}")
+        try:
+            venv.EnvBuilder(with_pip=True, symlinks=True, clear=venv_dir.exists()).create(str(venv_dir))
+        except (OSError, subprocess.CalledProcessError) as err:  # e.g. Debian's python3 without ensurepip
+            sys.exit(f"bootstrap: could not create {venv_dir} ({err}); on Debian/Ubuntu: apt install python3-venv")
+    if not _has(python, "import importlib.util, sys; sys.exit(importlib.util.find_spec('torch') is None)"):
+        attempts = torch_installs(os.environ, has_nvidia_gpu())
+        for i, args in enumerate(attempts):
+            if _pip(python, args) == 0:
+                break
+            if i + 1 < len(attempts):
+                _say("that failed; trying the next source")
+        else:
+            sys.exit(f"bootstrap: could not install {TORCH} (set {INDEX_ENV} to a package index that has it)")
+    installed = _has(python, "import importlib.metadata as m; m.version('archlab')")
+    if needs_project_install(venv_dir, root, installed):
+        if _pip(python, ["-e", ".[dev]"]) != 0:
+            sys.exit("bootstrap: could not install the project (pip install -e '.[dev]')")
+        (venv_dir / STAMP).write_text(stamp_text(root))
+    else:
+        _say(f"{venv_dir} is up to date")
+    return python
+
+
+def _venv_env(venv_dir: Path) -> dict[str, str]:
+    """This process's environment with the venv activated (its bin first on the PATH)."""
+    env = {**os.environ, "VIRTUAL_ENV": str(venv_dir)}
+    env["PATH"] = os.pathsep.join([str(venv_bin(venv_dir, "python").parent), env.get("PATH", "")])
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def run_tests(extra: Sequence[str], venv_dir: Path = VENV) -> int:
+    env = _venv_env(venv_dir)
+    for cmd in suite_commands(extra):
+        _say(" ".join(cmd))
+        code = subprocess.run([str(venv_bin(venv_dir, cmd[0])), *cmd[1:]], cwd=str(ROOT), env=env).returncode
+        if code != 0:
+            return code
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    usage = "usage: python3 scripts/bootstrap.py {setup|train|test} [arguments for archlab-train or pytest]"
+    if sys.version_info < MIN_PYTHON:
+        sys.exit(
+            f"bootstrap: archlab needs Python >= {'.'.join(map(str, MIN_PYTHON))}; this is {sys.version.split()[0]}"
+        )
+    if not argv or argv[0] not in ("setup", "train", "test"):
+        print(usage, file=sys.stderr)
+        return 2
+    command, extra = argv[0], list(argv[1:])
+    setup()
+    if command == "train":
+        train = str(venv_bin(VENV, "archlab-train"))
+        os.execve(train, [train, *extra], _venv_env(VENV))  # the run owns the terminal: its bar, Ctrl-C
+    if command == "test":
+        return run_tests(extra)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,307 @@
+"""The front door: what ``make train`` / ``make test`` decide before running (scripts/bootstrap.py, nothing
+installed here), a short ``archlab-train trainer.max_steps=10`` that fits its warm-up to the run, and the
+terminal's progress bar counting steps toward ``trainer.max_steps``."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+import json
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from archlab.build import compose
+from archlab.errors import ConfigError
+from archlab.training.validation import validate_train
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_bootstrap():
+    spec = importlib.util.spec_from_file_location("bootstrap", ROOT / "scripts" / "bootstrap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bootstrap = _load_bootstrap()
+
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+# --- scripts/bootstrap.py: the decisions, with nothing installed ---------------------------------------
+
+
+def test_torch_comes_from_pypi_on_a_gpu_machine():
+    assert bootstrap.torch_installs({}, gpu=True) == [["torch==2.13.0"]]
+
+
+def test_torch_on_a_cpu_machine_tries_the_cpu_index_quickly_then_pypi():
+    assert bootstrap.torch_installs({}, gpu=False) == [
+        ["torch==2.13.0", "--index-url", CPU_INDEX, "--timeout", "5", "--retries", "0"],
+        ["torch==2.13.0"],
+    ]
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_the_index_variable_overrides_the_choice(gpu):
+    env = {"ARCHLAB_TORCH_INDEX": "https://mirror.example/simple"}
+    assert bootstrap.torch_installs(env, gpu=gpu) == [["torch==2.13.0", "--index-url", "https://mirror.example/simple"]]
+    assert bootstrap.torch_installs({"ARCHLAB_TORCH_INDEX": "  "}, gpu=gpu) == bootstrap.torch_installs({}, gpu=gpu)
+
+
+def test_a_gpu_is_an_nvidia_smi_on_the_path():
+    assert bootstrap.has_nvidia_gpu(lambda name: "/usr/bin/nvidia-smi" if name == "nvidia-smi" else None)
+    assert not bootstrap.has_nvidia_gpu(lambda name: None)
+
+
+def test_the_project_is_reinstalled_only_when_missing_or_its_pyproject_or_place_changed(tmp_path):
+    root, venv_dir = tmp_path / "clone", tmp_path / "clone" / ".venv"
+    venv_dir.mkdir(parents=True)
+    (root / "pyproject.toml").write_text('[project]\nname = "archlab"\n')
+    assert bootstrap.needs_project_install(venv_dir, root, installed=False)
+    assert bootstrap.needs_project_install(venv_dir, root, installed=True)  # installed, but not by bootstrap
+    (venv_dir / ".archlab-install").write_text(bootstrap.stamp_text(root))
+    assert not bootstrap.needs_project_install(venv_dir, root, installed=True)
+    assert bootstrap.needs_project_install(venv_dir, root, installed=False)  # uninstalled since
+    (root / "pyproject.toml").write_text('[project]\nname = "archlab"\ndependencies = ["rich"]\n')
+    assert bootstrap.needs_project_install(venv_dir, root, installed=True)
+
+    moved = tmp_path / "moved"  # the same pyproject.toml in another checkout: the editable install points away
+    moved.mkdir()
+    shutil.copy(root / "pyproject.toml", moved / "pyproject.toml")
+    (venv_dir / ".archlab-install").write_text(bootstrap.stamp_text(root))
+    assert bootstrap.needs_project_install(venv_dir, moved, installed=True)
+
+
+def _fake_setup(monkeypatch, tmp_path, has: dict[str, bool], pip_codes: list[int]) -> list[list[str]]:
+    """``bootstrap.setup`` on a venv whose Python exists, with the probes and pip replaced: returns the
+    pip calls it makes (each answered by the next code of ``pip_codes``)."""
+    root, venv_dir = tmp_path / "clone", tmp_path / "clone" / ".venv"
+    (venv_dir / "bin").mkdir(parents=True, exist_ok=True)
+    (venv_dir / "bin" / "python").touch()
+    (root / "pyproject.toml").write_text('[project]\nname = "archlab"\n')
+    calls: list[list[str]] = []
+
+    def pip(python, args):
+        calls.append(list(args))
+        return pip_codes.pop(0)
+
+    def probe(python, code):
+        return has["torch"] if "'torch'" in code else has["archlab"]
+
+    monkeypatch.setattr(bootstrap, "_pip", pip)
+    monkeypatch.setattr(bootstrap, "_has", probe)
+    monkeypatch.setattr(bootstrap, "has_nvidia_gpu", lambda: False)
+    monkeypatch.setattr(bootstrap, "venv_bin", lambda d, name: d / "bin" / name)
+    monkeypatch.delenv("ARCHLAB_TORCH_INDEX", raising=False)
+    bootstrap.setup(venv_dir, root)
+    return calls
+
+
+def test_setup_falls_back_to_pypi_then_a_second_call_installs_nothing(monkeypatch, tmp_path):
+    calls = _fake_setup(monkeypatch, tmp_path, {"torch": False, "archlab": False}, [1, 0, 0])
+    assert calls == [
+        ["torch==2.13.0", "--index-url", CPU_INDEX, "--timeout", "5", "--retries", "0"],
+        ["torch==2.13.0"],
+        ["-e", ".[dev]"],
+    ]
+    assert _fake_setup(monkeypatch, tmp_path, {"torch": True, "archlab": True}, []) == []
+
+
+def test_setup_stops_when_torch_cannot_be_installed(monkeypatch, tmp_path):
+    with pytest.raises(SystemExit, match="could not install torch==2.13.0"):
+        _fake_setup(monkeypatch, tmp_path, {"torch": False, "archlab": False}, [1, 1])
+
+
+def test_the_test_command_is_lint_format_then_pytest():
+    assert bootstrap.suite_commands(["-k", "warmup"]) == [
+        ["ruff", "check", "."],
+        ["ruff", "format", "--check", "."],
+        ["python", "-m", "pytest", "-q", "-k", "warmup"],
+    ]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_make_targets_call_the_script_with_args():
+    def dry(*args):
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "ARGS", "MAKEFLAGS")}
+        return subprocess.run(
+            ["make", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        ).stdout
+
+    assert (
+        dry("train", "ARGS=trainer.max_steps=10").strip() == "python3 scripts/bootstrap.py train trainer.max_steps=10"
+    )
+    assert dry("test").strip() == "python3 scripts/bootstrap.py test"
+
+
+def test_ci_runs_the_test_command(tmp_path):
+    """``bash .ci/run`` hands over to the script's test command, from the repository root (a stand-in
+    python3 on the PATH records how it was called)."""
+    fake = tmp_path / "bin" / "python3"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$PWD $*" > {tmp_path / "called"}\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}", "CI": "true"}
+    subprocess.run(["bash", str(ROOT / ".ci" / "run")], cwd=tmp_path, env=env, check=True)
+    assert (tmp_path / "called").read_text().strip() == f"{ROOT} scripts/bootstrap.py test"
+
+
+# --- the warm-up follows the run ------------------------------------------------------------------------
+
+
+def _train_cli(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "archlab.cli.train", f"hydra.run.dir={run_dir}", *overrides]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_ten_step_run_shortens_the_default_warmup(tmp_path):
+    run = tmp_path / "run"
+    proc = _train_cli(run, "trainer.max_steps=10", "trainer.log_every_n_steps=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "scheduler.warmup_steps: 100 -> 1 (a tenth of trainer.max_steps=10" in proc.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] == 10
+    assert summary["config"]["scheduler"]["warmup_steps"] == 1
+    lr = {
+        int(r["step"]): float(r["train/lr"])
+        for r in csv.DictReader(open(run / "logs" / "metrics.csv"))
+        if r["train/lr"]
+    }
+    peak, floor = 1e-3, 0.1
+    assert lr[0] == pytest.approx(peak * 1 / 2)  # warm-up of 1 step: (0 + 1) / (1 + 1)
+    assert lr[1] == pytest.approx(peak)  # then the cosine from its peak over the 9 remaining steps
+    assert lr[4] == pytest.approx(peak * (floor + (1 - floor) / 2 * (1 + math.cos(math.pi * 3 / 9))))
+
+
+def test_a_warmup_set_on_the_command_line_is_still_an_error(tmp_path):
+    proc = _train_cli(tmp_path / "run", "scheduler.warmup_steps=50", "trainer.max_steps=10")
+    assert proc.returncode == 2
+    assert "scheduler.warmup_steps=50 is invalid: allowed fewer than trainer.max_steps=10" in proc.stderr + proc.stdout
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_the_warmup_fits_an_explicit_decay_and_an_experiments_value(tmp_path, caplog):
+    cfg = compose("train", ["scheduler.decay_steps=40", f"paths.output_dir={tmp_path}"], return_hydra_config=True)
+    with caplog.at_level(logging.INFO, logger="archlab.train"):
+        validate_train(cfg)
+    assert cfg.scheduler.warmup_steps == 4
+    assert "scheduler.warmup_steps: 100 -> 4 (a tenth of scheduler.decay_steps=40" in caplog.text
+
+    conf = tmp_path / "conf"
+    (conf / "experiment").mkdir(parents=True)
+    (conf / "experiment" / "long.yaml").write_text("# @package _global_\nscheduler: {warmup_steps: 500}\n")
+    overrides = [f"hydra.searchpath=[file://{conf}]", "experiment=long", "trainer.max_steps=20"]
+    cfg = compose("train", [*overrides, f"paths.output_dir={tmp_path}"], return_hydra_config=True)
+    assert cfg.scheduler.warmup_steps == 500  # the experiment's, made for a longer run
+    validate_train(cfg)
+    assert cfg.scheduler.warmup_steps == 2
+
+
+def test_a_warmup_that_fits_is_left_alone(tmp_path):
+    cfg = compose("train", ["trainer.max_steps=101", f"paths.output_dir={tmp_path}"], return_hydra_config=True)
+    validate_train(cfg)
+    assert cfg.scheduler.warmup_steps == 100
+
+
+def test_without_the_command_line_a_warmup_counts_as_chosen(tmp_path):
+    cfg = compose("train", ["trainer.max_steps=10", f"paths.output_dir={tmp_path}"])  # no hydra node: origin unknown
+    with pytest.raises(ConfigError) as err:
+        validate_train(cfg)
+    assert err.value.field == "scheduler.warmup_steps"
+
+
+# --- the terminal's progress bar --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def rich_console():
+    """Lightning's rich bar reconfigures rich's global console; put it back afterwards."""
+    import rich
+
+    saved = rich.get_console().__dict__
+    yield
+    rich.get_console().__dict__ = saved
+
+
+@pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")
+def test_the_bar_counts_steps_to_max_steps_shows_validation_and_keeps_log_lines_above(
+    rich_console, monkeypatch, tmp_path
+):
+    import lightning as L
+    import torch
+    from train_support import TinyData
+
+    from archlab.config import model_config_dict, to_model_config
+    from archlab.nn.validation import validate
+    from archlab.training.callbacks import StepProgress
+    from archlab.training.module import LitModel
+
+    class Probe(L.Callback):
+        """After the bar's update of each batch: the step, the bar's (completed, total, description)."""
+
+        def __init__(self):
+            self.seen = []
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            task = bar.progress.tasks[bar.train_progress_bar_id]
+            self.seen.append((trainer.global_step, task.completed, task.total, task.description.strip()))
+            if trainer.global_step == 3 and batch_idx % 2 == 1:
+                logging.getLogger("archlab.test").warning("a log line at step 3")
+
+    raw = io.StringIO()  # the terminal as the log handler knew it
+    monkeypatch.setattr(sys, "stdout", raw)
+    handler = logging.StreamHandler(raw)
+    logging.getLogger().addHandler(handler)
+    screen = io.StringIO()
+    bar = StepProgress(console_kwargs={"file": screen, "force_terminal": True, "width": 160, "color_system": None})
+    probe = Probe()
+    model = compose("train", ["model.n_layer=1", "model.d_model=32", "model.attention.n_head=2"]).model
+    model.vocab_size, model.context_length = 16, 12
+    lit = LitModel(
+        model=model_config_dict(validate(to_model_config(model))),
+        optim={"_target_": "torch.optim.AdamW", "_partial_": True, "lr": 1e-3, "weight_decay": 0.1},
+        scheduler={"kind": "cosine", "warmup_steps": 1, "min_lr_ratio": 0.1, "decay_steps": None},
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=6,
+        max_epochs=-1,
+        accumulate_grad_batches=2,  # 12 batches: the bar counts the 6 optimizer steps
+        val_check_interval=4,
+        check_val_every_n_epoch=None,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[bar, probe],
+        default_root_dir=str(tmp_path),
+    )
+    try:
+        torch.manual_seed(0)
+        trainer.fit(lit, datamodule=TinyData())
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+    assert len(probe.seen) == 12
+    assert [(c, t, d) for _, c, t, d in probe.seen] == [(step, 6, "Training") for step, *_ in probe.seen]
+    assert [step for step, *_ in probe.seen] == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6]
+    text = screen.getvalue()
+    final = text[text.rindex("Training") :]
+    assert "6/6" in final and "Epoch" not in text
+    latest = lit.history[-1]
+    assert latest["step"] == 6
+    assert f"val/loss: {latest['val/loss']:.3f}" in final and f"val/acc: {latest['val/acc']:.3f}" in final
+    # the log line went through the bar's console, above it, and the handler has its stream back
+    assert "a log line at step 3" in text and "a log line at step 3" not in raw.getvalue()
+    assert handler.stream is raw
