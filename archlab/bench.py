@@ -21,7 +21,13 @@ import torch
 import torch.nn.functional as F
 
 PROMPT_TOKENS = 8  # generation starts from this many random tokens
-CEILING = "dense matmul"  # the ceiling's entry among the timed functions
+# precision -> (the weights' dtype, the dtype matmuls compute in, bf16 autocast on)
+PRECISIONS = {
+    "32-true": (torch.float32, torch.float32, False),
+    "bf16-mixed": (torch.float32, torch.bfloat16, True),
+    "bf16-true": (torch.bfloat16, torch.bfloat16, False),
+}
+CEILINGS = {torch.float32: "dense matmul float32", torch.bfloat16: "dense matmul bfloat16"}  # timed entries
 # aten ops that are dense matrix products, and name fragments of every SDPA kernel (flash, efficient, math, cuDNN)
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv"})
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
@@ -159,14 +165,17 @@ def peak_step_bytes(fn: Callable[[], object], device: torch.device) -> int:
 
 @dataclass
 class StepFns:
-    """A training step (forward, cross-entropy, backward, AdamW) of one implementation."""
+    """A training step (forward, cross-entropy, backward, AdamW) of one implementation; with
+    ``autocast``, forward and loss run under bf16 autocast, as Lightning's bf16-mixed runs them."""
 
     logits: Callable[[torch.Tensor], torch.Tensor]
     optimizer: torch.optim.Optimizer
+    autocast: bool = False
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> float:
-        logits = self.logits(x)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            logits = self.logits(x)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -204,8 +213,8 @@ def check_settings(cfg, context_length: int) -> int:
     if not 1 <= n <= room:
         allowed = f"1 to model.context_length - {PROMPT_TOKENS} prompt tokens = {room}, or null for {room}"
         raise ConfigError("generate_tokens", n, allowed)
-    if cfg.dtype not in ("float32", "bfloat16"):
-        raise ConfigError("dtype", cfg.dtype, "one of ['bfloat16', 'float32']")
+    if cfg.precision not in PRECISIONS:
+        raise ConfigError("precision", cfg.precision, f"one of {list(PRECISIONS)}")
     if cfg.format not in ("table", "json"):
         raise ConfigError("format", cfg.format, "one of ['json', 'table']")
     check_device(cfg.device, auto=True)
@@ -224,7 +233,8 @@ def run_bench(cfg) -> dict:
     mcfg = validate(to_model_config(cfg.model))
     n = check_settings(cfg, mcfg.context_length)
     T = cfg.seq_len or mcfg.context_length
-    device, dtype = resolve_device(cfg.device), getattr(torch, cfg.dtype)
+    device = resolve_device(cfg.device)
+    dtype, compute, autocast = PRECISIONS[cfg.precision]
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(0)
@@ -252,20 +262,26 @@ def run_bench(cfg) -> dict:
 
     runs = {name: timed_model(m) for name, m in impls.items()}
     logits = {"archlab": lambda t: runs["archlab"](t), "hf": lambda t: runs["hf"](input_ids=t).logits}
-    steps = {name: StepFns(logits[name], adamw(run.parameters())) for name, run in runs.items()}
+    steps = {name: StepFns(logits[name], adamw(run.parameters()), autocast) for name, run in runs.items()}
     for m in (*impls.values(), *runs.values()):
         m.train()
     side = cfg.matmul_size or (8192 if device.type == "cuda" else 2048)
     train_fns = {name: (lambda s=s: s.step(x, y)) for name, s in steps.items()}
-    timed = {**train_fns, CEILING: ceiling_matmul(device, dtype, side)}
+    # both ceilings in the same rotation; the step is measured against the one of the dtype it computes in
+    timed = {**train_fns, **{name: ceiling_matmul(device, d, side) for d, name in CEILINGS.items()}}
     train_times = time_alternating(timed, cfg.warmup, cfg.repeats, device)
-    ceiling = median_rate(train_times.pop(CEILING), 2.0 * side**3)
-    kernels = median_kernel_seconds(timed, cfg.repeats, device)  # the ceiling profiled in the same rounds
-    profiled_ceiling = 2.0 * side**3 / kernels.pop(CEILING)["matmul"]
-    peak = peak_flops(device, dtype)  # MFU against the peak of the dtype timed, as archlab-train reports it
+    ceilings = {
+        str(d).removeprefix("torch."): median_rate(train_times.pop(n), 2.0 * side**3) for d, n in CEILINGS.items()
+    }
+    ceiling = ceilings[str(compute).removeprefix("torch.")]
+    kernels = median_kernel_seconds(timed, cfg.repeats, device)  # the ceilings profiled in the same rounds
+    profiled = {d: kernels.pop(n)["matmul"] for d, n in CEILINGS.items()}
+    profiled_ceiling = 2.0 * side**3 / profiled[compute]
+    peak = peak_flops(device, compute)  # MFU against the peak of the dtype computed in, as archlab-train reports it
     out: dict = {
         "device": str(device),
-        "dtype": cfg.dtype,
+        "precision": cfg.precision,
+        "compute_dtype": str(compute).removeprefix("torch."),
         "threads": torch.get_num_threads(),
         "batch_size": cfg.batch_size,
         "seq_len": T,
@@ -273,6 +289,7 @@ def run_bench(cfg) -> dict:
         "compiled": cfg.compile,
         "flops_per_token": flops_tok,
         "matmul_flops": ceiling,
+        "matmul_flops_by_dtype": ceilings,
         "profiled_matmul_flops": profiled_ceiling,
         "train": {},
     }
@@ -289,9 +306,9 @@ def run_bench(cfg) -> dict:
 
     # saved-tensor hooks see eager autograd only: memory is measured on the eager model
     if runs["archlab"] is model:
-        eager = StepFns(lambda t: model(t), steps["archlab"].optimizer)
+        eager = StepFns(lambda t: model(t), steps["archlab"].optimizer, autocast)
     else:  # the timed model was a compiled copy: the eager one gets its own optimizer, state allocated first
-        eager = StepFns(lambda t: model(t), adamw(model.parameters()))
+        eager = StepFns(lambda t: model(t), adamw(model.parameters()), autocast)
         eager.step(x, y)
     out["memory"] = measure_memory(model, eager, x, y, device, cfg.checkpointing)
     for m in impls.values():
@@ -303,7 +320,7 @@ def run_bench(cfg) -> dict:
         gen_fns["hf"] = lambda: hf.generate(
             prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
         )
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
         gen_times = time_alternating(gen_fns, max(1, cfg.warmup // 2), cfg.repeats, device)
     out["generate"] = {name: {"tokens_per_s": median_rate(s, n)} for name, s in gen_times.items()}
     if "hf" in impls:

@@ -85,24 +85,46 @@ def test_peak_step_bytes_is_the_most_allocated_at_once():
     assert peak_step_bytes(step, torch.device("cpu")) == 3_000_000
 
 
+TINY_BENCH = [
+    "model.n_layer=2",
+    "model.d_model=32",
+    "model.attention.n_head=2",
+    "model.vocab_size=50",
+    "model.context_length=16",
+    "batch_size=2",
+    "warmup=1",
+    "repeats=2",
+    "matmul_size=64",
+]
+
+
 @pytest.fixture(scope="module")
 def result():
     pytest.importorskip("transformers")
-    cfg = compose(
-        "bench",
-        [
-            "model.n_layer=2",
-            "model.d_model=32",
-            "model.attention.n_head=2",
-            "model.vocab_size=50",
-            "model.context_length=16",
-            "batch_size=2",
-            "warmup=1",
-            "repeats=2",
-            "matmul_size=64",
-        ],
-    )
+    cfg = compose("bench", TINY_BENCH)
     return run_bench(cfg), cfg
+
+
+def test_bf16_mixed_runs_both_sides_under_autocast_against_the_bf16_ceiling():
+    """Both ceilings are measured; a bf16-mixed step is set against bf16's, and computes in bf16 (its
+    loss differs from the float32 step's, which it would not if autocast were off)."""
+    pytest.importorskip("transformers")
+    out = run_bench(compose("bench", [*TINY_BENCH, "precision=bf16-mixed", "checkpointing=false"]))
+    assert set(out["matmul_flops_by_dtype"]) == {"float32", "bfloat16"}
+    assert out["compute_dtype"] == "bfloat16" and out["matmul_flops"] == out["matmul_flops_by_dtype"]["bfloat16"]
+    for name in ("archlab", "hf"):
+        row = out["train"][name]
+        assert row["fraction_of_matmul"] == pytest.approx(row["flops"] / out["matmul_flops_by_dtype"]["bfloat16"])
+
+
+def test_bench_step_autocast_computes_in_bf16():
+    from archlab.bench import StepFns
+
+    seen = []
+    step = StepFns(lambda t: seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)
+                   or torch.zeros(*t.shape, 5, requires_grad=True), torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), True)  # fmt: skip
+    step.step(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long))
+    assert seen == [torch.bfloat16]
 
 
 def test_bench_figures_are_consistent(result):
@@ -149,6 +171,7 @@ def test_checkpointing_saves_activation_memory(result):
         ("threads=-1", "threads", "null or a positive integer"),
         ("warmup=-3", "warmup", "an integer >= 0"),
         ("format=xml", "format", "one of ['json', 'table']"),
+        ("precision=16-mixed", "precision", "one of ['32-true', 'bf16-mixed', 'bf16-true']"),
         ("device=tpu", "device", "auto, cpu, cuda or cuda:<index>"),
         ("device=cuda:x", "device", "auto, cpu, cuda or cuda:<index>"),
         pytest.param(

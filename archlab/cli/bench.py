@@ -26,10 +26,12 @@ def _print_table(result: dict) -> None:
 
     console = Console()
     console.print(
-        f"device {result['device']} ({result['threads']} threads), {result['dtype']}, "
+        f"device {result['device']} ({result['threads']} threads), precision {result['precision']}, "
         f"{'torch.compile' if result['compiled'] else 'eager'}, batch {result['batch_size']} x {result['seq_len']} "
-        f"tokens; analytic {result['flops_per_token'] / 1e6:.1f} MFLOP/token; dense matmul ceiling "
-        f"{result['matmul_flops'] / 1e9:.1f} GFLOP/s; generation: {result['generate_tokens']} tokens"
+        f"tokens; analytic {result['flops_per_token'] / 1e6:.1f} MFLOP/token; dense matmul ceilings "
+        + ", ".join(f"{d} {v / 1e9:.1f}" for d, v in result["matmul_flops_by_dtype"].items())
+        + f" GFLOP/s (the step is measured against {result['compute_dtype']}'s); "
+        f"generation: {result['generate_tokens']} tokens"
     )
     names = [n for n in result["train"] if not n.startswith("ratio")]
     table = Table("measure", *names, "archlab / hf (per-round IQR)")
@@ -43,8 +45,8 @@ def _print_table(result: dict) -> None:
     row("train tokens/s", "train", "tokens_per_s", lambda v: f"{v:,.0f}")
     row("train step (s)", "train", "step_s", lambda v: f"{v:.3f}")
     row("achieved GFLOP/s", "train", "flops", lambda v: f"{v / 1e9:.1f}")
-    row("fraction of matmul ceiling", "train", "fraction_of_matmul", lambda v: f"{v:.2f}")
-    row("MFU (bf16 peak)", "train", "mfu", lambda v: f"{v:.3f}")
+    row(f"fraction of {result['compute_dtype']} matmul ceiling", "train", "fraction_of_matmul", lambda v: f"{v:.2f}")
+    row("MFU (peak of the dtype timed)", "train", "mfu", lambda v: f"{v:.3f}")
     row("  of the step: in matmul kernels (s)", "train", "matmul_s", lambda v: f"{v:.3f}")
     row("  in attention kernels (s)", "train", "attention_s", lambda v: f"{v:.3f}")
     row("  fraction of ceiling if only those ran", "train", "floor_fraction_of_matmul", lambda v: f"{v:.2f}")

@@ -32,7 +32,10 @@ class BenchConfig:
         None, "greedy tokens generated at batch 1 after an 8-token prompt; null = fill the context"
     )
     device: str = setting("auto", "auto, cpu, cuda or cuda:<index>")
-    dtype: str = setting("float32", "float32 or bfloat16")
+    precision: str = setting(
+        "32-true",
+        "32-true (float32), bf16-mixed (float32 weights, bf16 autocast, both sides) or bf16-true (bf16 weights)",
+    )
     threads: Optional[int] = setting(None, "torch threads (CPU); null = torch's default")
     compare_hf: bool = setting(True, "also time the Hugging Face model of the same layout")
     compile: bool = setting(False, "torch.compile the training step (archlab block by block, HF whole)")
