@@ -1,6 +1,17 @@
-"""Published parameter totals, typed in by hand from the team's REFERENCE.md ("total params"; no test
-reads that file): each Hugging Face transformers 5.23 model built on the meta device, a tied tensor counted once. Kept
-apart from archlab/cli/check.py's copy on purpose: the tests check the code against this one."""
+"""Published layouts: parameter totals and Hugging Face configs, typed in by hand. Kept apart from
+archlab/cli/check.py's copy of the totals on purpose: the tests check the code against this one.
+
+PUBLISHED: each total is the parameter count of Hugging Face transformers' own model (5.23) of the
+published config, built on the meta device, a tied tensor counted once (``test_hf_families.py``
+rebuilds the newer ones from HF_CONFIGS below). Where the authors published an exact figure it agrees:
+Pythia's model card table ("Naming convention and parameter count") gives 162,322,944 and
+1,414,647,808; the Gemma and Gemma 2 papers (arXiv 2403.08295 and 2408.00118, table 2) give the same
+non-embedding counts (their embedding rows count a 256,128-entry vocabulary, the released configs
+256,000).
+
+HF_CONFIGS: the architecture keys of each model's ``config.json`` on the Hugging Face Hub (repo named
+per entry), as (model_type, keys); token ids, dtypes and dropout rates left out.
+"""
 
 PUBLISHED = {
     "gpt2": 124_439_808,
@@ -15,4 +26,275 @@ PUBLISHED = {
     "llama2-70b": 68_976_648_192,
     "llama3-8b": 8_030_261_248,
     "llama3-70b": 70_553_706_496,
+    "pythia-160m": 162_322_944,
+    "pythia-1.4b": 1_414_647_808,
+    "mistral-7b": 7_241_732_096,
+    "qwen2-0.5b": 494_032_768,
+    "qwen2.5-7b": 7_615_616_512,
+    "qwen3-0.6b": 596_049_920,
+    "qwen3-8b": 8_190_735_360,
+    "phi-1.5": 1_418_270_720,
+    "phi-2": 2_779_683_840,
+    "gemma-2b": 2_506_172_416,
+    "gemma-7b": 8_537_680_896,
+    "gemma2-2b": 2_614_341_888,
+    "gemma2-9b": 9_241_705_984,
+    "olmo2-7b": 7_298_617_344,
+    "llama3.1-8b": 8_030_261_248,
+}
+
+_PYTHIA = dict(
+    vocab_size=50304,
+    hidden_act="gelu",
+    rotary_pct=0.25,
+    rotary_emb_base=10000,
+    max_position_embeddings=2048,
+    layer_norm_eps=1e-5,
+    use_parallel_residual=True,
+    tie_word_embeddings=False,
+)
+_QWEN2 = dict(hidden_act="silu", rms_norm_eps=1e-6, rope_theta=1000000.0, max_position_embeddings=131072)
+_QWEN3 = dict(
+    vocab_size=151936,
+    head_dim=128,
+    hidden_act="silu",
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    max_position_embeddings=40960,
+    attention_bias=False,
+    use_sliding_window=False,
+)
+_PHI = dict(
+    vocab_size=51200,
+    hidden_act="gelu_new",
+    layer_norm_eps=1e-5,
+    max_position_embeddings=2048,
+    rope_theta=10000.0,
+    qk_layernorm=False,
+    tie_word_embeddings=False,
+)
+_GEMMA = dict(
+    vocab_size=256000,
+    head_dim=256,
+    hidden_act="gelu",  # transformers reads Gemma's legacy "gelu" as its tanh approximation
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    max_position_embeddings=8192,
+    attention_bias=False,
+)
+_GEMMA2 = dict(
+    vocab_size=256000,
+    head_dim=256,
+    hidden_activation="gelu_pytorch_tanh",
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    max_position_embeddings=8192,
+    attention_bias=False,
+    query_pre_attn_scalar=256,
+    sliding_window=4096,
+    attn_logit_softcapping=50.0,
+    final_logit_softcapping=30.0,
+)
+
+HF_CONFIGS = {
+    # EleutherAI/pythia-160m, EleutherAI/pythia-1.4b
+    "pythia-160m": (
+        "gpt_neox",
+        dict(_PYTHIA, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+    ),
+    "pythia-1.4b": (
+        "gpt_neox",
+        dict(_PYTHIA, hidden_size=2048, num_hidden_layers=24, num_attention_heads=16, intermediate_size=8192),
+    ),
+    # mistralai/Mistral-7B-v0.1
+    "mistral-7b": (
+        "mistral",
+        dict(
+            vocab_size=32000,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            hidden_act="silu",
+            max_position_embeddings=32768,
+            rms_norm_eps=1e-5,
+            rope_theta=10000.0,
+            sliding_window=4096,
+            tie_word_embeddings=False,
+        ),
+    ),
+    # Qwen/Qwen2-0.5B, Qwen/Qwen2.5-7B (use_sliding_window false: their sliding_window is unused)
+    "qwen2-0.5b": (
+        "qwen2",
+        dict(
+            _QWEN2,
+            vocab_size=151936,
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+            sliding_window=131072,
+            max_window_layers=24,
+        ),
+    ),
+    "qwen2.5-7b": (
+        "qwen2",
+        dict(
+            _QWEN2,
+            vocab_size=152064,
+            hidden_size=3584,
+            intermediate_size=18944,
+            num_hidden_layers=28,
+            num_attention_heads=28,
+            num_key_value_heads=4,
+            tie_word_embeddings=False,
+            use_sliding_window=False,
+            sliding_window=131072,
+            max_window_layers=28,
+        ),
+    ),
+    # Qwen/Qwen3-0.6B, Qwen/Qwen3-8B
+    "qwen3-0.6b": (
+        "qwen3",
+        dict(
+            _QWEN3,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            tie_word_embeddings=True,
+        ),
+    ),
+    "qwen3-8b": (
+        "qwen3",
+        dict(
+            _QWEN3,
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_hidden_layers=36,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            tie_word_embeddings=False,
+        ),
+    ),
+    # microsoft/phi-1_5, microsoft/phi-2
+    "phi-1.5": (
+        "phi",
+        dict(
+            _PHI,
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=24,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            partial_rotary_factor=0.5,
+        ),
+    ),
+    "phi-2": (
+        "phi",
+        dict(
+            _PHI,
+            hidden_size=2560,
+            intermediate_size=10240,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            partial_rotary_factor=0.4,
+        ),
+    ),
+    # google/gemma-2b, google/gemma-7b (tie_word_embeddings absent: GemmaConfig's default, true)
+    "gemma-2b": (
+        "gemma",
+        dict(
+            _GEMMA,
+            hidden_size=2048,
+            intermediate_size=16384,
+            num_hidden_layers=18,
+            num_attention_heads=8,
+            num_key_value_heads=1,
+        ),
+    ),
+    "gemma-7b": (
+        "gemma",
+        dict(
+            _GEMMA,
+            hidden_size=3072,
+            intermediate_size=24576,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+        ),
+    ),
+    # google/gemma-2-2b, google/gemma-2-9b (layer_types absent: sliding on even layers, global on odd)
+    "gemma2-2b": (
+        "gemma2",
+        dict(
+            _GEMMA2,
+            hidden_size=2304,
+            intermediate_size=9216,
+            num_hidden_layers=26,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+        ),
+    ),
+    "gemma2-9b": (
+        "gemma2",
+        dict(
+            _GEMMA2,
+            hidden_size=3584,
+            intermediate_size=14336,
+            num_hidden_layers=42,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+        ),
+    ),
+    # allenai/OLMo-2-1124-7B
+    "olmo2-7b": (
+        "olmo2",
+        dict(
+            vocab_size=100352,
+            hidden_size=4096,
+            intermediate_size=11008,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            hidden_act="silu",
+            max_position_embeddings=4096,
+            rms_norm_eps=1e-6,
+            rope_theta=500000.0,
+            attention_bias=False,
+            tie_word_embeddings=False,
+        ),
+    ),
+    # meta-llama/Llama-3.1-8B
+    "llama3.1-8b": (
+        "llama",
+        dict(
+            vocab_size=128256,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            hidden_act="silu",
+            max_position_embeddings=131072,
+            rms_norm_eps=1e-5,
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+            attention_bias=False,
+            mlp_bias=False,
+            tie_word_embeddings=False,
+        ),
+    ),
 }

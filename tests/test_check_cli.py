@@ -11,7 +11,7 @@ import pytest
 
 from archlab import ConfigError
 from archlab.build import compose
-from archlab.cli.check import model_overridden, preset_rows, run
+from archlab.cli.check import REFERENCE_COUNTS, model_overridden, preset_rows, run
 
 PUBLISHED_GPT2 = 124_439_808
 
@@ -39,7 +39,7 @@ def test_preset_table_json_all_ok_and_fast(tmp_path):
     cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
-    assert len(rows) == 13
+    assert len(rows) == len(REFERENCE_COUNTS)
     by_name = {row["preset"]: row for row in rows}
     assert by_name["gpt2"]["reference"] == PUBLISHED_GPT2
     assert by_name["llama3-70b"]["reference"] == 70_553_706_496
@@ -74,7 +74,7 @@ def test_preset_table_text(capsys):
     assert code == 0
     assert "MISMATCH" not in out
     ok_lines = [line for line in out.splitlines() if line.strip().endswith("OK")]
-    assert len(ok_lines) == 13
+    assert len(ok_lines) == len(REFERENCE_COUNTS)
     assert any("gptj-6b" in line and line.count("6,050,882,784") == 3 for line in ok_lines)
 
 

@@ -243,9 +243,15 @@ NANO = ["model=nano"]
         ([*NANO, "model/position=sinusoidal"], "model.position.kind"),
         ([*NANO, "model/block=post"], "model.block.kind"),
         ([*NANO, "model/block=parallel"], "model.position.kind"),  # parallel with learned positions
-        (
-            [*NANO, "model/block=parallel", "model/position=rope", "model.block.shared_norm=false"],
-            "model.block.shared_norm",
+        (  # parallel with two norms and RoPE is GPT-NeoX's layout, which has LayerNorm
+            [
+                *NANO,
+                "model/block=parallel",
+                "model/position=rope",
+                "model.block.shared_norm=false",
+                "model/norm=rmsnorm",
+            ],
+            "model.norm.kind",
         ),
         ([*NANO, "model/norm=rmsnorm"], "model.norm.kind"),
         ([*NANO, "model/mlp=swiglu"], "model.mlp.kind"),
@@ -309,9 +315,9 @@ def test_config_from_hf_refuses_what_archlab_does_not_implement():
         num_hidden_layers=1,
         intermediate_size=96,
         max_position_embeddings=64,
-        rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0},
     )
-    with pytest.raises(ConfigError, match="rope_type='linear'"):
+    with pytest.raises(ConfigError, match="rope_type='yarn'"):
         config_from_hf(scaled)
     with pytest.raises(ConfigError, match="scale_attn_by_inverse_layer_idx"):
         config_from_hf(transformers.GPT2Config(n_embd=32, n_head=4, scale_attn_by_inverse_layer_idx=True))

@@ -344,3 +344,13 @@ def test_generate_refuses_a_mask_of_another_shape():
     model = build(tiny())
     with pytest.raises(ConfigError, match="attention_mask"):
         generate(model, torch.ones(2, 4, dtype=torch.long), 3, attention_mask=torch.ones(2, 5))
+
+
+def test_unit_offset_rmsnorm_in_bf16_adds_the_offset_in_float32():
+    """Gemma computes 1 + w in float32: in bf16 a small w would be rounded away (1 + 1e-3 is 1 in bf16)."""
+    norm = build_model(tiny(norm={"unit_offset": True}), dtype=torch.bfloat16).final_norm
+    with torch.no_grad():
+        norm.weight.copy_(torch.full((32,), 1e-3))
+        x = torch.randn(4, 32).to(torch.bfloat16)
+        expected = (rms(x.float(), 1 + norm.weight.float(), 1e-5)).to(torch.bfloat16)
+        assert torch.equal(norm(x), expected)

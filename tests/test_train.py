@@ -395,7 +395,7 @@ def test_cli_config_error_is_one_short_line(conf, tmp_path):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert lines == [
-        "error: trainer.precision='fp8' is invalid: allowed one of ['32', '32-true', 'bf16-mixed', 'bf16-true', '16-mixed']"
+        "error: trainer.precision='fp8' is invalid: allowed one of ['32', '32-true', 'bf16-mixed', 'bf16-true', '16-mixed', 'auto']"
     ]
 
 

@@ -140,6 +140,7 @@ class FailAt(L.Callback):
 
 
 SMALL = [
+    "trainer.precision=32-true",  # the same arithmetic on every machine (trainer=cpu's auto follows the CPU)
     "model.n_layer=1",
     "model.d_model=32",
     "model.attention.n_head=2",

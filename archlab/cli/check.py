@@ -30,23 +30,39 @@ from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
 from archlab.nn.validation import validate
 
-# Total parameters of each published layout, typed in from the team's reference sheet (not shipped):
-# the Hugging Face transformers 5.23 model built on the meta device, tied tensors counted once. nano has
-# no published model; its number is the sheet's GPT-2 closed form (V + ctx)·d + L·(4d² + 2df + 9d + f) + 2d
-# at V=256, ctx=256, d=128, L=4, f=512.
+# Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
+# config.json (the Hub repo named per line), built on the meta device, tied tensors counted once. Where the
+# authors give an exact figure it agrees: the Pythia model card's table, and the non-embedding counts of
+# the Gemma and Gemma 2 papers (table 2). nano has no published model; its number is GPT-2's closed form
+# (V + ctx)·d + L·(4d² + 2df + 9d + f) + 2d at V=256, ctx=256, d=128, L=4, f=512.
 REFERENCE_COUNTS = {
-    "gpt2": 124_439_808,
+    "gpt2": 124_439_808,  # openai-community/gpt2, and gpt2-medium, -large, -xl
     "gpt2-medium": 354_823_168,
     "gpt2-large": 774_030_080,
     "gpt2-xl": 1_557_611_200,
-    "gptj-6b": 6_050_882_784,
-    "llama-7b": 6_738_415_616,
+    "gptj-6b": 6_050_882_784,  # EleutherAI/gpt-j-6b
+    "llama-7b": 6_738_415_616,  # LLaMA 1 as converted for transformers (huggyllama/llama-7b, -13b, -65b)
     "llama-13b": 13_015_864_320,
     "llama-65b": 65_285_660_672,
-    "llama2-7b": 6_738_415_616,
-    "llama2-70b": 68_976_648_192,
-    "llama3-8b": 8_030_261_248,
-    "llama3-70b": 70_553_706_496,
+    "llama2-7b": 6_738_415_616,  # meta-llama/Llama-2-7b-hf
+    "llama2-70b": 68_976_648_192,  # meta-llama/Llama-2-70b-hf
+    "llama3-8b": 8_030_261_248,  # meta-llama/Meta-Llama-3-8B
+    "llama3-70b": 70_553_706_496,  # meta-llama/Meta-Llama-3-70B
+    "pythia-160m": 162_322_944,  # EleutherAI/pythia-160m
+    "pythia-1.4b": 1_414_647_808,  # EleutherAI/pythia-1.4b
+    "mistral-7b": 7_241_732_096,  # mistralai/Mistral-7B-v0.1
+    "qwen2-0.5b": 494_032_768,  # Qwen/Qwen2-0.5B
+    "qwen2.5-7b": 7_615_616_512,  # Qwen/Qwen2.5-7B
+    "qwen3-0.6b": 596_049_920,  # Qwen/Qwen3-0.6B
+    "qwen3-8b": 8_190_735_360,  # Qwen/Qwen3-8B
+    "phi-1.5": 1_418_270_720,  # microsoft/phi-1_5
+    "phi-2": 2_779_683_840,  # microsoft/phi-2
+    "gemma-2b": 2_506_172_416,  # google/gemma-2b
+    "gemma-7b": 8_537_680_896,  # google/gemma-7b
+    "gemma2-2b": 2_614_341_888,  # google/gemma-2-2b
+    "gemma2-9b": 9_241_705_984,  # google/gemma-2-9b
+    "olmo2-7b": 7_298_617_344,  # allenai/OLMo-2-1124-7B
+    "llama3.1-8b": 8_030_261_248,  # meta-llama/Llama-3.1-8B
     "nano": 858_880,
 }
 

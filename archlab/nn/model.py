@@ -50,8 +50,8 @@ class Decoder(nn.Module):
         positions = None if attention_mask is None else (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         q_pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions[:, start:]
         x = self.tok_emb(idx)
-        if self.cfg.scale_embedding:  # sqrt(d_model), rounded to x's dtype as Gemma does
-            x = x * torch.tensor(self.cfg.d_model**0.5, dtype=x.dtype)
+        if self.cfg.scale_embedding:  # sqrt(d_model) in float32, then rounded to x's dtype, as Gemma does
+            x = x * torch.tensor(self.cfg.d_model**0.5, dtype=torch.float32).to(x.dtype)
         x = self.drop(self.position.embed(x, q_pos))
         rotary = self.position.rotary(q_pos, x.dtype, cached=cache is not None)
         masks = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import torch
 from torch import Tensor, nn
 
 from archlab import checks
@@ -57,7 +58,10 @@ class RMSNorm(Norm, nn.RMSNorm):
             super().reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:
-        return rms_norm(x, 1 + self.weight if self.unit_offset else self.weight, self.eps)
+        if self.unit_offset:  # 1 + w in at least float32, as Gemma computes it: bf16 would round w away
+            wide = torch.promote_types(x.dtype, torch.float32)
+            return rms_norm(x.to(wide), 1 + self.weight.to(wide), self.eps).to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
     @staticmethod
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:

@@ -22,6 +22,7 @@ from archlab.accounting import count
 from archlab.config import ModelConfig, model_config_dict, to_model_config
 from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.nn.validation import validate
+from archlab.precision import resolve_precision
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.instantiate import instantiate_group, instantiate_node
 from archlab.training.loggers import CSVLogger
@@ -40,6 +41,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     start = time.time()
     _single_console()
     validate_train(cfg)
+    precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
+    log.info("precision: %s (%s)", *precision)
     out, out_field = output_dir(cfg)
     cfg.paths.output_dir = str(out)  # the logger and checkpoint configs interpolate it
     check_fresh(cfg, out, out_field)
@@ -62,9 +65,9 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     _check_metric_names(cfg, list(dm.val_names))
     settle_hydra_files(keep=True, out=out)  # this attempt writes the run's summary: its config files are the run's
 
-    info = _run_info(cfg, dm, model_cfg, matched, ckpt_path, start)
+    info = _run_info(cfg, dm, model_cfg, matched, ckpt_path, start, precision)
     recorder = RunRecorder(out, info, tokenizer=getattr(dm, "tokenizer", None), primary_metric=_primary_metric(dm))
-    trainer = _fit(cfg, model_cfg, dm, callbacks, loggers, recorder, ckpt_path)
+    trainer = _fit(cfg, model_cfg, dm, callbacks, loggers, recorder, ckpt_path, precision[0])
     if not trainer.is_global_zero:
         return {}
     summary = json.loads((out / SUMMARY).read_text())
@@ -171,6 +174,7 @@ def _run_info(
     matched: Optional[dict[str, Any]],
     ckpt_path: Optional[str],
     start: float,
+    precision: tuple[str, str],
 ) -> dict[str, Any]:
     """What summary.json records of the run before fit: its variant, model, data, sizing and config."""
     return {
@@ -187,6 +191,7 @@ def _run_info(
         "flops_per_token": count(model_cfg)["flops_per_token"],
         "match": matched,
         "resumed_from": ckpt_path,
+        "precision": {"setting": str(cfg.trainer.precision), "used": precision[0], "why": precision[1]},
         "config": {
             k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
             for k, v in cfg.items()
@@ -203,6 +208,7 @@ def _fit(
     loggers: list[Any],
     recorder: RunRecorder,
     ckpt_path: Optional[str],
+    precision: str,
 ) -> L.Trainer:
     """Build the LightningModule and the Trainer and fit. ``recorder`` writes the summary; a failure it
     did not record (the module or the trainer failing to build) gets a failed summary here."""
@@ -220,6 +226,7 @@ def _fit(
         trainer = instantiate_node(
             cfg.trainer,
             "trainer",
+            precision=precision,  # trainer.precision=auto resolved for this machine
             callbacks=callbacks,
             logger=loggers or False,
             enable_progress_bar=any(isinstance(c, ProgressBar) for c in callbacks),

@@ -17,7 +17,7 @@ from archlab.nn.validation import validate
 from archlab.training.instantiate import check_arguments
 from archlab.training.sweep import in_multirun
 
-PRECISIONS = ("32", "32-true", "bf16-mixed", "bf16-true", "16-mixed")
+PRECISIONS = ("32", "32-true", "bf16-mixed", "bf16-true", "16-mixed", "auto")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed")
 SCHEDULES = ("cosine",)

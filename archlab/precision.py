@@ -1,0 +1,48 @@
+"""The precision a run computes in. ``trainer.precision=auto`` takes bf16 autocast (``bf16-mixed``) where
+the hardware multiplies bf16 natively (a CUDA GPU that supports it; a CPU with AVX-512 BF16 or AMX), and
+float32 (``32-true``) elsewhere, where bf16 would be emulated and slower."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+# /proc/cpuinfo flags of CPUs with bf16 matmul instructions: x86 AVX-512 BF16 and AMX, Arm's BF16 extension
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """The bf16 instruction sets this CPU reports, sorted (none where /proc/cpuinfo does not exist)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return []
+    words = set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):  # x86 | aarch64
+            words.update(value.split())
+    return sorted(words.intersection(NATIVE_BF16_FLAGS))
+
+
+@functools.cache
+def _native_cpu_bf16() -> tuple[str, ...]:
+    return tuple(cpu_bf16_flags())
+
+
+def resolve_precision(precision: str, accelerator: str) -> tuple[str, str]:
+    """The precision Lightning gets for ``trainer.precision`` on ``trainer.accelerator``, and why (one
+    phrase for the run's log and summary.json). Anything but ``auto`` is kept as set."""
+    if str(precision) != "auto":
+        return str(precision), "as set by trainer.precision"
+    import torch
+
+    gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
+    if gpu:
+        if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+            return "bf16-mixed", "auto: the GPU computes bf16 natively"
+        return "32-true", "auto: no GPU bf16 support found"
+    flags = _native_cpu_bf16()
+    if flags:
+        return "bf16-mixed", f"auto: this CPU multiplies bf16 natively ({', '.join(flags)})"
+    return "32-true", "auto: this CPU has no bf16 matmul instructions (bf16 would be emulated)"

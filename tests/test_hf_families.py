@@ -1,0 +1,513 @@
+"""Hugging Face interop of the newer families: GPT-NeoX (Pythia), Phi, LLaMA with RoPE scaling, Mistral,
+Qwen2, Qwen3, Gemma, Gemma 2 and OLMo 2.
+
+Tiny random models of each give the same float32 logits in archlab and in transformers' eager
+implementation, from HF to archlab and from each archlab preset's layout to HF; archlab -> HF ->
+archlab gives back every tensor bit for bit; greedy decoding equals HF ``generate``. Every parameter is
+redrawn (matrices N(0, 0.2²), biases and norm scales 0.5 + N(0, 0.3²), far from 0 and 1), so a dropped,
+transposed or swapped tensor shows in the logits. Sequences are longer than every sliding window (4)
+and GQA is used wherever the family has it. The presets' configs are compared key by key with the
+published ``config.json`` values in tests/published.py, whose transformers models, built on the meta
+device, have the published parameter counts.
+"""
+
+import pytest
+import torch
+from published import HF_CONFIGS, PUBLISHED
+
+from archlab import ConfigError, build_model, compose_model, count_params
+from archlab.generate import generate
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
+
+transformers = pytest.importorskip("transformers")
+
+TOL = 1e-4  # max abs logit difference allowed (float32)
+V, CTX, WINDOW = 96, 64, 4
+IDS = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(0))  # 12 > WINDOW
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(single_thread):
+    pass
+
+
+def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter redrawn: matrices and tables N(0, 0.2²); vectors (biases, norm scales or Gemma's
+    scale offsets) 0.5 + N(0, 0.3²). A tied tensor is listed, so drawn, once."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 0.5)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+    return model.eval()
+
+
+def logits(model, ids=IDS) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(ids)
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+def max_diff(a, b) -> float:
+    return (a - b).abs().max().item()
+
+
+NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+SMALL = dict(
+    vocab_size=V,
+    max_position_embeddings=CTX,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    **NO_TOKENS,
+)
+# case -> (transformers model class, config class, config keys): each family, and its variants
+HF_CASES = {
+    "gpt_neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(SMALL, rotary_pct=0.25, hidden_act="gelu")),
+    "gpt_neox-sequential-tied": (
+        "GPTNeoXForCausalLM",
+        "GPTNeoXConfig",
+        dict(
+            SMALL,
+            rotary_pct=0.5,
+            rotary_emb_base=500.0,
+            use_parallel_residual=False,
+            attention_bias=False,
+            tie_word_embeddings=True,
+            hidden_act="gelu_new",
+        ),
+    ),
+    "phi-gqa": ("PhiForCausalLM", "PhiConfig", dict(SMALL, num_key_value_heads=2, partial_rotary_factor=0.5)),
+    "phi-qk-layernorm": ("PhiForCausalLM", "PhiConfig", dict(SMALL, qk_layernorm=True, partial_rotary_factor=0.75)),
+    # original context 32: of the 8 wavelengths of a 16-dim head (2π·10⁴^(i/8)), 6.3 is kept, 19.9 blended and
+    # the six from 62.8 on divided by the factor
+    "llama-llama3-scaling": (
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        dict(
+            SMALL,
+            num_key_value_heads=2,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 10000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        ),
+    ),
+    "llama-linear-scaling-biases": (
+        "LlamaForCausalLM",
+        "LlamaConfig",
+        dict(
+            SMALL,
+            num_key_value_heads=1,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0},
+        ),
+    ),
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(SMALL, num_key_value_heads=2, sliding_window=WINDOW)),
+    "qwen2": (
+        "Qwen2ForCausalLM",
+        "Qwen2Config",
+        dict(
+            SMALL,
+            num_key_value_heads=2,
+            use_sliding_window=True,
+            sliding_window=WINDOW,
+            max_window_layers=0,
+            tie_word_embeddings=True,
+        ),
+    ),
+    "qwen3": (
+        "Qwen3ForCausalLM",
+        "Qwen3Config",
+        dict(
+            SMALL,
+            num_key_value_heads=2,
+            head_dim=24,
+            use_sliding_window=True,
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+        ),
+    ),
+    "gemma": ("GemmaForCausalLM", "GemmaConfig", dict(SMALL, num_key_value_heads=1, head_dim=32)),
+    "gemma2": (
+        "Gemma2ForCausalLM",
+        "Gemma2Config",
+        dict(
+            SMALL,
+            num_hidden_layers=3,
+            num_key_value_heads=2,
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            sliding_window=WINDOW,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=5.0,
+        ),
+    ),
+    "olmo2": ("Olmo2ForCausalLM", "Olmo2Config", dict(SMALL, num_key_value_heads=2)),
+}
+
+
+def hf_model(case: str, seed: int = 1):
+    model_class, config_class, keys = HF_CASES[case]
+    config = getattr(transformers, config_class)(**keys, attn_implementation="eager")
+    return randomize(getattr(transformers, model_class)(config), seed)
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_from_hf_gives_hf_logits(case):
+    hf = hf_model(case)
+    model = from_hf(hf)
+    assert max_diff(logits(hf), logits(model)) <= TOL
+    assert hf_family(model.cfg) == hf.config.model_type  # the layout read maps back to the same family
+
+
+def test_from_hf_reads_each_family_s_parts():
+    cfgs = {case: from_hf(hf_model(case)).cfg for case in HF_CASES}
+    neox, seq = cfgs["gpt_neox"], cfgs["gpt_neox-sequential-tied"]
+    assert (neox.block.kind, neox.block.shared_norm, neox.position.rotary_fraction) == ("parallel", False, 0.25)
+    assert (seq.block.kind, seq.position.theta, seq.attention.qkv_bias, seq.head.tied) == ("pre", 500.0, False, True)
+    phi = cfgs["phi-gqa"]
+    assert (phi.block.shared_norm, phi.attention.n_kv_head, phi.head.bias, phi.mlp.approximate) == (
+        True,
+        2,
+        True,
+        "tanh",
+    )
+    assert cfgs["phi-qk-layernorm"].attention.qk_norm == "head"
+    p = cfgs["llama-llama3-scaling"].position
+    assert (p.scaling, p.factor, p.low_freq_factor, p.high_freq_factor, p.original_context) == (
+        "llama3",
+        8.0,
+        1.0,
+        4.0,
+        32,
+    )
+    assert (cfgs["llama-linear-scaling-biases"].position.scaling, cfgs["llama-linear-scaling-biases"].mlp.bias) == (
+        "linear",
+        True,
+    )
+    assert (cfgs["mistral"].attention.window, cfgs["mistral"].attention.global_every) == (WINDOW, None)
+    q2 = cfgs["qwen2"].attention
+    assert (q2.qkv_bias, q2.out_bias, q2.window, q2.global_every) == (True, False, WINDOW, None)
+    q3 = cfgs["qwen3"].attention
+    assert (q3.qk_norm, q3.head_dim, q3.window, q3.global_every) == ("head", 24, WINDOW, 2)
+    gemma = cfgs["gemma"]
+    assert (gemma.norm.unit_offset, gemma.scale_embedding, gemma.mlp.kind, gemma.mlp.approximate) == (
+        True,
+        True,
+        "geglu",
+        "tanh",
+    )
+    g2 = cfgs["gemma2"]
+    assert (g2.block.kind, g2.attention.scale, g2.attention.softcap, g2.head.softcap) == (
+        "sandwich",
+        24**-0.5,
+        2.0,
+        5.0,
+    )
+    assert (g2.attention.window, g2.attention.global_every) == (WINDOW, 2)  # layers 0, 2 slide; 1 is global
+    assert (cfgs["olmo2"].block.kind, cfgs["olmo2"].attention.qk_norm) == ("post_sublayer", "full")
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_hf_to_archlab_to_hf_and_back(case):
+    """The archlab model converts back to the same HF class with the same logits, and from there to an
+    archlab model with the same config and bit-identical tensors."""
+    hf = hf_model(case, seed=2)
+    model = from_hf(hf)
+    back = to_hf(model, attn_implementation="eager").eval()
+    assert type(back) is type(hf)
+    assert max_diff(logits(back), logits(model)) <= TOL
+    again = from_hf(back)
+    assert again.cfg == model.cfg
+    state, state_again = model.state_dict(), again.state_dict()
+    assert state.keys() == state_again.keys()
+    assert all(torch.equal(state[k], state_again[k]) for k in state)
+
+
+TINY = ["model.vocab_size=96", "model.context_length=64", "model.n_layer=2", "model.mlp.d_ff=96"]
+D64 = ["model.d_model=64", "model.attention.n_head=4"]
+GQA = [*D64, "model.attention.n_kv_head=2"]
+# case -> (preset, the HF class it maps to, sizes): each new preset shrunk, its registry choices and
+# features kept (windows of 4, smaller soft-caps), and variants the presets do not show
+PRESET_CASES = {
+    "pythia-160m": ("pythia-160m", "GPTNeoXForCausalLM", D64),
+    # 30 of 44 dims: 44 · (30 / 44) is just below 30 in floating point, so the factor written is nudged up
+    "pythia-160m-rotary-30-of-44": (
+        "pythia-160m",
+        "GPTNeoXForCausalLM",
+        [
+            "model.d_model=176",
+            "model.attention.n_head=4",
+            "model.position.rotary_fraction=null",
+            "model.position.rotary_dim=30",
+        ],
+    ),
+    "phi-2": ("phi-2", "PhiForCausalLM", ["model.d_model=80", "model.attention.n_head=4"]),  # 8 of 20 dims rotate
+    "llama3.1-8b": ("llama3.1-8b", "LlamaForCausalLM", [*GQA, "model.position.original_context=32"]),
+    "mistral-7b": ("mistral-7b", "MistralForCausalLM", [*GQA, f"model.attention.window={WINDOW}"]),
+    "qwen2-0.5b": ("qwen2-0.5b", "Qwen2ForCausalLM", D64),
+    "qwen2-0.5b-window-global-every-2": (
+        "qwen2-0.5b",
+        "Qwen2ForCausalLM",
+        [*D64, f"model.attention.window={WINDOW}", "model.attention.global_every=2"],
+    ),
+    "qwen3-0.6b": ("qwen3-0.6b", "Qwen3ForCausalLM", [*GQA, "model.attention.head_dim=24"]),
+    "gemma-2b": ("gemma-2b", "GemmaForCausalLM", [*D64, "model.attention.head_dim=32"]),
+    "gemma2-2b": (
+        "gemma2-2b",
+        "Gemma2ForCausalLM",
+        [
+            *D64,
+            "model.n_layer=3",
+            "model.attention.head_dim=16",
+            f"model.attention.window={WINDOW}",
+            "model.attention.softcap=2.0",
+            "model.head.softcap=5.0",
+        ],
+    ),
+    "gemma2-2b-no-window": (
+        "gemma2-2b",
+        "Gemma2ForCausalLM",
+        [*D64, "model.attention.head_dim=16", "model.attention.window=null", "model.attention.global_every=null"],
+    ),
+    "olmo2-7b": ("olmo2-7b", "Olmo2ForCausalLM", GQA),
+}
+
+
+@pytest.mark.parametrize("case", list(PRESET_CASES))
+def test_archlab_to_hf_to_archlab_is_bit_identical(case):
+    """A shrunk preset converts to its family's HF class with the same logits (HF eager), and back to
+    archlab with every tensor bit for bit."""
+    preset, expected_class, sizes = PRESET_CASES[case]
+    model = randomize(build_model(compose_model([f"model={preset}", *TINY, *sizes])), seed=3)
+    hf = to_hf(model, attn_implementation="eager").eval()
+    assert type(hf).__name__ == expected_class
+    assert max_diff(logits(model), logits(hf)) <= TOL
+    back = from_hf(hf)
+    state, state_back = model.state_dict(), back.state_dict()
+    assert state.keys() == state_back.keys()
+    assert all(torch.equal(state[k], state_back[k]) for k in state)
+    assert count_params(back.cfg)["total"] == count_params(model.cfg)["total"]
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_greedy_generation_matches_hf_generate(case):
+    """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``, and
+    at every step archlab's logits through its KV cache equal the logits HF decoded with (a random model's
+    greedy path may settle into a few tokens; the logits compare every step whatever it picks)."""
+    hf = hf_model(case, seed=4)
+    ids = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(5))
+    out = hf.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=20,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    model = from_hf(hf)
+    got = generate(model, ids, max_new_tokens=20)
+    assert got.shape == out.sequences.shape == (2, 25)
+    assert torch.equal(got, out.sequences)
+    cache, steps = model.new_cache(2, 25), []
+    with torch.no_grad():
+        for start, end in [(0, 5), *((t, t + 1) for t in range(5, 24))]:  # the prompt, then one token at a time
+            steps.append(model(got[:, start:end], cache)[:, -1])
+    assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+
+
+# ---------------------------------------------------------------- the presets against the published configs
+
+_ROPE_KEYS = {"rope_theta", "rotary_pct", "rotary_emb_base", "partial_rotary_factor", "rope_scaling"}
+
+
+def published_config(preset: str):
+    model_type, keys = HF_CONFIGS[preset]
+    return transformers.CONFIG_MAPPING[model_type](**keys)
+
+
+@pytest.mark.parametrize("preset", list(HF_CONFIGS))
+def test_published_config_built_by_transformers_has_the_published_count(preset):
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(published_config(preset))
+    assert sum(p.numel() for p in model.parameters()) == PUBLISHED[preset]
+
+
+@pytest.mark.parametrize("preset", list(HF_CONFIGS))
+def test_preset_converts_to_the_published_config(preset):
+    """Every published key (RoPE's as transformers files them in rope_parameters) equals the one
+    config_to_hf writes for the preset, in the published family's config class."""
+    published, _, keys = published_config(preset), *HF_CONFIGS[preset]
+    ours = config_to_hf(compose_model([f"model={preset}"]))
+    assert type(ours) is type(published)
+    compared = [k for k in keys if k not in _ROPE_KEYS] + ["rope_parameters", "head_dim", "layer_types"]
+    differ = {
+        k: (getattr(published, k), getattr(ours, k))
+        for k in compared
+        if hasattr(published, k) and getattr(published, k) != getattr(ours, k)
+    }
+    assert not differ
+
+
+@pytest.mark.parametrize("preset", list(HF_CONFIGS))
+def test_published_config_reads_into_the_preset_s_layout(preset):
+    cfg = config_from_hf(published_config(preset))
+    assert hf_family(cfg) == HF_CONFIGS[preset][0]
+    assert count_params(cfg)["total"] == PUBLISHED[preset]
+    assert config_to_hf(cfg).to_dict() == config_to_hf(compose_model([f"model={preset}"])).to_dict()
+
+
+def test_phi2_s_two_dropout_rates_are_refused():
+    """microsoft/phi-2 trained with resid_pdrop 0.1 and embd_pdrop 0.0: archlab's one model.dropout
+    cannot hold both."""
+    _, keys = HF_CONFIGS["phi-2"]
+    with pytest.raises(ConfigError) as err:
+        config_from_hf(transformers.PhiConfig(**keys, resid_pdrop=0.1, embd_pdrop=0.0))
+    assert err.value.field == "PhiConfig.embd_pdrop"
+
+
+# ---------------------------------------------------------------- which family, and what is refused
+
+FAMILY_OF = {
+    "pythia-160m": "GPTNeoXConfig",
+    "pythia-1.4b": "GPTNeoXConfig",
+    "phi-1.5": "PhiConfig",
+    "gptj-6b": "GPTJConfig",
+    "llama3.1-8b": "LlamaConfig",
+    "mistral-7b": "MistralConfig",
+    "qwen2.5-7b": "Qwen2Config",
+    "qwen3-8b": "Qwen3Config",
+    "gemma-7b": "GemmaConfig",
+    "gemma2-9b": "Gemma2Config",
+    "olmo2-7b": "Olmo2Config",
+}
+
+
+@pytest.mark.parametrize(
+    "overrides, config_class",
+    [
+        # each preset's own family
+        *[([f"model={p}"], c) for p, c in FAMILY_OF.items()],
+        # LLaMA plus biases on q/k/v only is Qwen2; plus a window on every layer, Mistral; plus per-head
+        # QK-norm, Qwen3; a pre-norm LayerNorm with RoPE is GPT-NeoX without parallel residuals
+        (["model=llama2-7b", "model.attention.qkv_bias=true"], "Qwen2Config"),
+        (["model=llama2-7b", "model.attention.window=128"], "MistralConfig"),
+        (["model=llama2-7b", "model.attention.qk_norm=head"], "Qwen3Config"),
+        (["model=llama2-7b", "model.attention.qkv_bias=true", "model.attention.out_bias=true"], "LlamaConfig"),
+        (["model=pythia-160m", "model/block=pre"], "GPTNeoXConfig"),
+        (["model=qwen2-0.5b", "model.attention.window=128", "model.attention.global_every=3"], "Qwen2Config"),
+    ],
+)
+def test_the_layout_picks_the_family(overrides, config_class):
+    assert type(config_to_hf(compose_model(overrides))).__name__ == config_class
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["model=mistral-7b", "model.attention.global_every=2"], "model.attention.global_every"),
+        (
+            ["model=mistral-7b", "model.attention.qkv_bias=true", "model.attention.out_bias=true"],
+            "model.attention.qkv_bias",
+        ),
+        (["model=gemma-2b", "model.norm.unit_offset=false"], "model.norm.unit_offset"),
+        (["model=gemma-2b", "model.attention.softcap=50.0"], "model.attention.softcap"),
+        (["model=gemma2-2b", "model.attention.scale=0.3"], "model.attention.scale"),
+        (["model=gemma2-2b", "model.scale_embedding=false"], "model.scale_embedding"),
+        (["model=olmo2-7b", "model.attention.qk_norm=head"], "model.attention.qk_norm"),
+        (["model=olmo2-7b", "model.attention.qkv_bias=true"], "model.attention.out_bias"),
+        (["model=qwen3-8b", "model.norm.unit_offset=true"], "model.scale_embedding"),  # (1 + w) alone: Gemma's half
+        (["model=qwen2-0.5b", "model.mlp.bias=true"], "model.mlp.bias"),
+        (["model=pythia-160m", "model.attention.n_kv_head=4"], "model.attention.n_kv_head"),
+        (["model=pythia-160m", "model.attention.out_bias=false"], "model.attention.out_bias"),
+        (["model=pythia-160m", "model.head.bias=true"], "model.head.bias"),
+        (["model=pythia-160m", "model.position.pairing=interleaved"], "model.position.pairing"),
+        (["model=phi-2", "model.attention.out_bias=false"], "model.attention.out_bias"),
+        (["model=phi-2", "model.attention.qk_norm=full"], "model.attention.qk_norm"),
+        (["model=phi-2", "model.attention.qk_norm=head", "model.attention.head_dim=40"], "model.attention.head_dim"),
+        (["model=phi-2", "model.head.bias=false"], "model.head.bias"),
+        (["model=llama3.1-8b", "model.dropout=0.1"], "model.dropout"),
+        (["model=llama3.1-8b", "model.position.rotary_dim=64"], "model.position.rotary_dim"),
+        (["model=gptj-6b", "model.position.scaling=linear", "model.position.factor=2.0"], "model.position.scaling"),
+        (["model=gemma2-2b", "model/position=alibi"], "model.position.kind"),
+        (["model=olmo2-7b", "model/block=post"], "model.block.kind"),
+    ],
+)
+def test_config_to_hf_refuses_what_the_family_cannot_hold(overrides, field):
+    with pytest.raises(ConfigError) as err:
+        config_to_hf(compose_model(overrides))
+    assert err.value.field == field
+    assert "Hugging Face" in str(err.value)
+
+
+def _hf_config(case: str, **changes):
+    _, config_class, keys = HF_CASES[case]
+    return getattr(transformers, config_class)(**{**keys, **changes})
+
+
+@pytest.mark.parametrize(
+    "case, changes, field",
+    [
+        (
+            "llama-llama3-scaling",
+            dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}),
+            "LlamaConfig.rope_parameters.rope_type",
+        ),
+        (
+            "llama-llama3-scaling",
+            dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
+            "LlamaConfig.rope_parameters.partial_rotary_factor",
+        ),
+        ("gpt_neox", dict(rotary_pct=0.0625), "GPTNeoXConfig.rope_parameters.partial_rotary_factor"),  # 1 dim
+        ("gpt_neox", dict(hidden_act="quick_gelu"), "GPTNeoXConfig.hidden_act"),
+        ("phi-gqa", dict(resid_pdrop=0.1), "PhiConfig.embd_pdrop"),
+        ("qwen2", dict(max_window_layers=1), "Qwen2Config.layer_types"),  # layer 0 global, layer 1 slides
+        ("qwen3", dict(layer_types=["full_attention", "sliding_attention"]), "Qwen3Config.layer_types"),
+        ("gemma", dict(use_bidirectional_attention=True), "GemmaConfig.use_bidirectional_attention"),
+        ("gemma2", dict(hidden_activation="relu"), "Gemma2Config.hidden_activation"),
+    ],
+)
+def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
+    with pytest.raises(ConfigError) as err:
+        config_from_hf(_hf_config(case, **changes))
+    assert err.value.field == field
+
+
+def test_pythia_checkpoint_with_embed_out_loads(tmp_path):
+    """Pythia's Hub checkpoints predate transformers 5: the head is ``embed_out``, and older ones carry
+    ``attention.bias`` / ``attention.masked_bias`` mask buffers."""
+    from safetensors.torch import save_file
+
+    hf = hf_model("gpt_neox", seed=6)
+    hf.config.save_pretrained(tmp_path)
+    state = {
+        ("embed_out." + k.removeprefix("lm_head.")) if k.startswith("lm_head.") else k: v.contiguous()
+        for k, v in hf.state_dict().items()
+    }
+    for i in range(2):
+        state[f"gpt_neox.layers.{i}.attention.bias"] = torch.tril(torch.ones(1, 1, CTX, CTX, dtype=torch.bool))
+        state[f"gpt_neox.layers.{i}.attention.masked_bias"] = torch.tensor(-1e9)
+    save_file(state, str(tmp_path / "model.safetensors"))
+    assert max_diff(logits(hf), logits(load_hf_dir(tmp_path).eval())) <= TOL
+
+
+@pytest.mark.parametrize("case", ["gpt_neox", "phi-qk-layernorm", "qwen3", "gemma2", "olmo2"])
+def test_save_pretrained_directories_round_trip(case, tmp_path):
+    """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout."""
+    hf = hf_model(case, seed=7)
+    hf.save_pretrained(tmp_path / "hf")
+    model = load_hf_dir(tmp_path / "hf").eval()
+    assert max_diff(logits(hf), logits(model)) <= TOL
+    save_hf_dir(model, tmp_path / "again")
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "again", attn_implementation="eager").eval()
+    assert type(back) is type(hf)
+    assert max_diff(logits(hf), logits(back)) <= TOL
