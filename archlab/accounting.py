@@ -8,7 +8,7 @@ them line by line with the module.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, Optional
 
 from torch import nn
 
@@ -59,6 +59,14 @@ def flops_per_token(cfg: ModelConfig, non_embedding: int, seq_len: int | None = 
     part in a matmul, plus what the chosen entries do beyond their weights (attention's scores)."""
     T = seq_len or cfg.context_length
     return 6 * non_embedding + sum(_entry(cfg, family).extra_flops(cfg, T) for family in FAMILIES)
+
+
+def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:
+    """Bytes the KV cache holds for one sequence of ``length`` tokens (default ``context_length``), from
+    the attention entry's closed form (a sliding-window layer keeps only its window). Not validated: the
+    report reads it from runs recorded by earlier versions, whose checks were looser."""
+    cfg = to_model_config(cfg)
+    return bytes_per_value * _entry(cfg, "attention").kv_cache_values(cfg, length or cfg.context_length)
 
 
 def built_counts(model: nn.Module) -> dict[str, int]:

@@ -288,6 +288,9 @@ def run_bench(cfg) -> dict:
         "generate_tokens": n,
         "compiled": cfg.compile,
         "flops_per_token": flops_tok,
+        "attention_path": "explicit matmuls (soft-capped scores: SDPA cannot cap them)"
+        if mcfg.attention.softcap is not None
+        else "SDPA" + (" with a window mask" if mcfg.attention.window is not None else ""),
         "matmul_flops": ceiling,
         "matmul_flops_by_dtype": ceilings,
         "profiled_matmul_flops": profiled_ceiling,

@@ -207,14 +207,16 @@ def run_figures(run: Run) -> dict[str, float]:
     return out
 
 
-def kv_cache_bytes_per_token(model: dict[str, Any], precision: Optional[str] = None) -> int:
-    """Bytes the KV cache holds per token: keys and values of every layer, 2 * L * n_kv_head * head_dim
-    elements, at 2 bytes for 16-bit precisions and 4 otherwise."""
-    from archlab.config import head_dim, n_kv_head, to_model_config
+def kv_cache_bytes_per_token(model: dict[str, Any], precision: Optional[str] = None) -> float:
+    """Bytes the KV cache holds per token of a full context (``context_length`` tokens): keys and values
+    of every layer, 2 * L * n_kv_head * head_dim elements without sliding windows, at 2 bytes for 16-bit
+    precisions and 4 otherwise."""
+    from archlab.accounting import kv_cache_bytes
+    from archlab.config import to_model_config
 
     cfg = to_model_config(model)
     size = 2 if precision and ("16" in precision) else 4
-    return 2 * cfg.n_layer * n_kv_head(cfg) * head_dim(cfg) * size
+    return kv_cache_bytes(cfg, cfg.context_length, size) / cfg.context_length
 
 
 def aggregate(variant: Variant) -> dict[str, tuple[float, float, int]]:

@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from archlab.config import model_config_dict, to_model_config
+from archlab.config import model_config_dict, recorded_model_config
 from archlab.errors import ConfigError
 from archlab.nn.model import Decoder
 from archlab.tokenizer import tokenizer_from_dict
@@ -61,7 +61,7 @@ def read_metadata(path: str | os.PathLike, field: str = "path") -> dict[str, str
 
 def read_config(path: str | os.PathLike) -> Any:
     """The model config stored in a safetensors file written by ``save_weights``."""
-    return to_model_config(json.loads(read_metadata(path)[CONFIG_KEY]))
+    return recorded_model_config(json.loads(read_metadata(path)[CONFIG_KEY]))
 
 
 def read_tokenizer(path: str | os.PathLike, field: str = "path") -> Any:

@@ -325,6 +325,27 @@ def test_greedy_generation_matches_hf_generate(case):
     assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
 
 
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_padded_batch_generation_matches_hf_generate(case):
+    """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
+    greedy continuation of each row, and its logits at every step, equal HF ``generate``'s on the same batch."""
+    hf = hf_model(case, seed=6)
+    prompts = [torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 3, 5)]
+    ids = torch.tensor([[0] * (7 - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (7 - len(p)) + [1] * len(p) for p in prompts])
+    out = hf.generate(
+        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, return_dict_in_generate=True, output_logits=True
+    )
+    model = from_hf(hf)
+    got = generate(model, ids, max_new_tokens=12, attention_mask=mask)
+    assert torch.equal(got, out.sequences)
+    cache, steps = model.new_cache(3, 19), []
+    with torch.no_grad():
+        for start, end in [(0, 7), *((t, t + 1) for t in range(7, 18))]:
+            steps.append(model(got[:, start:end], cache, torch.cat((mask, torch.ones(3, end - 7)), 1).long())[:, -1])
+    assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+
+
 # ---------------------------------------------------------------- the presets against the published configs
 
 _ROPE_KEYS = {"rope_theta", "rotary_pct", "rotary_emb_base", "partial_rotary_factor", "rope_scaling"}

@@ -354,3 +354,19 @@ def test_unit_offset_rmsnorm_in_bf16_adds_the_offset_in_float32():
         x = torch.randn(4, 32).to(torch.bfloat16)
         expected = (rms(x.float(), 1 + norm.weight.float(), 1e-5)).to(torch.bfloat16)
         assert torch.equal(norm(x), expected)
+
+
+def test_kv_cache_bytes_count_only_the_window_of_a_local_layer():
+    """2·KV·hd values per position kept, per layer; a local layer keeps at most its window. Checked
+    against the cache a full-context prefill actually allocates (global) or keeps (local, window - 1)."""
+    from archlab.accounting import kv_cache_bytes
+
+    cfg = tiny(attention={"n_kv_head": 2, "window": 4, "global_every": 2})  # layer 0 local, layer 1 global
+    assert kv_cache_bytes(cfg, 16) == 4 * 2 * 2 * 8 * (4 + 16)
+    assert kv_cache_bytes(tiny(attention={"n_kv_head": 2}), 16) == 4 * 2 * 2 * 8 * (16 + 16)
+    model = build(cfg)
+    cache = model.new_cache(1, 16)
+    with torch.no_grad():
+        model(tokens(cfg, T=16, B=1), cache)
+    held = sum(t.numel() for t in (*cache.k, *cache.v))
+    assert held == 2 * 2 * 8 * (3 + 16)  # the window layer keeps window - 1 for the next query, plus its own

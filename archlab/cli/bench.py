@@ -31,7 +31,7 @@ def _print_table(result: dict) -> None:
         f"tokens; analytic {result['flops_per_token'] / 1e6:.1f} MFLOP/token; dense matmul ceilings "
         + ", ".join(f"{d} {v / 1e9:.1f}" for d, v in result["matmul_flops_by_dtype"].items())
         + f" GFLOP/s (the step is measured against {result['compute_dtype']}'s); "
-        f"generation: {result['generate_tokens']} tokens"
+        f"generation: {result['generate_tokens']} tokens; attention: {result['attention_path']}"
     )
     names = [n for n in result["train"] if not n.startswith("ratio")]
     table = Table("measure", *names, "archlab / hf (per-round IQR)")

@@ -12,6 +12,7 @@ from archlab.config.model import (
     head_dim,
     model_config_dict,
     n_kv_head,
+    recorded_model_config,
     to_model_config,
 )
 
@@ -26,5 +27,6 @@ __all__ = [
     "head_dim",
     "model_config_dict",
     "n_kv_head",
+    "recorded_model_config",
     "to_model_config",
 ]

@@ -125,6 +125,16 @@ def to_model_config(cfg: Any) -> ModelConfig:
     raise TypeError(f"expected a ModelConfig, DictConfig or dict, got {type(cfg).__name__}")
 
 
+def recorded_model_config(recorded: Any) -> ModelConfig:
+    """A model config as an earlier archlab recorded it (in a checkpoint or an export), read under today's
+    schema without changing the model it describes: fields added since take their defaults, which are
+    the earlier behaviour, and ``approximate``, which swiglu and relu then ignored, reads as none there."""
+    cfg = to_model_config(recorded)
+    if cfg.mlp.kind in ("swiglu", "relu"):
+        cfg.mlp.approximate = "none"
+    return cfg
+
+
 def model_config_dict(cfg: ModelConfig) -> dict:
     """The config as plain containers (for checkpoints, safetensors metadata and summaries)."""
     return OmegaConf.to_container(OmegaConf.structured(cfg))

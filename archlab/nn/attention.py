@@ -185,6 +185,14 @@ class CausalSelfAttention(Base, nn.Module):
         return params
 
     @staticmethod
+    def kv_cache_values(cfg: ModelConfig, length: int) -> int:
+        """Keys and values the cache holds for one sequence of ``length`` tokens, over every layer: 2·KV·hd
+        per position kept, every position in a global layer, at most the window in a sliding one."""
+        windows = (window_of(cfg, layer) for layer in range(cfg.n_layer))
+        kept = sum(length if w is None else min(w, length) for w in windows)
+        return 2 * n_kv_head(cfg) * head_dim(cfg) * kept
+
+    @staticmethod
     def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
         """Scores q·k and the weighted sum of values, forward and backward, over every layer: 12·H·hd
         per key a query sees, T keys (PaLM, appendix B), or at most the window in a sliding layer."""

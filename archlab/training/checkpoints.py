@@ -19,6 +19,7 @@ from lightning.fabric.utilities.load import _METADATA_FILENAME
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.strategies import ModelParallelStrategy
 
+from archlab.config import model_config_dict, recorded_model_config
 from archlab.errors import ConfigError
 
 # temporary names never end in ".ckpt", so resume=auto (newest *.ckpt) never picks a partial write
@@ -152,7 +153,7 @@ def check_checkpoint(
         raise ConfigError(
             field, str(path), "a checkpoint written by archlab-train (it records no hyper_parameters.model)"
         )
-    diffs = config_differences(saved, model)
+    diffs = config_differences(model_config_dict(recorded_model_config(saved)), model)
     if diffs:
         raise ConfigError(field, str(path), "a checkpoint of this run's model; it differs in " + "; ".join(diffs))
     step = checkpoint.get("global_step")
