@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 PROMPT_TOKENS = 8  # generation starts from this many random tokens
-# precision -> (the weights' dtype, the dtype matmuls compute in, bf16 autocast on)
+# precision -> (the weights' dtype, bf16 autocast on); the dtype it computes in is precision.compute_dtype's
 PRECISIONS = {
-    "32-true": (torch.float32, torch.float32, False),
-    "bf16-mixed": (torch.float32, torch.bfloat16, True),
-    "bf16-true": (torch.bfloat16, torch.bfloat16, False),
+    "32-true": (torch.float32, False),
+    "bf16-mixed": (torch.float32, True),
+    "bf16-true": (torch.bfloat16, False),
 }
 CEILINGS = {torch.float32: "dense matmul float32", torch.bfloat16: "dense matmul bfloat16"}  # timed entries
 # aten ops that are dense matrix products, and name fragments of every SDPA kernel (flash, efficient, math, cuDNN)
@@ -196,16 +196,15 @@ def resolve_device(name: str) -> torch.device:
 
 def check_settings(cfg, context_length: int) -> int:
     """Refuse any unusable bench setting before a model is built; return the tokens to generate."""
+    from archlab import checks
     from archlab.errors import ConfigError, check_device
 
     for name in ("batch_size", "repeats"):
-        if getattr(cfg, name) < 1:
-            raise ConfigError(name, getattr(cfg, name), "a positive integer")
-    if cfg.warmup < 0:
-        raise ConfigError("warmup", cfg.warmup, "an integer >= 0")
+        checks.integer(name, getattr(cfg, name))
+    checks.integer("warmup", cfg.warmup, 0, "an integer >= 0")
     for name in ("threads", "matmul_size"):
-        if getattr(cfg, name) is not None and getattr(cfg, name) < 1:
-            raise ConfigError(name, getattr(cfg, name), "null or a positive integer")
+        if getattr(cfg, name) is not None:
+            checks.integer(name, getattr(cfg, name), 1, "null or a positive integer")
     if cfg.seq_len is not None and not 1 <= cfg.seq_len <= context_length:
         raise ConfigError("seq_len", cfg.seq_len, f"null or 1 to model.context_length={context_length}")
     room = context_length - PROMPT_TOKENS
@@ -213,10 +212,8 @@ def check_settings(cfg, context_length: int) -> int:
     if not 1 <= n <= room:
         allowed = f"1 to model.context_length - {PROMPT_TOKENS} prompt tokens = {room}, or null for {room}"
         raise ConfigError("generate_tokens", n, allowed)
-    if cfg.precision not in PRECISIONS:
-        raise ConfigError("precision", cfg.precision, f"one of {list(PRECISIONS)}")
-    if cfg.format not in ("table", "json"):
-        raise ConfigError("format", cfg.format, "one of ['json', 'table']")
+    checks.choice("precision", cfg.precision, PRECISIONS)
+    checks.choice("format", cfg.format, ("json", "table"))
     check_device(cfg.device, auto=True)
     return n
 
@@ -229,12 +226,13 @@ def run_bench(cfg) -> dict:
     from archlab.generate import generate
     from archlab.nn.validation import validate
     from archlab.peak_flops import peak_flops
+    from archlab.precision import compute_dtype
 
     mcfg = validate(to_model_config(cfg.model))
     n = check_settings(cfg, mcfg.context_length)
     T = cfg.seq_len or mcfg.context_length
     device = resolve_device(cfg.device)
-    dtype, compute, autocast = PRECISIONS[cfg.precision]
+    (dtype, autocast), compute = PRECISIONS[cfg.precision], compute_dtype(cfg.precision)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(0)

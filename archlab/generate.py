@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from archlab import checks
 from archlab.errors import ConfigError
 from archlab.nn.model import Decoder
 
@@ -30,8 +31,7 @@ def _check(model: Decoder, prompt_ids: Tensor, max_new_tokens: int, temperature:
         raise ConfigError("prompt_ids", shape, "a [batch, length >= 1] tensor of token ids")
     if prompt_ids.dtype != torch.long:
         raise ConfigError("prompt_ids.dtype", prompt_ids.dtype, "torch.long")
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ConfigError("max_new_tokens", max_new_tokens, "an integer >= 0")
+    checks.integer("max_new_tokens", max_new_tokens, 0, "an integer >= 0")
     total, limit = prompt_ids.shape[1] + max_new_tokens, model.cfg.context_length
     if total > limit:
         raise ConfigError(

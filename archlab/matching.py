@@ -11,6 +11,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from archlab import checks
 from archlab.accounting import count
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
@@ -61,10 +62,8 @@ def match_params(
     ``step`` restricts the field to multiples of it (e.g. ``d_model`` to multiples of ``n_head``).
     """
     cfg = to_model_config(cfg)
-    if field not in MATCHABLE:
-        raise ConfigError("match.field", field, f"one of {list(MATCHABLE)}")
-    if step < 1:
-        raise ConfigError("match.step", step, "a positive integer")
+    checks.choice("match.field", field, MATCHABLE)
+    checks.integer("match.step", step)
     goal = target if isinstance(target, int) else count(target)["total"]
 
     def total(k: int) -> int:  # count at field value k * step

@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import torch
+
 # /proc/cpuinfo flags of CPUs with bf16 matmul instructions: x86 AVX-512 BF16 and AMX, Arm's BF16 extension
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
@@ -25,6 +27,22 @@ def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
     return sorted(words.intersection(NATIVE_BF16_FLAGS))
 
 
+# Lightning precision -> the dtype matmuls compute in and activations (the KV cache too) are held in
+_COMPUTE_DTYPES = {
+    "bf16-mixed": torch.bfloat16,
+    "bf16-true": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "16-mixed": torch.float16,
+    "16-true": torch.float16,
+    "16": torch.float16,
+}
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The dtype a run or a benchmark at ``precision`` computes in (float32 unless 16-bit)."""
+    return _COMPUTE_DTYPES.get(str(precision), torch.float32)
+
+
 @functools.cache
 def _native_cpu_bf16() -> tuple[str, ...]:
     return tuple(cpu_bf16_flags())
@@ -35,7 +53,6 @@ def resolve_precision(precision: str, accelerator: str) -> tuple[str, str]:
     phrase for the run's log and summary.json). Anything but ``auto`` is kept as set."""
     if str(precision) != "auto":
         return str(precision), "as set by trainer.precision"
-    import torch
 
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if gpu:

@@ -213,9 +213,10 @@ def kv_cache_bytes_per_token(model: dict[str, Any], precision: Optional[str] = N
     precisions and 4 otherwise."""
     from archlab.accounting import kv_cache_bytes
     from archlab.config import to_model_config
+    from archlab.precision import compute_dtype
 
     cfg = to_model_config(model)
-    size = 2 if precision and ("16" in precision) else 4
+    size = compute_dtype(precision).itemsize if precision else 4
     return kv_cache_bytes(cfg, cfg.context_length, size) / cfg.context_length
 
 

@@ -30,6 +30,13 @@ def window_of(cfg: ModelConfig, layer: int) -> Optional[int]:
     return a.window
 
 
+def positions_seen(cfg: ModelConfig, length: int) -> int:
+    """Positions the last of ``length`` queries attends to, summed over the layers: all ``length`` in a
+    global layer, at most the window in a sliding one (what the KV cache holds and the scores cost)."""
+    windows = (window_of(cfg, layer) for layer in range(cfg.n_layer))
+    return sum(length if w is None else min(w, length) for w in windows)
+
+
 class KVCache:
     """Keys and values of every layer for a batch, decoded up to ``max_len`` positions. A global layer
     keeps every position; a sliding-window layer keeps only the last ``window - 1``, all a later query
@@ -188,17 +195,13 @@ class CausalSelfAttention(Base, nn.Module):
     def kv_cache_values(cfg: ModelConfig, length: int) -> int:
         """Keys and values the cache holds for one sequence of ``length`` tokens, over every layer: 2·KV·hd
         per position kept, every position in a global layer, at most the window in a sliding one."""
-        windows = (window_of(cfg, layer) for layer in range(cfg.n_layer))
-        kept = sum(length if w is None else min(w, length) for w in windows)
-        return 2 * n_kv_head(cfg) * head_dim(cfg) * kept
+        return 2 * n_kv_head(cfg) * head_dim(cfg) * positions_seen(cfg, length)
 
     @staticmethod
     def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
         """Scores q·k and the weighted sum of values, forward and backward, over every layer: 12·H·hd
         per key a query sees, T keys (PaLM, appendix B), or at most the window in a sliding layer."""
-        windows = (window_of(cfg, layer) for layer in range(cfg.n_layer))
-        keys = [seq_len if w is None else min(w, seq_len) for w in windows]
-        return 12 * cfg.attention.n_head * head_dim(cfg) * sum(keys)
+        return 12 * cfg.attention.n_head * head_dim(cfg) * positions_seen(cfg, seq_len)
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:

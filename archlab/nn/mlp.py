@@ -12,6 +12,7 @@ import math
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.component import MEMBERS, Base
@@ -42,8 +43,7 @@ def _validate_sizes(cfg: ModelConfig) -> None:
         value = getattr(m, name)
         if value is not None and not 0 < value < math.inf:
             raise ConfigError(f"model.mlp.{name}", value, "a positive number or null")
-    if m.multiple_of is None or m.multiple_of <= 0:
-        raise ConfigError("model.mlp.multiple_of", m.multiple_of, "a positive integer")
+    checks.integer("model.mlp.multiple_of", m.multiple_of)
     if d_ff(cfg) <= 0:
         raise ConfigError(
             "model.mlp.d_ff", d_ff(cfg), "a resolved hidden width >= 1: raise multiplier or ffn_dim_multiplier"

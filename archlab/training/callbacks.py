@@ -17,10 +17,9 @@ from lightning.pytorch.callbacks import Callback, RichProgressBar
 from archlab.accounting import COMPONENTS, built_counts, count, flops_per_token
 from archlab.errors import ConfigError
 from archlab.peak_flops import peak_flops
+from archlab.precision import compute_dtype
 
 log = logging.getLogger("archlab.train")
-
-PRECISION_DTYPES = {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16}
 
 
 class ParameterCheck(Callback):
@@ -132,8 +131,7 @@ class ThroughputMonitor(Callback):
         self._start = 0.0
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        dtype = PRECISION_DTYPES.get(str(trainer.precision), torch.float32)
-        peak = peak_flops(trainer.strategy.root_device, dtype)
+        peak = peak_flops(trainer.strategy.root_device, compute_dtype(trainer.precision))
         self.peak = peak * trainer.world_size if peak else None
         self.non_embedding = count(pl_module.model_cfg)["non_embedding"]
 
