@@ -16,6 +16,7 @@ from archlab.config import ModelConfig, to_model_config
 from archlab.nn.validation import FAMILIES, validate
 
 COMPONENTS = ("token_embedding", "position_embedding", "attention", "mlp", "norms", "final_norm", "head")
+LAYERED = ("attention", "mlp")  # families built once per layer, whose instances may differ by layer
 
 
 def _entry(cfg: ModelConfig, family: str) -> Any:
@@ -23,42 +24,45 @@ def _entry(cfg: ModelConfig, family: str) -> Any:
 
 
 def count(cfg: Any) -> dict[str, int]:
-    """Per-component counts (per-block parts summed over all blocks), ``total``, ``non_embedding``,
-    ``per_block`` and ``flops_per_token``.
+    """Per-component counts (per-layer parts summed over all layers), ``total``, ``non_embedding``,
+    ``active`` and ``active_non_embedding``, ``per_block`` (the last block) and ``flops_per_token``.
 
     ``non_embedding`` drops the position table and the token table unless it doubles as the head,
-    i.e. the parameters that take part in a matmul per token (nanoGPT's convention). FLOPs per token
-    of a training step are 6·non_embedding + 12·L·H·Q·T (PaLM, arXiv:2204.02311, appendix B).
+    i.e. the parameters that take part in a matmul per token (nanoGPT's convention). ``active`` counts
+    what one token's forward pass goes through: everything but the routed experts it is not sent to
+    (the embedding in full). FLOPs per token of a training step are 6·active_non_embedding + 12·L·H·Q·T
+    (PaLM, arXiv:2204.02311, appendix B).
     """
     cfg = validate(to_model_config(cfg))
-    L = cfg.n_layer
+    layers = range(cfg.n_layer)
     norm = _entry(cfg, "norm").num_params(cfg)
-    block_entry = _entry(cfg, "block")
-    per_block = {
-        "attention": _entry(cfg, "attention").num_params(cfg),
-        "mlp": _entry(cfg, "mlp").num_params(cfg),
-        "norms": block_entry.norms_per_block(cfg) * norm,
-    }
+    block_norms = _entry(cfg, "block").norms_per_block(cfg) * norm
+    per_layer = {family: [_entry(cfg, family).num_params(cfg, i) for i in layers] for family in LAYERED}
     counts = {
         "token_embedding": cfg.vocab_size * cfg.d_model,
         "position_embedding": _entry(cfg, "position").num_params(cfg),
-        **{name: L * n for name, n in per_block.items()},
-        "final_norm": norm if block_entry.final_norm else 0,
+        **{family: sum(n) for family, n in per_layer.items()},
+        "norms": cfg.n_layer * block_norms,
+        "final_norm": norm if _entry(cfg, "block").final_norm else 0,
         "head": _entry(cfg, "head").num_params(cfg),
     }
     counts["total"] = sum(counts[c] for c in COMPONENTS)
     shared = _entry(cfg, "head").shared_embedding_params(cfg)
     counts["non_embedding"] = counts["total"] - counts["token_embedding"] - counts["position_embedding"] + shared
-    counts["per_block"] = sum(per_block.values())
-    counts["flops_per_token"] = flops_per_token(cfg, counts["non_embedding"])
+    inactive = sum(n - _entry(cfg, f).active_params(cfg, i) for f, ns in per_layer.items() for i, n in enumerate(ns))
+    counts["active"] = counts["total"] - inactive
+    counts["active_non_embedding"] = counts["non_embedding"] - inactive
+    counts["per_block"] = sum(n[-1] for n in per_layer.values()) + block_norms
+    counts["flops_per_token"] = flops_per_token(cfg, counts["active_non_embedding"])
     return counts
 
 
-def flops_per_token(cfg: ModelConfig, non_embedding: int, seq_len: int | None = None) -> int:
+def flops_per_token(cfg: ModelConfig, active_non_embedding: int, seq_len: int | None = None) -> int:
     """Training FLOPs per token at ``seq_len`` (default ``context_length``): 6 per parameter that takes
-    part in a matmul, plus what the chosen entries do beyond their weights (attention's scores)."""
+    part in a matmul for this token, plus what the chosen entries do beyond their weights (attention's
+    scores)."""
     T = seq_len or cfg.context_length
-    return 6 * non_embedding + sum(_entry(cfg, family).extra_flops(cfg, T) for family in FAMILIES)
+    return 6 * active_non_embedding + sum(_entry(cfg, family).extra_flops(cfg, T) for family in FAMILIES)
 
 
 def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:

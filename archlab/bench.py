@@ -243,7 +243,7 @@ def run_bench(cfg) -> dict:
         from archlab.interop.hf import to_hf
 
         impls["hf"] = to_hf(model).to(device=device, dtype=dtype)
-    flops_tok = flops_per_token(mcfg, count(mcfg)["non_embedding"], T)
+    flops_tok = flops_per_token(mcfg, count(mcfg)["active_non_embedding"], T)
     x = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
     y = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
 

@@ -13,6 +13,7 @@ from archlab.config.model import (
     model_config_dict,
     n_kv_head,
     recorded_model_config,
+    rope_head_dim,
     to_model_config,
 )
 
@@ -28,5 +29,6 @@ __all__ = [
     "model_config_dict",
     "n_kv_head",
     "recorded_model_config",
+    "rope_head_dim",
     "to_model_config",
 ]

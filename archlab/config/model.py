@@ -42,18 +42,22 @@ class PositionConfig:
     rotary_dim: Optional[int] = None  # rope: rotate only this many dims of each head
     rotary_fraction: Optional[float] = None  # rope: ... or this fraction of them
     pairing: str = choice("half", "interleaved")  # rope: half (rotate_half, LLaMA/NeoX) | interleaved (GPT-J)
-    scaling: str = choice("none", "linear", "llama3")  # rope: frequency scaling for a longer context
-    factor: float = 1.0  # rope scaling: how much longer the context is (Llama 3.1: 8)
+    scaling: str = choice("none", "linear", "llama3", "yarn")  # rope: frequency scaling for a longer context
+    factor: float = 1.0  # rope scaling: how much longer the context is (Llama 3.1: 8, DeepSeek-V3: 40)
     low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above original_context / this are divided by factor
     high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below original_context / this are kept
-    original_context: Optional[int] = None  # llama3 scaling: the context length before scaling (Llama 3.1: 8192)
+    original_context: Optional[int] = None  # llama3, yarn: the context length before scaling (Llama 3.1: 8192)
+    beta_fast: float = 32.0  # yarn: pairs turning more than this often over original_context keep their frequency
+    beta_slow: float = 1.0  # yarn: pairs turning less than this often are interpolated by factor; a ramp between
+    mscale: Optional[float] = None  # yarn: cos/sin scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim)
+    mscale_all_dim: Optional[float] = None  # yarn: the softmax scale times mscale(factor, this)^2 (DeepSeek)
 
 
 @dataclass
 class AttentionConfig:
     """``model.attention``: self-attention, its heads and projections (``ATTENTIONS``, archlab/nn/attention.py)."""
 
-    kind: str = "causal"  # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head)
+    kind: str = "causal"  # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head) | mla (latent)
     n_head: int = 12
     n_kv_head: Optional[int] = None  # None = n_head (MHA); divides n_head (GQA); 1 (MQA)
     head_dim: Optional[int] = None  # None = d_model // n_head
@@ -67,19 +71,40 @@ class AttentionConfig:
     softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)
     window: Optional[int] = None  # sliding window: a query sees itself and the window-1 positions before it (Mistral)
     global_every: Optional[int] = None  # with window: every N-th layer is global (Gemma 2: 2); None = all local
+    # mla, multi-head latent attention (DeepSeek-V2): keys and values from a low-rank latent the cache stores
+    q_lora_rank: Optional[int] = None  # mla: queries through a rank-r bottleneck (DeepSeek-V3: 1536); None = direct
+    kv_lora_rank: int = 512  # mla: width of the compressed key/value latent
+    qk_nope_head_dim: int = 128  # mla: query/key dims per head that carry no position
+    qk_rope_head_dim: int = 64  # mla: rotated query dims per head, and the one rotated key all heads share
+    v_head_dim: int = 128  # mla: value dims per head
 
 
 @dataclass
 class MLPConfig:
     """``model.mlp``: the feed-forward layer and its hidden width (``MLPS``, archlab/nn/mlp.py)."""
 
-    kind: str = "gelu"  # gelu | relu | swiglu | geglu
+    kind: str = "gelu"  # gelu | relu | swiglu | geglu | moe (a mixture of experts of kind ``expert``)
     d_ff: Optional[int] = None  # explicit hidden width wins over every rule below
     multiplier: Optional[float] = None  # hidden width = int(multiplier * d_model)
     ffn_dim_multiplier: Optional[float] = None  # gated LLaMA rule
     multiple_of: int = 1  # gated LLaMA rule: round the width up to a multiple of this
     bias: bool = True
     approximate: str = choice("none", "tanh")  # gelu and geglu: exact GELU, or its tanh approximation
+    # moe: a router sends each token to top_k of n_experts MLPs of kind ``expert``, beside any shared experts
+    expert: str = choice("swiglu", "geglu", "gelu", "relu")  # moe: the kind of every expert (and dense layer)
+    n_experts: int = 8  # moe: routed experts per layer
+    top_k: int = 2  # moe: routed experts each token goes through
+    expert_d_ff: Optional[int] = None  # moe: a routed expert's hidden width; None = the d_ff rules above
+    n_shared_experts: int = 0  # moe: experts every token goes through, as one MLP of n·expert_d_ff (DeepSeek)
+    dense_layers: int = 0  # moe: the first N layers hold one dense ``expert`` MLP of width d_ff (DeepSeek)
+    scoring: str = choice("softmax", "sigmoid")  # moe: router scores (DeepSeek-V3: sigmoid)
+    normalize_top_k: bool = True  # moe: the top-k weights renormalised to sum to 1 (Mixtral, Qwen3-MoE)
+    n_groups: int = 1  # moe: experts in this many groups; a token picks from the top_groups best (DeepSeek-V3: 8)
+    top_groups: int = 1  # moe: groups a token may pick from, ranked by the sum of their two best scores (V3: 4)
+    routed_scale: float = 1.0  # moe: the routed experts' weights times this (DeepSeek-V3: 2.5)
+    correction_bias: bool = False  # moe: a per-expert bias added to the scores for selection only (DeepSeek-V3)
+    aux_loss_weight: float = 0.0  # moe: weight of the load-balancing loss (Switch Transformer; Mixtral: 0.02)
+    z_loss_weight: float = 0.0  # moe: weight of the router z-loss, mean logsumexp(logits)^2 (ST-MoE: 0.001)
 
 
 @dataclass
@@ -144,8 +169,16 @@ def model_config_dict(cfg: ModelConfig) -> dict:
 
 
 def head_dim(cfg: ModelConfig) -> int:
+    """Query/key dims per head (mla: the un-rotated and the rotated part together)."""
     a = cfg.attention
+    if a.kind == "mla":
+        return a.qk_nope_head_dim + a.qk_rope_head_dim
     return a.head_dim if a.head_dim is not None else cfg.d_model // a.n_head
+
+
+def rope_head_dim(cfg: ModelConfig) -> int:
+    """Dims per head a rotary scheme may rotate: all of them, or mla's rotated part."""
+    return cfg.attention.qk_rope_head_dim if cfg.attention.kind == "mla" else head_dim(cfg)
 
 
 def n_kv_head(cfg: ModelConfig) -> int:

@@ -178,7 +178,7 @@ class CausalSelfAttention(Base, nn.Module):
         return torch.matmul(weights, v)
 
     @staticmethod
-    def num_params(cfg: ModelConfig) -> int:
+    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
         """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for, plus the
         QK-norms (per head: two norms of hd; whole projection: one of H·hd and one of KV·hd)."""
         a, d, hd, kv = cfg.attention, cfg.d_model, head_dim(cfg), n_kv_head(cfg)

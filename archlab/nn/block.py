@@ -28,7 +28,7 @@ class Block(Base, nn.Module):
         self.attn_norm = build_norm(cfg) if "attn_norm" in names else None  # before attention (or after, post)
         self.attn = build_attention(cfg, layer)
         self.mlp_norm = build_norm(cfg) if "mlp_norm" in names else None
-        self.mlp = build_mlp(cfg)
+        self.mlp = build_mlp(cfg, layer)
         self.attn_out_norm = build_norm(cfg) if "attn_out_norm" in names else None  # on attention's output
         self.mlp_out_norm = build_norm(cfg) if "mlp_out_norm" in names else None
         self.drop = nn.Dropout(cfg.dropout)

@@ -55,7 +55,7 @@ class PlainMLP(Base, nn.Module):
 
     gated = False
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         f = d_ff(cfg)
         self.fc = nn.Linear(cfg.d_model, f, bias=cfg.mlp.bias)
@@ -66,7 +66,7 @@ class PlainMLP(Base, nn.Module):
         return self.proj(self.act(self.fc(x)))
 
     @staticmethod
-    def num_params(cfg: ModelConfig) -> int:
+    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
         d, f = cfg.d_model, d_ff(cfg)
         return 2 * d * f + cfg.mlp.bias * (f + d)
 
@@ -79,7 +79,7 @@ class PlainMLP(Base, nn.Module):
 class GeLUMLP(PlainMLP):
     """GELU; ``approximate: tanh`` is GPT-2's and GPT-J's ``gelu_new``."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg)
         self.approximate = cfg.mlp.approximate
 
@@ -107,7 +107,7 @@ class GatedMLP(Base, nn.Module):
 
     gated = True
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         f, d, bias = d_ff(cfg), cfg.d_model, cfg.mlp.bias
         self.gate_up = nn.Linear(d, 2 * f, bias=bias)
@@ -123,7 +123,7 @@ class GatedMLP(Base, nn.Module):
         return self.down(glu(self.gate_up(x), self.gate))
 
     @staticmethod
-    def num_params(cfg: ModelConfig) -> int:
+    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
         d, f = cfg.d_model, d_ff(cfg)
         return 3 * d * f + cfg.mlp.bias * (2 * f + d)
 
@@ -154,5 +154,5 @@ class GeGLU(GatedMLP):
         return "gelu" if cfg.mlp.approximate == "none" else "gelu_tanh"
 
 
-def build_mlp(cfg: ModelConfig) -> nn.Module:
-    return MLPS.get(cfg.mlp.kind)(cfg)
+def build_mlp(cfg: ModelConfig, layer: int = 0) -> nn.Module:
+    return MLPS.get(cfg.mlp.kind)(cfg, layer)

@@ -133,7 +133,7 @@ class ThroughputMonitor(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         peak = peak_flops(trainer.strategy.root_device, compute_dtype(trainer.precision))
         self.peak = peak * trainer.world_size if peak else None
-        self.non_embedding = count(pl_module.model_cfg)["non_embedding"]
+        self.active_non_embedding = count(pl_module.model_cfg)["active_non_embedding"]
 
     def _sync(self, pl_module: L.LightningModule) -> None:
         if pl_module.device.type == "cuda":
@@ -149,7 +149,7 @@ class ThroughputMonitor(Callback):
         inputs = batch[0]
         tokens = inputs.numel() * trainer.world_size
         self.tokens += tokens
-        self.flops += tokens * flops_per_token(pl_module.model_cfg, self.non_embedding, inputs.shape[1])
+        self.flops += tokens * flops_per_token(pl_module.model_cfg, self.active_non_embedding, inputs.shape[1])
         if trainer.global_step % self.log_every_n_steps == 0:
             pl_module.log_dict({f"perf/{k}": v for k, v in self.rates().items() if v is not None})
 
