@@ -3,7 +3,9 @@
 Every run is read from its ``summary.json`` and ``.hydra/overrides.yaml``; the swept axes are the
 overrides whose values differ between runs, and runs that differ only in ``seed`` are one variant.
 Validation curves come from each run's summary history: the optimizer step of every validation, kept
-whole across resumes.
+whole across resumes. The options beyond the table (baseline comparisons, best_over, scaling fits) are
+checked and computed in ``archlab.report_analysis``, written out by ``archlab.report_compare`` and
+``archlab.report_scaling``; their arithmetic is ``archlab.stats``.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
 import yaml
 
+from archlab import report_compare as compare
+from archlab import report_scaling as scaling_fits
 from archlab.errors import ConfigError
+from archlab.report_analysis import Analysis, analyse
+from archlab.report_text import label, plus_minus
 from archlab.training.outputs import HYDRA_FILES, PENDING_HYDRA_FILES, continues_run
 
 SEED_KEYS = ("seed",)
@@ -41,6 +48,11 @@ class Run:
             return "not started"
         return "missing" if self.summary is None else self.summary.get("status", "unknown")
 
+    @property
+    def seed(self) -> str:
+        """What pairs this run with other variants' runs: its ``seed`` override, else the summary's seed."""
+        return self.overrides.get("seed", str((self.summary or {}).get("seed")))
+
 
 @dataclass
 class Variant:
@@ -52,6 +64,22 @@ class Variant:
     @property
     def completed(self) -> list[Run]:
         return [r for r in self.runs if r.status == "completed"]
+
+    @cached_property
+    def per_seed(self) -> dict[str, dict[str, float]]:
+        """Each figure's value per completed seed (seeds in numeric order; runs sharing a seed averaged)."""
+        found: dict[str, dict[str, list[float]]] = {}
+        for run in sorted(self.completed, key=lambda r: _seed_order(r.seed)):
+            for key, value in run_figures(run).items():
+                found.setdefault(key, {}).setdefault(run.seed, []).append(value)
+        return {k: {seed: statistics.fmean(v) for seed, v in seeds.items()} for k, seeds in found.items()}
+
+
+def _seed_order(seed: str) -> tuple:
+    try:
+        return (0, float(seed), seed)
+    except ValueError:
+        return (1, 0.0, seed)
 
 
 def _settings(items: list[str], run_dir: Path, cwd: Optional[str] = None) -> dict[str, str]:
@@ -192,6 +220,9 @@ def run_figures(run: Run) -> dict[str, float]:
     # rounding noise in the last digits
     if tokens and flops is not None:
         out["flops/token"] = float(round(flops / tokens))
+    seconds = _number(throughput.get("train_seconds"))
+    if flops is not None and seconds is not None:  # the FLOPs of every training step (scaling fits' C)
+        out["training FLOPs"] = flops * seconds
     if _number(s.get("wall_time_s")) is not None:
         out["wall time (s)"] = float(s["wall_time_s"])
     if tokens is not None:
@@ -260,6 +291,7 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
             "params total",
             "params non_embedding",
             "flops/token",
+            "training FLOPs",
             "KV cache bytes/token",
             "tokens/s",
             "wall time (s)",
@@ -275,30 +307,11 @@ def validation_curve(run: Run, metric: str) -> list[tuple[int, float]]:
     return [(h["step"], float(h[metric])) for h in history if _number(h.get(metric)) is not None]
 
 
-def _label(settings: dict[str, str]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in settings.items()) or "all runs"
-
-
-def _fmt(value: float) -> str:
-    """4 significant digits; from 10,000 up, the whole number with thousands separators."""
-    if abs(value) >= 1e4:
-        return f"{value:,.0f}"
-    return f"{value:.4g}"
-
-
-def _mean_std(mean: float, std: float) -> str:
-    """``mean ± std``, the std to 2 significant digits and the mean to the same decimal place."""
-    places = 1 - math.floor(math.log10(std))
-    if places > 0:
-        return f"{mean:.{places}f} ± {std:.{places}f}"
-    return f"{round(mean, places):,.0f} ± {round(std, places):,.0f}"
-
-
 def _cell(figure: tuple[float, float, int], seeds: int) -> str:
     """One table cell: the value where the seeds agree (or there is one seed), else mean ± sample std;
     ``(n=k)`` where only k of the variant's ``seeds`` completed seeds have the figure."""
     mean, std, n = figure
-    text = _fmt(mean) if std == 0 else _mean_std(mean, std)
+    text = plus_minus(mean, std)
     return text if n == seeds else f"{text} (n={n})"
 
 
@@ -310,14 +323,52 @@ def table_columns(columns: list[str]) -> dict[str, str]:
     parameters, FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
     primary = next((c[len("final ") :] for c in columns if c.startswith("final ")), None)
     wanted = {f"final {primary}": f"final {primary}", f"best {primary}": f"best {primary}"} if primary else {}
-    return {k: label for k, label in {**wanted, **TABLE_COSTS}.items() if k in columns}
+    return {k: header for k, header in {**wanted, **TABLE_COSTS}.items() if k in columns}
+
+
+def _csv_header(axes: list[str], columns: list[str], analysis: Analysis) -> list[str]:
+    header = [*axes, "runs", "completed", "failed"]
+    for c in columns:
+        header += [f"{c} mean", f"{c} std", *(compare.interval_columns(c) if _is_metric(c) else [])]
+    if analysis.tuned:
+        header.append(f"{analysis.tuned} chosen")
+    if analysis.baseline:
+        header += compare.comparison_columns([c for c in columns if _is_metric(c)])
+    return header
+
+
+def _csv_row(v: Variant, figures: dict, columns: list[str], analysis: Analysis) -> list[object]:
+    failed = sum(r.status == "failed" for r in v.runs)
+    row: list[object] = [*v.settings.values(), len(v.runs), len(v.completed), failed]
+    for c in columns:
+        row += [figures[c][0], figures[c][1]] if c in figures else ["", ""]
+        if _is_metric(c):
+            row += compare.interval_cells(v, c)
+    if analysis.tuned:
+        chosen = {id(c.chosen) for c in analysis.choices}
+        row.append("yes" if id(v) in chosen else "no" if v.per_seed else "")
+    if analysis.baseline:
+        mine = next((c for c in analysis.comparisons if c.variant is v), None)
+        row += compare.comparison_cells(mine, [c for c in columns if _is_metric(c)], analysis.tuned)
+    return row
+
+
+def _is_metric(column: str) -> bool:
+    return column.startswith(tuple(f"{kind} " for kind in compare.METRIC_KINDS))
 
 
 def write_report(
-    sweep_dir: str | Path, out_dir: str | Path | None = None, metric: Optional[str] = None
+    sweep_dir: str | Path,
+    out_dir: str | Path | None = None,
+    metric: Optional[str] = None,
+    baseline: Optional[str] = None,
+    best_over: Optional[str] = None,
+    scaling: Optional[str] = None,
 ) -> dict[str, Path]:
-    """Write report.md (a compact table), report.csv (every figure) and PNG plots for the sweep; return
-    their paths. ``metric`` (e.g. ``val/loss``) leads both and is plotted; default: the runs' primary metric."""
+    """Write report.md (a compact table, then the statistics), report.csv (every figure) and PNG plots for
+    the sweep; return their paths. ``metric`` (e.g. ``val/loss``) leads both and is plotted; default: the
+    runs' primary metric. ``baseline`` (``<axis>=<value>``), ``best_over`` and ``scaling`` (swept axes):
+    see ``analyse``; scaling also writes scaling.csv and scaling.png."""
     runs = load_runs(sweep_dir)
     if not runs:
         raise ConfigError(
@@ -333,18 +384,26 @@ def write_report(
     if metric and finals and metric not in finals:
         raise ConfigError("metric", metric, f"a final metric of these runs: {', '.join(finals)}")
     columns = metric_columns(variants, metric)
+    leading = next((c.removeprefix("final ") for c in columns if c.startswith("final ")), None)
+    analysis = analyse(variants, axes, leading, baseline, best_over, scaling)
     out.mkdir(parents=True, exist_ok=True)
 
     csv_path = out / "report.csv"
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([*axes, "runs", "completed", "failed", *[f"{c} {s}" for c in columns for s in ("mean", "std")]])
+        writer.writerow(_csv_header(axes, columns, analysis))
         for v, st in zip(variants, stats):
-            figures = [x for c in columns for x in ((st[c][0], st[c][1]) if c in st else ("", ""))]
-            failed = sum(r.status == "failed" for r in v.runs)
-            writer.writerow([*v.settings.values(), len(v.runs), len(v.completed), failed, *figures])
+            writer.writerow(_csv_row(v, st, columns, analysis))
+    written = {"markdown": out / "report.md", "csv": csv_path}
 
     plots = _plots(variants, stats, columns, out)
+    if analysis.choices:
+        plots["sensitivity"] = compare.plot_sensitivity(analysis.choices, analysis.tuned, leading, out)
+    if analysis.fits:
+        plots["scaling"] = scaling_fits.plot_scaling(analysis.fits, analysis.scaling, leading, out)
+        written["scaling csv"] = scaling_fits.write_scaling_csv(
+            analysis.fits, analysis.multipliers, out / "scaling.csv"
+        )
     table = table_columns(columns)
     md = [
         f"# Sweep report: `{Path(sweep_dir)}`",
@@ -359,6 +418,17 @@ def write_report(
     for v, st in zip(variants, stats):
         cells = [_cell(st[c], len(v.completed)) if c in st else "-" for c in table]
         md.append("| " + " | ".join([*v.settings.values(), f"{len(v.completed)}/{len(v.runs)}", *cells]) + " |")
+    if leading:
+        md += compare.interval_section(variants, leading)
+    if analysis.tuned:
+        md += compare.best_over_section(analysis.choices, analysis.tuned, leading, plots.get("sensitivity"))
+    if analysis.baseline:
+        name = "=".join(analysis.baseline)
+        md += compare.baseline_section(analysis.comparisons, name, leading, analysis.tuned)
+    if analysis.scaling:
+        md += scaling_fits.scaling_section(
+            analysis.fits, analysis.multipliers, analysis.scaling, leading, plots.get("scaling")
+        )
     problems = [r for r in runs if r.status != "completed"]
     if problems:
         md += ["", "## Runs that did not complete", ""]
@@ -372,13 +442,12 @@ def write_report(
             )
             md.append(
                 f"- `{r.path.relative_to(Path(sweep_dir)) if r.path.is_relative_to(Path(sweep_dir)) else r.path}` "
-                f"({_label(r.overrides)}): **{r.status}** — {error}"
+                f"({label(r.overrides)}): **{r.status}** — {error}"
             )
     if plots:
         md += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots.values()]
-    md_path = out / "report.md"
-    md_path.write_text("\n".join(md) + "\n")
-    return {"markdown": md_path, "csv": csv_path, **plots}
+    written["markdown"].write_text("\n".join(md) + "\n")
+    return {**written, **plots}
 
 
 def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: Path) -> dict[str, Path]:
@@ -401,7 +470,7 @@ def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: 
             continue
         steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
         means = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
-        ax.plot(steps, means, marker=".", label=_label(v.settings))
+        ax.plot(steps, means, marker=".", label=label(v.settings))
         drew = True
     if drew:
         ax.set(xlabel="step", ylabel=metric, title=f"{metric} during training (mean over seeds)")
@@ -420,7 +489,7 @@ def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: 
             range(len(rows)), [m for _, (m, _, _) in rows], yerr=[s for _, (_, s, _) in rows], fmt="o", capsize=4
         )
         ax.set_xlim(-0.5, len(rows) - 0.5)
-        ax.set_xticks(range(len(rows)), [_label(v.settings) for v, _ in rows], rotation=30, ha="right", fontsize=7)
+        ax.set_xticks(range(len(rows)), [label(v.settings) for v, _ in rows], rotation=30, ha="right", fontsize=7)
         ax.set(ylabel=metric, title=f"final {metric} (mean ± std over seeds)")
         ax.grid(axis="y", alpha=0.3)
         fig.tight_layout()

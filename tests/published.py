@@ -9,6 +9,12 @@ Pythia's model card table ("Naming convention and parameter count") gives 162,32
 non-embedding counts (their embedding rows count a 256,128-entry vocabulary, the released configs
 256,000).
 
+ACTIVE: the parameters one token goes through in the four mixtures of experts (every shared tensor, the
+router and the top-k routed experts of each MoE layer), from the same meta builds: the total less
+(E - k) experts in every MoE layer (REFERENCE.md's "MoE active-parameter formula", checked there
+against a closed form). Mixtral's and Qwen3's agree with their cards (12.9B, 3.3B); DeepSeek's cards
+leave the input embedding out (2.4B, 36.6B = 37,552,282,624 - 129280·7168).
+
 HF_CONFIGS: the architecture keys of each model's ``config.json`` on the Hugging Face Hub (repo named
 per entry), as (model_type, keys); token ids, dtypes and dropout rates left out.
 """
@@ -41,6 +47,17 @@ PUBLISHED = {
     "gemma2-9b": 9_241_705_984,
     "olmo2-7b": 7_298_617_344,
     "llama3.1-8b": 8_030_261_248,
+    "mixtral-8x7b": 46_702_792_704,
+    "qwen3-30b-a3b": 30_532_122_624,
+    "deepseek-v2-lite": 15_706_484_224,
+    "deepseek-v3": 671_026_404_352,
+}
+
+ACTIVE = {
+    "mixtral-8x7b": 12_879_925_248,
+    "qwen3-30b-a3b": 3_353_032_704,
+    "deepseek-v2-lite": 2_661_150_208,
+    "deepseek-v3": 37_552_282_624,
 }
 
 _PYTHIA = dict(
@@ -294,6 +311,134 @@ HF_CONFIGS = {
             },
             attention_bias=False,
             mlp_bias=False,
+            tie_word_embeddings=False,
+        ),
+    ),
+    # mistralai/Mixtral-8x7B-v0.1
+    "mixtral-8x7b": (
+        "mixtral",
+        dict(
+            vocab_size=32000,
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            hidden_act="silu",
+            max_position_embeddings=32768,
+            rms_norm_eps=1e-5,
+            rope_theta=1000000.0,
+            sliding_window=None,
+            router_aux_loss_coef=0.02,
+            tie_word_embeddings=False,
+        ),
+    ),
+    # Qwen/Qwen3-30B-A3B (intermediate_size is unused: no layer is dense)
+    "qwen3-30b-a3b": (
+        "qwen3_moe",
+        dict(
+            _QWEN3,
+            hidden_size=2048,
+            intermediate_size=6144,
+            moe_intermediate_size=768,
+            num_hidden_layers=48,
+            num_attention_heads=32,
+            num_key_value_heads=4,
+            num_experts=128,
+            num_experts_per_tok=8,
+            norm_topk_prob=True,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            router_aux_loss_coef=0.001,
+            tie_word_embeddings=False,
+        ),
+    ),
+    # deepseek-ai/DeepSeek-V2-Lite (read from DeepSeek-V2-Lite-Chat's, the same architecture)
+    "deepseek-v2-lite": (
+        "deepseek_v2",
+        dict(
+            vocab_size=102400,
+            hidden_size=2048,
+            intermediate_size=10944,
+            moe_intermediate_size=1408,
+            num_hidden_layers=27,
+            num_attention_heads=16,
+            num_key_value_heads=16,
+            q_lora_rank=None,
+            kv_lora_rank=512,
+            qk_nope_head_dim=128,
+            qk_rope_head_dim=64,
+            v_head_dim=128,
+            n_routed_experts=64,
+            num_experts_per_tok=6,
+            n_shared_experts=2,
+            first_k_dense_replace=1,
+            scoring_func="softmax",
+            topk_method="greedy",
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=False,
+            routed_scaling_factor=1.0,
+            hidden_act="silu",
+            max_position_embeddings=163840,
+            rms_norm_eps=1e-6,
+            rope_theta=10000,
+            rope_scaling={
+                "type": "yarn",
+                "factor": 40,
+                "original_max_position_embeddings": 4096,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 0.707,
+                "mscale_all_dim": 0.707,
+            },
+            attention_bias=False,
+            tie_word_embeddings=False,
+        ),
+    ),
+    # deepseek-ai/DeepSeek-V3 (num_nextn_predict_layers 1 left out: the multi-token-prediction module is not
+    # part of DeepseekV3ForCausalLM, nor of archlab's model)
+    "deepseek-v3": (
+        "deepseek_v3",
+        dict(
+            vocab_size=129280,
+            hidden_size=7168,
+            intermediate_size=18432,
+            moe_intermediate_size=2048,
+            num_hidden_layers=61,
+            num_attention_heads=128,
+            num_key_value_heads=128,
+            q_lora_rank=1536,
+            kv_lora_rank=512,
+            qk_nope_head_dim=128,
+            qk_rope_head_dim=64,
+            v_head_dim=128,
+            n_routed_experts=256,
+            num_experts_per_tok=8,
+            n_shared_experts=1,
+            first_k_dense_replace=3,
+            scoring_func="sigmoid",
+            topk_method="noaux_tc",
+            n_group=8,
+            topk_group=4,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            hidden_act="silu",
+            max_position_embeddings=163840,
+            rms_norm_eps=1e-6,
+            rope_theta=10000,
+            rope_scaling={
+                "type": "yarn",
+                "factor": 40,
+                "original_max_position_embeddings": 4096,
+                "beta_fast": 32,
+                "beta_slow": 1,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+            },
+            attention_bias=False,
             tie_word_embeddings=False,
         ),
     ),

@@ -370,11 +370,18 @@ def test_preset_converts_to_the_published_config(preset):
     published, _, keys = published_config(preset), *HF_CONFIGS[preset]
     ours = config_to_hf(compose_model([f"model={preset}"]))
     assert type(ours) is type(published)
+    # implied keys too: the RoPE pairs DeepSeek-V3 rotates (its config.json leaves the default, interleaved)
     compared = [k for k in keys if k not in _ROPE_KEYS] + ["rope_parameters", "head_dim", "layer_types"]
+    compared += ["rope_interleave"]
+
+    def value(config, k):  # DeepSeek's config.json spells rope_type "type"; transformers keeps both
+        v = getattr(config, k)
+        return {n: x for n, x in v.items() if n != "type"} if k == "rope_parameters" else v
+
     differ = {
-        k: (getattr(published, k), getattr(ours, k))
+        k: (value(published, k), value(ours, k))
         for k in compared
-        if hasattr(published, k) and getattr(published, k) != getattr(ours, k)
+        if hasattr(published, k) and value(published, k) != value(ours, k)
     }
     assert not differ
 

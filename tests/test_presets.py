@@ -5,7 +5,7 @@ REFERENCE.md's closed forms, written out by hand, agree with count_params block 
 
 import pytest
 import torch
-from published import PUBLISHED
+from published import ACTIVE, PUBLISHED
 
 from archlab import build_model, compose_model, count_params
 from archlab.accounting import built_counts
@@ -62,6 +62,12 @@ def test_preset_on_meta_matches_published_count(preset):
     assert all(p.is_meta for p in model.parameters())  # nothing allocated
     assert built_counts(model)["total"] == PUBLISHED[preset]
     assert sum(p.numel() for p in model.parameters()) == PUBLISHED[preset]
+
+
+@pytest.mark.parametrize("preset", ACTIVE)
+def test_mixture_of_experts_preset_has_the_published_active_count(preset):
+    cfg = compose_model([f"model={preset}"])
+    assert count_params(cfg)["active"] == ACTIVE[preset] < PUBLISHED[preset]
 
 
 @pytest.mark.parametrize("preset", PUBLISHED)

@@ -36,20 +36,32 @@ def model_configs(draw) -> dict:
     else:
         head_dim = draw(st.sampled_from([2, 4, 6, 8, 16]))
         d_model = n_head * head_dim
+    mla: dict = {}
+    if draw(st.sampled_from(["causal", "mla"])) == "mla":  # latent attention; RoPE rotates qk_rope_head_dim
+        mla = {
+            "kind": "mla",
+            "q_lora_rank": draw(st.sampled_from([None, 3, 8])),
+            "kv_lora_rank": draw(st.sampled_from([1, 4, 7])),
+            "qk_nope_head_dim": draw(st.sampled_from([1, 2, 6])),
+            "qk_rope_head_dim": draw(st.sampled_from([2, 4])),
+            "v_head_dim": draw(st.sampled_from([1, 3, 8])),
+        }
 
     position: dict = {"kind": draw(st.sampled_from(["learned", "sinusoidal", "rope", "alibi", "none"]))}
     if position["kind"] == "rope":
-        rotated = draw(st.sampled_from(range(2, head_dim + 1, 2)))
-        how = draw(st.sampled_from(["all", "rotary_dim", "rotary_fraction"]))
+        rotated = draw(st.sampled_from(range(2, mla.get("qk_rope_head_dim", head_dim) + 1, 2)))
+        how = "all" if mla else draw(st.sampled_from(["all", "rotary_dim", "rotary_fraction"]))
         if how == "rotary_dim":
             position["rotary_dim"] = rotated
         elif how == "rotary_fraction":
             position["rotary_fraction"] = rotated / head_dim
         position["theta"] = draw(st.sampled_from([10.0, 10000.0, 500000.0]))
         position["pairing"] = draw(st.sampled_from(["half", "interleaved"]))
-        position["scaling"] = draw(st.sampled_from(["none", "linear", "llama3"]))
+        position["scaling"] = draw(st.sampled_from(["none", "linear", "llama3", "yarn"]))
         position["factor"] = draw(st.sampled_from([2.0, 8.0]))
         position["original_context"] = 8
+        if position["scaling"] == "yarn" and draw(st.booleans()):  # DeepSeek's pair (both or neither)
+            position["mscale"], position["mscale_all_dim"] = draw(st.sampled_from([(0.707, 0.707), (1.0, 0.5)]))
 
     mlp: dict = {"kind": draw(st.sampled_from(["gelu", "relu", "swiglu", "geglu"])), "bias": draw(st.booleans())}
     if mlp["kind"] in ("gelu", "geglu"):  # the GELU kinds, exact or tanh-approximated
@@ -62,7 +74,31 @@ def model_configs(draw) -> dict:
     elif sizing == "llama":
         mlp["ffn_dim_multiplier"] = draw(st.sampled_from([None, 0.5, 1.3]))
         mlp["multiple_of"] = draw(st.sampled_from([1, 8, 32]))
+    if draw(st.booleans()):  # a mixture of experts of the drawn kind (its activation and width rules)
+        n_experts = draw(st.sampled_from([1, 2, 4, 6]))
+        n_groups = draw(
+            st.sampled_from([g for g in (1, 2, 3) if n_experts % g == 0 and (g == 1 or n_experts >= 2 * g)])
+        )
+        top_groups = draw(st.integers(1, n_groups))
+        mlp |= {
+            "kind": "moe",
+            "expert": mlp["kind"],
+            "n_experts": n_experts,
+            "top_k": draw(st.integers(1, top_groups * n_experts // n_groups)),
+            "n_groups": n_groups,
+            "top_groups": top_groups,
+            "expert_d_ff": draw(st.sampled_from([None, 3, 8])),
+            "n_shared_experts": draw(st.integers(0, 2)),
+            "dense_layers": draw(st.integers(0, 1)),
+            "scoring": draw(st.sampled_from(["softmax", "sigmoid"])),
+            "normalize_top_k": draw(st.booleans()),
+            "correction_bias": draw(st.booleans()),
+            "routed_scale": draw(st.sampled_from([1.0, 2.5])),
+        }
 
+    # mla refuses the causal kind's own fields: they are reset as DeepSeek has them
+    refused = {"n_kv_head": None, "head_dim": None, "qkv_bias": False, "out_bias": False, "qk_norm": "none"}
+    mla_fields = refused | {"softcap": None} | mla if mla else {}
     norm_kind = draw(st.sampled_from(["layernorm", "rmsnorm"]))
     window = draw(st.sampled_from([None, 1, 2, 3, 5]))
     softcap = draw(st.sampled_from([None, 0.5, 20.0]))
@@ -97,7 +133,8 @@ def model_configs(draw) -> dict:
             "softcap": softcap,
             "window": window,
             "global_every": draw(st.sampled_from([None, 2])) if window is not None else None,
-        },
+        }
+        | mla_fields,
         "mlp": mlp,
         "head": {
             "tied": draw(st.booleans()),

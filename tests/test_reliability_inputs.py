@@ -113,8 +113,11 @@ ROWS = [
     (["optim.betas=[0.9,1.0]"], "optim.betas", "two numbers in [0, 1)"),
     (["optim.eps=0"], "optim.eps", "a positive number"),
     (["optim.weight_decay=-0.1"], "optim.weight_decay", "a non-negative number"),
-    (["+optim.momentum=0.9"], "optim.momentum", "an argument of torch.optim.AdamW: lr, betas, eps"),
-    (["optim._target_=torch.optim.Adamw"], "optim._target_", "an importable class or function"),
+    (["optim.momentum=0.9"], "optim.momentum", "null: optim.kind=adamw does not use it (optim=sgd|muon does)"),
+    (["optim.kind=adam"], "optim.kind", "one of ['adamw', 'sgd', 'muon']"),
+    (["optim=sgd", "optim.nesterov=null"], "optim.nesterov", "a value: optim.kind=sgd needs it"),
+    (["optim=muon", "optim.adjust_lr_fn=keller"], "optim.adjust_lr_fn", "one of ['original', 'match_rms_adamw']"),
+    (["optim=muon", "trainer=fsdp"], "optim.kind", "adamw or sgd under a sharded trainer"),
     (["scheduler.warmup_steps=-1"], "scheduler.warmup_steps", "a non-negative integer"),
     (["scheduler.warmup_steps=5000"], "scheduler.warmup_steps", "fewer than trainer.max_steps=1500"),
     (
@@ -123,7 +126,10 @@ ROWS = [
         "more than scheduler.warmup_steps=10",
     ),
     (["scheduler.min_lr_ratio=1.5"], "scheduler.min_lr_ratio", "a number in [0, 1]"),
-    (["scheduler.kind=linear"], "scheduler.kind", "one of ['cosine']"),
+    (["scheduler.kind=step"], "scheduler.kind", "one of ['cosine', 'linear', 'constant', 'wsd']"),
+    (["scheduler=wsd", "scheduler.decay_fraction=0"], "scheduler.decay_fraction", "strictly between 0 and 1"),
+    (["scheduler=constant", "scheduler.decay_steps=100"], "scheduler.decay_steps", "null: scheduler.kind=constant"),
+    (["logger=wandb", "logger.wandb.mode=cloud"], "logger.wandb.mode", "null (WANDB_MODE, else online"),
     # run settings, callbacks, loggers, output
     (["seed=-1"], "seed", "an integer in [0, 2**32)"),
     (["resume=latest"], "resume", 'null or "auto"'),
@@ -264,10 +270,10 @@ def test_the_table_covers_every_settings_group():
 @pytest.mark.parametrize(
     "override, says",
     [
-        ("logger=wandb", "Could not find 'logger/wandb'"),  # Hydra lists the options: csv, none, tensorboard
+        ("logger=neptune", "Could not find 'logger/neptune'"),  # Hydra lists the options: csv, mlflow, ...
         ("trainer.max_steps=many", "Value 'many' of type 'str' could not be converted to Integer"),
         ("seed=0.5", "Value '0.5' of type 'float' could not be converted to Integer"),
-        ("optim.momentum=0.9", "Could not override 'optim.momentum'"),
+        ("optim.beta1=0.9", "Could not override 'optim.beta1'"),
     ],
 )
 def test_mistakes_hydra_catches_while_composing(override, says):

@@ -63,7 +63,22 @@ REFERENCE_COUNTS = {
     "gemma2-9b": 9_241_705_984,  # google/gemma-2-9b
     "olmo2-7b": 7_298_617_344,  # allenai/OLMo-2-1124-7B
     "llama3.1-8b": 8_030_261_248,  # meta-llama/Llama-3.1-8B
+    "mixtral-8x7b": 46_702_792_704,  # mistralai/Mixtral-8x7B-v0.1
+    "qwen3-30b-a3b": 30_532_122_624,  # Qwen/Qwen3-30B-A3B
+    "deepseek-v2-lite": 15_706_484_224,  # deepseek-ai/DeepSeek-V2-Lite
+    "deepseek-v3": 671_026_404_352,  # deepseek-ai/DeepSeek-V3 (the main model, without its MTP module)
     "nano": 858_880,
+}
+
+# Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every
+# parameter but the (experts - top_k) routed experts a token skips in each MoE layer, the input embedding
+# in full. The published figures round these (Mixtral 12.9B; Qwen3 3.3B); DeepSeek's leave the input
+# embedding out (V2-Lite 2.4B; V3 36.6B = 37,552,282,624 - 129,280 x 7,168).
+ACTIVE_COUNTS = {
+    "mixtral-8x7b": 12_879_925_248,
+    "qwen3-30b-a3b": 3_353_032_704,
+    "deepseek-v2-lite": 2_661_150_208,
+    "deepseek-v3": 37_552_282_624,
 }
 
 register_configs()
@@ -86,19 +101,30 @@ def report(cfg: Any) -> dict[str, Any]:
 
 
 def status(row: dict[str, Any]) -> str:
-    """OK when analytic == built == reference; ``no reference`` for an unpublished preset whose
-    counts agree; MISMATCH otherwise."""
+    """OK when analytic == built == reference (and the active count == its reference, where there is
+    one); ``no reference`` for an unpublished preset whose counts agree; MISMATCH otherwise."""
     total = row["analytic"]["total"]
     if total != row["built"]["total"] or (row["reference"] is not None and total != row["reference"]):
+        return "MISMATCH"
+    if row.get("active_reference") is not None and row["analytic"]["active"] != row["active_reference"]:
         return "MISMATCH"
     return "OK" if row["reference"] is not None else "no reference"
 
 
-def preset_rows(names: Optional[list[str]] = None, references: dict[str, int] = REFERENCE_COUNTS) -> list[dict]:
-    """One report per preset (composed exactly as ``model=<name>``), with its reference and status."""
+def preset_rows(
+    names: Optional[list[str]] = None,
+    references: dict[str, int] = REFERENCE_COUNTS,
+    active_references: dict[str, int] = ACTIVE_COUNTS,
+) -> list[dict]:
+    """One report per preset (composed exactly as ``model=<name>``), with its references and status."""
     rows = []
     for name in names or presets():
-        row = {"preset": name, "reference": references.get(name), **report(compose("check", [f"model={name}"]).model)}
+        row = {
+            "preset": name,
+            "reference": references.get(name),
+            "active_reference": active_references.get(name),
+            **report(compose("check", [f"model={name}"]).model),
+        }
         row["status"] = status(row)
         rows.append(row)
     return rows
@@ -121,14 +147,19 @@ def _layout(cfg: Any) -> str:
 
 
 def print_table(rows: list[dict], console: Console) -> None:
-    table = Table("preset", "analytic", "built (meta)", "reference", "status", box=box.SIMPLE_HEAD)
+    table = Table("preset", "analytic", "built (meta)", "reference", "active", "status", box=box.SIMPLE_HEAD)
     for row in rows:
         ref = f"{row['reference']:,}" if row["reference"] is not None else "-"
-        table.add_row(row["preset"], f"{row['analytic']['total']:,}", f"{row['built']['total']:,}", ref, row["status"])
+        active = row["analytic"]["active"]
+        shown = f"{active:,}" if active != row["analytic"]["total"] else "= total"
+        table.add_row(
+            row["preset"], f"{row['analytic']['total']:,}", f"{row['built']['total']:,}", ref, shown, row["status"]
+        )
     console.print(table)
     console.print(
         "reference: published totals (Hugging Face transformers models built on the meta device; nano: "
-        "the GPT-2 closed form), listed in archlab/cli/check.py"
+        "the GPT-2 closed form), listed in archlab/cli/check.py; active: parameters one token goes through "
+        "(a mixture of experts: only its top-k routed experts), checked against the published models' too"
     )
 
 
@@ -142,8 +173,13 @@ def print_breakdown(title: str, result: dict, layout: str, console: Console) -> 
         table.add_row(c, f"{analytic[c]:,}", f"{built[c]:,}", "OK" if analytic[c] == built[c] else "MISMATCH")
     console.print(table)
     console.print(f"non-embedding parameters: {analytic['non_embedding']:,}")
-    console.print(f"per block: {analytic['per_block']:,}")
-    console.print(f"training FLOPs per token (6N + 12·L·H·Q·T at T = context_length): {result['flops_per_token']:,}")
+    if analytic["active"] != analytic["total"]:
+        console.print(
+            f"active parameters per token: {analytic['active']:,} "
+            f"({analytic['active'] - analytic['token_embedding']:,} without the input embedding)"
+        )
+    console.print(f"per block (the last): {analytic['per_block']:,}")
+    console.print(f"training FLOPs per token (6N, N the active non-embedding parameters, + 12·L·H·Q·T at T = context_length): {result['flops_per_token']:,}")
     return all(analytic[c] == built[c] for c in (*COMPONENTS, "total"))
 
 

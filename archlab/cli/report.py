@@ -2,6 +2,9 @@
 
 archlab-report multirun/pos_mlp                                  # writes into the sweep directory
 archlab-report multirun/pos_mlp out=reports/pos_mlp metric=val/loss
+archlab-report multirun/pos_mlp baseline=model/mlp=gelu          # each variant minus gelu, paired by seed
+archlab-report multirun/lr best_over=optim.lr                    # each variant at its best learning rate
+archlab-report multirun/sizes scaling=model.d_model baseline=model/mlp=gelu   # L(C), L(N) fits, compute multiplier
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     from archlab.report import write_report  # matplotlib and the training modules: only when there is work
 
-    for kind, path in write_report(cfg.sweep_dir, cfg.out, cfg.metric).items():
-        print(f"{kind:>9}: {path}")
+    written = write_report(cfg.sweep_dir, cfg.out, cfg.metric, cfg.baseline, cfg.best_over, cfg.scaling)
+    for kind, path in written.items():
+        print(f"{kind:>11}: {path}")
 
 
 if __name__ == "__main__":

@@ -82,3 +82,12 @@ class ReportConfig:
     metric: Optional[str] = setting(
         None, "the final metric that leads the table and is plotted; null = the runs' primary one"
     )
+    baseline: Optional[str] = setting(
+        None, "<axis>=<value>, e.g. model/mlp=gelu: every other variant minus this one, paired by seed; null = none"
+    )
+    best_over: Optional[str] = setting(
+        None, "a swept axis, e.g. optim.lr: each variant at its value with the best mean metric; null = none"
+    )
+    scaling: Optional[str] = setting(
+        None, "a swept size axis, e.g. model.d_model: fit L = a*X^-b + e against FLOPs and parameters; null = none"
+    )

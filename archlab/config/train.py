@@ -38,24 +38,31 @@ class TrainerConfig:
 
 @dataclass
 class OptimConfig:
-    """``torch.optim.AdamW`` built over two parameter groups (see ``archlab.training.optim``)."""
+    """The optimizer (``archlab.training.optim``): ``kind`` adamw | sgd | muon; the fields another kind
+    reads stay null (the option files conf/optim/<kind>.yaml set those of theirs)."""
 
-    _target_: str = "torch.optim.AdamW"
-    _partial_: bool = True
+    kind: str = "adamw"
     lr: float = 1e-3
-    betas: List[float] = field(default_factory=lambda: [0.9, 0.99])
-    eps: float = 1e-8
-    weight_decay: float = 0.1  # applied to 2-D weights only
+    weight_decay: float = 0.1  # on 2-D weights only (muon: its matrices and AdamW's 2-D tables)
+    betas: Optional[List[float]] = None  # adamw; muon's AdamW part
+    eps: Optional[float] = None  # adamw; muon's AdamW part
+    momentum: Optional[float] = None  # sgd, muon
+    nesterov: Optional[bool] = None  # sgd, muon
+    ns_steps: Optional[int] = None  # muon: Newton-Schulz iterations
+    adjust_lr_fn: Optional[str] = None  # muon: original | match_rms_adamw
+    adamw_lr: Optional[float] = None  # muon: AdamW's lr for embeddings, head, norms, biases (null: lr)
 
 
 @dataclass
 class SchedulerConfig:
-    """Linear warm-up, then cosine decay from ``lr`` to ``min_lr_ratio * lr`` at ``decay_steps``."""
+    """Warm-up, then ``kind``: cosine | linear (to ``min_lr_ratio * lr`` at ``decay_steps``), constant, or
+    wsd (the peak, then a 1-sqrt decay over the last ``decay_fraction`` of the steps)."""
 
     kind: str = "cosine"
     warmup_steps: int = 100
-    min_lr_ratio: float = 0.1
-    decay_steps: Optional[int] = None  # None: trainer.max_steps
+    min_lr_ratio: Optional[float] = None  # cosine, linear, wsd
+    decay_steps: Optional[int] = None  # None: trainer.max_steps (constant: always None)
+    decay_fraction: Optional[float] = None  # wsd
 
 
 @dataclass

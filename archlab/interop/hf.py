@@ -1,11 +1,12 @@
 """Hugging Face transformers <-> archlab: configs and weights, both ways, of GPT-2, GPT-J, GPT-NeoX
-(Pythia), Phi, LLaMA (RoPE scaling included), Mistral, Qwen2, Qwen3, Gemma, Gemma 2 and OLMo 2.
+(Pythia), Phi, LLaMA (RoPE scaling included), Mistral, Qwen2, Qwen3, Gemma, Gemma 2 and OLMo 2, and of
+the mixtures of experts Mixtral, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3.
 
-Each family is one record in ``archlab.interop.hf_families``: its config mapping both ways, its tensor
-names and layouts. ``from_hf`` picks the record from the HF config's ``model_type``; ``to_hf`` from the
-archlab layout (``hf_family``). Anything a family cannot hold exactly is refused with a ConfigError
-naming the field. ``transformers`` is an optional extra (``pip install -e ".[hf]"``), imported only
-inside these functions.
+Each family is one record in ``archlab.interop.hf_families`` (the MoE ones in ``hf_sparse``): its config
+mapping both ways, its tensor names and layouts. ``from_hf`` picks the record from the HF config's
+``model_type``; ``to_hf`` from the archlab layout (``hf_family``). Anything a family cannot hold
+exactly is refused with a ConfigError naming the field. ``transformers`` is an optional extra
+(``pip install -e ".[hf]"``), imported only inside these functions.
 """
 
 from __future__ import annotations
@@ -176,7 +177,7 @@ def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None) -> De
         state = {new + k.removeprefix(old) if k.startswith(old) else k: v for k, v in state.items()}
     if not any(k.startswith(family.prefix) for k in state):  # saved from the base model: names lack its prefix
         state = {k if k.startswith("lm_head.") else family.prefix + k: v for k, v in state.items()}
-    state = hf_state_to_archlab(cfg, state, copy=False, family=family.model_type)
+    state = hf_state_to_archlab(cfg, family.from_checkpoint(cfg, state), copy=False, family=family.model_type)
     if dtype is not None:
         state = {k: v.to(dtype) for k, v in state.items()}
         if cfg.head.tied:

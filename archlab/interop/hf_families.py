@@ -3,8 +3,10 @@
 A record (a ``Family`` subclass) holds everything about its family: the transformers classes, what
 it requires of an archlab layout (``check``), the config mapping both ways (``to_hf`` / ``from_hf``),
 and every tensor's name and layout (``tensors``). ``family_of`` picks the record for an archlab
-layout; ``FAMILIES`` finds it by the Hugging Face ``model_type``. ``archlab.interop.hf`` runs the
-conversions. Nothing here imports transformers: records read configs by attribute.
+layout; ``FAMILIES`` finds it by the Hugging Face ``model_type``. The mixture-of-experts families
+(Mixtral, Qwen3-MoE, DeepSeek-V2/V3) live in ``archlab.interop.hf_sparse``, which this module imports
+last so that FAMILIES always lists them. ``archlab.interop.hf`` runs the conversions. Nothing here
+imports transformers: records read configs by attribute.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from archlab.config import (
 from archlab.errors import ConfigError
 from archlab.nn.attention import window_of
 from archlab.nn.mlp import d_ff
-from archlab.nn.positions import rotary_dim
+from archlab.nn.positions import attention_factor, rotary_dim
 
 Rule = tuple[str, tuple, str]  # (field "model.a.b", the values a family can hold, why)
 
@@ -65,7 +67,8 @@ GATED_FROM_HF = {
 }
 GATED_TO_HF = {("swiglu", "none"): "silu", ("geglu", "none"): "gelu", ("geglu", "tanh"): "gelu_pytorch_tanh"}
 
-# RoPE scalings archlab implements, and the rope_parameters keys each one reads.
+# RoPE scalings archlab implements, and the rope_parameters keys each one reads (yarn: as transformers'
+# _compute_yarn_parameters reads them; DeepSeek's families alone convert it, see hf_sparse).
 _ROPE_KEYS = {
     "default": {"rope_type", "rope_theta", "partial_rotary_factor"},
     "linear": {"rope_type", "rope_theta", "partial_rotary_factor", "factor"},
@@ -77,6 +80,19 @@ _ROPE_KEYS = {
         "low_freq_factor",
         "high_freq_factor",
         "original_max_position_embeddings",
+    },
+    "yarn": {
+        "rope_type",
+        "rope_theta",
+        "partial_rotary_factor",
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "truncate",
+        "attention_factor",
     },
 }
 
@@ -206,20 +222,28 @@ def rope_to_hf(cfg: ModelConfig, fraction: float | None = None) -> dict[str, Any
             high_freq_factor=p.high_freq_factor,
             original_max_position_embeddings=p.original_context,
         )
+    if p.scaling == "yarn":
+        params.update(original_max_position_embeddings=p.original_context, beta_fast=p.beta_fast, beta_slow=p.beta_slow)
+        if p.mscale is not None:  # with mscale_all_dim (archlab's validation asks for both or neither)
+            params.update(mscale=p.mscale, mscale_all_dim=p.mscale_all_dim)
     if fraction is not None:
         params["partial_rotary_factor"] = fraction
     return params
 
 
-def rope_from_hf(c: Any, hd: int, partial: bool) -> PositionConfig:
-    """archlab's RoPE from transformers' rope_parameters (``partial``: the family rotates part of a head)."""
+def rope_from_hf(
+    c: Any, hd: int, partial: bool, scalings: tuple[str, ...] = ("default", "linear", "llama3")
+) -> PositionConfig:
+    """archlab's RoPE from transformers' rope_parameters (``partial``: the family rotates part of a head;
+    ``scalings``: the rope_types this family converts)."""
     rope = dict(getattr(c, "rope_parameters", None) or {})
     if any(isinstance(v, dict) for v in rope.values()):
         refuse_hf(c, "rope_parameters", "one set of RoPE parameters for every layer", rope)
     rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type not in _ROPE_KEYS:
+    if rope_type not in scalings:
+        names = ", ".join(repr(s) for s in scalings)
         refuse_hf(
-            c, "rope_parameters.rope_type", "'default', 'linear' or 'llama3' (the scalings archlab has)", rope_type
+            c, "rope_parameters.rope_type", f"one of {names} (the scalings archlab converts for this family)", rope_type
         )
     for key in sorted(set(rope) - _ROPE_KEYS[rope_type] - {"type"}):
         refuse_hf(
@@ -242,13 +266,49 @@ def rope_from_hf(c: Any, hd: int, partial: bool) -> PositionConfig:
             position.rotary_fraction = fraction
         else:
             position.rotary_dim = dims
-    if rope_type != "default":
+    if rope_type in ("linear", "llama3"):
         position.scaling, position.factor = rope_type, float(rope["factor"])
     if rope_type == "llama3":
         position.low_freq_factor = float(rope["low_freq_factor"])
         position.high_freq_factor = float(rope["high_freq_factor"])
         position.original_context = int(rope["original_max_position_embeddings"])
+    if rope_type == "yarn":
+        _yarn_from_hf(c, rope, position)
     return position
+
+
+def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> None:
+    """YaRN's fields as transformers reads them: a missing factor is max_position_embeddings over the
+    original context, a missing (or zero) beta_fast / beta_slow is 32 / 1, and mscale counts only with
+    mscale_all_dim (a zero one is absent). archlab implements the truncated band alone, and derives the
+    attention factor from factor and the two mscales."""
+    original = int(rope["original_max_position_embeddings"])
+    factor = rope.get("factor")
+    position.scaling, position.original_context = "yarn", original
+    position.factor = float(factor if factor is not None else c.max_position_embeddings / original)
+    position.beta_fast, position.beta_slow = float(rope.get("beta_fast") or 32.0), float(rope.get("beta_slow") or 1.0)
+    mscale, all_dim = rope.get("mscale") or None, rope.get("mscale_all_dim") or None
+    if (mscale is None) != (all_dim is None):
+        name = "mscale" if all_dim is None else "mscale_all_dim"
+        refuse_hf(
+            c,
+            f"rope_parameters.{name}",
+            "mscale and mscale_all_dim both set, or both absent (transformers ignores mscale alone, and applies "
+            "mscale_all_dim alone to the softmax only)",
+            rope[name],
+        )
+    position.mscale = None if mscale is None else float(mscale)
+    position.mscale_all_dim = None if all_dim is None else float(all_dim)
+    if rope.get("truncate", True) is not True:
+        refuse_hf(c, "rope_parameters.truncate", "true (archlab rounds YaRN's band outward)", rope["truncate"])
+    given = rope.get("attention_factor")
+    if given is not None and not math.isclose(given, attention_factor(position), rel_tol=1e-12):
+        refuse_hf(
+            c,
+            "rope_parameters.attention_factor",
+            f"absent or {attention_factor(position)} (archlab derives it from factor, mscale and mscale_all_dim)",
+            given,
+        )
 
 
 # ---------------------------------------------------------------- sliding windows both ways
@@ -290,6 +350,8 @@ class Family:
     config_class: str
     prefix: str  # the base model's tensor prefix, absent from checkpoints saved from the base model alone
     features: frozenset[str] = frozenset()  # the FEATURES this family holds
+    attention_kind = "causal"  # the model.attention.kind its layers have
+    scalings: tuple[str, ...] = ("none", "linear", "llama3")  # RoPE scalings, if it holds model.position.scaling
     renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -299,7 +361,9 @@ class Family:
     def check(self, cfg: ModelConfig) -> None:
         """Refuse the first field (``model.a.b``) whose value this family cannot hold exactly."""
         absent = [(f, (default,), f" ({why})") for f, (default, why) in FEATURES.items() if f not in self.features]
-        rules = [("model.attention.kind", ("causal",), ""), ("model.head.kind", ("linear",), "")]
+        rules = [("model.attention.kind", (self.attention_kind,), ""), ("model.head.kind", ("linear",), "")]
+        if "model.position.scaling" in self.features:
+            rules.append(("model.position.scaling", self.scalings, ""))
         for field, allowed, why in rules + self.rules(cfg) + absent:
             value = value_of(cfg, field)
             if value not in allowed:
@@ -317,6 +381,11 @@ class Family:
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         """Every archlab tensor with its HF name(s) and layout."""
         raise NotImplementedError
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A checkpoint's tensors (prefixed and renamed) as the transformers model holds them in memory: the
+        same for the dense families; the MoE ones save each expert apart and stack them when loading."""
+        return state
 
     def mha_rules(self, cfg: ModelConfig) -> list[Rule]:
         H, d = cfg.attention.n_head, cfg.d_model
@@ -990,6 +1059,7 @@ def family_of(cfg: ModelConfig) -> Family:
     """The family an archlab layout maps to, by this table (its ``check`` then refuses what it cannot hold):
 
     ============================================================  ============
+    moe MLP or mla attention: ``hf_sparse.sparse_family``         Mixtral, Qwen3-MoE, DeepSeek-V2, -V3
     pre-norm, learned positions                                   GPT-2
     parallel block, one shared norm, RoPE, no q/k/v bias          GPT-J
     parallel block, one shared norm, RoPE, q/k/v bias             Phi
@@ -1004,6 +1074,8 @@ def family_of(cfg: ModelConfig) -> Family:
     ============================================================  ============
     """
     block, position, a = cfg.block.kind, cfg.position.kind, cfg.attention
+    if cfg.mlp.kind == "moe" or a.kind == "mla":
+        return hf_sparse.sparse_family(cfg)
     if block == "pre" and position == "learned":
         return FAMILIES["gpt2"]
     if block not in ("pre", "parallel", "sandwich", "post_sublayer"):
@@ -1036,3 +1108,8 @@ def family_of(cfg: ModelConfig) -> Family:
     if a.window is not None:
         return FAMILIES["mistral"]
     return FAMILIES["llama"]
+
+
+# Last: hf_sparse's records subclass the ones above and add themselves to FAMILIES (whichever of the two
+# modules is imported first, both are complete once that import returns).
+from archlab.interop import hf_sparse  # noqa: E402

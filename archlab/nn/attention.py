@@ -1,5 +1,6 @@
 """Attention variants (``causal``: softmax self-attention with ``n_kv_head`` key/value heads, i.e.
-MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped) and the KV cache they decode with."""
+MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped; ``mla`` lives in latent.py), the
+softmax scale they share and the KV cache they decode with."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from archlab.config import ModelConfig, head_dim, n_kv_head
 from archlab.errors import ConfigError
 from archlab.nn.component import MEMBERS, Base
 from archlab.nn.norms import NORMS
-from archlab.nn.positions import Rotation
+from archlab.nn.positions import Rotation, yarn_mscale
 from archlab.registry import Registry
 
 ATTENTIONS: Registry[type] = Registry("model.attention.kind", MEMBERS)
@@ -37,17 +38,28 @@ def positions_seen(cfg: ModelConfig, length: int) -> int:
     return sum(length if w is None else min(w, length) for w in windows)
 
 
-class KVCache:
-    """Keys and values of every layer for a batch, decoded up to ``max_len`` positions. A global layer
-    keeps every position; a sliding-window layer keeps only the last ``window - 1``, all a later query
-    can see."""
+def softmax_scale(cfg: ModelConfig) -> float:
+    """The score multiplier: ``attention.scale``, else 1/sqrt(head_dim); with YaRN RoPE and
+    ``mscale_all_dim`` set, times ``yarn_mscale(factor, mscale_all_dim)``² (DeepSeek-V2/V3)."""
+    a, p = cfg.attention, cfg.position
+    scale = a.scale if a.scale is not None else 1 / math.sqrt(head_dim(cfg))
+    if p.kind == "rope" and p.scaling == "yarn" and p.mscale_all_dim is not None:
+        scale *= yarn_mscale(p.factor, p.mscale_all_dim) ** 2
+    return scale
 
-    def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, device=None, dtype=None):
-        self.max_len = max_len
+
+class KVCache:
+    """What attention keeps of every layer for a batch, decoded up to ``max_len`` positions: two tensors
+    per layer, ``k`` and ``v``, each ``[B, heads, T, dim]`` (causal: keys and values; mla: its latent and
+    its shared rotated key), allocated on a layer's first update in the shapes it hands over. A global
+    layer keeps every position; a sliding-window layer keeps only the last ``window - 1``, all a later
+    query can see. ``dtype`` (default: the first tensors') is the one they are stored in."""
+
+    def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
+        self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
         self.windows = [window_of(cfg, layer) for layer in range(cfg.n_layer)]
-        shape = (batch_size, n_kv_head(cfg), max_len, head_dim(cfg))
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) if w is None else None for w in self.windows]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) if w is None else None for w in self.windows]
+        self.k: list[Optional[Tensor]] = [None] * cfg.n_layer
+        self.v: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.length = 0  # positions already seen; advanced by the model after each forward
 
     def kept(self, window: Optional[int]) -> int:
@@ -55,13 +67,15 @@ class KVCache:
         return self.length if window is None else min(self.length, window - 1)
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store this step's k/v ``[B, KV, T, hd]`` of ``layer`` after the cached ones; return the keys
-        and values this step attends to (for a window layer: the kept ones, then the new ones)."""
+        """Store this step's two tensors ``[B, heads, T, dim]`` of ``layer`` after the cached ones; return
+        what this step attends to (for a window layer: the kept positions, then the new ones)."""
         end = self.length + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; this step needs {end}")
         window = self.windows[layer]
         if window is None:
+            if self.k[layer] is None:
+                self.k[layer], self.v[layer] = (self._empty(t) for t in (k, v))
             self.k[layer][:, :, self.length : end] = k
             self.v[layer][:, :, self.length : end] = v
             return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
@@ -70,6 +84,11 @@ class KVCache:
         keep = min(k.shape[2], window - 1)
         self.k[layer], self.v[layer] = k[:, :, k.shape[2] - keep :], v[:, :, v.shape[2] - keep :]
         return k, v
+
+    def _empty(self, t: Tensor) -> Tensor:
+        """Room for ``max_len`` positions of tensors shaped like ``t``, zeroed."""
+        shape = (self.batch_size, t.shape[1], self.max_len, t.shape[3])
+        return torch.zeros(shape, device=t.device, dtype=self.dtype or t.dtype)
 
 
 def attention_mask(
@@ -100,7 +119,7 @@ class CausalSelfAttention(Base, nn.Module):
         super().__init__()
         a = cfg.attention
         self.n_head, self.n_kv_head, self.head_dim = a.n_head, n_kv_head(cfg), head_dim(cfg)
-        self.dropout, self.softcap, self.scale = a.dropout, a.softcap, a.scale
+        self.dropout, self.softcap, self.scale = a.dropout, a.softcap, softmax_scale(cfg)
         self.window = window_of(cfg, layer)
         self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
         self.proj = nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias)
@@ -166,8 +185,7 @@ class CausalSelfAttention(Base, nn.Module):
         groups = self.n_head // self.n_kv_head
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        scale = self.scale if self.scale is not None else 1 / math.sqrt(self.head_dim)
-        scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+        scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
         scores = torch.tanh(scores / self.softcap) * self.softcap
         if mask is None and q.shape[2] > 1:  # plain causal: queries and keys start together
             mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
@@ -206,7 +224,7 @@ class CausalSelfAttention(Base, nn.Module):
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
         a = cfg.attention
-        checks.positive("model.attention.n_head", a.n_head)
+        validate_shared(cfg)
         if a.head_dim is None:
             if cfg.d_model % a.n_head:
                 raise ConfigError(
@@ -224,18 +242,26 @@ class CausalSelfAttention(Base, nn.Module):
                     a.n_kv_head,
                     f"a divisor of model.attention.n_head={a.n_head} (1 = MQA, n_head = MHA)",
                 )
-        checks.probability("model.attention.dropout", a.dropout)
-        for name in ("scale", "softcap"):
-            if getattr(a, name) is not None:
-                checks.positive(f"model.attention.{name}", getattr(a, name), "a positive number, or null")
-        if a.window is not None:
-            checks.integer("model.attention.window", a.window, 1, "a positive integer (keys a query sees), or null")
-        if a.global_every is not None:
-            checks.integer("model.attention.global_every", a.global_every, 1, "a positive integer, or null")
-            if a.window is None:
-                raise ConfigError(
-                    "model.attention.global_every", a.global_every, "null unless model.attention.window is set"
-                )
+        if a.softcap is not None:
+            checks.positive("model.attention.softcap", a.softcap, "a positive number, or null")
+
+
+def validate_shared(cfg: ModelConfig) -> None:
+    """The fields every attention kind reads alike: ``n_head``, ``dropout``, ``scale``, ``window`` and
+    ``global_every``."""
+    a = cfg.attention
+    checks.positive("model.attention.n_head", a.n_head)
+    checks.probability("model.attention.dropout", a.dropout)
+    if a.scale is not None:
+        checks.positive("model.attention.scale", a.scale, "a positive number, or null")
+    if a.window is not None:
+        checks.integer("model.attention.window", a.window, 1, "a positive integer (keys a query sees), or null")
+    if a.global_every is not None:
+        checks.integer("model.attention.global_every", a.global_every, 1, "a positive integer, or null")
+        if a.window is None:
+            raise ConfigError(
+                "model.attention.global_every", a.global_every, "null unless model.attention.window is set"
+            )
 
 
 def build_attention(cfg: ModelConfig, layer: int = 0) -> nn.Module:

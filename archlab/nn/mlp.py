@@ -1,13 +1,16 @@
-"""Feed-forward layers: ``gelu``, ``relu`` (two matrices) and ``swiglu``, ``geglu`` (gated, three).
+"""Feed-forward layers: ``gelu``, ``relu`` (two matrices), ``swiglu``, ``geglu`` (gated, three) and
+``moe``, a mixture of experts of one of those kinds (archlab/nn/moe.py).
 
 Hidden width: ``d_ff`` if set, else ``int(multiplier * d_model)``, else 4·d_model for plain MLPs and
 the LLaMA rule for gated ones: ``int(2·4d/3)``, times ``ffn_dim_multiplier``, rounded up to
-``multiple_of``.
+``multiple_of`` (``moe``: the rules of its ``expert`` kind).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Callable, Optional
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -19,7 +22,7 @@ from archlab.nn.component import MEMBERS, Base
 from archlab.nn.fused import glu
 from archlab.registry import Registry
 
-MLPS: Registry[type] = Registry("model.mlp.kind", MEMBERS)
+MLPS: Registry[type] = Registry("model.mlp.kind", MEMBERS + ("gated", "build"))
 
 
 def d_ff(cfg: ModelConfig) -> int:
@@ -29,7 +32,7 @@ def d_ff(cfg: ModelConfig) -> int:
         return m.d_ff
     if m.multiplier is not None:
         return int(m.multiplier * d)
-    if not MLPS.get(m.kind).gated:
+    if not MLPS.get(m.kind).gated(cfg):
         return 4 * d
     hidden = int(2 * 4 * d / 3)
     if m.ffn_dim_multiplier is not None:
@@ -50,25 +53,48 @@ def _validate_sizes(cfg: ModelConfig) -> None:
         )
 
 
-class PlainMLP(Base, nn.Module):
-    """``proj(act(fc(x)))``: the GPT-2 / original Transformer feed-forward."""
+class MLP(Base, nn.Module):
+    """What every MLP entry has: ``gated(cfg)``, whether the gated width rule applies, and
+    ``build(cfg, layer)``, the module of that layer (a mixture of experts may build a dense one)."""
 
-    gated = False
+    @staticmethod
+    def gated(cfg: ModelConfig) -> bool:
+        return False
 
-    def __init__(self, cfg: ModelConfig, layer: int = 0):
+    @classmethod
+    def build(cls, cfg: ModelConfig, layer: int) -> nn.Module:
+        return cls(cfg, layer)
+
+
+class PlainMLP(MLP):
+    """``proj(act(fc(x)))``: the GPT-2 / original Transformer feed-forward. ``width`` overrides the
+    hidden width (a mixture of experts' shared experts)."""
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
         super().__init__()
-        f = d_ff(cfg)
+        f = d_ff(cfg) if width is None else width
         self.fc = nn.Linear(cfg.d_model, f, bias=cfg.mlp.bias)
         self.proj = nn.Linear(f, cfg.d_model, bias=cfg.mlp.bias)
         self.proj.residual = True
+        self.act = self.activation_of(cfg)
+
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:
+        """The activation between the two matrices."""
+        raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
         return self.proj(self.act(self.fc(x)))
 
     @staticmethod
-    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
-        d, f = cfg.d_model, d_ff(cfg)
-        return 2 * d * f + cfg.mlp.bias * (f + d)
+    def params_at(cfg: ModelConfig, width: int) -> int:
+        """Parameters at hidden width ``width``."""
+        d = cfg.d_model
+        return 2 * d * width + cfg.mlp.bias * (width + d)
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        return cls.params_at(cfg, d_ff(cfg))
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
@@ -79,20 +105,18 @@ class PlainMLP(Base, nn.Module):
 class GeLUMLP(PlainMLP):
     """GELU; ``approximate: tanh`` is GPT-2's and GPT-J's ``gelu_new``."""
 
-    def __init__(self, cfg: ModelConfig, layer: int = 0):
-        super().__init__(cfg)
-        self.approximate = cfg.mlp.approximate
-
-    def act(self, x: Tensor) -> Tensor:
-        return F.gelu(x, approximate=self.approximate)
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:
+        return functools.partial(F.gelu, approximate=cfg.mlp.approximate)
 
 
 @MLPS.register("relu")
 class ReLUMLP(PlainMLP):
     """ReLU, as in the original Transformer."""
 
-    def act(self, x: Tensor) -> Tensor:
-        return F.relu(x)
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:
+        return F.relu
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
@@ -101,21 +125,24 @@ class ReLUMLP(PlainMLP):
         _validate_sizes(cfg)
 
 
-class GatedMLP(Base, nn.Module):
-    """``down(act(gate(x)) * up(x))`` (Shazeer 2020): three matrices at hidden width d_ff. The gate
-    and up matrices are one ``gate_up`` Linear with output ``[gate | up]``: one matmul, not two."""
+class GatedMLP(MLP):
+    """``down(act(gate(x)) * up(x))`` (Shazeer 2020): three matrices at hidden width d_ff (or ``width``).
+    The gate and up matrices are one ``gate_up`` Linear with output ``[gate | up]``: one matmul, not two."""
 
-    gated = True
-
-    def __init__(self, cfg: ModelConfig, layer: int = 0):
+    def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
         super().__init__()
-        f, d, bias = d_ff(cfg), cfg.d_model, cfg.mlp.bias
+        f, d, bias = d_ff(cfg) if width is None else width, cfg.d_model, cfg.mlp.bias
         self.gate_up = nn.Linear(d, 2 * f, bias=bias)
         self.down = nn.Linear(f, d, bias=bias)
         self.down.residual = True
         self.gate = self.activation_of(cfg)
 
-    def activation_of(self, cfg: ModelConfig) -> str:
+    @staticmethod
+    def gated(cfg: ModelConfig) -> bool:
+        return True
+
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> str:
         """The gate's activation, a name ``archlab.nn.fused.glu`` knows."""
         raise NotImplementedError
 
@@ -123,9 +150,14 @@ class GatedMLP(Base, nn.Module):
         return self.down(glu(self.gate_up(x), self.gate))
 
     @staticmethod
-    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
-        d, f = cfg.d_model, d_ff(cfg)
-        return 3 * d * f + cfg.mlp.bias * (2 * f + d)
+    def params_at(cfg: ModelConfig, width: int) -> int:
+        """Parameters at hidden width ``width``."""
+        d = cfg.d_model
+        return 3 * d * width + cfg.mlp.bias * (2 * width + d)
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        return cls.params_at(cfg, d_ff(cfg))
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
@@ -136,7 +168,8 @@ class GatedMLP(Base, nn.Module):
 class SwiGLU(GatedMLP):
     """Gate through SiLU (LLaMA)."""
 
-    def activation_of(self, cfg: ModelConfig) -> str:
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> str:
         return "silu"
 
     @staticmethod
@@ -150,9 +183,10 @@ class SwiGLU(GatedMLP):
 class GeGLU(GatedMLP):
     """Gate through GELU: exact, or its tanh approximation (``approximate: tanh``, Gemma's gated GELU)."""
 
-    def activation_of(self, cfg: ModelConfig) -> str:
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> str:
         return "gelu" if cfg.mlp.approximate == "none" else "gelu_tanh"
 
 
 def build_mlp(cfg: ModelConfig, layer: int = 0) -> nn.Module:
-    return MLPS.get(cfg.mlp.kind)(cfg, layer)
+    return MLPS.get(cfg.mlp.kind).build(cfg, layer)

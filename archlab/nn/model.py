@@ -108,8 +108,7 @@ class Decoder(nn.Module):
 
     def new_cache(self, batch_size: int, max_len: Optional[int] = None) -> KVCache:
         """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` positions."""
-        p = self.tok_emb.weight
-        return KVCache(self.cfg, batch_size, max_len or self.cfg.context_length, p.device, p.dtype)
+        return KVCache(self.cfg, batch_size, max_len or self.cfg.context_length, self.tok_emb.weight.dtype)
 
     @torch.no_grad()
     def init_weights(self) -> None:
@@ -126,3 +125,17 @@ class Decoder(nn.Module):
                 nn.init.normal_(module.weight, 0.0, std)
             elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.reset_parameters()
+            elif hasattr(module, "init_parameters"):  # parameters held outside any Linear (stacked experts)
+                module.init_parameters(std, std / math.sqrt(2 * self.cfg.n_layer))
+
+    def auxiliary_losses(self) -> dict[str, tuple[float, Tensor]]:
+        """name -> (weight, loss) of the auxiliary training losses the layers computed in the latest
+        forward (a mixture of experts' load balance and router z-loss), each the mean over the layers
+        that computed it; the training loss adds weight·loss."""
+        per_layer: dict[str, list[tuple[float, Tensor]]] = {}
+        for block in self.blocks:
+            for name, pair in getattr(block.mlp, "aux_losses", {}).items():
+                per_layer.setdefault(name, []).append(pair)
+        return {
+            name: (pairs[0][0], torch.stack([loss for _, loss in pairs]).mean()) for name, pairs in per_layer.items()
+        }

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig, head_dim
+from archlab.config import ModelConfig, rope_head_dim
 from archlab.errors import ConfigError
 from archlab.nn.component import MEMBERS, Base
 from archlab.nn.fused import rotary_qkv, rotates_as_complex
@@ -45,6 +45,10 @@ class Rotation:
 
     def rotate(self, qkv: Tensor, n_head: int, n_kv_head: int, arranged: bool) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``[B, T, heads, head_dim]`` of a projection ``[B, T, H + 2·KV, head_dim]``."""
+        raise NotImplementedError
+
+    def rotate_one(self, x: Tensor) -> Tensor:
+        """``x`` ``[B, T, heads, r]`` rotated, for attention that projects its rotated parts apart (mla)."""
         raise NotImplementedError
 
 
@@ -107,13 +111,14 @@ class Sinusoidal(Position):
 
 
 def rotary_dim(cfg: ModelConfig) -> int:
-    """How many dims of each head RoPE rotates: ``rotary_dim``, ``rotary_fraction`` or all."""
+    """How many dims of each head RoPE rotates: ``rotary_dim``, ``rotary_fraction`` or all it may
+    rotate (``rope_head_dim``: the whole head, or mla's rotated part)."""
     p = cfg.position
     if p.rotary_dim is not None:
         return p.rotary_dim
     if p.rotary_fraction is not None:
-        return round(p.rotary_fraction * head_dim(cfg))
-    return head_dim(cfg)
+        return round(p.rotary_fraction * rope_head_dim(cfg))
+    return rope_head_dim(cfg)
 
 
 @POSITIONS.register("rope")
@@ -121,7 +126,8 @@ class RoPE(Position):
     """Rotary embeddings (Su et al. 2021) on the first ``rotary_dim`` dims of every q/k head.
 
     ``half`` pairs dim i with i + r/2 (rotate_half: LLaMA, GPT-NeoX); ``interleaved`` pairs 2i with
-    2i+1 (GPT-J). Angles are computed in float32 from the positions, so any length works.
+    2i+1 (GPT-J). Angles are computed in float32 from the positions, so any length works; YaRN scales
+    cos and sin by its attention factor.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -129,15 +135,20 @@ class RoPE(Position):
         self.dim = rotary_dim(cfg)
         self.position_cfg = cfg.position
         self.interleaved = cfg.position.pairing == "interleaved"
+        self.attention_factor = attention_factor(cfg.position)
 
     def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> RoPERotation:
         angles = _opaque_rope_angles if torch.compiler.is_compiling() else rope_angles
-        cos, sin = (t.to(dtype) for t in angles(pos, inverse_frequencies(self.position_cfg, self.dim, pos.device)))
-        return RoPERotation(cos, sin, self.dim, self.interleaved, may_reorder=not self.interleaved and not cached)
+        cos, sin = angles(pos, inverse_frequencies(self.position_cfg, self.dim, pos.device))
+        if self.attention_factor != 1.0:  # in float32, as Hugging Face scales them
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        return RoPERotation(
+            cos.to(dtype), sin.to(dtype), self.dim, self.interleaved, may_reorder=not self.interleaved and not cached
+        )
 
     @staticmethod
     def validate(cfg: ModelConfig) -> None:
-        p, hd = cfg.position, head_dim(cfg)
+        p, hd = cfg.position, rope_head_dim(cfg)
         checks.positive("model.position.theta", p.theta)
         if p.scaling != "none":
             checks.positive("model.position.factor", p.factor)
@@ -151,6 +162,15 @@ class RoPE(Position):
                     p.high_freq_factor,
                     f"a number above model.position.low_freq_factor={p.low_freq_factor}",
                 )
+        _validate_yarn(p)
+        if cfg.attention.kind == "mla":  # the rotated part is its own width, qk_rope_head_dim
+            for name in ("rotary_dim", "rotary_fraction"):
+                if getattr(p, name) is not None:
+                    raise ConfigError(
+                        f"model.position.{name}",
+                        getattr(p, name),
+                        "null for attention kind mla (it rotates model.attention.qk_rope_head_dim dims)",
+                    )
         if p.rotary_dim is not None and p.rotary_fraction is not None:
             raise ConfigError(
                 "model.position.rotary_fraction", p.rotary_fraction, "null when rotary_dim is set (give one of them)"
@@ -166,6 +186,8 @@ class RoPE(Position):
                     f"a fraction of head_dim={hd} that gives an even whole number of dims",
                 )
         if p.rotary_dim is None and p.rotary_fraction is None and hd % 2:
+            if cfg.attention.kind == "mla":
+                raise ConfigError("model.attention.qk_rope_head_dim", hd, "an even number for rope (it rotates pairs)")
             raise ConfigError(
                 "model.attention.head_dim",
                 hd,
@@ -175,6 +197,38 @@ class RoPE(Position):
         r = rotary_dim(cfg)
         if r <= 0 or r % 2 or r > hd:
             raise ConfigError("model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]")
+
+
+def _validate_yarn(p) -> None:
+    """YaRN's fields: the context it extends (``original_context``), ``theta`` > 1, a ``factor`` >= 1, ``beta_fast``
+    > ``beta_slow`` > 0, and ``mscale`` with ``mscale_all_dim`` both positive or both null (alone, each
+    means one thing to Hugging Face and another to DeepSeek's reference code). Outside yarn both are null."""
+    if p.scaling != "yarn":
+        for name in ("mscale", "mscale_all_dim"):
+            if getattr(p, name) is not None:
+                raise ConfigError(f"model.position.{name}", getattr(p, name), "null unless model.position.scaling=yarn")
+        return
+    checks.integer("model.position.original_context", p.original_context, 1,
+                   "a positive integer for scaling=yarn (the context the model was trained at)")  # fmt: skip
+    if not checks.finite(p.theta) > 1:
+        raise ConfigError(
+            "model.position.theta", p.theta, "a number above 1 for scaling=yarn (its band reads log theta)"
+        )
+    if not checks.finite(p.factor) >= 1:
+        raise ConfigError("model.position.factor", p.factor, "a number >= 1 for scaling=yarn (how much longer)")
+    checks.positive("model.position.beta_slow", p.beta_slow)
+    if not checks.finite(p.beta_fast) > p.beta_slow:
+        raise ConfigError(
+            "model.position.beta_fast", p.beta_fast, f"a number above model.position.beta_slow={p.beta_slow}"
+        )
+    for name in ("mscale", "mscale_all_dim"):
+        if getattr(p, name) is not None:
+            checks.positive(f"model.position.{name}", getattr(p, name), "a positive number, or null")
+    if (p.mscale is None) != (p.mscale_all_dim is None):
+        name, other = ("mscale", "mscale_all_dim") if p.mscale is None else ("mscale_all_dim", "mscale")
+        raise ConfigError(
+            f"model.position.{name}", None, f"a positive number when model.position.{other} is set (both or neither)"
+        )
 
 
 class RoPERotation(Rotation):
@@ -204,13 +258,36 @@ class RoPERotation(Rotation):
     def rotate(self, qkv: Tensor, n_head: int, n_kv_head: int, arranged: bool) -> tuple[Tensor, Tensor, Tensor]:
         return rotary_qkv(qkv, self.cos, self.sin, self.interleaved or arranged, n_head, n_kv_head)
 
+    def rotate_one(self, x: Tensor) -> Tensor:
+        # rotary_qkv's single pass and hand-written backward, over heads that are all "queries"
+        return rotary_qkv(x, self.cos, self.sin, self.interleaved, x.shape[2], 0)[0]
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1·mscale·ln(factor) + 1`` for a context ``factor`` times longer
+    (1 when it is not longer), as DeepSeek and Hugging Face write it."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def attention_factor(p) -> float:
+    """What YaRN multiplies cos and sin by (so each rotated q·k by its square): ``yarn_mscale(factor,
+    mscale) / yarn_mscale(factor, mscale_all_dim)`` when both are set (DeepSeek; 1 when equal), else
+    ``yarn_mscale(factor)`` (Peng et al. 2023, eq. 22: 0.1·ln(s) + 1); 1 for every other scaling."""
+    if p.scaling != "yarn":
+        return 1.0
+    if p.mscale is not None and p.mscale_all_dim is not None:
+        return yarn_mscale(p.factor, p.mscale) / yarn_mscale(p.factor, p.mscale_all_dim)
+    return yarn_mscale(p.factor)
+
 
 def inverse_frequencies(p, dim: int, device=None) -> Tensor:
     """RoPE's angle per position of each rotated pair i, ``theta^(-2i/dim)`` in float32, rescaled as
     ``p.scaling`` asks: ``linear`` divides every frequency by ``factor`` (positions interpolated, Chen et
     al. 2023); ``llama3`` divides only the low frequencies (wavelengths above ``original_context /
     low_freq_factor``) by it, keeps the high ones (below ``original_context / high_freq_factor``) and
-    blends the band between (Llama 3.1)."""
+    blends the band between (Llama 3.1); ``yarn`` keeps the pairs that turn more than ``beta_fast`` times
+    over ``original_context``, divides those turning less than ``beta_slow`` times by ``factor``, and ramps
+    linearly between (Peng et al. 2023, arXiv:2309.00071, the "NTK-by-parts" interpolation)."""
     exponent = torch.arange(0, dim, 2, device=device, dtype=torch.int64).float() / dim
     inv_freq = 1.0 / p.theta**exponent
     if p.scaling == "linear":
@@ -222,7 +299,24 @@ def inverse_frequencies(p, dim: int, device=None) -> Tensor:
         low = wavelength > p.original_context / p.low_freq_factor
         high = wavelength < p.original_context / p.high_freq_factor
         return torch.where(low, inv_freq / p.factor, torch.where(high, inv_freq, blended))
+    if p.scaling == "yarn":
+        low, high = _yarn_band(p, dim)
+        ramp = ((torch.arange(dim // 2, device=device, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        return inv_freq / p.factor * ramp + inv_freq * (1 - ramp)
     return inv_freq
+
+
+def _yarn_band(p, dim: int) -> tuple[float, float]:
+    """The pair indices where YaRN's ramp starts and ends: the pair that turns ``beta`` times over
+    ``original_context`` sits at ``dim·ln(original_context / (2π·beta)) / (2·ln theta)``; rounded outward
+    and clipped to [0, dim - 1] (Hugging Face's default ``truncate``), never empty."""
+
+    def pair_turning(beta: float) -> float:
+        return dim * math.log(p.original_context / (beta * 2 * math.pi)) / (2 * math.log(p.theta))
+
+    low = max(math.floor(pair_turning(p.beta_fast)), 0)
+    high = min(math.ceil(pair_turning(p.beta_slow)), dim - 1)
+    return low, (high if high != low else high + 0.001)
 
 
 def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:

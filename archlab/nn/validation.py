@@ -12,7 +12,9 @@ from archlab.config import ModelConfig
 from archlab.nn.attention import ATTENTIONS
 from archlab.nn.block import BLOCKS
 from archlab.nn.head import HEADS
+from archlab.nn.latent import MultiHeadLatentAttention  # noqa: F401  registers attention kind mla
 from archlab.nn.mlp import MLPS
+from archlab.nn.moe import MoE  # noqa: F401  registers mlp kind moe
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import POSITIONS
 from archlab.registry import Registry

@@ -1,18 +1,28 @@
-"""``CSVLogger``: Lightning's CSV logger, whose ``metrics.csv`` survives a resumed run.
+"""Loggers: ``CSVLogger``, Lightning's CSV logger whose ``metrics.csv`` survives a resumed run; and the
+experiment trackers ``MLFlowLogger`` and ``WandbLogger``, which also take the run's config and summary.
 
-Lightning's deletes an existing ``metrics.csv`` when a run starts, so a run resumed in its directory
-lost every row logged before; and it writes rows only every 100 steps, so a killed run lost those since.
+Lightning's CSV logger deletes an existing ``metrics.csv`` when a run starts, so a run resumed in its
+directory lost every row logged before; and it writes rows only every 100 steps, so a killed run lost
+those since. The trackers' libraries are imported only when one is chosen (the ``tracking`` extra).
 """
 
 from __future__ import annotations
 
 import csv
+import json
+import math
+import os
+from pathlib import Path
 from typing import Any, Optional
 
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
+from lightning.pytorch.loggers import MLFlowLogger as LightningMLFlowLogger
+from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
+
+from archlab.errors import ConfigError
 
 
 class _ContinuingWriter(ExperimentWriter):
@@ -64,3 +74,164 @@ class CSVLogger(LightningCSVLogger):
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         self.save()
+
+
+# ---------------------------------------------------------------- experiment trackers (logger=mlflow|wandb)
+
+
+def _require(module: str) -> None:
+    """One ConfigError naming the logger when its library is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(
+            f"logger.{module}", module, "a logger whose library is installed: pip install 'archlab[tracking]'"
+        )
+
+
+def summary_fields(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary's scalars as flat ``summary/<key>`` entries (numbers and strings; nulls left out): status
+    and error, steps, wall time, the final metrics, the primary metric and the throughput."""
+    parts = {
+        "status": summary.get("status"),
+        "error": summary.get("error"),
+        "steps": summary.get("steps"),
+        "wall_time_s": summary.get("wall_time_s"),
+        "final": {k: v for k, v in (summary.get("metrics") or {}).get("final", {}).items() if k != "step"},
+        "primary_metric": summary.get("primary_metric"),
+        "throughput": summary.get("throughput"),
+    }
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk(f"{prefix}/{key}", inner)
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            flat[prefix] = value
+
+    walk("summary", parts)
+    return flat
+
+
+def _numbers(fields: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in fields.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+class MLFlowLogger(LightningMLFlowLogger):
+    """Lightning's MLflow logger. ``tracking_uri`` null: ``MLFLOW_TRACKING_URI`` if set, else a file store
+    under ``save_dir`` (kept in maintenance mode by MLflow 3, which this opts into). Its params are the
+    run's whole resolved config (``log_config``); ``log_summary`` adds the summary's scalars (numbers as
+    metrics, words as tags) and summary.json as an artifact."""
+
+    def __init__(self, *args: Any, tracking_uri: Optional[str] = None, save_dir: str = "./mlruns", **kwargs: Any):
+        _require("mlflow")
+        tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"file:{save_dir}"
+        if tracking_uri.startswith("file:"):
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        super().__init__(*args, tracking_uri=tracking_uri, save_dir=save_dir, **kwargs)
+        self._config_logged = False
+
+    @rank_zero_only
+    def log_config(self, config: dict[str, Any]) -> None:
+        """The run's config as params (nested keys joined by ``/``); it holds the module's hyperparameters,
+        which Lightning's own call then leaves alone (MLflow refuses a param logged twice)."""
+        super().log_hyperparams(config)
+        self._config_logged = True
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any) -> None:
+        if not self._config_logged:
+            super().log_hyperparams(params)
+
+    @rank_zero_only
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        client, run = self.experiment, self.run_id
+        fields = summary_fields(summary)
+        for key, value in _numbers(fields).items():
+            client.log_metric(run, key, value, step=int(summary.get("steps") or 0))
+        for key, value in fields.items():
+            if isinstance(value, str):
+                client.set_tag(run, key, value[:5000])  # MLflow keeps tag values up to 5000 characters
+        client.log_dict(run, summary, "summary.json")
+
+    @property
+    def log_dir(self) -> str:
+        """The run's directory in a file store, else ``<tracking uri>#<run id>``."""
+        if self.save_dir:
+            return os.path.join(self.save_dir, self.experiment_id, self.run_id)
+        return f"{self._tracking_uri}#{self.run_id}"
+
+
+def wandb_mode(mode: Optional[str]) -> str:
+    """``mode`` as given, else ``WANDB_MODE``, else online where this user has a W&B API key (the
+    ``WANDB_API_KEY`` variable, or the netrc entry ``wandb login`` writes) and offline where not."""
+    if mode is None:
+        mode = os.environ.get("WANDB_MODE") or ("online" if _wandb_key() else "offline")
+    if mode not in WANDB_MODES:
+        raise ConfigError(
+            "logger.wandb.mode", mode, f"null (WANDB_MODE, else online with an API key) or one of {list(WANDB_MODES)}"
+        )
+    return mode
+
+
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+def _wandb_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    import netrc
+
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators("api.wandb.ai") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+class WandbLogger(LightningWandbLogger):
+    """Lightning's W&B logger, offline unless this user can log in (``wandb_mode``); its config is the
+    run's whole resolved config (``log_config``). ``log_summary`` sets the summary's scalars in the run's
+    summary, saves summary.json with the run's files and finishes the run (so a next run in this process,
+    a sweep's, starts its own)."""
+
+    def __init__(self, *args: Any, mode: Optional[str] = None, **kwargs: Any):
+        _require("wandb")
+        super().__init__(*args, mode=wandb_mode(mode), **kwargs)
+
+    @rank_zero_only
+    def log_config(self, config: dict[str, Any]) -> None:
+        super().log_hyperparams(config)
+
+    @rank_zero_only
+    def log_summary(self, summary: dict[str, Any]) -> None:
+        run = self.experiment
+        run.summary.update(summary_fields(summary))
+        path = summary.get("paths", {}).get("summary")
+        if path and os.path.isfile(path):
+            run.save(path, base_path=os.path.dirname(path), policy="now")
+        run.finish()
+
+    @property
+    def log_dir(self) -> str:
+        """This run's directory (``<save_dir>/wandb/<offline-run|run>-<date>-<id>``)."""
+        return os.path.dirname(self.experiment.dir)
+
+
+@rank_zero_only
+def log_config(loggers: list[Any], config: dict[str, Any]) -> None:
+    """Give each tracker the run's resolved config before fit (rank 0)."""
+    for logger in loggers:
+        if hasattr(logger, "log_config"):
+            logger.log_config(config)
+
+
+@rank_zero_only
+def log_summary(loggers: list[Any], output_dir: str | Path) -> None:
+    """Give each tracker the run's summary.json, completed or failed, once it is written (rank 0)."""
+    path = Path(output_dir) / "summary.json"
+    trackers = [lg for lg in loggers if hasattr(lg, "log_summary")]
+    if trackers and path.is_file():
+        summary = json.loads(path.read_text())
+        for logger in trackers:
+            logger.log_summary(summary)

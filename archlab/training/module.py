@@ -102,6 +102,10 @@ class LitModel(L.LightningModule):
         inputs, targets = batch
         loss = next_token_loss(self.model(inputs), targets)
         self.log("train/loss", loss, prog_bar=True)
+        # auxiliary losses (a mixture of experts' load balance, router z-loss), logged unweighted
+        for name, (weight, aux) in self.model.auxiliary_losses().items():
+            self.log(f"train/{name}", aux)
+            loss = loss + weight * aux
         self.log("train/lr", self.optimizers().param_groups[0]["lr"])
         return loss
 

@@ -1,59 +1,110 @@
-"""AdamW over two parameter groups (decay on 2-D weights only) and the warm-up + cosine schedule."""
+"""Optimizers (``optim.kind``): AdamW or SGD over two parameter groups (decay on 2-D weights only), or Muon
+on the blocks' hidden matrices with AdamW on the rest; and the warm-up that must fit the schedule."""
 
 from __future__ import annotations
 
 import logging
-import math
-from typing import Any
+from typing import Any, Optional
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
+from archlab.errors import ConfigError
+from archlab.training.schedules import build_scheduler, lr_factor, warmup_limit
+
+__all__ = ["build_optimizer", "build_scheduler", "lr_factor", "param_groups", "muon_groups", "MuonAdamW", "fit_warmup"]
+
 log = logging.getLogger("archlab.train")
 
+# the fields each kind reads beside lr and weight_decay; the others must be null (see validate_train)
+OPTIMIZERS = {
+    "adamw": ("betas", "eps"),
+    "sgd": ("momentum", "nesterov"),
+    "muon": ("momentum", "nesterov", "ns_steps", "adjust_lr_fn", "betas", "eps", "adamw_lr"),
+}
+NULLABLE = ("adamw_lr",)  # muon: null means AdamW's part takes optim.lr
+KIND_FIELDS = ("betas", "eps", "momentum", "nesterov", "ns_steps", "adjust_lr_fn", "adamw_lr")
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+
+def param_groups(model: nn.Module, weight_decay: float, params: Optional[list] = None) -> list[dict[str, Any]]:
     """Matrices and embedding tables decay; biases and norm scales (1-D) do not (GPT-2/nanoGPT).
-    A tied head is the token table itself and is listed once."""
-    params = {id(p): (n, p) for n, p in model.named_parameters() if p.requires_grad}.values()
-    decay = [p for _, p in params if p.dim() >= 2]
-    no_decay = [p for _, p in params if p.dim() < 2]
+    A tied head is the token table itself and is listed once. ``params``: only these (default: all)."""
+    if params is None:
+        params = [p for p in {id(p): p for p in model.parameters() if p.requires_grad}.values()]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
     ]
 
 
+def muon_groups(model: nn.Module, weight_decay: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Muon's group (every 2-D parameter inside ``model.blocks``: the attention and MLP matrices) and
+    AdamW's groups for the rest: embeddings, head, norms and biases, split by ``param_groups``."""
+    hidden, other = [], []
+    for name, p in model.named_parameters():  # a tied head is the token table: listed once
+        if p.requires_grad:
+            (hidden if name.startswith("blocks.") and p.dim() == 2 else other).append(p)
+    return [{"params": hidden, "weight_decay": weight_decay}], param_groups(model, weight_decay, other)
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Muon and AdamW stepped together, one optimizer to Lightning. The wrapper's ``param_groups`` are the
+    two optimizers' own group dicts and all three share one ``state``, so the schedule, gradient clipping
+    and the base class's ``state_dict``/``load_state_dict`` see one optimizer, and a resume is exact."""
+
+    def __init__(self, hidden: list[dict[str, Any]], other: list[dict[str, Any]], muon: dict, adamw: dict):
+        self.muon = torch.optim.Muon(hidden, **muon)
+        self.adamw = torch.optim.AdamW(other, **adamw)
+        super().__init__([*self.muon.param_groups, *self.adamw.param_groups], {})
+        self._share()
+
+    def _share(self) -> None:
+        """Point both optimizers at the wrapper's groups and state (``load_state_dict`` replaces them)."""
+        n = len(self.muon.param_groups)
+        self.muon.param_groups, self.adamw.param_groups = self.param_groups[:n], self.param_groups[n:]
+        self.muon.state = self.adamw.state = self.state
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self.muon.step()
+        self.adamw.step()
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._share()
+
+
 def build_optimizer(
     model: nn.Module, optim: dict[str, Any], device: torch.device, mixed_precision: bool = False
 ) -> torch.optim.Optimizer:
-    """Instantiate ``optim`` (a ``_partial_`` AdamW node) over ``param_groups``; fused kernels on CUDA
-    and CPU (one pass over each tensor per step instead of a dozen foreach passes), except under
-    ``mixed_precision``: Lightning's autocast plugin refuses to clip the gradients of a fused optimizer."""
-    make = instantiate(optim)
-    extra = {"fused": True} if device.type in ("cuda", "cpu") and not mixed_precision else {}
-    return make(param_groups(model, optim["weight_decay"]), **extra)
-
-
-def lr_factor(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float) -> float:
-    """Multiplier of the peak lr before optimizer step ``step`` (0-based), nanoGPT's ``get_lr``:
-    ``(step + 1) / (warmup + 1)`` during warm-up, then cosine from 1 to ``min_lr_ratio`` at
-    ``decay_steps``, then the floor."""
-    if step < warmup_steps:
-        return (step + 1) / (warmup_steps + 1)
-    if step >= decay_steps:
-        return min_lr_ratio
-    progress = (step - warmup_steps) / (decay_steps - warmup_steps)
-    return min_lr_ratio + 0.5 * (1.0 + math.cos(math.pi * progress)) * (1.0 - min_lr_ratio)
-
-
-def build_scheduler(optimizer: torch.optim.Optimizer, scheduler: dict[str, Any], max_steps: int):
-    """A ``LambdaLR`` over ``lr_factor``, to be stepped once per optimizer step."""
-    decay = scheduler["decay_steps"] if scheduler["decay_steps"] is not None else max_steps
-    warmup, floor = scheduler["warmup_steps"], scheduler["min_lr_ratio"]
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, warmup, decay, floor))
+    """The optimizer ``optim`` names (no ``kind``: adamw, as earlier versions recorded it). AdamW and SGD
+    use fused kernels on CUDA and CPU (one pass over each tensor per step instead of a dozen foreach
+    passes), except under ``mixed_precision``: Lightning's autocast plugin refuses to clip the gradients of
+    a fused optimizer."""
+    kind = optim.get("kind", "adamw")
+    fused = {"fused": True} if device.type in ("cuda", "cpu") and not mixed_precision else {}
+    lr, decay = optim["lr"], optim["weight_decay"]
+    # betas and eps as given; records of earlier versions may lack them (torch's defaults then)
+    adamw = {"lr": lr, **{k: tuple(optim[k]) if k == "betas" else optim[k] for k in ("betas", "eps") if k in optim}}
+    if kind == "adamw":
+        return torch.optim.AdamW(param_groups(model, decay), **adamw, **fused)
+    if kind == "sgd":
+        sgd = {"momentum": optim["momentum"], "nesterov": optim["nesterov"]}
+        return torch.optim.SGD(param_groups(model, decay), lr=lr, **sgd, **fused)
+    if kind == "muon":
+        muon = {k: optim[k] for k in ("momentum", "nesterov", "ns_steps", "adjust_lr_fn")}
+        hidden, other = muon_groups(model, decay)
+        adamw["lr"] = optim["adamw_lr"] if optim.get("adamw_lr") is not None else lr
+        return MuonAdamW(hidden, other, {"lr": lr, **muon}, {**adamw, **fused})
+    raise ConfigError("optim.kind", kind, f"one of {list(OPTIMIZERS)}")
 
 
 def command_line_sets(cfg: DictConfig, key: str) -> bool:
@@ -71,21 +122,23 @@ def command_line_sets(cfg: DictConfig, key: str) -> bool:
 
 
 def fit_warmup(cfg: DictConfig) -> None:
-    """Where ``scheduler.warmup_steps`` would not end before the cosine decay does and the command line
-    did not set it (a default or an experiment's value, made for longer runs), shorten it in ``cfg`` to a
-    tenth of the decay steps (rounded down) and log the change; a value set on the command line is kept,
-    for validation to reject."""
+    """Where ``scheduler.warmup_steps`` would not end before the decay begins (``warmup_limit``) and the
+    command line did not set it (a default or an experiment's value, made for longer runs), shorten it in
+    ``cfg`` to a tenth of the decay steps (rounded down; for wsd at most the start of its decay) and log
+    the change; a value set on the command line is kept, for validation to reject."""
     s = cfg.scheduler
     decay = s.decay_steps if s.decay_steps is not None else cfg.trainer.max_steps
-    if not 0 < decay <= s.warmup_steps or command_line_sets(cfg, "scheduler.warmup_steps"):
+    limit, _ = warmup_limit(s, cfg.trainer.max_steps)
+    if decay <= 0 or s.warmup_steps <= limit or command_line_sets(cfg, "scheduler.warmup_steps"):
         return
-    fitted = decay // 10
+    fitted = max(0, min(decay // 10, limit))
     field = "scheduler.decay_steps" if s.decay_steps is not None else "trainer.max_steps"
     log.info(
-        "scheduler.warmup_steps: %d -> %d (a tenth of %s=%d: the warm-up must end before the cosine decay does; "
+        "scheduler.warmup_steps: %d -> %d (%s of %s=%d: the warm-up must end before the decay begins; "
         "set scheduler.warmup_steps to choose it)",
         s.warmup_steps,
         fitted,
+        "a tenth" if fitted == decay // 10 else "the start of the decay",
         field,
         decay,
     )

@@ -25,7 +25,7 @@ from archlab.nn.validation import validate
 from archlab.precision import resolve_precision
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.instantiate import instantiate_group, instantiate_node
-from archlab.training.loggers import CSVLogger
+from archlab.training.loggers import CSVLogger, log_config, log_summary
 from archlab.training.module import LitModel
 from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
 from archlab.training.recorder import RunRecorder
@@ -67,7 +67,11 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
     info = _run_info(cfg, dm, model_cfg, matched, ckpt_path, start, precision)
     recorder = RunRecorder(out, info, tokenizer=getattr(dm, "tokenizer", None), primary_metric=_primary_metric(dm))
-    trainer = _fit(cfg, model_cfg, dm, callbacks, loggers, recorder, ckpt_path, precision[0])
+    log_config(loggers, info["config"])  # trackers (mlflow, wandb): the run's config, then its summary
+    try:
+        trainer = _fit(cfg, model_cfg, dm, callbacks, loggers, recorder, ckpt_path, precision[0])
+    finally:
+        log_summary(loggers, out)
     if not trainer.is_global_zero:
         return {}
     summary = json.loads((out / SUMMARY).read_text())

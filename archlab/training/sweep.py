@@ -12,15 +12,17 @@ from omegaconf import DictConfig, OmegaConf
 from archlab.build import CONF_DIR
 from archlab.config import to_model_config
 from archlab.errors import ConfigError
-from archlab.matching import match_params
+from archlab.matching import match_params, matched_steps
 from archlab.nn.validation import validate
 from archlab.training.outputs import held_results, read_summary
 from archlab.training.summary import SUMMARY, metric_names, run_summary, write_summary
 
 
 def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
-    """With ``match.reference`` set, size ``match.field`` of ``cfg.model`` (in place) so its parameter
-    count matches the reference (this model with the reference's fields); return the match record.
+    """With ``match.reference`` set, make ``cfg`` (in place) spend what the reference (this model with the
+    reference's fields) spends: size ``match.field`` of ``cfg.model`` so its ``match.quantity`` (total or
+    active parameters, or FLOPs per token) matches, or, for ``training_flops``, set ``trainer.max_steps``
+    so the run's training FLOPs match the reference's at the same steps; return the match record.
 
     Call once the data has set vocab_size and context_length: the counts include the embeddings."""
     m = cfg.match
@@ -29,9 +31,18 @@ def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
     if not isinstance(m.reference, DictConfig):
         raise ConfigError("match.reference", m.reference, "null, or model fields to change, e.g. {mlp: {kind: gelu}}")
     reference = validate(to_model_config(OmegaConf.merge(cfg.model, m.reference)))
-    result = match_params(validate(to_model_config(cfg.model)), reference, m.field, m.tolerance, m.step)
+    model = validate(to_model_config(cfg.model))
+    record = {"reference": OmegaConf.to_container(m.reference)}
+    if m.quantity == "training_flops":
+        steps = matched_steps(model, reference, cfg.trainer.max_steps)
+        record.update(
+            quantity=m.quantity, field="trainer.max_steps", value=steps, reference_steps=cfg.trainer.max_steps
+        )
+        cfg.trainer.max_steps = steps
+        return record
+    result = match_params(model, reference, m.field, m.tolerance, m.step, m.quantity)
     OmegaConf.update(cfg.model, m.field, result.value, merge=False)
-    return {"reference": OmegaConf.to_container(m.reference), **result.as_dict()}
+    return {**record, **result.as_dict()}
 
 
 def check_objective(objective: Optional[str], val_names: list[str]) -> None:

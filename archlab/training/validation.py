@@ -14,13 +14,11 @@ from archlab.config import to_model_config
 from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
 from archlab.nn.validation import validate
-from archlab.training.instantiate import check_arguments
 from archlab.training.sweep import in_multirun
 
 PRECISIONS = ("32", "32-true", "bf16-mixed", "bf16-true", "16-mixed", "auto")
 ACCELERATORS = ("cpu", "gpu", "cuda", "mps", "auto")
 STRATEGIES = ("auto", "ddp", "ddp_spawn", "ddp_notebook", "fsdp", "deepspeed")
-SCHEDULES = ("cosine",)
 
 
 def _target(node: Any, name: str) -> None:
@@ -111,33 +109,8 @@ def validate_train(cfg: DictConfig) -> DictConfig:
         raise ConfigError("trainer.max_time", t.max_time, 'null or a duration "DD:HH:MM:SS", e.g. "00:12:00:00"')
     _check_hardware(t)
 
-    o = cfg.optim
-    check_arguments(o, "optim", "params")  # e.g. optim._target_=torch.optim.SGD takes no betas
-    checks.positive("optim.lr", o.lr)
-    if len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas):
-        raise ConfigError("optim.betas", list(o.betas), "two numbers in [0, 1)")
-    checks.positive("optim.eps", o.eps, "a positive number (it keeps AdamW's update finite where a gradient is 0)")
-    checks.non_negative("optim.weight_decay", o.weight_decay)
-
-    s = cfg.scheduler
-    checks.choice("scheduler.kind", s.kind, SCHEDULES)
-    checks.integer("scheduler.warmup_steps", s.warmup_steps, 0)
-    if not 0.0 <= s.min_lr_ratio <= 1.0:
-        raise ConfigError(
-            "scheduler.min_lr_ratio", s.min_lr_ratio, "a number in [0, 1] (the floor as a fraction of optim.lr)"
-        )
-    from archlab.training.optim import fit_warmup
-
-    fit_warmup(cfg)  # a warm-up not set on the command line is shortened to fit the run
-    if s.decay_steps is None and s.warmup_steps >= t.max_steps:
-        raise ConfigError(
-            "scheduler.warmup_steps",
-            s.warmup_steps,
-            f"fewer than trainer.max_steps={t.max_steps} (the cosine decays until then)",
-        )
-    decay = s.decay_steps if s.decay_steps is not None else t.max_steps
-    if decay <= s.warmup_steps:
-        raise ConfigError("scheduler.decay_steps", decay, f"more than scheduler.warmup_steps={s.warmup_steps}")
+    _check_optim(cfg.optim, t)
+    _check_scheduler(cfg)
 
     _target(cfg.data, "data")
     for group in ("logger", "callbacks"):
@@ -159,6 +132,93 @@ def validate_train(cfg: DictConfig) -> DictConfig:
         checks.writable_dir("paths.output_dir", cfg.paths.output_dir)
     validate(to_model_config(cfg.model))
     return cfg
+
+
+def _check_optim(o: Any, t: Any) -> None:
+    """The optimizer's kind, the fields it reads (set) and those it does not (null), and their values."""
+    from archlab.training.optim import KIND_FIELDS, NULLABLE, OPTIMIZERS
+
+    checks.choice("optim.kind", o.kind, list(OPTIMIZERS))
+    used = OPTIMIZERS[o.kind]
+    for name in KIND_FIELDS:
+        if name not in used and o[name] is not None:
+            users = "|".join(k for k, fields in OPTIMIZERS.items() if name in fields)
+            raise ConfigError(
+                f"optim.{name}", o[name], f"null: optim.kind={o.kind} does not use it (optim={users} does)"
+            )
+        if name in used and name not in NULLABLE and o[name] is None:
+            raise ConfigError(f"optim.{name}", None, f"a value: optim.kind={o.kind} needs it")
+    checks.positive("optim.lr", o.lr)
+    checks.non_negative("optim.weight_decay", o.weight_decay)
+    if o.betas is not None and (len(o.betas) != 2 or not all(0.0 <= b < 1.0 for b in o.betas)):
+        raise ConfigError("optim.betas", list(o.betas), "two numbers in [0, 1)")
+    if o.eps is not None:
+        checks.positive("optim.eps", o.eps, "a positive number (it keeps AdamW's update finite where a gradient is 0)")
+    if o.momentum is not None and not 0.0 <= o.momentum < 1.0:
+        raise ConfigError("optim.momentum", o.momentum, "a number in [0, 1)")
+    if o.nesterov and o.momentum == 0.0:
+        raise ConfigError("optim.nesterov", o.nesterov, "false where optim.momentum=0 (Nesterov's step needs momentum)")
+    if o.ns_steps is not None:
+        checks.integer("optim.ns_steps", o.ns_steps)
+    if o.adjust_lr_fn is not None:
+        checks.choice("optim.adjust_lr_fn", o.adjust_lr_fn, ["original", "match_rms_adamw"])
+    if o.adamw_lr is not None:
+        checks.positive("optim.adamw_lr", o.adamw_lr, "a positive number, or null for optim.lr")
+    sharded = (
+        t.strategy in ("fsdp", "deepspeed") if isinstance(t.strategy, str) else "ModelParallel" in t.strategy._target_
+    )
+    if o.kind == "muon" and sharded:
+        raise ConfigError(
+            "optim.kind",
+            "muon",
+            "adamw or sgd under a sharded trainer (fsdp): Muon orthogonalises whole matrices, each process holds a shard",
+        )
+
+
+def _check_scheduler(cfg: DictConfig) -> None:
+    """The schedule's kind and the fields it reads; a warm-up the command line did not set is fitted to the
+    run (``fit_warmup``), one that was set must end before the decay begins."""
+    from archlab.training.optim import fit_warmup
+    from archlab.training.schedules import SCHEDULES, warmup_limit
+
+    s, t = cfg.scheduler, cfg.trainer
+    checks.choice("scheduler.kind", s.kind, list(SCHEDULES))
+    checks.integer("scheduler.warmup_steps", s.warmup_steps, 0)
+    if s.kind == "constant":
+        for name in ("min_lr_ratio", "decay_steps", "decay_fraction"):
+            if s[name] is not None:
+                raise ConfigError(f"scheduler.{name}", s[name], "null: scheduler.kind=constant does not decay")
+    else:
+        if s.min_lr_ratio is None or not 0.0 <= s.min_lr_ratio <= 1.0:
+            raise ConfigError(
+                "scheduler.min_lr_ratio", s.min_lr_ratio, "a number in [0, 1] (the floor as a fraction of optim.lr)"
+            )
+        if s.decay_steps is not None:
+            checks.integer(
+                "scheduler.decay_steps", s.decay_steps, 1, "a positive integer, or null for trainer.max_steps"
+            )
+    if s.kind == "wsd":
+        if s.decay_fraction is None or not 0.0 < s.decay_fraction < 1.0:
+            raise ConfigError("scheduler.decay_fraction", s.decay_fraction, "a number strictly between 0 and 1")
+    elif s.decay_fraction is not None:
+        raise ConfigError("scheduler.decay_fraction", s.decay_fraction, f"null: scheduler.kind={s.kind} (wsd uses it)")
+
+    fit_warmup(cfg)  # a warm-up not set on the command line is shortened to fit the run
+    limit, why = warmup_limit(s, t.max_steps)
+    if s.warmup_steps <= limit:
+        return
+    decay = s.decay_steps if s.decay_steps is not None else t.max_steps
+    if why is not None:
+        raise ConfigError(
+            "scheduler.warmup_steps", s.warmup_steps, f"at most {limit}: the warm-up must end before {why}"
+        )
+    if s.decay_steps is None:
+        raise ConfigError(
+            "scheduler.warmup_steps",
+            s.warmup_steps,
+            f"fewer than trainer.max_steps={t.max_steps} (the schedule runs until then)",
+        )
+    raise ConfigError("scheduler.decay_steps", decay, f"more than scheduler.warmup_steps={s.warmup_steps}")
 
 
 def _check_hardware(t: Any) -> None:

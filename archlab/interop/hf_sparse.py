@@ -1,0 +1,544 @@
+"""The Hugging Face mixture-of-experts families, one record each: Mixtral, Qwen3-MoE, DeepSeek-V2 and
+DeepSeek-V3 (multi-head latent attention and DeepSeekMoE).
+
+They are ``hf_families.Family`` records like the dense ones and join its ``FAMILIES`` when this module
+is imported (``hf_families`` imports it last). ``sparse_family`` picks one for a layout with a moe MLP
+or mla attention. Routed experts are stacked in both libraries (transformers 5's ``gate_up_proj``
+[E, 2f, d], gate rows first, and ``down_proj`` [E, d, f]), so they map tensor for tensor; DeepSeek's
+shared experts are one gated MLP of n_shared·f, and DeepSeek-V3's correction bias is a buffer in both.
+The auxiliary-loss weights are training settings, not layout: ``aux_loss_weight`` travels as
+``router_aux_loss_coef`` where the class has one (Mixtral, Qwen3-MoE); DeepSeek's classes have none,
+and no class has a z-loss, so those are not written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from archlab.config import (
+    AttentionConfig,
+    BlockConfig,
+    HeadConfig,
+    MLPConfig,
+    ModelConfig,
+    NormConfig,
+    PositionConfig,
+    head_dim,
+    n_kv_head,
+)
+from archlab.errors import ConfigError
+from archlab.interop.hf_families import (
+    FAMILIES,
+    GATED_FROM_HF,
+    GATED_TO_HF,
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    refuse_hf,
+    rope_from_hf,
+    rope_to_hf,
+)
+from archlab.nn.mlp import d_ff
+from archlab.nn.moe import expert_width
+
+# The latent norms of transformers' DeepSeek attention keep the RMSNorm default eps, whatever rms_norm_eps says.
+DEEPSEEK_LATENT_EPS = 1e-6
+
+
+class _Sparse(Family):
+    """What the four share: LLaMA's names and pre-norm RMSNorm block, no head bias, untied or tied head,
+    routed experts of a gated kind without biases, a router Linear without bias (``mlp.gate``)."""
+
+    prefix = "model."
+    shared_experts = False  # DeepSeek: n_shared_experts >= 1 (transformers builds the shared MLP whatever its width)
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.norm.kind", ("rmsnorm",), ""),
+            ("model.block.kind", ("pre",), ""),
+            ("model.head.bias", (False,), ""),
+            ("model.mlp.kind", ("moe",), ""),
+            ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
+            ("model.mlp.bias", (False,), " (its experts have no biases)"),
+            *self.family_rules(cfg),
+        ]
+
+    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
+        """What the family alone requires (its router's scores, groups and renormalisation, its RoPE pairs)."""
+        return []
+
+    def check(self, cfg: ModelConfig) -> None:
+        super().check(cfg)
+        if self.shared_experts and cfg.mlp.n_shared_experts < 1:
+            raise ConfigError(
+                "model.mlp.n_shared_experts",
+                cfg.mlp.n_shared_experts,
+                f"at least 1 to convert to Hugging Face {self.title} (its MoE layers always have shared experts)",
+            )
+
+    def rope_types(self) -> tuple[str, ...]:
+        """The rope_parameters rope_types of this family's ``scalings``."""
+        return tuple("default" if s == "none" else s for s in self.scalings)
+
+    def base_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        """The config keys all four name alike."""
+        return dict(
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.n_layer,
+            num_attention_heads=cfg.attention.n_head,
+            hidden_act=GATED_TO_HF[(cfg.mlp.expert, cfg.mlp.approximate)],
+            max_position_embeddings=cfg.context_length,
+            initializer_range=cfg.init_std,
+            rms_norm_eps=cfg.norm.eps,
+            tie_word_embeddings=cfg.head.tied,
+            rope_parameters=rope_to_hf(cfg),
+            attention_dropout=cfg.attention.dropout,
+        )
+
+    def base_from_hf(self, c: Any, position: PositionConfig, attention: AttentionConfig, mlp: MLPConfig) -> ModelConfig:
+        """archlab's config from the keys all four name alike and the family's parts."""
+        return ModelConfig(
+            vocab_size=c.vocab_size,
+            context_length=c.max_position_embeddings,
+            n_layer=c.num_hidden_layers,
+            d_model=c.hidden_size,
+            dropout=0.0,
+            init_std=c.initializer_range,
+            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps, bias=False),
+            block=BlockConfig(kind="pre"),
+            position=position,
+            attention=attention,
+            mlp=mlp,
+            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
+        )
+
+    @staticmethod
+    def expert_kind(c: Any) -> tuple[str, str]:
+        """archlab's (expert, approximate) of the config's hidden_act."""
+        if c.hidden_act not in GATED_FROM_HF:
+            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
+        return GATED_FROM_HF[c.hidden_act]
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "model.embed_tokens")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
+            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+            self.attention_tensors(t, f"{b}.attn", f"{h}.self_attn")
+            if i < cfg.mlp.dense_layers:  # a dense gated MLP of width d_ff
+                t.gate_up(f"{b}.mlp.gate_up", f"{h}.mlp", False)
+                t.add(f"{b}.mlp.down", f"{h}.mlp.down_proj")
+            else:
+                self.moe_tensors(t, f"{b}.mlp", f"{h}.mlp")
+        t.add("final_norm", "model.norm")
+        return t.head()
+
+    def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
+        raise NotImplementedError
+
+    # A checkpoint's per-expert matrices (gate, up, down) and its names for the MoE block, as saved.
+    expert_matrices = ("gate_proj", "up_proj", "down_proj")
+    checkpoint_renames: dict[str, str] = {}
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """transformers 5 stacks the experts in memory but saves (as the Hub's checkpoints hold them) one
+        tensor per expert and matrix, ``mlp.experts.e.gate_proj.weight`` ...: stacked here, the gate rows
+        before the up rows, where every expert of a layer is present (else left for the caller to name)."""
+        for old, new in self.checkpoint_renames.items():
+            state = {k.replace(old, new): v for k, v in state.items()}
+        gate, up, down = self.expert_matrices
+        for i in range(cfg.mlp.dense_layers, cfg.n_layer):
+            h = f"model.layers.{i}.mlp.experts"
+            names = [[f"{h}.{e}.{m}.weight" for e in range(cfg.mlp.n_experts)] for m in (gate, up, down)]
+            if all(n in state for ns in names for n in ns):
+                gates, ups, downs = ([state.pop(n) for n in ns] for ns in names)
+                state[f"{h}.gate_up_proj"] = torch.cat((torch.stack(gates), torch.stack(ups)), dim=1)
+                state[f"{h}.down_proj"] = torch.stack(downs)
+        return state
+
+    @staticmethod
+    def moe_tensors(t: Tensors, archlab: str, hf: str) -> None:
+        """Router, correction bias, stacked routed experts (the same layout in both) and shared experts."""
+        m = t.cfg.mlp
+        t.add(f"{archlab}.router", f"{hf}.gate")
+        if m.correction_bias:
+            t.maps.append(TensorMap(f"{archlab}.router_bias", (f"{hf}.gate.e_score_correction_bias",)))
+        t.maps.append(TensorMap(f"{archlab}.experts.gate_up", (f"{hf}.experts.gate_up_proj",)))
+        t.maps.append(TensorMap(f"{archlab}.experts.down", (f"{hf}.experts.down_proj",)))
+        if m.n_shared_experts:
+            f = m.n_shared_experts * expert_width(t.cfg)
+            shared = f"{hf}.shared_experts"
+            t.stacked(f"{archlab}.shared.gate_up", [f"{shared}.gate_proj", f"{shared}.up_proj"], False, (f, f))
+            t.add(f"{archlab}.shared.down", f"{shared}.down_proj")
+
+
+# ---- Mixtral and Qwen3-MoE: causal attention with separate q/k/v, softmax top-k routing
+
+
+class _CausalSparse(_Sparse):
+    """Mixtral and Qwen3-MoE: LLaMA's attention (GQA, any head_dim, a sliding window on every layer) over
+    softmax top-k routing without shared experts or groups."""
+
+    features = frozenset({"model.position.scaling", "model.attention.window"})
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [
+            ("model.position.pairing", ("half",), ""),
+            ("model.mlp.scoring", ("softmax",), ""),
+            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
+        ]
+
+    def check(self, cfg: ModelConfig) -> None:
+        super().check(cfg)
+        self.full_rotary(cfg)
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        m = cfg.mlp
+        return dict(
+            self.base_to_hf(cfg),
+            num_key_value_heads=n_kv_head(cfg),
+            sliding_window=cfg.attention.window,
+            num_experts_per_tok=m.top_k,
+            router_aux_loss_coef=m.aux_loss_weight,
+        )
+
+    def causal_from_hf(self, c: Any, mlp: MLPConfig) -> ModelConfig:
+        """archlab's config of LLaMA-style attention over ``mlp``."""
+        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        attention = AttentionConfig(
+            n_head=c.num_attention_heads,
+            n_kv_head=c.num_key_value_heads or c.num_attention_heads,
+            head_dim=hd,
+            qkv_bias=False,
+            out_bias=False,
+            dropout=float(c.attention_dropout),
+            window=c.sliding_window,
+        )
+        position = rope_from_hf(c, hd, partial=False, scalings=self.rope_types())
+        return self.base_from_hf(c, position, attention, mlp)
+
+    def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
+        a = t.cfg.attention
+        t.qkv(f"{archlab}.qkv", hf, a.qkv_bias)
+        if a.qk_norm == "head":
+            t.add(f"{archlab}.q_norm", f"{hf}.q_norm")
+            t.add(f"{archlab}.k_norm", f"{hf}.k_norm")
+        t.add(f"{archlab}.proj", f"{hf}.o_proj", a.out_bias)
+
+
+class Mixtral(_CausalSparse):
+    """MixtralForCausalLM: Mistral's attention (no biases) and a MoE in every layer, softmax over the
+    experts, the top-k weights renormalised; ``intermediate_size`` is an expert's width."""
+
+    model_type, title, model_class, config_class = "mixtral", "Mixtral", "MixtralForCausalLM", "MixtralConfig"
+    expert_matrices = ("w1", "w3", "w2")
+    checkpoint_renames = {".block_sparse_moe.": ".mlp."}
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [
+            ("model.attention.qkv_bias", (False,), ""),
+            ("model.attention.out_bias", (False,), ""),
+            ("model.mlp.dense_layers", (0,), " (every layer is a MoE)"),
+            ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        hd = head_dim(cfg)
+        return dict(
+            super().to_hf(cfg),
+            head_dim=None if hd == cfg.d_model // cfg.attention.n_head else hd,  # as published: null when implied
+            num_local_experts=cfg.mlp.n_experts,
+            intermediate_size=expert_width(cfg),
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.router_jitter_noise:
+            refuse_hf(c, "router_jitter_noise", "0.0 (archlab's router has no input jitter)")
+        expert, approximate = self.expert_kind(c)
+        mlp = MLPConfig(
+            kind="moe",
+            expert=expert,
+            approximate=approximate,
+            bias=False,
+            n_experts=c.num_local_experts,
+            top_k=c.num_experts_per_tok,
+            expert_d_ff=c.intermediate_size,
+            normalize_top_k=True,
+            aux_loss_weight=float(c.router_aux_loss_coef),
+        )
+        return self.causal_from_hf(c, mlp)
+
+
+class Qwen3Moe(_CausalSparse):
+    """Qwen3MoeForCausalLM: Qwen3's attention (per-head QK-norm, explicit head_dim, one attention_bias
+    flag) and MoE layers of ``moe_intermediate_size`` experts, the top-k weights renormalised as
+    ``norm_topk_prob`` says; ``mlp_only_layers`` 0 .. N-1 are archlab's N ``dense_layers`` (width
+    ``intermediate_size``)."""
+
+    model_type, title, model_class, config_class = "qwen3_moe", "Qwen3-MoE", "Qwen3MoeForCausalLM", "Qwen3MoeConfig"
+    features = _CausalSparse.features | {"model.attention.qk_norm"}
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [
+            ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
+            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        m, window = cfg.mlp, cfg.attention.window
+        return dict(
+            super().to_hf(cfg),
+            head_dim=head_dim(cfg),
+            attention_bias=cfg.attention.qkv_bias,
+            use_sliding_window=window is not None,
+            num_experts=m.n_experts,
+            moe_intermediate_size=expert_width(cfg),
+            intermediate_size=d_ff(cfg),
+            norm_topk_prob=m.normalize_top_k,
+            decoder_sparse_step=1,
+            mlp_only_layers=list(range(m.dense_layers)),
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.decoder_sparse_step != 1:
+            refuse_hf(c, "decoder_sparse_step", "1 (archlab's MoE layers are every layer after the dense ones)")
+        if c.num_experts < 1:
+            refuse_hf(c, "num_experts", "at least 1 (archlab's MoE layers have routed experts)")
+        dense = list(c.mlp_only_layers)
+        if dense != list(range(len(dense))):
+            refuse_hf(c, "mlp_only_layers", "the first N layers, [0, 1, ..., N-1] (archlab's model.mlp.dense_layers)")
+        expert, approximate = self.expert_kind(c)
+        mlp = MLPConfig(
+            kind="moe",
+            expert=expert,
+            approximate=approximate,
+            d_ff=c.intermediate_size,
+            bias=False,
+            n_experts=c.num_experts,
+            top_k=c.num_experts_per_tok,
+            expert_d_ff=c.moe_intermediate_size,
+            dense_layers=len(dense),
+            normalize_top_k=bool(c.norm_topk_prob),
+            aux_loss_weight=float(c.router_aux_loss_coef),
+        )
+        cfg = self.causal_from_hf(c, mlp)
+        bias = bool(c.attention_bias)
+        cfg.attention.qkv_bias, cfg.attention.out_bias, cfg.attention.qk_norm = bias, bias, "head"
+        return cfg  # Qwen3MoeConfig has already set sliding_window to None unless use_sliding_window
+
+
+# ---- DeepSeek-V2 and -V3: multi-head latent attention and DeepSeekMoE
+
+
+class _DeepSeek(_Sparse):
+    """DeepSeek-V2 and -V3: multi-head latent attention (queries direct or through ``q_lora_rank``, keys
+    and values from a ``kv_lora_rank`` latent, one rotated key all heads share), YaRN RoPE, the first
+    ``first_k_dense_replace`` layers dense (width ``intermediate_size``), then routed experts of
+    ``moe_intermediate_size`` beside ``n_shared_experts`` shared ones, weights times ``routed_scaling_factor``."""
+
+    attention_kind = "mla"
+    features = frozenset({"model.position.scaling"})
+    scalings = ("none", "yarn")
+    shared_experts = True
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [
+            ("model.norm.eps", (DEEPSEEK_LATENT_EPS,), " (its latent norms always use 1e-6)"),
+            ("model.position.kind", ("rope",), " (it always rotates qk_rope_head_dim dims)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        a, m = cfg.attention, cfg.mlp
+        return dict(
+            self.base_to_hf(cfg),
+            num_key_value_heads=a.n_head,
+            q_lora_rank=a.q_lora_rank,
+            kv_lora_rank=a.kv_lora_rank,
+            qk_nope_head_dim=a.qk_nope_head_dim,
+            qk_rope_head_dim=a.qk_rope_head_dim,
+            v_head_dim=a.v_head_dim,
+            attention_bias=False,
+            intermediate_size=d_ff(cfg),
+            moe_intermediate_size=expert_width(cfg),
+            n_routed_experts=m.n_experts,
+            num_experts_per_tok=m.top_k,
+            n_shared_experts=m.n_shared_experts,
+            first_k_dense_replace=m.dense_layers,
+            routed_scaling_factor=m.routed_scale,
+            norm_topk_prob=m.normalize_top_k,
+            n_group=m.n_groups,
+            topk_group=m.top_groups,
+            # read by DeepSeek's own modeling code (trust_remote_code) and by from_hf; transformers fixes them
+            scoring_func=m.scoring,
+            topk_method=self.topk_method,
+        )
+
+    def deepseek_from_hf(self, c: Any, pairing: str, **routing: Any) -> ModelConfig:
+        """archlab's config, ``routing`` the family's MLPConfig fields (scoring, groups, renormalisation)."""
+        if c.attention_bias:
+            refuse_hf(c, "attention_bias", "false (archlab's mla projections have no biases)")
+        if c.rms_norm_eps != DEEPSEEK_LATENT_EPS:
+            refuse_hf(c, "rms_norm_eps", "1e-6 (transformers norms the latents with 1e-6 whatever it says)")
+        if c.num_key_value_heads not in (None, c.num_attention_heads):
+            refuse_hf(
+                c, "num_key_value_heads", f"num_attention_heads={c.num_attention_heads} (every head reads the latent)"
+            )
+        if not c.n_shared_experts:
+            refuse_hf(
+                c, "n_shared_experts", "at least 1 (archlab's shared experts are one MLP of n·moe_intermediate_size)"
+            )
+        for key, computed in (("topk_method", self.topk_method), ("scoring_func", routing["scoring"])):
+            if getattr(c, key, None) not in (None, computed):  # DeepSeek's own keys: transformers fixes both
+                refuse_hf(c, key, f"'{computed}' (what transformers' {self.model_class} computes)")
+        position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=self.rope_types())
+        position.pairing = pairing
+        attention = AttentionConfig(
+            kind="mla",
+            n_head=c.num_attention_heads,
+            qkv_bias=False,
+            out_bias=False,
+            dropout=float(c.attention_dropout),
+            q_lora_rank=c.q_lora_rank,
+            kv_lora_rank=c.kv_lora_rank,
+            qk_nope_head_dim=c.qk_nope_head_dim,
+            qk_rope_head_dim=c.qk_rope_head_dim,
+            v_head_dim=c.v_head_dim,
+        )
+        expert, approximate = self.expert_kind(c)
+        mlp = MLPConfig(
+            kind="moe",
+            expert=expert,
+            approximate=approximate,
+            d_ff=c.intermediate_size,
+            bias=False,
+            n_experts=c.n_routed_experts,
+            top_k=c.num_experts_per_tok,
+            expert_d_ff=c.moe_intermediate_size,
+            n_shared_experts=c.n_shared_experts,
+            dense_layers=min(c.first_k_dense_replace or 0, c.num_hidden_layers),
+            routed_scale=float(c.routed_scaling_factor),
+            **routing,
+        )
+        return self.base_from_hf(c, position, attention, mlp)
+
+    def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
+        if t.cfg.attention.q_lora_rank is None:
+            t.add(f"{archlab}.q_proj", f"{hf}.q_proj")
+        else:
+            t.add(f"{archlab}.q_down", f"{hf}.q_a_proj")
+            t.add(f"{archlab}.q_norm", f"{hf}.q_a_layernorm")
+            t.add(f"{archlab}.q_up", f"{hf}.q_b_proj")
+        t.add(f"{archlab}.kv_down", f"{hf}.kv_a_proj_with_mqa")
+        t.add(f"{archlab}.kv_norm", f"{hf}.kv_a_layernorm")
+        t.add(f"{archlab}.kv_up", f"{hf}.kv_b_proj")
+        t.add(f"{archlab}.proj", f"{hf}.o_proj")
+
+
+class DeepseekV2(_DeepSeek):
+    """DeepseekV2ForCausalLM: softmax scores, greedy top-k (transformers never renormalises the top-k
+    weights here, whatever norm_topk_prob says), rotated pairs interleaved."""
+
+    model_type, title, model_class, config_class = (
+        "deepseek_v2",
+        "DeepSeek-V2",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV2Config",
+    )
+    topk_method = "greedy"
+
+    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.position.pairing", ("interleaved",), " (it rotates interleaved pairs)"),
+            ("model.mlp.scoring", ("softmax",), ""),
+            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.n_groups", (1,), " (its group_limited_greedy ranks groups by their best score alone)"),
+            ("model.mlp.normalize_top_k", (False,), " (it never renormalises the top-k weights)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(super().to_hf(cfg), mlp_bias=False)
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.mlp_bias:
+            refuse_hf(c, "mlp_bias", "false (archlab's experts have no biases)")
+        if c.norm_topk_prob:
+            refuse_hf(c, "norm_topk_prob", "false (transformers' DeepseekV2 never renormalises the top-k weights)")
+        if c.topk_method != "greedy":
+            refuse_hf(
+                c,
+                "topk_method",
+                "'greedy' (group_limited_greedy ranks groups by their best score; archlab by their two best, as V3)",
+            )
+        return self.deepseek_from_hf(c, "interleaved", scoring="softmax", normalize_top_k=False)
+
+
+class DeepseekV3(_DeepSeek):
+    """DeepseekV3ForCausalLM: sigmoid scores plus the selection-only ``e_score_correction_bias`` (a
+    buffer), group-limited top-k (``n_group``, ``topk_group``: groups ranked by their two best scores),
+    renormalised as ``norm_topk_prob`` says; rotated pairs interleaved or halves (``rope_interleave``).
+    archlab has no multi-token-prediction module (neither has DeepseekV3ForCausalLM): num_mtp_layers 0."""
+
+    model_type, title, model_class, config_class = (
+        "deepseek_v3",
+        "DeepSeek-V3",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV3Config",
+    )
+    topk_method = "noaux_tc"
+
+    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.mlp.scoring", ("sigmoid",), ""),
+            ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(super().to_hf(cfg), rope_interleave=cfg.position.pairing == "interleaved", num_mtp_layers=0)
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        return self.deepseek_from_hf(
+            c,
+            "interleaved" if c.rope_interleave else "half",
+            scoring="sigmoid",
+            correction_bias=True,
+            normalize_top_k=bool(c.norm_topk_prob),
+            n_groups=c.n_group or 1,
+            top_groups=c.topk_group or 1,
+        )
+
+
+SPARSE: dict[str, Family] = {f.model_type: f for f in (Mixtral(), Qwen3Moe(), DeepseekV2(), DeepseekV3())}
+FAMILIES.update(SPARSE)
+
+
+def sparse_family(cfg: ModelConfig) -> Family:
+    """The family of a layout with a moe MLP or mla attention (``hf_families.family_of`` asks):
+
+    =============================================================  ============
+    mla attention, moe MLP with sigmoid scores or a correction bias  DeepSeek-V3
+    mla attention, moe MLP otherwise                                 DeepSeek-V2
+    causal attention with a per-head QK-norm, moe MLP                Qwen3-MoE
+    causal attention otherwise, moe MLP                              Mixtral
+    =============================================================  ============
+    """
+    m = cfg.mlp
+    if cfg.attention.kind == "mla":
+        if m.kind != "moe":
+            raise ConfigError(
+                "model.mlp.kind",
+                m.kind,
+                "moe to convert attention kind mla to Hugging Face DeepSeek-V2/V3 (their latent attention comes with "
+                "DeepSeekMoE; model.mlp.dense_layers=n_layer makes every layer dense)",
+            )
+        return FAMILIES["deepseek_v3" if m.scoring == "sigmoid" or m.correction_bias else "deepseek_v2"]
+    return FAMILIES["qwen3_moe" if cfg.attention.qk_norm == "head" else "mixtral"]

@@ -1,0 +1,141 @@
+"""Multi-head latent attention, ``mla`` (DeepSeek-V2, arXiv:2405.04434): keys and values are expanded
+from one low-rank latent per position, beside one rotated key all heads share; the KV cache holds only
+those two, ``kv_lora_rank + qk_rope_head_dim`` values per position and layer."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from archlab import checks
+from archlab.config import ModelConfig
+from archlab.errors import ConfigError
+from archlab.nn.attention import ATTENTIONS, KVCache, positions_seen, softmax_scale, validate_shared, window_of
+from archlab.nn.component import Base
+from archlab.nn.norms import NORMS
+from archlab.nn.positions import Rotation
+
+# fields of the causal kind that mla refuses, with why
+_REFUSED = {
+    "n_kv_head": (None, "null for kind mla (every head reads the one latent)"),
+    "head_dim": (None, "null for kind mla (a head is qk_nope_head_dim + qk_rope_head_dim)"),
+    "qkv_bias": (False, "false for kind mla (DeepSeek's projections have no biases)"),
+    "out_bias": (False, "false for kind mla (DeepSeek's projections have no biases)"),
+    "qk_norm": ("none", "none for kind mla (its latents are normed instead)"),
+    "softcap": (None, "null for kind mla (it runs SDPA, which cannot cap scores)"),
+}
+
+
+@ATTENTIONS.register("mla")
+class MultiHeadLatentAttention(Base, nn.Module):
+    """Queries: ``q_proj``, or with ``q_lora_rank`` the bottleneck ``q_up(q_norm(q_down(x)))``; each head
+    is ``[nope | rope]``. Keys and values: ``kv_down`` gives the latent (normed by ``kv_norm``) and the
+    shared key's rope part; ``kv_up`` expands the latent into each head's key nope part and value. The
+    rope parts of queries and the shared key are rotated by the model's rotary scheme; with no rotary
+    scheme (learned, sinusoidal, alibi or no positions) they stay as they are, a key part shared by all
+    heads that carries no position. The cache stores the latent after ``kv_norm`` (as Hugging Face does:
+    a decoding step then norms only its new positions) and the rotated shared key."""
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
+        super().__init__()
+        a, d = cfg.attention, cfg.d_model
+        self.n_head, self.rank = a.n_head, a.kv_lora_rank
+        self.nope, self.rope, self.v_dim = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim
+        self.dropout, self.scale = a.dropout, softmax_scale(cfg)
+        self.window = window_of(cfg, layer)
+        norm = NORMS.get(cfg.norm.kind)
+        q_out = self.n_head * (self.nope + self.rope)
+        self.low_rank_q = a.q_lora_rank is not None
+        if self.low_rank_q:
+            self.q_down = nn.Linear(d, a.q_lora_rank, bias=False)
+            self.q_norm = norm(cfg, a.q_lora_rank)
+            self.q_up = nn.Linear(a.q_lora_rank, q_out, bias=False)
+        else:
+            self.q_proj = nn.Linear(d, q_out, bias=False)
+        self.kv_down = nn.Linear(d, self.rank + self.rope, bias=False)
+        self.kv_norm = norm(cfg, self.rank)
+        self.kv_up = nn.Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)
+        self.proj = nn.Linear(self.n_head * self.v_dim, d, bias=False)
+        self.proj.residual = True  # scaled at init (GPT-2)
+
+    def forward(
+        self,
+        x: Tensor,
+        rotary: Optional[Rotation] = None,
+        mask: Optional[Tensor] = None,
+        cache: Optional[KVCache] = None,
+        layer: int = 0,
+    ) -> Tensor:
+        B, T, _ = x.shape
+        H, nope = self.n_head, self.nope
+        q = self.q_up(self.q_norm(self.q_down(x))) if self.low_rank_q else self.q_proj(x)
+        q = q.unflatten(-1, (H, nope + self.rope))  # [B, T, H, nope + rope]
+        latent, k_rope = self.kv_down(x).split((self.rank, self.rope), dim=-1)
+        latent, k_rope = self.kv_norm(latent)[:, None], k_rope[:, :, None]  # [B, 1, T, r], [B, T, 1, rope]
+        if rotary is not None:
+            q = torch.cat((q[..., :nope], rotary.rotate_one(q[..., nope:])), dim=-1)
+            k_rope = rotary.rotate_one(k_rope)
+        k_rope = k_rope.transpose(1, 2)
+        if cache is not None:
+            latent, k_rope = cache.update(layer, latent, k_rope)
+        S = latent.shape[2]
+        k_nope, v = (
+            self.kv_up(latent[:, 0])
+            .unflatten(-1, (H, nope + self.v_dim))
+            .transpose(1, 2)
+            .split((nope, self.v_dim), dim=-1)
+        )  # [B, H, S, nope], [B, H, S, v]
+        k = torch.cat((k_nope, k_rope.expand(B, H, S, self.rope)), dim=-1)
+        q = q.transpose(1, 2)
+        if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
+            mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
+            is_causal=mask is None and T > 1, scale=self.scale,
+        )  # fmt: skip
+        return self.proj(y.transpose(1, 2).reshape(B, T, H * self.v_dim))
+
+    @staticmethod
+    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
+        """Queries d·H·(nope + rope), or d·q_r + norm(q_r) + q_r·H·(nope + rope) through the bottleneck;
+        keys and values d·(r + rope) + norm(r) + r·H·(nope + v); output H·v·d (no biases)."""
+        a, d, H = cfg.attention, cfg.d_model, cfg.attention.n_head
+        norm = NORMS.get(cfg.norm.kind).num_params
+        qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+        if a.q_lora_rank is None:
+            queries = d * H * qk
+        else:
+            queries = d * a.q_lora_rank + norm(cfg, a.q_lora_rank) + a.q_lora_rank * H * qk
+        r = a.kv_lora_rank
+        keys_values = d * (r + a.qk_rope_head_dim) + norm(cfg, r) + r * H * (a.qk_nope_head_dim + a.v_head_dim)
+        return queries + keys_values + H * a.v_head_dim * d
+
+    @staticmethod
+    def kv_cache_values(cfg: ModelConfig, length: int) -> int:
+        """What the cache holds for one sequence of ``length`` tokens, over every layer: the latent and the
+        shared rotated key, kv_lora_rank + qk_rope_head_dim per position kept (a sliding layer: its window)."""
+        a = cfg.attention
+        return (a.kv_lora_rank + a.qk_rope_head_dim) * positions_seen(cfg, length)
+
+    @staticmethod
+    def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
+        """Scores q·k over nope + rope dims and the weighted sum of v_head_dim values, forward and backward,
+        over every layer: 6·H·(nope + rope + v) per key a query sees (causal's 12·H·hd when both are hd)."""
+        a = cfg.attention
+        per_key = 6 * a.n_head * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
+        return per_key * positions_seen(cfg, seq_len)
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        a = cfg.attention
+        for name, (wanted, allowed) in _REFUSED.items():
+            if getattr(a, name) != wanted:
+                raise ConfigError(f"model.attention.{name}", getattr(a, name), allowed)
+        if a.q_lora_rank is not None:
+            checks.integer("model.attention.q_lora_rank", a.q_lora_rank, 1, "a positive integer, or null")
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            checks.integer(f"model.attention.{name}", getattr(a, name), 1)
+        validate_shared(cfg)

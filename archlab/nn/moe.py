@@ -1,0 +1,249 @@
+"""Mixture of experts, ``model.mlp.kind: moe``: a router sends each token to ``top_k`` of ``n_experts``
+MLPs of kind ``expert`` (Shazeer et al. 2017), beside ``n_shared_experts`` every token goes through
+(DeepSeekMoE, Dai et al. 2024); the first ``dense_layers`` layers hold one dense ``expert`` MLP instead.
+
+Routing, in float32 (float64 in a float64 model) whatever the compute dtype, as Hugging Face's
+Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
+
+- scores: ``softmax(logits)`` over all experts, or ``sigmoid(logits)`` (DeepSeek-V3);
+- choice: ``scores + router_bias`` (DeepSeek-V3's aux-loss-free correction bias, a buffer: it moves the
+  selection only); with ``n_groups > 1`` only the experts of the ``top_groups`` groups whose two best
+  choice scores sum highest remain (the others -inf), and of those the ``top_k`` best are chosen;
+- weights: the chosen experts' scores (without the bias), divided by their sum + 1e-20 when
+  ``normalize_top_k``, times ``routed_scale``.
+
+Dispatch is dropless: the N·k (token, expert) assignments are sorted by expert, each expert's rows go
+through it as one matmul (a loop over the experts that received any), and each result is written to its
+(token, slot) place, then the k slots are summed with their weights: every output is written once, so
+the result does not depend on the order of additions (deterministic on any device).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from archlab import checks
+from archlab.config import ModelConfig
+from archlab.errors import ConfigError
+from archlab.nn.fused import glu
+from archlab.nn.mlp import MLP, MLPS, d_ff
+
+
+def expert_width(cfg: ModelConfig) -> int:
+    """A routed (and each shared) expert's hidden width: ``expert_d_ff``, else the d_ff rules."""
+    return cfg.mlp.expert_d_ff if cfg.mlp.expert_d_ff is not None else d_ff(cfg)
+
+
+class Experts(nn.Module):
+    """The routed experts, one stacked Parameter per matrix in Hugging Face 5.x's ``[E, out, in]`` layout:
+    gated kinds ``gate_up`` [E, 2f, d] (the gate rows, then the up rows) and ``down`` [E, d, f]; plain
+    kinds ``fc`` [E, f, d] and ``proj`` [E, d, f]; with ``model.mlp.bias``, ``<name>_bias`` [E, out]."""
+
+    def __init__(self, cfg: ModelConfig, width: int):
+        super().__init__()
+        entry = MLPS.get(cfg.mlp.expert)
+        self.gated = entry.gated(cfg)
+        self.activation = entry.activation_of(cfg)  # a glu name (gated) or a function (plain)
+        E, d = cfg.mlp.n_experts, cfg.d_model
+        self.names = ("gate_up", "down") if self.gated else ("fc", "proj")
+        shapes = ((E, (2 if self.gated else 1) * width, d), (E, d, width))
+        for name, shape in zip(self.names, shapes):
+            self.register_parameter(name, nn.Parameter(torch.empty(shape)))
+            bias = nn.Parameter(torch.empty(shape[:2])) if cfg.mlp.bias else None
+            self.register_parameter(f"{name}_bias", bias)
+
+    def forward(self, x: Tensor, counts: list[int]) -> Tensor:
+        """Rows ``x`` [n, d] sorted by expert, ``counts[e]`` of them for expert e, each through its expert."""
+        (w_in, w_out), (b_in, b_out) = self.matrices(), self.biases()
+        # unbind: one autograd node whose backward stacks the experts' gradients (indexing would
+        # allocate a full-size zero gradient per expert)
+        w_in, w_out = w_in.unbind(0), w_out.unbind(0)
+        b_in = [None] * len(w_in) if b_in is None else b_in.unbind(0)
+        b_out = [None] * len(w_in) if b_out is None else b_out.unbind(0)
+        outs = []
+        for e, rows in enumerate(x.split(counts)):
+            if counts[e] == 0:
+                continue
+            h = F.linear(rows, w_in[e], b_in[e])
+            h = glu(h, self.activation) if self.gated else self.activation(h)
+            outs.append(F.linear(h, w_out[e], b_out[e]))
+        return torch.cat(outs)
+
+    def matrices(self) -> tuple[Tensor, Tensor]:
+        """The input-side and output-side stacked matrices."""
+        return getattr(self, self.names[0]), getattr(self, self.names[1])
+
+    def biases(self) -> tuple[Optional[Tensor], Optional[Tensor]]:
+        return getattr(self, f"{self.names[0]}_bias"), getattr(self, f"{self.names[1]}_bias")
+
+
+@MLPS.register("moe")
+class MoE(MLP):
+    """Routed experts (``experts``), their ``router`` and any ``shared`` experts, as the module
+    docstring describes. In training it keeps its auxiliary losses (``aux_losses``, those whose weight
+    is not zero) for ``Decoder.auxiliary_losses``:
+
+    - ``moe_balance``: the Switch Transformer load-balancing loss (Fedus et al. 2021), ``E·Σ_i f_i·P_i``
+      with ``f_i`` the fraction of the tokens that chose expert i among their top-k (not divided by k, so a
+      uniform router scores k) and ``P_i`` the mean probability the router gives it: softmax(logits), or
+      for sigmoid scores the scores normalised to sum 1 (DeepSeek-V3's balance loss is this / k, per sequence).
+      Per layer this equals Hugging Face's ``load_balancing_loss_func`` for one layer's logits; HF pools
+      f and P over all layers before the product, we average the per-layer losses.
+    - ``router_z``: the router z-loss (Zoph et al. 2022, ST-MoE), the mean over tokens of
+      ``logsumexp(logits)²``.
+    """
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
+        super().__init__()
+        m, d = cfg.mlp, cfg.d_model
+        self.n_experts, self.top_k, self.scoring = m.n_experts, m.top_k, m.scoring
+        self.normalize, self.routed_scale = m.normalize_top_k, m.routed_scale
+        self.n_groups, self.top_groups = m.n_groups, m.top_groups
+        self.aux_weights = {"moe_balance": m.aux_loss_weight, "router_z": m.z_loss_weight}
+        self.router = nn.Linear(d, m.n_experts, bias=False)
+        self.register_buffer(
+            "router_bias", torch.zeros(m.n_experts, dtype=torch.float32) if m.correction_bias else None
+        )
+        f = expert_width(cfg)
+        self.experts = Experts(cfg, f)
+        self.shared = MLPS.get(m.expert)(cfg, layer, width=m.n_shared_experts * f) if m.n_shared_experts else None
+        self.aux_losses: dict[str, tuple[float, Tensor]] = {}
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        logits, weights, indices = self.route(flat)
+        self.aux_losses = self.auxiliary(logits, indices) if self.training else {}
+        y = self.routed(flat, weights, indices)
+        if self.shared is not None:
+            y = y + self.shared(flat)
+        return y.view(*x.shape[:-1], y.shape[-1])
+
+    def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Router logits [N, E], routing weights [N, k] and expert indices [N, k] of tokens ``x`` [N, d]
+        (logits and weights in float32, or float64 for a float64 ``x``)."""
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        with torch.autocast(x.device.type, enabled=False):
+            logits = F.linear(x.to(dtype), self.router.weight.to(dtype))
+        scores = logits.softmax(dim=-1) if self.scoring == "softmax" else logits.sigmoid()
+        choice = scores if self.router_bias is None else scores + self.router_bias.to(dtype)
+        if self.n_groups > 1:
+            groups = choice.unflatten(-1, (self.n_groups, -1))
+            group_score = groups.topk(2, dim=-1).values.sum(dim=-1)
+            kept = group_score.topk(self.top_groups, dim=-1).indices
+            dropped = torch.ones_like(group_score, dtype=torch.bool).scatter_(-1, kept, False)
+            choice = groups.masked_fill(dropped.unsqueeze(-1), float("-inf")).flatten(-2)
+        indices = choice.topk(self.top_k, dim=-1).indices
+        weights = scores.gather(-1, indices)
+        if self.normalize:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return logits, weights * self.routed_scale, indices
+
+    @torch.compiler.disable  # the group sizes are data: a compiled graph would specialise on each
+    def routed(self, x: Tensor, weights: Tensor, indices: Tensor) -> Tensor:
+        """The routed experts' weighted sum for tokens ``x`` [N, d], in the experts' output dtype."""
+        N, k = indices.shape
+        assignments = indices.flatten()
+        order = assignments.argsort(stable=True)  # by expert; within one, by token
+        counts = torch.bincount(assignments, minlength=self.n_experts).tolist()
+        out = self.experts(x[order // k], counts)
+        slots = torch.empty_like(out).index_copy_(0, order, out)  # [N·k, d] in (token, slot) order
+        return (slots.view(N, k, -1) * weights.unsqueeze(-1)).sum(dim=1).to(out.dtype)
+
+    def auxiliary(self, logits: Tensor, indices: Tensor) -> dict[str, tuple[float, Tensor]]:
+        """name -> (weight, loss) of the auxiliary losses whose weight is not zero (see the class docstring)."""
+        losses = {}
+        if self.aux_weights["moe_balance"] > 0:
+            if self.scoring == "softmax":
+                probs = logits.softmax(dim=-1)
+            else:
+                scores = logits.sigmoid()
+                probs = scores / scores.sum(dim=-1, keepdim=True)
+            chose = torch.zeros_like(probs).scatter_(-1, indices, 1.0).mean(dim=0)  # f_i, summing to k
+            balance = self.n_experts * (chose * probs.mean(dim=0)).sum()
+            losses["moe_balance"] = (self.aux_weights["moe_balance"], balance)
+        if self.aux_weights["router_z"] > 0:
+            losses["router_z"] = (self.aux_weights["router_z"], logits.logsumexp(dim=-1).square().mean())
+        return losses
+
+    @torch.no_grad()
+    def init_parameters(self, std: float, residual_std: float) -> None:
+        """The GPT-2 init of what no Linear holds (``Decoder.init_weights`` calls it): each expert's input
+        matrix N(0, std), its output matrix N(0, residual_std), biases zero; the correction bias zero."""
+        w_in, w_out = self.experts.matrices()
+        nn.init.normal_(w_in, 0.0, std)
+        nn.init.normal_(w_out, 0.0, residual_std)
+        for bias in self.experts.biases():
+            if bias is not None:
+                nn.init.zeros_(bias)
+        if self.router_bias is not None:
+            self.router_bias.zero_()
+
+    @staticmethod
+    def gated(cfg: ModelConfig) -> bool:
+        return MLPS.get(cfg.mlp.expert).gated(cfg)
+
+    @classmethod
+    def build(cls, cfg: ModelConfig, layer: int) -> nn.Module:
+        if layer < cfg.mlp.dense_layers:
+            return MLPS.get(cfg.mlp.expert)(cfg, layer)
+        return cls(cfg, layer)
+
+    @staticmethod
+    def params(cfg: ModelConfig, layer: int, routed: int) -> int:
+        """Parameters of layer ``layer`` counting ``routed`` of its routed experts."""
+        m, entry = cfg.mlp, MLPS.get(cfg.mlp.expert)
+        if layer < m.dense_layers:
+            return entry.num_params(cfg)
+        f = expert_width(cfg)
+        shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
+        return m.n_experts * cfg.d_model + routed * entry.params_at(cfg, f) + shared
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        return cls.params(cfg, layer, cfg.mlp.n_experts)
+
+    @classmethod
+    def active_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        """The router, the top_k routed experts a token goes through and the shared experts (all of a dense layer)."""
+        return cls.params(cfg, layer, cfg.mlp.top_k)
+
+    @staticmethod
+    def validate(cfg: ModelConfig) -> None:
+        m = cfg.mlp
+        MLPS.get(m.expert).validate(cfg)  # the expert kind's rules (its activation, the d_ff rules)
+        checks.integer("model.mlp.n_experts", m.n_experts)
+        checks.integer("model.mlp.top_k", m.top_k)
+        if m.top_k > m.n_experts:
+            raise ConfigError("model.mlp.top_k", m.top_k, f"at most n_experts={m.n_experts}")
+        checks.integer("model.mlp.n_groups", m.n_groups)
+        if m.n_experts % m.n_groups:
+            raise ConfigError("model.mlp.n_groups", m.n_groups, f"a divisor of n_experts={m.n_experts}")
+        per_group = m.n_experts // m.n_groups
+        if m.n_groups > 1 and per_group < 2:
+            raise ConfigError(
+                "model.mlp.n_groups",
+                m.n_groups,
+                f"1, or at most n_experts/2={m.n_experts // 2}: a group is ranked by its two best scores",
+            )
+        checks.integer("model.mlp.top_groups", m.top_groups)
+        if m.top_groups > m.n_groups:
+            raise ConfigError("model.mlp.top_groups", m.top_groups, f"at most n_groups={m.n_groups}")
+        if m.top_k > m.top_groups * per_group:
+            raise ConfigError(
+                "model.mlp.top_k",
+                m.top_k,
+                f"at most top_groups·n_experts/n_groups={m.top_groups * per_group}: the experts a token may pick",
+            )
+        if m.expert_d_ff is not None:
+            checks.integer("model.mlp.expert_d_ff", m.expert_d_ff, allowed="a positive integer or null")
+        checks.integer("model.mlp.n_shared_experts", m.n_shared_experts, minimum=0)
+        checks.integer("model.mlp.dense_layers", m.dense_layers, minimum=0)
+        if m.dense_layers > cfg.n_layer:
+            raise ConfigError("model.mlp.dense_layers", m.dense_layers, f"at most n_layer={cfg.n_layer}")
+        checks.positive("model.mlp.routed_scale", m.routed_scale)
+        checks.non_negative("model.mlp.aux_loss_weight", m.aux_loss_weight)
+        checks.non_negative("model.mlp.z_loss_weight", m.z_loss_weight)

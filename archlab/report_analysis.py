@@ -1,0 +1,67 @@
+"""archlab-report's options beyond the table (``baseline``, ``best_over``, ``scaling``): each checked against
+the sweep before any file is written, then computed in the order they depend on each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+from archlab import report_compare as compare
+from archlab import report_scaling as scaling_fits
+from archlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from archlab.report import Variant
+
+
+@dataclass
+class Analysis:
+    """What the report's options ask beyond the table, worked out (and every option checked) before any
+    file is written: best_over's choices, baseline comparisons, scaling fits and compute multipliers."""
+
+    metric: Optional[str]
+    tuned: Optional[str] = None
+    choices: list[compare.Choice] = field(default_factory=list)
+    baseline: Optional[tuple[str, str]] = None
+    comparisons: list[compare.Comparison] = field(default_factory=list)
+    scaling: Optional[str] = None
+    fits: list[scaling_fits.ScalingFit] = field(default_factory=list)
+    multipliers: list[scaling_fits.Multiplier] = field(default_factory=list)
+
+
+def analyse(
+    variants: list[Variant],
+    axes: list[str],
+    metric: Optional[str],
+    baseline: Optional[str] = None,
+    best_over: Optional[str] = None,
+    scaling: Optional[str] = None,
+) -> Analysis:
+    """Check the options against the sweep (one ConfigError naming the first bad one) and compute them:
+    best_over first (each variant at its best value), then the baseline comparisons and the scaling fits
+    on the variants so chosen. ``metric``: the report's leading metric, None where no run completed."""
+    found = Analysis(metric, tuned=best_over, scaling=scaling)
+    given = {"best_over": best_over, "scaling": scaling, "baseline": baseline}
+    if metric is None and any(given.values()):
+        option = next(k for k, v in given.items() if v)
+        raise ConfigError(option, given[option], "a sweep with completed runs to compare: none of these completed")
+    if best_over is not None:
+        compare.check_axis("best_over", best_over, axes, {})
+    if scaling is not None:
+        compare.check_axis("scaling", scaling, axes, {"best_over": best_over})
+    if baseline is not None:
+        taken = tuple(a for a in (best_over, scaling) if a)
+        found.baseline = compare.parse_baseline(baseline, axes, variants, taken)
+    if scaling is not None:
+        scaling_fits.check_scaling(scaling, variants, metric)
+    chosen = variants
+    if best_over is not None:
+        found.choices = compare.choose_best(variants, best_over, metric)
+        chosen = [c.chosen for c in found.choices]
+    if found.baseline is not None:
+        found.comparisons = compare.compare_to_baseline(chosen, *found.baseline, tuned=best_over)
+    if scaling is not None:
+        found.fits = scaling_fits.fit_scaling(chosen, scaling, metric, tuned=best_over)
+        if found.baseline is not None:
+            found.multipliers = scaling_fits.multipliers(found.fits, *found.baseline)
+    return found

@@ -1,0 +1,290 @@
+"""What a reviewer asks of an ablation table, for archlab-report: each variant's 95% intervals, each
+variant against a baseline paired by seed (``baseline=``), and each variant at the best value of a tuned
+axis (``best_over=``). The arithmetic is ``archlab.stats``; this module picks the runs and writes it out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+from archlab.errors import ConfigError
+from archlab.report_text import difference, label, number, plus_minus
+from archlab.stats import Interval, best_setting, higher_is_better, paired_difference, t_interval
+
+if TYPE_CHECKING:
+    from archlab.report import Variant
+
+METRIC_KINDS = ("final", "best")  # the figures that get intervals: each metric's final and best value
+
+
+def axis_values(variants: list[Variant], axis: str) -> list[str]:
+    """The values ``axis`` takes among the variants, in first-seen order."""
+    return list(dict.fromkeys(v.settings[axis] for v in variants))
+
+
+def check_axis(option: str, axis: str, axes: list[str], taken: dict[str, Optional[str]]) -> None:
+    """Refuse an axis option (``best_over``, ``scaling``) naming no swept axis, or one another option takes."""
+    if axis not in axes:
+        raise ConfigError(option, axis, f"a swept axis of these runs: {', '.join(axes) or 'none (nothing was swept)'}")
+    for other, value in taken.items():
+        if value == axis:
+            left = ", ".join(a for a in axes if a not in taken.values()) or "none"
+            raise ConfigError(option, axis, f"a swept axis other than {other}'s: {left}")
+
+
+def parse_baseline(raw: str, axes: list[str], variants: list[Variant], taken: tuple[str, ...]) -> tuple[str, str]:
+    """``<axis>=<value>`` (the first ``=`` splits) naming a swept axis, not one of the ``taken`` ones
+    (best_over's, scaling's), and a value it takes in these runs."""
+    free = [a for a in axes if a not in taken]
+    key, sep, value = raw.partition("=")
+    if not sep or key not in free or value not in axis_values(variants, key):
+        choices = "; ".join(f"{a}={'|'.join(axis_values(variants, a))}" for a in free)
+        raise ConfigError("baseline", raw, f"<axis>=<value> naming a variant: {choices or 'none (nothing swept)'}")
+    return key, value
+
+
+# ---------------------------------------------------------------- intervals
+
+
+def interval(variant: Variant, figure: str) -> Optional[Interval]:
+    """The t interval of ``figure`` over the variant's completed seeds; None where no seed has it."""
+    seeds = variant.per_seed.get(figure)
+    return t_interval(seeds.values()) if seeds else None
+
+
+def interval_columns(figure: str) -> list[str]:
+    return [f"{figure} n", f"{figure} ci95"]
+
+
+def interval_cells(variant: Variant, figure: str) -> list[object]:
+    """CSV cells: the count and the 95% half-width (blank for one seed) of a final or best metric."""
+    i = interval(variant, figure)
+    if i is None:
+        return ["", ""]
+    return [i.n, i.half_width if math.isfinite(i.half_width) else ""]
+
+
+def interval_section(variants: list[Variant], metric: str) -> list[str]:
+    """Markdown: each variant's final and best ``metric`` as mean ± 95% half-width, n stated."""
+    lines = []
+    for v in variants:
+        found = {kind: interval(v, f"{kind} {metric}") for kind in METRIC_KINDS}
+        parts = [f"{kind} {metric} {plus_minus(i.mean, i.half_width)}" for kind, i in found.items() if i]
+        if not parts:
+            continue
+        n = max(i.n for i in found.values() if i)
+        lines.append(
+            f"- {label(v.settings)}: {', '.join(parts)} "
+            + (f"(95% CI, {n} seeds)" if n > 1 else "(1 seed: no interval)")
+        )
+    if not lines:
+        return []
+    return [
+        "",
+        "## 95% confidence intervals",
+        "",
+        "Mean ± the half-width of the two-sided 95% Student t interval over the completed seeds. Every final "
+        "and best metric with its std, n and interval: report.csv.",
+        "",
+        *lines,
+    ]
+
+
+# ---------------------------------------------------------------- best_over
+
+
+@dataclass
+class Choice:
+    """One variant of a ``best_over`` report: its settings less the tuned axis, the interval of the leading
+    metric at each value tried, and the variant at the value with the best mean."""
+
+    settings: dict[str, str]
+    tried: dict[str, Interval]
+    chosen: Variant
+
+
+def choose_best(variants: list[Variant], axis: str, metric: str) -> list[Choice]:
+    """For each group of variants that differ only in ``axis``, the value with the best mean final ``metric``
+    (lowest loss or perplexity, highest accuracy); groups with no completed run are left out."""
+    values = axis_values(variants, axis)
+    numeric = _numbers(values)
+    order = sorted(values, key=dict(zip(values, numeric)).get) if numeric else values  # as plotted
+    groups: dict[tuple, dict[str, Variant]] = {}
+    for v in sorted(variants, key=lambda v: order.index(v.settings[axis])):
+        rest = tuple((k, x) for k, x in v.settings.items() if k != axis)
+        groups.setdefault(rest, {})[v.settings[axis]] = v
+    choices = []
+    for rest, members in groups.items():
+        tried = {value: i for value, v in members.items() if (i := interval(v, f"final {metric}"))}
+        if tried:
+            value = best_setting({k: i.mean for k, i in tried.items()}, higher_is_better(metric))
+            choices.append(Choice(dict(rest), tried, members[value]))
+    return choices
+
+
+def best_over_section(choices: list[Choice], axis: str, metric: str, plot: Optional[Path]) -> list[str]:
+    rest = list(choices[0].settings) if choices else []
+    direction = "higher" if higher_is_better(metric) else "lower"
+    lines = [
+        "",
+        f"## Best {axis} per variant",
+        "",
+        f"Each variant at the {axis} with the best mean final {metric} ({direction} is better) over its completed "
+        f"seeds; baseline comparisons and scaling fits take each variant at that value. Cells: mean ± 95% CI "
+        f"half-width." + (f" {plot.name}: {metric} against {axis}." if plot else ""),
+        "",
+        "| "
+        + " | ".join([*rest, axis, "seeds", f"final {metric}", f"best {metric}", f"final {metric} by {axis}"])
+        + " |",
+        "|" + "---|" * (len(rest) + 5),
+    ]
+    for c in choices:
+        cells = []
+        for kind in METRIC_KINDS:
+            i = interval(c.chosen, f"{kind} {metric}")
+            cells.append(plus_minus(i.mean, i.half_width) if i else "-")
+        tried = ", ".join(f"{value}: {number(i.mean)}" for value, i in c.tried.items())
+        n = len(c.chosen.per_seed.get(f"final {metric}", {}))
+        lines.append("| " + " | ".join([*c.settings.values(), c.chosen.settings[axis], str(n), *cells, tried]) + " |")
+    return lines
+
+
+def _numbers(values: list[str]) -> Optional[list[float]]:
+    try:
+        return [float(v) for v in values]
+    except ValueError:
+        return None
+
+
+def log_scale(values: list[float]) -> bool:
+    """A log axis for values that are all positive and span more than 10x (learning rates, sizes)."""
+    return min(values) > 0 and max(values) > 10 * min(values)
+
+
+def plot_sensitivity(choices: list[Choice], axis: str, metric: str, out: Path) -> Optional[Path]:
+    """sensitivity.png: the final ``metric`` (mean, 95% interval) against ``axis`` per variant, the chosen
+    value ringed; a log x axis where the values are positive numbers spanning more than 10x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values = list(dict.fromkeys(v for c in choices for v in c.tried))
+    numeric = _numbers(values)
+    position = dict(zip(values, numeric)) if numeric else {v: float(k) for k, v in enumerate(values)}
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for c in choices:
+        tried = sorted(c.tried.items(), key=lambda item: position[item[0]])
+        xs = [position[v] for v, _ in tried]
+        errors = [i.half_width if math.isfinite(i.half_width) else 0.0 for _, i in tried]
+        line = ax.errorbar(xs, [i.mean for _, i in tried], yerr=errors, marker="o", capsize=3, label=label(c.settings))
+        best = c.chosen.settings[axis]
+        ax.plot([position[best]], [c.tried[best].mean], "o", ms=12, mfc="none", color=line[0].get_color())
+    if numeric and log_scale(numeric):
+        ax.set_xscale("log")
+    if not numeric:
+        ax.set_xticks(list(position.values()), values, rotation=30, ha="right", fontsize=7)
+    ax.set(xlabel=axis, ylabel=f"final {metric}", title=f"final {metric} against {axis} (mean, 95% CI; ringed: best)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out / "sensitivity.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- baseline
+
+
+@dataclass
+class Comparison:
+    """A variant against its baseline: the paired difference (variant − baseline) of each figure the two
+    share seeds for; ``baseline`` None where no variant with the baseline value matches it."""
+
+    variant: Variant
+    baseline: Optional[Variant]
+    differences: dict[str, Interval]
+
+
+def compare_to_baseline(variants: list[Variant], key: str, value: str, tuned: Optional[str]) -> list[Comparison]:
+    """Every variant whose ``key`` is not ``value``, against the variant with ``value`` there and the same
+    other settings (``tuned``, the best_over axis, aside: each side at its own best value)."""
+
+    def others(v: Variant) -> dict[str, str]:
+        return {k: x for k, x in v.settings.items() if k not in (key, tuned)}
+
+    comparisons = []
+    for v in variants:
+        if v.settings[key] == value:
+            continue
+        base = next((b for b in variants if b.settings[key] == value and others(b) == others(v)), None)
+        differences = {}
+        for figure, seeds in v.per_seed.items() if base else ():
+            found = paired_difference(seeds, base.per_seed.get(figure, {}))
+            if found:
+                differences[figure] = found
+        comparisons.append(Comparison(v, base, differences))
+    return comparisons
+
+
+def comparison_columns(figures: list[str]) -> list[str]:
+    return ["baseline", *[f"{f} vs baseline {s}" for f in figures for s in ("diff", "n", "ci95")]]
+
+
+def comparison_cells(comparison: Optional[Comparison], figures: list[str], tuned: Optional[str]) -> list[object]:
+    if comparison is None:
+        return [""] * (1 + 3 * len(figures))
+    cells: list[object] = [_name(comparison.baseline, tuned) if comparison.baseline else ""]
+    for f in figures:
+        d = comparison.differences.get(f)
+        cells += ["", "", ""] if d is None else [d.mean, d.n, d.half_width if math.isfinite(d.half_width) else ""]
+    return cells
+
+
+def _name(v: Variant, tuned: Optional[str]) -> str:
+    """A variant as the comparisons name it: its settings, the tuned axis's chosen value after them."""
+    name = label({k: x for k, x in v.settings.items() if k != tuned})
+    return f"{name} at {tuned}={v.settings[tuned]}" if tuned else name
+
+
+def verdict(d: Interval, metric: str) -> str:
+    if d.n < 2:
+        return "no interval from one seed"
+    if not d.excludes_zero:
+        return "the interval includes 0: no difference shown"
+    lower = d.high < 0
+    better = lower != higher_is_better(metric)
+    return f"{'lower' if lower else 'higher'} ({'better' if better else 'worse'})"
+
+
+def baseline_section(comparisons: list[Comparison], baseline: str, metric: str, tuned: Optional[str]) -> list[str]:
+    """Markdown: one line per variant, e.g. ``model/mlp=swiglu: −0.021 ± 0.008 vs model/mlp=gelu (95% CI,
+    3 seeds, paired): lower (better)``."""
+    figure = f"final {metric}"
+    lines = [
+        "",
+        f"## Against the baseline: {baseline}",
+        "",
+        f"Final {metric} of each variant minus its baseline's (the variant with {baseline} and the same other "
+        "settings" + (f", each at its own best {tuned}" if tuned else "") + "), paired by seed over the seeds "
+        "both completed: mean difference ± the half-width of its 95% t interval, and which way it points where "
+        "the interval excludes 0. Every final and best metric: report.csv.",
+        "",
+    ]
+    for c in comparisons:
+        name = _name(c.variant, tuned)
+        d = c.differences.get(figure)
+        if c.baseline is None:
+            lines.append(f"- {name}: no baseline variant ({baseline} with its other settings) in these runs")
+        elif d is None:
+            lines.append(f"- {name}: no completed seed in common with {_name(c.baseline, tuned)}")
+        else:
+            scope = f"95% CI, {d.n} seeds, paired" if d.n > 1 else "1 seed, paired"
+            lines.append(
+                f"- {name}: {difference(d.mean, d.half_width)} vs {_name(c.baseline, tuned)} ({scope}): "
+                f"{verdict(d, metric)}"
+            )
+    return lines

@@ -1,0 +1,573 @@
+"""Hugging Face interop of the mixture-of-experts families: Mixtral, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3.
+
+Tiny random models of each (a dense first layer where the family has one, GQA and a sliding window,
+shared experts, low-rank queries, group-limited routing, YaRN) give the same float32 logits in archlab
+and in transformers' eager attention and experts, from HF to archlab and from each shrunk preset to HF;
+every MoE layer routes every token to the same experts with the same weights; archlab -> HF -> archlab
+gives back every tensor bit for bit; greedy decoding (padded batches too) equals HF ``generate``. Every
+parameter is redrawn (matrices N(0, 0.2²), norm scales 0.5 + N(0, 0.3²)) and DeepSeek-V3's correction
+bias N(0, 0.3²), which changes the experts chosen (checked), as the expert groups do.
+"""
+
+import math
+
+import pytest
+import torch
+
+from archlab import ConfigError, build_model, compose_model, count_params
+from archlab.generate import generate
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
+from archlab.nn.moe import MoE
+
+transformers = pytest.importorskip("transformers")
+
+TOL = 1e-4  # max abs logit difference allowed (float32)
+V, CTX, WINDOW = 96, 64, 4
+IDS = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(0))  # 12 > WINDOW
+EAGER = dict(attn_implementation="eager", experts_implementation="eager")  # HF's plain per-expert loop
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(single_thread):
+    pass
+
+
+def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter redrawn: matrices and stacked experts N(0, 0.2²), vectors (norm scales, biases)
+    0.5 + N(0, 0.3²); a router correction-bias buffer (HF ``e_score_correction_bias``, archlab
+    ``router_bias``) N(0, 0.3²), of the size of the sigmoid scores' spread, so it moves the choice."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 0.5)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+        for name, b in model.named_buffers():
+            if name.endswith(("e_score_correction_bias", "router_bias")):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.3)
+    return model.eval()
+
+
+def logits(model, ids=IDS) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(ids)
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+def max_diff(a, b) -> float:
+    return (a - b).abs().max().item()
+
+
+SMALL = dict(
+    vocab_size=V,
+    max_position_embeddings=CTX,
+    hidden_size=64,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
+MLA = dict(kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, num_key_value_heads=4)
+# YaRN over 8 rotated dims, base 100, original context 64: the ramp runs over pairs 0-4, so pair 0 keeps
+# its frequency, pairs 1-3 are blended (1/4, 1/2, 3/4 interpolated) and none is fully divided by the factor
+YARN = dict(rope_type="yarn", rope_theta=100.0, factor=4.0, original_max_position_embeddings=64, beta_fast=4.0)
+YARN["beta_slow"] = 0.25
+# case -> (transformers model class, config class, config keys)
+HF_CASES = {
+    "mixtral-window": (
+        "MixtralForCausalLM",
+        "MixtralConfig",
+        dict(
+            SMALL,
+            intermediate_size=48,
+            num_key_value_heads=2,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=WINDOW,
+        ),
+    ),
+    "qwen3_moe-dense-first-biases": (
+        "Qwen3MoeForCausalLM",
+        "Qwen3MoeConfig",
+        dict(
+            SMALL,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            num_key_value_heads=2,
+            head_dim=24,
+            attention_bias=True,
+            num_experts=6,
+            num_experts_per_tok=3,
+            norm_topk_prob=False,
+            mlp_only_layers=[0],
+        ),
+    ),
+    "deepseek_v2-yarn": (
+        "DeepseekV2ForCausalLM",
+        "DeepseekV2Config",
+        dict(
+            SMALL,
+            **MLA,
+            q_lora_rank=None,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            n_routed_experts=6,
+            num_experts_per_tok=2,
+            n_shared_experts=2,
+            first_k_dense_replace=1,
+            routed_scaling_factor=1.5,
+            rope_parameters=dict(YARN, mscale=0.707, mscale_all_dim=0.707),
+        ),
+    ),
+    "deepseek_v3-yarn-groups": (
+        "DeepseekV3ForCausalLM",
+        "DeepseekV3Config",
+        dict(
+            SMALL,
+            **MLA,
+            q_lora_rank=24,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            n_routed_experts=8,
+            num_experts_per_tok=3,
+            n_shared_experts=1,
+            first_k_dense_replace=1,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8),  # cos/sin x1.04, scores x1.23²
+        ),
+    ),
+    "deepseek_v3-halves-tied": (
+        "DeepseekV3ForCausalLM",
+        "DeepseekV3Config",
+        dict(
+            SMALL,
+            **MLA,
+            q_lora_rank=None,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            first_k_dense_replace=0,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=False,
+            rope_interleave=False,
+            rope_parameters=dict(rope_type="default", rope_theta=500.0),
+            tie_word_embeddings=True,
+        ),
+    ),
+}
+
+
+def hf_model(case: str, seed: int = 1):
+    model_class, config_class, keys = HF_CASES[case]
+    config = getattr(transformers, config_class)(**keys, **EAGER)
+    return randomize(getattr(transformers, model_class)(config), seed)
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_from_hf_gives_hf_logits(case):
+    hf = hf_model(case)
+    model = from_hf(hf)
+    assert max_diff(logits(hf), logits(model)) <= TOL
+    assert hf_family(model.cfg) == hf.config.model_type  # the layout read maps back to the same family
+
+
+def test_from_hf_reads_each_family_s_parts():
+    cfgs = {case: from_hf(hf_model(case)).cfg for case in HF_CASES}
+    mixtral = cfgs["mixtral-window"]
+    assert (mixtral.attention.window, mixtral.mlp.n_experts, mixtral.mlp.expert_d_ff, mixtral.mlp.normalize_top_k) == (
+        WINDOW,
+        4,
+        48,
+        True,
+    )
+    qwen = cfgs["qwen3_moe-dense-first-biases"]
+    assert (qwen.attention.qk_norm, qwen.attention.head_dim, qwen.attention.qkv_bias, qwen.attention.out_bias) == (
+        "head",
+        24,
+        True,
+        True,
+    )
+    assert (qwen.mlp.dense_layers, qwen.mlp.d_ff, qwen.mlp.expert_d_ff, qwen.mlp.normalize_top_k) == (1, 96, 32, False)
+    v2 = cfgs["deepseek_v2-yarn"]
+    assert (v2.attention.kind, v2.attention.q_lora_rank, v2.position.pairing) == ("mla", None, "interleaved")
+    assert (v2.mlp.scoring, v2.mlp.n_shared_experts, v2.mlp.routed_scale, v2.mlp.normalize_top_k) == (
+        "softmax",
+        2,
+        1.5,
+        False,
+    )
+    p = v2.position
+    assert (p.scaling, p.factor, p.original_context, p.beta_fast, p.beta_slow, p.mscale, p.mscale_all_dim) == (
+        "yarn",
+        4.0,
+        64,
+        4.0,
+        0.25,
+        0.707,
+        0.707,
+    )
+    v3 = cfgs["deepseek_v3-yarn-groups"]
+    assert (v3.attention.q_lora_rank, v3.mlp.scoring, v3.mlp.correction_bias, v3.mlp.n_groups, v3.mlp.top_groups) == (
+        24,
+        "sigmoid",
+        True,
+        4,
+        2,
+    )
+    halves = cfgs["deepseek_v3-halves-tied"]
+    assert (halves.position.pairing, halves.position.scaling, halves.head.tied, halves.mlp.dense_layers) == (
+        "half",
+        "none",
+        True,
+        0,
+    )
+
+
+def moe_layers(hf, model) -> list[tuple[torch.nn.Module, MoE]]:
+    """(HF router, archlab MoE) of every MoE layer."""
+    pairs = [(hf.model.layers[i].mlp, block.mlp) for i, block in enumerate(model.blocks)]
+    return [(h.gate, a) for h, a in pairs if isinstance(a, MoE)]
+
+
+def by_expert(indices: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's chosen experts in ascending order, with their weights (DeepSeek's top-k is unsorted)."""
+    order = indices.argsort(dim=-1)
+    return indices.gather(-1, order), weights.gather(-1, order)
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_every_token_is_routed_as_hf_routes_it(case):
+    """In every MoE layer, the experts archlab's forward chooses for every token (from its own hidden
+    states) are HF's, and on HF's hidden states its router gives HF's weights."""
+    hf = hf_model(case, seed=8)
+    model = from_hf(hf)
+    layers = moe_layers(hf, model)
+    assert layers and len(layers) == sum(i >= model.cfg.mlp.dense_layers for i in range(model.cfg.n_layer))
+    seen_hf, seen_ours, hooks = {}, {}, []
+    for n, (gate, moe) in enumerate(layers):
+        hooks.append(gate.register_forward_hook(lambda m, args, out, n=n: seen_hf.__setitem__(n, (args[0], out))))
+        hooks.append(moe.register_forward_pre_hook(lambda m, args, n=n: seen_ours.__setitem__(n, args[0])))
+    logits(hf)
+    logits(model)
+    for h in hooks:
+        h.remove()
+    for n, (_, moe) in enumerate(layers):
+        hf_input, (_, hf_weights, hf_indices) = seen_hf[n]
+        hf_indices, hf_weights = by_expert(hf_indices, hf_weights)
+        with torch.no_grad():
+            _, _, ours = moe.route(seen_ours[n].reshape(-1, model.cfg.d_model))
+            _, weights, indices = moe.route(hf_input.reshape(-1, model.cfg.d_model))
+        assert torch.equal(ours.sort(dim=-1).values, hf_indices)  # all 24 tokens
+        indices, weights = by_expert(indices, weights)
+        assert torch.equal(indices, hf_indices)
+        torch.testing.assert_close(weights, hf_weights, rtol=1e-6, atol=1e-7)
+
+
+def test_deepseek_v3_s_correction_bias_and_groups_change_the_choice():
+    """The routing test above could not tell a dropped correction bias or ignored groups: here each
+    changes some token's experts."""
+    hf = hf_model("deepseek_v3-yarn-groups", seed=8)
+    model = from_hf(hf)
+    x = torch.randn(64, model.cfg.d_model, generator=torch.Generator().manual_seed(9))
+    for _, moe in moe_layers(hf, model):
+        with torch.no_grad():
+            chosen = moe.route(x)[2].sort(dim=-1).values
+            bias = moe.router_bias.clone()
+            moe.router_bias.zero_()
+            unbiased = moe.route(x)[2].sort(dim=-1).values
+            moe.router_bias.copy_(bias)
+            moe.n_groups = 1
+            ungrouped = moe.route(x)[2].sort(dim=-1).values
+            moe.n_groups = 4
+        assert not torch.equal(chosen, unbiased)
+        assert not torch.equal(chosen, ungrouped)
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_hf_to_archlab_to_hf_and_back(case):
+    """The archlab model converts back to the same HF class with the same logits, and from there to an
+    archlab model with the same config and bit-identical tensors (the correction bias included)."""
+    hf = hf_model(case, seed=2)
+    model = from_hf(hf)
+    back = to_hf(model, **EAGER).eval()
+    assert type(back) is type(hf)
+    assert max_diff(logits(back), logits(model)) <= TOL
+    again = from_hf(back)
+    assert again.cfg == model.cfg
+    state, state_again = model.state_dict(), again.state_dict()
+    assert state.keys() == state_again.keys()
+    assert all(torch.equal(state[k], state_again[k]) for k in state)
+
+
+TINY = ["model.vocab_size=96", "model.context_length=64", "model.n_layer=3", "model.mlp.d_ff=96"]
+MLA_SIZES = [
+    "model.d_model=64",
+    "model.attention.n_head=4",
+    "model.attention.kv_lora_rank=16",
+    "model.attention.qk_nope_head_dim=8",
+    "model.attention.qk_rope_head_dim=8",
+    "model.attention.v_head_dim=12",
+    "model.mlp.expert_d_ff=32",
+    "model.mlp.dense_layers=1",
+    "model.position.original_context=16",
+    "model.position.factor=4.0",  # the context over the original one, as transformers expects
+]
+# case -> (preset, the HF class it maps to, sizes): each preset shrunk, its routing and RoPE kept
+PRESET_CASES = {
+    "mixtral-8x7b": (
+        "mixtral-8x7b",
+        "MixtralForCausalLM",
+        ["model.d_model=64", "model.attention.n_head=4", "model.attention.n_kv_head=2", "model.mlp.expert_d_ff=48"],
+    ),
+    "qwen3-30b-a3b": (
+        "qwen3-30b-a3b",
+        "Qwen3MoeForCausalLM",
+        [
+            "model.d_model=64",
+            "model.attention.n_head=4",
+            "model.attention.n_kv_head=2",
+            "model.attention.head_dim=24",
+            "model.mlp.n_experts=6",
+            "model.mlp.top_k=3",
+            "model.mlp.expert_d_ff=32",
+        ],
+    ),
+    "deepseek-v2-lite": (
+        "deepseek-v2-lite",
+        "DeepseekV2ForCausalLM",
+        [*MLA_SIZES, "model.mlp.n_experts=6", "model.mlp.top_k=2"],
+    ),
+    "deepseek-v3": (
+        "deepseek-v3",
+        "DeepseekV3ForCausalLM",
+        [
+            *MLA_SIZES,
+            "model.attention.q_lora_rank=24",
+            "model.mlp.n_experts=8",
+            "model.mlp.top_k=3",
+            "model.mlp.n_groups=4",
+            "model.mlp.top_groups=2",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PRESET_CASES))
+def test_archlab_to_hf_to_archlab_is_bit_identical(case):
+    """A shrunk preset converts to its family's HF class with the same logits (HF eager), and back to
+    archlab with every tensor bit for bit."""
+    preset, expected_class, sizes = PRESET_CASES[case]
+    model = randomize(build_model(compose_model([f"model={preset}", *TINY, *sizes])), seed=3)
+    hf = to_hf(model, **EAGER).eval()
+    assert type(hf).__name__ == expected_class
+    assert max_diff(logits(model), logits(hf)) <= TOL
+    back = from_hf(hf)
+    state, state_back = model.state_dict(), back.state_dict()
+    assert state.keys() == state_back.keys()
+    assert all(torch.equal(state[k], state_back[k]) for k in state)
+    assert count_params(back.cfg) == count_params(model.cfg)
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_greedy_generation_matches_hf_generate(case):
+    """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``, and
+    at every step archlab's logits through its KV cache (mla: the latent) equal the logits HF decoded with."""
+    hf = hf_model(case, seed=4)
+    ids = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(5))
+    out = hf.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=20,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    model = from_hf(hf)
+    got = generate(model, ids, max_new_tokens=20)
+    assert got.shape == out.sequences.shape == (2, 25)
+    assert torch.equal(got, out.sequences)
+    cache, steps = model.new_cache(2, 25), []
+    with torch.no_grad():
+        for start, end in [(0, 5), *((t, t + 1) for t in range(5, 24))]:  # the prompt, then one token at a time
+            steps.append(model(got[:, start:end], cache)[:, -1])
+    assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_padded_batch_generation_matches_hf_generate(case):
+    """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
+    greedy continuation of each row, and its logits at every step, equal HF ``generate``'s on the same batch."""
+    hf = hf_model(case, seed=6)
+    prompts = [torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 3, 5)]
+    ids = torch.tensor([[0] * (7 - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (7 - len(p)) + [1] * len(p) for p in prompts])
+    out = hf.generate(
+        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, return_dict_in_generate=True, output_logits=True
+    )
+    model = from_hf(hf)
+    got = generate(model, ids, max_new_tokens=12, attention_mask=mask)
+    assert torch.equal(got, out.sequences)
+    cache, steps = model.new_cache(3, 19), []
+    with torch.no_grad():
+        for start, end in [(0, 7), *((t, t + 1) for t in range(7, 18))]:
+            steps.append(model(got[:, start:end], cache, torch.cat((mask, torch.ones(3, end - 7)), 1).long())[:, -1])
+    assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+
+
+@pytest.mark.parametrize("case", ["mixtral-window", "deepseek_v3-yarn-groups"])
+def test_save_pretrained_directories_round_trip(case, tmp_path):
+    """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout (the
+    stacked experts and the correction bias stored and read back)."""
+    hf = hf_model(case, seed=7)
+    hf.save_pretrained(tmp_path / "hf")
+    model = load_hf_dir(tmp_path / "hf").eval()
+    assert max_diff(logits(hf), logits(model)) <= TOL
+    save_hf_dir(model, tmp_path / "again")
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "again", **EAGER).eval()
+    assert type(back) is type(hf)
+    assert max_diff(logits(hf), logits(back)) <= TOL
+
+
+# ---------------------------------------------------------------- which family, and what is refused
+
+
+@pytest.mark.parametrize(
+    "overrides, config_class",
+    [
+        (["model=mixtral-8x7b"], "MixtralConfig"),
+        (["model=qwen3-30b-a3b"], "Qwen3MoeConfig"),
+        (["model=deepseek-v2-lite"], "DeepseekV2Config"),
+        (["model=deepseek-v3"], "DeepseekV3Config"),
+        # a moe MLP on causal attention is Mixtral, with a per-head QK-norm Qwen3-MoE; mla with sigmoid
+        # scores or a correction bias is DeepSeek-V3, else V2
+        (["model=llama2-7b", "model/mlp=moe", "model.attention.qkv_bias=false"], "MixtralConfig"),
+        (["model=qwen3-30b-a3b", "model.attention.qk_norm=none"], "MixtralConfig"),
+        (["model=mixtral-8x7b", "model.attention.qk_norm=head", "model.mlp.normalize_top_k=false"], "Qwen3MoeConfig"),
+        (["model=deepseek-v2-lite", "model.mlp.scoring=sigmoid", "model.mlp.correction_bias=true"], "DeepseekV3Config"),
+    ],
+)
+def test_the_layout_picks_the_family(overrides, config_class):
+    assert type(config_to_hf(compose_model(overrides))).__name__ == config_class
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["model=mixtral-8x7b", "model.mlp.normalize_top_k=false"], "model.mlp.normalize_top_k"),
+        (["model=mixtral-8x7b", "model.mlp.dense_layers=1"], "model.mlp.dense_layers"),
+        (["model=mixtral-8x7b", "model.mlp.n_shared_experts=1"], "model.mlp.n_shared_experts"),
+        (["model=mixtral-8x7b", "model.mlp.scoring=sigmoid"], "model.mlp.scoring"),
+        (["model=mixtral-8x7b", "model.mlp.expert=gelu"], "model.mlp.expert"),
+        (["model=mixtral-8x7b", "model.mlp.bias=true"], "model.mlp.bias"),
+        (
+            ["model=mixtral-8x7b", "model.attention.global_every=2", "model.attention.window=8"],
+            "model.attention.global_every",
+        ),
+        (
+            ["model=mixtral-8x7b", "model/position=yarn", "model.position.original_context=4096"],
+            "model.position.scaling",
+        ),
+        (["model=qwen3-30b-a3b", "model.mlp.routed_scale=2.0"], "model.mlp.routed_scale"),
+        (["model=qwen3-30b-a3b", "model.mlp.n_groups=8", "model.mlp.top_groups=4"], "model.mlp.n_groups"),
+        (["model=deepseek-v2-lite", "model.mlp.n_groups=8", "model.mlp.top_groups=4"], "model.mlp.n_groups"),
+        (["model=deepseek-v2-lite", "model.mlp.normalize_top_k=true"], "model.mlp.normalize_top_k"),
+        (["model=deepseek-v2-lite", "model.position.pairing=half"], "model.position.pairing"),
+        (["model=deepseek-v2-lite", "model.mlp.n_shared_experts=0"], "model.mlp.n_shared_experts"),
+        (["model=deepseek-v2-lite", "model.norm.eps=1e-5"], "model.norm.eps"),
+        (["model=deepseek-v2-lite", "model/mlp=swiglu"], "model.mlp.kind"),
+        (["model=deepseek-v2-lite", "model.attention.window=128"], "model.attention.window"),
+        (["model=deepseek-v3", "model.mlp.correction_bias=false"], "model.mlp.correction_bias"),
+        (["model=deepseek-v3", "model.mlp.scoring=softmax"], "model.mlp.scoring"),
+        (["model=deepseek-v3", "model/position=alibi"], "model.position.kind"),
+        (
+            [
+                "model=deepseek-v3",
+                "model.position.scaling=linear",
+                "model.position.mscale=null",
+                "model.position.mscale_all_dim=null",
+            ],
+            "model.position.scaling",
+        ),
+        # YaRN is converted for DeepSeek only: the dense families refuse it
+        (["model=llama3.1-8b", "model.position.scaling=yarn"], "model.position.scaling"),
+    ],
+)
+def test_config_to_hf_refuses_what_the_family_cannot_hold(overrides, field):
+    with pytest.raises(ConfigError) as err:
+        config_to_hf(compose_model(overrides))
+    assert err.value.field == field
+    assert "Hugging Face" in str(err.value)
+
+
+def _hf_config(case: str, **changes):
+    _, config_class, keys = HF_CASES[case]
+    return getattr(transformers, config_class)(**{**keys, **changes})
+
+
+@pytest.mark.parametrize(
+    "case, changes, field",
+    [
+        ("mixtral-window", dict(router_jitter_noise=0.1), "MixtralConfig.router_jitter_noise"),
+        ("mixtral-window", dict(hidden_act="relu"), "MixtralConfig.hidden_act"),
+        (
+            "mixtral-window",
+            dict(rope_parameters=dict(YARN, rope_theta=10000.0)),
+            "MixtralConfig.rope_parameters.rope_type",
+        ),
+        ("qwen3_moe-dense-first-biases", dict(decoder_sparse_step=2), "Qwen3MoeConfig.decoder_sparse_step"),
+        ("qwen3_moe-dense-first-biases", dict(mlp_only_layers=[1]), "Qwen3MoeConfig.mlp_only_layers"),
+        (
+            "deepseek_v2-yarn",
+            dict(topk_method="group_limited_greedy", n_group=2, topk_group=1),
+            "DeepseekV2Config.topk_method",
+        ),
+        ("deepseek_v2-yarn", dict(norm_topk_prob=True), "DeepseekV2Config.norm_topk_prob"),
+        ("deepseek_v2-yarn", dict(mlp_bias=True), "DeepseekV2Config.mlp_bias"),
+        ("deepseek_v2-yarn", dict(attention_bias=True), "DeepseekV2Config.attention_bias"),
+        ("deepseek_v2-yarn", dict(rms_norm_eps=1e-5), "DeepseekV2Config.rms_norm_eps"),
+        ("deepseek_v2-yarn", dict(n_shared_experts=0), "DeepseekV2Config.n_shared_experts"),
+        ("deepseek_v3-yarn-groups", dict(scoring_func="softmax"), "DeepseekV3Config.scoring_func"),
+        ("deepseek_v3-yarn-groups", dict(num_key_value_heads=2), "DeepseekV3Config.num_key_value_heads"),
+        (
+            "deepseek_v3-yarn-groups",
+            dict(rope_parameters=dict(YARN, mscale_all_dim=0.8)),
+            "DeepseekV3Config.rope_parameters.mscale_all_dim",
+        ),
+        (
+            "deepseek_v3-yarn-groups",
+            dict(rope_parameters=dict(YARN, truncate=False)),
+            "DeepseekV3Config.rope_parameters.truncate",
+        ),
+        (
+            "deepseek_v3-yarn-groups",
+            dict(rope_parameters=dict(YARN, attention_factor=1.5)),
+            "DeepseekV3Config.rope_parameters.attention_factor",
+        ),
+        (
+            "deepseek_v3-yarn-groups",
+            dict(rope_parameters=dict(rope_type="linear", rope_theta=100.0, factor=2.0)),
+            "DeepseekV3Config.rope_parameters.rope_type",
+        ),
+    ],
+)
+def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
+    with pytest.raises(ConfigError) as err:
+        config_from_hf(_hf_config(case, **changes))
+    assert err.value.field == field
+
+
+def test_yarn_attention_factor_that_transformers_would_derive_is_read():
+    """An explicit attention_factor equal to the one derived from factor and the mscales is no change."""
+    derived = (0.1 * 1.0 * math.log(4.0) + 1) / (0.1 * 0.8 * math.log(4.0) + 1)
+    config = _hf_config("deepseek_v3-yarn-groups", rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8))
+    with_factor = _hf_config(
+        "deepseek_v3-yarn-groups", rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8, attention_factor=derived)
+    )
+    assert config_from_hf(with_factor) == config_from_hf(config)

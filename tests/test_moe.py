@@ -1,0 +1,516 @@
+"""Mixture of experts (``model.mlp.kind: moe``): closed-form counts against built modules and hand
+formulas, active parameters against the parameters one token's forward pass reaches, the routing against
+a naive per-token loop and against Hugging Face's MoE blocks, the auxiliary losses against hand
+arithmetic, and training under DDP (exact resume) and FSDP2 through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from train_support import cli, tiny_config_dir
+
+from archlab import build_model
+from archlab.accounting import built_counts, check_build, count
+from archlab.config import to_model_config
+from archlab.errors import ConfigError
+from archlab.nn.moe import MoE
+from archlab.nn.validation import validate
+from archlab.weights import load_weights
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
+
+D, V = 16, 32  # d_model and vocabulary of the tiny models
+
+
+def config(n_layer: int = 3, **mlp):
+    """A tiny decoder (RMSNorm, RoPE, untied head, no biases outside the MLP) with MoE fields ``mlp``."""
+    return to_model_config(
+        {
+            "vocab_size": V,
+            "context_length": 16,
+            "n_layer": n_layer,
+            "d_model": D,
+            "norm": {"kind": "rmsnorm", "bias": False},
+            "position": {"kind": "rope"},
+            "attention": {"n_head": 2, "qkv_bias": False, "out_bias": False},
+            "head": {"tied": False},
+            "mlp": {"kind": "moe", "bias": False, "approximate": "none", **mlp},
+        }
+    )
+
+
+# tiny versions of the four published layouts (REFERENCE: Mixtral, Qwen3-MoE, DeepSeek-V2-Lite, DeepSeek-V3)
+FAMILIES = {
+    "mixtral": dict(expert="swiglu", n_experts=8, top_k=2, expert_d_ff=24),
+    "qwen3_moe": dict(expert="swiglu", n_experts=16, top_k=4, expert_d_ff=12),
+    "deepseek_v2_lite": dict(
+        expert="swiglu", n_experts=8, top_k=3, expert_d_ff=12, n_shared_experts=2, dense_layers=1, d_ff=40,
+        normalize_top_k=False,
+    ),
+    "deepseek_v3": dict(
+        expert="swiglu", n_experts=16, top_k=4, expert_d_ff=12, n_shared_experts=1, dense_layers=1, d_ff=40,
+        scoring="sigmoid", n_groups=4, top_groups=2, correction_bias=True, routed_scale=2.5,
+    ),
+}  # fmt: skip
+
+
+def hand_mlp_params(cfg) -> tuple[int, int]:
+    """Total and active MLP parameters over all layers, written from the layer shapes: a dense layer is
+    one SwiGLU of d_ff; a MoE layer a router E·d, E experts of 3·d·f and one shared SwiGLU of n_shared·f."""
+    m, d = cfg.mlp, cfg.d_model
+    total = active = 0
+    for layer in range(cfg.n_layer):
+        if layer < m.dense_layers:
+            total += 3 * d * m.d_ff
+            active += 3 * d * m.d_ff
+            continue
+        common = m.n_experts * d + 3 * d * m.n_shared_experts * m.expert_d_ff
+        total += common + m.n_experts * 3 * d * m.expert_d_ff
+        active += common + m.top_k * 3 * d * m.expert_d_ff
+    return total, active
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_counts_equal_the_built_model_and_the_hand_formula(family):
+    cfg = config(**FAMILIES[family])
+    model = build_model(cfg, device="meta", check=False)
+    check_build(cfg, model)  # every component, the built model against the closed forms
+    counts, built = count(cfg), built_counts(model)
+    total, active = hand_mlp_params(cfg)
+    assert built["mlp"] == counts["mlp"] == total  # experts, router and shared experts attributed to "mlp"
+    assert counts["total"] - counts["active"] == total - active
+    for layer, block in enumerate(model.blocks):
+        params = sum(p.numel() for p in block.mlp.parameters())
+        assert params == MoE.num_params(cfg, layer)
+        assert isinstance(block.mlp, MoE) == (layer >= cfg.mlp.dense_layers)
+    # the stacked experts in Hugging Face 5.x's layout; the correction bias a float32 buffer
+    moe = model.blocks[-1].mlp
+    E, f = cfg.mlp.n_experts, cfg.mlp.expert_d_ff
+    assert moe.experts.gate_up.shape == (E, 2 * f, D) and moe.experts.down.shape == (E, D, f)
+    assert ("router_bias" in dict(moe.named_buffers())) == cfg.mlp.correction_bias
+    assert "router_bias" not in dict(moe.named_parameters())
+
+
+def test_plain_experts_with_biases_and_the_d_ff_rules():
+    """gelu experts with biases: fc [E, f, d], proj [E, d, f] and their biases; f from the expert kind's
+    rules (4·d for a plain kind, the LLaMA rule for a gated one) when expert_d_ff is unset."""
+    cfg = config(n_layer=2, expert="gelu", n_experts=4, top_k=2, bias=True, n_shared_experts=1, dense_layers=1)
+    model = build_model(cfg, device="meta")
+    f = 4 * D
+    moe = model.blocks[1].mlp
+    shapes = {n: tuple(p.shape) for n, p in moe.experts.named_parameters()}
+    assert shapes == {"fc": (4, f, D), "fc_bias": (4, f), "proj": (4, D, f), "proj_bias": (4, D)}
+    per_expert = 2 * D * f + f + D
+    router, shared = 4 * D, 2 * D * f + f + D
+    assert MoE.num_params(cfg, 1) == router + 4 * per_expert + shared
+    assert MoE.active_params(cfg, 1) == router + 2 * per_expert + shared
+    assert MoE.num_params(cfg, 0) == MoE.active_params(cfg, 0) == per_expert  # the dense layer, width d_ff = 4·d
+    gated = config(n_layer=1, expert="swiglu", n_experts=4, top_k=1)
+    assert build_model(gated, device="meta").blocks[0].mlp.experts.down.shape == (4, D, int(2 * 4 * D / 3))
+
+
+def randomise(model: torch.nn.Module, seed: int) -> None:
+    """Every parameter and buffer N(0, 1) (scaled to keep activations moderate): nothing left at zero."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for t in [*model.parameters(), *model.buffers()]:
+            if t.is_floating_point():
+                t.copy_(torch.randn(t.shape, generator=g, dtype=t.dtype) * 0.5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_active_params_are_what_one_tokens_forward_pass_reaches(family):
+    """One token after a cached prefix (run without gradients): the parameters with a gradient from its
+    logits are those its forward pass went through. Expected: ``active`` less the (V-1)·d embedding rows
+    it does not look up, and less the router rows of the experts it was not sent to when its weights do
+    not depend on their logits (softmax renormalised over the top-k, or sigmoid scores): those rows are
+    read to rank the experts, and count as active, but pass no gradient."""
+    cfg = config(**FAMILIES[family])
+    model = build_model(cfg, dtype=torch.float64)
+    randomise(model, 0)
+    idx = torch.randint(0, V, (1, 6), generator=torch.Generator().manual_seed(1))
+    cache = model.new_cache(1, 16)
+    with torch.no_grad():
+        model(idx[:, :5], cache)
+    model(idx[:, 5:], cache).sum().backward()
+    # float64: where the gradient cancels exactly in theory (the renormalised softmax), rounding leaves ~1e-16
+    reached = sum(
+        int((p.grad.abs() > 1e-9 * p.grad.abs().max()).sum()) for p in model.parameters() if p.grad is not None
+    )
+    m = cfg.mlp
+    blind = m.scoring == "sigmoid" or m.normalize_top_k
+    unread_router_rows = (cfg.n_layer - m.dense_layers) * (m.n_experts - m.top_k) * D if blind else 0
+    assert reached == count(cfg)["active"] - (V - 1) * D - unread_router_rows
+
+
+# ---- routing against a naive per-token loop ----
+
+
+def negative_choices(moe: MoE) -> None:
+    """A correction bias below -1, so every biased sigmoid score is negative: groups left out must then
+    be ranked below every kept expert (-inf, as DeepSeek-V3), not merely set to zero."""
+    if moe.router_bias is not None:
+        with torch.no_grad():
+            moe.router_bias.sub_(2.0)
+
+
+def naive_moe(moe: MoE, cfg, x: torch.Tensor) -> torch.Tensor:
+    """The MoE output token by token, written from the definitions with Python sorting (float64)."""
+    m = cfg.mlp
+    E, k = m.n_experts, m.top_k
+    gated = m.expert in ("swiglu", "geglu")
+    act = {
+        "swiglu": torch.nn.functional.silu,
+        "geglu": lambda h: torch.nn.functional.gelu(h, approximate=m.approximate),
+        "gelu": lambda h: torch.nn.functional.gelu(h, approximate=m.approximate),
+        "relu": torch.relu,
+    }[m.expert]
+    names = ("gate_up", "down") if gated else ("fc", "proj")
+    w_in, w_out = (getattr(moe.experts, n) for n in names)
+    b_in, b_out = (getattr(moe.experts, f"{n}_bias") for n in names)
+    bias = moe.router_bias if moe.router_bias is not None else torch.zeros(E, dtype=x.dtype)
+
+    def expert(e, v):
+        h = w_in[e] @ v + (b_in[e] if b_in is not None else 0)
+        if gated:
+            gate, up = h[: h.shape[0] // 2], h[h.shape[0] // 2 :]
+            h = act(gate) * up
+        else:
+            h = act(h)
+        return w_out[e] @ h + (b_out[e] if b_out is not None else 0)
+
+    out = []
+    for v in x:
+        logits = moe.router.weight @ v
+        scores = torch.softmax(logits, 0) if m.scoring == "softmax" else torch.sigmoid(logits)
+        choice = [float(s + b) for s, b in zip(scores, bias)]
+        candidates = list(range(E))
+        if m.n_groups > 1:
+            size = E // m.n_groups
+            group_score = [sum(sorted(choice[g * size : (g + 1) * size])[-2:]) for g in range(m.n_groups)]
+            kept = sorted(range(m.n_groups), key=lambda g: -group_score[g])[: m.top_groups]
+            candidates = [e for e in range(E) if e // size in kept]
+        chosen = sorted(candidates, key=lambda e: -choice[e])[:k]
+        weights = [float(scores[e]) for e in chosen]
+        if m.normalize_top_k:
+            weights = [w / sum(weights) for w in weights]
+        y = sum(m.routed_scale * w * expert(e, v) for w, e in zip(weights, chosen))
+        if moe.shared is not None:
+            y = y + moe.shared(v[None])[0]  # the dense MLP of mlp.py, itself tested against HF's
+        out.append(y)
+    return torch.stack(out)
+
+
+ROUTINGS = {
+    "softmax_renormalised": dict(n_experts=8, top_k=2),
+    "softmax_raw": dict(n_experts=8, top_k=3, normalize_top_k=False),
+    "sigmoid_grouped_bias_scaled": dict(
+        n_experts=12, top_k=3, scoring="sigmoid", n_groups=4, top_groups=2, correction_bias=True, routed_scale=2.5
+    ),
+    "softmax_grouped_shared": dict(n_experts=8, top_k=2, n_groups=2, top_groups=1, n_shared_experts=2),
+    "geglu_tanh_bias": dict(expert="geglu", approximate="tanh", n_experts=6, top_k=2, bias=True, n_shared_experts=1),
+    "gelu_bias_sigmoid_raw": dict(expert="gelu", n_experts=6, top_k=2, scoring="sigmoid", normalize_top_k=False, bias=True),
+    "relu_top1": dict(expert="relu", n_experts=4, top_k=1, routed_scale=0.5),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ROUTINGS)
+def test_routing_equals_a_naive_per_token_loop(name):
+    cfg = config(n_layer=1, expert_d_ff=8, **{"expert": "swiglu", **ROUTINGS[name]})
+    validate(cfg)
+    moe = MoE(cfg).double()
+    randomise(moe, 3)
+    negative_choices(moe)
+    x = torch.randn(2, 20, D, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    with torch.no_grad():
+        expected = naive_moe(moe, cfg, x.flatten(0, 1)).view(2, 20, D)
+        torch.testing.assert_close(moe(x), expected, rtol=1e-12, atol=1e-12)
+
+
+# ---- against Hugging Face's MoE blocks ----
+
+
+def _hf_block(family: str, cfg):
+    """Hugging Face's MoE block for ``cfg``'s MoE layer, with archlab's ``MoE`` whose weights it copies."""
+    import transformers as tf
+
+    m = cfg.mlp
+    common = dict(hidden_size=D, num_attention_heads=2, num_experts_per_tok=m.top_k, hidden_act="silu")
+    if family == "mixtral":
+        hf_cfg = tf.MixtralConfig(num_local_experts=m.n_experts, intermediate_size=m.expert_d_ff, **common)
+        block_cls = tf.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock
+    elif family == "qwen3_moe":
+        hf_cfg = tf.Qwen3MoeConfig(
+            num_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, norm_topk_prob=True, **common
+        )
+        block_cls = tf.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock
+    elif family == "deepseek_v2_lite":
+        hf_cfg = tf.DeepseekV2Config(
+            n_routed_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, n_shared_experts=m.n_shared_experts,
+            topk_method="greedy", routed_scaling_factor=m.routed_scale, **common,
+        )  # fmt: skip
+        block_cls = tf.models.deepseek_v2.modeling_deepseek_v2.DeepseekV2Moe
+    else:
+        hf_cfg = tf.DeepseekV3Config(
+            n_routed_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, n_shared_experts=m.n_shared_experts,
+            n_group=m.n_groups, topk_group=m.top_groups, norm_topk_prob=m.normalize_top_k,
+            routed_scaling_factor=m.routed_scale, **common,
+        )  # fmt: skip
+        block_cls = tf.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3MoE
+    hf_cfg._experts_implementation = "eager"
+    hf = block_cls(hf_cfg).float()
+    ours = MoE(cfg, layer=cfg.n_layer - 1)
+    randomise(ours, 5)
+    negative_choices(ours)
+    with torch.no_grad():
+        hf.gate.weight.copy_(ours.router.weight)
+        hf.experts.gate_up_proj.copy_(ours.experts.gate_up)
+        hf.experts.down_proj.copy_(ours.experts.down)
+        if ours.router_bias is not None:
+            hf.gate.e_score_correction_bias.copy_(ours.router_bias)
+        if ours.shared is not None:
+            f = ours.shared.down.in_features
+            hf.shared_experts.gate_proj.weight.copy_(ours.shared.gate_up.weight[:f])
+            hf.shared_experts.up_proj.weight.copy_(ours.shared.gate_up.weight[f:])
+            hf.shared_experts.down_proj.weight.copy_(ours.shared.down.weight)
+    return hf, ours
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_block_and_router_equal_hugging_face(family):
+    pytest.importorskip("transformers")
+    cfg = config(**FAMILIES[family])
+    hf, ours = _hf_block(family, cfg)
+    x = torch.randn(3, 24, D, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        _, hf_weights, hf_indices = hf.gate(x.flatten(0, 1))
+        _, weights, indices = ours.route(x.flatten(0, 1))
+        # the same experts for every token (HF's V2/V3 top-k is unsorted: compare in index order)
+        hf_sorted, order = hf_indices.sort(dim=-1)
+        ours_sorted, ours_order = indices.sort(dim=-1)
+        assert torch.equal(ours_sorted, hf_sorted)
+        torch.testing.assert_close(weights.gather(-1, ours_order), hf_weights.gather(-1, order), rtol=0, atol=1e-6)
+        torch.testing.assert_close(ours(x), hf(x), rtol=0, atol=1e-5)
+
+
+# ---- auxiliary losses ----
+
+
+def test_aux_losses_equal_hand_arithmetic_and_hugging_face():
+    """Router = identity, so the logits are the inputs: three tokens, four experts, top-2."""
+    cfg = config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=4, aux_loss_weight=0.5, z_loss_weight=0.25)
+    moe = MoE(cfg)
+    randomise(moe, 7)
+    rows = [[2.0, 1.0, 0.0, -1.0], [0.0, 3.0, 1.0, 0.0], [1.0, 0.0, 0.0, 2.0]]
+    x = torch.zeros(1, 3, D)
+    x[0, :, :4] = torch.tensor(rows)
+    with torch.no_grad():
+        moe.router.weight.copy_(torch.eye(4, D))
+    moe.train()
+    moe(x)
+    # hand: softmax per token, top-2 per token = {0, 1}, {1, 2}, {3, 0}
+    probs = [[math.exp(v) / sum(math.exp(u) for u in r) for v in r] for r in rows]
+    f = [2 / 3, 2 / 3, 1 / 3, 1 / 3]  # fraction of the tokens that chose each expert
+    P = [sum(p[i] for p in probs) / 3 for i in range(4)]
+    balance = 4 * sum(fi * pi for fi, pi in zip(f, P))
+    z = sum(math.log(sum(math.exp(v) for v in r)) ** 2 for r in rows) / 3
+    (wb, got_balance), (wz, got_z) = moe.aux_losses["moe_balance"], moe.aux_losses["router_z"]
+    assert (wb, wz) == (0.5, 0.25)
+    assert got_balance.item() == pytest.approx(balance, rel=1e-6) and got_z.item() == pytest.approx(z, rel=1e-6)
+    transformers = pytest.importorskip("transformers")
+    hf_loss = transformers.models.mixtral.modeling_mixtral.load_balancing_loss_func(
+        (torch.tensor(rows),), num_experts=4, top_k=2
+    )
+    assert got_balance.item() == pytest.approx(hf_loss.item(), rel=1e-6)
+    # sigmoid scores: P is the scores normalised to sum 1 per token
+    sig = MoE(config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=4, scoring="sigmoid", aux_loss_weight=1.0))
+    with torch.no_grad():
+        sig.router.weight.copy_(torch.eye(4, D))
+    sig.train()
+    sig(x)
+    s = [[1 / (1 + math.exp(-v)) for v in r] for r in rows]
+    P = [sum(si[i] / sum(si) for si in s) / 3 for i in range(4)]
+    assert sig.aux_losses["moe_balance"][1].item() == pytest.approx(4 * sum(fi * pi for fi, pi in zip(f, P)), rel=1e-6)
+    # none in eval mode, and none whose weight is zero
+    moe.eval()
+    moe(x)
+    assert moe.aux_losses == {}
+    quiet = MoE(config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=4)).train()
+    quiet(x)
+    assert quiet.aux_losses == {}
+
+
+def test_router_learns_through_the_weights_and_the_aux_losses():
+    cfg = config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=4, aux_loss_weight=0.1, z_loss_weight=0.1)
+    moe = MoE(cfg)
+    randomise(moe, 8)
+    moe.train()
+    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(9))
+    for source in ("output", "moe_balance", "router_z"):
+        moe.router.weight.grad = None
+        y = moe(x)
+        loss = y.square().sum() if source == "output" else moe.aux_losses[source][1]
+        loss.backward()
+        assert moe.router.weight.grad.abs().sum() > 0, source
+
+
+def test_decoder_averages_aux_losses_over_moe_layers_with_checkpointing_and_compile():
+    """Decoder.auxiliary_losses: the mean over MoE layers (dense layers hold none). Activation
+    checkpointing (the forward re-run in backward) gives the same gradients, and so does each block
+    under ``torch.compile`` as ``compile_blocks`` does it (the aot_eager backend: dynamo and AOT autograd
+    trace it without inductor's minutes of C++; the expert dispatch runs eagerly)."""
+    cfg = config(
+        n_layer=3, n_experts=4, top_k=2, expert_d_ff=8, dense_layers=1, aux_loss_weight=0.1, z_loss_weight=0.01
+    )
+    idx = torch.randint(0, V, (2, 8), generator=torch.Generator().manual_seed(10))
+
+    def step(checkpointing=False, compiled=False):
+        torch.manual_seed(0)
+        model = build_model(cfg).train()
+        model.activation_checkpointing = checkpointing
+        if compiled:
+            for block in model.blocks:
+                block.compile(backend="aot_eager")
+        loss = model(idx).square().mean()
+        aux = model.auxiliary_losses()
+        for weight, value in aux.values():
+            loss = loss + weight * value
+        loss.backward()
+        return model, aux, {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    model, aux, grads = step()
+    layers = [b.mlp.aux_losses for b in model.blocks[1:]]
+    assert model.blocks[0].mlp.__class__.__name__ == "SwiGLU"
+    for name, weight in (("moe_balance", 0.1), ("router_z", 0.01)):
+        assert aux[name][0] == weight
+        assert aux[name][1].item() == pytest.approx(sum(layer[name][1].item() for layer in layers) / 2)
+    for variant in (dict(checkpointing=True), dict(compiled=True)):
+        _, other_aux, other = step(**variant)
+        assert {k: v[1].item() for k, v in other_aux.items()} == pytest.approx({k: v[1].item() for k, v in aux.items()})
+        for n in grads:
+            torch.testing.assert_close(other[n], grads[n], rtol=1e-5, atol=1e-7, msg=f"{variant} {n}")
+
+
+def test_bf16_autocast_routes_in_float32():
+    cfg = config(n_layer=2, n_experts=4, top_k=2, expert_d_ff=8, n_shared_experts=1, aux_loss_weight=0.1)
+    torch.manual_seed(0)
+    model = build_model(cfg).train()
+    idx = torch.randint(0, V, (2, 8), generator=torch.Generator().manual_seed(11))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(idx)
+        moe = model.blocks[1].mlp
+        router_logits, weights, _ = moe.route(torch.randn(5, D))
+    assert router_logits.dtype == weights.dtype == torch.float32
+    loss = logits.float().square().mean() + model.auxiliary_losses()["moe_balance"][1]
+    loss.backward()
+    assert torch.isfinite(moe.experts.gate_up.grad).all() and moe.experts.gate_up.grad.abs().sum() > 0
+
+
+# ---- validation ----
+
+BAD = [
+    (dict(n_experts=0), "model.mlp.n_experts"),
+    (dict(top_k=0), "model.mlp.top_k"),
+    (dict(n_experts=4, top_k=5), "model.mlp.top_k"),
+    (dict(n_experts=8, n_groups=3), "model.mlp.n_groups"),
+    (dict(n_experts=8, n_groups=8, top_groups=1), "model.mlp.n_groups"),  # one expert per group: no top-2
+    (dict(n_experts=8, n_groups=4, top_groups=5), "model.mlp.top_groups"),
+    (dict(n_experts=8, n_groups=4, top_groups=0), "model.mlp.top_groups"),
+    (dict(n_experts=8, top_k=5, n_groups=4, top_groups=2), "model.mlp.top_k"),  # 2 groups of 2 hold 4
+    (dict(expert_d_ff=0), "model.mlp.expert_d_ff"),
+    (dict(n_shared_experts=-1), "model.mlp.n_shared_experts"),
+    (dict(dense_layers=4), "model.mlp.dense_layers"),
+    (dict(dense_layers=-1), "model.mlp.dense_layers"),
+    (dict(routed_scale=0.0), "model.mlp.routed_scale"),
+    (dict(aux_loss_weight=-0.1), "model.mlp.aux_loss_weight"),
+    (dict(z_loss_weight=float("nan")), "model.mlp.z_loss_weight"),
+    (dict(aux_loss_weight=float("inf")), "model.mlp.aux_loss_weight"),
+    (dict(expert="swiglu", approximate="tanh"), "model.mlp.approximate"),  # the expert kind's own rule
+    (dict(expert="relu", approximate="tanh"), "model.mlp.approximate"),
+    (dict(expert="moe"), "model.mlp.expert"),
+    (dict(scoring="cosine"), "model.mlp.scoring"),
+]
+
+
+@pytest.mark.parametrize(("mlp", "field"), BAD)
+def test_validation_names_the_field(mlp, field):
+    with pytest.raises(ConfigError) as err:
+        validate(config(**{"n_experts": 8, "top_k": 2, **mlp}))
+    assert err.value.field == field
+
+
+def test_valid_edges_pass():
+    validate(config(n_experts=1, top_k=1))
+    validate(config(n_experts=8, top_k=4, n_groups=4, top_groups=2, dense_layers=3, expert="geglu", approximate="tanh"))
+    validate(config(n_experts=8, top_k=2, n_groups=1, top_groups=1, routed_scale=2.5, n_shared_experts=0))
+
+
+# ---- training ----
+
+
+@pytest.fixture(scope="module")
+def conf(tmp_path_factory):
+    return tiny_config_dir(tmp_path_factory.mktemp("conf"))
+
+
+# vocab 16 (the tiny data), two layers: a dense one, then 4 SwiGLU experts (top 2) beside a shared one
+MOE_RUN = [
+    "model/mlp=moe",
+    "model.n_layer=2",
+    "model.mlp.n_experts=4",
+    "model.mlp.top_k=2",
+    "model.mlp.expert_d_ff=16",
+    "model.mlp.n_shared_experts=1",
+    "model.mlp.dense_layers=1",
+    "model.mlp.aux_loss_weight=0.01",
+    "model.mlp.z_loss_weight=0.001",
+    "trainer.max_steps=6",
+    "trainer.val_check_interval=3",
+    "data.batch_size=4",
+    "callbacks.checkpoint.save_top_k=-1",
+]
+
+
+@pytest.fixture(scope="module")
+def ddp_run(conf, tmp_path_factory):
+    """Two processes under DDP for 6 steps, logging every step to CSV."""
+    run = tmp_path_factory.mktemp("ddp") / "full"
+    proc = cli(conf, run, [*MOE_RUN, "trainer=ddp_cpu", "logger=csv", "trainer.log_every_n_steps=1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run
+
+
+def test_ddp_trains_logs_aux_losses_and_resumes_exactly(conf, ddp_run, tmp_path):
+    """Resumed from the step-3 checkpoint, the run ends with the uninterrupted run's weights (bit for
+    bit) and validation history; the aux losses are logged each step."""
+    summary = json.loads((ddp_run / "summary.json").read_text())
+    assert summary["trainer"]["world_size"] == 2 and summary["steps"] == 6
+    assert summary["parameters"]["built"]["mlp"] == count(summary["model"])["mlp"]
+    csv = next((ddp_run / "logs").rglob("metrics.csv")).read_text().splitlines()
+    header = csv[0].split(",")
+    for name in ("train/moe_balance", "train/router_z"):
+        logged = [row.split(",")[header.index(name)] for row in csv[1:]]
+        assert sum(1 for v in logged if v) == 6 and all(float(v) > 0 for v in logged if v), name
+    mid = ddp_run / "checkpoints" / "step000003.ckpt"
+    proc = cli(conf, tmp_path, [*MOE_RUN, "trainer=ddp_cpu", f"ckpt_path={mid}"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a = load_weights(ddp_run / "model.safetensors").state_dict()
+    b = load_weights(tmp_path / "model.safetensors").state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((tmp_path / "summary.json").read_text())["metrics"]["history"] == summary["metrics"]["history"]
+
+
+def test_fsdp2_trains_a_moe_like_ddp(conf, ddp_run, tmp_path):
+    """FSDP2 (each block sharded, then the root) over the same global batches ends where DDP ended, up
+    to the order of the gradient reductions."""
+    proc = cli(conf, tmp_path, [*MOE_RUN, "trainer=fsdp"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["trainer"]["strategy"] == "AtomicModelParallelStrategy" and summary["steps"] == 6
+    fsdp = load_weights(tmp_path / "model.safetensors").state_dict()
+    ddp = load_weights(ddp_run / "model.safetensors").state_dict()
+    assert fsdp["blocks.1.mlp.experts.gate_up"].shape == (4, 32, 32)
+    assert max((fsdp[k] - ddp[k]).abs().max().item() for k in ddp) < 1e-5
