@@ -11,7 +11,7 @@ from archlab import report_scaling as scaling_fits
 from archlab.errors import ConfigError
 
 if TYPE_CHECKING:
-    from archlab.report import Variant
+    from archlab.report_runs import Variant
 
 
 @dataclass

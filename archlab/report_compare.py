@@ -14,7 +14,7 @@ from archlab.report_text import difference, label, number, plus_minus
 from archlab.stats import Interval, best_setting, higher_is_better, paired_difference, t_interval
 
 if TYPE_CHECKING:
-    from archlab.report import Variant
+    from archlab.report_runs import Variant
 
 METRIC_KINDS = ("final", "best")  # the figures that get intervals: each metric's final and best value
 

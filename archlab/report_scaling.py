@@ -18,9 +18,9 @@ from archlab.report_text import label, plus_minus
 from archlab.stats import Interval, PowerLaw, compute_multipliers, fit_power_law, geometric_mean, t_interval
 
 if TYPE_CHECKING:
-    from archlab.report import Variant
+    from archlab.report_runs import Variant
 
-# what each fit's x is: the figure archlab.report.run_figures reads from each run's summary
+# what each fit's x is: the figure archlab.report_runs.run_figures reads from each run's summary
 X_FIGURES = {"C": "training FLOPs", "N": "params non_embedding"}
 MULTIPLIER_POINTS = 5  # compute values, log-spaced over the variant's observed range, the multiplier is taken at
 PARAMETERS = ("a", "b", "e")

@@ -1,10 +1,14 @@
-"""Validation under DDP scores every validation row exactly once: two CPU processes (ddp_spawn over gloo)
-count the same scored tokens and report the same metrics as one process, on a row count (33) that does
-not divide between them (the loader pads with unscored rows, see archlab.data.stream.RankPadded)."""
+"""Validation under DDP scores every validation row exactly once: two CPU processes (ddp over gloo, this
+file run as a script: Lightning's ddp relaunches it, which pytest cannot host) count the same scored
+tokens and report the same metrics as one process, on a row count (33) that does not divide between them
+(the loader pads with unscored rows, see archlab.data.stream.RankPadded)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -35,6 +39,7 @@ class CountScored(L.Callback):
 
 
 def _validate(devices: int, path: Path) -> dict[str, float]:
+    """Validate a fixed model on ``devices`` CPU processes; rank 0 writes the metrics and the scored count."""
     L.seed_everything(0, verbose=False)
     model = compose_model(["model=nano", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=2"])
     model.vocab_size, model.context_length = 16, SEQ_LEN
@@ -45,7 +50,7 @@ def _validate(devices: int, path: Path) -> dict[str, float]:
     trainer = L.Trainer(
         accelerator="cpu",
         devices=devices,
-        strategy="ddp_spawn" if devices > 1 else "auto",
+        strategy="ddp" if devices > 1 else "auto",
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -53,12 +58,26 @@ def _validate(devices: int, path: Path) -> dict[str, float]:
         callbacks=[CountScored(str(path))],
     )
     (metrics,) = trainer.validate(lit, datamodule=TinyData(seq_len=SEQ_LEN, batch_size=4, val_examples=ROWS))
-    return {**metrics, "scored": json.loads(path.read_text())}
+    return {**metrics, "scored": json.loads(path.read_text()) if trainer.is_global_zero else None}
 
 
 def test_two_process_validation_equals_one_process(tmp_path):
     one = _validate(1, tmp_path / "one.json")
-    two = _validate(2, tmp_path / "two.json")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, __file__, str(tmp_path / "two.json")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = json.loads((tmp_path / "two.json.metrics").read_text())
     assert one["scored"] == two["scored"] == ROWS * (SEQ_LEN - 1)  # no row dropped, none counted twice
     for key in ("val/loss", "val/acc", "val/ppl"):
         assert two[key] == pytest.approx(one[key], rel=1e-6, abs=1e-7), key
+
+
+if __name__ == "__main__":  # the two-process side (each rank runs this; rank 0 writes the files)
+    import torch
+
+    torch.set_num_threads(1)
+    result = _validate(2, Path(sys.argv[1]))
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        Path(sys.argv[1] + ".metrics").write_text(json.dumps(result))

@@ -269,3 +269,24 @@ def test_bad_optimizer_settings_are_refused(tmp_path, overrides, field, says):
 def test_each_option_file_passes_validation(tmp_path, kind):
     cfg = validate_train(compose("train", [f"paths.output_dir={tmp_path}", f"optim={kind}"], return_hydra_config=True))
     assert cfg.optim.kind == kind
+
+
+def test_moe_stacked_experts_decay_their_matrices_not_their_biases_and_stay_with_adamw_under_muon():
+    """Stacked routed experts: matrices [E, out, in] decay, biases [E, out] (2-D, yet biases) do not; under
+    Muon (2-D parameters only) both go to AdamW, and the router, a Linear in the blocks, to Muon."""
+    from archlab.nn.moe import Experts
+
+    model = _model("model/mlp=moe", "model.mlp.n_experts=4", "model.mlp.bias=true")
+    experts = [m for m in model.modules() if isinstance(m, Experts)]
+    stacked_w = {id(p) for m in experts for n, p in m.named_parameters() if p.dim() == 3}
+    stacked_b = {id(p) for m in experts for n, p in m.named_parameters() if p.dim() == 2}
+    assert len(stacked_w) == len(stacked_b) == 2 * len(experts) > 0
+    hidden, tables, rest = _kinds(model)  # Linear weights (routers) / tables / the rest, stacked ones included
+    decay, no_decay = build_optimizer(model, ADAMW, CPU).param_groups
+    assert _ids(decay) == hidden | tables | stacked_w
+    assert _ids(no_decay) == rest - stacked_w
+    opt = build_optimizer(model, MUON, CPU)
+    (muon,) = opt.muon.param_groups
+    adam_decay, adam_no_decay = opt.adamw.param_groups
+    assert _ids(muon) == hidden and {id(m.router.weight) for m in model.modules() if hasattr(m, "router")} <= hidden
+    assert _ids(adam_decay) == tables | stacked_w and stacked_b <= _ids(adam_no_decay)

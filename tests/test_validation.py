@@ -25,7 +25,7 @@ CASES = [
         "model.block.kind",
         "one of ['parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
     ),
-    (["model.mlp.kind=moe"], "model.mlp.kind", "one of ['geglu', 'gelu', 'relu', 'swiglu']"),
+    (["model.mlp.kind=mixture"], "model.mlp.kind", "one of ['geglu', 'gelu', 'moe', 'relu', 'swiglu']"),
     # head layout
     (
         ["model.d_model=130"],
@@ -93,7 +93,7 @@ CASES = [
         "model.position.pairing",
         "one of ['half', 'interleaved']",
     ),
-    (["model.attention.kind=linear"], "model.attention.kind", "one of ['causal']"),
+    (["model.attention.kind=linear"], "model.attention.kind", "one of ['causal', 'mla']"),
     (["model.head.kind=bogus"], "model.head.kind", "one of ['linear']"),
     # probabilities
     (["model.dropout=1.0"], "model.dropout", "a probability in [0, 1)"),

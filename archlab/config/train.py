@@ -72,10 +72,11 @@ class PathsConfig:
 
 @dataclass
 class MatchConfig:
-    """Size ``field`` so the model has the parameters of a reference: this model with ``reference``'s
+    """Size ``field`` so the model spends what a reference spends: this model with ``reference``'s
     fields (e.g. ``{mlp: {kind: gelu}}``) set; null reference: no matching (see archlab.matching)."""
 
     reference: Any = None  # null, or a dict of model fields
+    quantity: str = "total"  # total | active (params) | flops_per_token | training_flops (sets trainer.max_steps)
     field: str = "mlp.d_ff"
     tolerance: float = 0.005
     step: int = 1

@@ -22,7 +22,8 @@ from torch import Tensor
 from archlab.build import build_model
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
-from archlab.interop.hf_families import FAMILIES, Family, family_of, join, split
+from archlab.interop.hf_families import DENSE, Family, dense_family, join, split
+from archlab.interop.hf_sparse import SPARSE, sparse_family
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
@@ -38,9 +39,20 @@ def _transformers() -> Any:
     return transformers
 
 
+FAMILIES: dict[str, Family] = {**DENSE, **SPARSE}  # by Hugging Face model_type
+
+
+def family_of(cfg: ModelConfig) -> Family:
+    """The family an archlab layout maps to: ``hf_sparse.sparse_family`` for a moe MLP or mla attention,
+    ``hf_families.dense_family`` otherwise (each lists its choices)."""
+    if cfg.mlp.kind == "moe" or cfg.attention.kind == "mla":
+        return sparse_family(cfg)
+    return dense_family(cfg)
+
+
 def hf_family(cfg: Any) -> str:
-    """The ``model_type`` of the Hugging Face family this layout maps to (``hf_families.family_of``
-    lists the choices); raises naming the field that no family holds."""
+    """The ``model_type`` of the Hugging Face family this layout maps to (``family_of`` lists the
+    choices); raises naming the field that no family holds."""
     return family_of(validate(to_model_config(cfg))).model_type
 
 

@@ -3,10 +3,10 @@
 A record (a ``Family`` subclass) holds everything about its family: the transformers classes, what
 it requires of an archlab layout (``check``), the config mapping both ways (``to_hf`` / ``from_hf``),
 and every tensor's name and layout (``tensors``). ``family_of`` picks the record for an archlab
-layout; ``FAMILIES`` finds it by the Hugging Face ``model_type``. The mixture-of-experts families
-(Mixtral, Qwen3-MoE, DeepSeek-V2/V3) live in ``archlab.interop.hf_sparse``, which this module imports
-last so that FAMILIES always lists them. ``archlab.interop.hf`` runs the conversions. Nothing here
-imports transformers: records read configs by attribute.
+layout; ``DENSE`` finds it by the Hugging Face ``model_type``. The mixture-of-experts families
+(Mixtral, Qwen3-MoE, DeepSeek-V2/V3) live in ``archlab.interop.hf_sparse``; ``archlab.interop.hf`` joins
+the two tables and runs the conversions. Nothing here imports transformers: records read configs by
+attribute.
 """
 
 from __future__ import annotations
@@ -1049,17 +1049,17 @@ class Olmo2(_LlamaStyle):
         return cfg
 
 
-FAMILIES: dict[str, Family] = {
+DENSE: dict[str, Family] = {
     f.model_type: f
     for f in (GPT2(), GPTJ(), GPTNeoX(), Phi(), Llama(), Mistral(), Qwen2(), Qwen3(), Gemma(), Gemma2(), Olmo2())
 }
 
 
-def family_of(cfg: ModelConfig) -> Family:
-    """The family an archlab layout maps to, by this table (its ``check`` then refuses what it cannot hold):
+def dense_family(cfg: ModelConfig) -> Family:
+    """The dense family an archlab layout maps to, by this table (its ``check`` then refuses what it cannot
+    hold; a moe MLP or mla attention goes to ``hf_sparse.sparse_family`` instead):
 
     ============================================================  ============
-    moe MLP or mla attention: ``hf_sparse.sparse_family``         Mixtral, Qwen3-MoE, DeepSeek-V2, -V3
     pre-norm, learned positions                                   GPT-2
     parallel block, one shared norm, RoPE, no q/k/v bias          GPT-J
     parallel block, one shared norm, RoPE, q/k/v bias             Phi
@@ -1074,10 +1074,8 @@ def family_of(cfg: ModelConfig) -> Family:
     ============================================================  ============
     """
     block, position, a = cfg.block.kind, cfg.position.kind, cfg.attention
-    if cfg.mlp.kind == "moe" or a.kind == "mla":
-        return hf_sparse.sparse_family(cfg)
     if block == "pre" and position == "learned":
-        return FAMILIES["gpt2"]
+        return DENSE["gpt2"]
     if block not in ("pre", "parallel", "sandwich", "post_sublayer"):
         raise ConfigError(
             "model.block.kind",
@@ -1091,25 +1089,21 @@ def family_of(cfg: ModelConfig) -> Family:
         raise ConfigError("model.position.kind", position, f"{allowed} to convert to Hugging Face")
     if block == "parallel":
         if not cfg.block.shared_norm:
-            return FAMILIES["gpt_neox"]
-        return FAMILIES["phi" if a.qkv_bias else "gptj"]
+            return DENSE["gpt_neox"]
+        return DENSE["phi" if a.qkv_bias else "gptj"]
     if block == "sandwich":
-        return FAMILIES["gemma2"]
+        return DENSE["gemma2"]
     if block == "post_sublayer":
-        return FAMILIES["olmo2"]
+        return DENSE["olmo2"]
     if cfg.norm.kind == "layernorm":
-        return FAMILIES["gpt_neox"]
+        return DENSE["gpt_neox"]
     if cfg.norm.unit_offset or cfg.scale_embedding:
-        return FAMILIES["gemma"]
+        return DENSE["gemma"]
     if a.qk_norm == "head":
-        return FAMILIES["qwen3"]
+        return DENSE["qwen3"]
     if a.qkv_bias and not a.out_bias:
-        return FAMILIES["qwen2"]
+        return DENSE["qwen2"]
     if a.window is not None:
-        return FAMILIES["mistral"]
-    return FAMILIES["llama"]
+        return DENSE["mistral"]
+    return DENSE["llama"]
 
-
-# Last: hf_sparse's records subclass the ones above and add themselves to FAMILIES (whichever of the two
-# modules is imported first, both are complete once that import returns).
-from archlab.interop import hf_sparse  # noqa: E402

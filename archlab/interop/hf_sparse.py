@@ -1,9 +1,8 @@
 """The Hugging Face mixture-of-experts families, one record each: Mixtral, Qwen3-MoE, DeepSeek-V2 and
 DeepSeek-V3 (multi-head latent attention and DeepSeekMoE).
 
-They are ``hf_families.Family`` records like the dense ones and join its ``FAMILIES`` when this module
-is imported (``hf_families`` imports it last). ``sparse_family`` picks one for a layout with a moe MLP
-or mla attention. Routed experts are stacked in both libraries (transformers 5's ``gate_up_proj``
+They are ``hf_families.Family`` records like the dense ones (``SPARSE``; ``archlab.interop.hf`` joins the
+two tables). ``sparse_family`` picks one for a layout with a moe MLP or mla attention. Routed experts are stacked in both libraries (transformers 5's ``gate_up_proj``
 [E, 2f, d], gate rows first, and ``down_proj`` [E, d, f]), so they map tensor for tensor; DeepSeek's
 shared experts are one gated MLP of n_shared·f, and DeepSeek-V3's correction bias is a buffer in both.
 The auxiliary-loss weights are training settings, not layout: ``aux_loss_weight`` travels as
@@ -31,7 +30,6 @@ from archlab.config import (
 )
 from archlab.errors import ConfigError
 from archlab.interop.hf_families import (
-    FAMILIES,
     GATED_FROM_HF,
     GATED_TO_HF,
     Family,
@@ -518,11 +516,10 @@ class DeepseekV3(_DeepSeek):
 
 
 SPARSE: dict[str, Family] = {f.model_type: f for f in (Mixtral(), Qwen3Moe(), DeepseekV2(), DeepseekV3())}
-FAMILIES.update(SPARSE)
 
 
 def sparse_family(cfg: ModelConfig) -> Family:
-    """The family of a layout with a moe MLP or mla attention (``hf_families.family_of`` asks):
+    """The family of a layout with a moe MLP or mla attention (``hf.family_of`` asks):
 
     =============================================================  ============
     mla attention, moe MLP with sigmoid scores or a correction bias  DeepSeek-V3
@@ -540,5 +537,5 @@ def sparse_family(cfg: ModelConfig) -> Family:
                 "moe to convert attention kind mla to Hugging Face DeepSeek-V2/V3 (their latent attention comes with "
                 "DeepSeekMoE; model.mlp.dense_layers=n_layer makes every layer dense)",
             )
-        return FAMILIES["deepseek_v3" if m.scoring == "sigmoid" or m.correction_bias else "deepseek_v2"]
-    return FAMILIES["qwen3_moe" if cfg.attention.qk_norm == "head" else "mixtral"]
+        return SPARSE["deepseek_v3" if m.scoring == "sigmoid" or m.correction_bias else "deepseek_v2"]
+    return SPARSE["qwen3_moe" if cfg.attention.qk_norm == "head" else "mixtral"]

@@ -27,27 +27,40 @@ NULLABLE = ("adamw_lr",)  # muon: null means AdamW's part takes optim.lr
 KIND_FIELDS = ("betas", "eps", "momentum", "nesterov", "ns_steps", "adjust_lr_fn", "adamw_lr")
 
 
-def param_groups(model: nn.Module, weight_decay: float, params: Optional[list] = None) -> list[dict[str, Any]]:
-    """Matrices and embedding tables decay; biases and norm scales (1-D) do not (GPT-2/nanoGPT).
-    A tied head is the token table itself and is listed once. ``params``: only these (default: all)."""
-    if params is None:
-        params = [p for p in {id(p): p for p in model.parameters() if p.requires_grad}.values()]
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
+def _trainable(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """(name, parameter) of every trainable parameter, a tied head (the token table itself) listed once."""
+    seen: dict[int, tuple[str, nn.Parameter]] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            seen.setdefault(id(p), (name, p))
+    return list(seen.values())
+
+
+def _decays(name: str, p: nn.Parameter) -> bool:
+    """Matrices and embedding tables decay; biases (stacked experts' [E, out] ones too) and norm scales do
+    not (GPT-2/nanoGPT)."""
+    return p.dim() >= 2 and not name.endswith("bias")
+
+
+def param_groups(
+    model: nn.Module, weight_decay: float, named: Optional[list[tuple[str, nn.Parameter]]] = None
+) -> list[dict[str, Any]]:
+    """The decaying and the non-decaying parameters (``_decays``) of ``named`` (default: all of ``model``)."""
+    named = _trainable(model) if named is None else named
     return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
+        {"params": [p for n, p in named if _decays(n, p)], "weight_decay": weight_decay},
+        {"params": [p for n, p in named if not _decays(n, p)], "weight_decay": 0.0},
     ]
 
 
 def muon_groups(model: nn.Module, weight_decay: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Muon's group (every 2-D parameter inside ``model.blocks``: the attention and MLP matrices) and
-    AdamW's groups for the rest: embeddings, head, norms and biases, split by ``param_groups``."""
+    """Muon's group (every 2-D weight inside ``model.blocks``: the attention and MLP matrices, routers
+    included) and AdamW's groups for the rest: embeddings, head, norms, biases, and stacked routed experts
+    ([E, out, in]: ``torch.optim.Muon`` orthogonalises 2-D parameters only), split by ``param_groups``."""
     hidden, other = [], []
-    for name, p in model.named_parameters():  # a tied head is the token table: listed once
-        if p.requires_grad:
-            (hidden if name.startswith("blocks.") and p.dim() == 2 else other).append(p)
-    return [{"params": hidden, "weight_decay": weight_decay}], param_groups(model, weight_decay, other)
+    for name, p in _trainable(model):
+        (hidden if name.startswith("blocks.") and p.dim() == 2 and _decays(name, p) else other).append((name, p))
+    return [{"params": [p for _, p in hidden], "weight_decay": weight_decay}], param_groups(model, weight_decay, other)
 
 
 class MuonAdamW(torch.optim.Optimizer):

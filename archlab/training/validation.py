@@ -13,6 +13,7 @@ from archlab import checks
 from archlab.config import to_model_config
 from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
+from archlab.matching import QUANTITIES
 from archlab.nn.validation import validate
 from archlab.training.sweep import in_multirun
 
@@ -111,6 +112,7 @@ def validate_train(cfg: DictConfig) -> DictConfig:
 
     _check_optim(cfg.optim, t)
     _check_scheduler(cfg)
+    checks.choice("match.quantity", cfg.match.quantity, [*QUANTITIES, "training_flops"])
 
     _target(cfg.data, "data")
     for group in ("logger", "callbacks"):
