@@ -28,6 +28,7 @@ from archlab.config.commands import CheckConfig
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.nn.mlp import d_ff
+from archlab.nn.moe import expert_width
 from archlab.nn.validation import validate
 
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
@@ -139,10 +140,23 @@ def model_overridden(overrides: list[str]) -> bool:
 def _layout(cfg: Any) -> str:
     """The composed choices and sizes on one line."""
     m = to_model_config(cfg)
+    a, p, f = m.attention, m.position, m.mlp
+    if a.kind == "mla":
+        q = f"q_lora {a.q_lora_rank}" if a.q_lora_rank is not None else "direct q"
+        attention = f"mla {a.n_head}h x ({a.qk_nope_head_dim}+{a.qk_rope_head_dim} qk, {a.v_head_dim} v), kv_lora {a.kv_lora_rank}, {q}"
+    else:
+        attention = f"{a.n_head}q/{n_kv_head(m)}kv x {head_dim(m)}"
+    if f.kind == "moe":
+        shared = f" + {f.n_shared_experts} shared" if f.n_shared_experts else ""
+        dense = f", {f.dense_layers} dense layers d_ff={d_ff(m)}" if f.dense_layers else ""
+        mlp = f"moe top-{f.top_k} of {f.n_experts}{shared} {f.expert} experts d_ff={expert_width(m)}{dense}"
+    else:
+        mlp = f"{f.kind} d_ff={d_ff(m)}"
+    position = p.kind + (f"+{p.scaling}" if p.kind == "rope" and p.scaling != "none" else "")
     return (
         f"V={m.vocab_size} ctx={m.context_length} L={m.n_layer} d={m.d_model}  norm={m.norm.kind} "
-        f"block={m.block.kind} position={m.position.kind} attention={m.attention.n_head}q/{n_kv_head(m)}kv "
-        f"x {head_dim(m)} mlp={m.mlp.kind} d_ff={d_ff(m)} head={'tied' if m.head.tied else 'untied'}"
+        f"block={m.block.kind} position={position} attention={attention} mlp={mlp} "
+        f"head={'tied' if m.head.tied else 'untied'}"
     )
 
 
@@ -179,7 +193,10 @@ def print_breakdown(title: str, result: dict, layout: str, console: Console) -> 
             f"({analytic['active'] - analytic['token_embedding']:,} without the input embedding)"
         )
     console.print(f"per block (the last): {analytic['per_block']:,}")
-    console.print(f"training FLOPs per token (6N, N the active non-embedding parameters, + 12·L·H·Q·T at T = context_length): {result['flops_per_token']:,}")
+    console.print(
+        "training FLOPs per token (6N, N the active non-embedding parameters, + the attention scores and "
+        f"weighted sums, forward and backward, at T = context_length): {result['flops_per_token']:,}"
+    )
     return all(analytic[c] == built[c] for c in (*COMPONENTS, "total"))
 
 

@@ -1106,4 +1106,3 @@ def dense_family(cfg: ModelConfig) -> Family:
     if a.window is not None:
         return DENSE["mistral"]
     return DENSE["llama"]
-
