@@ -86,7 +86,8 @@ def planned_jobs(sweep_dir: Path) -> list[list[str]]:
 def load_runs(sweep_dir: str | Path) -> list[Run]:
     """Every job directory under ``sweep_dir``: those with a summary, those Hydra started (``.hydra/``,
     or ``.hydra.pending/``) that never wrote one (killed or still running), and the jobs the sweep's
-    ``multirun.yaml`` planned that never got a directory."""
+    ``multirun.yaml`` planned that never got a directory; in the order that sweep planned them where it
+    planned them all."""
     root = Path(sweep_dir)
     if not root.is_dir():
         why = "this path is a file" if root.exists() else "nothing is there"
@@ -115,6 +116,8 @@ def load_runs(sweep_dir: str | Path) -> list[Run]:
         for num, settings in enumerate(planned):
             if settings not in started:  # planned, but the sweep stopped before Hydra made its directory
                 runs.append(Run(root / f"job {num}", settings, None, started=False))
+        # in the sweep's own order (its first axis outermost), not the directories' names' order
+        runs.sort(key=lambda r: planned.index(r.overrides))
     return runs
 
 

@@ -456,3 +456,24 @@ def test_a_parallel_local_sweep_records_a_bad_job_and_runs_the_others(conf, tmp_
     )
     assert proc.returncode != 0 and "model.attention.n_kv_head=8" in proc.stderr
     assert "BrokenProcessPool" not in proc.stderr
+
+
+def test_runs_are_read_in_the_order_the_sweep_planned_them(sweep, tmp_path):
+    """Directory names sort apart from the sweep's order (here reversed); the report keeps Hydra's order:
+    the first axis outermost, the seed innermost."""
+    import itertools
+    import shutil
+
+    from archlab.report import load_runs
+
+    copy = tmp_path / "renamed"
+    shutil.copytree(sweep[0], copy)
+    jobs = sorted((p for p in copy.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
+    for job in jobs:
+        job.rename(copy / f"job{len(jobs) - int(job.name):02d}")
+    planned = [
+        {"model/position": p, "model/attention": a, "seed": s}
+        for p, a, s in itertools.product(("learned", "rope"), ("mha", "gqa"), ("0", "1"))
+    ]
+    got = [{k: r.overrides[k] for k in ("model/position", "model/attention", "seed")} for r in load_runs(copy)]
+    assert got == planned
