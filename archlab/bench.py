@@ -3,7 +3,9 @@
 Both sides get the same weights, dtype, threads, batch and loss code; their calls alternate after a
 warm-up, with a large dense matmul (the machine's ceiling) in the same rotation, so drift in machine
 speed hits all three alike, and each figure is a median over repetitions. A profiled step says how
-much of it is spent in matmul and attention kernels: the floor no fusion of the other ops can beat.
+much of it is spent in matmul and attention kernels: the floor no fusion of the other ops can beat; for
+a layout with MoE layers, the same profiled steps split archlab's step into router, permutation, expert
+MLPs and the rest, backward included (``part_seconds``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import os
 import statistics
 import sys
 import time
-from contextlib import contextmanager
+from collections import defaultdict
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
@@ -31,6 +34,18 @@ CEILINGS = {torch.float32: "dense matmul float32", torch.bfloat16: "dense matmul
 # aten ops that are dense matrix products, and name fragments of every SDPA kernel (flash, efficient, math, cuDNN)
 MATMUL_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv", "aten::addmv"})
 ATTENTION_OPS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention")
+# the split of a MoE layout's step: a MoE layer's methods and submodules -> the part their ops belong to
+MOE_PARTS = ("router", "permutation", "experts")
+MOE_STAGES = {
+    "route": "router",  # router logits, scores, top-k choice and weights
+    "auxiliary": "router",  # balance and z losses
+    "dispatch": "permutation",  # sort by expert, bincount, gather the rows
+    "combine": "permutation",  # scatter back to (token, slot) order, weighted sum of the k slots
+    "experts": "experts",  # the routed experts' MLPs: matmuls and activation
+    "shared": "experts",  # the shared experts' MLP, where there are any
+}
+RANGE_PREFIX = "archlab.moe."  # profiler ranges named RANGE_PREFIX + part
+BACKWARD_NODE = "autograd::engine::evaluate_function: "  # the profiler's event for one autograd node's backward
 
 
 def synchronize(device: torch.device) -> None:
@@ -95,33 +110,137 @@ def c_stderr_silenced() -> Iterator[None]:
             os.close(saved)
 
 
+def profile_call(fn: Callable[[], object], device: torch.device) -> tuple[list, float]:
+    """The profiler's events of one call of ``fn`` (CPU ops; on CUDA with their kernels) and the call's
+    wall seconds, profiler overhead included."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with c_stderr_silenced(), profile(activities=activities) as prof:
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        wall = time.perf_counter() - start
+    return list(prof.events()), wall
+
+
+def self_seconds(event, device: torch.device) -> float:
+    """An event's own time: CPU time outside its child ops, or on CUDA the time of the kernels it launched."""
+    return (event.self_device_time_total if device.type == "cuda" else event.self_cpu_time_total) / 1e6
+
+
+def kernel_split(events: list, device: torch.device) -> dict[str, float]:
+    """Seconds of ``events`` inside matmul kernels and inside attention kernels (see ``kernel_seconds``)."""
+    seconds = {"matmul": 0.0, "attention": 0.0}
+    for event in events:
+        if event.key in MATMUL_OPS:
+            seconds["matmul"] += self_seconds(event, device)
+        elif any(fragment in event.key for fragment in ATTENTION_OPS):
+            seconds["attention"] += self_seconds(event, device)
+    return seconds
+
+
 def kernel_seconds(fn: Callable[[], object], device: torch.device) -> dict[str, float]:
     """Seconds one profiled call of ``fn`` spends inside matmul kernels and inside attention kernels:
     together the call's floor, its time if every other op (norms, activations, optimizer, framework
     overhead) cost nothing."""
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with c_stderr_silenced(), profile(activities=activities) as prof:
-        fn()
-        synchronize(device)
-    seconds = {"matmul": 0.0, "attention": 0.0}
-    for event in prof.key_averages():
-        spent = (event.self_device_time_total if cuda else event.self_cpu_time_total) / 1e6
-        if event.key in MATMUL_OPS:
-            seconds["matmul"] += spent
-        elif any(fragment in event.key for fragment in ATTENTION_OPS):
-            seconds["attention"] += spent
-    return seconds
+    return kernel_split(profile_call(fn, device)[0], device)
 
 
-def median_kernel_seconds(fns: dict[str, Callable[[], object]], rounds: int, device) -> dict[str, dict[str, float]]:
-    """``kernel_seconds`` of each function, alternating them for ``rounds`` rounds; medians per kind."""
-    profiled = [{name: kernel_seconds(fn, device) for name, fn in fns.items()} for _ in range(rounds)]
-    return {
-        name: {kind: statistics.median(p[name][kind] for p in profiled) for kind in profiled[0][name]} for name in fns
-    }
+def part_seconds(events: list, device: torch.device, ranges: dict[str, str]) -> dict[str, float]:
+    """Seconds of a profiled call that belong to each part named in ``ranges`` (profiler range name ->
+    part), forward and backward: every op's own time (``self_seconds``) goes to a part when
+
+    - forward: the op runs inside a range of ``ranges`` (the innermost), the range's own time (the
+      Python between its ops) included;
+    - backward: the op runs inside the backward of an autograd node created in such a range. The
+      profiler tags each node's backward (``BACKWARD_NODE``) with the sequence number of the forward op
+      that created it; the creator is the last forward op, in time, recorded with that number (the
+      counter moves on once a node is made), so its part is the backward's.
+
+    Everything else (ops in no range, the backward of their nodes, AccumulateGrad, time outside any op)
+    is no part's: the caller's "other". Ops run on the profiled call's threads; their own times are
+    disjoint, so the parts sum to at most the call's wall time."""
+    forward_part: dict[tuple[int, int], tuple[float, str | None]] = {}  # (thread, seq) -> (start, part)
+    backward: list[tuple[tuple[int, int], float]] = []
+    seconds: dict[str, float] = defaultdict(float)
+    for event in events:
+        part, node, outer = None, None, event
+        while outer is not None:
+            if part is None and outer.name in ranges:
+                part = ranges[outer.name]
+            if outer.name.startswith(BACKWARD_NODE):
+                node = outer
+            outer = outer.cpu_parent
+        spent = self_seconds(event, device)
+        if node is not None:
+            backward.append(((node.fwd_thread, node.sequence_nr), spent))
+            continue
+        if event.sequence_nr >= 0:
+            key, start = (event.thread, event.sequence_nr), event.time_range.start
+            if key not in forward_part or forward_part[key][0] <= start:
+                forward_part[key] = (start, part)
+        if part is not None:
+            seconds[part] += spent
+    for key, spent in backward:
+        part = forward_part.get(key, (0.0, None))[1]
+        if part is not None:
+            seconds[part] += spent
+    return {part: seconds[part] for part in dict.fromkeys(ranges.values())}
+
+
+@contextmanager
+def moe_ranges(model: torch.nn.Module) -> Iterator[dict[str, str]]:
+    """While open, each MoE layer's stages (``MOE_STAGES``: methods, and the forward of its ``experts``
+    and ``shared`` modules) run inside profiler ranges named after their part; yields range name ->
+    part, empty for a model without MoE layers. The wrappers sit on the instances and are gone when
+    the block closes: the timed (unprofiled) steps run the model as it is."""
+    from torch.profiler import record_function
+
+    from archlab.nn.moe import MoE
+
+    def in_range(fn: Callable, name: str) -> Callable:
+        def labelled(*args, **kwargs):
+            with record_function(name):
+                return fn(*args, **kwargs)
+
+        return labelled
+
+    wrapped = []
+    try:
+        for module in model.modules():
+            if not isinstance(module, MoE):
+                continue
+            for attr, part in MOE_STAGES.items():
+                target = getattr(module, attr)
+                if target is None:  # no shared experts
+                    continue
+                owner, name = (target, "forward") if isinstance(target, torch.nn.Module) else (module, attr)
+                setattr(owner, name, in_range(getattr(owner, name), RANGE_PREFIX + part))
+                wrapped.append((owner, name))
+        yield {RANGE_PREFIX + part: part for part in MOE_PARTS} if wrapped else {}
+    finally:
+        for owner, name in wrapped:
+            delattr(owner, name)
+
+
+def profile_rounds(
+    fns: dict[str, Callable[[], object]], rounds: int, device: torch.device, ranges: dict[str, dict[str, str]]
+) -> dict[str, dict]:
+    """Each function profiled once per round, alternating them for ``rounds`` rounds: medians of its
+    ``kernel_split`` and, for a function with ``ranges[name]``, of each part's seconds and share of the
+    profiled call (``part_seconds`` / the call's profiled wall time)."""
+    summaries: dict[str, list[dict[str, float]]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            events, wall = profile_call(fn, device)
+            summary = {**kernel_split(events, device), "wall": wall}
+            if ranges.get(name):
+                for part, spent in part_seconds(events, device, ranges[name]).items():
+                    summary[f"part:{part}"], summary[f"share:{part}"] = spent, spent / wall
+            summaries[name].append(summary)
+            del events
+    return {name: {key: statistics.median(s[key] for s in rows) for key in rows[0]} for name, rows in summaries.items()}
 
 
 @contextmanager
@@ -219,7 +338,18 @@ def check_settings(cfg, context_length: int) -> int:
 
 
 def run_bench(cfg) -> dict:
-    """Time ``cfg.model`` (and its Hugging Face twin) as ``cfg`` asks; return every figure measured."""
+    """Time ``cfg.model`` (and its Hugging Face twin) as ``cfg`` asks; return every figure measured.
+
+    For a layout with MoE layers (eager, ``compile=false``), archlab's train row also holds the split of
+    its training step (forward, loss, backward, optimizer) into ``router`` (router logits, scores, top-k
+    choice and weights, balance and z losses), ``permutation`` (sorting the assignments by expert,
+    gathering the rows, scattering the outputs back and the weighted sum of each token's k slots),
+    ``experts`` (the routed and any shared experts' MLPs: their matmuls and activation) and ``other``
+    (attention, norms, embeddings, dense MLP layers, head, loss, optimizer, framework time), each part
+    with its backward (``part_seconds``): ``moe_split_fraction``, the median over the profiled rounds of
+    each part's share of a profiled step, and ``moe_split_s``, those shares of the timed median step
+    (``step_s``), so the parts and "other" sum to it. Profiling costs a little per op (``profiled_step_s``
+    against ``step_s`` says how much), so parts made of many small ops read slightly high."""
     from archlab.accounting import count, flops_per_token
     from archlab.build import build_model
     from archlab.config import to_model_config
@@ -272,7 +402,10 @@ def run_bench(cfg) -> dict:
         str(d).removeprefix("torch."): median_rate(train_times.pop(n), 2.0 * side**3) for d, n in CEILINGS.items()
     }
     ceiling = ceilings[str(compute).removeprefix("torch.")]
-    kernels = median_kernel_seconds(timed, cfg.repeats, device)  # the ceilings profiled in the same rounds
+    # the ceilings profiled in the same rounds; archlab's MoE stages labelled for those rounds only (the
+    # split is of the eager step: compiled, inductor fuses ops across the stages)
+    with moe_ranges(runs["archlab"]) if not cfg.compile else nullcontext({}) as ranges:
+        kernels = profile_rounds(timed, cfg.repeats, device, {"archlab": ranges})
     profiled = {d: kernels.pop(n)["matmul"] for d, n in CEILINGS.items()}
     profiled_ceiling = 2.0 * side**3 / profiled[compute]
     peak = peak_flops(device, compute)  # MFU against the peak of the dtype computed in, as archlab-train reports it
@@ -303,6 +436,11 @@ def run_bench(cfg) -> dict:
         row["floor_fraction_of_matmul"] = flops_tok * cfg.batch_size * T / row["floor_s"] / profiled_ceiling
         if peak:
             row["mfu"] = row["flops"] / peak
+        shares = {part: kernels[name][f"share:{part}"] for part in MOE_PARTS if f"share:{part}" in kernels[name]}
+        if shares:  # the profiled step's shares, applied to the timed step (profiling slows every op a little)
+            row["moe_split_fraction"] = {**shares, "other": 1.0 - sum(shares.values())}
+            row["moe_split_s"] = {part: f * row["step_s"] for part, f in row["moe_split_fraction"].items()}
+            row["profiled_step_s"] = kernels[name]["wall"]
         out["train"][name] = row
 
     # saved-tensor hooks see eager autograd only: memory is measured on the eager model

@@ -6,11 +6,16 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import archlab.bench
 from archlab.bench import (
+    MOE_PARTS,
     kernel_seconds,
     median_rate,
+    moe_ranges,
     paired_ratio,
+    part_seconds,
     peak_step_bytes,
+    profile_call,
     run_bench,
     saved_activation_bytes,
     time_alternating,
@@ -64,6 +69,28 @@ def test_kernel_seconds_sorts_matmul_and_attention_kernels():
     assert attention["attention"] > 0 and attention["matmul"] == 0
     assert matmul["matmul"] > 0 and matmul["attention"] == 0
     assert kernel_seconds(lambda: torch.exp(a), cpu) == {"matmul": 0.0, "attention": 0.0}
+
+
+def test_part_seconds_follows_each_range_into_backward(monkeypatch):
+    """A matmul in range A and an exp in range B, then backward: A's part holds the forward matmul and the
+    two matmuls of its backward (one per operand), though backward runs outside either range."""
+    from torch.profiler import record_function
+
+    a = torch.randn(64, 64, requires_grad=True)
+
+    def fn():
+        with record_function("A"):
+            h = a @ a
+        with record_function("B"):
+            y = h.exp()
+        y.sum().backward()
+
+    cpu = torch.device("cpu")
+    events, _ = profile_call(fn, cpu)
+    monkeypatch.setattr(archlab.bench, "self_seconds", lambda event, device: float(event.name == "aten::mm"))
+    assert part_seconds(events, cpu, {"A": "a", "B": "b"}) == {"a": 3.0, "b": 0.0}
+    monkeypatch.setattr(archlab.bench, "self_seconds", lambda event, device: float(event.name == "aten::exp"))
+    assert part_seconds(events, cpu, {"A": "a", "B": "b"}) == {"a": 0.0, "b": 1.0}  # exp's backward reuses its output
 
 
 def test_saved_activation_bytes_leaves_out_weights_and_their_views():
@@ -145,12 +172,62 @@ def test_bench_figures_are_consistent(result):
         # the floor: the step's matmul and attention kernel time alone
         assert row["matmul_s"] > 0 and row["attention_s"] > 0
         assert row["floor_s"] == pytest.approx(row["matmul_s"] + row["attention_s"])
+        assert "moe_split_s" not in row  # a dense layout has no MoE split
         assert row["floor_fraction_of_matmul"] == pytest.approx(
             out["flops_per_token"] * 2 * 16 / row["floor_s"] / out["profiled_matmul_flops"]
         )
     for section in ("train", "generate"):
         q1, q3 = out[section]["ratio_quartiles"]  # of the per-round ratios, whose median is the ratio
         assert 0 < q1 <= out[section]["ratio"] <= q3
+
+
+TINY_MOE = [
+    "model=mixtral-8x7b",
+    "model.n_layer=2",
+    "model.d_model=32",
+    "model.attention.n_head=4",
+    "model.attention.n_kv_head=2",
+    "model.mlp.n_experts=4",
+    "model.mlp.expert_d_ff=32",
+    "model.vocab_size=50",
+    "model.context_length=16",
+    "batch_size=2",
+    "warmup=1",
+    "repeats=2",
+    "matmul_size=64",
+    "checkpointing=false",
+]
+
+
+def test_moe_split_parts_sum_to_the_step():
+    """A moe layout's step split into router, permutation, expert MLPs and the rest: every part present
+    and non-negative, the three MoE parts above zero (each runs ops, forward and backward), the parts and
+    "other" summing to the timed median step (to rounding: 1e-9 relative) and the shares to 1."""
+    pytest.importorskip("transformers")
+    out = run_bench(compose("bench", TINY_MOE))
+    row = out["train"]["archlab"]
+    assert set(row["moe_split_s"]) == set(row["moe_split_fraction"]) == {*MOE_PARTS, "other"}
+    assert all(v >= 0 for v in (*row["moe_split_s"].values(), *row["moe_split_fraction"].values()))
+    assert all(row["moe_split_s"][part] > 0 for part in MOE_PARTS)
+    assert sum(row["moe_split_s"].values()) == pytest.approx(row["step_s"], rel=1e-9)
+    assert sum(row["moe_split_fraction"].values()) == pytest.approx(1.0, rel=1e-9)
+    assert row["profiled_step_s"] > 0 and "moe_split_s" not in out["train"]["hf"]
+
+
+def test_moe_ranges_label_every_stage_and_leave_no_trace():
+    from archlab.build import build_model, compose_model
+    from archlab.nn.moe import MoE
+
+    model = build_model(compose_model([*TINY_MOE[:9], "model.mlp.n_shared_experts=1"]))
+    moes = [m for m in model.modules() if isinstance(m, MoE)]
+    with moe_ranges(model) as ranges:
+        assert sorted(ranges.values()) == sorted(MOE_PARTS)
+        assert all("route" in m.__dict__ and "forward" in m.shared.__dict__ for m in moes)
+    for m in moes:  # the instances run their class's methods again
+        assert not {"route", "auxiliary", "dispatch", "combine"} & set(m.__dict__)
+        assert "forward" not in m.experts.__dict__ and "forward" not in m.shared.__dict__
+    with moe_ranges(build_model(compose_model(TINY_MOE[1:9]))) as ranges:  # a dense layout: nothing to split
+        assert ranges == {}
 
 
 def test_checkpointing_saves_activation_memory(result):

@@ -1,5 +1,6 @@
 """archlab-bench: training-step and generation speed of a composed model against the Hugging Face model of
-its layout (same weights, dtype, threads and batch), with memory per step and the machine's matmul ceiling.
+its layout (same weights, dtype, threads and batch), with memory per step and the machine's matmul ceiling;
+for a layout with MoE layers, archlab's step split into router, permutation, expert MLPs and the rest.
 
     archlab-bench model=gpt2 model.n_layer=6 model.d_model=384 model.attention.n_head=6 threads=2
     archlab-bench compile=true format=json
@@ -50,6 +51,21 @@ def _print_table(result: dict) -> None:
     row("  of the step: in matmul kernels (s)", "train", "matmul_s", lambda v: f"{v:.3f}")
     row("  in attention kernels (s)", "train", "attention_s", lambda v: f"{v:.3f}")
     row("  fraction of ceiling if only those ran", "train", "floor_fraction_of_matmul", lambda v: f"{v:.2f}")
+    parts = {
+        "router": "MoE router, aux losses",
+        "permutation": "MoE permutation",
+        "experts": "MoE expert MLPs",
+        "other": "the rest",
+    }
+    for part, label in parts.items():  # a MoE layout: where the step goes, each part with its backward
+        cells = [
+            f"{result['train'][n]['moe_split_s'][part]:.3f} ({result['train'][n]['moe_split_fraction'][part]:.0%})"
+            if "moe_split_s" in result["train"][n]
+            else "-"
+            for n in names
+        ]
+        if any(c != "-" for c in cells):
+            table.add_row(f"  {label}, fwd+bwd (s)", *cells, "")
     row("generate tokens/s (batch 1)", "generate", "tokens_per_s", lambda v: f"{v:,.1f}")
     console.print(table)
     for mode, figures in result["memory"].items():

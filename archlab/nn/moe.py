@@ -144,12 +144,23 @@ class MoE(MLP):
 
     @torch.compiler.disable  # the group sizes are data: a compiled graph would specialise on each
     def routed(self, x: Tensor, weights: Tensor, indices: Tensor) -> Tensor:
-        """The routed experts' weighted sum for tokens ``x`` [N, d], in the experts' output dtype."""
-        N, k = indices.shape
+        """The routed experts' weighted sum for tokens ``x`` [N, d], in the experts' output dtype:
+        ``dispatch``, ``experts``, ``combine`` (``archlab-bench`` splits a step along them)."""
+        rows, order, counts = self.dispatch(x, indices)
+        return self.combine(self.experts(rows, counts), order, weights)
+
+    def dispatch(self, x: Tensor, indices: Tensor) -> tuple[Tensor, Tensor, list[int]]:
+        """Rows [N·k, d] of ``x`` [N, d] sorted by expert (within one, by token), the sort ``order`` (row i
+        is assignment ``order[i]`` = token·k + slot) and the rows each expert got."""
         assignments = indices.flatten()
-        order = assignments.argsort(stable=True)  # by expert; within one, by token
+        order = assignments.argsort(stable=True)
         counts = torch.bincount(assignments, minlength=self.n_experts).tolist()
-        out = self.experts(x[order // k], counts)
+        return x[order // indices.shape[1]], order, counts
+
+    def combine(self, out: Tensor, order: Tensor, weights: Tensor) -> Tensor:
+        """The experts' outputs ``out`` [N·k, d] (rows in ``order``) back in (token, slot) order, each
+        token's k slots summed with their ``weights`` [N, k]; in ``out``'s dtype."""
+        N, k = weights.shape
         slots = torch.empty_like(out).index_copy_(0, order, out)  # [N·k, d] in (token, slot) order
         return (slots.view(N, k, -1) * weights.unsqueeze(-1)).sum(dim=1).to(out.dtype)
 
