@@ -337,6 +337,23 @@ def check_settings(cfg, context_length: int) -> int:
     return n
 
 
+def attention_path(mcfg, device: torch.device, compute: torch.dtype, seq_len: int) -> str:
+    """Which attention code the training step runs (the same choice as ``CausalSelfAttention.forward``)."""
+    from archlab.nn.cpu_attention import MAX_KEYS_TRAINING
+    from archlab.nn.positions import POSITIONS, Position
+
+    a, window = mcfg.attention, " with a window mask" if mcfg.attention.window is not None else ""
+    if a.kind != "causal":
+        return "SDPA"
+    if a.softcap is not None:
+        return "explicit matmuls (soft-capped scores: SDPA cannot cap them)"
+    biased = POSITIONS.get(mcfg.position.kind).bias is not Position.bias  # a float bias (ALiBi)
+    short = seq_len <= MAX_KEYS_TRAINING
+    if device.type == "cpu" and compute == torch.bfloat16 and a.dropout == 0 and not biased and short:
+        return "bf16 matmuls and softmax (nn/cpu_attention.py)" + window
+    return "SDPA" + window
+
+
 def run_bench(cfg) -> dict:
     """Time ``cfg.model`` (and its Hugging Face twin) as ``cfg`` asks; return every figure measured.
 
@@ -419,9 +436,7 @@ def run_bench(cfg) -> dict:
         "generate_tokens": n,
         "compiled": cfg.compile,
         "flops_per_token": flops_tok,
-        "attention_path": "explicit matmuls (soft-capped scores: SDPA cannot cap them)"
-        if mcfg.attention.softcap is not None
-        else "SDPA" + (" with a window mask" if mcfg.attention.window is not None else ""),
+        "attention_path": attention_path(mcfg, device, compute, T),
         "matmul_flops": ceiling,
         "matmul_flops_by_dtype": ceilings,
         "profiled_matmul_flops": profiled_ceiling,

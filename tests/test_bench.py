@@ -9,6 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import archlab.bench
 from archlab.bench import (
     MOE_PARTS,
+    attention_path,
     kernel_seconds,
     median_rate,
     moe_ranges,
@@ -20,8 +21,30 @@ from archlab.bench import (
     saved_activation_bytes,
     time_alternating,
 )
-from archlab.build import compose
+from archlab.build import compose, compose_model
+from archlab.config import to_model_config
 from archlab.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    "overrides, precision, seq_len, expected",
+    [
+        ([], torch.bfloat16, 256, "bf16 matmuls and softmax"),
+        (
+            ["model.attention.window=64"],
+            torch.bfloat16,
+            256,
+            "bf16 matmuls and softmax (nn/cpu_attention.py) with a window mask",
+        ),
+        ([], torch.float32, 256, "SDPA"),
+        ([], torch.bfloat16, 1024, "SDPA"),
+        (["model/position=alibi"], torch.bfloat16, 256, "SDPA"),
+        (["model.attention.softcap=50"], torch.bfloat16, 256, "explicit matmuls"),
+    ],
+)
+def test_attention_path_names_what_the_step_runs(overrides, precision, seq_len, expected):
+    mcfg = to_model_config(compose_model(["model=nano", "model.attention.dropout=0", *overrides]))
+    assert attention_path(mcfg, torch.device("cpu"), precision, seq_len).startswith(expected)
 
 
 def test_median_rate_uses_the_median_call():

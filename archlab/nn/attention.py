@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig, head_dim, n_kv_head
 from archlab.errors import ConfigError
+from archlab.nn import cpu_attention
 from archlab.nn.component import MEMBERS, Base
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import Rotation, yarn_mscale
@@ -113,7 +114,7 @@ def attention_mask(
 class CausalSelfAttention(Base, nn.Module):
     """One fused q/k/v projection, optional QK-norm, scaled dot-product attention over the causal (or
     sliding) window, optionally soft-capped, one output projection. SDPA runs it unless soft-capping
-    asks for the scores themselves."""
+    asks for the scores themselves, or bf16 on the CPU is faster as plain matmuls (cpu_attention.py)."""
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
@@ -170,7 +171,9 @@ class CausalSelfAttention(Base, nn.Module):
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
         dropout = self.dropout if self.training else 0.0
-        if self.softcap is None:
+        if self.softcap is None and cpu_attention.applies(q, k, v, mask, dropout):
+            y = cpu_attention.matmul_attention(q, k, v, mask, self.scale)
+        elif self.softcap is None:
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None and T > 1, scale=self.scale,
                 enable_gqa=self.n_kv_head != self.n_head,
