@@ -8,6 +8,7 @@ import csv
 import math
 import statistics
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -56,12 +57,14 @@ class ScalingFit:
     def parameter(self, name: str) -> Interval:
         return t_interval(getattr(f, name) for f in self.fits.values())
 
-    @property
+    @cached_property
     def curve(self) -> PowerLaw:
-        """The curve the report draws and solves: the seeds' mean a, b and e (one seed: its own fit)."""
+        """The curve the report draws, solves and gives a, b, e of: one fit to every seed's points together
+        (one seed: its own fit). Not the seeds' mean a, b and e: with three sizes each seed's fit is exact,
+        and where one seed's e sits at its bound and another's does not, their mean curve misses the data."""
         if len(self.fits) == 1:
             return next(iter(self.fits.values()))
-        return PowerLaw(*(self.parameter(p).mean for p in PARAMETERS))
+        return fit_power_law(*zip(*(p for pts in self.points.values() for p in pts)))
 
     @property
     def x_range(self) -> tuple[float, float]:
@@ -134,15 +137,15 @@ def multipliers(fits: list[ScalingFit], key: str, value: str) -> list[Multiplier
 
 
 def _parameter_text(fit: ScalingFit, name: str) -> str:
-    """mean ± 95% half-width over seeds; for one seed the fit's value ± its standard error, marked (SE)."""
+    """The pooled fit's value ± the 95% half-width of the seeds' own fits; for one seed the fit's value ± its
+    standard error, marked (SE)."""
     bounded = sum(name in f.at_bound for f in fit.fits.values())
     flag = f" (at its bound in {bounded} of {len(fit.fits)} seeds: no power law)" if bounded else ""
     if len(fit.fits) == 1:
         only = next(iter(fit.fits.values()))
         value, spread = getattr(only, name), only.stderr[PARAMETERS.index(name)]
         return _value(value, spread) + (" (SE)" if math.isfinite(spread) else " (exact fit: no SE)") + flag
-    i = fit.parameter(name)
-    return _value(i.mean, i.half_width) + flag
+    return _value(getattr(fit.curve, name), fit.parameter(name).half_width) + flag
 
 
 def _value(value: float, spread: float) -> str:
@@ -179,8 +182,10 @@ def scaling_section(
         f"## Scaling with {axis}",
         "",
         f"L = a·X^(−b) + e fitted to the final {metric} of each seed's runs across {axis}, in log space with "
-        "e ≥ 0: X = C, training FLOPs (throughput FLOP/s × training seconds), or N, non-embedding parameters. "
-        "a, b, e: mean ± 95% t half-width over the seeds' fits; with one seed, the fit's standard error (SE). "
+        "e ≥ 0: X = C, training FLOPs (the analytic FLOPs per token × the tokens trained, as the run's throughput "
+        "record gives them: FLOP/s × training seconds), or N, non-embedding parameters. "
+        "a, b, e: one fit to every seed's points together (the curve drawn and solved for multipliers) ± the 95% t "
+        "half-width of the seeds' own fits; with one seed, the fit's standard error (SE). "
         "Every seed's fit: scaling.csv." + (f" {plot.name}: the points and fits." if plot else ""),
         "",
         "| " + " | ".join([*rest, "X", "seeds", "a", "b", "e"]) + " |",
@@ -196,8 +201,9 @@ def scaling_section(
 
 
 def write_scaling_csv(fits: list[ScalingFit], found: list[Multiplier], path: Path) -> Path:
-    """scaling.csv: every seed's fit (with its standard errors) and each variant's a, b, e over the seeds
-    (seed ``mean``, with the 95% half-width), its compute multiplier against the baseline on that row."""
+    """scaling.csv: every seed's fit (with its standard errors) and each variant's fit to all seeds' points
+    (seed ``all``, with the 95% half-width of the seeds' fits), its compute multiplier against the baseline on
+    that row."""
     rest = list(fits[0].settings) if fits else []
     by_fit = {id(m.fit): m for m in found}
     header = [*rest, "X", "seed", "points", *[f"{p}{s}" for p in PARAMETERS for s in ("", " se", " ci95")]]
@@ -221,7 +227,7 @@ def write_scaling_csv(fits: list[ScalingFit], found: list[Multiplier], path: Pat
             cells = []
             for p in PARAMETERS:
                 i = f.parameter(p)
-                cells += [i.mean, "", i.half_width if math.isfinite(i.half_width) else ""]
+                cells += [getattr(f.curve, p), "", i.half_width if math.isfinite(i.half_width) else ""]
             m = by_fit.get(id(f))
             inside = m.inside if m else []
             summary = (
@@ -234,12 +240,12 @@ def write_scaling_csv(fits: list[ScalingFit], found: list[Multiplier], path: Pat
                 else ""
             )
             n_points = sum(len(p) for p in f.points.values())
-            writer.writerow([*f.settings.values(), f.x, "mean", n_points, *cells, *summary, points, each, ""])
+            writer.writerow([*f.settings.values(), f.x, "all", n_points, *cells, *summary, points, each, ""])
     return path
 
 
 def plot_scaling(fits: list[ScalingFit], axis: str, metric: str, out: Path) -> Path:
-    """scaling.png: log-log, final ``metric`` against C and against N, each seed's points and the mean fit."""
+    """scaling.png: log-log, final ``metric`` against C and against N, each seed's points and the fit to all of them."""
     import matplotlib
 
     matplotlib.use("Agg")
