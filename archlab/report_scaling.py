@@ -64,7 +64,10 @@ class ScalingFit:
         and where one seed's e sits at its bound and another's does not, their mean curve misses the data."""
         if len(self.fits) == 1:
             return next(iter(self.fits.values()))
-        return fit_power_law(*zip(*(p for pts in self.points.values() for p in pts)))
+        try:
+            return fit_power_law(*zip(*(p for pts in self.points.values() for p in pts)))
+        except (ValueError, RuntimeError):  # no convergence on the pooled points: the seeds' mean parameters
+            return PowerLaw(*(self.parameter(p).mean for p in PARAMETERS))
 
     @property
     def x_range(self) -> tuple[float, float]:
