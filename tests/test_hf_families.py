@@ -13,45 +13,28 @@ device, have the published parameter counts.
 
 import pytest
 import torch
+from hf_support import (
+    CTX,
+    TOL,
+    WINDOW,
+    V,
+    check_greedy_generation,
+    check_padded_generation,
+    logits,
+    max_diff,
+    randomize,
+)
 from published import HF_CONFIGS, PUBLISHED
 
 from archlab import ConfigError, build_model, compose_model, count_params
-from archlab.generate import generate
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
 
 transformers = pytest.importorskip("transformers")
-
-TOL = 1e-4  # max abs logit difference allowed (float32)
-V, CTX, WINDOW = 96, 64, 4
-IDS = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(0))  # 12 > WINDOW
 
 
 @pytest.fixture(autouse=True)
 def _one_thread(single_thread):
     pass
-
-
-def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """Every parameter redrawn: matrices and tables N(0, 0.2²); vectors (biases, norm scales or Gemma's
-    scale offsets) 0.5 + N(0, 0.3²). A tied tensor is listed, so drawn, once."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 1:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 0.5)
-            else:
-                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
-    return model.eval()
-
-
-def logits(model, ids=IDS) -> torch.Tensor:
-    with torch.no_grad():
-        out = model(ids)
-    return out if isinstance(out, torch.Tensor) else out.logits
-
-
-def max_diff(a, b) -> float:
-    return (a - b).abs().max().item()
 
 
 NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
@@ -305,24 +288,7 @@ def test_greedy_generation_matches_hf_generate(case):
     at every step archlab's logits through its KV cache equal the logits HF decoded with (a random model's
     greedy path may settle into a few tokens; the logits compare every step whatever it picks)."""
     hf = hf_model(case, seed=4)
-    ids = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(5))
-    out = hf.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=20,
-        do_sample=False,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
-    model = from_hf(hf)
-    got = generate(model, ids, max_new_tokens=20)
-    assert got.shape == out.sequences.shape == (2, 25)
-    assert torch.equal(got, out.sequences)
-    cache, steps = model.new_cache(2, 25), []
-    with torch.no_grad():
-        for start, end in [(0, 5), *((t, t + 1) for t in range(5, 24))]:  # the prompt, then one token at a time
-            steps.append(model(got[:, start:end], cache)[:, -1])
-    assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+    check_greedy_generation(hf)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -330,20 +296,7 @@ def test_padded_batch_generation_matches_hf_generate(case):
     """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
     greedy continuation of each row, and its logits at every step, equal HF ``generate``'s on the same batch."""
     hf = hf_model(case, seed=6)
-    prompts = [torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 3, 5)]
-    ids = torch.tensor([[0] * (7 - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (7 - len(p)) + [1] * len(p) for p in prompts])
-    out = hf.generate(
-        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, return_dict_in_generate=True, output_logits=True
-    )
-    model = from_hf(hf)
-    got = generate(model, ids, max_new_tokens=12, attention_mask=mask)
-    assert torch.equal(got, out.sequences)
-    cache, steps = model.new_cache(3, 19), []
-    with torch.no_grad():
-        for start, end in [(0, 7), *((t, t + 1) for t in range(7, 18))]:
-            steps.append(model(got[:, start:end], cache, torch.cat((mask, torch.ones(3, end - 7)), 1).long())[:, -1])
-    assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+    check_padded_generation(hf)
 
 
 # ---------------------------------------------------------------- the presets against the published configs

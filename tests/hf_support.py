@@ -1,0 +1,85 @@
+"""What the Hugging Face parity tests of the dense families (test_hf_families.py) and the
+mixture-of-experts families (test_hf_moe.py) share: the tiny sizes, fully randomised weights, logits,
+and the two generation checks against HF ``generate``."""
+
+from __future__ import annotations
+
+import torch
+
+from archlab.generate import generate
+from archlab.interop.hf import from_hf
+
+TOL = 1e-4  # max abs logit difference allowed (float32)
+V, CTX, WINDOW = 96, 64, 4
+IDS = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(0))  # 12 > WINDOW
+
+
+def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """Every parameter redrawn: matrices, tables and stacked experts N(0, 0.2²); vectors (biases, norm
+    scales or Gemma's scale offsets) 0.5 + N(0, 0.3²); a router correction-bias buffer (HF
+    ``e_score_correction_bias``, archlab ``router_bias``) N(0, 0.3²), of the size of the sigmoid scores'
+    spread, so it moves the choice. A tied tensor is listed, so drawn, once."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3 + 0.5)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.2)
+        for name, b in model.named_buffers():
+            if name.endswith(("e_score_correction_bias", "router_bias")):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.3)
+    return model.eval()
+
+
+def logits(model, ids=IDS) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(ids)
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
+def max_diff(a, b) -> float:
+    return (a - b).abs().max().item()
+
+
+def check_greedy_generation(hf) -> None:
+    """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``, and
+    at every step archlab's logits through its KV cache equal the logits HF decoded with (a random model's
+    greedy path may settle into a few tokens; the logits compare every step whatever it picks)."""
+    ids = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(5))
+    out = hf.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=20,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_logits=True,
+    )
+    model = from_hf(hf)
+    got = generate(model, ids, max_new_tokens=20)
+    assert got.shape == out.sequences.shape == (2, 25)
+    assert torch.equal(got, out.sequences)
+    cache, steps = model.new_cache(2, 25), []
+    with torch.no_grad():
+        for start, end in [(0, 5), *((t, t + 1) for t in range(5, 24))]:  # the prompt, then one token at a time
+            steps.append(model(got[:, start:end], cache)[:, -1])
+    assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+
+
+def check_padded_generation(hf) -> None:
+    """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
+    greedy continuation of each row, and its logits at every step, equal HF ``generate``'s on the same batch."""
+    prompts = [torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 3, 5)]
+    ids = torch.tensor([[0] * (7 - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (7 - len(p)) + [1] * len(p) for p in prompts])
+    out = hf.generate(
+        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, return_dict_in_generate=True, output_logits=True
+    )
+    model = from_hf(hf)
+    got = generate(model, ids, max_new_tokens=12, attention_mask=mask)
+    assert torch.equal(got, out.sequences)
+    cache, steps = model.new_cache(3, 19), []
+    with torch.no_grad():
+        for start, end in [(0, 7), *((t, t + 1) for t in range(7, 18))]:
+            steps.append(model(got[:, start:end], cache, torch.cat((mask, torch.ones(3, end - 7)), 1).long())[:, -1])
+    assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
