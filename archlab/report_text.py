@@ -18,17 +18,21 @@ def plus_minus(mean: float, spread: float) -> str:
     if not math.isfinite(spread) or spread <= 1e-12 * abs(mean):
         return number(mean)
     places = 1 - math.floor(math.log10(spread))
+    if round(mean, places) == 0:
+        mean = 0.0  # a mean that rounds to zero is written 0.00, not -0.00
     if places > 0:
         return f"{mean:.{places}f} ± {spread:.{places}f}"
     return f"{round(mean, places):,.0f} ± {round(spread, places):,.0f}"
 
 
 def difference(mean: float, spread: float) -> str:
-    """A difference as ``plus_minus`` writes it, signed: the true minus sign (−) or a leading +."""
+    """A difference as ``plus_minus`` writes it, signed: the true minus sign (−) or a leading +; no sign
+    where it rounds to zero."""
     text = plus_minus(mean, spread)
     if text.startswith("-"):
         return "−" + text[1:]
-    return "+" + text if mean > 0 else text
+    shown_zero = not any(c in "123456789" for c in text.split(" ")[0])
+    return "+" + text if mean > 0 and not shown_zero else text
 
 
 def label(settings: dict[str, str]) -> str:

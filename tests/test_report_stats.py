@@ -14,6 +14,7 @@ import pytest
 
 from archlab.errors import ConfigError
 from archlab.report import write_report
+from archlab.report_text import difference
 from archlab.stats import PowerLaw
 
 T_975_DF2 = 4.30265273  # Student t, 97.5th percentile, 2 degrees of freedom (tables: 4.303)
@@ -308,3 +309,17 @@ def test_the_scaling_curve_is_fitted_to_every_seed_and_passes_through_their_loss
     for c, losses in STUDY_POINTS.items():
         assert min(losses) - 0.01 <= pooled(c) <= max(losses) + 0.01, (c, pooled(c), losses)
     assert abs(mean(741212160000.0) - statistics.mean(STUDY_POINTS[741212160000.0])) > 0.03
+
+
+@pytest.mark.parametrize(
+    "mean, spread, text",
+    [
+        (-0.021, 0.008, "−0.0210 ± 0.0080"),
+        (0.153, 0.053, "+0.153 ± 0.053"),
+        (-0.001, 0.27, "0.00 ± 0.27"),  # rounds to zero: no sign, not "−0.00"
+        (0.004, 0.27, "0.00 ± 0.27"),
+        (-1234.0, 56.0, "−1,234 ± 56"),
+    ],
+)
+def test_a_difference_is_signed_unless_it_rounds_to_zero(mean, spread, text):
+    assert difference(mean, spread) == text
