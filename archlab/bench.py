@@ -339,7 +339,7 @@ def check_settings(cfg, context_length: int) -> int:
 
 def attention_path(mcfg, device: torch.device, compute: torch.dtype, seq_len: int) -> str:
     """Which attention code the training step runs (the same choice as ``CausalSelfAttention.forward``)."""
-    from archlab.nn.cpu_attention import MAX_KEYS_TRAINING
+    from archlab.nn import cpu_attention
     from archlab.nn.positions import POSITIONS, Position
 
     a, window = mcfg.attention, " with a window mask" if mcfg.attention.window is not None else ""
@@ -347,9 +347,8 @@ def attention_path(mcfg, device: torch.device, compute: torch.dtype, seq_len: in
         return "SDPA"
     if a.softcap is not None:
         return "explicit matmuls (soft-capped scores: SDPA cannot cap them)"
-    biased = POSITIONS.get(mcfg.position.kind).bias is not Position.bias  # a float bias (ALiBi)
-    short = seq_len <= MAX_KEYS_TRAINING
-    if device.type == "cpu" and compute == torch.bfloat16 and a.dropout == 0 and not biased and short:
+    biased = POSITIONS.get(mcfg.position.kind).bias is not Position.bias  # a float bias (ALiBi) in the mask
+    if cpu_attention.takes(device.type, compute, a.dropout, seq_len, seq_len, True, shared_bool_mask=not biased):
         return "bf16 matmuls and softmax (nn/cpu_attention.py)" + window
     return "SDPA" + window
 

@@ -22,17 +22,38 @@ MAX_KEYS_TRAINING, MAX_KEYS_INFERENCE = 512, 256
 
 
 def applies(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float) -> bool:
-    """This path, rather than SDPA? For bf16 operands on the CPU, several queries and not too many keys,
-    no dropout, and plain causal masking or one ``[Tq, Tk]`` boolean mask shared by every row and head
-    (a sliding window); float biases (ALiBi), per-row padding masks and decoding one token stay with SDPA."""
-    training = torch.is_grad_enabled() and q.requires_grad
+    """This path, rather than SDPA, for these operands (``takes`` on what they are)?"""
+    return takes(
+        q.device.type,
+        q.dtype if k.dtype == v.dtype == q.dtype else None,
+        dropout,
+        q.shape[2],
+        k.shape[2],
+        training=torch.is_grad_enabled() and q.requires_grad,
+        shared_bool_mask=mask is None or (mask.dtype == torch.bool and mask.dim() == 2),
+    )
+
+
+def takes(
+    device: str,
+    dtype: Optional[torch.dtype],
+    dropout: float,
+    queries: int,
+    keys: int,
+    training: bool,
+    shared_bool_mask: bool,
+) -> bool:
+    """The rule: bf16 operands (all three) on the CPU, several queries and not too many keys, no dropout,
+    and plain causal masking or one ``[Tq, Tk]`` boolean mask shared by every row and head (a sliding
+    window); float biases (ALiBi), per-row padding masks and decoding one token stay with SDPA.
+    ``archlab-bench`` asks it of the configured layout to name the path it times."""
     return (
-        q.device.type == "cpu"
-        and q.dtype == k.dtype == v.dtype == torch.bfloat16
+        device == "cpu"
+        and dtype == torch.bfloat16
         and dropout == 0.0
-        and 1 < q.shape[2]
-        and k.shape[2] <= (MAX_KEYS_TRAINING if training else MAX_KEYS_INFERENCE)
-        and (mask is None or (mask.dtype == torch.bool and mask.dim() == 2))
+        and 1 < queries
+        and keys <= (MAX_KEYS_TRAINING if training else MAX_KEYS_INFERENCE)
+        and shared_bool_mask
     )
 
 
