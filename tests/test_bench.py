@@ -135,10 +135,7 @@ def test_peak_step_bytes_is_the_most_allocated_at_once():
     assert peak_step_bytes(step, torch.device("cpu")) == 3_000_000
 
 
-TINY_BENCH = [
-    "model.n_layer=2",
-    "model.d_model=32",
-    "model.attention.n_head=2",
+TINY_RUN = [  # a vocabulary, context and batch of a tiny bench, two timed rounds
     "model.vocab_size=50",
     "model.context_length=16",
     "batch_size=2",
@@ -146,6 +143,7 @@ TINY_BENCH = [
     "repeats=2",
     "matmul_size=64",
 ]
+TINY_BENCH = ["model.n_layer=2", "model.d_model=32", "model.attention.n_head=2", *TINY_RUN]
 
 
 @pytest.fixture(scope="module")
@@ -212,12 +210,7 @@ TINY_MOE = [
     "model.attention.n_kv_head=2",
     "model.mlp.n_experts=4",
     "model.mlp.expert_d_ff=32",
-    "model.vocab_size=50",
-    "model.context_length=16",
-    "batch_size=2",
-    "warmup=1",
-    "repeats=2",
-    "matmul_size=64",
+    *TINY_RUN,
     "checkpointing=false",
 ]
 
