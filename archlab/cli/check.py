@@ -34,8 +34,8 @@ from archlab.nn.validation import validate
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
 # config.json (the Hub repo named per line), built on the meta device, tied tensors counted once. Where the
 # authors give an exact figure it agrees: the Pythia model card's table, and the non-embedding counts of
-# the Gemma and Gemma 2 papers (table 2). nano has no published model; its number is GPT-2's closed form
-# (V + ctx)·d + L·(4d² + 2df + 9d + f) + 2d at V=256, ctx=256, d=128, L=4, f=512.
+# the Gemma and Gemma 2 papers (table 2). A preset without a published model (nano) has no entry: its row
+# says "no reference", and only its analytic and built counts are compared.
 REFERENCE_COUNTS = {
     "gpt2": 124_439_808,  # openai-community/gpt2, and gpt2-medium, -large, -xl
     "gpt2-medium": 354_823_168,
@@ -68,7 +68,6 @@ REFERENCE_COUNTS = {
     "qwen3-30b-a3b": 30_532_122_624,  # Qwen/Qwen3-30B-A3B
     "deepseek-v2-lite": 15_706_484_224,  # deepseek-ai/DeepSeek-V2-Lite
     "deepseek-v3": 671_026_404_352,  # deepseek-ai/DeepSeek-V3 (the main model, without its MTP module)
-    "nano": 858_880,
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every
@@ -171,8 +170,8 @@ def print_table(rows: list[dict], console: Console) -> None:
         )
     console.print(table)
     console.print(
-        "reference: published totals (Hugging Face transformers models built on the meta device; nano: "
-        "the GPT-2 closed form), listed in archlab/cli/check.py; active: parameters one token goes through "
+        "reference: published totals (Hugging Face transformers models built on the meta device), listed in "
+        "archlab/cli/check.py; - and no reference: not a published model; active: parameters one token goes through "
         "(a mixture of experts: only its top-k routed experts), checked against the published models' too"
     )
 
