@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import archlab.bench
-from archlab.bench import (
+import archlab.bench.harness
+from archlab.bench.harness import (
     MOE_PARTS,
     attention_path,
     kernel_seconds,
@@ -110,9 +110,9 @@ def test_part_seconds_follows_each_range_into_backward(monkeypatch):
 
     cpu = torch.device("cpu")
     events, _ = profile_call(fn, cpu)
-    monkeypatch.setattr(archlab.bench, "self_seconds", lambda event, device: float(event.name == "aten::mm"))
+    monkeypatch.setattr(archlab.bench.harness, "self_seconds", lambda event, device: float(event.name == "aten::mm"))
     assert part_seconds(events, cpu, {"A": "a", "B": "b"}) == {"a": 3.0, "b": 0.0}
-    monkeypatch.setattr(archlab.bench, "self_seconds", lambda event, device: float(event.name == "aten::exp"))
+    monkeypatch.setattr(archlab.bench.harness, "self_seconds", lambda event, device: float(event.name == "aten::exp"))
     assert part_seconds(events, cpu, {"A": "a", "B": "b"}) == {"a": 0.0, "b": 1.0}  # exp's backward reuses its output
 
 
@@ -166,7 +166,7 @@ def test_bf16_mixed_runs_both_sides_under_autocast_against_the_bf16_ceiling():
 
 
 def test_bench_step_autocast_computes_in_bf16():
-    from archlab.bench import StepFns
+    from archlab.bench.harness import StepFns
 
     seen = []
     step = StepFns(lambda t: seen.append(torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None)

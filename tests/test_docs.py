@@ -293,7 +293,7 @@ def run_train(argv: list[str], ws: Workspace) -> None:
 
 
 def run_bench(argv: list[str], ws: Workspace) -> None:
-    from archlab.bench import check_settings
+    from archlab.bench.harness import check_settings
     from archlab.config import to_model_config
     from archlab.nn.validation import validate
 

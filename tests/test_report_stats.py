@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from archlab.errors import ConfigError
-from archlab.report import write_report
-from archlab.report_text import difference
-from archlab.stats import PowerLaw
+from archlab.report.stats import PowerLaw
+from archlab.report.text import difference
+from archlab.report.write import write_report
 
 T_975_DF2 = 4.30265273  # Student t, 97.5th percentile, 2 degrees of freedom (tables: 4.303)
 
@@ -173,7 +173,7 @@ def test_best_over_reports_each_variant_at_its_own_best_value_and_compares_those
 
 
 def test_sensitivity_plots_a_log_axis_only_for_positive_values_spanning_more_than_10x():
-    from archlab.report_compare import log_scale
+    from archlab.report.compare import log_scale
 
     assert log_scale([1e-3, 3e-3, 3e-2]) and not log_scale([1e-3, 1e-2]) and not log_scale([0.0, 1.0, 100.0])
 

@@ -1,4 +1,4 @@
-"""archlab.stats against hand-computed values: t intervals, seed-paired differences, best-setting choice,
+"""archlab.report.stats against hand-computed values: t intervals, seed-paired differences, best-setting choice,
 power-law fits recovering a known curve, and compute multipliers against their closed form."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from archlab.stats import (
+from archlab.report.stats import (
     PowerLaw,
     best_setting,
     compute_multipliers,
@@ -137,7 +137,7 @@ def test_the_module_stands_alone_without_torch():
     torch): its arithmetic runs and torch is never imported."""
     code = (
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('stats', {str(ROOT / 'archlab' / 'stats.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('stats', {str(ROOT / 'archlab' / 'report' / 'stats.py')!r})\n"
         "s = sys.modules['stats'] = importlib.util.module_from_spec(spec); spec.loader.exec_module(s)\n"
         "s.t_interval([1, 2]); s.fit_power_law([1, 2, 4], [3, 2, 1.5])\n"
         "print('torch' in sys.modules)"

@@ -152,7 +152,7 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     """A job still running (no summary yet) is listed, the others still reported."""
     import shutil
 
-    from archlab.report import write_report
+    from archlab.report.write import write_report
 
     partial = tmp_path / "partial"
     shutil.copytree(sweep[0], partial)
@@ -167,7 +167,7 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     assert sum(int(r["completed"]) for r in rows) == 3
 
     # stopped before the rope jobs started: multirun.yaml still says what the sweep was
-    from archlab.report import load_runs, swept_axes
+    from archlab.report.write import load_runs, swept_axes
 
     rope = [p.parent.parent for p in partial.glob("*/.hydra/overrides.yaml") if "model/position=rope" in p.read_text()]
     assert len(rope) == 4
@@ -238,7 +238,7 @@ def test_report_markdown_is_a_compact_table_with_plain_values_for_agreeing_seeds
     """report.md: axes, seeds, the primary metric final and best, params, FLOPs/token, tokens/s; a value
     the seeds agree on (or one seed's) plain, else mean ± std (std to 2 digits, the mean to its decimal
     place), and (n=k) where fewer completed seeds have the figure."""
-    from archlab.report import write_report
+    from archlab.report.write import write_report
 
     def job(name, overrides, loss=None, tokens_per_s=None):
         run = tmp_path / "sweep" / name
@@ -286,7 +286,7 @@ def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep,
 
     import yaml
 
-    from archlab.report import group_variants, load_runs, swept_axes, validation_curve
+    from archlab.report.write import group_variants, load_runs, swept_axes, validation_curve
 
     copy = tmp_path / "copy"
     shutil.copytree(sweep[0], copy)
@@ -464,7 +464,7 @@ def test_runs_are_read_in_the_order_the_sweep_planned_them(sweep, tmp_path):
     import itertools
     import shutil
 
-    from archlab.report import load_runs
+    from archlab.report.write import load_runs
 
     copy = tmp_path / "renamed"
     shutil.copytree(sweep[0], copy)

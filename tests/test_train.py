@@ -119,7 +119,7 @@ def test_parameter_counts_and_flops_in_summary(cli_run):
 
 def test_one_table_of_peaks_for_every_mfu():
     """archlab-train's MFU and archlab-bench's divide by the same peak: the device's, for the dtype it runs."""
-    from archlab.peak_flops import device_peak, peak_flops
+    from archlab.bench.peak_flops import device_peak, peak_flops
 
     assert device_peak("NVIDIA H100 80GB HBM3", torch.bfloat16, tf32=True) == 989.4e12
     assert device_peak("NVIDIA H100 PCIe", torch.bfloat16, tf32=True) == 756e12  # the model before its family

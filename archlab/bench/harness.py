@@ -367,11 +367,11 @@ def run_bench(cfg) -> dict:
     (``step_s``), so the parts and "other" sum to it. Profiling costs a little per op (``profiled_step_s``
     against ``step_s`` says how much), so parts made of many small ops read slightly high."""
     from archlab.accounting import count, flops_per_token
+    from archlab.bench.peak_flops import peak_flops
     from archlab.build import build_model
     from archlab.config import to_model_config
     from archlab.generate import generate
     from archlab.nn.validation import validate
-    from archlab.peak_flops import peak_flops
     from archlab.precision import compute_dtype
 
     mcfg = validate(to_model_config(cfg.model))

@@ -76,7 +76,7 @@ def _print_table(result: dict) -> None:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
 @short_config_errors
 def bench_app(cfg: DictConfig) -> None:
-    from archlab.bench import run_bench
+    from archlab.bench.harness import run_bench
 
     result = run_bench(cfg)
     if cfg.format == "json":

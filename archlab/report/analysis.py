@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from archlab import report_compare as compare
-from archlab import report_scaling as scaling_fits
 from archlab.errors import ConfigError
+from archlab.report import compare
+from archlab.report import scaling as scaling_fits
 
 if TYPE_CHECKING:
-    from archlab.report_runs import Variant
+    from archlab.report.runs import Variant
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What a reviewer asks of an ablation table, for archlab-report: each variant's 95% intervals, each
 variant against a baseline paired by seed (``baseline=``), and each variant at the best value of a tuned
-axis (``best_over=``). The arithmetic is ``archlab.stats``; this module picks the runs and writes it out."""
+axis (``best_over=``). The arithmetic is ``archlab.report.stats``; this module picks the runs and writes it out."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from archlab.errors import ConfigError
-from archlab.report_text import difference, label, number, plus_minus
-from archlab.stats import Interval, best_setting, higher_is_better, paired_difference, t_interval
+from archlab.report.plots import pyplot, save_figure
+from archlab.report.stats import Interval, best_setting, higher_is_better, paired_difference, t_interval
+from archlab.report.text import difference, label, number, plus_minus
 
 if TYPE_CHECKING:
-    from archlab.report_runs import Variant
+    from archlab.report.runs import Variant
 
 METRIC_KINDS = ("final", "best")  # the figures that get intervals: each metric's final and best value
 
@@ -166,10 +167,7 @@ def log_scale(values: list[float]) -> bool:
 def plot_sensitivity(choices: list[Choice], axis: str, metric: str, out: Path) -> Optional[Path]:
     """sensitivity.png: the final ``metric`` (mean, 95% interval) against ``axis`` per variant, the chosen
     value ringed; a log x axis where the values are positive numbers spanning more than 10x."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     values = list(dict.fromkeys(v for c in choices for v in c.tried))
     numeric = _numbers(values)
@@ -189,11 +187,7 @@ def plot_sensitivity(choices: list[Choice], axis: str, metric: str, out: Path) -
     ax.set(xlabel=axis, ylabel=f"final {metric}", title=f"final {metric} against {axis} (mean, 95% CI; ringed: best)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "sensitivity.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / "sensitivity.png")
 
 
 # ---------------------------------------------------------------- baseline

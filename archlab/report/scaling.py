@@ -1,6 +1,6 @@
 """Scaling fits for archlab-report (``scaling=<axis>``): per variant, the final loss against training compute C
 and against non-embedding parameters N, L = a·X^(−b) + e fitted seed by seed, and how much more compute
-the baseline needs to reach each variant's loss. The arithmetic is ``archlab.stats``."""
+the baseline needs to reach each variant's loss. The arithmetic is ``archlab.report.stats``."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from archlab.errors import ConfigError
-from archlab.report_text import label, plus_minus
-from archlab.stats import Interval, PowerLaw, compute_multipliers, fit_power_law, geometric_mean, t_interval
+from archlab.report.plots import pyplot, save_figure
+from archlab.report.stats import Interval, PowerLaw, compute_multipliers, fit_power_law, geometric_mean, t_interval
+from archlab.report.text import label, plus_minus
 
 if TYPE_CHECKING:
-    from archlab.report_runs import Variant
+    from archlab.report.runs import Variant
 
-# what each fit's x is: the figure archlab.report_runs.run_figures reads from each run's summary
+# what each fit's x is: the figure archlab.report.runs.run_figures reads from each run's summary
 X_FIGURES = {"C": "training FLOPs", "N": "params non_embedding"}
 MULTIPLIER_POINTS = 5  # compute values, log-spaced over the variant's observed range, the multiplier is taken at
 PARAMETERS = ("a", "b", "e")
@@ -249,13 +250,9 @@ def write_scaling_csv(fits: list[ScalingFit], found: list[Multiplier], path: Pat
 
 def plot_scaling(fits: list[ScalingFit], axis: str, metric: str, out: Path) -> Path:
     """scaling.png: log-log, final ``metric`` against C and against N, each seed's points and the fit to all of them."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FormatStrFormatter
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    fig, axes = pyplot().subplots(1, 2, figsize=(11, 4.5))
     for ax, (x, figure) in zip(axes, X_FIGURES.items()):
         for f in (f for f in fits if f.x == x):
             xs = np.geomspace(*f.x_range, 50)
@@ -268,8 +265,4 @@ def plot_scaling(fits: list[ScalingFit], axis: str, metric: str, out: Path) -> P
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     fig.suptitle(f"final {metric} across {axis}: L = a·X^(−b) + e per variant (points: every seed)")
-    fig.tight_layout()
-    path = out / "scaling.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out / "scaling.png")

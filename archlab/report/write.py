@@ -4,8 +4,8 @@ Every run is read from its ``summary.json`` and ``.hydra/overrides.yaml``; the s
 overrides whose values differ between runs, and runs that differ only in ``seed`` are one variant.
 Validation curves come from each run's summary history: the optimizer step of every validation, kept
 whole across resumes. The options beyond the table (baseline comparisons, best_over, scaling fits) are
-checked and computed in ``archlab.report_analysis``, written out by ``archlab.report_compare`` and
-``archlab.report_scaling``; their arithmetic is ``archlab.stats``.
+checked and computed in ``archlab.report.analysis``, written out by ``archlab.report.compare`` and
+``archlab.report.scaling``; their arithmetic is ``archlab.report.stats``.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from typing import Optional
 
 import yaml
 
-from archlab import report_compare as compare
-from archlab import report_scaling as scaling_fits
 from archlab.errors import ConfigError
-from archlab.report_analysis import Analysis, analyse
-from archlab.report_runs import Run, Variant, finite_number, run_figures
-from archlab.report_text import label, plus_minus
+from archlab.report import compare
+from archlab.report import scaling as scaling_fits
+from archlab.report.analysis import Analysis, analyse
+from archlab.report.plots import pyplot, save_figure
+from archlab.report.runs import Run, Variant, finite_number, run_figures
+from archlab.report.text import label, plus_minus
 from archlab.training.outputs import HYDRA_FILES, PENDING_HYDRA_FILES, continues_run
 
 SEED_KEYS = ("seed",)
@@ -342,11 +343,7 @@ def write_report(
 
 
 def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: Path) -> dict[str, Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     plots: dict[str, Path] = {}
     primary = next((c for c in columns if c.startswith("final ")), None)
     if primary is None:
@@ -367,10 +364,9 @@ def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: 
         ax.set(xlabel="step", ylabel=metric, title=f"{metric} during training (mean over seeds)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        plots["curves"] = out / "curves.png"
-        fig.savefig(plots["curves"], dpi=120)
-    plt.close(fig)
+        plots["curves"] = save_figure(fig, out / "curves.png")
+    else:
+        plt.close(fig)
 
     rows = [(v, st[primary]) for v, st in zip(variants, stats) if primary in st]
     if rows:
@@ -383,8 +379,5 @@ def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: 
         ax.set_xticks(range(len(rows)), [label(v.settings) for v, _ in rows], rotation=30, ha="right", fontsize=7)
         ax.set(ylabel=metric, title=f"final {metric} (mean ± std over seeds)")
         ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        plots["final"] = out / "final.png"
-        fig.savefig(plots["final"], dpi=120)
-        plt.close(fig)
+        plots["final"] = save_figure(fig, out / "final.png")
     return plots

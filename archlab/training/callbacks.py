@@ -15,8 +15,8 @@ import torch
 from lightning.pytorch.callbacks import Callback, RichProgressBar
 
 from archlab.accounting import COMPONENTS, built_counts, count, flops_per_token
+from archlab.bench.peak_flops import peak_flops
 from archlab.errors import ConfigError
-from archlab.peak_flops import peak_flops
 from archlab.precision import compute_dtype
 
 log = logging.getLogger("archlab.train")
@@ -122,7 +122,7 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 class ThroughputMonitor(Callback):
     """Tokens/s of the training steps (data loading and validation excluded), FLOP/s from the
     analytic FLOPs per token at the batch's sequence length, and MFU where the device's peak is
-    known (``archlab.peak_flops``, which archlab-bench reads too; none for CPUs)."""
+    known (``archlab.bench.peak_flops``, which archlab-bench reads too; none for CPUs)."""
 
     def __init__(self, log_every_n_steps: int = 50):
         self.log_every_n_steps = log_every_n_steps
