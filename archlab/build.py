@@ -7,13 +7,14 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+import archlab.conf
 from archlab.accounting import check_build, count
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.store import register_configs
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
-CONF_DIR = Path(__file__).parent / "conf"
+CONF_DIR = Path(archlab.conf.__file__).parent  # conf/ in the repository, conf/ once installed
 
 
 def compose(config_name: str, overrides: Sequence[str] = (), return_hydra_config: bool = False) -> Any:

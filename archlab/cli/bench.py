@@ -73,7 +73,7 @@ def _print_table(result: dict) -> None:
         console.print(f"archlab memory per step ({mode}): {text}")
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="bench")
+@hydra.main(version_base="1.3", config_path="pkg://archlab.conf", config_name="bench")
 @short_config_errors
 def bench_app(cfg: DictConfig) -> None:
     from archlab.bench.harness import run_bench

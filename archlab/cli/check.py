@@ -220,7 +220,7 @@ def run(cfg: DictConfig, overrides: list[str]) -> int:
     return int(not print_breakdown(title, result, _layout(cfg.model), console))
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="check")
+@hydra.main(version_base="1.3", config_path="pkg://archlab.conf", config_name="check")
 @short_config_errors
 def check_app(cfg: DictConfig) -> None:
     code = run(cfg, list(HydraConfig.get().overrides.task))

@@ -20,7 +20,7 @@ from archlab.config.train import TrainConfig
 from archlab.errors import DirectoryHoldsRun, SweepConfigError
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+@hydra.main(version_base="1.3", config_path="pkg://archlab.conf", config_name="train")
 @short_config_errors
 def _app(cfg: DictConfig) -> float | None:
     from archlab.training.outputs import settle_hydra_files

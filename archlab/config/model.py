@@ -119,7 +119,7 @@ class HeadConfig:
 
 @dataclass
 class ModelConfig:
-    """``model``: a whole decoder; every field a preset in archlab/conf/model may set."""
+    """``model``: a whole decoder; every field a preset in conf/model may set."""
 
     vocab_size: int = 50257
     context_length: int = 1024
