@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The two-command start: ``python3 scripts/bootstrap.py train|test [args]`` (what ``make train`` and
-``make test`` run) sets up ``.venv`` where it is missing or stale, then runs the command in it.
+``make test`` run) sets up ``.venv`` where it is missing or stale, then runs the command in it; ``lint``,
+``format`` and ``typecheck`` (``make lint`` ...) run the developer tools the same way, ``setup`` only sets up.
 
 Standard library only, so it runs on a machine with nothing but Python >= 3.10 and a clone. Each call
 reuses what an earlier one set up: torch is installed only where the venv lacks it, the project only
@@ -60,13 +61,25 @@ def needs_project_install(venv_dir: Path, root: Path, installed: bool) -> bool:
     return not installed or not stamp.exists() or stamp.read_text() != stamp_text(root)
 
 
+LINT = [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
+FORMAT = [["ruff", "format", "."], ["ruff", "check", "--fix", "."]]
+TYPECHECK = [["basedpyright"]]  # configured in pyproject.toml's [tool.basedpyright]
+
+
 def suite_commands(extra: Sequence[str] = ()) -> list[list[str]]:
-    """The project's test command, in order: lint, format check, then the tests (``extra`` goes to pytest)."""
-    return [
-        ["ruff", "check", "."],
-        ["ruff", "format", "--check", "."],
-        ["python", "-m", "pytest", "-q", *extra],
-    ]
+    """The project's test command, in order: lint, format check, type check, then the tests (``extra``
+    goes to pytest)."""
+    return [*LINT, *TYPECHECK, ["python", "-m", "pytest", "-q", *extra]]
+
+
+# what each command runs in the venv once it is set up (train hands the terminal over, see main)
+COMMANDS: dict[str, Callable[[Sequence[str]], list[list[str]]]] = {
+    "setup": lambda extra: [],
+    "test": suite_commands,
+    "lint": lambda extra: LINT,
+    "format": lambda extra: FORMAT,
+    "typecheck": lambda extra: TYPECHECK,
+}
 
 
 def venv_bin(venv_dir: Path, name: str) -> Path:
@@ -128,9 +141,10 @@ def _venv_env(venv_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_tests(extra: Sequence[str], venv_dir: Path = VENV) -> int:
+def run_commands(commands: Sequence[Sequence[str]], venv_dir: Path = VENV) -> int:
+    """Run each command with the venv's executable, in order; stop at the first that fails."""
     env = _venv_env(venv_dir)
-    for cmd in suite_commands(extra):
+    for cmd in commands:
         _say(" ".join(cmd))
         code = subprocess.run([str(venv_bin(venv_dir, cmd[0])), *cmd[1:]], cwd=str(ROOT), env=env).returncode
         if code != 0:
@@ -139,12 +153,12 @@ def run_tests(extra: Sequence[str], venv_dir: Path = VENV) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    usage = "usage: python3 scripts/bootstrap.py {setup|train|test} [arguments for archlab-train or pytest]"
+    usage = f"usage: python3 scripts/bootstrap.py {{{'|'.join(['train', *COMMANDS])}}} [arguments for archlab-train or pytest]"
     if sys.version_info < MIN_PYTHON:
         sys.exit(
             f"bootstrap: archlab needs Python >= {'.'.join(map(str, MIN_PYTHON))}; this is {sys.version.split()[0]}"
         )
-    if not argv or argv[0] not in ("setup", "train", "test"):
+    if not argv or (argv[0] != "train" and argv[0] not in COMMANDS):
         print(usage, file=sys.stderr)
         return 2
     command, extra = argv[0], list(argv[1:])
@@ -152,9 +166,7 @@ def main(argv: Sequence[str]) -> int:
     if command == "train":
         train = str(venv_bin(VENV, "archlab-train"))
         os.execve(train, [train, *extra], _venv_env(VENV))  # the run owns the terminal: its bar, Ctrl-C
-    if command == "test":
-        return run_tests(extra)
-    return 0
+    return run_commands(COMMANDS[command](extra))
 
 
 if __name__ == "__main__":

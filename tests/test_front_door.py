@@ -130,30 +130,84 @@ def test_the_test_command_is_lint_format_then_pytest():
     ]
 
 
+def _outside_make(**extra: str) -> dict[str, str]:
+    """This environment without what a make around the tests passes down (MAKEFLAGS, MAKELEVEL... under
+    ``make test``), nor the Makefile's own variables: the commands below run as from a plain shell."""
+    leaked = ("MAKEFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "MFLAGS", "PYTHON", "ARGS")
+    return {**{k: v for k, v in os.environ.items() if k not in leaked}, **extra}
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
 def test_make_targets_call_the_script_with_args():
     def dry(*args):
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHON", "ARGS", "MAKEFLAGS")}
         return subprocess.run(
-            ["make", "-n", *args], cwd=ROOT, env=env, capture_output=True, text=True, check=True
-        ).stdout
+            ["make", "-n", *args], cwd=ROOT, env=_outside_make(), capture_output=True, text=True, check=True
+        ).stdout.strip()
 
-    assert (
-        dry("train", "ARGS=trainer.max_steps=10").strip() == "python3 scripts/bootstrap.py train trainer.max_steps=10"
-    )
-    assert dry("test").strip() == "python3 scripts/bootstrap.py test"
+    assert dry("train", "ARGS=trainer.max_steps=10") == "python3 scripts/bootstrap.py train trainer.max_steps=10"
+    assert dry("test", "ARGS=-k warmup") == "python3 scripts/bootstrap.py test -k warmup"
+    for target in ("test", "setup", "lint", "format", "typecheck"):
+        assert dry(target) == f"python3 scripts/bootstrap.py {target}"
 
 
-def test_ci_runs_the_test_command(tmp_path):
-    """``bash .ci/run`` hands over to the script's test command, from the repository root (a stand-in
-    python3 on the PATH records how it was called)."""
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_make_alone_lists_every_target():
+    shown = subprocess.run(["make"], cwd=ROOT, env=_outside_make(), capture_output=True, text=True, check=True).stdout
+    targets = [line.split()[1] for line in shown.splitlines()]
+    assert targets == ["help", "train", "test", "setup", "lint", "format", "typecheck"]
+
+
+def test_each_make_target_is_a_script_command():
+    """What the Makefile hands the script, the script knows (and nothing else: it refuses the rest)."""
+    assert set(bootstrap.COMMANDS) | {"train"} == {"setup", "train", "test", "lint", "format", "typecheck"}
+    assert bootstrap.COMMANDS["lint"]([]) == [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
+    assert bootstrap.COMMANDS["typecheck"]([]) == [["basedpyright"]]
+    assert bootstrap.main(["deploy"]) == 2
+
+
+def _ci_run(tmp_path, path: str) -> tuple[str, str]:
+    """``bash .ci/run`` from another directory with ``path`` as PATH, behind a stand-in python3 that records
+    where it ran, its arguments and MAKELEVEL (set by make for what it runs)."""
     fake = tmp_path / "bin" / "python3"
-    fake.parent.mkdir()
-    fake.write_text(f'#!/bin/sh\necho "$PWD $*" > {tmp_path / "called"}\n')
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(f'#!/bin/sh\necho "$PWD|$*|$MAKELEVEL" > {tmp_path / "called"}\n')
     fake.chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}", "CI": "true"}
-    subprocess.run(["bash", str(ROOT / ".ci" / "run")], cwd=tmp_path, env=env, check=True)
-    assert (tmp_path / "called").read_text().strip() == f"{ROOT} scripts/bootstrap.py test"
+    env = _outside_make(PATH=f"{fake.parent}{os.pathsep}{path}" if path else str(fake.parent), CI="true")
+    subprocess.run([shutil.which("bash") or "/bin/bash", str(ROOT / ".ci" / "run")], cwd=tmp_path, env=env, check=True)
+    where, args, level = (tmp_path / "called").read_text().strip().split("|")
+    return f"{where} {args}", level
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make on this machine")
+def test_ci_runs_make_test_as_the_readme_says(tmp_path):
+    """Where make is installed, CI runs ``make test`` itself (make's child sees MAKELEVEL 1), from the
+    repository root, whatever make around it started it."""
+    assert _ci_run(tmp_path, os.environ["PATH"]) == (f"{ROOT} scripts/bootstrap.py test", "1")
+    assert "make test" in (ROOT / "README.md").read_text().split("```bash", 1)[1].split("```")[0]
+
+
+def test_ci_runs_the_script_where_make_is_missing(tmp_path):
+    """A PATH holding nothing but python3: the script that ``make test`` runs, directly."""
+    assert _ci_run(tmp_path, "") == (f"{ROOT} scripts/bootstrap.py test", "")
+
+
+def test_the_commit_hooks_and_hosted_ci_check_what_make_test_checks():
+    """pre-commit's ruff is the revision the dev extra pins (two ruff versions format differently), its hooks are the
+    lint, format and YAML checks, and the hosted workflow runs the README's ``make test``."""
+    import tomllib
+
+    import yaml
+
+    hooks = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"]
+    ruff = next(r for r in hooks if r["repo"].endswith("/ruff-pre-commit"))
+    dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert f"ruff=={ruff['rev'].removeprefix('v')}" in dev
+    ids = {h["id"] for r in hooks for h in r["hooks"]}
+    assert {"ruff-check", "ruff-format", "check-yaml"} <= ids
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "ci.yml").read_text())
+    assert [step.get("run") for job in workflow["jobs"].values() for step in job["steps"] if "run" in step] == [
+        "make test"
+    ]
 
 
 # --- the warm-up follows the run ------------------------------------------------------------------------
