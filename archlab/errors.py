@@ -1,5 +1,4 @@
-"""The one exception type for a bad setting: it names the field, the value and what is allowed; and the
-device check the commands share."""
+"""The one exception type for a bad setting: it names the field, the value and what is allowed."""
 
 
 class ConfigError(ValueError):
@@ -22,21 +21,3 @@ class SweepConfigError(ConfigError):
 class DirectoryHoldsRun(ConfigError):
     """The run directory holds an earlier run's results, and this run does not continue it: the error
     is this attempt's, so it is not recorded in that directory."""
-
-
-def check_device(name: str, auto: bool = False) -> None:
-    """Refuse a ``device`` setting this machine cannot run on: not cpu, cuda or cuda:<index> (nor
-    ``auto``, where ``auto`` is allowed), or cuda without a CUDA GPU."""
-    import torch
-
-    choices = "auto, cpu, cuda or cuda:<index>" if auto else "cpu, cuda or cuda:<index>"
-    if auto and name == "auto":
-        return
-    try:
-        kind = torch.device(name).type
-    except RuntimeError:
-        raise ConfigError("device", name, choices) from None
-    if kind not in ("cpu", "cuda"):
-        raise ConfigError("device", name, choices)
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device", name, f"{'auto or ' if auto else ''}cpu: this machine has no CUDA GPU")

@@ -1,6 +1,7 @@
 """The precision a run computes in. ``trainer.precision=auto`` takes bf16 autocast (``bf16-mixed``) where
 the hardware multiplies bf16 natively (a CUDA GPU that supports it; a CPU with AVX-512 BF16 or AMX), and
-float32 (``32-true``) elsewhere, where bf16 would be emulated and slower."""
+float32 (``32-true``) elsewhere, where bf16 would be emulated and slower. ``check_device`` refuses a
+``device`` setting this machine cannot run on."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import functools
 from pathlib import Path
 
 import torch
+
+from archlab.errors import ConfigError
 
 # /proc/cpuinfo flags of CPUs with bf16 matmul instructions: x86 AVX-512 BF16 and AMX, Arm's BF16 extension
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
@@ -63,3 +66,19 @@ def resolve_precision(precision: str, accelerator: str) -> tuple[str, str]:
     if flags:
         return "bf16-mixed", f"auto: this CPU multiplies bf16 natively ({', '.join(flags)})"
     return "32-true", "auto: this CPU has no bf16 matmul instructions (bf16 would be emulated)"
+
+
+def check_device(name: str, auto: bool = False) -> None:
+    """Refuse a ``device`` setting this machine cannot run on: not cpu, cuda or cuda:<index> (nor
+    ``auto``, where ``auto`` is allowed), or cuda without a CUDA GPU."""
+    choices = "auto, cpu, cuda or cuda:<index>" if auto else "cpu, cuda or cuda:<index>"
+    if auto and name == "auto":
+        return
+    try:
+        kind = torch.device(name).type
+    except RuntimeError:
+        raise ConfigError("device", name, choices) from None
+    if kind not in ("cpu", "cuda"):
+        raise ConfigError("device", name, choices)
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", name, f"{'auto or ' if auto else ''}cpu: this machine has no CUDA GPU")

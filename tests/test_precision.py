@@ -1,14 +1,20 @@
 """trainer.precision=auto: bf16 autocast where the CPU (or GPU) multiplies bf16 natively, float32
-elsewhere; the choice and its reason are logged and recorded in summary.json."""
+elsewhere; the choice and its reason are logged and recorded in summary.json. And the device settings
+a command accepts on this machine."""
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
+import torch
 
+import archlab.errors
 from archlab import precision
-from archlab.precision import cpu_bf16_flags, resolve_precision
+from archlab.errors import ConfigError
+from archlab.precision import check_device, cpu_bf16_flags, resolve_precision
 
 XEON = """processor\t: 0
 flags\t\t: fpu vme sse sse2 avx2 avx512f avx512bw avx512_bf16 amx_bf16 amx_tile
@@ -64,3 +70,36 @@ def test_trainer_cpu_asks_for_auto_and_the_run_records_what_it_used(tmp_path, mo
         "why": "auto: this CPU multiplies bf16 natively (avx512_bf16)",
     }
     assert summary["trainer"]["precision"] == "bf16-mixed"
+
+
+def test_the_exceptions_module_probes_no_hardware():
+    """archlab.errors holds the exception types only: the device check, which asks torch about this
+    machine, sits in archlab.precision beside the other hardware probes."""
+    tree = ast.parse(Path(archlab.errors.__file__).read_text(encoding="utf-8"))
+    imported = {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names}
+    imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert not any(name.split(".")[0] == "torch" for name in imported), imported
+    assert not hasattr(archlab.errors, "check_device")
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["no-gpu", "gpu"])
+def test_device_settings_this_machine_can_run_on(monkeypatch, gpu):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    check_device("cpu")
+    check_device("auto", auto=True)
+    for name, auto, allowed in [
+        ("tpu", False, "cpu, cuda or cuda:<index>"),
+        ("meta", True, "auto, cpu, cuda or cuda:<index>"),
+        ("cuda:x", True, "auto, cpu, cuda or cuda:<index>"),
+        ("auto", False, "cpu, cuda or cuda:<index>"),  # auto only where the command allows it
+    ]:
+        with pytest.raises(ConfigError) as err:
+            check_device(name, auto=auto)
+        assert (err.value.field, err.value.value, err.value.allowed) == ("device", name, allowed)
+    for name, auto in [("cuda", False), ("cuda:1", True)]:
+        if gpu:
+            check_device(name, auto=auto)
+        else:
+            with pytest.raises(ConfigError) as err:
+                check_device(name, auto=auto)
+            assert err.value.allowed == f"{'auto or ' if auto else ''}cpu: this machine has no CUDA GPU"

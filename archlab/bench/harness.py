@@ -316,7 +316,8 @@ def resolve_device(name: str) -> torch.device:
 def check_settings(cfg, context_length: int) -> int:
     """Refuse any unusable bench setting before a model is built; return the tokens to generate."""
     from archlab import checks
-    from archlab.errors import ConfigError, check_device
+    from archlab.errors import ConfigError
+    from archlab.precision import check_device
 
     for name in ("batch_size", "repeats"):
         checks.integer(name, getattr(cfg, name))

@@ -19,8 +19,9 @@ import torch
 from archlab.cli.errors import short_config_errors
 from archlab.cli.settings import parse, settings_or_help
 from archlab.config.commands import GenerateConfig
-from archlab.errors import ConfigError, check_device
+from archlab.errors import ConfigError
 from archlab.generate import generate
+from archlab.precision import check_device
 from archlab.weights import TOKENIZER_KEY, load_weights, read_tokenizer
 
 
