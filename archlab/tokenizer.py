@@ -6,8 +6,6 @@ beside token shards, so ``archlab-generate`` decodes with exactly the vocabulary
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from archlab.registry import Registry
@@ -122,11 +120,3 @@ class BPETokenizer:
 def tokenizer_from_dict(spec: dict[str, Any]):
     """Inverse of ``to_dict``."""
     return TOKENIZERS.get(spec.get("kind")).from_dict(spec)
-
-
-def save_tokenizer(tokenizer, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(tokenizer.to_dict()))
-
-
-def load_tokenizer(path: str | Path):
-    return tokenizer_from_dict(json.loads(Path(path).read_text()))
