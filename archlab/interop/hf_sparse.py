@@ -116,11 +116,22 @@ class _Sparse(Family):
         )
 
     @staticmethod
-    def expert_kind(c: Any) -> tuple[str, str]:
-        """archlab's (expert, approximate) of the config's hidden_act."""
+    def moe_from_hf(c: Any, n_experts: int, expert_d_ff: int, **fields: Any) -> MLPConfig:
+        """archlab's MoE of the config: bias-free experts of the kind its hidden_act names, ``n_experts``
+        of width ``expert_d_ff``, ``num_experts_per_tok`` of them per token; ``fields`` the family's own."""
         if c.hidden_act not in GATED_FROM_HF:
             refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
-        return GATED_FROM_HF[c.hidden_act]
+        expert, approximate = GATED_FROM_HF[c.hidden_act]
+        return MLPConfig(
+            kind="moe",
+            expert=expert,
+            approximate=approximate,
+            bias=False,
+            n_experts=n_experts,
+            top_k=c.num_experts_per_tok,
+            expert_d_ff=expert_d_ff,
+            **fields,
+        )
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
@@ -262,15 +273,10 @@ class Mixtral(_CausalSparse):
     def from_hf(self, c: Any) -> ModelConfig:
         if c.router_jitter_noise:
             refuse_hf(c, "router_jitter_noise", "0.0 (archlab's router has no input jitter)")
-        expert, approximate = self.expert_kind(c)
-        mlp = MLPConfig(
-            kind="moe",
-            expert=expert,
-            approximate=approximate,
-            bias=False,
-            n_experts=c.num_local_experts,
-            top_k=c.num_experts_per_tok,
-            expert_d_ff=c.intermediate_size,
+        mlp = self.moe_from_hf(
+            c,
+            c.num_local_experts,
+            c.intermediate_size,
             normalize_top_k=True,
             aux_loss_weight=float(c.router_aux_loss_coef),
         )
@@ -315,16 +321,11 @@ class Qwen3Moe(_CausalSparse):
         dense = list(c.mlp_only_layers)
         if dense != list(range(len(dense))):
             refuse_hf(c, "mlp_only_layers", "the first N layers, [0, 1, ..., N-1] (archlab's model.mlp.dense_layers)")
-        expert, approximate = self.expert_kind(c)
-        mlp = MLPConfig(
-            kind="moe",
-            expert=expert,
-            approximate=approximate,
+        mlp = self.moe_from_hf(
+            c,
+            c.num_experts,
+            c.moe_intermediate_size,
             d_ff=c.intermediate_size,
-            bias=False,
-            n_experts=c.num_experts,
-            top_k=c.num_experts_per_tok,
-            expert_d_ff=c.moe_intermediate_size,
             dense_layers=len(dense),
             normalize_top_k=bool(c.norm_topk_prob),
             aux_loss_weight=float(c.router_aux_loss_coef),
@@ -412,16 +413,11 @@ class _DeepSeek(_Sparse):
             qk_rope_head_dim=c.qk_rope_head_dim,
             v_head_dim=c.v_head_dim,
         )
-        expert, approximate = self.expert_kind(c)
-        mlp = MLPConfig(
-            kind="moe",
-            expert=expert,
-            approximate=approximate,
+        mlp = self.moe_from_hf(
+            c,
+            c.n_routed_experts,
+            c.moe_intermediate_size,
             d_ff=c.intermediate_size,
-            bias=False,
-            n_experts=c.n_routed_experts,
-            top_k=c.num_experts_per_tok,
-            expert_d_ff=c.moe_intermediate_size,
             n_shared_experts=c.n_shared_experts,
             dense_layers=min(c.first_k_dense_replace or 0, c.num_hidden_layers),
             routed_scale=float(c.routed_scaling_factor),

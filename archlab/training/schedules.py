@@ -26,25 +26,30 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
     return (step + 1) / (warmup_steps + 1)
 
 
-def lr_factor(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float) -> float:
-    """``cosine``: warm-up, then cosine from 1 to ``min_lr_ratio`` at ``decay_steps``, then the floor
-    (nanoGPT's ``get_lr``)."""
+def warmup_decay_factor(
+    step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float, shape: Callable[[float], float]
+) -> float:
+    """Warm-up, then ``min_lr_ratio + shape(progress) * (1 - min_lr_ratio)``, ``progress`` going from 0
+    at the end of the warm-up to 1 at ``decay_steps`` (``shape`` from 1 to 0), then the floor."""
     if step < warmup_steps:
         return warmup_factor(step, warmup_steps)
     if step >= decay_steps:
         return min_lr_ratio
     progress = (step - warmup_steps) / (decay_steps - warmup_steps)
-    return min_lr_ratio + 0.5 * (1.0 + math.cos(math.pi * progress)) * (1.0 - min_lr_ratio)
+    return min_lr_ratio + shape(progress) * (1.0 - min_lr_ratio)
+
+
+def lr_factor(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float) -> float:
+    """``cosine``: warm-up, then cosine from 1 to ``min_lr_ratio`` at ``decay_steps``, then the floor
+    (nanoGPT's ``get_lr``)."""
+    return warmup_decay_factor(
+        step, warmup_steps, decay_steps, min_lr_ratio, lambda progress: 0.5 * (1.0 + math.cos(math.pi * progress))
+    )
 
 
 def linear_factor(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float) -> float:
     """``linear``: warm-up, then a straight line from 1 to ``min_lr_ratio`` at ``decay_steps``, then the floor."""
-    if step < warmup_steps:
-        return warmup_factor(step, warmup_steps)
-    if step >= decay_steps:
-        return min_lr_ratio
-    progress = (step - warmup_steps) / (decay_steps - warmup_steps)
-    return min_lr_ratio + (1.0 - progress) * (1.0 - min_lr_ratio)
+    return warmup_decay_factor(step, warmup_steps, decay_steps, min_lr_ratio, lambda progress: 1.0 - progress)
 
 
 def constant_factor(step: int, warmup_steps: int) -> float:
