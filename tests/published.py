@@ -11,8 +11,9 @@ non-embedding counts (their embedding rows count a 256,128-entry vocabulary, the
 
 ACTIVE: the parameters one token goes through in the four mixtures of experts (every shared tensor, the
 router and the top-k routed experts of each MoE layer), from the same meta builds: the total less
-(E - k) experts in every MoE layer (REFERENCE.md's "MoE active-parameter formula", checked there
-against a closed form). Mixtral's and Qwen3's agree with their cards (12.9B, 3.3B); DeepSeek's cards
+(E - k) experts in every MoE layer, as docs/reference.md describes it (tests/test_moe.py checks the
+active count against one written out from the layer shapes). Mixtral's and Qwen3's agree with their
+cards (12.9B, 3.3B); DeepSeek's cards
 leave the input embedding out (2.4B, 36.6B = 37,552,282,624 - 129280·7168).
 
 HF_CONFIGS: the architecture keys of each model's ``config.json`` on the Hugging Face Hub (repo named

@@ -1,7 +1,8 @@
 """Every preset reproduces its published parameter count (tests/published.py) three ways: the closed-form
 count, the archlab model built on the meta device (no storage), and the Hugging Face model of the config
 that ``config_to_hf`` writes, built by transformers on the meta device (the independent reference); and
-REFERENCE.md's closed forms, written out by hand, agree with count_params block by block."""
+the closed forms below, written out by hand from each layout's tensor shapes, agree with count_params block
+by block."""
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from published import ACTIVE, PUBLISHED
 from archlab import build_model, compose_model, count_params
 from archlab.accounting import built_counts
 
-# REFERENCE.md's closed forms (f = d_ff), each returning (parameters per block, total).
+# Closed forms (f = d_ff), each returning (parameters per block, total); docs/reference.md gives the GPT-2 one.
 
 
 def gpt2_total(V, ctx, L, d, f):
@@ -98,7 +99,7 @@ def test_every_published_preset_has_its_reference_and_nano_none():
 
 
 def test_preset_with_fewer_layers_follows_closed_form():
-    # llama2-70b: d 8192, 64 heads, 8 KV heads of 128, f = 28672 (REFERENCE.md), two layers.
+    # llama2-70b: d 8192, 64 heads, 8 KV heads of 128, f = 28672 (docs/reference.md: Meta's width rule), two layers.
     cfg = compose_model(["model=llama2-70b", "model.n_layer=2"])
     _, expected = llama_total(V=32000, L=2, d=8192, H=64, KV=8, hd=128, f=28672)
     assert count_params(cfg)["total"] == expected
