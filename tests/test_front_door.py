@@ -195,7 +195,6 @@ def test_the_commit_hooks_and_hosted_ci_check_what_make_test_checks():
     """pre-commit's ruff is the revision the dev extra pins (two ruff versions format differently), its hooks are the
     lint, format and YAML checks, and the hosted workflow runs the README's ``make test``."""
     import tomllib
-
     import yaml
 
     hooks = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())["repos"]
