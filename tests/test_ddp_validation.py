@@ -13,7 +13,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
-from train_support import TinyData
+from helpers.training import TinyData
 
 from archlab import compose_model
 from archlab.config import model_config_dict

@@ -63,20 +63,6 @@ STAND_IN_TEXT = (
 ) * 60  # about 20 KB: every split holds a window of the default seq_len (256)
 
 
-def _training(name: str) -> Callable:
-    """``validate_train`` or ``instantiate_node`` from wherever the training package keeps it."""
-    import importlib
-
-    for module in ("archlab.training.validation", "archlab.training.instantiate", "archlab.training.config"):
-        try:
-            found = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            continue
-        if found is not None:
-            return found
-    raise ImportError(f"no archlab.training module defines {name}")
-
-
 # ---------------------------------------------------------------- reading the docs
 
 
@@ -245,7 +231,9 @@ def train_dry_run(overrides: list[str], ws: Workspace) -> None:
 
     from archlab.config import to_model_config
     from archlab.nn.validation import validate
+    from archlab.training.instantiate import instantiate_node
     from archlab.training.sweep import apply_match, check_objective
+    from archlab.training.validation import validate_train
 
     for key, value in settings(overrides).items():
         if key == "data.path":
@@ -253,7 +241,6 @@ def train_dry_run(overrides: list[str], ws: Workspace) -> None:
         elif key == "ckpt_path":
             ws.empty_file(value)
     cfg = compose("train", overrides)
-    validate_train, instantiate_node = _training("validate_train"), _training("instantiate_node")
     if gpus_wanted(cfg.trainer) > torch.cuda.device_count():
         with pytest.raises(Exception) as refused:
             validate_train(cfg)
@@ -444,9 +431,7 @@ def run_line(line: Line, ws: Workspace, monkeypatch) -> None:
 # ---------------------------------------------------------------- the tests
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(single_thread):
-    pass
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())

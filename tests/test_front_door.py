@@ -293,7 +293,7 @@ def test_the_bar_counts_steps_to_max_steps_shows_validation_and_keeps_log_lines_
 ):
     import lightning as L
     import torch
-    from train_support import TinyData
+    from helpers.training import TinyData
 
     from archlab.config import model_config_dict, to_model_config
     from archlab.nn.validation import validate

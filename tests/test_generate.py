@@ -31,9 +31,7 @@ ARCHLAB = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(single_thread):
-    pass
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 
 def randomize(model, seed):

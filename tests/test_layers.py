@@ -1,14 +1,19 @@
-"""The package's imports flow one way: config -> nn -> build/accounting -> training, interop, bench,
-report -> cli. Walks every import statement with ast (function-level imports included)."""
+"""The package keeps the layers docs/architecture.md draws. Its table under "## The layers" (rows
+``| N. name | modules | what it holds |``) places every module of archlab in one numbered layer; imports
+may go to the same layer or a lower-numbered one (config -> nn -> build/accounting -> training, interop,
+bench, report -> cli), never up, and close no cycle. Every import statement is walked with ast
+(function-level imports included), from the source tree, without importing archlab."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-import archlab
+import pytest
 
-ROOT = Path(archlab.__file__).parent
+ROOT = Path(__file__).resolve().parents[1] / "archlab"
+DOC = ROOT.parent / "docs" / "architecture.md"
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -36,7 +41,7 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
 def graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Module -> the archlab modules it imports. Importing ``archlab.a.b`` also runs the package
     ``archlab.a`` (its ``__init__``), so that is an edge too; the top-level ``archlab`` facade, which
-    re-exports the public API, is left out."""
+    re-exports the public API, is left out as a target."""
     files = {module_name(p, root): p for p in root.rglob("*.py")}
     modules = set(files)
     edges = {m: imports_of(p, modules) - {m} for m, p in files.items()}
@@ -82,6 +87,63 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+# ---------------------------------------------------------------- the table of docs/architecture.md
+
+
+def layer_table(text: str) -> dict[str, int]:
+    """The table of the "## The layers" section: each entry of a row's modules column -> the row's number.
+
+    Entries are the backticked paths relative to the package directory: ``x.py`` is the module
+    ``archlab.x`` (``__init__.py`` the package itself), ``dir/`` the package ``archlab.dir`` with every
+    module under it, ``dir/x.py`` the module ``archlab.dir.x``."""
+    section = text.split("\n## The layers\n", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, int] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
+        number = re.match(r"(\d+)\.\s", cells[0]) if len(cells) >= 3 else None
+        if not number:
+            continue
+        for entry in re.findall(r"`([^`]+)`", cells[1]):
+            assert entry not in table, f"{entry} is in two rows of the layer table"
+            table[entry] = int(number.group(1))
+    assert table, "no layer table under '## The layers'"
+    return table
+
+
+def entry_module(entry: str, package: str = "archlab") -> str:
+    """The module (or package) an entry of the table names: ``report/`` -> ``archlab.report``."""
+    path = entry.removesuffix("/").removesuffix(".py").removesuffix("__init__").strip("/")
+    return ".".join(p for p in (package, *path.split("/")) if p)
+
+
+def covers(entry: str, module: str) -> bool:
+    name = entry_module(entry)
+    return module == name or (entry.endswith("/") and module.startswith(name + "."))
+
+
+def layers(edges: dict[str, set[str]], table: dict[str, int]) -> dict[str, int]:
+    """Module -> its layer, for every module of ``edges``; fails naming each module that no entry or
+    more than one entry of the table places, and each entry that names no module."""
+    placed = {m: [e for e in table if covers(e, m)] for m in edges}
+    unplaced = sorted(m for m, found in placed.items() if not found)
+    twice = {m: found for m, found in placed.items() if len(found) > 1}
+    stale = sorted(e for e in table if not any(covers(e, m) for m in edges))
+    assert not unplaced, f"modules in no row of the layer table in docs/architecture.md: {unplaced}"
+    assert not twice, f"modules placed by more than one entry of the layer table: {twice}"
+    assert not stale, f"entries of the layer table that name no module of the package: {stale}"
+    return {m: table[found[0]] for m, found in placed.items()}
+
+
+def upward_imports(edges: dict[str, set[str]], layer: dict[str, int]) -> list[str]:
+    """Every import from a module to one of a higher-numbered layer, as ``a (N) imports b (M)``."""
+    return [
+        f"{m} ({layer[m]}) imports {t} ({layer[t]})"
+        for m in sorted(edges)
+        for t in sorted(edges[m])
+        if layer[t] > layer[m]
+    ]
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
@@ -101,12 +163,71 @@ def test_archlab_has_no_import_cycle():
     assert cycles(graph()) == []
 
 
-def test_the_config_layer_imports_neither_nn_nor_training():
+TOY_DOC = """# Toy
+
+## The layers
+
+| layer | modules | what it holds |
+|---|---|---|
+| 0. basics | `__init__.py`, `errors.py` | the facade, `ConfigError` |
+| 1. config | `config.py` | schemas (`config.py` named again here is not read) |
+| 2. components | `nn/` | `nn/norms.py` |
+
+## Next section
+
+| 9. not | `nn/norms.py` | a table of another section is not read |
+"""
+
+
+def toy_package(tmp_path: Path) -> Path:
+    """config (layer 1) imports nn.norms (layer 2) inside a function: an upward import, and no cycle."""
+    pkg = tmp_path / "archlab"
+    (pkg / "nn").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "errors.py").write_text("class ConfigError(ValueError):\n    pass\n")
+    (pkg / "config.py").write_text("def validate():\n    from archlab.nn.norms import NORMS\n")
+    (pkg / "nn" / "__init__.py").write_text("")
+    (pkg / "nn" / "norms.py").write_text("from archlab.errors import ConfigError\nNORMS = {}\n")
+    return pkg
+
+
+def test_the_table_is_read_from_its_section_and_its_modules_column():
+    table = layer_table(TOY_DOC)
+    assert table == {"__init__.py": 0, "errors.py": 0, "config.py": 1, "nn/": 2}
+    assert [entry_module(e) for e in table] == ["archlab", "archlab.errors", "archlab.config", "archlab.nn"]
+    assert covers("nn/", "archlab.nn.norms") and covers("nn/", "archlab.nn") and not covers("nn/", "archlab.nnx")
+    assert not covers("config.py", "archlab.config.model")
+
+
+def test_an_import_from_a_lower_layer_to_a_higher_one_is_found(tmp_path):
+    edges = graph(toy_package(tmp_path))
+    layer = layers(edges, layer_table(TOY_DOC))
+    assert layer == {"archlab": 0, "archlab.errors": 0, "archlab.config": 1, "archlab.nn": 2, "archlab.nn.norms": 2}
+    assert cycles(edges) == []
+    assert upward_imports(edges, layer) == [  # importing archlab.nn.norms runs the package archlab.nn too
+        "archlab.config (1) imports archlab.nn (2)",
+        "archlab.config (1) imports archlab.nn.norms (2)",
+    ]
+
+
+def test_a_module_missing_from_the_table_or_a_stale_entry_fails(tmp_path):
+    pkg = toy_package(tmp_path)
+    (pkg / "peak_flops.py").write_text("")
+    with pytest.raises(AssertionError, match=r"in no row .*\['archlab.peak_flops'\]"):
+        layers(graph(pkg), layer_table(TOY_DOC))
+    (pkg / "peak_flops.py").unlink()
+    with pytest.raises(AssertionError, match=r"name no module .*\['bench/peak_flops.py'\]"):
+        layers(graph(pkg), {**layer_table(TOY_DOC), "bench/peak_flops.py": 1})
+    with pytest.raises(AssertionError, match="more than one entry"):
+        layers(graph(pkg), {**layer_table(TOY_DOC), "nn/norms.py": 2})
+
+
+def test_every_module_is_in_exactly_one_layer_of_the_architecture_doc():
+    layer = layers(graph(), layer_table(DOC.read_text(encoding="utf-8")))
+    assert set(layer.values()) == set(range(max(layer.values()) + 1)), "the layers are numbered 0, 1, 2, ..."
+
+
+def test_imports_go_to_the_same_or_a_lower_layer():
     edges = graph()
-    for module, targets in edges.items():
-        if module.startswith("archlab.config") or module in ("archlab.errors", "archlab.checks", "archlab.registry"):
-            bad = [t for t in targets if t.startswith(("archlab.nn", "archlab.training", "archlab.cli"))]
-            assert not bad, f"{module} imports {bad}"
-        if module.startswith("archlab.nn"):
-            bad = [t for t in targets if t.startswith(("archlab.training", "archlab.cli", "archlab.build"))]
-            assert not bad, f"{module} imports {bad}"
+    upward = upward_imports(edges, layers(edges, layer_table(DOC.read_text(encoding="utf-8"))))
+    assert not upward, "imports against the layer table of docs/architecture.md:\n" + "\n".join(upward)

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from train_support import cli, tiny_config_dir
+from helpers.training import cli
 
 from archlab import build_model
 from archlab.accounting import built_counts, check_build, count
@@ -449,11 +449,6 @@ def test_valid_edges_pass():
 
 
 # ---- training ----
-
-
-@pytest.fixture(scope="module")
-def conf(tmp_path_factory):
-    return tiny_config_dir(tmp_path_factory.mktemp("conf"))
 
 
 # vocab 16 (the tiny data), two layers: a dense one, then 4 SwiGLU experts (top 2) beside a shared one

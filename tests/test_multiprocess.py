@@ -1,7 +1,7 @@
 """Two CPU processes over gloo: DDP (spawned in-process, and the CLI's ddp_cpu) and FSDP2 (the CLI's fsdp).
 
 Both ranks must end with identical weights, and a 2-process run with batch 4 per rank must match a
-single process with batch 8 (the same global batch, see tests/train_support.py) to within
+single process with batch 8 (the same global batch, see tests/helpers/training.py) to within
 ``TOLERANCE``: the gradient all-reduce sums in another order, and ten Adam steps carry the rounding on.
 Validation losses must match too, with a row count that does not divide among the processes.
 Lightning's ``ddp`` and ``ModelParallelStrategy`` launchers re-run ``sys.argv``, which under pytest
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from train_support import cli, compose_train, tiny_config_dir
+from helpers.training import cli, compose_train
 
 from archlab.weights import load_weights
 
@@ -34,12 +34,7 @@ STEPS = [
 
 
 def _ranks(dirpath: str) -> str:
-    return "+callbacks.ranks={_target_:train_support.SaveRankWeights,dirpath:" + dirpath + "}"
-
-
-@pytest.fixture(scope="module")
-def conf(tmp_path_factory):
-    return tiny_config_dir(tmp_path_factory.mktemp("conf"))
+    return "+callbacks.ranks={_target_:helpers.training.SaveRankWeights,dirpath:" + dirpath + "}"
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +67,9 @@ def _check_ddp(out: Path, single) -> None:
 def test_ddp_spawn_in_process_matches_one_process(conf, tmp_path, single):
     from archlab.training.run import train
 
-    sharing = "+callbacks.sharing={_target_:train_support.SaveMetricSharing,dirpath:" + str(tmp_path / "sharing") + "}"
+    sharing = (
+        "+callbacks.sharing={_target_:helpers.training.SaveMetricSharing,dirpath:" + str(tmp_path / "sharing") + "}"
+    )
     summary = train(
         compose_train(
             conf,

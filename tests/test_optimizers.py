@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
+from helpers.training import compose_train, tiny_config_dir
 from torch import nn
-from train_support import compose_train, tiny_config_dir
 
 from archlab import build_model, compose_model
 from archlab.build import compose

@@ -50,7 +50,7 @@ def test_auto_follows_the_cpu(monkeypatch):
 def test_trainer_cpu_asks_for_auto_and_the_run_records_what_it_used(tmp_path, monkeypatch):
     """trainer=cpu composes precision=auto; a run records the setting, what it used and why, and
     Lightning ran in the precision chosen."""
-    from train_support import compose_train, tiny_config_dir
+    from helpers.training import compose_train, tiny_config_dir
 
     from archlab.build import compose
     from archlab.training.run import train

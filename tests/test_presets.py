@@ -1,4 +1,4 @@
-"""Every preset reproduces its published parameter count (tests/published.py) three ways: the closed-form
+"""Every preset reproduces its published parameter count (tests/helpers/published.py) three ways: the closed-form
 count, the archlab model built on the meta device (no storage), and the Hugging Face model of the config
 that ``config_to_hf`` writes, built by transformers on the meta device (the independent reference); and
 the closed forms below, written out by hand from each layout's tensor shapes, agree with count_params block
@@ -6,7 +6,7 @@ by block."""
 
 import pytest
 import torch
-from published import ACTIVE, PUBLISHED
+from helpers.published import ACTIVE, PUBLISHED
 
 from archlab import build_model, compose_model, count_params
 from archlab.accounting import built_counts

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from train_support import cli, compose_train, tiny_config_dir
+from helpers.training import cli, compose_train, tiny_config_dir
 
 from archlab.accounting import count
 from archlab.config import to_model_config

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from train_support import compose_train, tiny_config_dir
+from helpers.training import compose_train, tiny_config_dir
 
 from archlab.errors import ConfigError
 from archlab.training.loggers import wandb_mode

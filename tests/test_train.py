@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.training import cli, compose_train
 from safetensors import safe_open
-from train_support import cli, compose_train, tiny_config_dir
 
 from archlab.accounting import COMPONENTS, count, flops_per_token
 from archlab.build import build_model
@@ -41,11 +41,6 @@ SUMMARY_FIELDS = {
     "samples",
     "config",
 }
-
-
-@pytest.fixture(scope="module")
-def conf(tmp_path_factory):
-    return tiny_config_dir(tmp_path_factory.mktemp("conf"))
 
 
 @pytest.fixture(scope="module")
@@ -348,7 +343,7 @@ def test_failed_run_writes_a_failed_summary(conf, tmp_path):
     from archlab.training.run import train
 
     cfg = compose_train(
-        conf, tmp_path, ["trainer.max_steps=20", "+callbacks.fail={_target_: train_support.FailAt, step: 3}"]
+        conf, tmp_path, ["trainer.max_steps=20", "+callbacks.fail={_target_: helpers.training.FailAt, step: 3}"]
     )
     with pytest.raises(RuntimeError, match="planned failure"):
         train(cfg)

@@ -1,4 +1,4 @@
-"""Hugging Face interop of the mixture-of-experts families: Mixtral, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3.
+"""Per-family Hugging Face parity of the mixture-of-experts families: Mixtral, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3.
 
 Tiny random models of each (a dense first layer where the family has one, GQA and a sliding window,
 shared experts, low-rank queries, group-limited routing, YaRN) give the same float32 logits in archlab
@@ -13,7 +13,7 @@ import math
 
 import pytest
 import torch
-from hf_support import (
+from helpers.hf import (
     CTX,
     TOL,
     WINDOW,
@@ -34,9 +34,7 @@ transformers = pytest.importorskip("transformers")
 EAGER = dict(attn_implementation="eager", experts_implementation="eager")  # HF's plain per-expert loop
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(single_thread):
-    pass
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 
 SMALL = dict(

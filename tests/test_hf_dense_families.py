@@ -1,5 +1,5 @@
-"""Hugging Face interop of the newer families: GPT-NeoX (Pythia), Phi, LLaMA with RoPE scaling, Mistral,
-Qwen2, Qwen3, Gemma, Gemma 2 and OLMo 2.
+"""Per-family Hugging Face parity of the dense families beyond test_hf_conversion.py's GPT-2, GPT-J and
+LLaMA: GPT-NeoX (Pythia), Phi, LLaMA with RoPE scaling, Mistral, Qwen2, Qwen3, Gemma, Gemma 2 and OLMo 2.
 
 Tiny random models of each give the same float32 logits in archlab and in transformers' eager
 implementation, from HF to archlab and from each archlab preset's layout to HF; archlab -> HF ->
@@ -7,13 +7,13 @@ archlab gives back every tensor bit for bit; greedy decoding equals HF ``generat
 redrawn (matrices N(0, 0.2²), biases and norm scales 0.5 + N(0, 0.3²), far from 0 and 1), so a dropped,
 transposed or swapped tensor shows in the logits. Sequences are longer than every sliding window (4)
 and GQA is used wherever the family has it. The presets' configs are compared key by key with the
-published ``config.json`` values in tests/published.py, whose transformers models, built on the meta
+published ``config.json`` values in tests/helpers/published.py, whose transformers models, built on the meta
 device, have the published parameter counts.
 """
 
 import pytest
 import torch
-from hf_support import (
+from helpers.hf import (
     CTX,
     TOL,
     WINDOW,
@@ -24,7 +24,7 @@ from hf_support import (
     max_diff,
     randomize,
 )
-from published import HF_CONFIGS, PUBLISHED
+from helpers.published import HF_CONFIGS, PUBLISHED
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
@@ -32,9 +32,7 @@ from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family,
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(single_thread):
-    pass
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 
 NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)

@@ -1,5 +1,7 @@
-"""Hugging Face interop: tiny random GPT-2, GPT-J and LLaMA models give the same float32 logits in
-archlab and in transformers, in both directions and through files; unsupported layouts are refused.
+"""The Hugging Face conversion machinery (``from_hf``/``to_hf``, the config mapping both ways, checkpoint
+directories and files), shown on GPT-2, GPT-J and LLaMA: tiny random models give the same float32 logits
+in archlab and in transformers, in both directions and through files; unsupported layouts are refused.
+The other families' parity is in test_hf_dense_families.py and test_hf_moe_families.py.
 
 Every parameter (biases and norm scales included) is redrawn at random before comparing, so a bias
 or norm that is dropped, transposed or swapped shows up in the logits. The Hugging Face models built
@@ -23,9 +25,7 @@ TOL = 1e-4  # max abs logit difference allowed (float32)
 V, CTX = 96, 32
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(single_thread):
-    pass
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 
 def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:

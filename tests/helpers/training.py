@@ -80,7 +80,7 @@ class TinyData(L.LightningDataModule):
 
 
 TINY_YAML = """\
-_target_: train_support.TinyData
+_target_: helpers.training.TinyData
 vocab_size: 16
 seq_len: 12
 batch_size: 8
@@ -168,7 +168,7 @@ def cli(conf: Path, run_dir: Path, overrides: list[str], timeout: int = 300, mul
     import sys
 
     # one intra-op thread: a tiny model on a busy 2-core machine loses far more to thread hand-offs
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
         "-m",

@@ -1,5 +1,5 @@
-"""What the Hugging Face parity tests of the dense families (test_hf_families.py) and the
-mixture-of-experts families (test_hf_moe.py) share: the tiny sizes, fully randomised weights, logits,
+"""What the Hugging Face parity tests of the dense families (test_hf_dense_families.py) and the
+mixture-of-experts families (test_hf_moe_families.py) share: the tiny sizes, fully randomised weights, logits,
 and the two generation checks against HF ``generate``."""
 
 from __future__ import annotations

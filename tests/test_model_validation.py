@@ -1,4 +1,4 @@
-"""Invalid settings: each is composed exactly as the command line composes it (Hydra overrides on
+"""Invalid model settings: each is composed exactly as the command line composes it (Hydra overrides on
 ``model=nano`` unless a preset is named) and must raise one ``ConfigError`` naming the field and
 what is allowed, before any tensor is allocated."""
 

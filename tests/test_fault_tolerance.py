@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability_support import Snapshots
-from train_support import SMALL, compose_train, tiny_config_dir
+from helpers.faults import Snapshots
+from helpers.training import SMALL, compose_train
 
 from archlab.build import compose
 from archlab.errors import ConfigError
@@ -29,11 +29,6 @@ from archlab.weights import load_weights
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 TESTS = Path(__file__).parent
-
-
-@pytest.fixture(scope="module")
-def conf(tmp_path_factory):
-    return tiny_config_dir(tmp_path_factory.mktemp("conf"))
 
 
 def weights(run: Path) -> dict[str, torch.Tensor]:
@@ -59,7 +54,7 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_weights_and_loss(conf, tmp_p
         "callbacks.samples=null",
         "logger=csv",
     ]
-    pace = "+callbacks.pace={_target_: reliability_support.Pace, seconds: 0.2}"  # slow enough to kill mid-run
+    pace = "+callbacks.pace={_target_: helpers.faults.Pace, seconds: 0.2}"  # slow enough to kill mid-run
     env = {**os.environ, "PYTHONPATH": str(TESTS), "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
@@ -196,8 +191,8 @@ def test_nan_loss_stops_before_the_step_changes_any_weight(conf, tmp_path):
             "trainer.max_steps=20",
             "trainer.val_check_interval=5",
             "callbacks.samples=null",
-            "+callbacks.poison={_target_: reliability_support.Poison, loss_step: 8}",
-            "+callbacks.snapshots={_target_: reliability_support.Snapshots}",
+            "+callbacks.poison={_target_: helpers.faults.Poison, loss_step: 8}",
+            "+callbacks.snapshots={_target_: helpers.faults.Snapshots}",
         ],
     )
     with pytest.raises(FloatingPointError, match=r"^train/loss is nan at step 8; stopped") as err:
@@ -225,8 +220,8 @@ def test_skip_drops_the_non_finite_steps_and_trains_on(conf, tmp_path):
                 "trainer.val_check_interval=5",
                 "callbacks.samples=null",
                 "callbacks.finite_loss.action=skip",
-                "+callbacks.poison={_target_: reliability_support.Poison, loss_step: 4, grad_step: 8}",
-                "+callbacks.snapshots={_target_: reliability_support.Snapshots}",
+                "+callbacks.poison={_target_: helpers.faults.Poison, loss_step: 4, grad_step: 8}",
+                "+callbacks.snapshots={_target_: helpers.faults.Snapshots}",
             ],
         )
     )
