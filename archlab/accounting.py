@@ -13,14 +13,10 @@ from typing import Any, Optional
 from torch import nn
 
 from archlab.config import ModelConfig, to_model_config
-from archlab.nn.validation import FAMILIES, validate
+from archlab.nn.attention import ATTENTIONS
+from archlab.nn.validation import entries, validate
 
 COMPONENTS = ("token_embedding", "position_embedding", "attention", "mlp", "norms", "final_norm", "head")
-LAYERED = ("attention", "mlp")  # families built once per layer, whose instances may differ by layer
-
-
-def _entry(cfg: ModelConfig, family: str) -> Any:
-    return FAMILIES[family].get(getattr(cfg, family).kind)
 
 
 def count(cfg: Any) -> dict[str, int]:
@@ -34,25 +30,28 @@ def count(cfg: Any) -> dict[str, int]:
     (PaLM, arXiv:2204.02311, appendix B).
     """
     cfg = validate(to_model_config(cfg))
-    layers = range(cfg.n_layer)
-    norm = _entry(cfg, "norm").num_params(cfg)
-    block_norms = _entry(cfg, "block").norms_per_block(cfg) * norm
-    per_layer = {family: [_entry(cfg, family).num_params(cfg, i) for i in layers] for family in LAYERED}
+    chosen, layers = entries(cfg), range(cfg.n_layer)
+    attention = [chosen.attention.num_params(cfg, i) for i in layers]
+    mlp = [chosen.mlp.num_params(cfg, i) for i in layers]
+    block_norms = [chosen.block.num_params(cfg, i) for i in layers]  # a block's own parameters are its norms
+    norm = chosen.norm.num_params(cfg)
     counts = {
         "token_embedding": cfg.vocab_size * cfg.d_model,
-        "position_embedding": _entry(cfg, "position").num_params(cfg),
-        **{family: sum(n) for family, n in per_layer.items()},
-        "norms": cfg.n_layer * block_norms,
-        "final_norm": norm if _entry(cfg, "block").final_norm else 0,
-        "head": _entry(cfg, "head").num_params(cfg),
+        "position_embedding": chosen.position.num_params(cfg),
+        "attention": sum(attention),
+        "mlp": sum(mlp),
+        "norms": sum(block_norms),
+        "final_norm": norm if chosen.block.final_norm else 0,
+        "head": chosen.head.num_params(cfg),
     }
     counts["total"] = sum(counts[c] for c in COMPONENTS)
-    shared = _entry(cfg, "head").shared_embedding_params(cfg)
+    shared = chosen.head.shared_embedding_params(cfg)
     counts["non_embedding"] = counts["total"] - counts["token_embedding"] - counts["position_embedding"] + shared
-    inactive = sum(n - _entry(cfg, f).active_params(cfg, i) for f, ns in per_layer.items() for i, n in enumerate(ns))
+    active = sum(chosen.attention.active_params(cfg, i) + chosen.mlp.active_params(cfg, i) for i in layers)
+    inactive = counts["attention"] + counts["mlp"] - active
     counts["active"] = counts["total"] - inactive
     counts["active_non_embedding"] = counts["non_embedding"] - inactive
-    counts["per_block"] = sum(n[-1] for n in per_layer.values()) + block_norms
+    counts["per_block"] = attention[-1] + mlp[-1] + block_norms[-1]
     counts["flops_per_token"] = flops_per_token(cfg, counts["active_non_embedding"])
     return counts
 
@@ -62,7 +61,7 @@ def flops_per_token(cfg: ModelConfig, active_non_embedding: int, seq_len: int | 
     part in a matmul for this token, plus what the chosen entries do beyond their weights (attention's
     scores)."""
     T = seq_len or cfg.context_length
-    return 6 * active_non_embedding + sum(_entry(cfg, family).extra_flops(cfg, T) for family in FAMILIES)
+    return 6 * active_non_embedding + sum(entry.extra_flops(cfg, T) for entry in entries(cfg))
 
 
 def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:
@@ -70,7 +69,7 @@ def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int 
     the attention entry's closed form (a sliding-window layer keeps only its window). Not validated: the
     report reads it from runs recorded by earlier versions, whose checks were looser."""
     cfg = to_model_config(cfg)
-    return bytes_per_value * _entry(cfg, "attention").kv_cache_values(cfg, length or cfg.context_length)
+    return bytes_per_value * ATTENTIONS.get(cfg.attention.kind).kv_cache_values(cfg, length or cfg.context_length)
 
 
 def built_counts(model: nn.Module) -> dict[str, int]:

@@ -1,30 +1,39 @@
-"""A name -> component table per registry family; unknown names list the choices."""
+"""A name -> class table per registry family; unknown names list the choices."""
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Generic, Optional, Protocol, Sequence, TypeVar
 
 from archlab.errors import ConfigError
 
-T = TypeVar("T")
+E = TypeVar("E")
+E_co = TypeVar("E_co", covariant=True)
 
 
-class Registry(Generic[T]):
-    """Maps a config name (e.g. ``"rope"``) to the class that implements it.
+class Registry(Generic[E]):
+    """Maps a config name (e.g. ``"rope"``) to the class that implements it: ``Registry[type[Norm]]``.
 
-    ``field`` is the config path of the name (``"model.position.kind"``), used in error messages;
-    ``members`` are the attributes every entry must have (e.g. the Component interface of archlab.nn).
+    ``field`` is the config path of the name (``"model.position.kind"``), used in error messages.
+    ``base`` is the family's base class, which declares its interface (``archlab.nn``'s families): an
+    entry that does not derive from it is refused. A family with no base class names the attributes
+    every entry must have in ``members`` instead (the tokenizers).
     """
 
-    def __init__(self, field: str, members: Sequence[str] = ()):
+    def __init__(self, field: str, members: Sequence[str] = (), base: Optional[type] = None):
         self.field = field
         self.members = tuple(members)
-        self._entries: dict[str, T] = {}
+        self.base = base
+        self._entries: dict[str, E] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
-        def add(entry: T) -> T:
+    def register(self, name: str) -> Callable[[E], E]:
+        def add(entry: E) -> E:
             if name in self._entries:
                 raise ValueError(f"{self.field}: {name!r} is registered twice")
+            if self.base is not None and not (isinstance(entry, type) and issubclass(entry, self.base)):
+                raise TypeError(
+                    f"{self.field}: {name!r} is {entry!r}, not a subclass of {self.base.__qualname__}, "
+                    "the family's interface"
+                )
             missing = [m for m in self.members if not hasattr(entry, m)]
             if missing:
                 raise TypeError(f"{self.field}: {name!r} lacks {', '.join(missing)}")
@@ -33,7 +42,7 @@ class Registry(Generic[T]):
 
         return add
 
-    def get(self, name: str) -> T:
+    def get(self, name: str) -> E:
         if name not in self._entries:
             raise ConfigError(self.field, name, f"one of {sorted(self._entries)}")
         return self._entries[name]
@@ -43,3 +52,10 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
+
+
+class Lookup(Protocol[E_co]):
+    """What reading a registry needs (``get``): a ``Registry[type[Norm]]`` is a ``Lookup[type[Component]]``,
+    so registries of several families fit in one table."""
+
+    def get(self, name: str) -> E_co: ...

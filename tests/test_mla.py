@@ -19,7 +19,7 @@ from archlab.config import to_model_config
 from archlab.errors import ConfigError
 from archlab.nn.attention import CausalSelfAttention, softmax_scale
 from archlab.nn.latent import MultiHeadLatentAttention
-from archlab.nn.positions import RoPE, attention_factor, inverse_frequencies, rotary_dim
+from archlab.nn.rope import RoPE, attention_factor, inverse_frequencies, rotary_dim
 from archlab.nn.validation import validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -166,11 +166,11 @@ def test_rope_theta_changes_outputs():
 def rotate_projection(rotation, qkv, n_head, n_kv_head):
     """Queries, keys and values as attention gets them from a position scheme's ``rotation`` when the
     fused projection's output is ``qkv`` ``[B, T, heads, hd]`` itself: the projection is the identity
-    (whose rows the rotation may reorder, as attention lets it)."""
+    (whose rows the rotation may reorder, as it may attention's)."""
     width, hd = qkv.shape[-2] * qkv.shape[-1], qkv.shape[-1]
-    weight, bias, arranged = rotation.arrange(torch.eye(width, dtype=qkv.dtype), None, n_head + n_kv_head, hd)
-    projected = torch.nn.functional.linear(qkv.flatten(-2), weight, bias).unflatten(-1, (qkv.shape[-2], hd))
-    return rotation.rotate(projected, n_head, n_kv_head, arranged)
+    identity = torch.nn.Linear(width, width, bias=False, dtype=qkv.dtype)
+    identity.weight = torch.nn.Parameter(torch.eye(width, dtype=qkv.dtype), requires_grad=False)
+    return rotation.project(qkv.flatten(-2), identity, n_head, n_kv_head, hd)
 
 
 def scores(q, k):

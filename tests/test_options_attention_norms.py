@@ -276,7 +276,7 @@ def llama3_frequency(i, dim, theta, factor, low, high, original):
 
 
 def test_rope_scaling_frequencies():
-    from archlab.nn.positions import inverse_frequencies
+    from archlab.nn.rope import inverse_frequencies
 
     cfg = tiny(position={"kind": "rope", "theta": 500000.0, "scaling": "llama3", "factor": 8.0,
                          "original_context": 8192}, attention={"n_head": 1, "head_dim": 128})  # fmt: skip

@@ -23,13 +23,11 @@ from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.build import CONF_DIR, build_model, compose
 from archlab.cli.errors import short_config_errors
 from archlab.cli.settings import run_hydra_command
-from archlab.config import head_dim, n_kv_head, to_model_config
+from archlab.config import to_model_config
 from archlab.config.commands import CheckConfig
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
-from archlab.nn.mlp import d_ff
-from archlab.nn.moe import expert_width
-from archlab.nn.validation import validate
+from archlab.nn.validation import entries, validate
 
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
 # config.json (the Hub repo named per line), built on the meta device, tied tensors counted once. Where the
@@ -137,25 +135,13 @@ def model_overridden(overrides: list[str]) -> bool:
 
 
 def _layout(cfg: Any) -> str:
-    """The composed choices and sizes on one line."""
+    """The composed choices and sizes on one line, each family's part as its chosen entry describes it."""
     m = to_model_config(cfg)
-    a, p, f = m.attention, m.position, m.mlp
-    if a.kind == "mla":
-        q = f"q_lora {a.q_lora_rank}" if a.q_lora_rank is not None else "direct q"
-        attention = f"mla {a.n_head}h x ({a.qk_nope_head_dim}+{a.qk_rope_head_dim} qk, {a.v_head_dim} v), kv_lora {a.kv_lora_rank}, {q}"
-    else:
-        attention = f"{a.n_head}q/{n_kv_head(m)}kv x {head_dim(m)}"
-    if f.kind == "moe":
-        shared = f" + {f.n_shared_experts} shared" if f.n_shared_experts else ""
-        dense = f", {f.dense_layers} dense layers d_ff={d_ff(m)}" if f.dense_layers else ""
-        mlp = f"moe top-{f.top_k} of {f.n_experts}{shared} {f.expert} experts d_ff={expert_width(m)}{dense}"
-    else:
-        mlp = f"{f.kind} d_ff={d_ff(m)}"
-    position = p.kind + (f"+{p.scaling}" if p.kind == "rope" and p.scaling != "none" else "")
+    e = entries(m)
     return (
-        f"V={m.vocab_size} ctx={m.context_length} L={m.n_layer} d={m.d_model}  norm={m.norm.kind} "
-        f"block={m.block.kind} position={position} attention={attention} mlp={mlp} "
-        f"head={'tied' if m.head.tied else 'untied'}"
+        f"V={m.vocab_size} ctx={m.context_length} L={m.n_layer} d={m.d_model}  norm={e.norm.describe(m)} "
+        f"block={e.block.describe(m)} position={e.position.describe(m)} attention={e.attention.describe(m)} "
+        f"mlp={e.mlp.describe(m)} head={e.head.describe(m)}"
     )
 
 

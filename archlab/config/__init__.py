@@ -9,11 +9,9 @@ from archlab.config.model import (
     ModelConfig,
     NormConfig,
     PositionConfig,
-    head_dim,
     model_config_dict,
     n_kv_head,
     recorded_model_config,
-    rope_head_dim,
     to_model_config,
 )
 
@@ -25,10 +23,8 @@ __all__ = [
     "ModelConfig",
     "NormConfig",
     "PositionConfig",
-    "head_dim",
     "model_config_dict",
     "n_kv_head",
     "recorded_model_config",
-    "rope_head_dim",
     "to_model_config",
 ]

@@ -29,13 +29,13 @@ class NormConfig:
 class BlockConfig:
     """``model.block``: how a block wires attention and MLP into the residual stream (``BLOCKS``, archlab/nn/block.py)."""
 
-    kind: str = "pre"  # pre | post | parallel
+    kind: str = "pre"  # pre | post | parallel | post_sublayer | sandwich
     shared_norm: bool = True  # parallel only: one norm feeds attention and MLP (GPT-J)
 
 
 @dataclass
 class PositionConfig:
-    """``model.position``: the position scheme (``POSITIONS``, archlab/nn/positions.py)."""
+    """``model.position``: the position scheme (``POSITIONS``, archlab/nn/positions.py; rope: archlab/nn/rope.py)."""
 
     kind: str = "learned"  # learned | sinusoidal | rope | alibi | none
     theta: float = 10000.0  # rope base
@@ -166,21 +166,10 @@ def model_config_dict(cfg: ModelConfig) -> dict:
 
 
 # ---- resolved sizes: the config's defaults spelled out, shared by the modules and the formulas ----
-
-
-def head_dim(cfg: ModelConfig) -> int:
-    """Query/key dims per head (mla: the un-rotated and the rotated part together)."""
-    a = cfg.attention
-    if a.kind == "mla":
-        return a.qk_nope_head_dim + a.qk_rope_head_dim
-    return a.head_dim if a.head_dim is not None else cfg.d_model // a.n_head
-
-
-def rope_head_dim(cfg: ModelConfig) -> int:
-    """Dims per head a rotary scheme may rotate: all of them, or mla's rotated part."""
-    return cfg.attention.qk_rope_head_dim if cfg.attention.kind == "mla" else head_dim(cfg)
+# (sizes that depend on the variant, such as the head size, are its entry's answers: archlab.nn.attention)
 
 
 def n_kv_head(cfg: ModelConfig) -> int:
+    """Key/value heads: ``attention.n_kv_head``, else ``n_head`` (MHA)."""
     a = cfg.attention
     return a.n_kv_head if a.n_kv_head is not None else a.n_head

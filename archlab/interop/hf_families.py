@@ -25,13 +25,12 @@ from archlab.config import (
     ModelConfig,
     NormConfig,
     PositionConfig,
-    head_dim,
     n_kv_head,
 )
 from archlab.errors import ConfigError
-from archlab.nn.attention import window_of
+from archlab.nn.attention import head_dim, window_of
 from archlab.nn.mlp import d_ff
-from archlab.nn.positions import attention_factor, rotary_dim
+from archlab.nn.rope import attention_factor, rotary_dim
 
 Rule = tuple[str, tuple, str]  # (field "model.a.b", the values a family can hold, why)
 

@@ -25,7 +25,6 @@ from archlab.config import (
     ModelConfig,
     NormConfig,
     PositionConfig,
-    head_dim,
     n_kv_head,
 )
 from archlab.errors import ConfigError
@@ -40,6 +39,7 @@ from archlab.interop.hf_families import (
     rope_from_hf,
     rope_to_hf,
 )
+from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 

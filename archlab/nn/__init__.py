@@ -1,1 +1,7 @@
-"""The decoder's parts, one registry family per file."""
+"""The decoder's parts, one registry family per file. Importing any of them imports the modules that
+register entries into another module's registry (``rope`` into ``POSITIONS``, ``mla`` into ``ATTENTIONS``,
+``moe`` into ``MLPS``), so every registry is whole whichever module a caller reaches first."""
+
+from archlab.nn import latent, moe, rope
+
+__all__ = ["latent", "moe", "rope"]

@@ -1,6 +1,7 @@
 """Attention variants (``causal``: softmax self-attention with ``n_kv_head`` key/value heads, i.e.
 MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped; ``mla`` lives in latent.py), the
-softmax scale they share and the KV cache they decode with."""
+``Attention`` base they derive from, the head sizes other families ask of them (``head_dim``,
+``rotary_head_dim``), the softmax scale they share and the KV cache they decode with."""
 
 from __future__ import annotations
 
@@ -12,15 +13,68 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig, head_dim, n_kv_head
+from archlab.config import ModelConfig, n_kv_head
 from archlab.errors import ConfigError
 from archlab.nn import cpu_attention
-from archlab.nn.component import MEMBERS, Base
+from archlab.nn.component import LayerPart
 from archlab.nn.norms import NORMS
-from archlab.nn.positions import Rotation, yarn_mscale
+from archlab.nn.positions import POSITIONS, Rotation
 from archlab.registry import Registry
 
-ATTENTIONS: Registry[type] = Registry("model.attention.kind", MEMBERS)
+
+class Attention(LayerPart, nn.Module):
+    """An attention entry, built per layer as ``Entry(cfg, layer)`` (a layer knows its ``window``) and
+    called as ``attn(x, rotary, mask, cache, layer)``. Beside the Component members it answers what the
+    other families ask of attention: its head sizes (``qk_head_dim``, ``rotary_head_dim``), what it needs
+    of a rotary scheme's fields (``validate_rotary``), and the KV cache's size (``kv_cache_values``)."""
+
+    window: Optional[int] = None  # keys a query sees (None: every earlier one)
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
+        super().__init__()
+
+    def forward(
+        self,
+        x: Tensor,
+        rotary: Optional[Rotation] = None,
+        mask: Optional[Tensor] = None,
+        cache: Optional[KVCache] = None,
+        layer: int = 0,
+    ) -> Tensor:
+        raise NotImplementedError
+
+    @staticmethod
+    def qk_head_dim(cfg: ModelConfig) -> int:
+        """Query/key dims per head: what a query and a key multiply over, and 1/sqrt of it the default scale."""
+        raise NotImplementedError
+
+    @classmethod
+    def rotary_head_dim(cls, cfg: ModelConfig) -> int:
+        """Dims per head a rotary scheme may rotate: all of them unless the entry says otherwise."""
+        return cls.qk_head_dim(cfg)
+
+    @staticmethod
+    def validate_rotary(cfg: ModelConfig) -> None:
+        """Raise ``ConfigError`` where the rotary scheme's fields ask what this attention cannot rotate
+        (RoPE's ``validate`` calls it)."""
+
+    @staticmethod
+    def kv_cache_values(cfg: ModelConfig, length: int) -> int:
+        """Values the KV cache holds for one sequence of ``length`` tokens, over every layer."""
+        raise NotImplementedError
+
+
+ATTENTIONS: Registry[type[Attention]] = Registry("model.attention.kind", base=Attention)
+
+
+def head_dim(cfg: ModelConfig) -> int:
+    """Query/key dims per head of the chosen attention (mla: the un-rotated and the rotated part together)."""
+    return ATTENTIONS.get(cfg.attention.kind).qk_head_dim(cfg)
+
+
+def rotary_head_dim(cfg: ModelConfig) -> int:
+    """Dims per head of the chosen attention that a rotary scheme may rotate: all, or mla's rotated part."""
+    return ATTENTIONS.get(cfg.attention.kind).rotary_head_dim(cfg)
 
 
 def window_of(cfg: ModelConfig, layer: int) -> Optional[int]:
@@ -40,13 +94,12 @@ def positions_seen(cfg: ModelConfig, length: int) -> int:
 
 
 def softmax_scale(cfg: ModelConfig) -> float:
-    """The score multiplier: ``attention.scale``, else 1/sqrt(head_dim); with YaRN RoPE and
-    ``mscale_all_dim`` set, times ``yarn_mscale(factor, mscale_all_dim)``² (DeepSeek-V2/V3)."""
-    a, p = cfg.attention, cfg.position
+    """The score multiplier: ``attention.scale``, else 1/sqrt(head_dim), times the factor the position
+    scheme implies (YaRN RoPE with ``mscale_all_dim``: ``yarn_mscale(factor, mscale_all_dim)``²,
+    DeepSeek-V2/V3; 1 for every other scheme)."""
+    a = cfg.attention
     scale = a.scale if a.scale is not None else 1 / math.sqrt(head_dim(cfg))
-    if p.kind == "rope" and p.scaling == "yarn" and p.mscale_all_dim is not None:
-        scale *= yarn_mscale(p.factor, p.mscale_all_dim) ** 2
-    return scale
+    return scale * POSITIONS.get(cfg.position.kind).softmax_factor(cfg)
 
 
 class KVCache:
@@ -111,15 +164,15 @@ def attention_mask(
 
 
 @ATTENTIONS.register("causal")
-class CausalSelfAttention(Base, nn.Module):
+class CausalSelfAttention(Attention):
     """One fused q/k/v projection, optional QK-norm, scaled dot-product attention over the causal (or
     sliding) window, optionally soft-capped, one output projection. SDPA runs it unless soft-capping
     asks for the scores themselves, or bf16 on the CPU is faster as plain matmuls (cpu_attention.py)."""
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
-        super().__init__()
+        super().__init__(cfg, layer)
         a = cfg.attention
-        self.n_head, self.n_kv_head, self.head_dim = a.n_head, n_kv_head(cfg), head_dim(cfg)
+        self.n_head, self.n_kv_head, self.head_dim = a.n_head, n_kv_head(cfg), self.qk_head_dim(cfg)
         self.dropout, self.softcap, self.scale = a.dropout, a.softcap, softmax_scale(cfg)
         self.window = window_of(cfg, layer)
         self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
@@ -135,33 +188,23 @@ class CausalSelfAttention(Base, nn.Module):
     def project(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``[B, T, heads, hd]``: projected, QK-normed, then rotated."""
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
-        if rotary is None and self.qk_norm == "none":
-            return self.qkv(x).unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
-        arranged = False
-        weight, bias = self.qkv.weight, self.qkv.bias
-        if rotary is not None and self.qk_norm == "none":  # the scheme may reorder rows it rotates faster
-            weight, bias, arranged = rotary.arrange(weight, bias, H + KV, hd)
-        qkv = F.linear(x, weight, bias).unflatten(-1, (H + 2 * KV, hd))
-        if self.qk_norm != "none":
-            q, k, v = qkv.split((H, KV, KV), dim=2)
-            if self.qk_norm == "head":
-                q, k = self.q_norm(q), self.k_norm(k)
-            else:  # over each whole projection (OLMo 2)
-                q, k = (
-                    self.q_norm(q.flatten(-2)).unflatten(-1, (H, hd)),
-                    self.k_norm(k.flatten(-2)).unflatten(-1, (KV, hd)),
-                )
-            qkv = torch.cat((q, k, v), dim=2)
-        if rotary is None:
-            return qkv.split((H, KV, KV), dim=2)
-        return rotary.rotate(qkv, H, KV, arranged)
+        if rotary is not None and self.qk_norm == "none":
+            return rotary.project(x, self.qkv, H, KV, hd)  # the scheme's own way: RoPE's is one pass
+        q, k, v = self.qkv(x).unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
+        if self.qk_norm == "head":
+            q, k = self.q_norm(q), self.k_norm(k)
+        elif self.qk_norm == "full":  # over each whole projection (OLMo 2)
+            q, k = self.q_norm(q.flatten(-2)).unflatten(-1, (H, hd)), self.k_norm(k.flatten(-2)).unflatten(-1, (KV, hd))
+        if rotary is not None:
+            q, k = rotary.rotate(q), rotary.rotate(k)
+        return q, k, v
 
     def forward(
         self,
         x: Tensor,
         rotary: Optional[Rotation] = None,
         mask: Optional[Tensor] = None,
-        cache=None,
+        cache: Optional[KVCache] = None,
         layer: int = 0,
     ) -> Tensor:
         B, T, _ = x.shape
@@ -199,10 +242,16 @@ class CausalSelfAttention(Base, nn.Module):
         return torch.matmul(weights, v)
 
     @staticmethod
-    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
+    def qk_head_dim(cfg: ModelConfig) -> int:
+        """``attention.head_dim``, else d_model / n_head."""
+        a = cfg.attention
+        return a.head_dim if a.head_dim is not None else cfg.d_model // a.n_head
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for, plus the
         QK-norms (per head: two norms of hd; whole projection: one of H·hd and one of KV·hd)."""
-        a, d, hd, kv = cfg.attention, cfg.d_model, head_dim(cfg), n_kv_head(cfg)
+        a, d, hd, kv = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg)
         qkv_out = (a.n_head + 2 * kv) * hd
         params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
         norm = NORMS.get(cfg.norm.kind).num_params
@@ -216,16 +265,16 @@ class CausalSelfAttention(Base, nn.Module):
     def kv_cache_values(cfg: ModelConfig, length: int) -> int:
         """Keys and values the cache holds for one sequence of ``length`` tokens, over every layer: 2·KV·hd
         per position kept, every position in a global layer, at most the window in a sliding one."""
-        return 2 * n_kv_head(cfg) * head_dim(cfg) * positions_seen(cfg, length)
+        return 2 * n_kv_head(cfg) * CausalSelfAttention.qk_head_dim(cfg) * positions_seen(cfg, length)
 
     @staticmethod
     def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
         """Scores q·k and the weighted sum of values, forward and backward, over every layer: 12·H·hd
         per key a query sees, T keys (PaLM, appendix B), or at most the window in a sliding layer."""
-        return 12 * cfg.attention.n_head * head_dim(cfg) * positions_seen(cfg, seq_len)
+        return 12 * cfg.attention.n_head * CausalSelfAttention.qk_head_dim(cfg) * positions_seen(cfg, seq_len)
 
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
         validate_shared(cfg)
         if a.head_dim is None:
@@ -248,6 +297,23 @@ class CausalSelfAttention(Base, nn.Module):
         if a.softcap is not None:
             checks.positive("model.attention.softcap", a.softcap, "a positive number, or null")
 
+    @staticmethod
+    def validate_rotary(cfg: ModelConfig) -> None:
+        """A whole head rotated (no ``rotary_dim`` / ``rotary_fraction``) is an even number of dims."""
+        p, hd = cfg.position, CausalSelfAttention.qk_head_dim(cfg)
+        if p.rotary_dim is None and p.rotary_fraction is None and hd % 2:
+            raise ConfigError(
+                "model.attention.head_dim",
+                hd,
+                "an even number for rope, which rotates pairs of dims (or rotate part of the head: "
+                "model.position.rotary_dim / rotary_fraction)",
+            )
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """``<H>q/<KV>kv x <head_dim>``."""
+        return f"{cfg.attention.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"
+
 
 def validate_shared(cfg: ModelConfig) -> None:
     """The fields every attention kind reads alike: ``n_head``, ``dropout``, ``scale``, ``window`` and
@@ -267,5 +333,5 @@ def validate_shared(cfg: ModelConfig) -> None:
             )
 
 
-def build_attention(cfg: ModelConfig, layer: int = 0) -> nn.Module:
+def build_attention(cfg: ModelConfig, layer: int = 0) -> Attention:
     return ATTENTIONS.get(cfg.attention.kind)(cfg, layer)

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 from torch import Tensor, nn
 
 from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, build_attention
-from archlab.nn.component import MEMBERS, Base
+from archlab.nn.component import LayerPart
 from archlab.nn.mlp import build_mlp
-from archlab.nn.norms import build_norm
+from archlab.nn.norms import NORMS, build_norm
+from archlab.nn.positions import Rotation
 from archlab.registry import Registry
 
-BLOCKS: Registry[type] = Registry("model.block.kind", MEMBERS + ("norms_per_block", "final_norm"))
 
+class Block(LayerPart, nn.Module):
+    """Holds a block's parts; subclasses say how they are wired into the residual stream. Built per
+    layer as ``Entry(cfg, layer)``; its own parameters are its norms (``num_params``), its attention and
+    MLP count as theirs. Beside the Component members: ``norms_per_block`` and ``final_norm``."""
 
-class Block(Base, nn.Module):
-    """Holds a block's parts; subclasses say how they are wired into the residual stream."""
-
-    final_norm = True  # does the model need a norm after the last block?
+    final_norm: ClassVar[bool] = True  # does the model need a norm after the last block?
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
@@ -33,7 +34,7 @@ class Block(Base, nn.Module):
         self.mlp_out_norm = build_norm(cfg) if "mlp_out_norm" in names else None
         self.drop = nn.Dropout(cfg.dropout)
 
-    def attend(self, x: Tensor, rotary, mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
+    def attend(self, x: Tensor, rotary: Optional[Rotation], mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
         return self.drop(self.attn(x, rotary, mask, cache, self.layer))
 
     @staticmethod
@@ -45,6 +46,18 @@ class Block(Base, nn.Module):
     def norms_per_block(cls, cfg: ModelConfig) -> int:
         """How many norms one block holds (beyond any inside its attention and MLP)."""
         return len(cls.norm_names(cfg))
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        """The block's own parameters, beside its attention's and MLP's: its norms, of d_model each."""
+        return cls.norms_per_block(cfg) * NORMS.get(cfg.norm.kind).num_params(cfg)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        return cfg.block.kind
+
+
+BLOCKS: Registry[type[Block]] = Registry("model.block.kind", base=Block)
 
 
 @BLOCKS.register("pre")

@@ -1,52 +1,57 @@
-"""The interface every registry entry implements (norms, positions, attention, MLPs, blocks, heads)."""
+"""The interface every model registry entry implements, in three shapes by how the model builds it:
+``Component`` (what every entry answers), ``LayerPart`` (attention, MLPs, blocks: built per layer as
+``Entry(cfg, layer)``) and ``ModelPart`` (positions, heads: built once as ``Entry(cfg)``). Norms, built
+over a given width, derive from ``Component`` with ``num_params(cfg, dim)`` (archlab/nn/norms.py).
+
+Every member is a closed form of the config alone, never of a module: ``archlab.accounting`` sums them
+without building anything. Each family's base class (``Norm``, ``Position``, ``Attention``, ``MLP``,
+``Block``, ``Head``) adds what its callers ask of it, and its registry refuses a class not derived from it.
+"""
 
 from __future__ import annotations
-
-from typing import Protocol
 
 from archlab.config import ModelConfig
 
 
-class Component(Protocol):
-    """A registry entry: an ``nn.Module`` class built as ``Entry(cfg)`` (blocks, attention and MLPs:
-    ``Entry(cfg, layer)``), whose closed forms read the config alone, never a module."""
-
-    @staticmethod
-    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
-        """Parameters of one instance built from ``cfg`` (attention and MLPs: the one of ``layer``)."""
-
-    @staticmethod
-    def active_params(cfg: ModelConfig, layer: int = 0) -> int:
-        """Of those, the parameters one token's forward pass goes through (a mixture of experts: only
-        the experts it is routed to); all of them unless the entry says otherwise."""
+class Component:
+    """What every entry answers: FLOPs beyond its weights, its checks, and a short description."""
 
     @staticmethod
     def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
-        """Training FLOPs per token of all its instances in the model beyond 6 per weight (attention's scores)."""
+        """Training FLOPs per token of all its instances in the model beyond 6 per weight (attention's
+        scores); none unless the entry says otherwise."""
+        return 0
 
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
         """Raise ``ConfigError`` naming the first field of ``cfg`` this variant cannot honour."""
 
-
-MEMBERS = ("num_params", "active_params", "extra_flops", "validate")
-
-
-class Base:
-    """Defaults for the Component members: no parameters, every one active, no extra FLOPs, nothing to check."""
-
     @staticmethod
-    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
+    def describe(cfg: ModelConfig) -> str:
+        """The variant and its sizes in a few words, for ``archlab-check``'s layout line."""
+        raise NotImplementedError
+
+
+class LayerPart(Component):
+    """An entry built per layer, ``Entry(cfg, layer)``: a layer may differ from the others (a sliding
+    window, a mixture of experts' first dense layers)."""
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        """Parameters of the instance of layer ``layer`` built from ``cfg``."""
         return 0
 
     @classmethod
     def active_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        """Of those, the parameters one token's forward pass goes through (a mixture of experts: only
+        the experts it is routed to); all of them unless the entry says otherwise."""
         return cls.num_params(cfg, layer)
 
-    @staticmethod
-    def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
-        return 0
+
+class ModelPart(Component):
+    """An entry built once per model, ``Entry(cfg)``."""
 
     @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        pass
+    def num_params(cfg: ModelConfig) -> int:
+        """Parameters of the one instance built from ``cfg``."""
+        return 0

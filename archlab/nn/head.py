@@ -9,14 +9,35 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import MEMBERS, Base
+from archlab.nn.component import ModelPart
 from archlab.registry import Registry
 
-HEADS: Registry[type] = Registry("model.head.kind", MEMBERS)
+
+class Head(ModelPart, nn.Module):
+    """A head entry, built once as ``Entry(cfg)`` and called on the final hidden state. Beside the
+    Component members: ``tie`` to the token embedding, and ``shared_embedding_params``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+
+    def tie(self, embedding: nn.Embedding) -> None:
+        """Share what the head multiplies by with the token embedding, where it does (a tied head)."""
+
+    @staticmethod
+    def shared_embedding_params(cfg: ModelConfig) -> int:
+        """Parameters of the token embedding this head also multiplies by (counted in non-embedding)."""
+        return 0
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        return "tied" if cfg.head.tied else "untied"
+
+
+HEADS: Registry[type[Head]] = Registry("model.head.kind", base=Head)
 
 
 @HEADS.register("linear")
-class LinearHead(Base, nn.Linear):
+class LinearHead(Head, nn.Linear):
     """``x @ W.T (+ b)`` with ``W`` [vocab, d_model]; tied, ``W`` is the token embedding's table."""
 
     def __init__(self, cfg: ModelConfig):
@@ -40,8 +61,8 @@ class LinearHead(Base, nn.Linear):
         V, d = cfg.vocab_size, cfg.d_model
         return (0 if cfg.head.tied else V * d) + (V if cfg.head.bias else 0)
 
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
         for name in ("tied", "bias"):
             if not isinstance(getattr(cfg.head, name), bool):
                 raise ConfigError(f"model.head.{name}", getattr(cfg.head, name), "true or false")
@@ -50,9 +71,8 @@ class LinearHead(Base, nn.Linear):
 
     @staticmethod
     def shared_embedding_params(cfg: ModelConfig) -> int:
-        """Parameters of the token embedding this head also multiplies by (counted in non-embedding)."""
         return cfg.vocab_size * cfg.d_model if cfg.head.tied else 0
 
 
-def build_head(cfg: ModelConfig) -> nn.Module:
+def build_head(cfg: ModelConfig) -> Head:
     return HEADS.get(cfg.head.kind)(cfg)

@@ -13,8 +13,15 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS, KVCache, positions_seen, softmax_scale, validate_shared, window_of
-from archlab.nn.component import Base
+from archlab.nn.attention import (
+    ATTENTIONS,
+    Attention,
+    KVCache,
+    positions_seen,
+    softmax_scale,
+    validate_shared,
+    window_of,
+)
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import Rotation
 
@@ -30,7 +37,7 @@ _REFUSED = {
 
 
 @ATTENTIONS.register("mla")
-class MultiHeadLatentAttention(Base, nn.Module):
+class MultiHeadLatentAttention(Attention):
     """Queries: ``q_proj``, or with ``q_lora_rank`` the bottleneck ``q_up(q_norm(q_down(x)))``; each head
     is ``[nope | rope]``. Keys and values: ``kv_down`` gives the latent (normed by ``kv_norm``) and the
     shared key's rope part; ``kv_up`` expands the latent into each head's key nope part and value. The
@@ -40,7 +47,7 @@ class MultiHeadLatentAttention(Base, nn.Module):
     a decoding step then norms only its new positions) and the rotated shared key."""
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
-        super().__init__()
+        super().__init__(cfg, layer)
         a, d = cfg.attention, cfg.d_model
         self.n_head, self.rank = a.n_head, a.kv_lora_rank
         self.nope, self.rope, self.v_dim = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim
@@ -76,8 +83,8 @@ class MultiHeadLatentAttention(Base, nn.Module):
         latent, k_rope = self.kv_down(x).split((self.rank, self.rope), dim=-1)
         latent, k_rope = self.kv_norm(latent)[:, None], k_rope[:, :, None]  # [B, 1, T, r], [B, T, 1, rope]
         if rotary is not None:
-            q = torch.cat((q[..., :nope], rotary.rotate_one(q[..., nope:])), dim=-1)
-            k_rope = rotary.rotate_one(k_rope)
+            q = torch.cat((q[..., :nope], rotary.rotate(q[..., nope:])), dim=-1)
+            k_rope = rotary.rotate(k_rope)
         k_rope = k_rope.transpose(1, 2)
         if cache is not None:
             latent, k_rope = cache.update(layer, latent, k_rope)
@@ -99,7 +106,17 @@ class MultiHeadLatentAttention(Base, nn.Module):
         return self.proj(y.transpose(1, 2).reshape(B, T, H * self.v_dim))
 
     @staticmethod
-    def num_params(cfg: ModelConfig, layer: int = 0) -> int:
+    def qk_head_dim(cfg: ModelConfig) -> int:
+        """The un-rotated and the rotated part: qk_nope_head_dim + qk_rope_head_dim."""
+        return cfg.attention.qk_nope_head_dim + cfg.attention.qk_rope_head_dim
+
+    @classmethod
+    def rotary_head_dim(cls, cfg: ModelConfig) -> int:
+        """The rotated part only, qk_rope_head_dim."""
+        return cfg.attention.qk_rope_head_dim
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """Queries d·H·(nope + rope), or d·q_r + norm(q_r) + q_r·H·(nope + rope) through the bottleneck;
         keys and values d·(r + rope) + norm(r) + r·H·(nope + v); output H·v·d (no biases)."""
         a, d, H = cfg.attention, cfg.d_model, cfg.attention.n_head
@@ -128,8 +145,8 @@ class MultiHeadLatentAttention(Base, nn.Module):
         per_key = 6 * a.n_head * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
         return per_key * positions_seen(cfg, seq_len)
 
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
         for name, (wanted, allowed) in _REFUSED.items():
             if getattr(a, name) != wanted:
@@ -139,3 +156,28 @@ class MultiHeadLatentAttention(Base, nn.Module):
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
         validate_shared(cfg)
+
+    @staticmethod
+    def validate_rotary(cfg: ModelConfig) -> None:
+        """The rotated part is its own width, qk_rope_head_dim, an even number: no ``rotary_dim`` or
+        ``rotary_fraction`` to rotate part of it."""
+        p, rope = cfg.position, cfg.attention.qk_rope_head_dim
+        for name in ("rotary_dim", "rotary_fraction"):
+            if getattr(p, name) is not None:
+                raise ConfigError(
+                    f"model.position.{name}",
+                    getattr(p, name),
+                    "null for attention kind mla (it rotates model.attention.qk_rope_head_dim dims)",
+                )
+        if rope % 2:
+            raise ConfigError("model.attention.qk_rope_head_dim", rope, "an even number for rope (it rotates pairs)")
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """Heads, their query/key parts and values, the latent's rank and the queries' path."""
+        a = cfg.attention
+        q = f"q_lora {a.q_lora_rank}" if a.q_lora_rank is not None else "direct q"
+        return (
+            f"mla {a.n_head}h x ({a.qk_nope_head_dim}+{a.qk_rope_head_dim} qk, {a.v_head_dim} v), "
+            f"kv_lora {a.kv_lora_rank}, {q}"
+        )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, Optional
+from typing import Callable, ClassVar, Optional, Union
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -18,11 +18,34 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import MEMBERS, Base
+from archlab.nn.component import LayerPart
 from archlab.nn.fused import glu
 from archlab.registry import Registry
 
-MLPS: Registry[type] = Registry("model.mlp.kind", MEMBERS + ("gated", "build"))
+
+class MLP(LayerPart, nn.Module):
+    """An MLP entry, built per layer as ``Entry.build(cfg, layer)`` (a mixture of experts may build a
+    dense MLP for some layers) and called as ``mlp(x)``. Beside the Component members: ``gated(cfg)``,
+    whether the gated width rule applies."""
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
+        super().__init__()
+
+    @staticmethod
+    def gated(cfg: ModelConfig) -> bool:
+        return False
+
+    @classmethod
+    def build(cls, cfg: ModelConfig, layer: int) -> nn.Module:
+        return cls(cfg, layer)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """The kind and its hidden width: ``swiglu d_ff=11008``."""
+        return f"{cfg.mlp.kind} d_ff={d_ff(cfg)}"
+
+
+MLPS: Registry[type[MLP]] = Registry("model.mlp.kind", base=MLP)
 
 
 def d_ff(cfg: ModelConfig) -> int:
@@ -53,25 +76,42 @@ def _validate_sizes(cfg: ModelConfig) -> None:
         )
 
 
-class MLP(Base, nn.Module):
-    """What every MLP entry has: ``gated(cfg)``, whether the gated width rule applies, and
-    ``build(cfg, layer)``, the module of that layer (a mixture of experts may build a dense one)."""
+class DenseMLP(MLP):
+    """One feed-forward of hidden width d_ff, or ``width`` (a mixture of experts' shared experts): what
+    the plain and the gated kinds share, their count at a given width (``params_at``) and their checks:
+    the width rules, and ``approximate`` left at none where the activation has no tanh form."""
 
-    @staticmethod
-    def gated(cfg: ModelConfig) -> bool:
-        return False
-
-    @classmethod
-    def build(cls, cfg: ModelConfig, layer: int) -> nn.Module:
-        return cls(cfg, layer)
-
-
-class PlainMLP(MLP):
-    """``proj(act(fc(x)))``: the GPT-2 / original Transformer feed-forward. ``width`` overrides the
-    hidden width (a mixture of experts' shared experts)."""
+    refuses_tanh: ClassVar[Optional[str]] = None  # why model.mlp.approximate must stay none, if it must
 
     def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
-        super().__init__()
+        super().__init__(cfg, layer)
+
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> Union[Callable[[Tensor], Tensor], str]:
+        """The activation: a function (plain kinds), or the gate's, a name ``archlab.nn.fused.glu`` knows."""
+        raise NotImplementedError
+
+    @staticmethod
+    def params_at(cfg: ModelConfig, width: int) -> int:
+        """Parameters at hidden width ``width``."""
+        raise NotImplementedError
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        return cls.params_at(cfg, d_ff(cfg))
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        if cls.refuses_tanh is not None and cfg.mlp.approximate != "none":
+            raise ConfigError("model.mlp.approximate", cfg.mlp.approximate, cls.refuses_tanh)
+        _validate_sizes(cfg)
+
+
+class PlainMLP(DenseMLP):
+    """``proj(act(fc(x)))``: the GPT-2 / original Transformer feed-forward."""
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
+        super().__init__(cfg, layer, width)
         f = d_ff(cfg) if width is None else width
         self.fc = nn.Linear(cfg.d_model, f, bias=cfg.mlp.bias)
         self.proj = nn.Linear(f, cfg.d_model, bias=cfg.mlp.bias)
@@ -88,17 +128,8 @@ class PlainMLP(MLP):
 
     @staticmethod
     def params_at(cfg: ModelConfig, width: int) -> int:
-        """Parameters at hidden width ``width``."""
         d = cfg.d_model
         return 2 * d * width + cfg.mlp.bias * (width + d)
-
-    @classmethod
-    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        return cls.params_at(cfg, d_ff(cfg))
-
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        _validate_sizes(cfg)
 
 
 @MLPS.register("gelu")
@@ -114,23 +145,19 @@ class GeLUMLP(PlainMLP):
 class ReLUMLP(PlainMLP):
     """ReLU, as in the original Transformer."""
 
+    refuses_tanh = "none for relu (only GELU has a tanh form)"
+
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:
         return F.relu
 
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        if cfg.mlp.approximate != "none":
-            raise ConfigError("model.mlp.approximate", cfg.mlp.approximate, "none for relu (only GELU has a tanh form)")
-        _validate_sizes(cfg)
 
-
-class GatedMLP(MLP):
+class GatedMLP(DenseMLP):
     """``down(act(gate(x)) * up(x))`` (Shazeer 2020): three matrices at hidden width d_ff (or ``width``).
     The gate and up matrices are one ``gate_up`` Linear with output ``[gate | up]``: one matmul, not two."""
 
     def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
-        super().__init__()
+        super().__init__(cfg, layer, width)
         f, d, bias = d_ff(cfg) if width is None else width, cfg.d_model, cfg.mlp.bias
         self.gate_up = nn.Linear(d, 2 * f, bias=bias)
         self.down = nn.Linear(f, d, bias=bias)
@@ -151,32 +178,19 @@ class GatedMLP(MLP):
 
     @staticmethod
     def params_at(cfg: ModelConfig, width: int) -> int:
-        """Parameters at hidden width ``width``."""
         d = cfg.d_model
         return 3 * d * width + cfg.mlp.bias * (2 * width + d)
-
-    @classmethod
-    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        return cls.params_at(cfg, d_ff(cfg))
-
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        _validate_sizes(cfg)
 
 
 @MLPS.register("swiglu")
 class SwiGLU(GatedMLP):
     """Gate through SiLU (LLaMA)."""
 
+    refuses_tanh = "none for swiglu (SiLU has no tanh form)"
+
     @staticmethod
     def activation_of(cfg: ModelConfig) -> str:
         return "silu"
-
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        if cfg.mlp.approximate != "none":
-            raise ConfigError("model.mlp.approximate", cfg.mlp.approximate, "none for swiglu (SiLU has no tanh form)")
-        _validate_sizes(cfg)
 
 
 @MLPS.register("geglu")
@@ -186,6 +200,14 @@ class GeGLU(GatedMLP):
     @staticmethod
     def activation_of(cfg: ModelConfig) -> str:
         return "gelu" if cfg.mlp.approximate == "none" else "gelu_tanh"
+
+
+def dense_kind(name: str) -> type[DenseMLP]:
+    """The entry of a dense MLP kind (a mixture of experts' ``expert``), refusing any other."""
+    entry = MLPS.get(name)
+    if not issubclass(entry, DenseMLP):
+        raise ConfigError("model.mlp.expert", name, "a dense MLP kind (one MLP, not a mixture)")
+    return entry
 
 
 def build_mlp(cfg: ModelConfig, layer: int = 0) -> nn.Module:

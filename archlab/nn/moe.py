@@ -30,7 +30,7 @@ from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.fused import glu
-from archlab.nn.mlp import MLP, MLPS, d_ff
+from archlab.nn.mlp import MLP, MLPS, d_ff, dense_kind
 
 
 def expert_width(cfg: ModelConfig) -> int:
@@ -45,7 +45,7 @@ class Experts(nn.Module):
 
     def __init__(self, cfg: ModelConfig, width: int):
         super().__init__()
-        entry = MLPS.get(cfg.mlp.expert)
+        entry = dense_kind(cfg.mlp.expert)
         self.gated = entry.gated(cfg)
         self.activation = entry.activation_of(cfg)  # a glu name (gated) or a function (plain)
         E, d = cfg.mlp.n_experts, cfg.d_model
@@ -69,7 +69,7 @@ class Experts(nn.Module):
             if counts[e] == 0:
                 continue
             h = F.linear(rows, w_in[e], b_in[e])
-            h = glu(h, self.activation) if self.gated else self.activation(h)
+            h = glu(h, self.activation) if isinstance(self.activation, str) else self.activation(h)
             outs.append(F.linear(h, w_out[e], b_out[e]))
         return torch.cat(outs)
 
@@ -98,7 +98,7 @@ class MoE(MLP):
     """
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
-        super().__init__()
+        super().__init__(cfg, layer)
         m, d = cfg.mlp, cfg.d_model
         self.n_experts, self.top_k, self.scoring = m.n_experts, m.top_k, m.scoring
         self.normalize, self.routed_scale = m.normalize_top_k, m.routed_scale
@@ -110,7 +110,7 @@ class MoE(MLP):
         )
         f = expert_width(cfg)
         self.experts = Experts(cfg, f)
-        self.shared = MLPS.get(m.expert)(cfg, layer, width=m.n_shared_experts * f) if m.n_shared_experts else None
+        self.shared = dense_kind(m.expert)(cfg, layer, width=m.n_shared_experts * f) if m.n_shared_experts else None
         self.aux_losses: dict[str, tuple[float, Tensor]] = {}
 
     def forward(self, x: Tensor) -> Tensor:
@@ -195,20 +195,20 @@ class MoE(MLP):
 
     @staticmethod
     def gated(cfg: ModelConfig) -> bool:
-        return MLPS.get(cfg.mlp.expert).gated(cfg)
+        return dense_kind(cfg.mlp.expert).gated(cfg)
 
     @classmethod
     def build(cls, cfg: ModelConfig, layer: int) -> nn.Module:
         if layer < cfg.mlp.dense_layers:
-            return MLPS.get(cfg.mlp.expert)(cfg, layer)
+            return dense_kind(cfg.mlp.expert)(cfg, layer)
         return cls(cfg, layer)
 
     @staticmethod
     def params(cfg: ModelConfig, layer: int, routed: int) -> int:
         """Parameters of layer ``layer`` counting ``routed`` of its routed experts."""
-        m, entry = cfg.mlp, MLPS.get(cfg.mlp.expert)
+        m, entry = cfg.mlp, dense_kind(cfg.mlp.expert)
         if layer < m.dense_layers:
-            return entry.num_params(cfg)
+            return entry.num_params(cfg, layer)
         f = expert_width(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
         return m.n_experts * cfg.d_model + routed * entry.params_at(cfg, f) + shared
@@ -222,10 +222,10 @@ class MoE(MLP):
         """The router, the top_k routed experts a token goes through and the shared experts (all of a dense layer)."""
         return cls.params(cfg, layer, cfg.mlp.top_k)
 
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
         m = cfg.mlp
-        MLPS.get(m.expert).validate(cfg)  # the expert kind's rules (its activation, the d_ff rules)
+        dense_kind(m.expert).validate(cfg)  # the expert kind's rules (its activation, the d_ff rules)
         checks.integer("model.mlp.n_experts", m.n_experts)
         checks.integer("model.mlp.top_k", m.top_k)
         if m.top_k > m.n_experts:
@@ -258,3 +258,11 @@ class MoE(MLP):
         checks.positive("model.mlp.routed_scale", m.routed_scale)
         checks.non_negative("model.mlp.aux_loss_weight", m.aux_loss_weight)
         checks.non_negative("model.mlp.z_loss_weight", m.z_loss_weight)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """Routing, experts and their width, and any dense layers: ``moe top-2 of 8 swiglu experts d_ff=14336``."""
+        f = cfg.mlp
+        shared = f" + {f.n_shared_experts} shared" if f.n_shared_experts else ""
+        dense = f", {f.dense_layers} dense layers d_ff={d_ff(cfg)}" if f.dense_layers else ""
+        return f"moe top-{f.top_k} of {f.n_experts}{shared} {f.expert} experts d_ff={expert_width(cfg)}{dense}"

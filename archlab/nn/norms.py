@@ -10,22 +10,36 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import MEMBERS, Base
+from archlab.nn.component import Component
 from archlab.nn.fused import rms_norm
 from archlab.registry import Registry
 
-NORMS: Registry[type] = Registry("model.norm.kind", MEMBERS)
 
+class Norm(Component, nn.Module):
+    """A norm entry, built as ``Entry(cfg, dim)`` over ``dim`` features (default ``d_model``; QK-norm
+    builds them over a head or a whole projection, mla over its latents). Every norm checks a positive
+    ``eps``."""
 
-class Norm(Base):
-    """What every norm checks: a positive ``eps``. Built over ``dim`` features (default ``d_model``;
-    QK-norm builds them over a head or a whole projection)."""
+    def __init__(self, cfg: ModelConfig, dim: Optional[int] = None):
+        super().__init__()
 
     @staticmethod
-    def validate(cfg: ModelConfig) -> None:
+    def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
+        """Parameters of one norm over ``dim`` features (default ``d_model``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
         checks.positive("model.norm.eps", cfg.norm.eps)
         if cfg.norm.unit_offset and cfg.norm.kind != "rmsnorm":
             raise ConfigError("model.norm.unit_offset", True, "false unless model.norm.kind is rmsnorm")
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        return cfg.norm.kind
+
+
+NORMS: Registry[type[Norm]] = Registry("model.norm.kind", base=Norm)
 
 
 @NORMS.register("layernorm")
@@ -68,5 +82,5 @@ class RMSNorm(Norm, nn.RMSNorm):
         return dim or cfg.d_model
 
 
-def build_norm(cfg: ModelConfig) -> nn.Module:
+def build_norm(cfg: ModelConfig) -> Norm:
     return NORMS.get(cfg.norm.kind)(cfg)

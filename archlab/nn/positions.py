@@ -1,4 +1,5 @@
-"""Position schemes: ``learned``, ``sinusoidal``, ``rope``, ``alibi``, ``none``.
+"""Position schemes: ``learned``, ``sinusoidal``, ``alibi``, ``none``, the ``Position`` base every scheme
+derives from and the ``Rotation`` a rotary scheme hands attention; ``rope`` lives in rope.py.
 
 A scheme acts at one or more of three points, each a no-op by default: ``embed`` adds an absolute
 position to the token embeddings, ``rotary`` returns a ``Rotation`` that attention applies to the
@@ -15,14 +16,10 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from archlab import checks
-from archlab.config import ModelConfig, rope_head_dim
+from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import MEMBERS, Base
-from archlab.nn.fused import rotary_qkv, rotates_as_complex
+from archlab.nn.component import ModelPart
 from archlab.registry import Registry
-
-POSITIONS: Registry[type] = Registry("model.position.kind", MEMBERS)
 
 
 def uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
@@ -32,27 +29,24 @@ def uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
 
 
 class Rotation:
-    """What a rotary scheme hands attention for one forward: ``arrange`` may reorder the rows of the
-    fused q/k/v projection before attention multiplies by it (a faster layout for the rotation), and
-    ``rotate`` turns that projection's output into rotated queries and keys, and values."""
+    """What a rotary scheme hands attention for one forward: ``rotate`` turns queries or keys into
+    rotated ones; ``project`` gives the rotated queries and keys, and the values, of a fused q/k/v
+    projection (a scheme may compute that faster than projecting, splitting and rotating)."""
 
-    def arrange(
-        self, weight: Tensor, bias: Optional[Tensor], qk_heads: int, head_dim: int
-    ) -> tuple[Tensor, Optional[Tensor], bool]:
-        """The projection's weight and bias to multiply by (``qk_heads`` query and key heads of
-        ``head_dim`` rows come first), and whether their rows were reordered."""
-        return weight, bias, False
-
-    def rotate(self, qkv: Tensor, n_head: int, n_kv_head: int, arranged: bool) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values ``[B, T, heads, head_dim]`` of a projection ``[B, T, H + 2·KV, head_dim]``."""
+    def rotate(self, x: Tensor) -> Tensor:
+        """``x`` ``[B, T, heads, dim]`` with every head rotated at this forward's positions."""
         raise NotImplementedError
 
-    def rotate_one(self, x: Tensor) -> Tensor:
-        """``x`` ``[B, T, heads, r]`` rotated, for attention that projects its rotated parts apart (mla)."""
-        raise NotImplementedError
+    def project(
+        self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Rotated queries, rotated keys and values ``[B, T, heads, head_dim]`` of ``qkv(x)``, whose
+        output is ``n_head`` query heads, then ``n_kv_head`` key heads and as many value heads."""
+        q, k, v = qkv(x).unflatten(-1, (n_head + 2 * n_kv_head, head_dim)).split((n_head, n_kv_head, n_kv_head), dim=2)
+        return self.rotate(q), self.rotate(k), v
 
 
-class Position(Base, nn.Module):
+class Position(ModelPart, nn.Module):
     """Base scheme: adds nothing, rotates nothing, biases nothing (the ``none`` scheme)."""
 
     max_positions: Optional[int] = None  # positions from this one on have no encoding (a learned table)
@@ -68,6 +62,18 @@ class Position(Base, nn.Module):
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Optional[Tensor]:
         return None
+
+    @staticmethod
+    def softmax_factor(cfg: ModelConfig) -> float:
+        """What the scheme multiplies attention's softmax scale by (1: it leaves the scale alone)."""
+        return 1.0
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        return cfg.position.kind
+
+
+POSITIONS: Registry[type[Position]] = Registry("model.position.kind", base=Position)
 
 
 POSITIONS.register("none")(Position)
@@ -104,261 +110,10 @@ class Sinusoidal(Position):
         table = torch.stack((torch.sin(angle), torch.cos(angle)), dim=-1).flatten(-2)  # sin at 2i, cos at 2i + 1
         return x + table.to(x.dtype)
 
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
         if cfg.d_model % 2:
             raise ConfigError("model.d_model", cfg.d_model, "an even number for sinusoidal positions")
-
-
-def rotary_dim(cfg: ModelConfig) -> int:
-    """How many dims of each head RoPE rotates: ``rotary_dim``, ``rotary_fraction`` or all it may
-    rotate (``rope_head_dim``: the whole head, or mla's rotated part)."""
-    p = cfg.position
-    if p.rotary_dim is not None:
-        return p.rotary_dim
-    if p.rotary_fraction is not None:
-        return round(p.rotary_fraction * rope_head_dim(cfg))
-    return rope_head_dim(cfg)
-
-
-@POSITIONS.register("rope")
-class RoPE(Position):
-    """Rotary embeddings (Su et al. 2021) on the first ``rotary_dim`` dims of every q/k head.
-
-    ``half`` pairs dim i with i + r/2 (rotate_half: LLaMA, GPT-NeoX); ``interleaved`` pairs 2i with
-    2i+1 (GPT-J). Angles are computed in float32 from the positions, so any length works; YaRN scales
-    cos and sin by its attention factor.
-    """
-
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
-        self.dim = rotary_dim(cfg)
-        self.position_cfg = cfg.position
-        self.interleaved = cfg.position.pairing == "interleaved"
-        self.attention_factor = attention_factor(cfg.position)
-
-    def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> RoPERotation:
-        angles = _opaque_rope_angles if torch.compiler.is_compiling() else rope_angles
-        cos, sin = angles(pos, inverse_frequencies(self.position_cfg, self.dim, pos.device))
-        if self.attention_factor != 1.0:  # in float32, as Hugging Face scales them
-            cos, sin = cos * self.attention_factor, sin * self.attention_factor
-        return RoPERotation(
-            cos.to(dtype), sin.to(dtype), self.dim, self.interleaved, may_reorder=not self.interleaved and not cached
-        )
-
-    @staticmethod
-    def validate(cfg: ModelConfig) -> None:
-        p, hd = cfg.position, rope_head_dim(cfg)
-        checks.positive("model.position.theta", p.theta)
-        if p.scaling != "none":
-            checks.positive("model.position.factor", p.factor)
-        if p.scaling == "llama3":
-            checks.integer("model.position.original_context", p.original_context, 1,
-                           "a positive integer for scaling=llama3 (the context the model was trained at)")  # fmt: skip
-            checks.positive("model.position.low_freq_factor", p.low_freq_factor)
-            if not checks.finite(p.high_freq_factor) > p.low_freq_factor:
-                raise ConfigError(
-                    "model.position.high_freq_factor",
-                    p.high_freq_factor,
-                    f"a number above model.position.low_freq_factor={p.low_freq_factor}",
-                )
-        _validate_yarn(p)
-        if cfg.attention.kind == "mla":  # the rotated part is its own width, qk_rope_head_dim
-            for name in ("rotary_dim", "rotary_fraction"):
-                if getattr(p, name) is not None:
-                    raise ConfigError(
-                        f"model.position.{name}",
-                        getattr(p, name),
-                        "null for attention kind mla (it rotates model.attention.qk_rope_head_dim dims)",
-                    )
-        if p.rotary_dim is not None and p.rotary_fraction is not None:
-            raise ConfigError(
-                "model.position.rotary_fraction", p.rotary_fraction, "null when rotary_dim is set (give one of them)"
-            )
-        if p.rotary_fraction is not None:
-            if not 0 < p.rotary_fraction <= 1:
-                raise ConfigError("model.position.rotary_fraction", p.rotary_fraction, "a fraction in (0, 1]")
-            dims = p.rotary_fraction * hd
-            if abs(dims - round(dims)) > 1e-6 or round(dims) % 2:
-                raise ConfigError(
-                    "model.position.rotary_fraction",
-                    p.rotary_fraction,
-                    f"a fraction of head_dim={hd} that gives an even whole number of dims",
-                )
-        if p.rotary_dim is None and p.rotary_fraction is None and hd % 2:
-            if cfg.attention.kind == "mla":
-                raise ConfigError("model.attention.qk_rope_head_dim", hd, "an even number for rope (it rotates pairs)")
-            raise ConfigError(
-                "model.attention.head_dim",
-                hd,
-                "an even number for rope, which rotates pairs of dims (or rotate part of the head: "
-                "model.position.rotary_dim / rotary_fraction)",
-            )
-        r = rotary_dim(cfg)
-        if r <= 0 or r % 2 or r > hd:
-            raise ConfigError("model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]")
-
-
-def _validate_yarn(p) -> None:
-    """YaRN's fields: the context it extends (``original_context``), ``theta`` > 1, a ``factor`` >= 1, ``beta_fast``
-    > ``beta_slow`` > 0, and ``mscale`` with ``mscale_all_dim`` both positive or both null (alone, each
-    means one thing to Hugging Face and another to DeepSeek's reference code). Outside yarn both are null."""
-    if p.scaling != "yarn":
-        for name in ("mscale", "mscale_all_dim"):
-            if getattr(p, name) is not None:
-                raise ConfigError(f"model.position.{name}", getattr(p, name), "null unless model.position.scaling=yarn")
-        return
-    checks.integer("model.position.original_context", p.original_context, 1,
-                   "a positive integer for scaling=yarn (the context the model was trained at)")  # fmt: skip
-    if not checks.finite(p.theta) > 1:
-        raise ConfigError(
-            "model.position.theta", p.theta, "a number above 1 for scaling=yarn (its band reads log theta)"
-        )
-    if not checks.finite(p.factor) >= 1:
-        raise ConfigError("model.position.factor", p.factor, "a number >= 1 for scaling=yarn (how much longer)")
-    checks.positive("model.position.beta_slow", p.beta_slow)
-    if not checks.finite(p.beta_fast) > p.beta_slow:
-        raise ConfigError(
-            "model.position.beta_fast", p.beta_fast, f"a number above model.position.beta_slow={p.beta_slow}"
-        )
-    for name in ("mscale", "mscale_all_dim"):
-        if getattr(p, name) is not None:
-            checks.positive(f"model.position.{name}", getattr(p, name), "a positive number, or null")
-    if (p.mscale is None) != (p.mscale_all_dim is None):
-        name, other = ("mscale", "mscale_all_dim") if p.mscale is None else ("mscale_all_dim", "mscale")
-        raise ConfigError(
-            f"model.position.{name}", None, f"a positive number when model.position.{other} is set (both or neither)"
-        )
-
-
-class RoPERotation(Rotation):
-    """RoPE's rotation at one forward's positions. ``half`` pairs are rotated as adjacent pairs of a
-    projection whose q/k rows ``arrange`` reorders (``adjacent_pairs``): one complex multiply instead of
-    five real passes, and every q·k, so attention, is unchanged. Not when ``may_reorder`` is off (keys
-    headed for a KV cache stay in the projection's own order: a decoding step's reorder would cost more
-    than it saves), nor where the rotation cannot be complex (bf16 under autocast, an odd head size), nor
-    under ``torch.compile``, whose kernel for the half rotation is faster than for the reordered one."""
-
-    def __init__(self, cos: Tensor, sin: Tensor, dim: int, interleaved: bool, may_reorder: bool):
-        self.cos, self.sin, self.dim, self.interleaved, self.may_reorder = cos, sin, dim, interleaved, may_reorder
-
-    def arrange(
-        self, weight: Tensor, bias: Optional[Tensor], qk_heads: int, head_dim: int
-    ) -> tuple[Tensor, Optional[Tensor], bool]:
-        reorder = (
-            self.may_reorder
-            and rotates_as_complex(_projection_dtype(weight), head_dim)
-            and not torch.compiler.is_compiling()  # inductor fuses the half rotation itself
-        )
-        if not reorder:
-            return weight, bias, False
-        bias = None if bias is None else adjacent_pairs(bias, qk_heads, head_dim, self.dim)
-        return adjacent_pairs(weight, qk_heads, head_dim, self.dim), bias, True
-
-    def rotate(self, qkv: Tensor, n_head: int, n_kv_head: int, arranged: bool) -> tuple[Tensor, Tensor, Tensor]:
-        return rotary_qkv(qkv, self.cos, self.sin, self.interleaved or arranged, n_head, n_kv_head)
-
-    def rotate_one(self, x: Tensor) -> Tensor:
-        # rotary_qkv's single pass and hand-written backward, over heads that are all "queries"
-        return rotary_qkv(x, self.cos, self.sin, self.interleaved, x.shape[2], 0)[0]
-
-
-def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
-    """YaRN's magnitude correction ``0.1·mscale·ln(factor) + 1`` for a context ``factor`` times longer
-    (1 when it is not longer), as DeepSeek and Hugging Face write it."""
-    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
-
-
-def attention_factor(p) -> float:
-    """What YaRN multiplies cos and sin by (so each rotated q·k by its square): ``yarn_mscale(factor,
-    mscale) / yarn_mscale(factor, mscale_all_dim)`` when both are set (DeepSeek; 1 when equal), else
-    ``yarn_mscale(factor)`` (Peng et al. 2023, eq. 22: 0.1·ln(s) + 1); 1 for every other scaling."""
-    if p.scaling != "yarn":
-        return 1.0
-    if p.mscale is not None and p.mscale_all_dim is not None:
-        return yarn_mscale(p.factor, p.mscale) / yarn_mscale(p.factor, p.mscale_all_dim)
-    return yarn_mscale(p.factor)
-
-
-def inverse_frequencies(p, dim: int, device=None) -> Tensor:
-    """RoPE's angle per position of each rotated pair i, ``theta^(-2i/dim)`` in float32, rescaled as
-    ``p.scaling`` asks: ``linear`` divides every frequency by ``factor`` (positions interpolated, Chen et
-    al. 2023); ``llama3`` divides only the low frequencies (wavelengths above ``original_context /
-    low_freq_factor``) by it, keeps the high ones (below ``original_context / high_freq_factor``) and
-    blends the band between (Llama 3.1); ``yarn`` keeps the pairs that turn more than ``beta_fast`` times
-    over ``original_context``, divides those turning less than ``beta_slow`` times by ``factor``, and ramps
-    linearly between (Peng et al. 2023, arXiv:2309.00071, the "NTK-by-parts" interpolation)."""
-    exponent = torch.arange(0, dim, 2, device=device, dtype=torch.int64).float() / dim
-    inv_freq = 1.0 / p.theta**exponent
-    if p.scaling == "linear":
-        return inv_freq / p.factor
-    if p.scaling == "llama3":
-        wavelength = 2 * math.pi / inv_freq
-        smooth = (p.original_context / wavelength - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor)
-        blended = (1 - smooth) * inv_freq / p.factor + smooth * inv_freq
-        low = wavelength > p.original_context / p.low_freq_factor
-        high = wavelength < p.original_context / p.high_freq_factor
-        return torch.where(low, inv_freq / p.factor, torch.where(high, inv_freq, blended))
-    if p.scaling == "yarn":
-        low, high = _yarn_band(p, dim)
-        ramp = ((torch.arange(dim // 2, device=device, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-        return inv_freq / p.factor * ramp + inv_freq * (1 - ramp)
-    return inv_freq
-
-
-def _yarn_band(p, dim: int) -> tuple[float, float]:
-    """The pair indices where YaRN's ramp starts and ends: the pair that turns ``beta`` times over
-    ``original_context`` sits at ``dim·ln(original_context / (2π·beta)) / (2·ln theta)``; rounded outward
-    and clipped to [0, dim - 1] (Hugging Face's default ``truncate``), never empty."""
-
-    def pair_turning(beta: float) -> float:
-        return dim * math.log(p.original_context / (beta * 2 * math.pi)) / (2 * math.log(p.theta))
-
-    low = max(math.floor(pair_turning(p.beta_fast)), 0)
-    high = min(math.ceil(pair_turning(p.beta_slow)), dim - 1)
-    return low, (high if high != low else high + 0.001)
-
-
-def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
-    """cos and sin, ``[(B,) T, 1, dim/2]`` in float32, of RoPE's angles ``pos·inv_freq``: one angle per
-    rotated pair, shared by every head."""
-    angle = pos.float()[..., None, None] * inv_freq
-    return angle.cos(), angle.sin()
-
-
-# The same tables as one op that torch.compile cannot see into: inlined, inductor fuses the angle
-# computation into the rotation kernels and redoes cos and sin for every element. An op is computed
-# once per forward, as in eager mode.
-_opaque_rope_angles = torch.library.custom_op(
-    "archlab::rope_angles",
-    rope_angles,
-    mutates_args=(),
-    schema="(Tensor pos, Tensor inv_freq) -> (Tensor, Tensor)",
-)
-
-
-@_opaque_rope_angles.register_fake
-def _rope_angles_shape(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
-    shape = (*pos.shape, 1, inv_freq.shape[0])
-    return pos.new_empty(shape, dtype=torch.float32), pos.new_empty(shape, dtype=torch.float32)
-
-
-def _projection_dtype(weight: Tensor) -> torch.dtype:
-    """The dtype a Linear with this weight computes in: autocast's, where it is on."""
-    device = weight.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
-
-
-def adjacent_pairs(rows: Tensor, qk_heads: int, head_dim: int, rotated: int) -> Tensor:
-    """A fused q/k/v projection's weight (or bias) with the rows of each ``half`` RoPE pair (i, i + r/2)
-    of the first ``qk_heads`` heads moved next to each other (2i, 2i + 1); the other rows keep their
-    places. Queries and keys are permuted alike, so every q·k is unchanged."""
-    qk, rest = rows.split((qk_heads * head_dim, rows.shape[0] - qk_heads * head_dim))
-    qk = qk.unflatten(0, (qk_heads, head_dim))
-    paired = qk[:, :rotated].unflatten(1, (2, rotated // 2)).transpose(1, 2).flatten(1, 2)
-    if rotated < head_dim:
-        paired = torch.cat((paired, qk[:, rotated:]), dim=1)
-    return torch.cat((paired.flatten(0, 1), rest))
 
 
 def alibi_slopes(n_head: int) -> Tensor:

@@ -1,27 +1,27 @@
 """Model validation: the whole config is checked before any tensor is allocated, by rules that hold for
 every layout (sizes, probabilities, enumerated fields) and by each chosen registry entry's own
-``validate``; nothing here knows a family's variants."""
+``validate``; nothing here knows a family's variants. ``entries`` gives the chosen entries, typed per
+family, to whoever sums or describes them."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 from archlab import checks
 from archlab.config import ModelConfig
-from archlab.nn.attention import ATTENTIONS
-from archlab.nn.block import BLOCKS
-from archlab.nn.head import HEADS
-from archlab.nn.latent import MultiHeadLatentAttention  # noqa: F401  registers attention kind mla
-from archlab.nn.mlp import MLPS
-from archlab.nn.moe import MoE  # noqa: F401  registers mlp kind moe
-from archlab.nn.norms import NORMS
-from archlab.nn.positions import POSITIONS
-from archlab.registry import Registry
+from archlab.nn.attention import ATTENTIONS, Attention
+from archlab.nn.block import BLOCKS, Block
+from archlab.nn.component import Component
+from archlab.nn.head import HEADS, Head
+from archlab.nn.mlp import MLP, MLPS
+from archlab.nn.norms import NORMS, Norm
+from archlab.nn.positions import POSITIONS, Position
+from archlab.registry import Lookup
 
 # model.<family> -> its registry; the family's ``kind`` picks the entry
 # (attention first: the others read the head size it checks)
-FAMILIES: dict[str, Registry] = {
+FAMILIES: dict[str, Lookup[type[Component]]] = {
     "attention": ATTENTIONS,
     "norm": NORMS,
     "block": BLOCKS,
@@ -52,3 +52,26 @@ def validate(cfg: ModelConfig) -> ModelConfig:
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
     return cfg
+
+
+class Entries(NamedTuple):
+    """The entry ``cfg`` chooses in each family, in ``FAMILIES``' order."""
+
+    attention: type[Attention]
+    norm: type[Norm]
+    block: type[Block]
+    position: type[Position]
+    mlp: type[MLP]
+    head: type[Head]
+
+
+def entries(cfg: ModelConfig) -> Entries:
+    """The registry entries of the kinds ``cfg`` names (``ConfigError`` for an unknown kind)."""
+    return Entries(
+        attention=ATTENTIONS.get(cfg.attention.kind),
+        norm=NORMS.get(cfg.norm.kind),
+        block=BLOCKS.get(cfg.block.kind),
+        position=POSITIONS.get(cfg.position.kind),
+        mlp=MLPS.get(cfg.mlp.kind),
+        head=HEADS.get(cfg.head.kind),
+    )
