@@ -252,7 +252,8 @@ def test_cached_decoding_equals_the_full_forward(overrides):
         full = model(idx)
         cache = model.new_cache(2, 16)
         steps = [model(idx[:, :5], cache)] + [model(idx[:, t : t + 1], cache) for t in range(5, 16)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+    # fp32 rounding of another summation order, scaled to the logits (random weights give |logit| up to ~8)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5 * full.abs().max().item())
 
 
 def test_a_left_padded_batch_generates_as_each_prompt_alone():
