@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
 
-import archlab.conf
 from archlab.accounting import check_build, count
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.store import register_configs
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
-CONF_DIR = Path(archlab.conf.__file__).parent  # conf/ in the repository, conf/ once installed
+
+def _conf_dir() -> Path:
+    """The directory of the package ``archlab.conf``: conf/ in the repository, conf/ once installed.
+    pyproject maps that package to conf/ (setuptools package-dir): imported by name at run time, as no
+    type checker reading archlab/ can resolve it."""
+    conf = import_module("archlab.conf")
+    if conf.__file__ is None:
+        raise ImportError(f"archlab.conf has no __init__.py ({conf.__path__}): reinstall archlab")
+    return Path(conf.__file__).parent
+
+
+CONF_DIR = _conf_dir()
 
 
 def compose(config_name: str, overrides: Sequence[str] = (), return_hydra_config: bool = False) -> Any:

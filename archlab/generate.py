@@ -78,12 +78,12 @@ def generate(
         mask = attention_mask
         if max_new_tokens:
             logits = model(prompt_ids, cache, mask)[:, -1]
-        for step in range(max_new_tokens):
-            out.append(next_token(logits, temperature, top_k, generator))
-            if step + 1 < max_new_tokens:
-                if mask is not None:  # every new token is a real one
-                    mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)
-                logits = model(out[-1], cache, mask)[:, -1]
+            for step in range(max_new_tokens):
+                out.append(next_token(logits, temperature, top_k, generator))
+                if step + 1 < max_new_tokens:
+                    if mask is not None:  # every new token is a real one
+                        mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)
+                    logits = model(out[-1], cache, mask)[:, -1]
         return torch.cat(out, dim=1)
     finally:
         model.train(was_training)

@@ -18,10 +18,13 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, cast
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from torch.profiler import profile
 
 PROMPT_TOKENS = 8  # generation starts from this many random tokens
 # precision -> (the weights' dtype, bf16 autocast on); the dtype it computes in is precision.compute_dtype's
@@ -54,7 +57,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_alternating(
-    fns: dict[str, Callable[[], object]], warmup: int, repeats: int, device: torch.device
+    fns: Mapping[str, Callable[[], object]], warmup: int, repeats: int, device: torch.device
 ) -> dict[str, list[float]]:
     """Seconds per call of each function: ``warmup`` untimed rounds, then ``repeats`` timed rounds,
     each round calling every function once, in turn."""
@@ -121,7 +124,14 @@ def profile_call(fn: Callable[[], object], device: torch.device) -> tuple[list, 
         fn()
         synchronize(device)
         wall = time.perf_counter() - start
-    return list(prof.events()), wall
+    return list(profiled_events(prof)), wall
+
+
+def profiled_events(prof: profile) -> list:
+    """The events of a ``torch.profiler.profile`` that has run (its ``with`` block left: they are set)."""
+    events = prof.events()
+    assert events is not None  # None only before the profiler stops
+    return list(events)
 
 
 def self_seconds(event, device: torch.device) -> float:
@@ -225,7 +235,7 @@ def moe_ranges(model: torch.nn.Module) -> Iterator[dict[str, str]]:
 
 
 def profile_rounds(
-    fns: dict[str, Callable[[], object]], rounds: int, device: torch.device, ranges: dict[str, dict[str, str]]
+    fns: Mapping[str, Callable[[], object]], rounds: int, device: torch.device, ranges: dict[str, dict[str, str]]
 ) -> dict[str, dict]:
     """Each function profiled once per round, alternating them for ``rounds`` rounds: medians of its
     ``kernel_split`` and, for a function with ``ranges[name]``, of each part's seconds and share of the
@@ -276,7 +286,7 @@ def peak_step_bytes(fn: Callable[[], object], device: torch.device) -> int:
     with c_stderr_silenced(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     live = peak = 0
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+    for event in sorted(profiled_events(prof), key=lambda e: e.time_range.start):
         live += event.self_cpu_memory_usage
         peak = max(peak, live)
     return peak
@@ -385,22 +395,23 @@ def run_bench(cfg) -> dict:
     torch.manual_seed(0)
 
     model = build_model(mcfg, device=device, dtype=dtype)
-    impls = {"archlab": model}
+    impls: dict[str, torch.nn.Module] = {"archlab": model}
+    hf = None  # the transformers model (compare_hf)
     if cfg.compare_hf:
         from archlab.interop.hf import to_hf
 
-        impls["hf"] = to_hf(model).to(device=device, dtype=dtype)
+        hf = impls["hf"] = to_hf(model).to(device=device, dtype=dtype)
     flops_tok = flops_per_token(mcfg, count(mcfg)["active_non_embedding"], T)
     x = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
     y = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
 
-    def timed_model(m):
+    def timed_model(m: torch.nn.Module) -> torch.nn.Module:
         """What a training step runs: with ``compile``, archlab compiled block by block as archlab-train
         compiles it (on a copy: memory and generation below stay eager), Hugging Face's model whole."""
         if not cfg.compile:
             return m
         if m is not model:
-            return torch.compile(m)
+            return cast(torch.nn.Module, torch.compile(m))  # a module compiles to an OptimizedModule
         compiled = copy.deepcopy(model)
         compiled.compile_blocks()
         return compiled
@@ -444,7 +455,7 @@ def run_bench(cfg) -> dict:
     }
     for name, secs in train_times.items():
         tok_s = median_rate(secs, cfg.batch_size * T)
-        row = {"tokens_per_s": tok_s, "step_s": statistics.median(secs), "flops": flops_tok * tok_s}
+        row: dict[str, Any] = {"tokens_per_s": tok_s, "step_s": statistics.median(secs), "flops": flops_tok * tok_s}
         row["fraction_of_matmul"] = row["flops"] / ceiling
         row["matmul_s"], row["attention_s"] = kernels[name]["matmul"], kernels[name]["attention"]
         row["floor_s"] = row["matmul_s"] + row["attention_s"]
@@ -469,8 +480,7 @@ def run_bench(cfg) -> dict:
         m.eval()
     prompt = torch.randint(0, mcfg.vocab_size, (1, PROMPT_TOKENS), device=device)
     gen_fns = {"archlab": lambda: generate(model, prompt, max_new_tokens=n)}
-    if "hf" in impls:
-        hf = impls["hf"]
+    if hf is not None:
         gen_fns["hf"] = lambda: hf.generate(
             prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, eos_token_id=None, pad_token_id=0
         )

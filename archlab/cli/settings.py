@@ -8,7 +8,20 @@ import json
 import sys
 import textwrap
 from dataclasses import fields
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Mapping,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import yaml
 from omegaconf import OmegaConf
@@ -16,8 +29,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from archlab.errors import ConfigError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 HELP_FLAGS = ("-h", "--help")
-T = TypeVar("T")
+T = TypeVar("T", bound="DataclassInstance")  # a command's schema: a dataclass
 
 
 def wants_help(argv: Sequence[str]) -> bool:
@@ -75,7 +91,7 @@ def parse(schema: type[T], argv: Sequence[str], bare: Optional[str] = None) -> T
         if OmegaConf.is_missing(cfg, f.name):
             raise ConfigError(f.name, None, f"a value (required): {f.metadata.get('help', '')}")
     # unresolved: a text value such as a prompt may hold "${...}", which is not an interpolation here
-    return schema(**OmegaConf.to_container(cfg, resolve=False))
+    return schema(**cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False)))  # a structured config: a dict
 
 
 def _settings_lines(schema: type, values: Mapping[str, Any], skip: Sequence[str] = ()) -> list[str]:
@@ -90,17 +106,18 @@ def _settings_lines(schema: type, values: Mapping[str, Any], skip: Sequence[str]
     return lines
 
 
-def help_text(prog: str, doc: str, schema: type, bare: Optional[str] = None) -> str:
-    """The ``--help`` of a command that parses its own ``key=value`` settings: usage, what it does, and
-    every setting with its description and default."""
+def help_text(prog: str, doc: Optional[str], schema: type, bare: Optional[str] = None) -> str:
+    """The ``--help`` of a command that parses its own ``key=value`` settings: usage, what it does (``doc``,
+    the command module's docstring: None under ``python -OO``), and every setting with its description and
+    default."""
     values = {f.name: f.default for f in fields(schema)}
     usage = f"usage: {prog} {f'[{bare}=]<path> ' if bare else ''}[key=value ...]"
     return "\n".join(
-        [usage, "", textwrap.dedent(doc).strip(), "", "settings (key=value):", *_settings_lines(schema, values)]
+        [usage, "", textwrap.dedent(doc or "").strip(), "", "settings (key=value):", *_settings_lines(schema, values)]
     )
 
 
-def hydra_help_text(prog: str, doc: str, config_name: str, schema: type) -> str:
+def hydra_help_text(prog: str, doc: Optional[str], config_name: str, schema: type) -> str:
     """The ``--help`` of a Hydra command: usage, what it does, its own settings with their composed
     defaults, and the config groups it composes (every option, the default marked)."""
     from archlab.build import CONF_DIR, compose
@@ -111,11 +128,11 @@ def hydra_help_text(prog: str, doc: str, config_name: str, schema: type) -> str:
         for group, choice in cfg.hydra.runtime.choices.items()
         if not group.startswith("hydra/") and "@" not in group and (CONF_DIR / group).is_dir()
     }
-    values = OmegaConf.to_container(cfg, resolve=False)
+    values = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False))  # a composed config: a dict
     lines = [
         f"usage: {prog} [key=value ...]   (Hydra overrides; also --cfg job, --hydra-help)",
         "",
-        textwrap.dedent(doc).strip(),
+        textwrap.dedent(doc or "").strip(),
         "",
         "settings (key=value):",
         *_settings_lines(schema, values, skip=[g.split("/")[0] for g in choices]),
@@ -131,7 +148,7 @@ def hydra_help_text(prog: str, doc: str, config_name: str, schema: type) -> str:
 
 
 def settings_or_help(
-    prog: str, doc: str, schema: type[T], argv: Sequence[str], bare: Optional[str] = None
+    prog: str, doc: Optional[str], schema: type[T], argv: Sequence[str], bare: Optional[str] = None
 ) -> Optional[T]:
     """A command's parsed settings, or None once its ``--help`` is printed (when asked for)."""
     if wants_help(argv):
@@ -140,7 +157,7 @@ def settings_or_help(
     return parse(schema, argv, bare)
 
 
-def run_hydra_command(prog: str, doc: str, config_name: str, schema: type, app: Callable[[], Any]) -> None:
+def run_hydra_command(prog: str, doc: Optional[str], config_name: str, schema: type, app: Callable[[], Any]) -> None:
     """A Hydra command's console script: ``--help`` lists its own settings and groups (Hydra's lists
     every group of every command); anything else goes to the Hydra ``app``."""
     if wants_help(sys.argv[1:]):

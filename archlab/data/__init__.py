@@ -8,13 +8,19 @@ The classes load on first use (PEP 562), so ``archlab-prepare`` never imports Li
 """
 
 from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for type checkers only: at run time __getattr__ imports them on first use
+    from archlab.data.mqar import MQARDataModule
+    from archlab.data.text import TextDataModule
+    from archlab.data.tokens import TokensDataModule
 
 _MODULES = {
     "MQARDataModule": "archlab.data.mqar",
     "TextDataModule": "archlab.data.text",
     "TokensDataModule": "archlab.data.tokens",
 }
-__all__ = list(_MODULES)
+__all__ = ["MQARDataModule", "TextDataModule", "TokensDataModule"]  # _MODULES' keys, spelled out for type checkers
 
 
 def __getattr__(name: str):

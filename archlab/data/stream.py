@@ -9,6 +9,7 @@ rows in order, split among processes so that each row is scored once.
 
 from __future__ import annotations
 
+from collections.abc import Sized
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -69,6 +70,8 @@ class RankPadded(Dataset):
     reduced over processes, would count twice."""
 
     def __init__(self, dataset: Dataset, world_size: int):
+        if not isinstance(dataset, Sized):
+            raise TypeError(f"RankPadded pads a dataset of known length, not a {type(dataset).__name__}")
         self.dataset, self.rows = dataset, len(dataset)
         self.padded = -(-self.rows // world_size) * world_size
 

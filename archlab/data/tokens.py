@@ -85,6 +85,7 @@ class TokensDataModule(WindowDataModule):
                 f"a value: {self.dir} has no meta.json, so give data.vocab_size and data.dtype",
             )
         checks.integer("data.vocab_size", vocab_size, 1, "an integer >= 1")
+        assert vocab_size is not None  # checks.integer refuses anything but an int
         if dtype not in DTYPES:
             raise ConfigError("data.dtype", dtype, " | ".join(DTYPES))
         self.vocab_size, self.dtype = vocab_size, np.dtype(dtype).newbyteorder("<")

@@ -42,9 +42,11 @@ def analyse(
     on the variants so chosen. ``metric``: the report's leading metric, None where no run completed."""
     found = Analysis(metric, tuned=best_over, scaling=scaling)
     given = {"best_over": best_over, "scaling": scaling, "baseline": baseline}
-    if metric is None and any(given.values()):
-        option = next(k for k, v in given.items() if v)
-        raise ConfigError(option, given[option], "a sweep with completed runs to compare: none of these completed")
+    if metric is None:  # nothing to compare: no option may be given
+        if any(given.values()):
+            option = next(k for k, v in given.items() if v)
+            raise ConfigError(option, given[option], "a sweep with completed runs to compare: none of these completed")
+        return found
     if best_over is not None:
         compare.check_axis("best_over", best_over, axes, {})
     if scaling is not None:

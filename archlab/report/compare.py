@@ -111,7 +111,7 @@ def choose_best(variants: list[Variant], axis: str, metric: str) -> list[Choice]
     (lowest loss or perplexity, highest accuracy); groups with no completed run are left out."""
     values = axis_values(variants, axis)
     numeric = _numbers(values)
-    order = sorted(values, key=dict(zip(values, numeric)).get) if numeric else values  # as plotted
+    order = sorted(values, key=dict(zip(values, numeric)).__getitem__) if numeric else values  # as plotted
     groups: dict[tuple, dict[str, Variant]] = {}
     for v in sorted(variants, key=lambda v: order.index(v.settings[axis])):
         rest = tuple((k, x) for k, x in v.settings.items() if k != axis)
@@ -164,7 +164,7 @@ def log_scale(values: list[float]) -> bool:
     return min(values) > 0 and max(values) > 10 * min(values)
 
 
-def plot_sensitivity(choices: list[Choice], axis: str, metric: str, out: Path) -> Optional[Path]:
+def plot_sensitivity(choices: list[Choice], axis: str, metric: str, out: Path) -> Path:
     """sensitivity.png: the final ``metric`` (mean, 95% interval) against ``axis`` per variant, the chosen
     value ringed; a log x axis where the values are positive numbers spanning more than 10x."""
     plt = pyplot()
@@ -216,10 +216,11 @@ def compare_to_baseline(variants: list[Variant], key: str, value: str, tuned: Op
             continue
         base = next((b for b in variants if b.settings[key] == value and others(b) == others(v)), None)
         differences = {}
-        for figure, seeds in v.per_seed.items() if base else ():
-            found = paired_difference(seeds, base.per_seed.get(figure, {}))
-            if found:
-                differences[figure] = found
+        if base is not None:
+            for figure, seeds in v.per_seed.items():
+                found = paired_difference(seeds, base.per_seed.get(figure, {}))
+                if found:
+                    differences[figure] = found
         comparisons.append(Comparison(v, base, differences))
     return comparisons
 

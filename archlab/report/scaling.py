@@ -68,7 +68,8 @@ class ScalingFit:
         try:
             return fit_power_law(*zip(*(p for pts in self.points.values() for p in pts)))
         except (ValueError, RuntimeError):  # no convergence on the pooled points: the seeds' mean parameters
-            return PowerLaw(*(self.parameter(p).mean for p in PARAMETERS))
+            a, b, e = (self.parameter(p).mean for p in PARAMETERS)
+            return PowerLaw(a, b, e)
 
     @property
     def x_range(self) -> tuple[float, float]:

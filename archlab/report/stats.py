@@ -143,9 +143,11 @@ def fit_power_law(x: Sequence[float], y: Sequence[float]) -> PowerLaw:
     a = math.exp(log_amplitude + b * log_x0)
     # a = exp(log A + b·log x0): its relative error by the delta method, from the covariance of (log A, b)
     var_log_a = cov[0, 0] + log_x0**2 * cov[1, 1] + 2 * log_x0 * cov[0, 1]
-    stderr = tuple(
-        math.inf if not math.isfinite(v) or v < 0 else math.sqrt(v) for v in (a * a * var_log_a, cov[1, 1], cov[2, 2])
-    )
+
+    def standard_error(variance: float) -> float:
+        return math.inf if not math.isfinite(variance) or variance < 0 else math.sqrt(variance)
+
+    stderr = (standard_error(a * a * var_log_a), standard_error(cov[1, 1]), standard_error(cov[2, 2]))
     at_bound = ("b",) if b < 1e-6 or b > MAX_EXPONENT - 1e-6 else ()
     at_bound += ("e",) if e > ceiling * (1 - 1e-9) else ()
     return PowerLaw(a, float(b), float(e), stderr, at_bound)

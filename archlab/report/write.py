@@ -166,7 +166,7 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
                 f"final {r.summary['primary_metric']['name']}"
                 for v in variants
                 for r in v.completed
-                if (r.summary or {}).get("primary_metric")
+                if r.summary and r.summary.get("primary_metric")
             ),
             None,
         )
@@ -289,9 +289,11 @@ def write_report(
     written = {"markdown": out / "report.md", "csv": csv_path}
 
     plots = _plots(variants, stats, columns, out)
-    if analysis.choices:
+    # choices and fits come of best_over and scaling (analysis.tuned and .scaling), which analyse refuses
+    # unless a run completed: leading is known
+    if leading and analysis.tuned and analysis.choices:
         plots["sensitivity"] = compare.plot_sensitivity(analysis.choices, analysis.tuned, leading, out)
-    if analysis.fits:
+    if leading and analysis.scaling and analysis.fits:
         plots["scaling"] = scaling_fits.plot_scaling(analysis.fits, analysis.scaling, leading, out)
         written["scaling csv"] = scaling_fits.write_scaling_csv(
             analysis.fits, analysis.multipliers, out / "scaling.csv"
@@ -310,17 +312,17 @@ def write_report(
     for v, st in zip(variants, stats):
         cells = [_cell(st[c], len(v.completed)) if c in st else "-" for c in table]
         md.append("| " + " | ".join([*v.settings.values(), f"{len(v.completed)}/{len(v.runs)}", *cells]) + " |")
-    if leading:
+    if leading:  # without it analyse refuses every option
         md += compare.interval_section(variants, leading)
-    if analysis.tuned:
-        md += compare.best_over_section(analysis.choices, analysis.tuned, leading, plots.get("sensitivity"))
-    if analysis.baseline:
-        name = "=".join(analysis.baseline)
-        md += compare.baseline_section(analysis.comparisons, name, leading, analysis.tuned)
-    if analysis.scaling:
-        md += scaling_fits.scaling_section(
-            analysis.fits, analysis.multipliers, analysis.scaling, leading, plots.get("scaling")
-        )
+        if analysis.tuned:
+            md += compare.best_over_section(analysis.choices, analysis.tuned, leading, plots.get("sensitivity"))
+        if analysis.baseline:
+            name = "=".join(analysis.baseline)
+            md += compare.baseline_section(analysis.comparisons, name, leading, analysis.tuned)
+        if analysis.scaling:
+            md += scaling_fits.scaling_section(
+                analysis.fits, analysis.multipliers, analysis.scaling, leading, plots.get("scaling")
+            )
     problems = [r for r in runs if r.status != "completed"]
     if problems:
         md += ["", "## Runs that did not complete", ""]

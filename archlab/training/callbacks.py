@@ -12,14 +12,22 @@ from typing import Any, Optional
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback, RichProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
 
 from archlab.accounting import COMPONENTS, built_counts, count, flops_per_token
 from archlab.bench.peak_flops import peak_flops
 from archlab.errors import ConfigError
 from archlab.precision import compute_dtype
+from archlab.training.module import LitModel
 
 log = logging.getLogger("archlab.train")
+
+
+def _lit(callback: Callback, pl_module: L.LightningModule) -> LitModel:
+    """``pl_module`` as the ``LitModel`` these callbacks read (its ``model_cfg``, ``model``)."""
+    if not isinstance(pl_module, LitModel):
+        raise TypeError(f"{type(callback).__name__} needs archlab's LitModel, not {type(pl_module).__name__}")
+    return pl_module
 
 
 class ParameterCheck(Callback):
@@ -30,7 +38,8 @@ class ParameterCheck(Callback):
         self.built: dict[str, int] = {}
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.analytic, self.built = count(pl_module.model_cfg), built_counts(pl_module.model)
+        lit = _lit(self, pl_module)
+        self.analytic, self.built = count(lit.model_cfg), built_counts(lit.decoder)
         if trainer.is_global_zero:
             lines = [f"{'component':<20}{'analytic':>16}{'built':>16}"]
             for c in (*COMPONENTS, "total"):
@@ -92,7 +101,7 @@ class FiniteLoss(Callback):
 
     def _stop(self, trainer: L.Trainer) -> None:
         ckpt = trainer.checkpoint_callback
-        last = (ckpt.last_model_path or ckpt.best_model_path) if ckpt is not None else None
+        last = (ckpt.last_model_path or ckpt.best_model_path) if isinstance(ckpt, ModelCheckpoint) else None
         raise FloatingPointError(
             f"{self._problem} at step {trainer.global_step + 1}; stopped before that step changed any weight. "
             + (
@@ -116,7 +125,8 @@ class FiniteLoss(Callback):
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
     """This process's shard of a DTensor (FSDP2), the tensor itself otherwise."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if to_local is not None else tensor
 
 
 class ThroughputMonitor(Callback):
@@ -133,7 +143,7 @@ class ThroughputMonitor(Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         peak = peak_flops(trainer.strategy.root_device, compute_dtype(trainer.precision))
         self.peak = peak * trainer.world_size if peak else None
-        self.active_non_embedding = count(pl_module.model_cfg)["active_non_embedding"]
+        self.active_non_embedding = count(_lit(self, pl_module).model_cfg)["active_non_embedding"]
 
     def _sync(self, pl_module: L.LightningModule) -> None:
         if pl_module.device.type == "cuda":
@@ -149,7 +159,8 @@ class ThroughputMonitor(Callback):
         inputs = batch[0]
         tokens = inputs.numel() * trainer.world_size
         self.tokens += tokens
-        self.flops += tokens * flops_per_token(pl_module.model_cfg, self.active_non_embedding, inputs.shape[1])
+        cfg = _lit(self, pl_module).model_cfg
+        self.flops += tokens * flops_per_token(cfg, self.active_non_embedding, inputs.shape[1])
         if trainer.global_step % self.log_every_n_steps == 0:
             pl_module.log_dict({f"perf/{k}": v for k, v in self.rates().items() if v is not None})
 
@@ -197,17 +208,22 @@ class TextSamples(Callback):
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from archlab.generate import generate
 
-        tokenizer = getattr(trainer.datamodule, "tokenizer", None)
+        # Lightning sets Trainer.datamodule from its data connector without declaring it on Trainer
+        datamodule = trainer.datamodule  # pyright: ignore[reportAttributeAccessIssue]
+        tokenizer = getattr(datamodule, "tokenizer", None)
         if tokenizer is None or self.num_samples == 0:
             return
-        inputs, _ = next(iter(trainer.datamodule.val_dataloader()[0]))
-        prompt = inputs[: self.num_samples, : self.prompt_tokens].to(pl_module.device)
-        room = pl_module.model_cfg.context_length - prompt.shape[1]
-        generator = torch.Generator(device=pl_module.device).manual_seed(self.seed)
+        lit = _lit(self, pl_module)
+        inputs, _ = next(iter(datamodule.val_dataloader()[0]))
+        prompt = inputs[: self.num_samples, : self.prompt_tokens].to(lit.device)
+        room = lit.model_cfg.context_length - prompt.shape[1]
+        generator = torch.Generator(device=lit.device).manual_seed(self.seed)
         # every rank decodes (under FSDP each forward gathers shards collectively); rank 0 reports
-        out = generate(pl_module.model, prompt, min(self.max_new_tokens, room), self.temperature, self.top_k, generator)
-        if hasattr(pl_module.model, "reshard"):  # FSDP2 leaves the root gathered after a no-grad forward
-            pl_module.model.reshard()
+        model = lit.decoder
+        out = generate(model, prompt, min(self.max_new_tokens, room), self.temperature, self.top_k, generator)
+        reshard = getattr(model, "reshard", None)
+        if reshard is not None:  # FSDP2 leaves the root gathered after a no-grad forward
+            reshard()
         self.samples = [
             {"prompt": tokenizer.decode(p.tolist()), "completion": tokenizer.decode(o[prompt.shape[1] :].tolist())}
             for p, o in zip(prompt.cpu(), out.cpu())
@@ -266,6 +282,7 @@ class StepProgress(RichProgressBar):
 
     def _initialize_train_progress_bar_id(self) -> None:
         trainer = self.trainer
+        assert self.progress is not None  # set up in on_train_start while enabled, as Lightning's _add_task assumes
         self.train_progress_bar_id = self.progress.add_task(
             self._get_train_description(trainer.current_epoch), total=trainer.max_steps, completed=trainer.global_step
         )
@@ -285,8 +302,9 @@ class StepProgress(RichProgressBar):
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         items = super().get_metrics(trainer, pl_module)
-        history = getattr(pl_module, "history", None)
-        if history:  # the latest validation of the first validation set (null: not finite)
+        if isinstance(pl_module, LitModel) and pl_module.history:
+            # the latest validation of the first validation set (null: not finite)
+            history = pl_module.history
             name = pl_module.val_names[0]
             for key in (f"{name}/loss", f"{name}/acc"):
                 if key in history[-1]:

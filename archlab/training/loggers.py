@@ -13,13 +13,13 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Optional
+from typing import IO, Any, Optional, cast
 
+from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers import MLFlowLogger as LightningMLFlowLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from archlab.errors import ConfigError
@@ -38,7 +38,7 @@ class _ContinuingWriter(ExperimentWriter):
         if self.keep_before is None or not self._fs.isfile(path):
             return super()._check_log_dir_exists()
         with self._fs.open(path, "r", newline="") as f:
-            reader = csv.DictReader(f)
+            reader = csv.DictReader(cast(IO[str], f))  # fsspec opens a text mode file as a TextIOWrapper
             # a row's step is the optimizer steps done before it was logged: the rows of steps after the
             # checkpoint's (written before a kill) are logged again by the resumed run
             rows = [r for r in reader if r.get("step") and int(float(r["step"])) < self.keep_before]
@@ -69,6 +69,7 @@ class CSVLogger(LightningCSVLogger):
         if self._experiment is None:
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _ContinuingWriter(self.log_dir, self._keep_before)
+        assert isinstance(self._experiment, ExperimentWriter)  # set by this property only
         return self._experiment
 
     @rank_zero_only
@@ -158,9 +159,12 @@ class MLFlowLogger(LightningMLFlowLogger):
     @property
     def log_dir(self) -> str:
         """The run's directory in a file store, else ``<tracking uri>#<run id>``."""
+        experiment_id, run_id = self.experiment_id, self.run_id  # reading them starts the run (rank 0)
         if self.save_dir:
-            return os.path.join(self.save_dir, self.experiment_id, self.run_id)
-        return f"{self._tracking_uri}#{self.run_id}"
+            if experiment_id is None or run_id is None:
+                raise RuntimeError("the MLflow run has no id: only global rank 0 starts it")
+            return os.path.join(self.save_dir, experiment_id, run_id)
+        return f"{self._tracking_uri}#{run_id}"
 
 
 def wandb_mode(mode: Optional[str]) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
@@ -70,12 +71,26 @@ class LitModel(L.LightningModule):
         self._rng_to_restore: Optional[dict[str, Tensor]] = None
         self._rng_before_validation: Optional[dict[str, Tensor]] = None
 
+    @property
+    def decoder(self) -> Decoder:
+        """The model ``configure_model`` built (the Trainer calls it before any step)."""
+        if self.model is None:
+            raise RuntimeError("LitModel.model is built by configure_model: call it (the Trainer does) first")
+        return self.model
+
+    def _val_loss(self, name: str) -> MeanMetric:
+        return cast(MeanMetric, self.val_loss[name])
+
+    def _val_acc(self, name: str) -> MulticlassAccuracy:
+        return cast(MulticlassAccuracy, self.val_acc[name])
+
     def setup(self, stage: str) -> None:
         # Spawned processes (ddp_spawn) receive the module's tensors in one shared memory; Lightning gives
         # parameters and buffers private copies but not metric states, so ranks adding into them at once
         # lost updates (a wrong first val/loss). A reset gives each process its own.
-        for metric in (*self.val_loss.values(), *self.val_acc.values()):
-            metric.reset()
+        for name in self.val_names:
+            self._val_loss(name).reset()
+            self._val_acc(name).reset()
 
     def configure_model(self) -> None:
         """Build (once), with the GPT-2 init drawn from the seeded RNG, so every rank starts identical;
@@ -83,30 +98,32 @@ class LitModel(L.LightningModule):
         if self.model is not None:
             return
         model = build_model(self.model_cfg)
-        model.activation_checkpointing = self.hparams.activation_checkpointing
-        if self.hparams.compile:
+        model.activation_checkpointing = self.hparams["activation_checkpointing"]
+        if self.hparams["compile"]:
             model.compile_blocks()
         if self.device_mesh is not None:
             from torch.distributed.fsdp import fully_shard
 
-            mesh = self._device_mesh["data_parallel"]
+            mesh = self.device_mesh["data_parallel"]
             for block in model.blocks:
                 fully_shard(block, mesh=mesh)
             fully_shard(model, mesh=mesh)
         self.model = model
 
     def forward(self, idx: Tensor) -> Tensor:
-        return self.model(idx)
+        return self.decoder(idx)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         inputs, targets = batch
-        loss = next_token_loss(self.model(inputs), targets)
+        loss = next_token_loss(self.decoder(inputs), targets)
         self.log("train/loss", loss, prog_bar=True)
         # auxiliary losses (a mixture of experts' load balance, router z-loss), logged unweighted
-        for name, (weight, aux) in self.model.auxiliary_losses().items():
+        for name, (weight, aux) in self.decoder.auxiliary_losses().items():
             self.log(f"train/{name}", aux)
             loss = loss + weight * aux
-        self.log("train/lr", self.optimizers().param_groups[0]["lr"])
+        optimizer = self.optimizers()
+        assert not isinstance(optimizer, list)  # configure_optimizers returns one
+        self.log("train/lr", optimizer.param_groups[0]["lr"])
         return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -125,34 +142,34 @@ class LitModel(L.LightningModule):
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         name = self.val_names[dataloader_idx]
         inputs, targets = batch
-        logits = self.model(inputs)
+        logits = self.decoder(inputs)
         scored = (targets != IGNORE).sum()
         # a batch of padding rows only (see RankPadded) has no loss: weight 0, and 0 rather than NaN
         loss = torch.where(scored > 0, next_token_loss(logits, targets), 0.0)
-        self.val_loss[name].update(loss, weight=scored)
-        self.val_acc[name].update(logits.argmax(dim=-1), targets)
+        self._val_loss(name).update(loss, weight=scored)
+        self._val_acc(name).update(logits.argmax(dim=-1), targets)
 
     def on_validation_epoch_end(self) -> None:
         """Token-weighted mean loss, its exponential (perplexity) and accuracy on the scored positions,
         reduced over all processes by torchmetrics."""
         metrics = {}
         for name in self.val_names:
-            loss = self.val_loss[name].compute()
+            loss = self._val_loss(name).compute()
             metrics[f"{name}/loss"] = loss
             metrics[f"{name}/ppl"] = torch.exp(loss)
-            metrics[f"{name}/acc"] = self.val_acc[name].compute()
-            self.val_loss[name].reset()
-            self.val_acc[name].reset()
+            metrics[f"{name}/acc"] = self._val_acc(name).compute()
+            self._val_loss(name).reset()
+            self._val_acc(name).reset()
         self.log_dict(metrics, sync_dist=True)  # already reduced by torchmetrics: a no-op mean, no warning
         if not self.trainer.sanity_checking:
             entry = {k: float(v) for k, v in metrics.items()}
             entry = {k: (v if math.isfinite(v) else None) for k, v in entry.items()}
             self.history.append({"step": self.global_step, **entry})
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         mixed = str(self.trainer.precision).endswith("-mixed")
-        optimizer = build_optimizer(self.model, self.hparams.optim, self.device, mixed_precision=mixed)
-        scheduler = build_scheduler(optimizer, self.hparams.scheduler, self.trainer.max_steps)
+        optimizer = build_optimizer(self.decoder, self.hparams["optim"], self.device, mixed_precision=mixed)
+        scheduler = build_scheduler(optimizer, self.hparams["scheduler"], self.trainer.max_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -177,12 +194,14 @@ class LitModel(L.LightningModule):
         """The model's unsharded weights on the CPU. Under FSDP this gathers shards: call it on every rank."""
         from torch.distributed.tensor import DTensor
 
-        if any(isinstance(p, DTensor) for p in self.model.parameters()):
+        model = self.decoder
+        if any(isinstance(p, DTensor) for p in model.parameters()):
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
             options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            return get_model_state_dict(self.model, options=options)
-        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+            # a full state dict of a module's parameters and buffers holds plain tensors only
+            return cast(dict[str, Tensor], get_model_state_dict(model, options=options))
+        return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
     def export_model(self, state: Optional[dict[str, Tensor]] = None) -> Decoder:
         """A plain CPU ``Decoder`` holding ``state`` (default: ``full_state_dict()``), for

@@ -4,7 +4,7 @@ on the blocks' hidden matrices with AdamW on the rest; and the warm-up that must
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any, Callable, Optional, overload
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -80,8 +80,14 @@ class MuonAdamW(torch.optim.Optimizer):
         self.muon.param_groups, self.adamw.param_groups = self.param_groups[:n], self.param_groups[n:]
         self.muon.state = self.adamw.state = self.state
 
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -103,20 +109,22 @@ def build_optimizer(
     passes), except under ``mixed_precision``: Lightning's autocast plugin refuses to clip the gradients of
     a fused optimizer."""
     kind = optim.get("kind", "adamw")
-    fused = {"fused": True} if device.type in ("cuda", "cpu") and not mixed_precision else {}
+    fused: Optional[bool] = (
+        True if device.type in ("cuda", "cpu") and not mixed_precision else None
+    )  # None: torch's default
     lr, decay = optim["lr"], optim["weight_decay"]
     # betas and eps as given; records of earlier versions may lack them (torch's defaults then)
     adamw = {"lr": lr, **{k: tuple(optim[k]) if k == "betas" else optim[k] for k in ("betas", "eps") if k in optim}}
     if kind == "adamw":
-        return torch.optim.AdamW(param_groups(model, decay), **adamw, **fused)
+        return torch.optim.AdamW(param_groups(model, decay), **adamw, fused=fused)
     if kind == "sgd":
         sgd = {"momentum": optim["momentum"], "nesterov": optim["nesterov"]}
-        return torch.optim.SGD(param_groups(model, decay), lr=lr, **sgd, **fused)
+        return torch.optim.SGD(param_groups(model, decay), lr=lr, **sgd, fused=fused)
     if kind == "muon":
         muon = {k: optim[k] for k in ("momentum", "nesterov", "ns_steps", "adjust_lr_fn")}
         hidden, other = muon_groups(model, decay)
         adamw["lr"] = optim["adamw_lr"] if optim.get("adamw_lr") is not None else lr
-        return MuonAdamW(hidden, other, {"lr": lr, **muon}, {**adamw, **fused})
+        return MuonAdamW(hidden, other, {"lr": lr, **muon}, {**adamw, "fused": fused})
     raise ConfigError("optim.kind", kind, f"one of {list(OPTIMIZERS)}")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import lightning as L
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from archlab.training.summary import EXPORT, run_summary, write_summary
 from archlab.weights import TOKENIZER_KEY, save_weights
@@ -49,11 +49,12 @@ class RunRecorder(Callback):
             }
         paths: dict[str, Any] = {"export": str(export) if export else None}
         if trainer is not None:
-            for cb in trainer.callbacks:
+            # Lightning sets Trainer.callbacks from its callback connector without declaring it on Trainer
+            for cb in trainer.callbacks:  # pyright: ignore[reportAttributeAccessIssue]
                 if hasattr(cb, "summary_fields"):
                     fields.update(cb.summary_fields())
             ckpt = trainer.checkpoint_callback
-            if ckpt is not None:
+            if isinstance(ckpt, ModelCheckpoint):
                 paths["checkpoint"] = ckpt.best_model_path or ckpt.last_model_path or None
                 paths["last_checkpoint"] = ckpt.last_model_path or None
             paths["logs"] = [str(lg.log_dir) for lg in trainer.loggers if getattr(lg, "log_dir", None)]

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import lightning as L
 import torch
@@ -221,8 +221,9 @@ def _fit(
     try:
         lit = LitModel(
             model=model_config_dict(model_cfg),
-            optim=OmegaConf.to_container(cfg.optim, resolve=True),
-            scheduler=OmegaConf.to_container(cfg.scheduler, resolve=True),
+            # DictConfig nodes: to_container gives dicts
+            optim=cast(dict[str, Any], OmegaConf.to_container(cfg.optim, resolve=True)),
+            scheduler=cast(dict[str, Any], OmegaConf.to_container(cfg.scheduler, resolve=True)),
             val_names=list(dm.val_names),
             compile=cfg.compile,
             activation_checkpointing=cfg.activation_checkpointing,

@@ -80,15 +80,20 @@ def schedule(scheduler: dict[str, Any], max_steps: int) -> Callable[[int], float
     """The multiplier as a function of the optimizer step, for a ``scheduler`` node (no ``kind``: cosine,
     as checkpoints of earlier versions record it; ``decay_steps`` null: ``max_steps``)."""
     kind = scheduler.get("kind", "cosine")
-    warmup = scheduler["warmup_steps"]
-    decay = scheduler.get("decay_steps") if scheduler.get("decay_steps") is not None else max_steps
-    floor = scheduler.get("min_lr_ratio")
+    warmup: int = scheduler["warmup_steps"]
+    if kind == "constant":
+        return lambda step: constant_factor(step, warmup)
+    if kind not in SCHEDULES:
+        raise ConfigError("scheduler.kind", kind, f"one of {list(SCHEDULES)}")
+    decay_steps: Optional[int] = scheduler.get("decay_steps")
+    decay = decay_steps if decay_steps is not None else max_steps
+    floor: Optional[float] = scheduler.get("min_lr_ratio")
+    if floor is None:  # validate_train requires it of a decaying schedule
+        raise ConfigError("scheduler.min_lr_ratio", floor, f"a number in [0, 1] for scheduler.kind={kind}")
     if kind == "cosine":
         return lambda step: lr_factor(step, warmup, decay, floor)
     if kind == "linear":
         return lambda step: linear_factor(step, warmup, decay, floor)
-    if kind == "constant":
-        return lambda step: constant_factor(step, warmup)
     if kind == "wsd":
         fraction = scheduler["decay_fraction"]
         return lambda step: wsd_factor(step, warmup, decay, floor, fraction)
