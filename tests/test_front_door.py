@@ -122,10 +122,11 @@ def test_setup_stops_when_torch_cannot_be_installed(monkeypatch, tmp_path):
         _fake_setup(monkeypatch, tmp_path, {"torch": False, "archlab": False}, [1, 1])
 
 
-def test_the_test_command_is_lint_format_then_pytest():
+def test_the_test_command_is_lint_format_typecheck_then_pytest():
     assert bootstrap.suite_commands(["-k", "warmup"]) == [
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
+        ["basedpyright"],
         ["python", "-m", "pytest", "-q", "-k", "warmup"],
     ]
 
