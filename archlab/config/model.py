@@ -8,7 +8,7 @@ the variant and the variant's own entry checks the fields it uses (see ``archlab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -144,7 +144,8 @@ def to_model_config(cfg: Any) -> ModelConfig:
         if "model" in cfg and "n_layer" not in cfg:
             cfg = cfg.model
         merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), cfg)
-        return OmegaConf.to_object(merged)
+        # to_object of a config merged onto the ModelConfig schema instantiates that dataclass
+        return cast(ModelConfig, OmegaConf.to_object(merged))
     if isinstance(cfg, dict):
         return to_model_config(OmegaConf.create(cfg))
     raise TypeError(f"expected a ModelConfig, DictConfig or dict, got {type(cfg).__name__}")
@@ -160,9 +161,10 @@ def recorded_model_config(recorded: Any) -> ModelConfig:
     return cfg
 
 
-def model_config_dict(cfg: ModelConfig) -> dict:
+def model_config_dict(cfg: ModelConfig) -> dict[str, Any]:
     """The config as plain containers (for checkpoints, safetensors metadata and summaries)."""
-    return OmegaConf.to_container(OmegaConf.structured(cfg))
+    # a structured dataclass config converts to a dict keyed by its field names
+    return cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.structured(cfg)))
 
 
 # ---- resolved sizes: the config's defaults spelled out, shared by the modules and the formulas ----

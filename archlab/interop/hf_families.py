@@ -12,7 +12,7 @@ attribute.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import torch
 from torch import Tensor
@@ -111,7 +111,7 @@ def value_of(cfg: ModelConfig, field: str) -> Any:
     return value
 
 
-def refuse_hf(c: Any, name: str, allowed: str, value: Any = None) -> None:
+def refuse_hf(c: Any, name: str, allowed: str, value: Any = None) -> NoReturn:
     """Refuse the HF config field ``name`` (dotted for a key of a dict field), naming its class."""
     if value is None and "." not in name:
         value = getattr(c, name, None)
@@ -320,7 +320,7 @@ def layer_types(cfg: ModelConfig) -> list[str]:
 
 def windows_from_hf(c: Any, types: list[str] | None, window: int | None) -> tuple[int | None, int | None]:
     """archlab's (window, global_every) for transformers' layer_types and sliding_window."""
-    n = c.num_hidden_layers
+    n: int = c.num_hidden_layers
     types = list(types) if types is not None else ["full_attention"] * n
     if len(types) != n or set(types) - {"full_attention", "sliding_attention"}:
         refuse_hf(c, "layer_types", f"{n} entries, each 'full_attention' or 'sliding_attention'", types)
@@ -360,7 +360,7 @@ class Family:
     def check(self, cfg: ModelConfig) -> None:
         """Refuse the first field (``model.a.b``) whose value this family cannot hold exactly."""
         absent = [(f, (default,), f" ({why})") for f, (default, why) in FEATURES.items() if f not in self.features]
-        rules = [("model.attention.kind", (self.attention_kind,), ""), ("model.head.kind", ("linear",), "")]
+        rules: list[Rule] = [("model.attention.kind", (self.attention_kind,), ""), ("model.head.kind", ("linear",), "")]
         if "model.position.scaling" in self.features:
             rules.append(("model.position.scaling", self.scalings, ""))
         for field, allowed, why in rules + self.rules(cfg) + absent:

@@ -349,6 +349,7 @@ class _DeepSeek(_Sparse):
     features = frozenset({"model.position.scaling"})
     scalings = ("none", "yarn")
     shared_experts = True
+    topk_method: str  # the value of DeepSeek's own config key topk_method this version computes (set per subclass)
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [

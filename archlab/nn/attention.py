@@ -127,14 +127,16 @@ class KVCache:
         if end > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; this step needs {end}")
         window = self.windows[layer]
+        cached_k, cached_v = self.k[layer], self.v[layer]  # both None until the layer's first update
         if window is None:
-            if self.k[layer] is None:
-                self.k[layer], self.v[layer] = (self._empty(t) for t in (k, v))
-            self.k[layer][:, :, self.length : end] = k
-            self.v[layer][:, :, self.length : end] = v
-            return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
-        if self.k[layer] is not None:
-            k, v = torch.cat((self.k[layer], k), dim=2), torch.cat((self.v[layer], v), dim=2)
+            if cached_k is None or cached_v is None:
+                cached_k, cached_v = self._empty(k), self._empty(v)
+                self.k[layer], self.v[layer] = cached_k, cached_v
+            cached_k[:, :, self.length : end] = k
+            cached_v[:, :, self.length : end] = v
+            return cached_k[:, :, :end], cached_v[:, :, :end]
+        if cached_k is not None and cached_v is not None:
+            k, v = torch.cat((cached_k, k), dim=2), torch.cat((cached_v, v), dim=2)
         keep = min(k.shape[2], window - 1)
         self.k[layer], self.v[layer] = k[:, :, k.shape[2] - keep :], v[:, :, v.shape[2] - keep :]
         return k, v
@@ -158,7 +160,7 @@ def attention_mask(
         return None
     distance = q_pos[:, None] - k_pos[None, :]
     visible = distance >= 0
-    if cut:
+    if cut and window is not None:  # cut implies a window
         visible &= distance < window
     return visible if bias is None else bias.masked_fill(~visible, float("-inf"))
 
@@ -177,7 +179,7 @@ class CausalSelfAttention(Attention):
         self.window = window_of(cfg, layer)
         self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
         self.proj = nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias)
-        self.proj.residual = True  # scaled at init (GPT-2)
+        self.proj.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
         self.qk_norm = a.qk_norm
         if a.qk_norm != "none":
             norm = NORMS.get(cfg.norm.kind)
@@ -222,17 +224,19 @@ class CausalSelfAttention(Attention):
                 enable_gqa=self.n_kv_head != self.n_head,
             )  # fmt: skip
         else:
-            y = self.capped_attention(q, k, v, mask, dropout)
+            y = self.capped_attention(q, k, v, mask, dropout, self.softcap)
         return self.proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
 
-    def capped_attention(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float) -> Tensor:
+    def capped_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float, softcap: float
+    ) -> Tensor:
         """Attention with scores soft-capped to ``softcap·tanh(s / softcap)`` before masking (Gemma 2):
         explicit matmuls, as SDPA cannot cap its scores."""
         groups = self.n_head // self.n_kv_head
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
-        scores = torch.tanh(scores / self.softcap) * self.softcap
+        scores = torch.tanh(scores / softcap) * softcap
         if mask is None and q.shape[2] > 1:  # plain causal: queries and keys start together
             mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
         if mask is not None:

@@ -65,6 +65,7 @@ class PreNorm(Block):
     """``x + attn(norm(x))`` then ``x + mlp(norm(x))``, final norm after the last block (GPT-2, LLaMA)."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
+        assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
         x = x + self.attend(self.attn_norm(x), rotary, mask, cache)
         return x + self.drop(self.mlp(self.mlp_norm(x)))
 
@@ -76,6 +77,7 @@ class PostNorm(Block):
     final_norm = False
 
     def forward(self, x, rotary=None, mask=None, cache=None):
+        assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
         x = self.attn_norm(x + self.attend(x, rotary, mask, cache))
         return self.mlp_norm(x + self.drop(self.mlp(x)))
 
@@ -85,6 +87,7 @@ class Parallel(Block):
     """``x + attn(n1(x)) + mlp(n2(x))``; with ``shared_norm`` n1 is n2 (GPT-J), else two norms."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
+        assert self.attn_norm is not None  # built: this wiring's norm_names
         h = self.attn_norm(x)
         h_mlp = h if self.mlp_norm is None else self.mlp_norm(x)
         return x + self.attend(h, rotary, mask, cache) + self.drop(self.mlp(h_mlp))
@@ -100,6 +103,7 @@ class PostSublayerNorm(Block):
     residual add, and a final norm follows the last block (OLMo 2)."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
+        assert self.attn_out_norm is not None and self.mlp_out_norm is not None  # built: this wiring's norm_names
         x = x + self.drop(self.attn_out_norm(self.attn(x, rotary, mask, cache, self.layer)))
         return x + self.drop(self.mlp_out_norm(self.mlp(x)))
 
@@ -114,6 +118,8 @@ class SandwichNorm(Block):
     sublayer, and a final norm (Gemma 2)."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
+        assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
+        assert self.attn_out_norm is not None and self.mlp_out_norm is not None
         x = x + self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), rotary, mask, cache, self.layer)))
         return x + self.drop(self.mlp_out_norm(self.mlp(self.mlp_norm(x))))
 

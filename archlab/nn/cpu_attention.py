@@ -93,7 +93,8 @@ class _MatmulAttention(torch.autograd.Function):
         return o.view(B, H, Tq, hd)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx, *grads: Tensor):  # Function.backward's signature: one gradient per output
+        (grad,) = grads
         with torch.autocast("cpu", enabled=False):
             return _MatmulAttention._backward(ctx, grad)
 

@@ -39,7 +39,8 @@ class _RMSNorm(torch.autograd.Function):
         return y.mul_(weight) if weight.dtype == y.dtype else y * weight
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx, *grads: Tensor):  # Function.backward's signature: one gradient per output
+        (grad,) = grads
         x, rstd, weight = ctx.saved_tensors
         xf = x if x.dtype == rstd.dtype else x.float()
         g, w = grad.to(rstd.dtype), weight.to(rstd.dtype)
@@ -127,7 +128,8 @@ class _RotaryQKV(torch.autograd.Function):
         return _split_rotated(qk, qkv[:, :, n_head + n_kv_head :], n_head)
 
     @staticmethod
-    def backward(ctx, grad_q: Tensor | None, grad_k: Tensor | None, grad_v: Tensor | None):
+    def backward(ctx, *grads: Tensor | None):  # Function.backward's signature: one gradient per output
+        grad_q, grad_k, grad_v = grads
         cos, sin = ctx.saved_tensors
         back = -sin  # the rotation by minus the angles, for both gradients
         H, KV = ctx.heads
@@ -184,7 +186,8 @@ class _Gated(torch.autograd.Function):
         return act * up
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
+    def backward(ctx, *grads: Tensor):  # Function.backward's signature: one gradient per output
+        (grad,) = grads
         gate, up, act = ctx.saved_tensors
         f = gate.shape[-1]
         grad_h = grad.new_empty((*grad.shape[:-1], 2 * f))

@@ -44,8 +44,8 @@ class LinearHead(Head, nn.Linear):
         nn.Linear.__init__(self, cfg.d_model, cfg.vocab_size, bias=cfg.head.bias)
         self.tied, self.softcap = cfg.head.tied, cfg.head.softcap
 
-    def forward(self, x: Tensor) -> Tensor:
-        logits = super().forward(x)
+    def forward(self, input: Tensor) -> Tensor:  # nn.Linear's parameter name
+        logits = super().forward(input)
         if self.softcap is None:
             return logits
         return torch.tanh(logits / self.softcap) * self.softcap  # soft-capped to (-softcap, softcap) (Gemma 2)

@@ -55,18 +55,19 @@ class MultiHeadLatentAttention(Attention):
         self.window = window_of(cfg, layer)
         norm = NORMS.get(cfg.norm.kind)
         q_out = self.n_head * (self.nope + self.rope)
-        self.low_rank_q = a.q_lora_rank is not None
-        if self.low_rank_q:
-            self.q_down = nn.Linear(d, a.q_lora_rank, bias=False)
-            self.q_norm = norm(cfg, a.q_lora_rank)
-            self.q_up = nn.Linear(a.q_lora_rank, q_out, bias=False)
+        q_rank = a.q_lora_rank
+        self.low_rank_q = q_rank is not None
+        if q_rank is not None:
+            self.q_down = nn.Linear(d, q_rank, bias=False)
+            self.q_norm = norm(cfg, q_rank)
+            self.q_up = nn.Linear(q_rank, q_out, bias=False)
         else:
             self.q_proj = nn.Linear(d, q_out, bias=False)
         self.kv_down = nn.Linear(d, self.rank + self.rope, bias=False)
         self.kv_norm = norm(cfg, self.rank)
         self.kv_up = nn.Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)
         self.proj = nn.Linear(self.n_head * self.v_dim, d, bias=False)
-        self.proj.residual = True  # scaled at init (GPT-2)
+        self.proj.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
 
     def forward(
         self,

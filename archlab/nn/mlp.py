@@ -115,7 +115,7 @@ class PlainMLP(DenseMLP):
         f = d_ff(cfg) if width is None else width
         self.fc = nn.Linear(cfg.d_model, f, bias=cfg.mlp.bias)
         self.proj = nn.Linear(f, cfg.d_model, bias=cfg.mlp.bias)
-        self.proj.residual = True
+        self.proj.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
         self.act = self.activation_of(cfg)
 
     @staticmethod
@@ -161,7 +161,7 @@ class GatedMLP(DenseMLP):
         f, d, bias = d_ff(cfg) if width is None else width, cfg.d_model, cfg.mlp.bias
         self.gate_up = nn.Linear(d, 2 * f, bias=bias)
         self.down = nn.Linear(f, d, bias=bias)
-        self.down.residual = True
+        self.down.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
         self.gate = self.activation_of(cfg)
 
     @staticmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence, cast
 
 import torch
 from torch import Tensor, nn
@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, attention_mask
-from archlab.nn.block import BLOCKS, build_block
+from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.head import build_head
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import build_position, uninitialised_embedding
@@ -54,12 +54,13 @@ class Decoder(nn.Module):
             x = x * torch.tensor(self.cfg.d_model**0.5, dtype=torch.float32).to(x.dtype)
         x = self.drop(self.position.embed(x, q_pos))
         rotary = self.position.rotary(q_pos, x.dtype, cached=cache is not None)
+        blocks = cast("Sequence[Block]", self.blocks)  # build_block's, one per layer
         masks = {}
-        for w in {block.attn.window for block in self.blocks}:
+        for w in {block.attn.window for block in blocks}:
             kept = cache.kept(w) if cache is not None else 0
             masks[w] = self.mask(start, T, kept, w, x.dtype, idx.device, attention_mask, positions)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
-        for block in self.blocks:
+        for block in blocks:
             mask = masks[block.attn.window]
             x = (
                 checkpoint(block, x, rotary, mask, cache, use_reentrant=False)
@@ -95,6 +96,7 @@ class Decoder(nn.Module):
             bias = self.position.bias(q_idx, k_idx)
             return attention_mask(q_idx, k_idx, None if bias is None else bias.to(dtype), window)
         visible = attention_mask(q_idx, k_idx, None, window, always=True)
+        assert visible is not None and positions is not None  # always=True: a mask; forward: positions with padding
         visible = (visible & padding[:, None, None, first:end].bool()) | (q_idx[:, None] == k_idx[None, :])
         bias = self.position.bias(positions[:, start:end], positions[:, first:end])
         return visible if bias is None else bias.to(dtype).masked_fill(~visible, float("-inf"))
@@ -125,8 +127,8 @@ class Decoder(nn.Module):
                 nn.init.normal_(module.weight, 0.0, std)
             elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.reset_parameters()
-            elif hasattr(module, "init_parameters"):  # parameters held outside any Linear (stacked experts)
-                module.init_parameters(std, std / math.sqrt(2 * self.cfg.n_layer))
+            elif (init := getattr(module, "init_parameters", None)) is not None:
+                init(std, std / math.sqrt(2 * self.cfg.n_layer))  # parameters held outside any Linear (stacked experts)
 
     def auxiliary_losses(self) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary training losses the layers computed in the latest

@@ -20,7 +20,7 @@ the result does not depend on the order of additions (deterministic on any devic
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional, ParamSpec, TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,14 @@ from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.fused import glu
 from archlab.nn.mlp import MLP, MLPS, d_ff, dense_kind
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def not_compiled(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``torch.compiler.disable(fn)``, keeping ``fn``'s signature: torch leaves ``disable`` unannotated."""
+    return cast("Callable[_P, _R]", torch.compiler.disable(fn))
 
 
 def expert_width(cfg: ModelConfig) -> int:
@@ -97,6 +105,8 @@ class MoE(MLP):
       ``logsumexp(logits)²``.
     """
 
+    router_bias: Optional[Tensor]  # a buffer: DeepSeek-V3's correction bias, else None
+
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
         m, d = cfg.mlp, cfg.d_model
@@ -142,7 +152,7 @@ class MoE(MLP):
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
         return logits, weights * self.routed_scale, indices
 
-    @torch.compiler.disable  # the group sizes are data: a compiled graph would specialise on each
+    @not_compiled  # the group sizes are data: a compiled graph would specialise on each
     def routed(self, x: Tensor, weights: Tensor, indices: Tensor) -> Tensor:
         """The routed experts' weighted sum for tokens ``x`` [N, d], in the experts' output dtype:
         ``dispatch``, ``experts``, ``combine`` (``archlab-bench`` splits a step along them)."""

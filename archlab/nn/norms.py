@@ -72,10 +72,12 @@ class RMSNorm(Norm, nn.RMSNorm):
             super().reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:
+        eps = self.eps
+        assert eps is not None  # built with cfg.norm.eps (nn.RMSNorm's None would mean the dtype's eps)
         if self.unit_offset:  # 1 + w in at least float32, as Gemma computes it: bf16 would round w away
             wide = torch.promote_types(x.dtype, torch.float32)
-            return rms_norm(x.to(wide), 1 + self.weight.to(wide), self.eps).to(x.dtype)
-        return rms_norm(x, self.weight, self.eps)
+            return rms_norm(x.to(wide), 1 + self.weight.to(wide), eps).to(x.dtype)
+        return rms_norm(x, self.weight, eps)
 
     @staticmethod
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:

@@ -203,11 +203,13 @@ def inverse_frequencies(p: PositionConfig, dim: int, device: Optional[torch.devi
     if p.scaling == "linear":
         return inv_freq / p.factor
     if p.scaling == "llama3":
+        context = p.original_context
+        assert context is not None, "model.position.original_context: llama3's validate requires it"
         wavelength = 2 * math.pi / inv_freq
-        smooth = (p.original_context / wavelength - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor)
+        smooth = (context / wavelength - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor)
         blended = (1 - smooth) * inv_freq / p.factor + smooth * inv_freq
-        low = wavelength > p.original_context / p.low_freq_factor
-        high = wavelength < p.original_context / p.high_freq_factor
+        low = wavelength > context / p.low_freq_factor
+        high = wavelength < context / p.high_freq_factor
         return torch.where(low, inv_freq / p.factor, torch.where(high, inv_freq, blended))
     if p.scaling == "yarn":
         low, high = _yarn_band(p, dim)
@@ -220,9 +222,11 @@ def _yarn_band(p: PositionConfig, dim: int) -> tuple[float, float]:
     """The pair indices where YaRN's ramp starts and ends: the pair that turns ``beta`` times over
     ``original_context`` sits at ``dim·ln(original_context / (2π·beta)) / (2·ln theta)``; rounded outward
     and clipped to [0, dim - 1] (Hugging Face's default ``truncate``), never empty."""
+    context = p.original_context
+    assert context is not None, "model.position.original_context: yarn's validate requires it"
 
     def pair_turning(beta: float) -> float:
-        return dim * math.log(p.original_context / (beta * 2 * math.pi)) / (2 * math.log(p.theta))
+        return dim * math.log(context / (beta * 2 * math.pi)) / (2 * math.log(p.theta))
 
     low = max(math.floor(pair_turning(p.beta_fast)), 0)
     high = min(math.ceil(pair_turning(p.beta_slow)), dim - 1)
