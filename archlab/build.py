@@ -16,9 +16,9 @@ from archlab.nn.validation import validate
 
 
 def _conf_dir() -> Path:
-    """The directory of the package ``archlab.conf``: conf/ in the repository, conf/ once installed.
-    pyproject maps that package to conf/ (setuptools package-dir): imported by name at run time, as no
-    type checker reading archlab/ can resolve it."""
+    """The directory of the package ``archlab.conf``: conf/ in a checkout (an editable install), archlab/conf/
+    in an installed wheel. pyproject maps the package to conf/ (setuptools package-dir), which a type
+    checker reading archlab/ cannot follow: hence the import by name."""
     conf = import_module("archlab.conf")
     if conf.__file__ is None:
         raise ImportError(f"archlab.conf has no __init__.py ({conf.__path__}): reinstall archlab")

@@ -63,7 +63,9 @@ def needs_project_install(venv_dir: Path, root: Path, installed: bool) -> bool:
 
 LINT = [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
 FORMAT = [["ruff", "format", "."], ["ruff", "check", "--fix", "."]]
-TYPECHECK = [["basedpyright"]]  # configured in pyproject.toml's [tool.basedpyright]
+TYPECHECK = [
+    ["basedpyright", "--project", "."]
+]  # [tool.basedpyright] of this pyproject.toml, not one of a parent directory
 
 
 def suite_commands(extra: Sequence[str] = ()) -> list[list[str]]:

@@ -126,7 +126,7 @@ def test_the_test_command_is_lint_format_typecheck_then_pytest():
     assert bootstrap.suite_commands(["-k", "warmup"]) == [
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
-        ["basedpyright"],
+        ["basedpyright", "--project", "."],
         ["python", "-m", "pytest", "-q", "-k", "warmup"],
     ]
 
@@ -162,7 +162,7 @@ def test_each_make_target_is_a_script_command():
     """What the Makefile hands the script, the script knows (and nothing else: it refuses the rest)."""
     assert set(bootstrap.COMMANDS) | {"train"} == {"setup", "train", "test", "lint", "format", "typecheck"}
     assert bootstrap.COMMANDS["lint"]([]) == [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
-    assert bootstrap.COMMANDS["typecheck"]([]) == [["basedpyright"]]
+    assert bootstrap.COMMANDS["typecheck"]([]) == [["basedpyright", "--project", "."]]
     assert bootstrap.main(["deploy"]) == 2
 
 
