@@ -82,23 +82,30 @@ def test_the_project_is_reinstalled_only_when_missing_or_its_pyproject_or_place_
     assert bootstrap.needs_project_install(venv_dir, moved, installed=True)
 
 
-def _fake_setup(monkeypatch, tmp_path, has: dict[str, bool], pip_codes: list[int]) -> list[list[str]]:
-    """``bootstrap.setup`` on a venv whose Python exists, with the probes and pip replaced: returns the
-    pip calls it makes (each answered by the next code of ``pip_codes``)."""
+def _fake_setup(monkeypatch, tmp_path, has: dict[str, bool], pip_codes: list[int], uv_codes=()) -> list[list[str]]:
+    """``bootstrap.setup`` on a venv whose Python exists, with the probes, pip and uv replaced: returns the
+    install calls it makes, each ``[tool, *args]`` and answered by the next code of ``pip_codes`` or
+    ``uv_codes``."""
     root, venv_dir = tmp_path / "clone", tmp_path / "clone" / ".venv"
     (venv_dir / "bin").mkdir(parents=True, exist_ok=True)
     (venv_dir / "bin" / "python").touch()
     (root / "pyproject.toml").write_text('[project]\nname = "archlab"\n')
     calls: list[list[str]] = []
+    uv_left = list(uv_codes)
 
     def pip(python, args):
-        calls.append(list(args))
+        calls.append(["pip", *args])
         return pip_codes.pop(0)
+
+    def uv(python, args):
+        calls.append(["uv", *args])
+        return uv_left.pop(0)
 
     def probe(python, code):
         return has["torch"] if "'torch'" in code else has["archlab"]
 
     monkeypatch.setattr(bootstrap, "_pip", pip)
+    monkeypatch.setattr(bootstrap, "_uv", uv)
     monkeypatch.setattr(bootstrap, "_has", probe)
     monkeypatch.setattr(bootstrap, "has_nvidia_gpu", lambda: False)
     monkeypatch.setattr(bootstrap, "venv_bin", lambda d, name: d / "bin" / name)
@@ -108,13 +115,21 @@ def _fake_setup(monkeypatch, tmp_path, has: dict[str, bool], pip_codes: list[int
 
 
 def test_setup_falls_back_to_pypi_then_a_second_call_installs_nothing(monkeypatch, tmp_path):
-    calls = _fake_setup(monkeypatch, tmp_path, {"torch": False, "archlab": False}, [1, 0, 0])
+    calls = _fake_setup(monkeypatch, tmp_path, {"torch": False, "archlab": False}, [1, 0, 0], uv_codes=[0])
     assert calls == [
-        ["torch==2.13.0", "--index-url", CPU_INDEX, "--timeout", "5", "--retries", "0"],
-        ["torch==2.13.0"],
-        ["-e", ".[dev]"],
+        ["pip", "torch==2.13.0", "--index-url", CPU_INDEX, "--timeout", "5", "--retries", "0"],
+        ["pip", "torch==2.13.0"],
+        ["pip", "uv"],
+        ["uv", "-e", ".[dev]"],
     ]
     assert _fake_setup(monkeypatch, tmp_path, {"torch": True, "archlab": True}, []) == []
+
+
+@pytest.mark.parametrize("pip_uv, uv_codes", [(1, []), (0, [1])], ids=["no uv", "uv fails"])
+def test_the_project_installs_with_pip_where_uv_cannot(monkeypatch, tmp_path, pip_uv, uv_codes):
+    calls = _fake_setup(monkeypatch, tmp_path, {"torch": True, "archlab": False}, [pip_uv, 0], uv_codes)
+    assert calls[0] == ["pip", "uv"] and calls[-1] == ["pip", "-e", ".[dev]"]
+    assert len(calls) == 2 + len(uv_codes)
 
 
 def test_setup_stops_when_torch_cannot_be_installed(monkeypatch, tmp_path):
@@ -127,7 +142,7 @@ def test_the_test_command_is_lint_format_typecheck_then_pytest():
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
         ["basedpyright", "--project", "."],
-        ["python", "-m", "pytest", "-q", "-k", "warmup"],
+        ["python", "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "-k", "warmup"],
     ]
 
 
