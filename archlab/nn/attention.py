@@ -201,14 +201,7 @@ class CausalSelfAttention(Attention):
             q, k = rotary.rotate(q), rotary.rotate(k)
         return q, k, v
 
-    def forward(
-        self,
-        x: Tensor,
-        rotary: Optional[Rotation] = None,
-        mask: Optional[Tensor] = None,
-        cache: Optional[KVCache] = None,
-        layer: int = 0,
-    ) -> Tensor:
+    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape
         q, k, v = (t.transpose(1, 2) for t in self.project(x, rotary))
         if cache is not None:

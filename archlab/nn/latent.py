@@ -4,11 +4,9 @@ those two, ``kv_lora_rank + qk_rope_head_dim`` values per position and layer."""
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from archlab import checks
 from archlab.config import ModelConfig
@@ -16,14 +14,12 @@ from archlab.errors import ConfigError
 from archlab.nn.attention import (
     ATTENTIONS,
     Attention,
-    KVCache,
     positions_seen,
     softmax_scale,
     validate_shared,
     window_of,
 )
 from archlab.nn.norms import NORMS
-from archlab.nn.positions import Rotation
 
 # fields of the causal kind that mla refuses, with why
 _REFUSED = {
@@ -69,14 +65,7 @@ class MultiHeadLatentAttention(Attention):
         self.proj = nn.Linear(self.n_head * self.v_dim, d, bias=False)
         self.proj.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
 
-    def forward(
-        self,
-        x: Tensor,
-        rotary: Optional[Rotation] = None,
-        mask: Optional[Tensor] = None,
-        cache: Optional[KVCache] = None,
-        layer: int = 0,
-    ) -> Tensor:
+    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape
         H, nope = self.n_head, self.nope
         q = self.q_up(self.q_norm(self.q_down(x))) if self.low_rank_q else self.q_proj(x)
