@@ -10,6 +10,7 @@ from torch import Tensor
 
 from archlab import checks
 from archlab.errors import ConfigError
+from archlab.nn.attention import KVCache
 from archlab.nn.model import Decoder
 
 
@@ -32,13 +33,6 @@ def _check(model: Decoder, prompt_ids: Tensor, max_new_tokens: int, temperature:
     if prompt_ids.dtype != torch.long:
         raise ConfigError("prompt_ids.dtype", prompt_ids.dtype, "torch.long")
     checks.integer("max_new_tokens", max_new_tokens, 0, "an integer >= 0")
-    total, limit = prompt_ids.shape[1] + max_new_tokens, model.cfg.context_length
-    if total > limit:
-        raise ConfigError(
-            "max_new_tokens",
-            max_new_tokens,
-            f"at most model.context_length={limit} minus the prompt length {prompt_ids.shape[1]}",
-        )
     if not 0 <= temperature < math.inf:
         raise ConfigError("temperature", temperature, "a finite number >= 0 (0 = greedy)")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
@@ -60,30 +54,51 @@ def generate(
 ) -> Tensor:
     """``prompt_ids`` ``[B, T]`` followed by ``max_new_tokens`` new ids: ``[B, T + max_new_tokens]``.
 
-    The prompt runs once (prefill, filling the KV cache), then each step feeds only the newest token.
+    Each new token is conditioned on the last ``model.context_length`` tokens at most, as nanoGPT's
+    ``generate`` does, so neither the prompt nor ``max_new_tokens`` is bounded by the context. Up to the
+    context the KV cache serves: the prompt (its last ``context_length`` tokens) runs once (prefill),
+    then each step feeds only the newest token. Once the sequence outgrows the context, each step
+    re-encodes the last ``context_length`` tokens from position 0, without the cache: the window's
+    positions shift by one each step, and the keys and values cached in every layer after the first were
+    computed from tokens that have since left the window, so a rolling cache (dropping the oldest entry)
+    would condition on more than the window, whatever the position scheme. Re-encoding equals decoding with
+    no cache at all, feeding ``ids[:, -context_length:]`` each step, to floating-point rounding; past
+    the context each step costs a forward over ``context_length`` tokens, as nanoGPT's does.
+
     ``temperature`` 0 is greedy; ``generator`` seeds the sampling. Dropout is off while decoding.
     ``attention_mask`` ``[B, T]`` (1 = token, 0 = padding) lets a batch hold prompts of different lengths,
-    left-padded: each row then continues exactly as its prompt would alone.
+    left-padded: each row then continues exactly as its prompt would alone (past the context too: the
+    last ``context_length`` columns hold each row's last ``context_length`` tokens, or all of them).
     """
     _check(model, prompt_ids, max_new_tokens, temperature, top_k)
     if attention_mask is not None and tuple(attention_mask.shape) != tuple(prompt_ids.shape):
         raise ConfigError(
             "attention_mask", tuple(attention_mask.shape), f"the prompt's shape {tuple(prompt_ids.shape)}"
         )
+    if not max_new_tokens:
+        return prompt_ids.clone()
     was_training = model.training
     model.eval()
     try:
-        cache = model.new_cache(prompt_ids.shape[0], prompt_ids.shape[1] + max_new_tokens)
+        ctx = model.cfg.context_length
+        window = prompt_ids[:, -ctx:]  # the last ctx tokens: what the next step is conditioned on
+        mask = None if attention_mask is None else attention_mask[:, -ctx:]
+        cache: Optional[KVCache] = model.new_cache(window.shape[0], min(window.shape[1] + max_new_tokens - 1, ctx))
+        logits = model(window, cache, mask)[:, -1]
         out = [prompt_ids]
-        mask = attention_mask
-        if max_new_tokens:
-            logits = model(prompt_ids, cache, mask)[:, -1]
-            for step in range(max_new_tokens):
-                out.append(next_token(logits, temperature, top_k, generator))
-                if step + 1 < max_new_tokens:
-                    if mask is not None:  # every new token is a real one
-                        mask = torch.cat((mask, mask.new_ones(mask.shape[0], 1)), dim=1)
-                    logits = model(out[-1], cache, mask)[:, -1]
+        for step in range(max_new_tokens):
+            out.append(next_token(logits, temperature, top_k, generator))
+            if step + 1 == max_new_tokens:
+                break
+            full = window.shape[1] == ctx
+            window = torch.cat((window[:, int(full) :], out[-1]), dim=1)
+            if mask is not None:  # every new token is a real one
+                mask = torch.cat((mask[:, int(full) :], mask.new_ones(mask.shape[0], 1)), dim=1)
+            if cache is not None and not full:  # room left in the context: feed the newest token
+                logits = model(out[-1], cache, mask)[:, -1]
+            else:  # past the context: re-encode the window from position 0 (see above)
+                cache = None
+                logits = model(window, None, mask)[:, -1]
         return torch.cat(out, dim=1)
     finally:
         model.train(was_training)
