@@ -1,10 +1,12 @@
 """logger=mlflow and logger=wandb with the real libraries, offline: one short run logs its config, its
 metrics and its final summary to both, read back from what each wrote to disk (MLflow's file store
-through its client; W&B's offline run file through its record protobufs)."""
+through its client; W&B's offline run file through its record protobufs); a ``-m`` sweep's runs, one
+after the other and in parallel, share one MLflow store in the sweep's directory and one W&B group."""
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -156,3 +158,59 @@ def test_a_bad_wandb_mode_is_refused(offline):
     with pytest.raises(ConfigError) as err:
         wandb_mode("cloud")
     assert err.value.field == "logger.wandb.mode"
+
+
+@pytest.mark.parametrize("launcher", ["basic", "local"])
+def test_a_sweeps_runs_share_one_store_named_and_tagged_by_their_overrides(offline, monkeypatch, tmp_path, launcher):
+    """`-m seed=0,1` with mlflow and wandb, one job after the other (Hydra's basic launcher) and in
+    parallel (hydra/launcher=local, joblib): one MLflow store in the sweep's directory with one experiment
+    and a run per job, named by the job's overrides and tagged with each; each W&B run in the sweep's group."""
+    from helpers.training import cli
+    from mlflow import MlflowClient
+
+    sweep = tmp_path / "m"
+    wandb = launcher == "basic"  # the same code names the W&B runs under either launcher: once is enough
+    loggers = "logger=[csv,mlflow,wandb]" if wandb else "logger=[csv,mlflow]"
+    overrides = ["seed=0,1", loggers, "trainer.max_steps=6", "trainer.val_check_interval=6"]
+    overrides += ["callbacks.samples=null", f"hydra.sweep.dir={sweep}"]
+    overrides += ["hydra/launcher=local"] if launcher == "local" else []  # 2 jobs at once
+    done = cli(tiny_config_dir(tmp_path / "conf"), tmp_path / "unused", overrides, multirun=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(sweep.glob("*/mlruns")) and not (tmp_path / "unused").exists()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads a file store only with it
+    client = MlflowClient(f"file:{sweep / 'mlruns'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "archlab"]
+    runs = client.search_runs([experiment.experiment_id])
+    names = [  # Hydra's override_dirname (sorted), at most 250 characters as a database store keeps them
+        f"callbacks.samples=null,data=tiny,{loggers},model.attention.n_head=2,model.d_model=32,model.n_layer=1,"
+        f"scheduler.warmup_steps=5,seed={s},trainer.log_every_n_steps=10,trainer.max_steps=6,"
+        "trainer.precision=32-true,trainer.val_check_interval=6"
+        for s in (0, 1)
+    ]
+    assert sorted(str(r.info.run_name) for r in runs) == [name[:250] for name in names]
+    for job in (0, 1):
+        summary = json.loads((sweep / str(job) / "summary.json").read_text())
+        (found,) = [r for r in runs if r.info.run_id in " ".join(summary["paths"]["logs"])]
+        tags = found.data.tags
+        assert tags["seed"] == str(job) and tags["model.d_model"] == "32" and f"logger={tags['logger']}" == loggers
+        assert tags["sweep"] == str(sweep) and found.data.params["seed"] == str(job)
+        assert found.data.tags["summary/status"] == "completed" and found.info.status == "FINISHED"
+        if not wandb:
+            continue
+        (run_dir,) = (sweep / str(job) / "wandb").glob("offline-run-*")
+        (run,) = [r.run for r in _records(next(run_dir.glob("run-*.wandb"))) if r.WhichOneof("record_type") == "run"]
+        assert run.run_group == str(sweep) and run.display_name[:250] == found.info.run_name
+
+
+def test_a_run_leaves_the_next_run_in_this_process_its_own_store(offline, tmp_path):
+    """MLflow's ``set_tracking_uri`` exports ``MLFLOW_TRACKING_URI``: a first run's store must not become
+    every later run's (a sweep's next job, or a second ``train`` call)."""
+    from archlab.training.loggers import MLFlowLogger
+
+    first = MLFlowLogger(save_dir=str(tmp_path / "a"))
+    assert first.experiment is not None and first.run_id
+    assert "MLFLOW_TRACKING_URI" not in os.environ
+    second = MLFlowLogger(save_dir=str(tmp_path / "b"))
+    assert second.run_id and second.log_dir.startswith(str(tmp_path / "b"))
+    first.finalize("success")
+    second.finalize("success")

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from omegaconf import ListConfig
@@ -112,3 +113,26 @@ def world_size(devices: Any, num_nodes: Any) -> int:
             "trainer.devices", devices, "a number or list of devices (this strategy sizes its mesh from it)"
         )
     return per_node * int(num_nodes)
+
+
+def sweep_job() -> Optional[tuple[Path, str, str, list[str]]]:
+    """In a job of a ``-m`` sweep: the sweep directory (absolute), that directory as given
+    (``hydra.sweep.dir``), the job's overrides joined as Hydra names a job (``key=value,...``, sorted)
+    and the overrides one by one; None in a single run or outside ``archlab-train``."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hydra = HydraConfig.get()
+    if hydra.mode != RunMode.MULTIRUN:
+        return None
+    root = (Path(hydra.runtime.cwd) / str(hydra.sweep.dir)).resolve()
+    return root, str(hydra.sweep.dir), str(hydra.job.override_dirname), [str(o) for o in hydra.overrides.task]
+
+
+def sweep_dir_or(run_dir: Any) -> str:
+    """The ``archlab.sweep_dir_or`` resolver: the sweep's directory in a job of a ``-m`` sweep, else
+    ``run_dir`` (where a tracker keeps one store for the whole sweep)."""
+    job = sweep_job()
+    return str(job[0]) if job is not None else str(run_dir)

@@ -22,6 +22,7 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.utilities import rank_zero_only
 
+from archlab.config.train import sweep_job
 from archlab.errors import ConfigError
 
 
@@ -90,6 +91,18 @@ def _require(module: str) -> None:
         )
 
 
+def _override_tags(overrides: list[str]) -> dict[str, str]:
+    """A tag per command-line override (``model/mlp=swiglu``: tag ``model/mlp``, value ``swiglu``), the
+    ``+`` or ``~`` before a key left off; MLflow keeps tag values up to 5000 characters."""
+    tags = {}
+    for override in overrides:
+        key, _, value = override.partition("=")
+        key = key.lstrip("+~")
+        if key:
+            tags[key] = value[:5000]
+    return tags
+
+
 def summary_fields(summary: dict[str, Any]) -> dict[str, Any]:
     """The summary's scalars as flat ``summary/<key>`` entries (numbers and strings; nulls left out): status
     and error, steps, wall time, the final metrics, the primary metric and the throughput."""
@@ -121,17 +134,68 @@ def _numbers(fields: dict[str, Any]) -> dict[str, float]:
 
 class MLFlowLogger(LightningMLFlowLogger):
     """Lightning's MLflow logger. ``tracking_uri`` null: ``MLFLOW_TRACKING_URI`` if set, else a file store
-    under ``save_dir`` (kept in maintenance mode by MLflow 3, which this opts into). Its params are the
-    run's whole resolved config (``log_config``); ``log_summary`` adds the summary's scalars (numbers as
-    metrics, words as tags) and summary.json as an artifact."""
+    under ``save_dir`` (kept in maintenance mode by MLflow 3, which this opts into): conf/logger/mlflow.yaml
+    makes it ``<run>/mlruns``, or ``<sweep dir>/mlruns`` for every run of a ``-m`` sweep. A sweep's run
+    is named by its overrides (``run_name`` null) and tagged with each, the sweep and its seed. Its params
+    are the run's whole resolved config (``log_config``); ``log_summary`` adds the summary's scalars
+    (numbers as metrics, words as tags) and summary.json as an artifact."""
 
-    def __init__(self, *args: Any, tracking_uri: Optional[str] = None, save_dir: str = "./mlruns", **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        tracking_uri: Optional[str] = None,
+        save_dir: str = "./mlruns",
+        run_name: Optional[str] = None,
+        tags: Optional[dict[str, Any]] = None,
+        **kwargs: Any,
+    ):
         _require("mlflow")
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"file:{save_dir}"
         if tracking_uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        super().__init__(*args, tracking_uri=tracking_uri, save_dir=save_dir, **kwargs)
+        job = sweep_job()
+        if job is not None:  # a sweep's run: named by its overrides, tagged with each and with the sweep
+            run_name = run_name or job[2][:250] or None
+            tags = {**_override_tags(job[3]), "sweep": job[1], **(tags or {})}
+        super().__init__(*args, tracking_uri=tracking_uri, save_dir=save_dir, run_name=run_name, tags=tags, **kwargs)
         self._config_logged = False
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> Any:
+        """Lightning's, which starts the run on first use; the experiment is made under a lock (a
+        parallel sweep's jobs share one store, where two would each make one of the same name), and
+        ``mlflow.set_tracking_uri``'s ``MLFLOW_TRACKING_URI`` is taken back out of the environment, where
+        the next run in this process (a sweep's) would take this run's store for the one it was given."""
+        if self._initialized or self._run_id is not None:
+            return super().experiment
+        if self._experiment_id is None:
+            self._experiment_id = self._experiment_of(self._experiment_name)
+        before = os.environ.get("MLFLOW_TRACKING_URI")
+        try:
+            return super().experiment
+        finally:
+            if before is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = before
+
+    def _experiment_of(self, name: str) -> str:
+        """The id of the live experiment ``name``, made if there is none (under a file lock in a file store)."""
+        from contextlib import nullcontext
+
+        from filelock import FileLock
+
+        client = self._mlflow_client
+        lock: Any = nullcontext()
+        if self._tracking_uri.startswith("file:") and self.save_dir:
+            os.makedirs(self.save_dir, exist_ok=True)
+            lock = FileLock(os.path.join(self.save_dir, ".experiment.lock"))
+        with lock:
+            found = client.get_experiment_by_name(name)
+            if found is not None and found.lifecycle_stage != "deleted":
+                return found.experiment_id
+            return client.create_experiment(name=name, artifact_location=self._artifact_location)
 
     @rank_zero_only
     def log_config(self, config: dict[str, Any]) -> None:
@@ -139,6 +203,8 @@ class MLFlowLogger(LightningMLFlowLogger):
         which Lightning's own call then leaves alone (MLflow refuses a param logged twice)."""
         super().log_hyperparams(config)
         self._config_logged = True
+        if config.get("seed") is not None:
+            self.experiment.set_tag(self.run_id, "seed", str(config["seed"]))
 
     @rank_zero_only
     def log_hyperparams(self, params: Any) -> None:
@@ -194,14 +260,25 @@ def _wandb_key() -> bool:
 
 
 class WandbLogger(LightningWandbLogger):
-    """Lightning's W&B logger, offline unless this user can log in (``wandb_mode``); its config is the
+    """Lightning's W&B logger, offline unless this user can log in (``wandb_mode``); in a ``-m`` sweep
+    ``group`` null is the sweep directory and ``name`` null the run's overrides. Its config is the
     run's whole resolved config (``log_config``). ``log_summary`` sets the summary's scalars in the run's
     summary, saves summary.json with the run's files and finishes the run (so a next run in this process,
     a sweep's, starts its own)."""
 
-    def __init__(self, *args: Any, mode: Optional[str] = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        mode: Optional[str] = None,
+        name: Optional[str] = None,
+        group: Optional[str] = None,
+        **kwargs: Any,
+    ):
         _require("wandb")
-        super().__init__(*args, mode=wandb_mode(mode), **kwargs)
+        job = sweep_job()
+        if job is not None:  # a sweep's run: in the sweep's group, named by its overrides
+            name, group = name or job[2] or None, group or job[1]
+        super().__init__(*args, mode=wandb_mode(mode), name=name, group=group, **kwargs)
 
     @rank_zero_only
     def log_config(self, config: dict[str, Any]) -> None:
