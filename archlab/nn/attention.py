@@ -16,7 +16,7 @@ from archlab import checks
 from archlab.config import ModelConfig, n_kv_head
 from archlab.errors import ConfigError
 from archlab.nn import cpu_attention
-from archlab.nn.component import LayerPart
+from archlab.nn.component import LayerPart, residual_projection
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import POSITIONS, Rotation
 from archlab.registry import Registry
@@ -178,8 +178,7 @@ class CausalSelfAttention(Attention):
         self.dropout, self.softcap, self.scale = a.dropout, a.softcap, softmax_scale(cfg)
         self.window = window_of(cfg, layer)
         self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
-        self.proj = nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias)
-        self.proj.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
+        self.proj = residual_projection(nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias))
         self.qk_norm = a.qk_norm
         if a.qk_norm != "none":
             norm = NORMS.get(cfg.norm.kind)

@@ -6,11 +6,26 @@ over a given width, derive from ``Component`` with ``num_params(cfg, dim)`` (arc
 Every member is a closed form of the config alone, never of a module: ``archlab.accounting`` sums them
 without building anything. Each family's base class (``Norm``, ``Position``, ``Attention``, ``MLP``,
 ``Block``, ``Head``) adds what its callers ask of it, and its registry refuses a class not derived from it.
+Entries mark their projections into the residual stream with ``residual_projection``, which
+``Decoder.init_weights`` reads (``is_residual_projection``).
 """
 
 from __future__ import annotations
 
+from torch import nn
+
 from archlab.config import ModelConfig
+
+
+def residual_projection(linear: nn.Linear) -> nn.Linear:
+    """``linear`` marked as a projection into the residual stream: ``Decoder.init_weights`` scales its
+    init by 1/sqrt(2·n_layer) (GPT-2)."""
+    linear.residual = True  # pyright: ignore[reportArgumentType]  # a plain flag: torch types Module.__setattr__ for Tensor | Module only
+    return linear
+
+
+def is_residual_projection(module: nn.Module) -> bool:
+    return getattr(module, "residual", False)
 
 
 class Component:

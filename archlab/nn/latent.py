@@ -19,6 +19,7 @@ from archlab.nn.attention import (
     validate_shared,
     window_of,
 )
+from archlab.nn.component import residual_projection
 from archlab.nn.norms import NORMS
 
 # fields of the causal kind that mla refuses, with why
@@ -62,8 +63,7 @@ class MultiHeadLatentAttention(Attention):
         self.kv_down = nn.Linear(d, self.rank + self.rope, bias=False)
         self.kv_norm = norm(cfg, self.rank)
         self.kv_up = nn.Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)
-        self.proj = nn.Linear(self.n_head * self.v_dim, d, bias=False)
-        self.proj.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
+        self.proj = residual_projection(nn.Linear(self.n_head * self.v_dim, d, bias=False))
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape

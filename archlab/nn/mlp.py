@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import LayerPart
+from archlab.nn.component import LayerPart, residual_projection
 from archlab.nn.fused import glu
 from archlab.registry import Registry
 
@@ -114,8 +114,7 @@ class PlainMLP(DenseMLP):
         super().__init__(cfg, layer, width)
         f = d_ff(cfg) if width is None else width
         self.fc = nn.Linear(cfg.d_model, f, bias=cfg.mlp.bias)
-        self.proj = nn.Linear(f, cfg.d_model, bias=cfg.mlp.bias)
-        self.proj.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
+        self.proj = residual_projection(nn.Linear(f, cfg.d_model, bias=cfg.mlp.bias))
         self.act = self.activation_of(cfg)
 
     @staticmethod
@@ -160,8 +159,7 @@ class GatedMLP(DenseMLP):
         super().__init__(cfg, layer, width)
         f, d, bias = d_ff(cfg) if width is None else width, cfg.d_model, cfg.mlp.bias
         self.gate_up = nn.Linear(d, 2 * f, bias=bias)
-        self.down = nn.Linear(f, d, bias=bias)
-        self.down.residual = True  # pyright: ignore[reportArgumentType]  # scaled at init (GPT-2); torch annotates Module.__setattr__ for Tensor | Module only
+        self.down = residual_projection(nn.Linear(f, d, bias=bias))
         self.gate = self.activation_of(cfg)
 
     @staticmethod

@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, attention_mask
 from archlab.nn.block import BLOCKS, Block, build_block
+from archlab.nn.component import is_residual_projection
 from archlab.nn.head import build_head
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import build_position, uninitialised_embedding
@@ -119,7 +120,7 @@ class Decoder(nn.Module):
         std = self.cfg.init_std
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if getattr(module, "residual", False) else 1.0
+                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if is_residual_projection(module) else 1.0
                 nn.init.normal_(module.weight, 0.0, std * scale)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
