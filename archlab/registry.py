@@ -42,8 +42,10 @@ class Registry(Generic[E]):
 
         return add
 
-    def get(self, name: str) -> E:
-        if name not in self._entries:
+    def get(self, name: object) -> E:
+        """The entry named ``name``; any other value (a name not registered, or not a string: a recorded
+        spec without its ``kind``) is a ``ConfigError`` listing the names."""
+        if not isinstance(name, str) or name not in self._entries:
             raise ConfigError(self.field, name, f"one of {sorted(self._entries)}")
         return self._entries[name]
 
@@ -58,4 +60,4 @@ class Lookup(Protocol[E_co]):
     """What reading a registry needs (``get``): a ``Registry[type[Norm]]`` is a ``Lookup[type[Component]]``,
     so registries of several families fit in one table."""
 
-    def get(self, name: str) -> E_co: ...
+    def get(self, name: object) -> E_co: ...
