@@ -17,7 +17,6 @@ from typing import (
     Sequence,
     TypeVar,
     Union,
-    cast,
     get_args,
     get_origin,
     get_type_hints,
@@ -27,6 +26,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def parse(schema: type[T], argv: Sequence[str], bare: Optional[str] = None) -> T
         if OmegaConf.is_missing(cfg, f.name):
             raise ConfigError(f.name, None, f"a value (required): {f.metadata.get('help', '')}")
     # unresolved: a text value such as a prompt may hold "${...}", which is not an interpolation here
-    return schema(**cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False)))  # a structured config: a dict
+    return schema(**plain_dict(cfg))
 
 
 def _settings_lines(schema: type, values: Mapping[str, Any], skip: Sequence[str] = ()) -> list[str]:
@@ -128,7 +128,7 @@ def hydra_help_text(prog: str, doc: Optional[str], config_name: str, schema: typ
         for group, choice in cfg.hydra.runtime.choices.items()
         if not group.startswith("hydra/") and "@" not in group and (CONF_DIR / group).is_dir()
     }
-    values = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=False))  # a composed config: a dict
+    values = plain_dict(cfg)
     lines = [
         f"usage: {prog} [key=value ...]   (Hydra overrides; also --cfg job, --hydra-help)",
         "",

@@ -12,7 +12,7 @@ from typing import Any, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from archlab.config.fields import choice
+from archlab.config.fields import choice, plain_dict
 
 
 @dataclass
@@ -163,8 +163,7 @@ def recorded_model_config(recorded: Any) -> ModelConfig:
 
 def model_config_dict(cfg: ModelConfig) -> dict[str, Any]:
     """The config as plain containers (for checkpoints, safetensors metadata and summaries)."""
-    # a structured dataclass config converts to a dict keyed by its field names
-    return cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.structured(cfg)))
+    return plain_dict(OmegaConf.structured(cfg))
 
 
 # ---- resolved sizes: the config's defaults spelled out, shared by the modules and the formulas ----

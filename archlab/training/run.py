@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 import lightning as L
 import torch
@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from archlab.accounting import count
 from archlab.config import ModelConfig, model_config_dict, to_model_config
+from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.nn.validation import validate
 from archlab.precision import resolve_precision
@@ -221,9 +222,8 @@ def _fit(
     try:
         lit = LitModel(
             model=model_config_dict(model_cfg),
-            # DictConfig nodes: to_container gives dicts
-            optim=cast(dict[str, Any], OmegaConf.to_container(cfg.optim, resolve=True)),
-            scheduler=cast(dict[str, Any], OmegaConf.to_container(cfg.scheduler, resolve=True)),
+            optim=plain_dict(cfg.optim, resolve=True),
+            scheduler=plain_dict(cfg.scheduler, resolve=True),
             val_names=list(dm.val_names),
             compile=cfg.compile,
             activation_checkpointing=cfg.activation_checkpointing,

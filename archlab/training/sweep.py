@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.build import CONF_DIR
 from archlab.config import to_model_config
+from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 from archlab.matching import match_params, matched_steps
 from archlab.nn.validation import validate
@@ -74,13 +75,12 @@ def variant_choices(cfg: DictConfig) -> dict[str, Any]:
     out: what archlab-report groups the runs of a sweep by."""
     from hydra.core.hydra_config import HydraConfig
 
-    # the choices node is a DictConfig of group -> option name: to_container gives a dict
     choices: dict[str, Any]
     if HydraConfig.initialized():
-        choices = cast(dict[str, Any], OmegaConf.to_container(HydraConfig.get().runtime.choices))
+        choices = plain_dict(HydraConfig.get().runtime.choices)
     else:  # composed with return_hydra_config=True, or none known
         known = OmegaConf.select(cfg, "hydra.runtime.choices", default=None)
-        choices = cast(dict[str, Any], OmegaConf.to_container(known)) if known is not None else {}
+        choices = plain_dict(known) if known is not None else {}
     tuned = choices.pop("tuned@_global_", None)  # optional: only counts when tuned/<data>_<model>.yaml exists
     choices["tuned"] = tuned if tuned and (CONF_DIR / "tuned" / f"{tuned}.yaml").exists() else None
     return {k: v for k, v in choices.items() if not k.startswith("hydra")}
