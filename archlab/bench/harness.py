@@ -124,7 +124,7 @@ def profile_call(fn: Callable[[], object], device: torch.device) -> tuple[list, 
         fn()
         synchronize(device)
         wall = time.perf_counter() - start
-    return list(profiled_events(prof)), wall
+    return profiled_events(prof), wall
 
 
 def profiled_events(prof: profile) -> list:

@@ -109,9 +109,8 @@ def build_optimizer(
     passes), except under ``mixed_precision``: Lightning's autocast plugin refuses to clip the gradients of
     a fused optimizer."""
     kind = optim.get("kind", "adamw")
-    fused: Optional[bool] = (
-        True if device.type in ("cuda", "cpu") and not mixed_precision else None
-    )  # None: torch's default
+    # None: torch's default (its foreach or per-parameter path)
+    fused: Optional[bool] = True if device.type in ("cuda", "cpu") and not mixed_precision else None
     lr, decay = optim["lr"], optim["weight_decay"]
     # betas and eps as given; records of earlier versions may lack them (torch's defaults then)
     adamw = {"lr": lr, **{k: tuple(optim[k]) if k == "betas" else optim[k] for k in ("betas", "eps") if k in optim}}
