@@ -40,6 +40,7 @@ SUMMARY_FIELDS = {
     "paths",
     "samples",
     "config",
+    "grad_norm",
 }
 
 
@@ -161,6 +162,26 @@ def test_both_loggers_wrote(cli_run):
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_grad_norm_keeps_the_largest_finite_norm_and_its_step():
+    from types import SimpleNamespace
+
+    from archlab.training.callbacks import GradNorm
+
+    weight = torch.nn.Parameter(torch.zeros(2))
+    optimizer = SimpleNamespace(param_groups=[{"params": [weight]}])
+    logged = []
+    module = SimpleNamespace(log=lambda name, value: logged.append((name, float(value))))
+    callback = GradNorm()
+    for step, grad in enumerate(([1.0, 0.0], [3.0, 4.0], [float("nan"), 0.0], [0.0, 2.0])):
+        weight.grad = torch.tensor(grad)
+        callback.on_before_optimizer_step(SimpleNamespace(global_step=step), module, optimizer)  # type: ignore[arg-type]
+    assert [v for _, v in logged[:2]] == [1.0, 5.0] and logged[3] == ("train/grad_norm", 2.0)
+    assert callback.summary_fields() == {"grad_norm": {"max": 5.0, "step": 2}}  # ||(3, 4)|| after the 2nd step
+    restored = GradNorm()
+    restored.load_state_dict(callback.state_dict())
+    assert restored.summary_fields() == callback.summary_fields()
+
+
 def test_python_entry_trains_and_resumes_exactly(conf, tmp_path):
     """A run resumed from its step-20 checkpoint (dropout on: the RNG is restored too) ends with the
     same metrics and bit-identical weights as the uninterrupted run."""
@@ -178,6 +199,7 @@ def test_python_entry_trains_and_resumes_exactly(conf, tmp_path):
     resumed = train(compose_train(conf, tmp_path / "resumed", [*common, f"ckpt_path={mid}"]))
     assert resumed["resumed_from"] == str(mid)
     assert resumed["metrics"]["history"] == full["metrics"]["history"]
+    assert resumed["grad_norm"] == full["grad_norm"]  # the largest before step 20 came with the checkpoint
     a = load_weights(tmp_path / "full" / "model.safetensors").state_dict()
     b = load_weights(tmp_path / "resumed" / "model.safetensors").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)

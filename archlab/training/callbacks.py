@@ -129,6 +129,43 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return to_local() if to_local is not None else tensor
 
 
+class GradNorm(Callback):
+    """The L2 norm of all gradients of each optimizer step, before clipping, logged as ``train/grad_norm``;
+    the largest finite one and its step go into summary.json (``grad_norm``), which archlab-report reads
+    as a stability figure. Kept on the device between steps (no sync per step) and across resumes."""
+
+    def __init__(self):
+        self.max: Optional[torch.Tensor] = None
+        self.step: Optional[torch.Tensor] = None
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if not grads:
+            return
+        norm = torch.nn.utils.get_total_norm(grads).detach()
+        full_tensor = getattr(norm, "full_tensor", None)  # FSDP2: the norm over every shard
+        norm = (full_tensor() if full_tensor is not None else norm).float()
+        pl_module.log("train/grad_norm", norm)
+        step = torch.tensor(trainer.global_step + 1, device=norm.device)
+        if self.max is None or self.step is None:
+            self.max, self.step = torch.full_like(norm, -1.0), torch.zeros_like(step)
+        top, at = self.max.to(norm.device), self.step.to(norm.device)  # restored from a checkpoint: on the CPU
+        larger = torch.isfinite(norm) & (norm > top)
+        self.max, self.step = torch.where(larger, norm, top), torch.where(larger, step, at)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.summary_fields()["grad_norm"]
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if state_dict.get("max") is not None:
+            self.max, self.step = torch.tensor(float(state_dict["max"])), torch.tensor(int(state_dict["step"]))
+
+    def summary_fields(self) -> dict[str, Any]:
+        if self.max is None or self.step is None or float(self.max) < 0:
+            return {"grad_norm": {"max": None, "step": None}}
+        return {"grad_norm": {"max": float(self.max), "step": int(self.step)}}
+
+
 class ThroughputMonitor(Callback):
     """Tokens/s of the training steps (data loading and validation excluded), FLOP/s from the
     analytic FLOPs per token at the batch's sequence length, and MFU where the device's peak is
