@@ -10,6 +10,7 @@ from helpers.published import ACTIVE, PUBLISHED
 
 from archlab import build_model, compose_model, count_params
 from archlab.accounting import built_counts
+from archlab.nn.validation import ignored
 
 # Closed forms (f = d_ff), each returning (parameters per block, total); docs/reference.md gives the GPT-2 one.
 
@@ -58,6 +59,7 @@ def hf_meta_count(cfg) -> int:
 @pytest.mark.parametrize("preset", PUBLISHED)
 def test_preset_on_meta_matches_published_count(preset):
     cfg = compose_model([f"model={preset}"])
+    assert ignored(cfg) == []  # no preset sets a field its variant ignores (tests/test_ignored_settings.py)
     assert count_params(cfg)["total"] == PUBLISHED[preset]
     model = build_model(cfg, device="meta")
     assert all(p.is_meta for p in model.parameters())  # nothing allocated
@@ -86,6 +88,7 @@ def test_closed_forms_equal_count_params(preset):
 
 def test_nano_matches_gpt2_closed_form_and_hf():
     cfg = compose_model(["model=nano"])
+    assert ignored(cfg) == []
     _, expected = gpt2_total(V=256, ctx=256, L=4, d=128, f=512)
     assert count_params(cfg)["total"] == expected == 858_880
     assert hf_meta_count(cfg) == expected

@@ -310,6 +310,14 @@ class CausalSelfAttention(Attention):
         """``<H>q/<KV>kv x <head_dim>``."""
         return f"{cfg.attention.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"
 
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        """All but multi-head latent attention's ranks and head parts."""
+        return frozenset(
+            {"n_head", "n_kv_head", "head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale", "softcap"}
+            | {"window", "global_every"}
+        )
+
 
 def validate_shared(cfg: ModelConfig) -> None:
     """The fields every attention kind reads alike: ``n_head``, ``dropout``, ``scale``, ``window`` and

@@ -56,6 +56,10 @@ class Block(LayerPart, nn.Module):
     def describe(cfg: ModelConfig) -> str:
         return cfg.block.kind
 
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return frozenset()  # shared_norm is the parallel block's
+
 
 BLOCKS: Registry[type[Block]] = Registry("model.block.kind", base=Block)
 
@@ -95,6 +99,10 @@ class Parallel(Block):
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
         return ("attn_norm",) if cfg.block.shared_norm else ("attn_norm", "mlp_norm")
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return frozenset({"shared_norm"})
 
 
 @BLOCKS.register("post_sublayer")

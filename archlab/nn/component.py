@@ -12,6 +12,8 @@ Entries mark their projections into the residual stream with ``residual_projecti
 
 from __future__ import annotations
 
+from typing import Optional
+
 from torch import nn
 
 from archlab.config import ModelConfig
@@ -29,7 +31,8 @@ def is_residual_projection(module: nn.Module) -> bool:
 
 
 class Component:
-    """What every entry answers: FLOPs beyond its weights, its checks, and a short description."""
+    """What every entry answers: FLOPs beyond its weights, its checks, a short description and the
+    fields it uses."""
 
     @staticmethod
     def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
@@ -45,6 +48,13 @@ class Component:
     def describe(cfg: ModelConfig) -> str:
         """The variant and its sizes in a few words, for ``archlab-check``'s layout line."""
         raise NotImplementedError
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> Optional[frozenset[str]]:
+        """The fields of its family's section (``model.<family>.<field>``) this variant uses at these
+        settings; one outside them set away from its default is ignored, and training and
+        ``archlab-check`` say so (``nn.validation.ignored``). None: it uses them all."""
+        return None
 
 
 class LayerPart(Component):

@@ -63,6 +63,16 @@ def d_ff(cfg: ModelConfig) -> int:
     return m.multiple_of * math.ceil(hidden / m.multiple_of)
 
 
+def width_fields(cfg: ModelConfig, gated: bool) -> frozenset[str]:
+    """The fields of model.mlp that ``d_ff`` reads at these settings: the first rule set wins."""
+    m = cfg.mlp
+    if m.d_ff is not None:
+        return frozenset({"d_ff"})
+    if m.multiplier is not None or not gated:
+        return frozenset({"d_ff", "multiplier"})
+    return frozenset({"d_ff", "multiplier", "ffn_dim_multiplier", "multiple_of"})
+
+
 def _validate_sizes(cfg: ModelConfig) -> None:
     m = cfg.mlp
     for name in ("d_ff", "multiplier", "ffn_dim_multiplier"):
@@ -99,6 +109,12 @@ class DenseMLP(MLP):
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         return cls.params_at(cfg, d_ff(cfg))
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        """The width rules that apply (an explicit d_ff wins over the others), the biases and
+        ``approximate`` (refused where there is no tanh form); none of a mixture of experts' fields."""
+        return width_fields(cfg, cls.gated(cfg)) | {"bias", "approximate"}
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:

@@ -89,6 +89,12 @@ class Experts(nn.Module):
         return getattr(self, f"{self.names[0]}_bias"), getattr(self, f"{self.names[1]}_bias")
 
 
+_OWN_FIELDS = frozenset(
+    {"expert", "n_experts", "top_k", "expert_d_ff", "n_shared_experts", "dense_layers", "scoring"}
+    | {"normalize_top_k", "n_groups", "top_groups", "routed_scale", "correction_bias", "aux_loss_weight", "z_loss_weight"}
+)
+
+
 @MLPS.register("moe")
 class MoE(MLP):
     """Routed experts (``experts``), their ``router`` and any ``shared`` experts, as the module
@@ -231,6 +237,12 @@ class MoE(MLP):
     def active_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """The router, the top_k routed experts a token goes through and the shared experts (all of a dense layer)."""
         return cls.params(cfg, layer, cfg.mlp.top_k)
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        """Its own fields and its expert kind's (the d_ff rules size the dense layers, and Hugging Face's
+        ``intermediate_size`` where no layer is dense)."""
+        return dense_kind(cfg.mlp.expert).reads(cfg) | _OWN_FIELDS
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:

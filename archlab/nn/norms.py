@@ -53,6 +53,10 @@ class LayerNorm(Norm, nn.LayerNorm):
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
         return (dim or cfg.d_model) * (2 if cfg.norm.bias else 1)
 
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return frozenset({"eps", "bias", "unit_offset"})  # unit_offset: refused by validate
+
 
 @NORMS.register("rmsnorm")
 class RMSNorm(Norm, nn.RMSNorm):
@@ -64,6 +68,10 @@ class RMSNorm(Norm, nn.RMSNorm):
         self.unit_offset = cfg.norm.unit_offset
         if self.unit_offset:
             self.reset_parameters()
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return frozenset({"eps", "unit_offset"})  # no bias
 
     def reset_parameters(self) -> None:
         if getattr(self, "unit_offset", False):

@@ -72,6 +72,10 @@ class Position(ModelPart, nn.Module):
     def describe(cfg: ModelConfig) -> str:
         return cfg.position.kind
 
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return frozenset()  # every other field of model.position is RoPE's
+
 
 POSITIONS: Registry[type[Position]] = Registry("model.position.kind", base=Position)
 

@@ -32,6 +32,15 @@ def rotary_dim(cfg: ModelConfig) -> int:
     return rotary_head_dim(cfg)
 
 
+_ROTATION = frozenset({"theta", "rotary_dim", "rotary_fraction", "pairing", "scaling", "mscale", "mscale_all_dim"})
+_SCALING_FIELDS = {  # model.position.scaling -> the fields it reads
+    "none": frozenset(),
+    "linear": frozenset({"factor"}),
+    "llama3": frozenset({"factor", "low_freq_factor", "high_freq_factor", "original_context"}),
+    "yarn": frozenset({"factor", "original_context", "beta_fast", "beta_slow"}),
+}
+
+
 @POSITIONS.register("rope")
 class RoPE(Position):
     """Rotary embeddings (Su et al. 2021) on the first ``rotary_dim`` dims of every q/k head.
@@ -70,6 +79,11 @@ class RoPE(Position):
         """``rope``, and its scaling when there is one (``rope+yarn``)."""
         p = cfg.position
         return p.kind + (f"+{p.scaling}" if p.scaling != "none" else "")
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        """The rotation's fields and those of its scaling (``mscale``s outside yarn: refused by validate)."""
+        return _ROTATION | _SCALING_FIELDS[cfg.position.scaling]
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:

@@ -5,6 +5,7 @@ family, to whoever sums or describes them."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any, NamedTuple
 
@@ -75,3 +76,55 @@ def entries(cfg: ModelConfig) -> Entries:
         mlp=MLPS.get(cfg.mlp.kind),
         head=HEADS.get(cfg.head.kind),
     )
+
+
+class Ignored(NamedTuple):
+    """A field the chosen variant does not use, set away from its default: harmless where a sweep crosses
+    variants, a silent mistake otherwise, so training and ``archlab-check`` say so."""
+
+    field: str  # model.mlp.aux_loss_weight
+    value: Any
+    variant: str  # what ignores it: model.mlp.kind=swiglu
+
+    def __str__(self) -> str:
+        return f"{self.field}={self.value!r} is ignored for this variant ({self.variant} does not use it)"
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # pyright: ignore[reportCallIssue]
+
+
+def ignored(cfg: ModelConfig) -> list[Ignored]:
+    """Every field of ``cfg``'s registry sections that the chosen entry does not read (``reads``) and
+    that differs from the dataclass default."""
+    out = []
+    for family, registry in FAMILIES.items():
+        section = getattr(cfg, family)
+        used = registry.get(section.kind).reads(cfg)
+        if used is None:
+            continue
+        for f in dataclasses.fields(section):
+            value = getattr(section, f.name)
+            if f.name != "kind" and f.name not in used and value != _default(f):
+                out.append(Ignored(f"model.{family}.{f.name}", value, f"model.{family}.kind={section.kind}"))
+    return out
+
+
+def uses(cfg: ModelConfig, field: str) -> bool:
+    """Whether the chosen variant reads ``field`` (``mlp.expert_d_ff``; a top-level field: always)."""
+    family, _, leaf = field.rpartition(".")
+    if family not in FAMILIES:
+        return True
+    used = FAMILIES[family].get(getattr(cfg, family).kind).reads(cfg)
+    return used is None or leaf in used
+
+
+def without_ignored(cfg: ModelConfig) -> ModelConfig:
+    """``cfg`` with every ignored field back at its default: the same model, spelled one way (a resumed
+    run's config is compared with its checkpoint's so)."""
+    out = copy.deepcopy(cfg)
+    for item in ignored(cfg):
+        _, family, name = item.field.split(".")
+        section = getattr(out, family)
+        setattr(section, name, _default(next(f for f in dataclasses.fields(section) if f.name == name)))
+    return out

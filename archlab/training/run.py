@@ -31,7 +31,7 @@ from archlab.training.module import LitModel
 from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
 from archlab.training.recorder import RunRecorder
 from archlab.training.summary import SUMMARY, metric_names, write_summary
-from archlab.training.sweep import apply_match, check_objective, variant_choices
+from archlab.training.sweep import apply_match, check_objective, ignored_settings, variant_choices
 from archlab.training.validation import validate_train
 
 log = logging.getLogger("archlab.train")
@@ -112,6 +112,8 @@ def _model_for_data(cfg: DictConfig, dm: Any) -> tuple[ModelConfig, Optional[dic
         model_cfg.context_length,
         type(dm).__name__,
     )
+    for line in ignored_settings(cfg, model_cfg):
+        log.warning(line)
     return model_cfg, matched
 
 
@@ -195,6 +197,7 @@ def _run_info(
         },
         "flops_per_token": count(model_cfg)["flops_per_token"],
         "match": matched,
+        "ignored": ignored_settings(cfg, model_cfg),
         "resumed_from": ckpt_path,
         "precision": {"setting": str(cfg.trainer.precision), "used": precision[0], "why": precision[1]},
         "config": {

@@ -10,11 +10,11 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.build import CONF_DIR
-from archlab.config import to_model_config
+from archlab.config import ModelConfig, to_model_config
 from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 from archlab.matching import match_params, matched_steps
-from archlab.nn.validation import validate
+from archlab.nn.validation import ignored, uses, validate
 from archlab.training.outputs import held_results, read_summary
 from archlab.training.summary import SUMMARY, metric_names, run_summary, write_summary
 
@@ -41,9 +41,27 @@ def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
         )
         cfg.trainer.max_steps = steps
         return record
+    if not uses(model, m.field):
+        return None  # this variant has no such field to size: ignored_settings says so
     result = match_params(model, reference, m.field, m.tolerance, m.step, m.quantity)
     OmegaConf.update(cfg.model, m.field, result.value, merge=False)
     return {**record, **result.as_dict()}
+
+
+def ignored_settings(cfg: DictConfig, model: ModelConfig) -> list[str]:
+    """What this variant ignores of what the run sets: model fields its parts do not read
+    (``nn.validation.ignored``), and a ``match.field`` it does not have (nothing is matched then). A
+    sweep that crosses variants sets such fields for all of them: the run goes on and says so."""
+    out = [str(item) for item in ignored(model)]
+    m = cfg.match
+    if m.reference is not None and m.quantity != "training_flops" and not uses(model, m.field):
+        family = m.field.rpartition(".")[0]
+        kind = getattr(model, family).kind
+        out.append(
+            f"match.field={m.field} is ignored for this variant (model.{family}.kind={kind} does not use it): "
+            "nothing was matched"
+        )
+    return out
 
 
 def check_objective(objective: Optional[str], val_names: list[str]) -> None:

@@ -1,0 +1,101 @@
+"""Settings a variant ignores: ``nn.validation.ignored`` names every field set away from its default
+that the chosen parts do not read, and nothing else; a field it names is truly ignored (the built model
+is the same, weight for weight and logit for logit); a training run says so once in
+its log and in summary.json, and a ``match.field`` the variant lacks matches nothing."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from helpers.training import compose_train, tiny_config_dir
+
+from archlab import build_model, compose_model
+from archlab.config import to_model_config
+from archlab.nn.validation import ignored, uses, without_ignored
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+TINY = ["model.n_layer=2", "model.d_model=32", "model.attention.n_head=4", "model.vocab_size=64"]
+TINY += ["model.context_length=16"]
+
+# (the variant, a field it ignores set away from its default)
+IGNORED = [
+    (["model/mlp=swiglu"], "model.mlp.aux_loss_weight", 0.01),
+    (["model/mlp=swiglu"], "model.mlp.expert_d_ff", 48),
+    (["model/mlp=gelu"], "model.mlp.multiple_of", 256),  # the gated rule only
+    (["model/mlp=swiglu", "model.mlp.d_ff=40"], "model.mlp.multiplier", 3.0),  # an explicit d_ff wins
+    (["model/norm=rmsnorm"], "model.norm.bias", False),
+    (["model/block=pre"], "model.block.shared_norm", False),
+    (["model/position=learned"], "model.position.theta", 500.0),
+    (["model/position=rope"], "model.position.low_freq_factor", 2.0),  # llama3 scaling's; scaling is none
+    (["model/attention=mha"], "model.attention.kv_lora_rank", 8),
+]
+
+
+def _model(overrides):
+    return to_model_config(compose_model([*TINY, *overrides]))
+
+
+def _logits(cfg):
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    with torch.no_grad():
+        return model(torch.arange(16).reshape(1, 16) % cfg.vocab_size), model.state_dict()
+
+
+@pytest.mark.parametrize(("variant", "field", "value"), IGNORED, ids=[f for _, f, _ in IGNORED])
+def test_an_ignored_field_is_named_and_changes_nothing(variant, field, value):
+    base = _model(variant)
+    assert ignored(base) == []
+    cfg = _model([*variant, f"{field}={value}"])
+    found = ignored(cfg)
+    assert [(i.field, i.value) for i in found] == [(field, value)]
+    family = field.split(".")[1]
+    assert str(found[0]) == (
+        f"{field}={value!r} is ignored for this variant "
+        f"(model.{family}.kind={getattr(base, family).kind} does not use it)"
+    )
+    (a, state_a), (b, state_b) = _logits(base), _logits(cfg)
+    assert state_a.keys() == state_b.keys() and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+    assert torch.equal(a, b)
+    assert without_ignored(cfg) == base
+
+
+@pytest.mark.parametrize(
+    ("variant", "field", "value"),
+    [
+        (["model/mlp=moe"], "model.mlp.aux_loss_weight", 0.01),
+        (["model/mlp=gelu"], "model.mlp.multiplier", 3.0),
+        (["model/mlp=swiglu"], "model.mlp.multiple_of", 16),
+        (["model/norm=layernorm"], "model.norm.bias", False),
+        (["model/position=rope", "model.position.scaling=llama3", "model.position.original_context=8"],
+         "model.position.low_freq_factor", 2.0),  # fmt: skip
+        (["model/block=parallel"], "model.block.shared_norm", False),
+    ],
+)
+def test_a_field_the_variant_reads_is_not_named(variant, field, value):
+    cfg = _model([*variant, f"{field}={value}"])
+    assert ignored(cfg) == []
+    assert uses(cfg, field.removeprefix("model."))
+
+
+def test_a_run_says_once_what_its_variant_ignores_and_matches_nothing_it_lacks(tmp_path, caplog):
+    from archlab.training.run import train
+
+    conf = tiny_config_dir(tmp_path / "conf")
+    overrides = ["trainer.max_steps=6", "trainer.val_check_interval=6", "callbacks.samples=null", "logger=none"]
+    overrides += ["model/mlp=swiglu", "model.mlp.aux_loss_weight=0.01"]
+    overrides += ["match.reference={mlp: {kind: moe}}", "match.field=mlp.expert_d_ff"]
+    with caplog.at_level(logging.WARNING):
+        s = train(compose_train(conf, tmp_path / "run", overrides))
+    expected = [
+        "model.mlp.aux_loss_weight=0.01 is ignored for this variant (model.mlp.kind=swiglu does not use it)",
+        "match.field=mlp.expert_d_ff is ignored for this variant (model.mlp.kind=swiglu does not use it): "
+        "nothing was matched",
+    ]
+    assert s["ignored"] == expected
+    assert s["match"] is None and s["model"]["mlp"]["expert_d_ff"] is None
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [w for w in warned if "ignored for this variant" in w] == expected
