@@ -4,13 +4,12 @@ fits with compute multipliers, and the refusals of bad options before anything i
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 import statistics
 from pathlib import Path
 
 import pytest
+from helpers.report_runs import failed, job, rows
 
 from archlab.errors import ConfigError
 from archlab.report.stats import PowerLaw
@@ -18,39 +17,6 @@ from archlab.report.text import difference
 from archlab.report.write import write_report
 
 T_975_DF2 = 4.30265273  # Student t, 97.5th percentile, 2 degrees of freedom (tables: 4.303)
-
-
-def job(root: Path, overrides: list[str], losses: list[float], *, acc: float = 0.5, n=None, c=None) -> None:
-    """One completed run: validation losses at steps 10, 20, ... (the last is the final one, the lowest
-    the best), and, for scaling, its non-embedding parameters ``n`` and training FLOPs ``c``."""
-    run = root / f"{len(list(root.glob('*'))) if root.exists() else 0}"
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
-    history = [{"step": 10 * (k + 1), "val/loss": v, "val/acc": acc} for k, v in enumerate(losses)]
-    summary = {
-        "status": "completed",
-        "primary_metric": {"name": "val/loss"},
-        "metrics": {
-            "final": history[-1],
-            "best": {"val/loss": {"value": min(losses), "step": 0}, "val/acc": {"value": acc, "step": 0}},
-            "history": history,
-        },
-        "parameters": {"analytic": {"total": 1000, "non_embedding": n or 800}},
-    }
-    if c is not None:  # the ThroughputMonitor's rates over its seconds: C = flops_per_s · train_seconds
-        summary["throughput"] = {"tokens_per_s": c / 1e6 / 10.0, "flops_per_s": c / 10.0, "train_seconds": 10.0}
-    (run / "summary.json").write_text(json.dumps(summary))
-
-
-def failed(root: Path, overrides: list[str]) -> None:
-    run = root / f"{len(list(root.glob('*')))}"
-    (run / ".hydra").mkdir(parents=True)
-    (run / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
-    (run / "summary.json").write_text(json.dumps({"status": "failed", "error": "RuntimeError: boom"}))
-
-
-def rows(path: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(path.open()))
 
 
 GELU = [2.00, 2.10, 2.05]  # final val/loss of seeds 0, 1, 2
@@ -173,7 +139,7 @@ def test_best_over_reports_each_variant_at_its_own_best_value_and_compares_those
 
 
 def test_sensitivity_plots_a_log_axis_only_for_positive_values_spanning_more_than_10x():
-    from archlab.report.compare import log_scale
+    from archlab.report.plots import log_scale
 
     assert log_scale([1e-3, 3e-3, 3e-2]) and not log_scale([1e-3, 1e-2]) and not log_scale([0.0, 1.0, 100.0])
 

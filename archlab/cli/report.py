@@ -5,6 +5,7 @@ archlab-report multirun/pos_mlp out=reports/pos_mlp metric=val/loss
 archlab-report multirun/pos_mlp baseline=model/mlp=gelu          # each variant minus gelu, paired by seed
 archlab-report multirun/lr best_over=optim.lr                    # each variant at its best learning rate
 archlab-report multirun/sizes scaling=model.d_model baseline=model/mlp=gelu   # L(C), L(N) fits, compute multiplier
+archlab-report multirun/lr spike_factor=1.5 lr_tolerance=0.02    # stability: spikes, the largest lr within 2%
 """
 
 from __future__ import annotations
@@ -24,7 +25,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     from archlab.report.write import write_report  # matplotlib and the training modules: only when there is work
 
-    written = write_report(cfg.sweep_dir, cfg.out, cfg.metric, cfg.baseline, cfg.best_over, cfg.scaling)
+    written = write_report(
+        cfg.sweep_dir,
+        cfg.out,
+        cfg.metric,
+        cfg.baseline,
+        cfg.best_over,
+        cfg.scaling,
+        cfg.spike_factor,
+        cfg.spike_window,
+        cfg.lr_tolerance,
+    )
     for kind, path in written.items():
         print(f"{kind:>11}: {path}")
 

@@ -91,3 +91,10 @@ class ReportConfig:
     scaling: Optional[str] = setting(
         None, "a swept size axis, e.g. model.d_model: fit L = a*X^-b + e against FLOPs and parameters; null = none"
     )
+    spike_factor: float = setting(
+        1.2, "a loss spike: a logged training loss above this many times the median of those before it"
+    )
+    spike_window: int = setting(10, "how many logged training losses before a step that running median takes")
+    lr_tolerance: float = setting(
+        0.01, "stability: the largest optim.lr whose mean final metric is within this fraction of the best"
+    )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 from archlab.errors import ConfigError
 from archlab.report import compare
 from archlab.report import scaling as scaling_fits
+from archlab.report.best import EdgeWarning, grid_edges
 
 if TYPE_CHECKING:
     from archlab.report.runs import Variant
@@ -17,13 +18,16 @@ if TYPE_CHECKING:
 @dataclass
 class Analysis:
     """What the report's options ask beyond the table, worked out (and every option checked) before any
-    file is written: best_over's choices, baseline comparisons, scaling fits and compute multipliers."""
+    file is written: best_over's choices (and those at the edge of their grid), baseline comparisons (with best_over also at each of its values),
+    scaling fits and compute multipliers."""
 
     metric: Optional[str]
     tuned: Optional[str] = None
     choices: list[compare.Choice] = field(default_factory=list)
+    edges: list[EdgeWarning] = field(default_factory=list)  # choices at their grid's lowest or highest value
     baseline: Optional[tuple[str, str]] = None
     comparisons: list[compare.Comparison] = field(default_factory=list)
+    by_value: list[compare.Comparison] = field(default_factory=list)  # with best_over: at each of its values
     scaling: Optional[str] = None
     fits: list[scaling_fits.ScalingFit] = field(default_factory=list)
     multipliers: list[scaling_fits.Multiplier] = field(default_factory=list)
@@ -59,9 +63,12 @@ def analyse(
     chosen = variants
     if best_over is not None:
         found.choices = compare.choose_best(variants, best_over, metric)
+        found.edges = grid_edges(found.choices, best_over)
         chosen = [c.chosen for c in found.choices]
     if found.baseline is not None:
         found.comparisons = compare.compare_to_baseline(chosen, *found.baseline, tuned=best_over)
+        if best_over is not None:  # every variant, so each against the baseline at the same value
+            found.by_value = compare.compare_to_baseline(variants, *found.baseline, tuned=None)
     if scaling is not None:
         found.fits = scaling_fits.fit_scaling(chosen, scaling, metric, tuned=best_over)
         if found.baseline is not None:

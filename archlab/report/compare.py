@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from archlab.errors import ConfigError
-from archlab.report.plots import pyplot, save_figure
+from archlab.report.plots import SINGLE_PANEL, Line, save_figure, small_multiples
 from archlab.report.stats import Interval, best_setting, higher_is_better, paired_difference, t_interval
-from archlab.report.text import difference, label, number, plus_minus
+from archlab.report.text import as_numbers, difference, label, number, ordered, plus_minus, values_label
 
 if TYPE_CHECKING:
     from archlab.report.runs import Variant
@@ -98,10 +98,12 @@ def interval_section(variants: list[Variant], metric: str) -> list[str]:
 
 @dataclass
 class Choice:
-    """One variant of a ``best_over`` report: its settings less the tuned axis, the interval of the leading
-    metric at each value tried, and the variant at the value with the best mean."""
+    """One variant of a ``best_over`` report: its settings less the tuned axis, the values swept for it
+    (``grid``, failed ones included) and the interval of the leading metric at each value with a completed
+    run (``tried``), both in ascending order, and the variant at the value with the best mean."""
 
     settings: dict[str, str]
+    grid: list[str]
     tried: dict[str, Interval]
     chosen: Variant
 
@@ -109,9 +111,7 @@ class Choice:
 def choose_best(variants: list[Variant], axis: str, metric: str) -> list[Choice]:
     """For each group of variants that differ only in ``axis``, the value with the best mean final ``metric``
     (lowest loss or perplexity, highest accuracy); groups with no completed run are left out."""
-    values = axis_values(variants, axis)
-    numeric = _numbers(values)
-    order = sorted(values, key=dict(zip(values, numeric)).__getitem__) if numeric else values  # as plotted
+    order = ordered(axis_values(variants, axis))  # as plotted
     groups: dict[tuple, dict[str, Variant]] = {}
     for v in sorted(variants, key=lambda v: order.index(v.settings[axis])):
         rest = tuple((k, x) for k, x in v.settings.items() if k != axis)
@@ -121,7 +121,7 @@ def choose_best(variants: list[Variant], axis: str, metric: str) -> list[Choice]
         tried = {value: i for value, v in members.items() if (i := interval(v, f"final {metric}"))}
         if tried:
             value = best_setting({k: i.mean for k, i in tried.items()}, higher_is_better(metric))
-            choices.append(Choice(dict(rest), tried, members[value]))
+            choices.append(Choice(dict(rest), list(members), tried, members[value]))
     return choices
 
 
@@ -152,41 +152,38 @@ def best_over_section(choices: list[Choice], axis: str, metric: str, plot: Optio
     return lines
 
 
-def _numbers(values: list[str]) -> Optional[list[float]]:
-    try:
-        return [float(v) for v in values]
-    except ValueError:
-        return None
-
-
-def log_scale(values: list[float]) -> bool:
-    """A log axis for values that are all positive and span more than 10x (learning rates, sizes)."""
-    return min(values) > 0 and max(values) > 10 * min(values)
-
-
 def plot_sensitivity(choices: list[Choice], axis: str, metric: str, out: Path) -> Path:
-    """sensitivity.png: the final ``metric`` (mean, 95% interval) against ``axis`` per variant, the chosen
-    value ringed; a log x axis where the values are positive numbers spanning more than 10x."""
-    plt = pyplot()
-
-    values = list(dict.fromkeys(v for c in choices for v in c.tried))
-    numeric = _numbers(values)
-    position = dict(zip(values, numeric)) if numeric else {v: float(k) for k, v in enumerate(values)}
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    """sensitivity.png: the final ``metric`` (mean, 95% interval) against ``axis``, the chosen value ringed:
+    the variants in one panel, coloured, up to 8 of them, a panel each beyond; a log x axis where the values
+    are positive numbers spanning more than 10x."""
+    values = ordered(list(dict.fromkeys(v for c in choices for v in c.tried)))
+    numeric = as_numbers(values)
+    position = dict(zip(values, numeric if numeric else range(len(values))))
+    apart = len(choices) > SINGLE_PANEL
+    lines = []
     for c in choices:
-        tried = sorted(c.tried.items(), key=lambda item: position[item[0]])
-        xs = [position[v] for v, _ in tried]
-        errors = [i.half_width if math.isfinite(i.half_width) else 0.0 for _, i in tried]
-        line = ax.errorbar(xs, [i.mean for _, i in tried], yerr=errors, marker="o", capsize=3, label=label(c.settings))
+        name = values_label(c.settings)
         best = c.chosen.settings[axis]
-        ax.plot([position[best]], [c.tried[best].mean], "o", ms=12, mfc="none", color=line[0].get_color())
-    if numeric and log_scale(numeric):
-        ax.set_xscale("log")
-    if not numeric:
-        ax.set_xticks(list(position.values()), values, rotation=30, ha="right", fontsize=7)
-    ax.set(xlabel=axis, ylabel=f"final {metric}", title=f"final {metric} against {axis} (mean, 95% CI; ringed: best)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+        lines.append(
+            Line(
+                panel=name if apart else "",
+                key="" if apart else name,
+                xs=[position[v] for v in c.tried],
+                ys=[i.mean for i in c.tried.values()],
+                errors=[i.half_width if math.isfinite(i.half_width) else 0.0 for i in c.tried.values()],
+                ring=(position[best], c.tried[best].mean),
+            )
+        )
+    rest = ", ".join(choices[0].settings) if choices else ""
+    fig = small_multiples(
+        lines,
+        title=f"final {metric} against {axis} (mean, 95% CI; ringed: best)"
+        + (f"; {'panels' if apart else 'colours'}: {rest}" if rest else ""),
+        xlabel=axis,
+        ylabel=f"final {metric}",
+        key_title="" if apart else rest,
+        x_names=None if numeric else values,
+    )
     return save_figure(fig, out / "sensitivity.png")
 
 
@@ -225,8 +222,11 @@ def compare_to_baseline(variants: list[Variant], key: str, value: str, tuned: Op
     return comparisons
 
 
-def comparison_columns(figures: list[str]) -> list[str]:
-    return ["baseline", *[f"{f} vs baseline {s}" for f in figures for s in ("diff", "n", "ci95")]]
+def comparison_columns(figures: list[str], scope: str = "") -> list[str]:
+    """CSV headers of a comparison: the baseline's name, then each figure's paired difference, its n and
+    its ci95; ``scope`` (e.g. ``at same optim.lr``) tells the per-value comparisons' columns apart."""
+    baseline = f"baseline {scope}".strip()
+    return [baseline, *[f"{f} vs {baseline} {s}" for f in figures for s in ("diff", "n", "ci95")]]
 
 
 def comparison_cells(comparison: Optional[Comparison], figures: list[str], tuned: Optional[str]) -> list[object]:
@@ -258,7 +258,6 @@ def verdict(d: Interval, metric: str) -> str:
 def baseline_section(comparisons: list[Comparison], baseline: str, metric: str, tuned: Optional[str]) -> list[str]:
     """Markdown: one line per variant, e.g. ``model/mlp=swiglu: −0.021 ± 0.008 vs model/mlp=gelu (95% CI,
     3 seeds, paired): lower (better)``."""
-    figure = f"final {metric}"
     lines = [
         "",
         f"## Against the baseline: {baseline}",
@@ -269,17 +268,34 @@ def baseline_section(comparisons: list[Comparison], baseline: str, metric: str, 
         "the interval excludes 0. Every final and best metric: report.csv.",
         "",
     ]
-    for c in comparisons:
-        name = _name(c.variant, tuned)
-        d = c.differences.get(figure)
-        if c.baseline is None:
-            lines.append(f"- {name}: no baseline variant ({baseline} with its other settings) in these runs")
-        elif d is None:
-            lines.append(f"- {name}: no completed seed in common with {_name(c.baseline, tuned)}")
-        else:
-            scope = f"95% CI, {d.n} seeds, paired" if d.n > 1 else "1 seed, paired"
-            lines.append(
-                f"- {name}: {difference(d.mean, d.half_width)} vs {_name(c.baseline, tuned)} ({scope}): "
-                f"{verdict(d, metric)}"
-            )
-    return lines
+    return lines + [_comparison_line(c, baseline, metric, tuned) for c in comparisons]
+
+
+def baseline_by_value_section(comparisons: list[Comparison], baseline: str, metric: str, axis: str) -> list[str]:
+    """Markdown: with best_over, each variant against its baseline with both at the same value of the tuned
+    axis, for every value (ascending): a stability question is answered there, not at the optimum."""
+    values = ordered(list(dict.fromkeys(c.variant.settings[axis] for c in comparisons)))
+    by_value = sorted(comparisons, key=lambda c: values.index(c.variant.settings[axis]))
+    return [
+        "",
+        f"## Against the baseline at each {axis}",
+        "",
+        f"As above, with the variant and its baseline at the same {axis}, for every {axis} swept: where the "
+        f"best {axis} hides a difference at the others (one variant tolerates a higher one). Columns "
+        f"`... vs baseline at same {axis} ...` in report.csv.",
+        "",
+        *[_comparison_line(c, baseline, metric, axis) for c in by_value],
+    ]
+
+
+def _comparison_line(c: Comparison, baseline: str, metric: str, tuned: Optional[str]) -> str:
+    """One variant against its baseline, e.g. ``- model/mlp=swiglu: −0.021 ± 0.008 vs model/mlp=gelu (95% CI,
+    3 seeds, paired): lower (better)``."""
+    name = _name(c.variant, tuned)
+    d = c.differences.get(f"final {metric}")
+    if c.baseline is None:
+        return f"- {name}: no baseline variant ({baseline} with its other settings) in these runs"
+    if d is None:
+        return f"- {name}: no completed seed in common with {_name(c.baseline, tuned)}"
+    scope = f"95% CI, {d.n} seeds, paired" if d.n > 1 else "1 seed, paired"
+    return f"- {name}: {difference(d.mean, d.half_width)} vs {_name(c.baseline, tuned)} ({scope}): {verdict(d, metric)}"

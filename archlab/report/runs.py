@@ -3,6 +3,7 @@ only in seed), and the figures read from each run's summary.json."""
 
 from __future__ import annotations
 
+import csv
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -80,7 +81,7 @@ def run_figures(run: Run) -> dict[str, float]:
         if finite_number(best.get("value")) is not None:
             out[f"best {key}"] = float(best["value"])
     params = (s.get("parameters") or {}).get("analytic") or {}
-    for key in ("total", "non_embedding"):
+    for key in ("total", "non_embedding", "active", "active_non_embedding"):
         if key in params:
             out[f"params {key}"] = float(params[key])
     throughput = s.get("throughput") or {}
@@ -101,11 +102,44 @@ def run_figures(run: Run) -> dict[str, float]:
         out["KV cache bytes/token"] = float(
             kv_cache_bytes_per_token(s["model"], (s.get("trainer") or {}).get("precision"))
         )
-    match = s.get("match") or {}
+    grad_norm = finite_number((s.get("grad_norm") or {}).get("max"))
+    if grad_norm is not None:
+        out["max grad norm"] = grad_norm
+    match = s.get("match") or {}  # null where nothing was matched: no matched figure then
     if match:
         out[f"matched {match['field']}"] = float(match["value"])
         out["match residual"] = float(match["relative_difference"])
     return out
+
+
+def run_file(run: Run, recorded: Optional[str]) -> Optional[Path]:
+    """A path summary.json records (absolute, where the run was written) as it lies now: beside the run's
+    summary when the sweep was moved or copied since, as it was recorded otherwise; None for none."""
+    if not recorded:
+        return None
+    home = Path(((run.summary or {}).get("paths") or {}).get("summary") or run.path / "summary.json").parent
+    path = Path(recorded)
+    return run.path / path.relative_to(home) if path.is_relative_to(home) else path
+
+
+def training_losses(run: Run) -> list[tuple[int, float]]:
+    """(step, train/loss) of every logged training step, from the run's CSV log (``metrics.csv`` in one of
+    the summary's log directories); none where the run kept no CSV log."""
+    logs = ((run.summary or {}).get("paths") or {}).get("logs") or []
+    for log_dir in (run_file(run, d) for d in logs):
+        file = log_dir / "metrics.csv" if log_dir else None
+        if file is not None and file.is_file():
+            with file.open(newline="") as f:
+                rows = [(r.get("step"), finite_number(_float(r.get("train/loss")))) for r in csv.DictReader(f)]
+            return [(int(float(step)), loss) for step, loss in rows if step and loss is not None]
+    return []
+
+
+def _float(text: Optional[str]) -> Optional[float]:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
 
 
 def kv_cache_bytes_per_token(model: dict[str, Any], precision: Optional[str] = None) -> float:

@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import yaml
 
 from archlab.errors import ConfigError
-from archlab.report import compare
+from archlab.report import best, compare, stability
 from archlab.report import scaling as scaling_fits
 from archlab.report.analysis import Analysis, analyse
-from archlab.report.plots import pyplot, save_figure
+from archlab.report.plots import SINGLE_PANEL, Line, Point, final_figure, save_figure, small_multiples
 from archlab.report.runs import Run, Variant, finite_number, run_figures
-from archlab.report.text import label, plus_minus
+from archlab.report.stability import Stability
+from archlab.report.text import as_numbers, label, ordered, plus_minus, values_label
 from archlab.training.outputs import HYDRA_FILES, PENDING_HYDRA_FILES, continues_run
 
 SEED_KEYS = ("seed",)
@@ -98,7 +100,7 @@ def load_runs(sweep_dir: str | Path) -> list[Run]:
     dirs = {p.parent for p in root.rglob("summary.json")}
     dirs |= {p.parent.parent for name in HYDRA_DIRS for p in root.rglob(f"{name}/overrides.yaml")}
     runs = []
-    for d in sorted(dirs):
+    for d in sorted(dirs, key=_natural):
         summary_file = d / "summary.json"
         try:
             summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
@@ -122,6 +124,11 @@ def load_runs(sweep_dir: str | Path) -> list[Run]:
     return runs
 
 
+def _natural(path: Path) -> list:
+    """A directory's path with its numbers compared as numbers: job 2 before job 10."""
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", str(path))]
+
+
 def swept_axes(runs: list[Run]) -> list[str]:
     """Override keys whose values differ between runs, the seed left out, in first-seen order."""
     keys: dict[str, set[str]] = {}
@@ -136,11 +143,21 @@ def swept_axes(runs: list[Run]) -> list[str]:
 
 
 def group_variants(runs: list[Run], axes: list[str]) -> list[Variant]:
+    """Runs sharing every swept setting but the seed, as variants; an axis whose values are all numbers
+    has one value per number (``3e-3`` and ``0.003`` from combined sweeps are one) and its variants in
+    ascending order (3e-3, 1e-2, 2e-2), other axes in first-seen order."""
+    values = {k: list(dict.fromkeys(r.overrides.get(k, "(default)") for r in runs)) for k in axes}
+    spelled: dict[str, dict[float, str]] = {}  # per numeric axis: each number as first spelled
+    for k, vs in values.items():
+        for number, v in zip(as_numbers(vs) or [], vs):
+            spelled.setdefault(k, {}).setdefault(number, v)
     variants: dict[tuple, Variant] = {}
     for run in runs:
         settings = {k: run.overrides.get(k, "(default)") for k in axes}
+        settings = {k: spelled[k][float(v)] if k in spelled else v for k, v in settings.items()}
         variants.setdefault(tuple(settings.items()), Variant(settings)).runs.append(run)
-    return list(variants.values())
+    order = {k: ordered(list(dict.fromkeys(v.settings[k] for v in variants.values()))) for k in axes}
+    return sorted(variants.values(), key=lambda v: [order[k].index(x) for k, x in v.settings.items()])
 
 
 def aggregate(variant: Variant) -> dict[str, tuple[float, float, int]]:
@@ -182,6 +199,8 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
         for k in (
             "params total",
             "params non_embedding",
+            "params active",
+            "params active_non_embedding",
             "flops/token",
             "training FLOPs",
             "KV cache bytes/token",
@@ -207,29 +226,43 @@ def _cell(figure: tuple[float, float, int], seeds: int) -> str:
     return text if n == seeds else f"{text} (n={n})"
 
 
-TABLE_COSTS = {"params total": "params", "flops/token": "FLOPs/token", "tokens/s": "tokens/s"}
+TABLE_COSTS = {
+    "params total": "params",
+    "params active": "active params",
+    "flops/token": "FLOPs/token",
+    "tokens/s": "tokens/s",
+}
 
 
-def table_columns(columns: list[str]) -> dict[str, str]:
-    """The markdown table's figures (key -> header): the leading metric, final and best, then
-    parameters, FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
+def table_columns(columns: list[str], stats: list[dict]) -> dict[str, str]:
+    """The markdown table's figures (key -> header): the leading metric, final and best, then parameters
+    (active ones beside them where some variant, a mixture of experts, has fewer active than total),
+    FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
     primary = next((c[len("final ") :] for c in columns if c.startswith("final ")), None)
     wanted = {f"final {primary}": f"final {primary}", f"best {primary}": f"best {primary}"} if primary else {}
-    return {k: header for k, header in {**wanted, **TABLE_COSTS}.items() if k in columns}
+    sparse = any(st.get("params active") != st.get("params total") for st in stats)
+    return {
+        k: header
+        for k, header in {**wanted, **TABLE_COSTS}.items()
+        if k in columns and (k != "params active" or sparse)
+    }
 
 
-def _csv_header(axes: list[str], columns: list[str], analysis: Analysis) -> list[str]:
+def _csv_header(axes: list[str], columns: list[str], analysis: Analysis, found: Stability) -> list[str]:
     header = [*axes, "runs", "completed", "failed"]
     for c in columns:
         header += [f"{c} mean", f"{c} std", *(compare.interval_columns(c) if _is_metric(c) else [])]
     if analysis.tuned:
-        header.append(f"{analysis.tuned} chosen")
+        header += [f"{analysis.tuned} chosen", f"{analysis.tuned} at grid edge"]
+    metrics = [c for c in columns if _is_metric(c)]
     if analysis.baseline:
-        header += compare.comparison_columns([c for c in columns if _is_metric(c)])
-    return header
+        header += compare.comparison_columns(metrics)
+    if analysis.by_value:
+        header += compare.comparison_columns(metrics, f"at same {analysis.tuned}")
+    return header + stability.stability_columns(found)
 
 
-def _csv_row(v: Variant, figures: dict, columns: list[str], analysis: Analysis) -> list[object]:
+def _csv_row(v: Variant, figures: dict, columns: list[str], analysis: Analysis, found: Stability) -> list[object]:
     failed = sum(r.status == "failed" for r in v.runs)
     row: list[object] = [*v.settings.values(), len(v.runs), len(v.completed), failed]
     for c in columns:
@@ -238,11 +271,20 @@ def _csv_row(v: Variant, figures: dict, columns: list[str], analysis: Analysis) 
             row += compare.interval_cells(v, c)
     if analysis.tuned:
         chosen = {id(c.chosen) for c in analysis.choices}
-        row.append("yes" if id(v) in chosen else "no" if v.per_seed else "")
+        edge = next((w.edge for w in analysis.edges if w.settings == _less(v.settings, analysis.tuned)), "")
+        row += ["yes" if id(v) in chosen else "no" if v.per_seed else "", edge if id(v) in chosen else ""]
+    metrics = [c for c in columns if _is_metric(c)]
     if analysis.baseline:
         mine = next((c for c in analysis.comparisons if c.variant is v), None)
-        row += compare.comparison_cells(mine, [c for c in columns if _is_metric(c)], analysis.tuned)
-    return row
+        row += compare.comparison_cells(mine, metrics, analysis.tuned)
+    if analysis.by_value:
+        mine = next((c for c in analysis.by_value if c.variant is v), None)
+        row += compare.comparison_cells(mine, metrics, None)
+    return row + stability.stability_cells(found, v)
+
+
+def _less(settings: dict[str, str], axis: Optional[str]) -> dict[str, str]:
+    return {k: x for k, x in settings.items() if k != axis}
 
 
 def _is_metric(column: str) -> bool:
@@ -256,11 +298,16 @@ def write_report(
     baseline: Optional[str] = None,
     best_over: Optional[str] = None,
     scaling: Optional[str] = None,
+    spike_factor: float = stability.SPIKE_FACTOR,
+    spike_window: int = stability.SPIKE_WINDOW,
+    lr_tolerance: float = stability.LR_TOLERANCE,
 ) -> dict[str, Path]:
-    """Write report.md (a compact table, then the statistics), report.csv (every figure) and PNG plots for
-    the sweep; return their paths. ``metric`` (e.g. ``val/loss``) leads both and is plotted; default: the
-    runs' primary metric. ``baseline`` (``<axis>=<value>``), ``best_over`` and ``scaling`` (swept axes):
-    see ``analyse``; scaling also writes scaling.csv and scaling.png."""
+    """Write report.md (a compact table, then the statistics, best runs and stability), report.csv (every
+    figure), report.json (best runs, warnings, stability) and PNG plots for the sweep; return their paths.
+    ``metric`` (e.g. ``val/loss``) leads them and is plotted; default: the runs' primary metric. ``baseline``
+    (``<axis>=<value>``), ``best_over`` and ``scaling`` (swept axes): see ``analyse``; scaling also writes
+    scaling.csv and scaling.png. ``spike_factor``, ``spike_window``, ``lr_tolerance``: see ``stability.assess``."""
+    stability.check_settings(spike_factor, spike_window, lr_tolerance)
     runs = load_runs(sweep_dir)
     if not runs:
         raise ConfigError(
@@ -268,7 +315,9 @@ def write_report(
         )
     out = Path(out_dir or sweep_dir)
     if out.exists() and not out.is_dir():
-        raise ConfigError("out", str(out), "a directory for report.md, report.csv and the plots (this path is a file)")
+        raise ConfigError(
+            "out", str(out), "a directory for report.md, report.csv, report.json and the plots (this path is a file)"
+        )
     axes = swept_axes(runs)
     variants = group_variants(runs, axes)
     stats = [aggregate(v) for v in variants]
@@ -278,17 +327,31 @@ def write_report(
     columns = metric_columns(variants, metric)
     leading = next((c.removeprefix("final ") for c in columns if c.startswith("final ")), None)
     analysis = analyse(variants, axes, leading, baseline, best_over, scaling)
+    found = stability.assess(variants, leading, spike_factor, spike_window, lr_tolerance)
+    winners = best.best_runs(variants, leading, analysis.tuned) if leading else []
     out.mkdir(parents=True, exist_ok=True)
 
     csv_path = out / "report.csv"
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(_csv_header(axes, columns, analysis))
+        writer.writerow(_csv_header(axes, columns, analysis, found))
         for v, st in zip(variants, stats):
-            writer.writerow(_csv_row(v, st, columns, analysis))
-    written = {"markdown": out / "report.md", "csv": csv_path}
+            writer.writerow(_csv_row(v, st, columns, analysis, found))
+    json_path = out / "report.json"
+    record = {
+        "metric": leading,
+        "best_runs": [b.record(leading) for b in winners] if leading else [],
+        "warnings": [
+            {"variant": w.settings, "axis": w.axis, "value": w.value, "edge": w.edge, "text": w.text}
+            for w in analysis.edges
+        ],
+        "stability": found.record(),
+    }
+    json_path.write_text(json.dumps(record, indent=2) + "\n")
+    written = {"markdown": out / "report.md", "csv": csv_path, "json": json_path}
 
-    plots = _plots(variants, stats, columns, out)
+    colour_axis = analysis.tuned or (stability.LR_AXIS if stability.LR_AXIS in axes else None)
+    plots = _plots(variants, stats, columns, colour_axis, out)
     # choices and fits come of best_over and scaling (analysis.tuned and .scaling), which analyse refuses
     # unless a run completed: leading is known
     if leading and analysis.tuned and analysis.choices:
@@ -298,7 +361,7 @@ def write_report(
         written["scaling csv"] = scaling_fits.write_scaling_csv(
             analysis.fits, analysis.multipliers, out / "scaling.csv"
         )
-    table = table_columns(columns)
+    table = table_columns(columns, stats)
     md = [
         f"# Sweep report: `{Path(sweep_dir)}`",
         "",
@@ -312,6 +375,7 @@ def write_report(
     for v, st in zip(variants, stats):
         cells = [_cell(st[c], len(v.completed)) if c in st else "-" for c in table]
         md.append("| " + " | ".join([*v.settings.values(), f"{len(v.completed)}/{len(v.runs)}", *cells]) + " |")
+    md += best.warnings_section(analysis.edges)
     if leading:  # without it analyse refuses every option
         md += compare.interval_section(variants, leading)
         if analysis.tuned:
@@ -319,10 +383,14 @@ def write_report(
         if analysis.baseline:
             name = "=".join(analysis.baseline)
             md += compare.baseline_section(analysis.comparisons, name, leading, analysis.tuned)
+            if analysis.tuned:
+                md += compare.baseline_by_value_section(analysis.by_value, name, leading, analysis.tuned)
         if analysis.scaling:
             md += scaling_fits.scaling_section(
                 analysis.fits, analysis.multipliers, analysis.scaling, leading, plots.get("scaling")
             )
+        md += best.best_runs_section(winners, leading)
+    md += stability.stability_section(found)
     problems = [r for r in runs if r.status != "completed"]
     if problems:
         md += ["", "## Runs that did not complete", ""]
@@ -344,42 +412,63 @@ def write_report(
     return {**written, **plots}
 
 
-def _plots(variants: list[Variant], stats: list[dict], columns: list[str], out: Path) -> dict[str, Path]:
-    plt = pyplot()
+def _plots(
+    variants: list[Variant], stats: list[dict], columns: list[str], colour_axis: Optional[str], out: Path
+) -> dict[str, Path]:
+    """curves.png (the validation curves, mean over seeds) and final.png (the final metric, mean ± std), both
+    readable at dozens of variants: see ``_layout``."""
     plots: dict[str, Path] = {}
     primary = next((c for c in columns if c.startswith("final ")), None)
-    if primary is None:
+    if primary is None or not variants:
         return plots
     metric = primary[len("final ") :]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    drew = False
+    place, panels, key_title = _layout(variants, colour_axis)
+    lines = []
     for v in variants:
-        curves = [validation_curve(r, metric) for r in v.completed]
-        curves = [c for c in curves if c]
-        if not curves:
-            continue
-        steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
-        means = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
-        ax.plot(steps, means, marker=".", label=label(v.settings))
-        drew = True
-    if drew:
-        ax.set(xlabel="step", ylabel=metric, title=f"{metric} during training (mean over seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        curves = [c for c in (validation_curve(r, metric) for r in v.completed) if c]
+        if curves:
+            steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
+            means = [statistics.fmean(dict(c)[s] for c in curves) for s in steps]
+            lines.append(Line(*place(v), xs=[float(s) for s in steps], ys=means))
+    if lines:
+        title = f"{metric} during training (mean over seeds)" + (f"; panels: {panels}" if panels else "")
+        fig = small_multiples(lines, title=title, xlabel="step", ylabel=metric, key_title=key_title)
         plots["curves"] = save_figure(fig, out / "curves.png")
-    else:
-        plt.close(fig)
-
-    rows = [(v, st[primary]) for v, st in zip(variants, stats) if primary in st]
-    if rows:
-        fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4.5))
-        # points, not bars: the y axis zooms on the values, so small loss differences stay visible
-        ax.errorbar(
-            range(len(rows)), [m for _, (m, _, _) in rows], yerr=[s for _, (_, s, _) in rows], fmt="o", capsize=4
+    axes = [k for k in variants[0].settings if k != colour_axis]
+    points = [
+        Point(
+            values_label(_less(v.settings, colour_axis)),
+            v.settings[colour_axis] if colour_axis else "",
+            *st[primary][:2],
         )
-        ax.set_xlim(-0.5, len(rows) - 0.5)
-        ax.set_xticks(range(len(rows)), [label(v.settings) for v, _ in rows], rotation=30, ha="right", fontsize=7)
-        ax.set(ylabel=metric, title=f"final {metric} (mean ± std over seeds)")
-        ax.grid(axis="y", alpha=0.3)
+        for v, st in zip(variants, stats)
+        if primary in st
+    ]
+    if points:
+        title = f"final {metric} (mean ± std over seeds)" + (f"; rows: {', '.join(axes)}" if axes else "")
+        fig = final_figure(points, title=title, xlabel=f"final {metric}", key_title=colour_axis or "")
         plots["final"] = save_figure(fig, out / "final.png")
     return plots
+
+
+def _layout(
+    variants: list[Variant], colour_axis: Optional[str]
+) -> tuple[Callable[[Variant], tuple[str, str]], str, str]:
+    """Where each variant's curve goes, as (panel, colour key), with the axes the panels and the colours
+    stand for: a panel per variant less ``colour_axis`` (the tuned axis, else optim.lr where swept), its
+    values as colour; without one, up to 8 variants share a panel, more get a panel per value of the first
+    axis (the other axes as colour), or per variant where only one axis was swept."""
+    axes = list(variants[0].settings)
+    if colour_axis is not None:
+        rest = [a for a in axes if a != colour_axis]
+        return (
+            (lambda v: (values_label(_less(v.settings, colour_axis)), v.settings[colour_axis])),
+            ", ".join(rest),
+            colour_axis,
+        )
+    if len(variants) <= SINGLE_PANEL:
+        return (lambda v: ("", values_label(v.settings))), "", ", ".join(axes)
+    if len(axes) > 1:
+        first = axes[0]
+        return (lambda v: (v.settings[first], values_label(_less(v.settings, first)))), first, ", ".join(axes[1:])
+    return (lambda v: (values_label(v.settings), "")), ", ".join(axes), ""
