@@ -2,8 +2,15 @@
 is carried out in a check-only or tiny form, so a renamed option, field or file fails here.
 
 Each document's bash lines run in order in a fresh working directory (a copy of README.md and
-pyproject.toml, which the docs use as sample text), so a line can use what an earlier one made
-(``archlab-prepare`` shards, a ``python -c`` model file). How each kind of line is checked:
+pyproject.toml, which the docs use as sample text), so a line uses what an earlier one made
+(``archlab-prepare`` shards, a ``python -c`` model file, a run). A page's sequences run for real: an
+``archlab-train`` line whose run or sweep directory (``hydra.run.dir``, ``paths.output_dir``,
+``hydra.sweep.dir``) a later line names (a generate, report or export of it, a resumed or continued run)
+trains, in tiny form (a few steps, ``tiny_steps``; a sweep through the console script, its seed axis
+cut to the first seed), and no stand-in is made for a file inside such a directory: a page whose second
+command cannot use what its first produced fails. A study's sweep (``experiment=``) is too large for
+that: it is checked as below, and a report after it reads the study's committed runs. How each kind of
+line is checked:
 
 - ``archlab-train`` (also ``make train ARGS=...`` and ``python3 scripts/bootstrap.py train ...``): the
   overrides are composed through Hydra's compose API, as the command composes them, and put through
@@ -17,7 +24,7 @@ pyproject.toml, which the docs use as sample text), so a line can use what an ea
 - ``archlab-bench``: composed, the model validated, the bench's own setting check run, and (with
   ``compare_hf``) the layout mapped to its Hugging Face config; nothing is timed.
 - ``archlab-check``, ``archlab-generate``, ``archlab-prepare``, ``archlab-report``: run for real, in
-  process. Files they read that no earlier line made are stand-ins made here: a tiny model for
+  process. Files they read that no earlier line made (nor should have made) are stand-ins made here: a tiny model for
   ``archlab-generate``, a short text for ``data.path=``/``input=``, an empty file for ``ckpt_path=``, a
   copy of a committed study's runs for ``archlab-report``. Absolute paths under /tmp/ are moved into
   the working directory.
@@ -38,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 import shlex
 import shutil
@@ -127,6 +135,39 @@ def expected_error(line: Line) -> Optional[str]:
     return found.group(1) if found else None
 
 
+def produced(line: Line) -> list[str]:
+    """The directories an ``archlab-train`` line writes that a later line may name: its run or sweep
+    directory. None for a study (``experiment=``): its grid is the study's, too large to run here; the
+    report after it reads the study's committed runs."""
+    _, argv = words(line)
+    if argv[:1] != ["archlab-train"] or "experiment" in settings(argv):
+        return []
+    return produced_dirs(argv)
+
+
+def produced_dirs(argv: list[str]) -> list[str]:
+    keys = ("hydra.run.dir", "paths.output_dir", "hydra.sweep.dir")
+    return [value for key, value in settings(argv).items() if key in keys]
+
+
+def executed(line: Line) -> bool:
+    """Whether this test carries the line out (an ``archlab-*`` command, ``make``, ``python -c``)."""
+    _, argv = words(line)
+    return bool(argv) and (argv[0].startswith("archlab-") or argv[0] == "make" or argv[1:2] == ["-c"])
+
+
+def consumed(lines: list[Line]) -> set[int]:
+    """The line numbers of the training lines whose run or sweep directory a later line that runs names
+    (a generate, report or export of it, a resumed or continued run): those run for real, in tiny form."""
+    out = set()
+    for i, line in enumerate(lines):
+        for path in produced(line):
+            named = re.compile(rf"(?<![\w/.-]){re.escape(path)}(?![\w.-])")
+            if any(named.search(later.text) and executed(later) for later in lines[i + 1 :]):
+                out.add(line.number)
+    return out
+
+
 # ---------------------------------------------------------------- the working directory
 
 
@@ -136,6 +177,8 @@ class Workspace:
     def __init__(self, path: Path, added: set[str] = frozenset()):
         self.path = path
         self.added = added  # options the document's own worked example adds
+        self.for_real = False  # the line at hand makes what a later line reads: run it for real
+        self.made: list[Path] = []  # run and sweep directories of the lines run for real
         for name in ("README.md", "pyproject.toml"):
             shutil.copy(ROOT / name, path / name)
 
@@ -148,15 +191,23 @@ class Workspace:
         key, sep, value = arg.partition("=")
         return key + sep + self.local(value) if sep else self.local(arg)
 
-    def text_file(self, value: str) -> None:
+    def stand_in(self, value: str) -> Optional[Path]:
+        """Where to make a stand-in for a file the command reads: None where it exists, or where an
+        earlier line's real run should have made it (its absence is the failure to report)."""
         path = self.path / value
-        if not path.exists():
+        if path.exists() or any(path.resolve().is_relative_to(made) for made in self.made):
+            return None
+        return path
+
+    def text_file(self, value: str) -> None:
+        path = self.stand_in(value)
+        if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(STAND_IN_TEXT, encoding="utf-8")
 
     def empty_file(self, value: str) -> None:
-        path = self.path / value
-        if not path.exists():
+        path = self.stand_in(value)
+        if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"")
 
@@ -166,8 +217,8 @@ class Workspace:
         from archlab.tokenizer import ByteTokenizer
         from archlab.weights import save_weights
 
-        path = self.path / value
-        if path.exists():
+        path = self.stand_in(value)
+        if path is None:
             return
         sizes = ["model=nano", "model.n_layer=1", "model.d_model=32", "model.attention.n_head=2"]
         meta = {"archlab_tokenizer": json.dumps(ByteTokenizer().to_dict())} if with_tokenizer else None
@@ -175,8 +226,8 @@ class Workspace:
 
     def sweep_dir(self, value: str) -> None:
         """A sweep's runs: the committed study of the same name, else the MLP study's."""
-        path = self.path / value
-        if path.exists():
+        path = self.stand_in(value)
+        if path is None:
             return
         study = ROOT / "experiments" / Path(value).name / "runs"
         shutil.copytree(study if study.is_dir() else ROOT / "experiments" / "mlp" / "runs", path)
@@ -262,14 +313,77 @@ def train_dry_run(overrides: list[str], ws: Workspace) -> None:
         check_objective(monitor, list(dm.val_names))
 
 
+def tiny_steps(steps: int) -> int:
+    """A documented run's ``trainer.max_steps`` scaled down, keeping their order: a run that continues
+    another one's checkpoint for more steps still has steps left."""
+    return max(2, int(steps).bit_length())
+
+
+def tiny(overrides: list[str]) -> list[str]:
+    """A documented run (or sweep) in tiny form: a few steps (``tiny_steps``), one validation of two
+    batches at the end, no text samples; everything else as written."""
+    steps = tiny_steps(compose("train", sweep_points(overrides, {})[0]).trainer.max_steps)
+    changed = ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_batches", "callbacks.samples")
+    kept = [o for o in overrides if o.split("=", 1)[0] not in changed]
+    values = (steps, steps, 2, "null")
+    return kept + [f"{key}={value}" for key, value in zip(changed, values)]
+
+
+def train_for_real(overrides: list[str], ws: Workspace) -> None:
+    """One documented run trained in tiny form, in process; ``hydra.run.dir`` is its output directory."""
+    from archlab.training.run import train
+
+    for key, value in settings(overrides).items():
+        if key == "data.path":
+            ws.text_file(value)
+    run_dir = [f"paths.output_dir={o.split('=', 1)[1]}" for o in overrides if o.startswith("hydra.run.dir=")]
+    train(compose("train", tiny([o for o in overrides if not o.startswith("hydra.run.dir=")] + run_dir)))
+
+
+_SWEEPS: dict[tuple[str, ...], Path] = {}  # a sweep run for real, by its command: README and sweeps.md share one
+
+
+def sweep_for_real(overrides: list[str], ws: Workspace) -> None:
+    """A documented ``-m`` sweep run by the console script, as a user runs it, in tiny form and with only
+    the first seed of a seed axis (every other axis whole: the report reads its variants). A page that
+    repeats another page's sweep gets a copy of its runs."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for key, value in settings(overrides).items():
+        if key == "data.path":
+            ws.text_file(value)
+    jobs = []
+    for text, o in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
+        if o.get_key_element() == "seed" and o.is_sweep_override():
+            text = f"seed={next(iter(o.sweep_string_iterator()))}"
+        jobs.append(text)
+    script = Path(sys.executable).with_name("archlab-train")
+    command = [str(script), "-m", *tiny(jobs)]
+    sweep_dir = ws.path / settings(overrides)["hydra.sweep.dir"]
+    if tuple(command) in _SWEEPS:
+        shutil.copytree(_SWEEPS[tuple(command)], sweep_dir)
+        return
+    done = subprocess.run(command, cwd=ws.path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
+    last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+    assert done.returncode == 0 and re.match(r"(\d+)/\1 completed, 0 failed", last), (
+        f"exit {done.returncode}, last line {last!r}: {done.stderr.strip().splitlines()[-1:]}"
+    )
+    _SWEEPS[tuple(command)] = sweep_dir
+
+
 def run_train(argv: list[str], ws: Workspace) -> None:
     multirun = bool({"-m", "--multirun"} & set(argv))
     overrides = [a for a in argv if a not in ("-m", "--multirun")]
     unknown = [a for a in overrides if a.startswith("-")]
     assert not unknown, f"no rule for the option(s) {unknown}"
     overrides = [ws.localize(a) for a in overrides]
+    if ws.for_real:
+        ws.made += [(ws.path / ws.local(path)).resolve() for path in produced_dirs(overrides)]
     if not multirun:
         train_dry_run(overrides, ws)
+        if ws.for_real:
+            train_for_real(overrides, ws)
         return
     first = compose("train", sweep_points(overrides, {})[0])
     sweeper = first.hydra.sweeper
@@ -277,6 +391,8 @@ def run_train(argv: list[str], ws: Workspace) -> None:
     params = {k: str(v) for k, v in (sweeper.get("params") or {}).items()} if basic else {}
     for point in sweep_points(overrides, params):
         train_dry_run(point, ws)
+    if ws.for_real:
+        sweep_for_real(overrides, ws)
 
 
 def run_bench(argv: list[str], ws: Workspace) -> None:
@@ -440,7 +556,9 @@ def test_documented_commands_run(doc, tmp_path, monkeypatch):
     ws = Workspace(tmp_path, options_added_by(doc))
     monkeypatch.chdir(tmp_path)
     failures = []
+    read_later = consumed(lines)
     for line in lines:
+        ws.for_real = line.number in read_later
         try:
             run_line(line, ws, monkeypatch)
         except (Exception, SystemExit, pytest.fail.Exception) as err:  # every failing line is reported

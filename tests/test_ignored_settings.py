@@ -70,8 +70,11 @@ def test_an_ignored_field_is_named_and_changes_nothing(variant, field, value):
         (["model/mlp=gelu"], "model.mlp.multiplier", 3.0),
         (["model/mlp=swiglu"], "model.mlp.multiple_of", 16),
         (["model/norm=layernorm"], "model.norm.bias", False),
-        (["model/position=rope", "model.position.scaling=llama3", "model.position.original_context=8"],
-         "model.position.low_freq_factor", 2.0),  # fmt: skip
+        (
+            ["model/position=rope", "model.position.scaling=llama3", "model.position.original_context=8"],
+            "model.position.low_freq_factor",
+            2.0,
+        ),
         (["model/block=parallel"], "model.block.shared_norm", False),
     ],
 )

@@ -89,9 +89,9 @@ class Experts(nn.Module):
         return getattr(self, f"{self.names[0]}_bias"), getattr(self, f"{self.names[1]}_bias")
 
 
-_OWN_FIELDS = frozenset(
-    {"expert", "n_experts", "top_k", "expert_d_ff", "n_shared_experts", "dense_layers", "scoring"}
-    | {"normalize_top_k", "n_groups", "top_groups", "routed_scale", "correction_bias", "aux_loss_weight", "z_loss_weight"}
+_OWN_FIELDS = frozenset(  # the fields of model.mlp that only a mixture of experts reads
+    "expert n_experts top_k expert_d_ff n_shared_experts dense_layers scoring normalize_top_k n_groups top_groups "
+    "routed_scale correction_bias aux_loss_weight z_loss_weight".split()
 )
 
 
