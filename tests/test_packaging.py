@@ -4,6 +4,7 @@ conf/ inside the wheel as archlab.conf, and the commands finding them there."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 import zipfile
@@ -59,3 +60,10 @@ def test_the_installed_package_reads_its_configs_from_conf():
     assert CONF_DIR == Path(archlab.conf.__file__).parent
     assert (CONF_DIR / "model" / "gpt2.yaml").read_text() == (ROOT / "conf" / "model" / "gpt2.yaml").read_text()
     assert compose("check", ["model=gpt2"]).model.d_model == 768
+
+
+def test_readme_names_every_extra():
+    """README's list of extras names each one pyproject.toml defines (the training docs send users to them)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    sentence = readme[readme.index("The extras:") :].split("\n\n")[0]
+    assert set(re.findall(r"`([\w-]+)`", sentence)) >= set(PYPROJECT["project"]["optional-dependencies"])
