@@ -64,6 +64,32 @@ def summaries(sweep_dir: Path) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")}
 
 
+HYDRA_FAILURE = ("Error executing job", "its error is printed above", "Set the environment variable HYDRA_FULL")
+
+
+def job_output(proc: subprocess.CompletedProcess, sweep_dir: Path, jobs: int) -> dict[int, str]:
+    """Check what a sweep printed: every line of a job under its ``[job N]`` prefix (the rest is Hydra's:
+    its launcher lines, its failure notice), Lightning's hardware lines once for the whole sweep though
+    every completed job's train.log keeps them, and a last line counting the jobs as their summaries do.
+    Returns each job's text, the prefixes taken off."""
+    *lines, last = proc.stdout.splitlines()
+    by_job: dict[int, list[str]] = {}
+    for line in [*lines, *proc.stderr.splitlines()]:
+        head, sep, rest = line.partition("] ")
+        if line.startswith("[job ") and sep:
+            by_job.setdefault(int(head.removeprefix("[job ")), []).append(rest)
+        else:
+            assert not line or "][HYDRA]" in line or line.startswith(HYDRA_FAILURE), line
+    completed = [d for d, s in summaries(sweep_dir).items() if s["status"] == "completed"]
+    failed = jobs - len(completed)
+    assert last == f"{len(completed)}/{jobs} completed, {failed} failed — archlab-report {sweep_dir}"
+    assert sorted(by_job) == list(range(jobs))  # every job printed, a failed one its error
+    text = "\n".join(line for job in by_job.values() for line in job)
+    assert text.count("GPU available:") == text.count("TPU available:") == 1 and "LeafSpec" not in text
+    assert all("GPU available:" in (sweep_dir / d / "train.log").read_text() for d in completed)
+    return {job: "\n".join(job_lines) for job, job_lines in by_job.items()}
+
+
 def test_every_job_of_the_sweep_ran_and_failures_are_recorded(sweep):
     sweep_dir, proc = sweep
     runs = summaries(sweep_dir)
@@ -77,6 +103,16 @@ def test_every_job_of_the_sweep_ran_and_failures_are_recorded(sweep):
             assert s["steps"] == 20 and s["choices"]["model/attention"] == "mha"
     # Hydra runs every job, then reports the failures: a non-zero exit, and no SystemExit killed the sweep
     assert proc.returncode != 0 and "n_kv_head" in proc.stderr
+
+
+def test_a_sweep_prints_each_jobs_lines_under_its_number_and_ends_with_the_count(sweep):
+    """The 8 jobs run one after another: each one's lines under its number (Hydra numbers its directory
+    the same), Lightning's hardware lines once, and ``4/8 completed, 4 failed — archlab-report <dir>``."""
+    sweep_dir, proc = sweep
+    runs = summaries(sweep_dir)
+    for job, text in job_output(proc, sweep_dir, jobs=8).items():
+        ok = runs[str(job)]["status"] == "completed"
+        assert ("final val/acc" in text) == ok and ("error: model.attention.n_kv_head=8" in text) != ok
 
 
 def test_report_numbers_equal_the_summaries(sweep, tmp_path):
@@ -426,7 +462,7 @@ def test_a_bad_setting_fails_its_job_in_one_line_and_the_sweep_runs_the_others(c
     runs = {s["config"]["optim"]["lr"]: s for s in summaries(sweep_dir).values()}
     assert set(runs) == {1e-3, 0.0, 2e-3, 3e-3}, proc.stderr[-3000:]
     line = "error: optim.lr=0.0 is invalid: allowed a positive number"
-    assert [row for row in proc.stderr.splitlines() if row.startswith("error:")] == [line]
+    assert [row for row in proc.stderr.splitlines() if "error:" in row] == ["[job 1] " + line]
     assert "Traceback" not in proc.stdout + proc.stderr and proc.returncode == 1
     assert runs[0.0]["status"] == "failed" and runs[0.0]["error"] == "ConfigError: " + line.removeprefix("error: ")
     for lr in (1e-3, 2e-3, 3e-3):
@@ -440,22 +476,34 @@ def test_a_bad_setting_fails_its_job_in_one_line_and_the_sweep_runs_the_others(c
 
 def test_a_parallel_local_sweep_records_a_bad_job_and_runs_the_others(conf, tmp_path):
     """``hydra/launcher=local`` (the studies' launcher) sends each job's result back from a worker process:
-    a job's ConfigError must survive that trip, so the sweep goes on and the failure is recorded."""
+    a job's ConfigError must survive that trip, so the sweep goes on and the failure is recorded. The two
+    worker processes print at once: each line under its job's number, Lightning's hardware lines once,
+    and ``2/3 completed, 1 failed — archlab-report <dir>`` last."""
     sweep_dir = tmp_path / "multirun"
     proc = cli(
         conf,
         tmp_path / "run",
-        ["data=mqar_tiny", *STEPS, "hydra/launcher=local", "model/attention=mha,gqa", f"hydra.sweep.dir={sweep_dir}"],
+        [
+            "data=mqar_tiny",
+            *STEPS,
+            "hydra/launcher=local",
+            "model/attention=mha,gqa,mqa",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
         multirun=True,
     )
     runs = {s["choices"]["model/attention"]: s for s in summaries(sweep_dir).values()}
-    assert set(runs) == {"mha", "gqa"}, proc.stderr[-3000:]
-    assert runs["mha"]["status"] == "completed" and runs["mha"]["steps"] == 20
+    assert set(runs) == {"mha", "gqa", "mqa"}, proc.stderr[-3000:]
+    assert runs["mha"]["status"] == runs["mqa"]["status"] == "completed" and runs["mha"]["steps"] == 20
     assert runs["gqa"]["status"] == "failed" and runs["gqa"]["error"].startswith(
         "ConfigError: model.attention.n_kv_head=8"
     )
     assert proc.returncode != 0 and "model.attention.n_kv_head=8" in proc.stderr
     assert "BrokenProcessPool" not in proc.stderr
+    printed = job_output(proc, sweep_dir, jobs=3)
+    assert printed[1].startswith("error: model.attention.n_kv_head=8")  # gqa, the sweep's job 1
+    for job in (0, 2):
+        assert f"summary:    {sweep_dir / str(job) / 'summary.json'}" in printed[job]
 
 
 def test_runs_are_read_in_the_order_the_sweep_planned_them(sweep, tmp_path):

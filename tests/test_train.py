@@ -570,6 +570,8 @@ def test_a_local_sweep_refuses_a_trainer_that_reruns_the_command(conf, tmp_path)
     assert (
         proc.stderr.strip()
         .splitlines()[-1]
-        .startswith("error: trainer.strategy='lightning.pytorch.strategies.DDPStrategy'")
+        .startswith("[job 0] error: trainer.strategy='lightning.pytorch.strategies.DDPStrategy'")
     )
+    # the sweep stops at its first job, and its last line says so
+    assert proc.stdout.splitlines()[-1] == f"0/1 completed, 1 failed — archlab-report {tmp_path / 'sweep'}"
     assert "ddp_spawn" in proc.stderr and not list((tmp_path / "sweep").glob("*/summary.json"))

@@ -27,6 +27,9 @@ def _app(cfg: DictConfig) -> float | None:
     from archlab.training.sweep import objective_value, record_failure
     from archlab.training.validation import validate_train
 
+    # Lightning 2.6 builds torch's deprecated LeafSpec when it moves each batch: one FutureWarning per run
+    # that the user can do nothing about (set here: a parallel sweep's worker processes run this, not main)
+    warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
     start = time.time()
     try:
         validate_train(cfg)  # a config mistake fails here, before Lightning is even imported
@@ -45,11 +48,13 @@ def _app(cfg: DictConfig) -> float | None:
 
 
 def main() -> None:
-    # Lightning 2.6 builds torch's deprecated LeafSpec when it moves each batch: one FutureWarning per run
-    # that the user can do nothing about
-    warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning)
+    from archlab.training.console import end_sweep
+
     register_configs()
-    run_hydra_command("archlab-train", __doc__, "train", TrainConfig, _app)
+    try:
+        run_hydra_command("archlab-train", __doc__, "train", TrainConfig, _app)
+    finally:
+        end_sweep()  # a -m sweep's last line, whether its jobs all completed or not
 
 
 if __name__ == "__main__":
