@@ -127,3 +127,60 @@ def test_wrong_reference_is_a_mismatch():
 def test_bad_format_is_refused():
     with pytest.raises(ConfigError, match="format='xml' is invalid: allowed table or json"):
         run(compose("check", ["format=xml"]), ["format=xml"])
+
+
+@pytest.mark.parametrize(
+    "preset, model_class",
+    [("llama2-7b", "LlamaForCausalLM"), ("gpt2", "GPT2LMHeadModel"), ("mixtral-8x7b", "MixtralForCausalLM")],
+)
+def test_one_model_says_which_hugging_face_class_it_exports_to(capsys, preset, model_class):
+    code, out = check_in_process(capsys, f"model={preset}")
+    assert code == 0 and f"exports to: {model_class} (Hugging Face, with archlab-export)" in out.splitlines()
+    _, out = check_in_process(capsys, f"model={preset}", "format=json")
+    assert json.loads(out)["hf_export"] == {
+        "exports_to": model_class,
+        "nearest": None,
+        "blocking": [],
+        "transformers_installed": True,
+    }
+
+
+def test_a_layout_that_cannot_export_lists_every_blocking_field_and_the_nearest_class(capsys):
+    """A LLaMA with ALiBi and dropout: both fields at once, and setting them as the line says exports it
+    (transformers' own config class is the independent judge)."""
+    transformers = pytest.importorskip("transformers")
+    from archlab import compose_model
+    from archlab.interop.hf import config_to_hf
+
+    layout = ["model=llama2-7b", "model.n_layer=2", "model/position=alibi", "model.dropout=0.1"]
+    code, out = check_in_process(capsys, *layout)
+    line = (
+        "not exportable to Hugging Face; nearest: LlamaForCausalLM, which needs model.position.kind=rope "
+        "(is alibi), model.dropout=0.0 (is 0.1)"
+    )
+    assert code == 0 and line in out.splitlines()
+    _, out = check_in_process(capsys, *layout, "format=json")
+    export = json.loads(out)["hf_export"]
+    assert export["exports_to"] is None and export["nearest"] == "LlamaForCausalLM"
+    assert [(b["field"], b["value"], b["allowed"]) for b in export["blocking"]] == [
+        ("model.position.kind", "alibi", "rope"),
+        ("model.dropout", 0.1, "0.0"),
+    ]
+    fixed = [*layout, "model/position=rope", "model.dropout=0.0"]
+    assert isinstance(config_to_hf(compose_model(fixed)), transformers.LlamaConfig)
+    _, out = check_in_process(capsys, *fixed)
+    assert "exports to: LlamaForCausalLM (Hugging Face, with archlab-export)" in out.splitlines()
+
+
+def test_without_transformers_the_export_line_says_so(capsys, monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else find_spec(name, *a)
+    )
+    _, out = check_in_process(capsys, "model=gpt2")
+    assert (
+        'exports to: GPT2LMHeadModel (Hugging Face, with archlab-export); transformers is not installed (pip install -e ".[hf]"), which the export needs'
+        in out.splitlines()
+    )

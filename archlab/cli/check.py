@@ -4,10 +4,14 @@ published ones, or, given any ``model`` override, one composed model's breakdown
     archlab-check                                      # the preset table; exit 1 on any mismatch
     archlab-check model=llama3-70b                     # one model, per component
     archlab-check model=gpt2 model/position=rope format=json
+
+For one model it also says which Hugging Face class the layout exports to (archlab-export), or every
+field that blocks an export and the nearest class that would hold it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from typing import Any, Optional
@@ -27,6 +31,8 @@ from archlab.config import to_model_config
 from archlab.config.commands import CheckConfig
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
+from archlab.interop.hf import exportability
+from archlab.interop.hf_families import bare
 from archlab.nn.validation import entries, validate
 
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
@@ -145,6 +151,32 @@ def _layout(cfg: Any) -> str:
     )
 
 
+def export_report(cfg: Any) -> dict[str, Any]:
+    """The Hugging Face class the layout exports to, or (``exports_to`` null) the nearest class and every
+    field that blocks it, each with its value and what that class allows; and whether transformers,
+    which the export itself needs, is installed."""
+    family, problems = exportability(cfg)
+    return {
+        "exports_to": None if problems else family.model_class,
+        "nearest": family.model_class if problems else None,
+        "blocking": [{"field": p.field, "value": p.value, "allowed": p.wants} for p in problems],
+        "transformers_installed": importlib.util.find_spec("transformers") is not None,
+    }
+
+
+def export_line(export: dict[str, Any]) -> str:
+    """``export_report`` on one line: ``exports to: LlamaForCausalLM``, or ``not exportable ...; nearest:
+    ..., which needs <field>=<allowed> (is <value>), ...``."""
+    if export["exports_to"] is not None:
+        line = f"exports to: {export['exports_to']} (Hugging Face, with archlab-export)"
+    else:
+        needs = ", ".join(f"{b['field']}={b['allowed']} (is {bare(b['value'])})" for b in export["blocking"])
+        line = f"not exportable to Hugging Face; nearest: {export['nearest']}, which needs {needs}"
+    if not export["transformers_installed"]:
+        line += '; transformers is not installed (pip install -e ".[hf]"), which the export needs'
+    return line
+
+
 def print_table(rows: list[dict], console: Console) -> None:
     table = Table("preset", "analytic", "built (meta)", "reference", "active", "status", box=box.SIMPLE_HEAD)
     for row in rows:
@@ -167,6 +199,7 @@ def print_breakdown(title: str, result: dict, layout: str, console: Console) -> 
     analytic, built = result["analytic"], result["built"]
     console.print(title or "model (composed defaults)")
     console.print(layout, soft_wrap=True)
+    console.print(export_line(result["hf_export"]), soft_wrap=True, markup=False)
     table = Table("component", "analytic", "built (meta)", "", box=box.SIMPLE_HEAD)
     for c in (*COMPONENTS, "total"):
         table.add_row(c, f"{analytic[c]:,}", f"{built[c]:,}", "OK" if analytic[c] == built[c] else "MISMATCH")
@@ -198,7 +231,7 @@ def run(cfg: DictConfig, overrides: list[str]) -> int:
         else:
             print_table(rows, console)
         return int(any(row["status"] == "MISMATCH" for row in rows))
-    result = report(cfg.model)
+    result = {**report(cfg.model), "hf_export": export_report(cfg.model)}
     if cfg.format == "json":
         print(json.dumps(result, indent=2))
         return int(result["analytic"]["total"] != result["built"]["total"])

@@ -22,7 +22,7 @@ from torch import Tensor
 from archlab.build import build_model
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
-from archlab.interop.hf_families import DENSE, Family, dense_family, join, split
+from archlab.interop.hf_families import DENSE, Family, Problem, dense_family, join, split
 from archlab.interop.hf_sparse import SPARSE, sparse_family
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
@@ -54,6 +54,20 @@ def hf_family(cfg: Any) -> str:
     """The ``model_type`` of the Hugging Face family this layout maps to (``family_of`` lists the
     choices); raises naming the field that no family holds."""
     return family_of(validate(to_model_config(cfg))).model_type
+
+
+def exportability(cfg: Any) -> tuple[Family, list[Problem]]:
+    """The family a layout exports to, with no problems; or, where it cannot export, the nearest family
+    (the fewest problems, the one ``family_of`` routes to first on a tie) and every problem of that one.
+    Reads the family records alone: transformers need not be installed."""
+    cfg = validate(to_model_config(cfg))
+    try:
+        routed: Family | None = family_of(cfg)
+    except ConfigError:  # a block or position kind that no family's layout has: every family lists it
+        routed = None
+    problems = {f.model_type: f.problems(cfg) for f in FAMILIES.values()}
+    nearest = min(FAMILIES.values(), key=lambda f: (len(problems[f.model_type]), f is not routed))
+    return nearest, problems[nearest.model_type]
 
 
 def _family(name: str | None, cfg: ModelConfig) -> Family:

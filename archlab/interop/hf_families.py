@@ -34,6 +34,16 @@ from archlab.nn.rope import attention_factor, rotary_dim
 
 Rule = tuple[str, tuple, str]  # (field "model.a.b", the values a family can hold, why)
 
+
+class Problem(NamedTuple):
+    """A field whose value a family cannot hold: what it needs instead (``wants``) and why."""
+
+    field: str  # "model.a.b"
+    value: Any
+    wants: str  # "rmsnorm", "swiglu or geglu", "head_dim=64 (full rotary)"
+    why: str = ""  # " (its experts are gated)": appended to the refusal
+
+
 # Optional parts of a layout, at the value that means "absent". A family lists the ones it holds in
 # ``Family.features``; every other one must stay at this value.
 FEATURES: dict[str, tuple[Any, str]] = {
@@ -101,6 +111,11 @@ def fmt(value: Any) -> str:
     if value is None or isinstance(value, bool):
         return "null" if value is None else str(value).lower()
     return repr(value)
+
+
+def bare(value: Any) -> str:
+    """A value as it is typed in a ``key=value`` override: text unquoted, else as ``fmt`` writes it."""
+    return value if isinstance(value, str) else fmt(value)
 
 
 def value_of(cfg: ModelConfig, field: str) -> Any:
@@ -350,6 +365,8 @@ class Family:
     prefix: str  # the base model's tensor prefix, absent from checkpoints saved from the base model alone
     features: frozenset[str] = frozenset()  # the FEATURES this family holds
     attention_kind = "causal"  # the model.attention.kind its layers have
+    position_kind = "rope"  # the model.position.kind it holds
+    position_why = ""  # why, in its refusal
     scalings: tuple[str, ...] = ("none", "linear", "llama3")  # RoPE scalings, if it holds model.position.scaling
     renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
 
@@ -357,17 +374,35 @@ class Family:
         """What the family requires of the layout beyond the absent FEATURES."""
         return []
 
-    def check(self, cfg: ModelConfig) -> None:
-        """Refuse the first field (``model.a.b``) whose value this family cannot hold exactly."""
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        """Every field (``model.a.b``) whose value this family cannot hold exactly, in the order ``check``
+        meets them: ``archlab-check`` lists them all at once."""
         absent = [(f, (default,), f" ({why})") for f, (default, why) in FEATURES.items() if f not in self.features]
-        rules: list[Rule] = [("model.attention.kind", (self.attention_kind,), ""), ("model.head.kind", ("linear",), "")]
+        rules: list[Rule] = [
+            ("model.attention.kind", (self.attention_kind,), ""),
+            ("model.position.kind", (self.position_kind,), self.position_why),
+            ("model.head.kind", ("linear",), ""),
+        ]
         if "model.position.scaling" in self.features:
             rules.append(("model.position.scaling", self.scalings, ""))
+        found = []
         for field, allowed, why in rules + self.rules(cfg) + absent:
             value = value_of(cfg, field)
             if value not in allowed:
-                options = " or ".join(fmt(a) for a in allowed)
-                raise ConfigError(field, value, f"{options} to convert to Hugging Face {self.title}{why}")
+                found.append(Problem(field, value, " or ".join(bare(a) for a in allowed), why))
+        return found
+
+    def refusal(self, problem: Problem) -> ConfigError:
+        """The ConfigError of one problem, naming this family."""
+        return ConfigError(
+            problem.field, problem.value, f"{problem.wants} to convert to Hugging Face {self.title}{problem.why}"
+        )
+
+    def check(self, cfg: ModelConfig) -> None:
+        """Refuse the first field (``model.a.b``) whose value this family cannot hold exactly."""
+        problems = self.problems(cfg)
+        if problems:
+            raise self.refusal(problems[0])
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         """The transformers config's keyword arguments (``cfg`` passed ``check``)."""
@@ -393,13 +428,12 @@ class Family:
             ("model.attention.head_dim", (None, d // H), f" ({self.title} uses d_model / n_head)"),
         ]
 
-    def full_rotary(self, cfg: ModelConfig) -> None:
-        if rotary_dim(cfg) != head_dim(cfg):
-            raise ConfigError(
-                "model.position.rotary_dim",
-                rotary_dim(cfg),
-                f"head_dim={head_dim(cfg)} (full rotary) to convert to Hugging Face {self.title}",
-            )
+    @staticmethod
+    def full_rotary(cfg: ModelConfig) -> list[Problem]:
+        """The problem of a family that rotates whole heads, when ``cfg`` rotates part of one."""
+        if rotary_dim(cfg) == head_dim(cfg):
+            return []
+        return [Problem("model.position.rotary_dim", rotary_dim(cfg), f"head_dim={head_dim(cfg)} (full rotary)")]
 
 
 def _one_dropout(c: Any, embedding: str, residual: str) -> float:
@@ -483,9 +517,11 @@ class GPT2(_GPT):
     """GPT2LMHeadModel: pre-norm, learned positions, Conv1D layers (biases everywhere), no head bias."""
 
     model_type, title, model_class, config_class = "gpt2", "GPT-2", "GPT2LMHeadModel", "GPT2Config"
+    position_kind = "learned"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
+            ("model.block.kind", ("pre",), ""),
             ("model.attention.qkv_bias", (True,), " (Conv1D layers always have a bias)"),
             ("model.attention.out_bias", (True,), " (Conv1D layers always have a bias)"),
             ("model.head.bias", (False,), ""),
@@ -530,6 +566,7 @@ class GPTJ(_GPT):
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
+            ("model.block.kind", ("parallel",), ""),
             ("model.block.shared_norm", (True,), " (one ln_1 feeds attention and MLP)"),
             ("model.position.pairing", ("interleaved",), ""),
             ("model.position.theta", (10000.0,), " (GPT-J's rotary base is fixed)"),
@@ -667,6 +704,7 @@ class Phi(Family):
         rules = [
             ("model.norm.kind", ("layernorm",), ""),
             ("model.norm.bias", (True,), ""),
+            ("model.block.kind", ("parallel",), ""),
             ("model.block.shared_norm", (True,), " (one input_layernorm feeds attention and MLP)"),
             ("model.position.pairing", ("half",), ""),
             ("model.attention.qkv_bias", (True,), ""),
@@ -775,9 +813,8 @@ class _LlamaStyle(Family):
             ("model.mlp.bias", (False,), ""),
         ]
 
-    def check(self, cfg: ModelConfig) -> None:
-        super().check(cfg)
-        self.full_rotary(cfg)
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
@@ -811,7 +848,7 @@ class _LlamaStyle(Family):
             d_model=c.hidden_size,
             dropout=0.0,
             init_std=c.initializer_range,
-            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps, bias=False),
+            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
             block=BlockConfig(kind=self.block),
             position=rope_from_hf(c, hd, partial=False),
             attention=AttentionConfig(
@@ -989,24 +1026,30 @@ class Gemma2(Gemma):
         "model.attention.global_every",
     }
 
-    def check(self, cfg: ModelConfig) -> None:
-        super().check(cfg)
-        self.query_scalar(cfg)
+    # what model.attention.scale must be: Gemma 2 stores the scale as query_pre_attn_scalar
+    SCALE_WANTS = "null, or n^-0.5 for a whole number n (Gemma 2's query_pre_attn_scalar)"
+
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        scale = cfg.attention.scale
+        if self._query_scalar(cfg) is None:
+            return [*super().problems(cfg), Problem("model.attention.scale", scale, self.SCALE_WANTS)]
+        return super().problems(cfg)
 
     @staticmethod
-    def query_scalar(cfg: ModelConfig) -> int:
-        """query_pre_attn_scalar n, whose n^-0.5 is the attention scale (head_dim when scale is null)."""
+    def _query_scalar(cfg: ModelConfig) -> int | None:
+        """query_pre_attn_scalar n, whose n^-0.5 is the attention scale (head_dim when scale is null);
+        None when the scale is no such power."""
         scale = cfg.attention.scale
         if scale is None:
             return head_dim(cfg)
         n = round(scale**-2)
-        if n < 1 or n**-0.5 != scale:
-            raise ConfigError(
-                "model.attention.scale",
-                scale,
-                "n^-0.5 for a whole number n (Gemma 2's query_pre_attn_scalar), or null, to convert to Hugging Face "
-                "Gemma 2",
-            )
+        return n if n >= 1 and n**-0.5 == scale else None
+
+    def query_scalar(self, cfg: ModelConfig) -> int:
+        """``_query_scalar``, refusing a scale that is no n^-0.5."""
+        n = self._query_scalar(cfg)
+        if n is None:
+            raise self.refusal(Problem("model.attention.scale", cfg.attention.scale, self.SCALE_WANTS))
         return n
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from archlab.interop.hf_families import (
     GATED_FROM_HF,
     GATED_TO_HF,
     Family,
+    Problem,
     Rule,
     TensorMap,
     Tensors,
@@ -69,14 +70,12 @@ class _Sparse(Family):
         """What the family alone requires (its router's scores, groups and renormalisation, its RoPE pairs)."""
         return []
 
-    def check(self, cfg: ModelConfig) -> None:
-        super().check(cfg)
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        found = super().problems(cfg)
         if self.shared_experts and cfg.mlp.n_shared_experts < 1:
-            raise ConfigError(
-                "model.mlp.n_shared_experts",
-                cfg.mlp.n_shared_experts,
-                f"at least 1 to convert to Hugging Face {self.title} (its MoE layers always have shared experts)",
-            )
+            why = " (its MoE layers always have shared experts)"
+            found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
+        return found
 
     def rope_types(self) -> tuple[str, ...]:
         """The rope_parameters rope_types of this family's ``scalings``."""
@@ -107,7 +106,7 @@ class _Sparse(Family):
             d_model=c.hidden_size,
             dropout=0.0,
             init_std=c.initializer_range,
-            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps, bias=False),
+            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
             block=BlockConfig(kind="pre"),
             position=position,
             attention=attention,
@@ -207,9 +206,8 @@ class _CausalSparse(_Sparse):
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
         ]
 
-    def check(self, cfg: ModelConfig) -> None:
-        super().check(cfg)
-        self.full_rotary(cfg)
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         m = cfg.mlp
@@ -346,6 +344,7 @@ class _DeepSeek(_Sparse):
     ``moe_intermediate_size`` beside ``n_shared_experts`` shared ones, weights times ``routed_scaling_factor``."""
 
     attention_kind = "mla"
+    position_why = " (it always rotates qk_rope_head_dim dims)"
     features = frozenset({"model.position.scaling"})
     scalings = ("none", "yarn")
     shared_experts = True
@@ -354,7 +353,6 @@ class _DeepSeek(_Sparse):
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
             ("model.norm.eps", (DEEPSEEK_LATENT_EPS,), " (its latent norms always use 1e-6)"),
-            ("model.position.kind", ("rope",), " (it always rotates qk_rope_head_dim dims)"),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
