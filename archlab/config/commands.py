@@ -1,5 +1,5 @@
 """Schemas of the commands other than archlab-train: archlab-check, archlab-bench, archlab-generate,
-archlab-prepare and archlab-report (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
+archlab-export, archlab-prepare and archlab-report (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
 Each field's ``help`` is the line ``--help`` prints beside it."""
 
 from __future__ import annotations
@@ -58,6 +58,18 @@ class GenerateConfig:
     top_k: Optional[int] = setting(None, "sample among the k most likely tokens; null = all")
     seed: Optional[int] = setting(0, "sampling seed; null = a different sample every run")
     device: str = setting("cpu", "cpu, cuda or cuda:<index>")
+
+
+@dataclass
+class ExportConfig:
+    """``archlab-export``: a trained model, with its tokenizer, as a Hugging Face directory."""
+
+    source: str = setting(
+        help="a run directory (its model.safetensors), a training checkpoint (.ckpt) or a safetensors file written "
+        "by archlab (a bare path is taken as source)"
+    )
+    out: str = setting(help="the new (or empty) directory to write the Hugging Face model and tokenizer into")
+    format: str = setting("hf", "hf: config.json, model.safetensors and tokenizer.json for transformers' Auto classes")
 
 
 @dataclass

@@ -1,0 +1,160 @@
+"""``archlab-export``'s work: a run directory, a training checkpoint or a safetensors file written by
+archlab, as a Hugging Face directory that ``AutoModelForCausalLM`` and ``AutoTokenizer`` load.
+
+``plan_export`` reads and checks everything cheap first (the source, its model config and tokenizer, the
+layout's Hugging Face class, the output directory), raising one ConfigError naming the field; only then
+does ``export_hf`` load weights and write files. A run directory exports its ``model.safetensors``, the
+final weights the run wrote (as ``archlab-generate`` reads them); a checkpoint, the weights it holds, with
+the tokenizer of the run it belongs to.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from archlab import checks
+from archlab.config import ModelConfig, recorded_model_config
+from archlab.errors import ConfigError
+from archlab.interop.hf import exportability, to_hf
+from archlab.interop.hf_families import bare
+from archlab.interop.hf_tokenizer import to_hf_tokenizer
+from archlab.nn.validation import validate
+from archlab.training.checkpoints import read_checkpoint
+from archlab.training.summary import EXPORT, SUMMARY
+from archlab.weights import CONFIG_KEY, TOKENIZER_KEY, load_weights, read_metadata, read_tokenizer
+
+FORMATS = ("hf",)
+SOURCES = "a run directory, a training checkpoint (.ckpt) or a safetensors file written by archlab"
+
+
+@dataclass
+class ExportPlan:
+    """What an export reads and writes, every part checked: the weights file (safetensors or .ckpt), its
+    model config, its tokenizer, the Hugging Face class it becomes and the output directory."""
+
+    weights: Path
+    config: ModelConfig
+    tokenizer: Any
+    model_class: str
+    out: Path
+
+
+def _run_of(ckpt: Path) -> Optional[Path]:
+    """The run directory a checkpoint lies in: the nearest one above it holding a run's summary or export."""
+    return next((d for d in ckpt.resolve().parents if (d / SUMMARY).is_file() or (d / EXPORT).is_file()), None)
+
+
+def _run_tokenizer(ckpt: Path, field: str) -> Any:
+    """The tokenizer of the run ``ckpt`` belongs to: the one its export carries, else its data's, the data
+    settings its summary records read again (an unfinished run has no export yet); None where neither has one."""
+    run = _run_of(ckpt)
+    if run is None:
+        return None
+    if (run / EXPORT).is_file():
+        tokenizer = read_tokenizer(run / EXPORT, field)
+        if tokenizer is not None:
+            return tokenizer
+    data = ((json.loads((run / SUMMARY).read_text()) if (run / SUMMARY).is_file() else {}).get("config") or {}).get(
+        "data"
+    )
+    if not isinstance(data, dict) or "_target_" not in data:
+        return None
+    from archlab.training.instantiate import instantiate_node
+
+    return getattr(instantiate_node(data, "data"), "tokenizer", None)
+
+
+def _read_source(source: str, field: str) -> tuple[Path, ModelConfig, Any]:
+    """The weights file ``source`` names, its model config and its tokenizer (None when it has none)."""
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise ConfigError(field, source, f"{SOURCES}; nothing is at this path")
+    if path.suffix == ".ckpt":
+        if path.is_dir():
+            raise ConfigError(
+                field, source, f"a checkpoint file; this is a sharded (FSDP) checkpoint: export its run's {EXPORT}"
+            )
+        saved = (read_checkpoint(path, field).get("hyper_parameters") or {}).get("model")
+        if not isinstance(saved, dict):
+            raise ConfigError(field, source, "a checkpoint written by archlab-train (it records no model config)")
+        return path, recorded_model_config(saved), _run_tokenizer(path, field)
+    if path.is_dir():
+        if not (path / EXPORT).is_file():
+            raise ConfigError(
+                field,
+                source,
+                f"a run directory holding {EXPORT} (a run writes it when it completes; for an unfinished run give "
+                "one of its checkpoints/*.ckpt)",
+            )
+        path = path / EXPORT
+    elif path.suffix != ".safetensors":
+        raise ConfigError(field, source, f"{SOURCES} (.safetensors)")
+    config = recorded_model_config(json.loads(read_metadata(path, field)[CONFIG_KEY]))
+    return path, config, read_tokenizer(path, field)
+
+
+def plan_export(source: str, format: str, out: str) -> ExportPlan:
+    """Every check of an export, before any weights are read: ConfigError naming ``source``, ``format``,
+    ``out`` or the first model field that blocks the export (the others listed beside it)."""
+    checks.choice("format", format, FORMATS)
+    weights, config, tokenizer = _read_source(source, "source")
+    family, problems = exportability(validate(config))
+    if problems:
+        first, *rest = problems
+        also = "".join(f"; also {p.field}={p.wants} (is {bare(p.value)})" for p in rest)
+        raise ConfigError(
+            first.field,
+            first.value,
+            f"{first.wants} to export {source} to {family.model_class}, the nearest Hugging Face class{first.why}{also}",
+        )
+    if tokenizer is None:
+        raise ConfigError(
+            "source",
+            source,
+            f"weights with a tokenizer ({TOKENIZER_KEY!r} metadata, which a run on text or prepared shards writes): "
+            "Hugging Face's AutoTokenizer needs one, and this model has none",
+        )
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ConfigError(
+            "source",
+            source,
+            f"a tokenizer within model.vocab_size={config.vocab_size}; this one has {tokenizer.vocab_size} ids",
+        )
+    if importlib.util.find_spec("transformers") is None:
+        raise ConfigError("format", format, 'hf with transformers installed: pip install -e ".[hf]"')
+    path = checks.writable_dir("out", out)
+    if path.is_dir() and any(path.iterdir()):
+        held = ", ".join(sorted(p.name for p in path.iterdir())[:5])
+        raise ConfigError("out", out, f"a new or empty directory (this one holds {held})")
+    return ExportPlan(weights, config, tokenizer, family.model_class, path)
+
+
+def _load(plan: ExportPlan) -> Any:
+    """The archlab Decoder of the plan's weights, on the CPU, in their stored dtype."""
+    if plan.weights.suffix == ".safetensors":
+        return load_weights(plan.weights)
+    from archlab.build import build_model
+
+    state = read_checkpoint(plan.weights, "source")["state_dict"]
+    model = build_model(plan.config, device="meta")
+    weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    model.load_state_dict(weights, strict=True, assign=True)
+    if plan.config.head.tied:  # assign replaced both parameters: make the head the embedding again
+        model.head.tie(model.tok_emb)
+    return model
+
+
+def export_hf(plan: ExportPlan) -> Path:
+    """Write the plan's model and tokenizer as a Hugging Face directory (config.json, model.safetensors,
+    generation_config.json, tokenizer.json, tokenizer_config.json); returns it."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # one small directory: no "Writing model shards" bar
+    hf_model = to_hf(_load(plan).eval())
+    hf_model.save_pretrained(str(plan.out))
+    to_hf_tokenizer(plan.tokenizer, plan.config.context_length).save_pretrained(str(plan.out))
+    return plan.out
