@@ -24,6 +24,7 @@ from archlab.interop.hf_families import bare
 from archlab.interop.hf_tokenizer import to_hf_tokenizer
 from archlab.nn.validation import validate
 from archlab.training.checkpoints import read_checkpoint
+from archlab.training.outputs import read_summary
 from archlab.training.summary import EXPORT, SUMMARY
 from archlab.weights import CONFIG_KEY, TOKENIZER_KEY, load_weights, read_metadata, read_tokenizer
 
@@ -58,9 +59,7 @@ def _run_tokenizer(ckpt: Path, field: str) -> Any:
         tokenizer = read_tokenizer(run / EXPORT, field)
         if tokenizer is not None:
             return tokenizer
-    data = ((json.loads((run / SUMMARY).read_text()) if (run / SUMMARY).is_file() else {}).get("config") or {}).get(
-        "data"
-    )
+    data = ((read_summary(run / SUMMARY) or {}).get("config") or {}).get("data")
     if not isinstance(data, dict) or "_target_" not in data:
         return None
     from archlab.training.instantiate import instantiate_node
