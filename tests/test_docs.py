@@ -23,10 +23,11 @@ line is checked:
   must be refused by exactly that check (``trainer.accelerator`` or ``trainer.devices``).
 - ``archlab-bench``: composed, the model validated, the bench's own setting check run, and (with
   ``compare_hf``) the layout mapped to its Hugging Face config; nothing is timed.
-- ``archlab-check``, ``archlab-generate``, ``archlab-prepare``, ``archlab-report``: run for real, in
-  process. Files they read that no earlier line made (nor should have made) are stand-ins made here: a tiny model for
-  ``archlab-generate``, a short text for ``data.path=``/``input=``, an empty file for ``ckpt_path=``, a
-  copy of a committed study's runs for ``archlab-report``. Absolute paths under /tmp/ are moved into
+- ``archlab-check``, ``archlab-generate``, ``archlab-prepare``, ``archlab-report``, ``archlab-export``:
+  run for real, in process. Files they read that no earlier line made (nor should have made) are
+  stand-ins made here: a tiny model for ``archlab-generate`` and a safetensors ``archlab-export``, a
+  short text for ``data.path=``/``input=``, an empty file for ``ckpt_path=``, a copy of a committed
+  study's runs for ``archlab-report``. Absolute paths under /tmp/ are moved into
   the working directory.
 - ``--help`` on any command: the installed console script, which must exit 0.
 - A line whose comment reads ``# error: <field>=...`` documents a refusal: it must raise the
@@ -62,7 +63,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 README_LIMIT = 15_000  # bytes
-COMMANDS = ("archlab-train", "archlab-check", "archlab-bench", "archlab-generate", "archlab-prepare", "archlab-report")
+COMMANDS = (
+    "archlab-train",
+    "archlab-check",
+    "archlab-bench",
+    "archlab-generate",
+    "archlab-prepare",
+    "archlab-report",
+    "archlab-export",
+)
 GPU_FIELDS = ("trainer.accelerator", "trainer.devices")
 STAND_IN_TEXT = (
     "ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun.\n\n"
@@ -469,6 +478,15 @@ def run_report(argv: list[str], ws: Workspace) -> None:
     run_exiting(main, [ws.localize(a) for a in argv])
 
 
+def run_export(argv: list[str], ws: Workspace) -> None:
+    from archlab.cli.export import main
+
+    source = bare_or_setting(argv, "source")
+    if source is not None and source.endswith(".safetensors"):
+        ws.model_file(source, with_tokenizer=True)
+    run_exiting(main, [ws.localize(a) for a in argv])
+
+
 def run_help(command: str) -> None:
     script = Path(sys.executable).with_name(command)
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
@@ -482,6 +500,7 @@ RULES: dict[str, Callable[[list[str], Workspace], None]] = {
     "archlab-generate": run_generate,
     "archlab-prepare": run_prepare,
     "archlab-report": run_report,
+    "archlab-export": run_export,
 }
 
 
