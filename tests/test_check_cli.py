@@ -95,6 +95,16 @@ def test_one_model_changed_part_json(capsys):
     assert result["flops_per_token"] == 6 * total + 12 * 12 * 12 * 64 * 1024
 
 
+def test_one_model_names_the_settings_its_variant_ignores(capsys):
+    code, out = check_in_process(capsys, "model/mlp=swiglu", "model.mlp.aux_loss_weight=0.01", "format=json")
+    line = "model.mlp.aux_loss_weight=0.01 is ignored for this variant (model.mlp.kind=swiglu does not use it)"
+    assert code == 0 and json.loads(out)["ignored"] == [line]
+    code, out = check_in_process(capsys, "model/mlp=moe", "model.mlp.aux_loss_weight=0.01")
+    assert code == 0 and "ignored" not in out
+    code, out = check_in_process(capsys, "model/mlp=swiglu", "model.mlp.aux_loss_weight=0.01")
+    assert code == 0 and line in out.splitlines()
+
+
 def test_one_model_breakdown_text(capsys):
     code, out = check_in_process(capsys, "model=llama2-70b", "model.n_layer=2")
     assert code == 0

@@ -6,7 +6,8 @@ published ones, or, given any ``model`` override, one composed model's breakdown
     archlab-check model=gpt2 model/position=rope format=json
 
 For one model it also says which Hugging Face class the layout exports to (archlab-export), or every
-field that blocks an export and the nearest class that would hold it.
+field that blocks an export and the nearest class that would hold it, and every field set that the
+chosen variant ignores.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.interop.hf import exportability
 from archlab.interop.hf_families import bare
-from archlab.nn.validation import entries, validate
+from archlab.nn.validation import entries, ignored, validate
 
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
 # config.json (the Hub repo named per line), built on the meta device, tied tensors counted once. Where the
@@ -200,6 +201,8 @@ def print_breakdown(title: str, result: dict, layout: str, console: Console) -> 
     console.print(title or "model (composed defaults)")
     console.print(layout, soft_wrap=True)
     console.print(export_line(result["hf_export"]), soft_wrap=True, markup=False)
+    for line in result["ignored"]:
+        console.print(line, soft_wrap=True, markup=False)
     table = Table("component", "analytic", "built (meta)", "", box=box.SIMPLE_HEAD)
     for c in (*COMPONENTS, "total"):
         table.add_row(c, f"{analytic[c]:,}", f"{built[c]:,}", "OK" if analytic[c] == built[c] else "MISMATCH")
@@ -231,7 +234,8 @@ def run(cfg: DictConfig, overrides: list[str]) -> int:
         else:
             print_table(rows, console)
         return int(any(row["status"] == "MISMATCH" for row in rows))
-    result = {**report(cfg.model), "hf_export": export_report(cfg.model)}
+    ignored_fields = [str(item) for item in ignored(validate(to_model_config(cfg.model)))]
+    result = {**report(cfg.model), "hf_export": export_report(cfg.model), "ignored": ignored_fields}
     if cfg.format == "json":
         print(json.dumps(result, indent=2))
         return int(result["analytic"]["total"] != result["built"]["total"])
