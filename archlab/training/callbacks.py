@@ -226,8 +226,9 @@ class ThroughputMonitor(Callback):
 
 
 class TextSamples(Callback):
-    """At the end of fit, continue the start of the first validation sequence with the trained model
-    and log the text (only when the data has a tokenizer)."""
+    """At the end of fit, continue the start of the first validation sequence with the trained model for
+    ``max_new_tokens`` tokens (past the context as ``archlab.generate`` does) and log the text (only when
+    the data has a tokenizer)."""
 
     def __init__(
         self,
@@ -253,11 +254,10 @@ class TextSamples(Callback):
         lit = _lit(self, pl_module)
         inputs, _ = next(iter(datamodule.val_dataloader()[0]))
         prompt = inputs[: self.num_samples, : self.prompt_tokens].to(lit.device)
-        room = lit.model_cfg.context_length - prompt.shape[1]
         generator = torch.Generator(device=lit.device).manual_seed(self.seed)
         # every rank decodes (under FSDP each forward gathers shards collectively); rank 0 reports
         model = lit.decoder
-        out = generate(model, prompt, min(self.max_new_tokens, room), self.temperature, self.top_k, generator)
+        out = generate(model, prompt, self.max_new_tokens, self.temperature, self.top_k, generator)
         reshard = getattr(model, "reshard", None)
         if reshard is not None:  # FSDP2 leaves the root gathered after a no-grad forward
             reshard()
