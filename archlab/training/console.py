@@ -33,10 +33,10 @@ class SweepConsole(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _sweep
-        _sweep = Path(str(config.hydra.sweep.dir))
-        records = _sweep / RECORDS
-        shutil.rmtree(records, ignore_errors=True)  # a re-run of the sweep counts its own jobs
-        (records / "jobs").mkdir(parents=True)
+        sweep = Path(str(config.hydra.sweep.dir))
+        shutil.rmtree(sweep / RECORDS, ignore_errors=True)  # a re-run of the sweep counts its own jobs
+        (sweep / RECORDS / "jobs").mkdir(parents=True)
+        _sweep = sweep
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         global _job
@@ -208,9 +208,8 @@ class Prefixed:
     def isatty(self) -> bool:
         return False
 
-    def fileno(self) -> int:
-        return self.stream.fileno()
-
-    @property
-    def encoding(self) -> str:
-        return self.stream.encoding
+    def __getattr__(self, name: str) -> Any:
+        """What else a text stream has (``encoding``, ``fileno``, ``buffer``...): the wrapped stream's."""
+        if name == "stream":  # not set yet (an instance made without __init__): no wrapped stream to ask
+            raise AttributeError(name)
+        return getattr(self.stream, name)
