@@ -124,6 +124,8 @@ def test_fsdp_cli_shards_trains_and_resumes_from_its_sharded_checkpoint(conf, tm
     mid = full / "checkpoints" / "step000005.ckpt"
     assert mid.is_dir() and len(list(mid.glob("*.distcp"))) == 2
     assert not list((full / "checkpoints").glob(".*"))  # each written to a staging dir, then swapped in
+    last = full / "checkpoints" / "last.ckpt"  # a link to the newest sharded directory, not a copy of it
+    assert last.is_symlink() and last.resolve() == (full / "checkpoints" / "step000010.ckpt").resolve()
     # it learned like the single process with the same global batch
     exported = load_weights(full / "model.safetensors").state_dict()
     assert _max_diff(exported, single[0]) < TOLERANCE

@@ -1,5 +1,6 @@
-"""Checkpoint safety: writes that a kill cannot leave half done, and a check, before training starts,
-that the checkpoint to continue from loads and was written for this run's model config.
+"""Checkpoint safety: writes that a kill cannot leave half done, ``last.ckpt`` as a link rather than a second
+copy, and a check, before training starts, that the checkpoint to continue from loads and was written for
+this run's model config.
 
 Lightning's own writer goes through fsspec: a temporary file in the system temp directory, moved over
 the target with ``shutil.move`` (a copy into the target when that directory is another filesystem),
@@ -16,11 +17,15 @@ from typing import Any, Optional
 import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
 from lightning.fabric.utilities.load import _METADATA_FILENAME
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.strategies import ModelParallelStrategy
+from torch import Tensor
 
 from archlab.config import model_config_dict, recorded_model_config
 from archlab.errors import ConfigError
+from archlab.training.outputs import LAST, check_keep
 
 # temporary names never end in ".ckpt", so resume=auto (newest *.ckpt) never picks a partial write
 PARTIAL, OLD = ".partial", ".old"
@@ -58,20 +63,79 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         fsync_dir(path.parent)
 
 
+def _remove(path: Path) -> None:
+    """Delete a file, a link (never what it points at) or a directory tree; nothing if absent."""
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
 def replace_dir(staging: Path, path: Path) -> None:
-    """Put the complete directory ``staging`` at ``path``. Two renames (a directory cannot be renamed over
-    a non-empty one): a kill between them leaves ``path`` missing but both versions whole on disk."""
+    """Put the complete directory (or link) ``staging`` at ``path``. Two renames (nothing can be renamed over
+    a directory): a kill between them leaves ``path`` missing but both versions whole on disk."""
     old = path.with_name(f".{path.name}{OLD}")
-    if old.exists():
-        shutil.rmtree(old)
-    if path.exists():
+    _remove(old)
+    if path.exists() or path.is_symlink():
         os.replace(path, old)
     os.replace(staging, path)
     fsync_dir(path.parent)
-    if old.is_dir():
-        shutil.rmtree(old)
-    elif old.exists():
-        old.unlink()
+    _remove(old)
+
+
+def link_checkpoint(target: Path, link: Path) -> None:
+    """Make ``link`` a relative symbolic link to the checkpoint ``target`` (the run directory may move) in
+    one rename over what was there, so a reader finds the previous checkpoint or the new one; a sharded
+    checkpoint directory in the way is swapped out by ``replace_dir``."""
+    tmp = link.with_name(f".{link.name}.{os.getpid()}{PARTIAL}")
+    _remove(tmp)
+    os.symlink(os.path.relpath(target, link.parent), tmp)
+    if link.is_dir() and not link.is_symlink():
+        replace_dir(tmp, link)
+    else:
+        os.replace(tmp, link)
+        fsync_dir(link.parent)
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose ``last.ckpt`` always holds the newest checkpointed state (what
+    ``resume=auto`` continues from) without a second copy of a kept file: it links to the checkpoint just
+    written, and is a file of its own only for a step whose checkpoint is not kept (not among the best).
+    ``keep`` (``outputs.KEEP``) says what else stays: ``best_and_last``, the ``save_top_k`` best by
+    ``monitor``; ``all``, every checkpoint; ``last``, none."""
+
+    def __init__(self, keep: str = "best_and_last", save_top_k: int = 1, **kwargs: Any):
+        check_keep(keep, save_top_k)
+        self.keep = keep
+        top_k = {"best_and_last": save_top_k, "all": -1, "last": 0}[keep]
+        super().__init__(save_top_k=top_k, save_last=True, **kwargs)
+
+    def _last_path(self) -> str:
+        assert self.dirpath is not None  # resolved in setup, before any save
+        return os.path.join(self.dirpath, LAST)
+
+    def _save_checkpoint(self, trainer: Trainer, filepath: str) -> None:
+        last = self._last_path()
+        self.last_model_path = last  # recorded in every checkpoint's state
+        super()._save_checkpoint(trainer, filepath)
+        if filepath == last:
+            return
+        if not _is_local_file_protocol(last):  # an object store has no links: a copy
+            super()._save_checkpoint(trainer, last)
+            return
+        if trainer.is_global_zero:
+            link_checkpoint(Path(filepath), Path(last))
+        trainer.strategy.barrier("archlab_last_linked")
+
+    def _save_topk_checkpoint(self, trainer: Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+        if self.keep != "last":
+            super()._save_topk_checkpoint(trainer, monitor_candidates)
+        if self._last_global_step_saved != trainer.global_step:  # this step's state is in no kept file
+            self._save_checkpoint(trainer, self._last_path())
+
+    def _save_last_checkpoint(self, trainer: Trainer, monitor_candidates: dict[str, Tensor]) -> None:
+        if self._last_global_step_saved != trainer.global_step:  # at the end of fit, or on an exception
+            self._save_checkpoint(trainer, self._last_path())
 
 
 class AtomicModelParallelStrategy(ModelParallelStrategy):

@@ -14,6 +14,13 @@ from omegaconf import DictConfig
 from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.training.summary import EXPORT, SUMMARY
 
+LAST = "last.ckpt"  # the run's newest checkpoint: what resume=auto continues from
+# callbacks.checkpoint.keep: which checkpoints a run keeps beside last.ckpt
+KEEP = {
+    "best_and_last": "the save_top_k best by monitor, and last.ckpt",
+    "last": "last.ckpt alone",
+    "all": "every checkpoint written, and last.ckpt",
+}
 HYDRA_FILES = ".hydra"  # the job's composed config, overrides and Hydra settings, as Hydra names them
 PENDING_HYDRA_FILES = ".hydra.pending"  # where Hydra writes them first: hydra.output_subdir in conf/train.yaml
 
@@ -32,10 +39,27 @@ def output_dir(cfg: DictConfig) -> tuple[Path, str]:
     return Path(hydra.runtime.output_dir), "hydra.sweep.dir" if hydra.mode == RunMode.MULTIRUN else "hydra.run.dir"
 
 
+def check_keep(keep: Any, save_top_k: Any) -> None:
+    """``callbacks.checkpoint.keep`` is one of ``KEEP``; ``save_top_k`` (how many best) is read by
+    ``best_and_last`` alone, so the others take it at its default, 1."""
+    if keep not in KEEP:
+        raise ConfigError(
+            "callbacks.checkpoint.keep", keep, " | ".join(f"{name} ({what})" for name, what in KEEP.items())
+        )
+    if keep != "best_and_last" and save_top_k != 1:
+        raise ConfigError(
+            "callbacks.checkpoint.save_top_k",
+            save_top_k,
+            f"1 (its default) with callbacks.checkpoint.keep={keep}, which keeps {KEEP[keep]}; "
+            "to keep the N best, keep=best_and_last save_top_k=N",
+        )
+
+
 def newest_checkpoint(directory: Path) -> Optional[Path]:
-    """The most recently written checkpoint (file, or sharded directory) under ``directory``."""
-    found = [p for p in directory.glob("**/*.ckpt")] if directory.exists() else []
-    return max(found, key=lambda p: p.stat().st_mtime_ns) if found else None
+    """The most recently written checkpoint (file, or sharded directory) under ``directory``; ``last.ckpt``
+    where it links to the newest one. A link a kill left pointing at a deleted checkpoint is passed over."""
+    found = [p for p in directory.glob("**/*.ckpt") if p.exists()] if directory.exists() else []
+    return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name == LAST)) if found else None
 
 
 def read_summary(path: Path) -> Optional[dict[str, Any]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -82,8 +83,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
     """``ckpt_path`` as given, or with ``resume=auto`` the newest checkpoint of this run directory."""
-    if cfg.ckpt_path is not None:
-        return str(Path(cfg.ckpt_path).resolve())  # recorded in summary.json: absolute, like every path there
+    if cfg.ckpt_path is not None:  # recorded in summary.json: absolute, like every path there, and as given
+        return os.path.abspath(cfg.ckpt_path)  # (a last.ckpt link not swapped for its target of the moment)
     if cfg.resume == "auto":
         found = newest_checkpoint(out / "checkpoints")
         log.info("resume=auto: %s", f"continuing from {found}" if found else "no checkpoint yet, starting fresh")

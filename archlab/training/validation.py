@@ -15,6 +15,7 @@ from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
 from archlab.matching import QUANTITIES
 from archlab.nn.validation import validate
+from archlab.training.outputs import check_keep
 from archlab.training.sweep import in_multirun
 
 PRECISIONS = ("32", "32-true", "bf16-mixed", "bf16-true", "16-mixed", "auto")
@@ -257,4 +258,13 @@ def _check_checkpoint_callback(node: Any) -> None:
     top_k = node.get("save_top_k", 1)
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < -1:
         raise ConfigError("callbacks.checkpoint.save_top_k", top_k, "-1 (keep all), 0 (none) or a positive integer")
+    if node.get("_target_") == "archlab.training.checkpoints.RunCheckpoint":  # the default; not Lightning's own
+        check_keep(node.get("keep", "best_and_last"), top_k)
+        if "save_last" in node:
+            raise ConfigError(
+                "callbacks.checkpoint.save_last",
+                node.save_last,
+                "unset: last.ckpt is always written (resume=auto continues from it); "
+                "callbacks.checkpoint.keep chooses which other checkpoints stay",
+            )
     checks.choice("callbacks.checkpoint.mode", node.get("mode", "min"), ("min", "max"))
