@@ -13,6 +13,7 @@ from typing import Any, Optional
 from torch import nn
 
 from archlab.config import ModelConfig, to_model_config
+from archlab.config.layers import layer_configs
 from archlab.nn.attention import ATTENTIONS
 from archlab.nn.validation import entries, validate
 
@@ -30,10 +31,10 @@ def count(cfg: Any) -> dict[str, int]:
     (PaLM, arXiv:2204.02311, appendix B).
     """
     cfg = validate(to_model_config(cfg))
-    chosen, layers = entries(cfg), range(cfg.n_layer)
-    attention = [chosen.attention.num_params(cfg, i) for i in layers]
-    mlp = [chosen.mlp.num_params(cfg, i) for i in layers]
-    block_norms = [chosen.block.num_params(cfg, i) for i in layers]  # a block's own parameters are its norms
+    chosen, layers = entries(cfg), list(enumerate(layer_configs(cfg)))  # each layer by its own config
+    attention = [entries(c).attention.num_params(c, i) for i, c in layers]
+    mlp = [entries(c).mlp.num_params(c, i) for i, c in layers]
+    block_norms = [entries(c).block.num_params(c, i) for i, c in layers]  # a block's own parameters: its norms
     norm = chosen.norm.num_params(cfg)
     counts = {
         "token_embedding": cfg.vocab_size * cfg.d_model,
@@ -47,7 +48,7 @@ def count(cfg: Any) -> dict[str, int]:
     counts["total"] = sum(counts[c] for c in COMPONENTS)
     shared = chosen.head.shared_embedding_params(cfg)
     counts["non_embedding"] = counts["total"] - counts["token_embedding"] - counts["position_embedding"] + shared
-    active = sum(chosen.attention.active_params(cfg, i) + chosen.mlp.active_params(cfg, i) for i in layers)
+    active = sum(entries(c).attention.active_params(c, i) + entries(c).mlp.active_params(c, i) for i, c in layers)
     inactive = counts["attention"] + counts["mlp"] - active
     counts["active"] = counts["total"] - inactive
     counts["active_non_embedding"] = counts["non_embedding"] - inactive
@@ -61,7 +62,12 @@ def flops_per_token(cfg: ModelConfig, active_non_embedding: int, seq_len: int | 
     part in a matmul for this token, plus what the chosen entries do beyond their weights (attention's
     scores)."""
     T = seq_len or cfg.context_length
-    return 6 * active_non_embedding + sum(entry.extra_flops(cfg, T) for entry in entries(cfg))
+    extra = sum(
+        part.extra_flops(c, T, i)
+        for i, c in enumerate(layer_configs(cfg))
+        for part in (entries(c).attention, entries(c).mlp, entries(c).block)
+    )
+    return 6 * active_non_embedding + extra
 
 
 def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:
@@ -69,7 +75,10 @@ def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int 
     the attention entry's closed form (a sliding-window layer keeps only its window). Not validated: the
     report reads it from runs recorded by earlier versions, whose checks were looser."""
     cfg = to_model_config(cfg)
-    return bytes_per_value * ATTENTIONS.get(cfg.attention.kind).kv_cache_values(cfg, length or cfg.context_length)
+    T = length or cfg.context_length
+    return bytes_per_value * sum(
+        ATTENTIONS.get(c.attention.kind).kv_cache_values(c, T, i) for i, c in enumerate(layer_configs(cfg))
+    )
 
 
 def built_counts(model: nn.Module) -> dict[str, int]:

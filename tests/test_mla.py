@@ -302,7 +302,7 @@ def test_extra_flops_equal_causals_when_heads_match():
     """12·H·hd per key seen is 6·H·(qk + v) with qk = v = hd."""
     mla = tiny(attention={"qk_nope_head_dim": 4, "qk_rope_head_dim": 4, "v_head_dim": 8})
     causal = tiny(attention={"kind": "causal", "qkv_bias": False}, position={"kind": "rope"})
-    assert MultiHeadLatentAttention.extra_flops(mla, 16) == CausalSelfAttention.extra_flops(causal, 16) > 0
+    assert MultiHeadLatentAttention.extra_flops(mla, 16, 0) == CausalSelfAttention.extra_flops(causal, 16, 0) > 0
 
 
 # ---- validation ----

@@ -140,7 +140,7 @@ def test_sliding_window_sees_exactly_the_window(window, global_every):
         assert block.attn.window == (window if local else None)
         with torch.no_grad():
             expected = reference_attention(block.attn, x, cfg.norm.eps, visible=visible)
-            masks = model.mask(0, 9, 0, block.attn.window, F64, x.device)
+            masks = model.mask(model.position, 0, 9, 0, block.attn.window, F64, x.device)
             torch.testing.assert_close(block.attn(x, None, masks), expected)
 
 

@@ -8,7 +8,7 @@ the variant and the variant's own entry checks the fields it uses (see ``archlab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional, cast
+from typing import Any, Dict, List, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -65,12 +65,22 @@ class AttentionConfig:
     out_bias: bool = True
     dropout: float = 0.0
     qk_norm: str = choice(
-        "none", "head", "full"
-    )  # norm q and k before RoPE: per head (Qwen3) | whole projection (OLMo 2)
+        "none", "head", "full", "l2"
+    )  # norm q and k before RoPE: per head (Qwen3) | whole projection (OLMo 2); after RoPE: l2, per head, no weight (Llama 4)
     scale: Optional[float] = None  # score multiplier; None = 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar^-0.5)
     softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)
     window: Optional[int] = None  # sliding window: a query sees itself and the window-1 positions before it (Mistral)
     global_every: Optional[int] = None  # with window: every N-th layer is global (Gemma 2: 2); None = all local
+    chunk: Optional[int] = None  # chunked attention: a query sees earlier keys of its chunk of N positions (Llama 4: 8192)
+    sinks: bool = False  # a learned logit per head joins each softmax's denominator, a key with no value (gpt-oss)
+    gate: str = choice(
+        "none", "elementwise", "head"
+    )  # output times sigmoid(W·x) before proj: per dim of each head (AFMoE, Qwen3-Next) | per head (Step-3.5)
+    # queries at position p times 1 + beta·log(1 + floor((p + offset) / length)) (Llama 4's attention temperature:
+    # attn_scale 0.1, floor_scale 8192, offset 1; Ministral 3: llama_4_scaling_beta, original_max_position_embeddings, 0)
+    query_scale_beta: Optional[float] = None  # None = queries unscaled
+    query_scale_length: int = 8192  # positions per step of the floor
+    query_scale_offset: int = 0  # added to the position before the floor (Llama 4 counts from 1)
     # mla, multi-head latent attention (DeepSeek-V2): keys and values from a low-rank latent the cache stores
     q_lora_rank: Optional[int] = None  # mla: queries through a rank-r bottleneck (DeepSeek-V3: 1536); None = direct
     kv_lora_rank: int = 512  # mla: width of the compressed key/value latent
@@ -90,6 +100,11 @@ class MLPConfig:
     multiple_of: int = 1  # gated LLaMA rule: round the width up to a multiple of this
     bias: bool = True
     approximate: str = choice("none", "tanh")  # gelu and geglu: exact GELU, or its tanh approximation
+    # swiglu (dense or experts): (clamp(up) + up_offset) · act(gate), act(g) = g·σ(swiglu_alpha·g) (gpt-oss: 7, 1.702, 1)
+    swiglu_limit: Optional[float] = None  # swiglu: bound L: up clamped to [-L, L], the gate to <= L; None = no clamp
+    swiglu_clamp: str = choice("gate", "activation")  # swiglu, with a limit: L bounds the gate (gpt-oss) | act(gate) (Step-3.5)
+    swiglu_alpha: float = 1.0  # swiglu: the gate's activation g·σ(α·g); 1 = SiLU (gpt-oss: 1.702)
+    up_offset: float = 0.0  # swiglu: added to the (clamped) up projection before the product (gpt-oss: 1)
     # moe: a router sends each token to top_k of n_experts MLPs of kind ``expert``, beside any shared experts
     expert: str = choice("swiglu", "geglu", "gelu", "relu")  # moe: the kind of every expert (and dense layer)
     n_experts: int = 8  # moe: routed experts per layer
@@ -103,6 +118,8 @@ class MLPConfig:
     top_groups: int = 1  # moe: groups a token may pick from, ranked by the sum of their two best scores (V3: 4)
     routed_scale: float = 1.0  # moe: the routed experts' weights times this (DeepSeek-V3: 2.5)
     correction_bias: bool = False  # moe: a per-expert bias added to the scores for selection only (DeepSeek-V3)
+    router_bias: bool = False  # moe: the router Linear has a learned bias, added to its logits (gpt-oss)
+    weight_input: bool = False  # moe: the routing weight scales a routed expert's input, outputs summed as they are (Llama 4)
     aux_loss_weight: float = 0.0  # moe: weight of the load-balancing loss (Switch Transformer; Mixtral: 0.02)
     z_loss_weight: float = 0.0  # moe: weight of the router z-loss, mean logsumexp(logits)^2 (ST-MoE: 0.001)
 
@@ -115,6 +132,17 @@ class HeadConfig:
     tied: bool = True
     bias: bool = False
     softcap: Optional[float] = None  # logits -> softcap·tanh(logits/softcap) (Gemma 2: 30)
+
+
+@dataclass
+class LayersConfig:
+    """``model.layers``: layers that differ (``archlab.config.layers``). Named kinds, each overriding fields
+    of the model's ``attention``, ``position`` and ``mlp``, and the layers each kind is given: the first
+    ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts."""
+
+    kinds: Any = None  # name -> {attention: {window: 512}, position: {kind: none}} (untyped: set from the command line)
+    first: List[str] = field(default_factory=list)  # the kinds of layers 0, 1, ..., len(first) - 1 ([dense]: DeepSeek)
+    pattern: List[str] = field(default_factory=list)  # the kinds of the layers after them, cycled ([local, global])
 
 
 @dataclass
@@ -134,6 +162,7 @@ class ModelConfig:
     attention: AttentionConfig = field(default_factory=AttentionConfig)
     mlp: MLPConfig = field(default_factory=MLPConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
+    layers: LayersConfig = field(default_factory=LayersConfig)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:

@@ -6,7 +6,7 @@ MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped; ``mla`` li
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig, n_kv_head
+from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.nn import cpu_attention
 from archlab.nn.component import LayerPart, residual_projection
@@ -29,6 +30,7 @@ class Attention(LayerPart, nn.Module):
     of a rotary scheme's fields (``validate_rotary``), and the KV cache's size (``kv_cache_values``)."""
 
     window: Optional[int] = None  # keys a query sees (None: every earlier one)
+    chunk: Optional[int] = None  # a query sees only the keys of its own chunk of this many positions (None: no chunks)
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
@@ -59,8 +61,8 @@ class Attention(LayerPart, nn.Module):
         (RoPE's ``validate`` calls it)."""
 
     @staticmethod
-    def kv_cache_values(cfg: ModelConfig, length: int) -> int:
-        """Values the KV cache holds for one sequence of ``length`` tokens, over every layer."""
+    def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
+        """Values the KV cache of layer ``layer`` holds for one sequence of ``length`` tokens."""
         raise NotImplementedError
 
 
@@ -86,11 +88,17 @@ def window_of(cfg: ModelConfig, layer: int) -> Optional[int]:
     return a.window
 
 
-def positions_seen(cfg: ModelConfig, length: int) -> int:
-    """Positions the last of ``length`` queries attends to, summed over the layers: all ``length`` in a
-    global layer, at most the window in a sliding one (what the KV cache holds and the scores cost)."""
-    windows = (window_of(cfg, layer) for layer in range(cfg.n_layer))
-    return sum(length if w is None else min(w, length) for w in windows)
+def chunk_of(cfg: ModelConfig, layer: int) -> Optional[int]:
+    """The attention chunk of ``layer`` (None: unchunked): ``attention.chunk``."""
+    return cfg.attention.chunk
+
+
+def positions_seen(cfg: ModelConfig, length: int, layer: int) -> int:
+    """Positions the last of ``length`` queries of ``layer`` attends to: all ``length`` in a global layer,
+    at most the window in a sliding one, at most the chunk in a chunked one (what the KV cache holds and
+    the scores cost)."""
+    span = window_of(cfg, layer) or chunk_of(cfg, layer)  # validation allows one of the two
+    return length if span is None else min(span, length)
 
 
 def softmax_scale(cfg: ModelConfig) -> float:
@@ -107,22 +115,24 @@ class KVCache:
     per layer, ``k`` and ``v``, each ``[B, heads, T, dim]`` (causal: keys and values; mla: its latent and
     its shared rotated key), allocated on a layer's first update in the shapes it hands over. A global
     layer keeps every position; a sliding-window layer keeps only the last ``window - 1``, all a later
-    query can see. ``dtype`` (default: the first tensors') is the one they are stored in."""
+    query can see, and a chunked one the last ``chunk - 1``, which hold its chunk. ``dtype`` (default: the
+    first tensors') is the one they are stored in."""
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
         self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
-        self.windows = [window_of(cfg, layer) for layer in range(cfg.n_layer)]
+        # a chunked layer keeps the window of its chunk: with left padding each row's chunks start elsewhere
+        self.windows = [window_of(c, layer) or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
         self.k: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.v: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.length = 0  # positions already seen; advanced by the model after each forward
 
     def kept(self, window: Optional[int]) -> int:
-        """How many cached positions a layer with this window attends to besides the new ones."""
+        """How many cached positions a layer with this window (or chunk) attends to besides the new ones."""
         return self.length if window is None else min(self.length, window - 1)
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store this step's two tensors ``[B, heads, T, dim]`` of ``layer`` after the cached ones; return
-        what this step attends to (for a window layer: the kept positions, then the new ones)."""
+        what this step attends to (for a window or chunked layer: the kept positions, then the new ones)."""
         end = self.length + k.shape[2]
         if end > self.max_len:
             raise ValueError(f"KV cache holds {self.max_len} positions; this step needs {end}")
@@ -148,49 +158,100 @@ class KVCache:
 
 
 def attention_mask(
-    q_pos: Tensor, k_pos: Tensor, bias: Optional[Tensor], window: Optional[int] = None, always: bool = False
+    q_pos: Tensor,
+    k_pos: Tensor,
+    bias: Optional[Tensor],
+    window: Optional[int] = None,
+    always: bool = False,
+    chunk: Optional[int] = None,
 ) -> Optional[Tensor]:
     """What attention needs beyond plain causal masking, for queries at ``q_pos`` and keys at the
     contiguous positions ``k_pos`` (ending at the last query): None when ``is_causal`` (or one query
     seeing every key) suffices (unless ``always``), else a boolean mask of visible keys, or ``bias`` with
-    -inf where a key is hidden. A key is hidden when it is later than the query or ``window`` or more
-    positions before it."""
+    -inf where a key is hidden. A key is hidden when it is later than the query, ``window`` or more
+    positions before it, or in another ``chunk`` (⌊position / chunk⌋ differs: Llama 4; the caller passes
+    a chunk only where the keys span two, as it knows their first position without a device sync)."""
     cut = window is not None and len(k_pos) > window  # some key lies outside some query's window
-    if bias is None and not cut and not always and (len(q_pos) == 1 or len(q_pos) == len(k_pos)):
+    if bias is None and not (cut or always) and chunk is None and (len(q_pos) == 1 or len(q_pos) == len(k_pos)):
         return None
     distance = q_pos[:, None] - k_pos[None, :]
     visible = distance >= 0
     if cut and window is not None:  # cut implies a window
         visible &= distance < window
+    if chunk is not None:
+        visible &= q_pos[:, None] // chunk == k_pos[None, :] // chunk
     return visible if bias is None else bias.masked_fill(~visible, float("-inf"))
+
+
+def visible_keys(mask: Optional[Tensor], queries: int, keys: int, device: torch.device) -> Tensor:
+    """``mask`` as given, or where it is None (plain causal, the queries ending with the keys) that
+    causal mask as a boolean ``[queries, keys]``."""
+    if mask is not None:
+        return mask
+    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
+
+
+def float_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
+    """A boolean mask of visible keys as a bias, 0 where visible and -inf where hidden; a bias as it is."""
+    if mask.dtype != torch.bool:
+        return mask
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
+def l2_norm(x: Tensor, eps: float) -> Tensor:
+    """``x / sqrt(mean(x²) + eps)`` over the last dim, in float32 at least, without a weight (Llama 4's
+    Llama4TextL2Norm, an RMSNorm with no scale)."""
+    y = x.to(torch.promote_types(x.dtype, torch.float32))
+    return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def query_scales(start: int, length: int, beta: float, every: int, offset: int, device: torch.device) -> Tensor:
+    """The factor ``1 + beta·log(1 + ⌊(p + offset) / every⌋)`` of the queries at positions ``p`` = start,
+    ..., start + length - 1, float32 ``[1, 1, length, 1]`` (Llama 4's attention temperature, offset 1;
+    Ministral 3's ``llama_4_scaling_beta``, offset 0)."""
+    p = torch.arange(start, start + length, device=device, dtype=torch.float32)
+    return (1 + beta * torch.log1p(torch.floor((p + offset) / every))).view(1, 1, length, 1)
 
 
 @ATTENTIONS.register("causal")
 class CausalSelfAttention(Attention):
-    """One fused q/k/v projection, optional QK-norm, scaled dot-product attention over the causal (or
-    sliding) window, optionally soft-capped, one output projection. SDPA runs it unless soft-capping
-    asks for the scores themselves, or bf16 on the CPU is faster as plain matmuls (cpu_attention.py)."""
+    """One fused q/k/v projection, optional QK-norm and query scaling, scaled dot-product attention over
+    the causal (or sliding, or chunked) window, optionally soft-capped or with sinks, an optional output
+    gate, one output projection. SDPA runs it unless soft-capping asks for the scores themselves, or bf16
+    on the CPU is faster as plain matmuls (cpu_attention.py); sinks reach SDPA as one more key column."""
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
         a = cfg.attention
         self.n_head, self.n_kv_head, self.head_dim = a.n_head, n_kv_head(cfg), self.qk_head_dim(cfg)
         self.dropout, self.softcap, self.scale = a.dropout, a.softcap, softmax_scale(cfg)
-        self.window = window_of(cfg, layer)
+        self.window, self.chunk = window_of(cfg, layer), chunk_of(cfg, layer)
         self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
         self.proj = residual_projection(nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias))
+        # a gate is projected as the queries are, with their bias (Qwen3-Next's q_proj holds both)
+        gate_width = {"none": 0, "elementwise": self.n_head * self.head_dim, "head": self.n_head}[a.gate]
+        self.gate = nn.Linear(cfg.d_model, gate_width, bias=a.qkv_bias) if gate_width else None
+        self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
+        self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset)
+        self.norm_eps = cfg.norm.eps  # l2 QK-norm's (Llama 4: rms_norm_eps, the model's norms' own)
         self.qk_norm = a.qk_norm
-        if a.qk_norm != "none":
+        if a.qk_norm in ("head", "full"):
             norm = NORMS.get(cfg.norm.kind)
             per_head = a.qk_norm == "head"
             self.q_norm = norm(cfg, self.head_dim if per_head else self.n_head * self.head_dim)
             self.k_norm = norm(cfg, self.head_dim if per_head else self.n_kv_head * self.head_dim)
 
     def project(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values ``[B, T, heads, hd]``: projected, QK-normed, then rotated."""
+        """Queries, keys and values ``[B, T, heads, hd]``: projected, QK-normed, then rotated (the l2
+        QK-norm after the rotation, where Llama 4 applies it: a rotation keeps the RMS, so either order
+        gives the same heads but for rounding)."""
         H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
-        if rotary is not None and self.qk_norm == "none":
-            return rotary.project(x, self.qkv, H, KV, hd)  # the scheme's own way: RoPE's is one pass
+        if self.qk_norm in ("none", "l2"):
+            if rotary is not None:
+                q, k, v = rotary.project(x, self.qkv, H, KV, hd)  # the scheme's own way: RoPE's is one pass
+            else:
+                q, k, v = self.qkv(x).unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
+            return (l2_norm(q, self.norm_eps), l2_norm(k, self.norm_eps), v) if self.qk_norm == "l2" else (q, k, v)
         q, k, v = self.qkv(x).unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
         if self.qk_norm == "head":
             q, k = self.q_norm(q), self.k_norm(k)
@@ -203,39 +264,71 @@ class CausalSelfAttention(Attention):
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape
         q, k, v = (t.transpose(1, 2) for t in self.project(x, rotary))
+        beta, every, offset = self.query_scale
+        if beta is not None:  # by index, counted on from the cache (Llama 4's cache_position)
+            start = cache.length if cache is not None else 0
+            q = q * query_scales(start, T, beta, every, offset, q.device).to(q.dtype)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
         dropout = self.dropout if self.training else 0.0
-        if self.softcap is None and cpu_attention.applies(q, k, v, mask, dropout):
-            y = cpu_attention.matmul_attention(q, k, v, mask, self.scale)
-        elif self.softcap is None:
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None and T > 1, scale=self.scale,
-                enable_gqa=self.n_kv_head != self.n_head,
-            )  # fmt: skip
+        if self.softcap is not None:
+            y = self.explicit_attention(q, k, v, mask, dropout, self.softcap)
         else:
-            y = self.capped_attention(q, k, v, mask, dropout, self.softcap)
-        return self.proj(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim))
+            if self.sinks is not None:
+                k, v, mask = self.sink_column(q, k, v, mask)
+            if cpu_attention.applies(q, k, v, mask, dropout):
+                y = cpu_attention.matmul_attention(q, k, v, mask, self.scale)
+            else:
+                y = F.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None and T > 1, scale=self.scale,
+                    enable_gqa=self.n_kv_head != self.n_head,
+                )  # fmt: skip
+        y = y.transpose(1, 2)  # [B, T, H, hd]
+        if self.gate is not None:  # one gate per value dim, or per head (broadcast over its dims)
+            y = y * torch.sigmoid(self.gate(x)).view(B, T, self.n_head, -1)
+        return self.proj(y.reshape(B, T, self.n_head * self.head_dim))
 
-    def capped_attention(
+    def sink_column(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """Keys and values with one more position, zero, and the mask as a float bias ``[B | 1, H, Tq,
+        Tk + 1]`` whose score there is each head's sink (0·q + sink): SDPA's softmax then adds e^sink to
+        its denominator and nothing to its weighted sum, as gpt-oss's sinks do."""
+        H, Tq, Tk = self.n_head, q.shape[2], k.shape[2]
+        bias = float_bias(visible_keys(mask, Tq, Tk, q.device), q.dtype)
+        bias = bias.view((1,) * (4 - bias.dim()) + tuple(bias.shape))  # [Tq, Tk] or [H, Tq, Tk] -> 4 dims
+        bias = bias.expand(bias.shape[0], H, Tq, Tk)
+        sinks = cast(Tensor, self.sinks).to(q.dtype).view(1, H, 1, 1).expand(bias.shape[0], H, Tq, 1)
+        zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])
+        return torch.cat((k, zero), dim=2), torch.cat((v, zero), dim=2), torch.cat((bias, sinks), dim=-1)
+
+    def explicit_attention(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float, softcap: float
     ) -> Tensor:
-        """Attention with scores soft-capped to ``softcap·tanh(s / softcap)`` before masking (Gemma 2):
-        explicit matmuls, as SDPA cannot cap its scores."""
+        """Attention with scores soft-capped to ``softcap·tanh(s / softcap)`` before masking (Gemma 2),
+        sinks joining the softmax after it: explicit matmuls, as SDPA cannot cap its scores."""
         groups = self.n_head // self.n_kv_head
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale
         scores = torch.tanh(scores / softcap) * softcap
-        if mask is None and q.shape[2] > 1:  # plain causal: queries and keys start together
-            mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        mask = visible_keys(mask, q.shape[2], k.shape[2], q.device)
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+        if self.sinks is not None:  # one more logit per head and query, dropped after the softmax
+            sinks = self.sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+            scores = torch.cat((scores, sinks), dim=-1)
         weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
+        if self.sinks is not None:
+            weights = weights[..., :-1]
         weights = F.dropout(weights.to(q.dtype), dropout)
         return torch.matmul(weights, v)
+
+    @torch.no_grad()
+    def init_parameters(self, std: float, residual_std: float) -> None:
+        """The init of what no Linear holds (``Decoder.init_weights`` calls it): sinks N(0, std), as
+        Hugging Face's gpt-oss."""
+        if self.sinks is not None:
+            nn.init.normal_(self.sinks, 0.0, std)
 
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
@@ -246,10 +339,13 @@ class CausalSelfAttention(Attention):
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for, plus the
-        QK-norms (per head: two norms of hd; whole projection: one of H·hd and one of KV·hd)."""
+        QK-norms (per head: two norms of hd; whole projection: one of H·hd and one of KV·hd; l2: none),
+        the gate (d·g, and g biases with qkv_bias; g = H·hd elementwise, H per head) and H sinks."""
         a, d, hd, kv = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg)
         qkv_out = (a.n_head + 2 * kv) * hd
         params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
+        gate = {"none": 0, "elementwise": a.n_head * hd, "head": a.n_head}[a.gate]
+        params += (d + a.qkv_bias) * gate + a.sinks * a.n_head
         norm = NORMS.get(cfg.norm.kind).num_params
         if a.qk_norm == "head":
             params += 2 * norm(cfg, hd)
@@ -258,16 +354,19 @@ class CausalSelfAttention(Attention):
         return params
 
     @staticmethod
-    def kv_cache_values(cfg: ModelConfig, length: int) -> int:
-        """Keys and values the cache holds for one sequence of ``length`` tokens, over every layer: 2·KV·hd
-        per position kept, every position in a global layer, at most the window in a sliding one."""
-        return 2 * n_kv_head(cfg) * CausalSelfAttention.qk_head_dim(cfg) * positions_seen(cfg, length)
+    def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
+        """Keys and values layer ``layer`` caches for one sequence of ``length`` tokens: 2·KV·hd per
+        position kept, every position in a global layer, at most the window (chunk) in a sliding (chunked)
+        one. Sinks and gates add nothing: a sink is a parameter, not a cached position."""
+        return 2 * n_kv_head(cfg) * CausalSelfAttention.qk_head_dim(cfg) * positions_seen(cfg, length, layer)
 
     @staticmethod
-    def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
-        """Scores q·k and the weighted sum of values, forward and backward, over every layer: 12·H·hd
-        per key a query sees, T keys (PaLM, appendix B), or at most the window in a sliding layer."""
-        return 12 * cfg.attention.n_head * CausalSelfAttention.qk_head_dim(cfg) * positions_seen(cfg, seq_len)
+    def extra_flops(cfg: ModelConfig, seq_len: int, layer: int) -> int:
+        """Scores q·k and the weighted sum of values, forward and backward: 12·H·hd per key a query sees,
+        T keys (PaLM, appendix B), or at most the window (chunk) in a sliding (chunked) layer. A gate's
+        projection counts among the weights; a sink's one logit per head, the gate's product, the l2 norm
+        and the query scale are elementwise, uncounted as the softmax and norms are."""
+        return 12 * cfg.attention.n_head * CausalSelfAttention.qk_head_dim(cfg) * positions_seen(cfg, seq_len, layer)
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
@@ -292,6 +391,10 @@ class CausalSelfAttention(Attention):
                 )
         if a.softcap is not None:
             checks.positive("model.attention.softcap", a.softcap, "a positive number, or null")
+        if a.query_scale_beta is not None:
+            checks.positive("model.attention.query_scale_beta", a.query_scale_beta, "a positive number, or null")
+            checks.integer("model.attention.query_scale_length", a.query_scale_length, 1)
+            checks.integer("model.attention.query_scale_offset", a.query_scale_offset, 0)
 
     @staticmethod
     def validate_rotary(cfg: ModelConfig) -> None:
@@ -307,21 +410,32 @@ class CausalSelfAttention(Attention):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """``<H>q/<KV>kv x <head_dim>``."""
-        return f"{cfg.attention.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"
+        """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``chunk C``, ``l2 qk-norm``,
+        ``sinks``, ``<gate> gate``, ``query scale β``."""
+        a = cfg.attention
+        parts = [f"{a.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"]
+        parts += [f"chunk {a.chunk}"] if a.chunk is not None else []
+        parts += ["l2 qk-norm"] if a.qk_norm == "l2" else []
+        parts += ["sinks"] if a.sinks else []
+        parts += [f"{a.gate} gate"] if a.gate != "none" else []
+        parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
+        return ", ".join(parts)
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """All but multi-head latent attention's ranks and head parts."""
+        """All but multi-head latent attention's ranks and head parts; the query scale's length and
+        offset where its beta is set."""
+        scale = {"query_scale_length", "query_scale_offset"} if cfg.attention.query_scale_beta is not None else set()
         return frozenset(
             {"n_head", "n_kv_head", "head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale", "softcap"}
-            | {"window", "global_every"}
+            | {"window", "global_every", "chunk", "sinks", "gate", "query_scale_beta"}
+            | scale
         )
 
 
 def validate_shared(cfg: ModelConfig) -> None:
-    """The fields every attention kind reads alike: ``n_head``, ``dropout``, ``scale``, ``window`` and
-    ``global_every``."""
+    """The fields every attention kind reads alike: ``n_head``, ``dropout``, ``scale``, ``window``,
+    ``global_every`` and ``chunk``."""
     a = cfg.attention
     checks.positive("model.attention.n_head", a.n_head)
     checks.probability("model.attention.dropout", a.dropout)
@@ -334,6 +448,12 @@ def validate_shared(cfg: ModelConfig) -> None:
         if a.window is None:
             raise ConfigError(
                 "model.attention.global_every", a.global_every, "null unless model.attention.window is set"
+            )
+    if a.chunk is not None:
+        checks.integer("model.attention.chunk", a.chunk, 1, "a positive integer (positions per chunk), or null")
+        if a.window is not None:
+            raise ConfigError(
+                "model.attention.chunk", a.chunk, "null when model.attention.window is set (one or the other)"
             )
 
 

@@ -31,14 +31,7 @@ def is_residual_projection(module: nn.Module) -> bool:
 
 
 class Component:
-    """What every entry answers: FLOPs beyond its weights, its checks, a short description and the
-    fields it uses."""
-
-    @staticmethod
-    def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
-        """Training FLOPs per token of all its instances in the model beyond 6 per weight (attention's
-        scores); none unless the entry says otherwise."""
-        return 0
+    """What every entry answers: its checks, a short description and the fields it uses."""
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
@@ -64,6 +57,12 @@ class LayerPart(Component):
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """Parameters of the instance of layer ``layer`` built from ``cfg``."""
+        return 0
+
+    @staticmethod
+    def extra_flops(cfg: ModelConfig, seq_len: int, layer: int) -> int:
+        """Training FLOPs per token of the instance of layer ``layer`` beyond 6 per weight (attention's
+        scores, ``seq_len`` keys at most); none unless the entry says otherwise."""
         return 0
 
     @classmethod

@@ -14,6 +14,7 @@ from archlab.errors import ConfigError
 from archlab.nn.attention import (
     ATTENTIONS,
     Attention,
+    chunk_of,
     positions_seen,
     softmax_scale,
     validate_shared,
@@ -30,6 +31,9 @@ _REFUSED = {
     "out_bias": (False, "false for kind mla (DeepSeek's projections have no biases)"),
     "qk_norm": ("none", "none for kind mla (its latents are normed instead)"),
     "softcap": (None, "null for kind mla (it runs SDPA, which cannot cap scores)"),
+    "sinks": (False, "false for kind mla (sinks are the causal kind's)"),
+    "gate": ("none", "none for kind mla (an output gate is the causal kind's)"),
+    "query_scale_beta": (None, "null for kind mla (query scaling is the causal kind's)"),
 }
 
 
@@ -49,7 +53,7 @@ class MultiHeadLatentAttention(Attention):
         self.n_head, self.rank = a.n_head, a.kv_lora_rank
         self.nope, self.rope, self.v_dim = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim
         self.dropout, self.scale = a.dropout, softmax_scale(cfg)
-        self.window = window_of(cfg, layer)
+        self.window, self.chunk = window_of(cfg, layer), chunk_of(cfg, layer)
         norm = NORMS.get(cfg.norm.kind)
         q_out = self.n_head * (self.nope + self.rope)
         q_rank = a.q_lora_rank
@@ -121,19 +125,19 @@ class MultiHeadLatentAttention(Attention):
         return queries + keys_values + H * a.v_head_dim * d
 
     @staticmethod
-    def kv_cache_values(cfg: ModelConfig, length: int) -> int:
-        """What the cache holds for one sequence of ``length`` tokens, over every layer: the latent and the
-        shared rotated key, kv_lora_rank + qk_rope_head_dim per position kept (a sliding layer: its window)."""
+    def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
+        """What layer ``layer`` caches for one sequence of ``length`` tokens: the latent and the shared
+        rotated key, kv_lora_rank + qk_rope_head_dim per position kept (a sliding layer: its window)."""
         a = cfg.attention
-        return (a.kv_lora_rank + a.qk_rope_head_dim) * positions_seen(cfg, length)
+        return (a.kv_lora_rank + a.qk_rope_head_dim) * positions_seen(cfg, length, layer)
 
     @staticmethod
-    def extra_flops(cfg: ModelConfig, seq_len: int) -> int:
-        """Scores q·k over nope + rope dims and the weighted sum of v_head_dim values, forward and backward,
-        over every layer: 6·H·(nope + rope + v) per key a query sees (causal's 12·H·hd when both are hd)."""
+    def extra_flops(cfg: ModelConfig, seq_len: int, layer: int) -> int:
+        """Scores q·k over nope + rope dims and the weighted sum of v_head_dim values, forward and backward:
+        6·H·(nope + rope + v) per key a query sees (causal's 12·H·hd when both are hd)."""
         a = cfg.attention
         per_key = 6 * a.n_head * (a.qk_nope_head_dim + a.qk_rope_head_dim + a.v_head_dim)
-        return per_key * positions_seen(cfg, seq_len)
+        return per_key * positions_seen(cfg, seq_len, layer)
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:

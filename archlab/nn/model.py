@@ -10,12 +10,13 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from archlab.config import ModelConfig
+from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.attention import KVCache, attention_mask
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import is_residual_projection
 from archlab.nn.head import build_head
 from archlab.nn.norms import build_norm
-from archlab.nn.positions import build_position, uninitialised_embedding
+from archlab.nn.positions import Position, build_position, uninitialised_embedding
 
 
 class Decoder(nn.Module):
@@ -27,7 +28,12 @@ class Decoder(nn.Module):
         self.tok_emb = uninitialised_embedding(cfg.vocab_size, cfg.d_model)
         self.position = build_position(cfg)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(build_block(cfg, i) for i in range(cfg.n_layer))
+        configs = layer_configs(cfg)  # model.layers: a layer's kind overrides the model's parts
+        self.blocks = nn.ModuleList(build_block(c, i) for i, c in enumerate(configs))
+        # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module
+        own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if c.position != cfg.position}
+        self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
+        self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
         self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
         self.head = build_head(cfg)
         self.head.tie(self.tok_emb)
@@ -54,19 +60,22 @@ class Decoder(nn.Module):
         if self.cfg.scale_embedding:  # sqrt(d_model) in float32, then rounded to x's dtype, as Gemma does
             x = x * torch.tensor(self.cfg.d_model**0.5, dtype=torch.float32).to(x.dtype)
         x = self.drop(self.position.embed(x, q_pos))
-        rotary = self.position.rotary(q_pos, x.dtype, cached=cache is not None)
         blocks = cast("Sequence[Block]", self.blocks)  # build_block's, one per layer
+        schemes = {None: self.position, **{k: cast(Position, p) for k, p in self.layer_positions.items()}}
+        rotary = {k: p.rotary(q_pos, x.dtype, cached=cache is not None) for k, p in schemes.items()}
         masks = {}
-        for w in {block.attn.window for block in blocks}:
-            kept = cache.kept(w) if cache is not None else 0
-            masks[w] = self.mask(start, T, kept, w, x.dtype, idx.device, attention_mask, positions)
+        for w, c, k in {(block.attn.window, block.attn.chunk, k) for block, k in zip(blocks, self.position_of)}:
+            kept = cache.kept(w or c) if cache is not None else 0  # a chunked layer caches as a window of its chunk
+            masks[w, c, k] = self.mask(
+                schemes[k], start, T, kept, w, x.dtype, idx.device, attention_mask, positions, chunk=c
+            )
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
-        for block in blocks:
-            mask = masks[block.attn.window]
+        for block, k in zip(blocks, self.position_of):
+            mask = masks[block.attn.window, block.attn.chunk, k]
             x = (
-                checkpoint(block, x, rotary, mask, cache, use_reentrant=False)
+                checkpoint(block, x, rotary[k], mask, cache, use_reentrant=False)
                 if recompute
-                else block(x, rotary, mask, cache)
+                else block(x, rotary[k], mask, cache)
             )
         if cache is not None:
             cache.length += T
@@ -74,8 +83,9 @@ class Decoder(nn.Module):
             x = self.final_norm(x)
         return self.head(x)
 
+    @staticmethod
     def mask(
-        self,
+        position: Position,
         start: int,
         length: int,
         kept: int,
@@ -84,22 +94,32 @@ class Decoder(nn.Module):
         device: torch.device,
         padding: Optional[Tensor] = None,
         positions: Optional[Tensor] = None,
+        chunk: Optional[int] = None,
     ) -> Optional[Tensor]:
-        """The attention mask (and position bias) of layers with this ``window``, for the ``length``
+        """The attention mask (and ``position``'s bias) of layers with this ``window``, for the ``length``
         queries from index ``start`` and the keys such a layer attends to: the ``kept`` cached ones, then
         the new ones. With ``padding`` (the attention mask, 0 = padding) the mask is per row ``[B, 1, Tq,
         Tk]``: padded keys are hidden (a padded query sees only itself, so no row is empty) and the bias
-        reads each row's ``positions``."""
+        and the ``chunk`` (keys in the query's chunk of that many positions only) read each row's
+        ``positions``, so a padded row is chunked as it would be alone (as Hugging Face's chunked mask)."""
         first, end = start - kept, start + length
         q_idx = torch.arange(start, end, device=device)
         k_idx = q_idx if kept == 0 else torch.arange(first, end, device=device)
         if padding is None:
-            bias = self.position.bias(q_idx, k_idx)
-            return attention_mask(q_idx, k_idx, None if bias is None else bias.to(dtype), window)
+            bias = position.bias(q_idx, k_idx)
+            crossed = chunk is not None and first // chunk != (end - 1) // chunk  # on ints: no device sync
+            return attention_mask(
+                q_idx, k_idx, None if bias is None else bias.to(dtype), window, chunk=chunk if crossed else None
+            )
         visible = attention_mask(q_idx, k_idx, None, window, always=True)
         assert visible is not None and positions is not None  # always=True: a mask; forward: positions with padding
-        visible = (visible & padding[:, None, None, first:end].bool()) | (q_idx[:, None] == k_idx[None, :])
-        bias = self.position.bias(positions[:, start:end], positions[:, first:end])
+        visible = visible & padding[:, None, None, first:end].bool()
+        if chunk is not None:
+            visible = visible & (
+                positions[:, None, start:end, None] // chunk == positions[:, None, None, first:end] // chunk
+            )
+        visible = visible | (q_idx[:, None] == k_idx[None, :])
+        bias = position.bias(positions[:, start:end], positions[:, first:end])
         return visible if bias is None else bias.to(dtype).masked_fill(~visible, float("-inf"))
 
     def compile_blocks(self) -> None:

@@ -11,7 +11,7 @@ each row its own.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
@@ -50,6 +50,7 @@ class Position(ModelPart, nn.Module):
     """Base scheme: adds nothing, rotates nothing, biases nothing (the ``none`` scheme)."""
 
     max_positions: Optional[int] = None  # positions from this one on have no encoding (a learned table)
+    in_attention: ClassVar[bool] = True  # acts inside attention (rotates, biases or nothing): may differ per layer
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -87,6 +88,7 @@ POSITIONS.register("none")(Position)
 class Learned(Position):
     """A trained table of ``context_length`` absolute position vectors (GPT-2)."""
 
+    in_attention = False
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.max_positions = cfg.context_length
@@ -104,6 +106,7 @@ class Learned(Position):
 class Sinusoidal(Position):
     """Fixed sines and cosines of geometric wavelengths (Vaswani et al. 2017); any length."""
 
+    in_attention = False
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.d_model = cfg.d_model

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 
 from archlab import checks
 from archlab.config import ModelConfig
+from archlab.config.layers import check_layers, kind_config, used_kinds
+from archlab.errors import ConfigError
 from archlab.nn.attention import ATTENTIONS, Attention
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
@@ -52,7 +54,33 @@ def validate(cfg: ModelConfig) -> ModelConfig:
     _check_choices(cfg, "model")
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
+    check_layers(cfg)
+    for name in sorted(used_kinds(cfg)):
+        _validate_kind(cfg, name)
     return cfg
+
+
+def _validate_kind(cfg: ModelConfig, name: str) -> None:
+    """A layer kind's config passes every check, naming the kind's own field where it set the one
+    refused; a position scheme may differ per layer only between schemes that act inside attention."""
+    layer = kind_config(cfg, name)
+    overrides = cfg.layers.kinds[name]
+    try:
+        validate(layer)
+    except ConfigError as err:
+        family, _, rest = err.field.removeprefix("model.").partition(".")
+        if rest and rest in (overrides.get(family) or {}):
+            raise ConfigError(f"model.layers.kinds.{name}.{family}.{rest}", err.value, err.allowed) from None
+        raise ConfigError(err.field, err.value, f"{err.allowed} (in layer kind {name})") from None
+    if layer.position != cfg.position:
+        for scheme in (cfg.position.kind, layer.position.kind):
+            if not POSITIONS.get(scheme).in_attention:
+                raise ConfigError(
+                    f"model.layers.kinds.{name}.position",
+                    overrides["position"],
+                    f"no change while model.position.kind={cfg.position.kind} (a scheme that adds to the "
+                    f"embeddings, {scheme}, is the whole model's; rotary and score-bias schemes may differ per layer)",
+                )
 
 
 class Entries(NamedTuple):

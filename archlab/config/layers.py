@@ -1,0 +1,90 @@
+"""Layers that differ: the config of each layer of a model whose ``model.layers`` gives some layers a
+named kind, each kind overriding fields of the model's ``attention``, ``position`` and ``mlp`` (a
+sliding window, no position encoding, a mixture of experts). Everything built or counted per layer
+reads ``layer_configs``: a layer's config is the model's with its kind's fields merged in."""
+
+from __future__ import annotations
+
+import copy
+from typing import Optional, cast
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from archlab.config.model import LayersConfig, ModelConfig
+from archlab.errors import ConfigError
+
+FAMILIES = ("attention", "position", "mlp")  # what a layer kind may override
+
+
+def layer_kind(cfg: ModelConfig, layer: int) -> Optional[str]:
+    """The kind ``model.layers`` gives ``layer``: from ``first``, then ``pattern`` cycled; None for none."""
+    layers = cfg.layers
+    if layer < len(layers.first):
+        return layers.first[layer]
+    if not layers.pattern:
+        return None
+    return layers.pattern[(layer - len(layers.first)) % len(layers.pattern)]
+
+
+def kind_config(cfg: ModelConfig, name: str) -> ModelConfig:
+    """The model's config with kind ``name``'s fields merged in, and no layer kinds of its own; a field or
+    family a kind cannot set is refused naming it."""
+    overrides = (cfg.layers.kinds or {})[name]
+    where = f"model.layers.kinds.{name}"
+    if not isinstance(overrides, dict):
+        raise ConfigError(where, overrides, "a mapping of families to fields, e.g. {attention: {window: 512}}")
+    for family, fields in overrides.items():
+        if family not in FAMILIES:
+            raise ConfigError(
+                f"{where}.{family}", fields, f"fields of {', '.join(FAMILIES)} (what may differ per layer)"
+            )
+    base = copy.deepcopy(cfg)
+    base.layers = LayersConfig()
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(base), overrides)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None)
+        reason = str(err).splitlines()[0]
+        raise ConfigError(
+            f"{where}.{key}" if key else where, overrides, f"fields of the model's {', '.join(FAMILIES)} ({reason})"
+        ) from None
+    return cast(ModelConfig, OmegaConf.to_object(merged))
+
+
+def check_layers(cfg: ModelConfig) -> None:
+    """``first`` and ``pattern`` name defined kinds, ``first`` fits in the model, and every kind merges."""
+    layers, kinds = cfg.layers, cfg.layers.kinds or {}
+    if not isinstance(kinds, dict):
+        raise ConfigError("model.layers.kinds", kinds, "null, or a mapping of kind names to overrides")
+    names = sorted(kinds)
+    for field in ("first", "pattern"):
+        unknown = [k for k in getattr(layers, field) if k not in kinds]
+        if unknown:
+            allowed = (
+                f"names of model.layers.kinds ({', '.join(names)})"
+                if names
+                else "names of model.layers.kinds (none defined)"
+            )
+            raise ConfigError(f"model.layers.{field}", list(getattr(layers, field)), allowed)
+    if len(layers.first) > cfg.n_layer:
+        raise ConfigError("model.layers.first", list(layers.first), f"at most model.n_layer={cfg.n_layer} kinds")
+    for name in names:
+        kind_config(cfg, name)
+
+
+def layer_configs(cfg: ModelConfig) -> list[ModelConfig]:
+    """The config of every layer, in order (each kind merged once); the model's own where no kind is given."""
+    by_kind: dict[Optional[str], ModelConfig] = {None: cfg}
+    out = []
+    for layer in range(cfg.n_layer):
+        kind = layer_kind(cfg, layer)
+        if kind not in by_kind:
+            by_kind[kind] = kind_config(cfg, cast(str, kind))
+        out.append(by_kind[kind])
+    return out
+
+
+def used_kinds(cfg: ModelConfig) -> set[str]:
+    """The kinds some layer is given."""
+    return {k for k in (layer_kind(cfg, i) for i in range(cfg.n_layer)) if k is not None}
