@@ -47,9 +47,8 @@ def test_last_links_to_the_checkpoint_it_equals_and_is_a_file_when_that_one_is_n
     resumed = train(compose_train(conf, tmp_path / "linked", [*more, "resume=auto"]))
     assert resumed["resumed_from"] == str(tmp_path / "linked" / "checkpoints" / "last.ckpt")
     assert [h["step"] for h in resumed["metrics"]["history"]] == [5, 10, 15] and resumed["steps"] == 15
-    branch = train(
-        compose_train(conf, tmp_path / "branch", [*more, f"ckpt_path={tmp_path / 'own/checkpoints/last.ckpt'}"])
-    )
+    from_own = [*more, "callbacks.checkpoint.mode=max", f"ckpt_path={tmp_path / 'own/checkpoints/last.ckpt'}"]
+    branch = train(compose_train(conf, tmp_path / "branch", from_own))  # a file of its own, read as it is
     assert branch["metrics"]["history"][:2] == own["metrics"]["history"] and branch["steps"] == 15
 
 
