@@ -23,8 +23,9 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import Tensor
 
-from archlab.config import model_config_dict, recorded_model_config
+from archlab.config import model_config_dict, recorded_model_config, to_model_config
 from archlab.errors import ConfigError
+from archlab.nn.validation import without_ignored
 from archlab.training.outputs import LAST, check_keep
 
 # temporary names never end in ".ckpt", so resume=auto (newest *.ckpt) never picks a partial write
@@ -217,7 +218,11 @@ def check_checkpoint(
         raise ConfigError(
             field, str(path), "a checkpoint written by archlab-train (it records no hyper_parameters.model)"
         )
-    diffs = config_differences(model_config_dict(recorded_model_config(saved)), model)
+    # fields the variant ignores are no part of the model (earlier presets set some: rmsnorm's bias)
+    diffs = config_differences(
+        model_config_dict(without_ignored(recorded_model_config(saved))),
+        model_config_dict(without_ignored(to_model_config(model))),
+    )
     if diffs:
         raise ConfigError(field, str(path), "a checkpoint of this run's model; it differs in " + "; ".join(diffs))
     step = checkpoint.get("global_step")
