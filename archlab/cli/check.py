@@ -5,7 +5,8 @@ published ones, or, given any ``model`` override, one composed model's breakdown
     archlab-check model=llama3-70b                     # one model, per component
     archlab-check model=gpt2 model/position=rope format=json
 
-For one model it also says which Hugging Face class the layout exports to (archlab-export), or every
+For one model it also gives each layer kind's layers, parts and counts (model.layers), says which
+Hugging Face class the layout exports to (archlab-export), or every
 field that blocks an export and the nearest class that would hold it, and every field set that the
 chosen variant ignores.
 """
@@ -30,6 +31,7 @@ from archlab.cli.errors import short_config_errors
 from archlab.cli.settings import run_hydra_command
 from archlab.config import to_model_config
 from archlab.config.commands import CheckConfig
+from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.interop.hf import exportability
@@ -152,6 +154,26 @@ def _layout(cfg: Any) -> str:
     )
 
 
+def layer_kinds(cfg: Any) -> dict[str, dict[str, Any]]:
+    """Per layer kind of ``model.layers`` (and ``(model)`` for the layers given none): its layers, its
+    parts as their entries describe them, and one layer's attention, MLP and block-norm parameters."""
+    m = validate(to_model_config(cfg))
+    out: dict[str, dict[str, Any]] = {}
+    for i, c in enumerate(layer_configs(m)):
+        name = layer_kind(m, i) or "(model)"
+        if name not in out:
+            e = entries(c)
+            out[name] = {
+                "layers": [],
+                "parts": f"position={e.position.describe(c)} attention={e.attention.describe(c)} mlp={e.mlp.describe(c)}",
+                "attention": e.attention.num_params(c, i),
+                "mlp": e.mlp.num_params(c, i),
+                "norms": e.block.num_params(c, i),
+            }
+        out[name]["layers"].append(i)
+    return out
+
+
 def export_report(cfg: Any) -> dict[str, Any]:
     """The Hugging Face class the layout exports to, or (``exports_to`` null) the nearest class and every
     field that blocks it, each with its value and what that class allows; and whether transformers,
@@ -198,8 +220,16 @@ def print_table(rows: list[dict], console: Console) -> None:
 def print_breakdown(title: str, result: dict, layout: str, console: Console) -> bool:
     """Print one model's per-component counts; return whether analytic and built agree everywhere."""
     analytic, built = result["analytic"], result["built"]
-    console.print(title or "model (composed defaults)")
-    console.print(layout, soft_wrap=True)
+    console.print(title or "model (composed defaults)", soft_wrap=True, markup=False)  # [a,b] is no markup
+    console.print(layout, soft_wrap=True, markup=False)
+    if len(result["layer_kinds"]) > 1 or "(model)" not in result["layer_kinds"]:
+        for name, kind in result["layer_kinds"].items():
+            console.print(
+                f"layer kind {name}, layers {','.join(map(str, kind['layers']))}: {kind['parts']}; per layer "
+                f"attention {kind['attention']:,}, mlp {kind['mlp']:,}, norms {kind['norms']:,}",
+                soft_wrap=True,
+                markup=False,
+            )
     console.print(export_line(result["hf_export"]), soft_wrap=True, markup=False)
     for line in result["ignored"]:
         console.print(line, soft_wrap=True, markup=False)
@@ -235,7 +265,8 @@ def run(cfg: DictConfig, overrides: list[str]) -> int:
             print_table(rows, console)
         return int(any(row["status"] == "MISMATCH" for row in rows))
     ignored_fields = [str(item) for item in ignored(validate(to_model_config(cfg.model)))]
-    result = {**report(cfg.model), "hf_export": export_report(cfg.model), "ignored": ignored_fields}
+    result = {**report(cfg.model), "layer_kinds": layer_kinds(cfg.model), "hf_export": export_report(cfg.model)}
+    result["ignored"] = ignored_fields
     if cfg.format == "json":
         print(json.dumps(result, indent=2))
         return int(result["analytic"]["total"] != result["built"]["total"])

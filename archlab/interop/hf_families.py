@@ -55,8 +55,19 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.softcap": (None, "no score soft-capping"),
     "model.attention.window": (None, "no sliding window"),
     "model.attention.global_every": (None, "no global layers among sliding ones"),
+    "model.attention.chunk": (None, "no chunked attention"),
+    "model.attention.sinks": (False, "no attention sinks"),
+    "model.attention.gate": ("none", "no attention output gate"),
+    "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.head.softcap": (None, "no logit soft-capping"),
     "model.position.scaling": ("none", "unscaled RoPE"),
+    "model.layers.first": ([], "every layer the same parts"),
+    "model.layers.pattern": ([], "every layer the same parts"),
+    "model.mlp.swiglu_limit": (None, "no SwiGLU clamp"),
+    "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
+    "model.mlp.up_offset": (0.0, "no offset on the up projection"),
+    "model.mlp.router_bias": (False, "no router bias"),
+    "model.mlp.weight_input": (False, "routing weights on the experts' outputs"),
 }
 
 # Plain MLPs compute act(fc(x)): transformers activation <-> archlab (kind, approximate).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 from archlab import checks
 from archlab.config import ModelConfig
@@ -112,39 +112,59 @@ class Ignored(NamedTuple):
 
     field: str  # model.mlp.aux_loss_weight
     value: Any
-    variant: str  # what ignores it: model.mlp.kind=swiglu
+    why: str  # model.mlp.kind=swiglu does not use it
 
     def __str__(self) -> str:
-        return f"{self.field}={self.value!r} is ignored for this variant ({self.variant} does not use it)"
+        return f"{self.field}={self.value!r} is ignored for this variant ({self.why})"
 
 
 def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default  # pyright: ignore[reportCallIssue]
 
 
+def _reads(cfg: ModelConfig, family: str) -> Optional[frozenset[str]]:
+    return FAMILIES[family].get(getattr(cfg, family).kind).reads(cfg)
+
+
 def ignored(cfg: ModelConfig) -> list[Ignored]:
-    """Every field of ``cfg``'s registry sections that the chosen entry does not read (``reads``) and
-    that differs from the dataclass default."""
+    """Every field set away from its dataclass default that no chosen entry reads (``reads``): of the
+    model's sections (read by its own entries or by a layer kind's built from them), of a layer kind's
+    overrides (read by that layer's entries), and a layer kind no layer is given."""
+    kinds = cfg.layers.kinds or {}
+    used = sorted(used_kinds(cfg))
+    layers = {name: kind_config(cfg, name) for name in used}
     out = []
-    for family, registry in FAMILIES.items():
+    for family in FAMILIES:
         section = getattr(cfg, family)
-        used = registry.get(section.kind).reads(cfg)
-        if used is None:
+        reads = [_reads(c, family) for c in (cfg, *layers.values())]
+        if any(r is None for r in reads):
             continue
+        read = frozenset().union(*(r for r in reads if r is not None))
         for f in dataclasses.fields(section):
             value = getattr(section, f.name)
-            if f.name != "kind" and f.name not in used and value != _default(f):
-                out.append(Ignored(f"model.{family}.{f.name}", value, f"model.{family}.kind={section.kind}"))
+            if f.name != "kind" and f.name not in read and value != _default(f):
+                why = f"model.{family}.kind={section.kind} does not use it"
+                out.append(Ignored(f"model.{family}.{f.name}", value, why))
+    for name, layer in layers.items():
+        for family, fields in kinds[name].items():
+            read = _reads(layer, family)
+            for field, value in (fields or {}).items():
+                if read is not None and field != "kind" and field not in read:
+                    why = f"model.{family}.kind={getattr(layer, family).kind} in layer kind {name} does not use it"
+                    out.append(Ignored(f"model.layers.kinds.{name}.{family}.{field}", value, why))
+    for name in sorted(set(kinds) - set(used)):
+        out.append(Ignored(f"model.layers.kinds.{name}", kinds[name], "no layer is given it"))
     return out
 
 
 def uses(cfg: ModelConfig, field: str) -> bool:
-    """Whether the chosen variant reads ``field`` (``mlp.expert_d_ff``; a top-level field: always)."""
+    """Whether the chosen variant reads ``field`` (``mlp.expert_d_ff``) in the model's parts or a layer
+    kind's built from them (a top-level field: always)."""
     family, _, leaf = field.rpartition(".")
     if family not in FAMILIES:
         return True
-    used = FAMILIES[family].get(getattr(cfg, family).kind).reads(cfg)
-    return used is None or leaf in used
+    configs = [cfg, *(kind_config(cfg, name) for name in sorted(used_kinds(cfg)))]
+    return any((read := _reads(c, family)) is None or leaf in read for c in configs)
 
 
 def without_ignored(cfg: ModelConfig) -> ModelConfig:
@@ -152,7 +172,12 @@ def without_ignored(cfg: ModelConfig) -> ModelConfig:
     run's config is compared with its checkpoint's so)."""
     out = copy.deepcopy(cfg)
     for item in ignored(cfg):
-        _, family, name = item.field.split(".")
+        path = item.field.split(".")[1:]
+        if path[0] == "layers":  # a layer kind no layer is given, or a field a kind's layer does not read
+            _, _, name, *inner = path
+            del (out.layers.kinds[name][inner[0]] if inner else out.layers.kinds)[inner[1] if inner else name]
+            continue
+        family, name = path
         section = getattr(out, family)
         setattr(section, name, _default(next(f for f in dataclasses.fields(section) if f.name == name)))
     return out

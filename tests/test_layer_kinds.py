@@ -1,0 +1,141 @@
+"""Layers that differ (``model.layers``): which kind each layer gets, the counts, FLOPs and KV-cache bytes
+summed over the layers' own configs against hand-written formulas, a layer without positions computing
+exactly what a whole model without positions computes, cached decoding equal to the full forward, the
+refusals, and what is reported as ignored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from archlab import ConfigError, build_model, compose_model, count_params
+from archlab.accounting import kv_cache_bytes
+from archlab.config.layers import layer_configs, layer_kind
+from archlab.generate import generate
+from archlab.nn.validation import ignored, without_ignored
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+V, T, D, H = 64, 16, 32, 4
+TINY = [f"model.vocab_size={V}", f"model.context_length={T}", "model.n_layer=4", f"model.d_model={D}"]
+TINY += [f"model.attention.n_head={H}", "model/position=rope", "model/norm=rmsnorm", "model/mlp=swiglu"]
+TINY += ["model.mlp.d_ff=48", "model.attention.qkv_bias=false", "model.attention.out_bias=false"]
+TINY += ["model.mlp.bias=false"]
+# three sliding-window layers with RoPE, then one global layer without positions (Llama 4, Cohere2, SmolLM3)
+IROPE = ["model.layers.kinds={local: {attention: {window: 3}}, global: {position: {kind: none}}}"]
+IROPE += ["model.layers.pattern=[local,local,local,global]"]
+
+
+def test_first_then_the_pattern_cycled():
+    cfg = compose_model([*TINY, "model.n_layer=7", "model.layers.kinds={a: {}, b: {}, c: {}}"])
+    cfg.layers.first, cfg.layers.pattern = ["c"], ["a", "b"]
+    assert [layer_kind(cfg, i) for i in range(7)] == ["c", "a", "b", "a", "b", "a", "b"]
+    cfg.layers.pattern = []
+    assert [layer_kind(cfg, i) for i in range(3)] == ["c", None, None]
+
+
+def test_counts_flops_and_cache_sum_the_layers_own_configs():
+    """MoE every other layer, a window on the dense ones: each sum written out by hand."""
+    moe = "{mlp: {kind: moe, expert: swiglu, n_experts: 4, top_k: 2, expert_d_ff: 16}}"
+    cfg = compose_model([*TINY, f"model.layers.kinds={{dense: {{attention: {{window: 5}}}}, sparse: {moe}}}"])
+    cfg.layers.pattern = ["dense", "sparse"]
+    attention = 4 * D * D  # q, k, v, o without biases
+    dense_mlp, expert = 3 * D * 48, 3 * D * 16
+    router = D * 4
+    norms = 2 * D
+    embedding = V * D
+    total = embedding + 4 * (attention + norms) + 2 * dense_mlp + 2 * (router + 4 * expert) + D
+    counts = count_params(cfg)
+    assert counts["total"] == total == sum(p.numel() for p in build_model(cfg).parameters())
+    assert counts["active"] == total - 2 * 2 * expert  # two of four experts idle in each MoE layer
+    hd = D // H
+    # 12·H·hd per key seen: a window of 5 on layers 0 and 2, all T on layers 1 and 3
+    scores = 12 * H * hd * (5 + T + 5 + T)
+    assert counts["flops_per_token"] == 6 * counts["active_non_embedding"] + scores
+    assert kv_cache_bytes(cfg) == 4 * 2 * H * hd * (5 + T + 5 + T)  # float32 keys and values kept per layer
+
+
+def test_a_layer_without_positions_computes_what_a_model_without_positions_computes():
+    """Blocks of the layout, run one by one, equal the same blocks taken from a RoPE model (local layers)
+    and a position-free model (the global one), all with the same weights."""
+    layout = build_model(compose_model([*TINY, *IROPE])).eval()
+    rope = build_model(compose_model([*TINY, "model.attention.window=3"])).eval()
+    nope = build_model(compose_model([*TINY, "model/position=none"])).eval()
+    with torch.no_grad():
+        for p in layout.parameters():
+            p.uniform_(-0.5, 0.5)
+        for other in (rope, nope):
+            other.load_state_dict(layout.state_dict())
+        idx = torch.randint(0, V, (2, T))
+        x = layout.tok_emb(idx)
+        pos = torch.arange(T)
+        for i, source in enumerate((rope, rope, rope, nope)):
+            rotary = source.position.rotary(pos, x.dtype)
+            mask = source.mask(source.position, 0, T, 0, source.blocks[i].attn.window, x.dtype, x.device)
+            x = source.blocks[i](x, rotary, mask, None)
+        expected = layout.head(layout.final_norm(x))
+        torch.testing.assert_close(layout(idx), expected, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(layout(idx), rope(idx), atol=1e-3)  # the global layer's positions matter
+
+
+def test_cached_decoding_equals_the_full_forward():
+    model = build_model(compose_model([*TINY, *IROPE, "+model.layers.kinds.local.attention.n_kv_head=2"])).eval()
+    prompt = torch.randint(0, V, (2, 5))
+    out = generate(model, prompt, max_new_tokens=9)  # KV cache: windows of 3 on the local layers
+    with torch.no_grad():
+        ids = prompt
+        for _ in range(9):
+            ids = torch.cat([ids, model(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, ids)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        (["model.layers.kinds={a: {}}", "model.layers.pattern=[a,b]"], "model.layers.pattern"),
+        (["model.layers.first=[a]"], "model.layers.first"),
+        (["model.layers.kinds={a: {d_model: 64}}", "model.layers.pattern=[a]"], "model.layers.kinds.a.d_model"),
+        (["model.layers.kinds={a: {attention: {windw: 3}}}", "model.layers.pattern=[a]"], "model.layers.kinds.a.attention.windw"),
+        (["model.layers.kinds={a: {attention: {window: -1}}}", "model.layers.pattern=[a]"], "model.layers.kinds.a.attention.window"),
+        (["model.layers.kinds={a: {position: {kind: none}}}", "model.layers.pattern=[a]", "model/position=learned"], "model.layers.kinds.a.position"),
+        (["model.layers.kinds={a: {}}", "model.layers.first=[a,a,a,a,a]"], "model.layers.first"),
+    ],
+)  # fmt: skip
+def test_a_layout_that_cannot_work_is_refused_naming_its_field(overrides, field):
+    with pytest.raises(ConfigError) as refused:
+        compose_model([*TINY, *overrides])
+    assert refused.value.field == field
+
+
+def test_what_a_layout_ignores_is_named():
+    cfg = compose_model([*TINY, *IROPE, "+model.layers.kinds.global.attention.kv_lora_rank=8"])
+    cfg.layers.kinds["spare"] = {"mlp": {"d_ff": 64}}
+    assert [(i.field, i.why) for i in ignored(cfg)] == [
+        ("model.layers.kinds.global.attention.kv_lora_rank", "model.attention.kind=causal in layer kind global does not use it"),
+        ("model.layers.kinds.spare", "no layer is given it"),
+    ]  # fmt: skip
+    assert ignored(without_ignored(cfg)) == [] and without_ignored(cfg).layers.kinds == {
+        "local": {"attention": {"window": 3}},
+        "global": {"position": {"kind": "none"}, "attention": {}},
+    }
+    # a field of the model that only its layers' parts read is no ignored field
+    moe = compose_model([*TINY, "model.mlp.n_experts=4", "model.layers.kinds={s: {mlp: {kind: moe}}}"])
+    moe.layers.pattern = ["s"]
+    assert ignored(moe) == [] and [c.mlp.n_experts for c in layer_configs(moe)] == [4] * 4
+
+
+def test_check_gives_each_layer_kind_its_layers_and_counts(capsys):
+    from archlab.build import compose
+    from archlab.cli.check import run
+
+    overrides = [*TINY, *IROPE, "+model.layers.kinds.global.mlp.d_ff=24", "format=json"]
+    assert run(compose("check", overrides), overrides) == 0
+    result = json.loads(capsys.readouterr().out)
+    kinds = result["layer_kinds"]
+    assert [kinds["local"]["layers"], kinds["global"]["layers"]] == [[0, 1, 2], [3]]
+    assert [kinds["local"]["mlp"], kinds["global"]["mlp"]] == [3 * D * 48, 3 * D * 24]
+    assert kinds["local"]["attention"] == kinds["global"]["attention"] == 4 * D * D
+    assert result["hf_export"]["exports_to"] is None
+    assert {b["field"] for b in result["hf_export"]["blocking"]} == {"model.layers.pattern"}
