@@ -40,6 +40,14 @@ from archlab.errors import ConfigError
         ([], torch.bfloat16, 1024, "SDPA"),
         (["model/position=alibi"], torch.bfloat16, 256, "SDPA"),
         (["model.attention.softcap=50"], torch.bfloat16, 256, "explicit matmuls"),
+        (["model.attention.sinks=true"], torch.bfloat16, 256, "SDPA with a sink key column"),
+        (
+            ["model.attention.chunk=64", "model.attention.gate=head"],
+            torch.float32,
+            256,
+            "SDPA with a chunk mask, a sigmoid head output gate",
+        ),
+        (["model.attention.chunk=256"], torch.bfloat16, 256, "bf16 matmuls and softmax (nn/cpu_attention.py)"),
     ],
 )
 def test_attention_path_names_what_the_step_runs(overrides, precision, seq_len, expected):

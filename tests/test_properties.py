@@ -98,9 +98,11 @@ def model_configs(draw) -> dict:
 
     # mla refuses the causal kind's own fields: they are reset as DeepSeek has them
     refused = {"n_kv_head": None, "head_dim": None, "qkv_bias": False, "out_bias": False, "qk_norm": "none"}
-    mla_fields = refused | {"softcap": None} | mla if mla else {}
+    refused |= {"softcap": None, "sinks": False, "gate": "none", "query_scale_beta": None}
+    mla_fields = refused | mla if mla else {}
     norm_kind = draw(st.sampled_from(["layernorm", "rmsnorm"]))
     window = draw(st.sampled_from([None, 1, 2, 3, 5]))
+    chunk = draw(st.sampled_from([None, 1, 2, 3, 5])) if window is None else None  # a layer slides or is chunked
     softcap = draw(st.sampled_from([None, 0.5, 20.0]))
     return {
         "vocab_size": draw(st.integers(2, 64)),
@@ -128,11 +130,17 @@ def model_configs(draw) -> dict:
             "qkv_bias": draw(st.booleans()),
             "out_bias": draw(st.booleans()),
             "dropout": draw(st.sampled_from([0.0, 0.1])),
-            "qk_norm": draw(st.sampled_from(["none", "head", "full"])),
+            "qk_norm": draw(st.sampled_from(["none", "head", "full", "l2"])),
             "scale": draw(st.sampled_from([None, 0.1, 1.0])),
             "softcap": softcap,
             "window": window,
             "global_every": draw(st.sampled_from([None, 2])) if window is not None else None,
+            "chunk": chunk,
+            "sinks": draw(st.booleans()),
+            "gate": draw(st.sampled_from(["none", "elementwise", "head"])),
+            "query_scale_beta": draw(st.sampled_from([None, 0.3])),
+            "query_scale_length": draw(st.sampled_from([1, 3])),
+            "query_scale_offset": draw(st.sampled_from([0, 1])),
         }
         | mla_fields,
         "mlp": mlp,

@@ -349,19 +349,26 @@ def check_settings(cfg, context_length: int) -> int:
 
 
 def attention_path(mcfg, device: torch.device, compute: torch.dtype, seq_len: int) -> str:
-    """Which attention code the training step runs (the same choice as ``CausalSelfAttention.forward``)."""
+    """Which attention code the training step runs (the same choice as ``CausalSelfAttention.forward``),
+    with the mask it takes and the output gate it multiplies by."""
     from archlab.nn import cpu_attention
     from archlab.nn.positions import POSITIONS, Position
 
-    a, window = mcfg.attention, " with a window mask" if mcfg.attention.window is not None else ""
+    a = mcfg.attention
+    window = " with a window mask" if a.window is not None else ""
+    window += " with a chunk mask" if a.chunk is not None and seq_len > a.chunk else ""  # else plain causal
+    gate = f", a sigmoid {a.gate} output gate" if a.kind == "causal" and a.gate != "none" else ""
     if a.kind != "causal":
-        return "SDPA"
+        return "SDPA" + window
     if a.softcap is not None:
-        return "explicit matmuls (soft-capped scores: SDPA cannot cap them)"
+        sinks = ", sinks in its softmax" if a.sinks else ""
+        return "explicit matmuls (soft-capped scores: SDPA cannot cap them)" + sinks + gate
+    if a.sinks:
+        return "SDPA with a sink key column (a float bias mask: no flash kernel)" + window + gate
     biased = POSITIONS.get(mcfg.position.kind).bias is not Position.bias  # a float bias (ALiBi) in the mask
     if cpu_attention.takes(device.type, compute, a.dropout, seq_len, seq_len, True, shared_bool_mask=not biased):
-        return "bf16 matmuls and softmax (nn/cpu_attention.py)" + window
-    return "SDPA" + window
+        return "bf16 matmuls and softmax (nn/cpu_attention.py)" + window + gate
+    return "SDPA" + window + gate
 
 
 def run_bench(cfg) -> dict:

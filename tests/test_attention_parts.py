@@ -1,0 +1,281 @@
+"""Effect tests of the attention parts of the 2025 open models (issue 26): sinks (gpt-oss), an output
+gate per dim or per head (AFMoE, Qwen3-Next; Step-3.5), chunked local attention, the weightless l2
+QK-norm and the position-dependent query scale (Llama 4; Ministral 3). Each part is compared with the
+attention written out here with an explicit softmax, counted in closed form, decoded with the KV cache
+past a chunk, refused by every Hugging Face family, and trained a few steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from archlab import ConfigError, build_model, compose_model, count_params
+from archlab.config import to_model_config
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+F64 = torch.float64
+
+
+def tiny(**overrides):
+    """d_model 32, 4 heads of 8 (2 key/value heads), 2 layers, vocab 48, context 24, RMSNorm, no positions."""
+    base = {
+        "vocab_size": 48,
+        "context_length": 24,
+        "n_layer": 2,
+        "d_model": 32,
+        "norm": {"kind": "rmsnorm", "eps": 1e-3},
+        "position": {"kind": "none"},
+        "attention": {"n_head": 4, "n_kv_head": 2},
+    }
+    return to_model_config(OmegaConf.merge(base, overrides))
+
+
+def build(cfg, seed=0):
+    """A float64 model with every weight random: matrices N(0, 0.3²), vectors (biases, norm scales, sinks)
+    0.5 + N(0, 0.3²), so sinks sit far from 0 and the gates' sigmoids spread over (0, 1)."""
+    torch.manual_seed(seed)
+    model = build_model(cfg, dtype=F64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (0.5 if p.ndim == 1 else 0.0))
+    return model
+
+
+def tokens(cfg, T, B=2, seed=0):
+    return torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def query_scale(p, beta, every, offset):
+    """Llama 4's temperature ``1 + attn_scale·log1p(⌊(p + 1) / floor_scale⌋)`` (offset 1) and Ministral 3's
+    ``1 + β·log(1 + ⌊p / original_max_position_embeddings⌋)`` (offset 0), one position at a time."""
+    return 1 + beta * math.log(1 + math.floor((p + offset) / every))
+
+
+def reference(attn, x, cfg, visible=None):
+    """The attention sublayer from its weights: project, l2-norm q and k (no weight), scale the queries by
+    position, softmax with each head's sink in the denominator, gate by sigmoid(x·Wᵀ + b), project back."""
+    a, eps = cfg.attention, cfg.norm.eps
+    B, T, _ = x.shape
+    H, KV, hd = attn.n_head, attn.n_kv_head, attn.head_dim
+    qkv = x @ attn.qkv.weight.T + (attn.qkv.bias if attn.qkv.bias is not None else 0)
+    q, k, v = (t.view(B, T, -1, hd).transpose(1, 2) for t in qkv.split((H * hd, KV * hd, KV * hd), dim=-1))
+    if a.qk_norm == "l2":
+        q = q / torch.sqrt(q.pow(2).mean(-1, keepdim=True) + eps)
+        k = k / torch.sqrt(k.pow(2).mean(-1, keepdim=True) + eps)
+    if a.query_scale_beta is not None:
+        scales = [query_scale(p, a.query_scale_beta, a.query_scale_length, a.query_scale_offset) for p in range(T)]
+        q = q * torch.tensor(scales, dtype=F64)[:, None]
+    k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+    s = q @ k.transpose(-2, -1) / math.sqrt(hd)
+    if a.softcap is not None:
+        s = a.softcap * torch.tanh(s / a.softcap)
+    visible = torch.ones(T, T, dtype=torch.bool).tril() if visible is None else visible
+    e = torch.exp(s).masked_fill(~visible, 0.0)
+    denominator = e.sum(-1, keepdim=True)
+    if a.sinks:
+        denominator = denominator + torch.exp(attn.sinks).view(1, H, 1, 1)
+    y = ((e / denominator) @ v).transpose(1, 2)  # [B, T, H, hd]
+    if a.gate != "none":
+        g = torch.sigmoid(x @ attn.gate.weight.T + (attn.gate.bias if attn.gate.bias is not None else 0))
+        y = y * g.view(B, T, H, -1)
+    return y.reshape(B, T, H * hd) @ attn.proj.weight.T + attn.proj.bias
+
+
+PARTS = {
+    "sinks": {"sinks": True},
+    "sinks-softcap-mqa": {"sinks": True, "softcap": 2.0, "n_kv_head": 1},
+    "gate-elementwise-bias": {"gate": "elementwise", "qkv_bias": True},
+    "gate-head": {"gate": "head", "qkv_bias": False},
+    "l2-qk-norm": {"qk_norm": "l2"},
+    "query-scale-llama4": {"query_scale_beta": 0.7, "query_scale_length": 2, "query_scale_offset": 1},
+    "query-scale-ministral3": {"query_scale_beta": 0.4, "query_scale_length": 3},
+    "all": {"sinks": True, "gate": "head", "qk_norm": "l2", "query_scale_beta": 0.5, "query_scale_length": 4},
+}
+
+
+@pytest.mark.parametrize("settings", PARTS.values(), ids=PARTS.keys())
+def test_attention_part_equals_its_formula(settings):
+    cfg = tiny(attention=settings)
+    attn = build(cfg).blocks[0].attn
+    x = torch.randn(2, 9, 32, dtype=F64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), reference(attn, x, cfg))
+
+
+def test_chunk_sees_exactly_its_chunk():
+    """A chunked layer's output at t reads the positions of t's chunk up to t (⌊i/C⌋ = ⌊j/C⌋), with a sink
+    and a gate beside it; the model's logits at t, one layer and no positions, equal those of t's chunk
+    run alone."""
+    cfg = tiny(n_layer=1, attention={"chunk": 4, "sinks": True, "gate": "elementwise"})
+    model, idx = build(cfg), tokens(cfg, 11)
+    i = torch.arange(11)
+    visible = (i[:, None] >= i[None, :]) & (i[:, None] // 4 == i[None, :] // 4)
+    captured = {}
+    model.blocks[0].attn.register_forward_hook(lambda m, args, out: captured.update(x=args[0], y=out))
+    with torch.no_grad():
+        full = model(idx)
+        torch.testing.assert_close(captured["y"], reference(model.blocks[0].attn, captured["x"], cfg, visible))
+        for t in range(11):
+            start = t // 4 * 4
+            torch.testing.assert_close(full[:, t], model(idx[:, start : t + 1])[:, -1])
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_cached_decoding_past_chunks_equals_the_full_forward(position):
+    """Every part at once, decoded with the KV cache: a prefill that ends mid-chunk, then one token at a
+    time across two chunk boundaries, then a step of several tokens; a chunked layer keeps chunk - 1
+    positions, enough for any row's chunk (a left-padded row's chunks start elsewhere)."""
+    attention = {"chunk": 5, "sinks": True, "gate": "head", "qk_norm": "l2", "query_scale_beta": 0.3,
+                 "query_scale_length": 3}  # fmt: skip
+    cfg = tiny(position={"kind": position}, attention=attention)
+    model, idx = build(cfg), tokens(cfg, 20)
+    with torch.no_grad():
+        full = model(idx)
+        cache = model.new_cache(2, 20)
+        steps = [model(idx[:, :7], cache)] + [model(idx[:, t : t + 1], cache) for t in range(7, 16)]
+        steps.append(model(idx[:, 16:], cache))
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-10, atol=1e-10)
+    assert cache.k[0].shape[2] == cache.k[1].shape[2] == 4
+
+
+def test_a_padded_batch_is_chunked_as_each_prompt_alone():
+    """Left padding: each row's chunks start at its first token (as Hugging Face's chunked mask), so the
+    batch's logits at real tokens and its greedy continuation equal each prompt's alone."""
+    from archlab.generate import generate
+
+    cfg = tiny(position={"kind": "rope"}, attention={"chunk": 3, "sinks": True, "gate": "elementwise"})
+    model = build(cfg)
+    prompts = [[5, 9, 2, 7, 1, 3, 8], [4, 4], [11, 3, 6, 2]]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.no_grad():
+        batch = model(ids, attention_mask=mask)
+        for row, prompt in enumerate(prompts):
+            torch.testing.assert_close(batch[row, -len(prompt) :], model(torch.tensor([prompt]))[0])
+    together = generate(model, ids, max_new_tokens=8, attention_mask=mask)
+    for row, prompt in enumerate(prompts):
+        alone = generate(model, torch.tensor([prompt]), max_new_tokens=8)
+        assert together[row, width:].tolist() == alone[0, len(prompt) :].tolist()
+
+
+def test_query_scale_is_llama4s_and_ministral3s():
+    """``query_scales`` against the two published forms, past several steps of the floor."""
+    from archlab.nn.attention import query_scales
+
+    for beta, every, offset in ((0.1, 4, 1), (0.25, 3, 0)):
+        got = query_scales(0, 30, beta, every, offset, torch.device("cpu")).flatten()
+        expected = [query_scale(p, beta, every, offset) for p in range(30)]
+        torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float32))
+    assert query_scales(7, 1, 0.1, 8, 1, torch.device("cpu")).item() == pytest.approx(1 + 0.1 * math.log(2))
+
+
+@pytest.mark.parametrize(
+    "settings, params",
+    [
+        ({"gate": "elementwise", "qkv_bias": True}, (32 + 1) * 4 * 8),
+        ({"gate": "head", "qkv_bias": False}, 32 * 4),
+        ({"sinks": True}, 4),
+        ({"qk_norm": "l2", "query_scale_beta": 0.1, "chunk": 3}, 0),
+    ],
+    ids=["gate-elementwise-bias", "gate-head", "sinks", "weightless"],
+)
+def test_closed_form_counts(settings, params):
+    """Per layer: a gate d·g (+ g biases with qkv_bias; g = H·hd elementwise, H per head), H sinks; the
+    l2 norm, the query scale and chunks have no weights. 2 layers, d 32, H 4, hd 8."""
+    plain = count_params(tiny(attention={"qkv_bias": settings.get("qkv_bias", True)}))
+    counted = count_params(tiny(attention=settings))
+    assert counted["attention"] - plain["attention"] == 2 * params
+    assert counted["total"] - plain["total"] == 2 * params
+
+
+def test_chunks_cut_attention_flops_and_the_kv_cache():
+    """12·H·hd per key a query sees, at most the chunk; 2·KV·hd values cached per position, at most the
+    chunk (float32: 4 bytes each; 2 layers chunked by 6, T = 24)."""
+    from archlab.accounting import kv_cache_bytes
+
+    chunked = tiny(attention={"chunk": 6})
+    full = count_params(tiny())["flops_per_token"]
+    assert full - count_params(chunked)["flops_per_token"] == 2 * 12 * 4 * 8 * (24 - 6)
+    assert kv_cache_bytes(chunked, 24) == 4 * 2 * 2 * 8 * (6 + 6)
+    assert kv_cache_bytes(chunked, 4) == 4 * 2 * 2 * 8 * (4 + 4)
+
+
+def test_every_hugging_face_family_refuses_the_new_parts():
+    """No converted family holds these parts yet: each one names the field it cannot hold."""
+    from archlab.interop.hf import FAMILIES
+
+    for field, value in (("chunk", 8), ("sinks", True), ("gate", "head"), ("query_scale_beta", 0.1), ("qk_norm", "l2")):
+        cfg = tiny(position={"kind": "rope"}, attention={field: value})
+        for name, family in FAMILIES.items():
+            assert f"model.attention.{field}" in [p.field for p in family.problems(cfg)], (name, field)
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["model.attention.chunk=0"], "model.attention.chunk"),
+        (["model.attention.chunk=8", "model.attention.window=4"], "model.attention.chunk"),
+        (["model.attention.gate=sigmoid"], "model.attention.gate"),
+        (["model.attention.qk_norm=l1"], "model.attention.qk_norm"),
+        (["model.attention.query_scale_beta=0"], "model.attention.query_scale_beta"),
+        (
+            ["model.attention.query_scale_beta=0.1", "model.attention.query_scale_length=0"],
+            "model.attention.query_scale_length",
+        ),
+        (
+            ["model.attention.query_scale_beta=0.1", "model.attention.query_scale_offset=-1"],
+            "model.attention.query_scale_offset",
+        ),
+        (["model/attention=mla", "model.attention.sinks=true"], "model.attention.sinks"),
+        (["model/attention=mla", "model.attention.gate=elementwise"], "model.attention.gate"),
+    ],
+)
+def test_bad_settings_name_their_field(overrides, field):
+    with pytest.raises(ConfigError) as info:
+        compose_model(["model=nano", *overrides])
+    assert info.value.field == field
+
+
+def test_query_scale_fields_unread_without_beta():
+    """The scale's length and offset set without its beta are reported as ignored."""
+    from archlab.nn.validation import ignored
+
+    cfg = compose_model(["model=nano", "model.attention.query_scale_length=16", "model.attention.query_scale_offset=1"])
+    assert {"model.attention.query_scale_length", "model.attention.query_scale_offset"} <= {
+        i.field for i in ignored(cfg)
+    }
+
+
+def test_each_part_trains():
+    """A few AdamW steps on one repeated batch lower the loss, with every part's parameters reached."""
+    parts = [
+        ["model.attention.sinks=true"],
+        ["model.attention.gate=elementwise"],
+        ["model.attention.gate=head"],
+        ["model.attention.chunk=4", "model/position=rope"],
+        ["model.attention.qk_norm=l2", "model/position=rope"],
+        ["model.attention.query_scale_beta=0.5", "model.attention.query_scale_length=4", "model/position=none"],
+    ]
+    for overrides in parts:
+        cfg = compose_model(
+            ["model=nano", "model.n_layer=1", "model.d_model=32", "model.context_length=16", *overrides]
+        )
+        torch.manual_seed(0)
+        model = build_model(cfg)
+        idx = torch.randint(0, cfg.vocab_size, (4, 17), generator=torch.Generator().manual_seed(0))
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        losses = []
+        for _ in range(15):
+            loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert all(p.grad is not None for p in model.parameters()), overrides
+        assert losses[-1] < 0.9 * losses[0], overrides
