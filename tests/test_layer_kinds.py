@@ -12,6 +12,7 @@ import torch
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.accounting import kv_cache_bytes
+from archlab.build import CONF_DIR
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.generate import generate
 from archlab.nn.validation import ignored, without_ignored
@@ -139,3 +140,12 @@ def test_check_gives_each_layer_kind_its_layers_and_counts(capsys):
     assert kinds["local"]["attention"] == kinds["global"]["attention"] == 4 * D * D
     assert result["hf_export"]["exports_to"] is None
     assert {b["field"] for b in result["hf_export"]["blocking"]} == {"model.layers.pattern"}
+
+
+@pytest.mark.parametrize("layout", sorted(p.stem for p in (CONF_DIR / "model" / "layers").glob("*.yaml")))
+def test_every_shipped_layout_composes_and_counts_what_it_builds(layout):
+    cfg = compose_model([*TINY, "model.n_layer=6", f"model/layers={layout}"])
+    built = build_model(cfg, device="meta")
+    assert count_params(cfg)["total"] == sum(p.numel() for p in built.parameters())
+    kinds = {layer_kind(cfg, i) for i in range(6)}
+    assert (kinds == {None}) == (layout == "none")
