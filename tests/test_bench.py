@@ -10,6 +10,7 @@ import archlab.bench.harness
 from archlab.bench.harness import (
     MOE_PARTS,
     attention_path,
+    attention_paths,
     kernel_seconds,
     median_rate,
     moe_ranges,
@@ -53,6 +54,18 @@ from archlab.errors import ConfigError
 def test_attention_path_names_what_the_step_runs(overrides, precision, seq_len, expected):
     mcfg = to_model_config(compose_model(["model=nano", "model.attention.dropout=0", *overrides]))
     assert attention_path(mcfg, torch.device("cpu"), precision, seq_len).startswith(expected)
+
+
+def test_attention_path_per_layer_kind():
+    layout = ["model/position=rope", "model/layers=irope", "model.layers.kinds.local.attention.window=32"]
+    layout += ["+model.layers.kinds.global.attention.softcap=50"]
+    mcfg = to_model_config(compose_model(["model=nano", "model.attention.dropout=0", *layout]))
+    assert attention_paths(mcfg, torch.device("cpu"), torch.float32, 64) == (
+        "local (layers 0,1,2): SDPA with a window mask; "
+        "global (layer 3): explicit matmuls (soft-capped scores: SDPA cannot cap them)"
+    )
+    same = to_model_config(compose_model(["model=nano", "model/position=rope", "model/layers=nope_every_4th"]))
+    assert attention_paths(same, torch.device("cpu"), torch.float32, 64) == "SDPA"
 
 
 def test_median_rate_uses_the_median_call():

@@ -371,6 +371,23 @@ def attention_path(mcfg, device: torch.device, compute: torch.dtype, seq_len: in
     return "SDPA" + window + gate
 
 
+def attention_paths(mcfg, device: torch.device, compute: torch.dtype, seq_len: int) -> str:
+    """``attention_path`` of every layer; where layer kinds (``model.layers``) run different code, each
+    kind's with its layers: ``local (layers 0,1,2): bf16 matmuls ...; global (layer 3): SDPA``."""
+    from archlab.config.layers import layer_configs, layer_kind
+
+    paths: dict[str, tuple[str, list[int]]] = {}
+    for i, c in enumerate(layer_configs(mcfg)):
+        name = layer_kind(mcfg, i) or "(model)"
+        paths.setdefault(name, (attention_path(c, device, compute, seq_len), []))[1].append(i)
+    if len({path for path, _ in paths.values()}) == 1:
+        return next(iter(paths.values()))[0]
+    return "; ".join(
+        f"{name} (layer{'s' if len(layers) > 1 else ''} {','.join(map(str, layers))}): {path}"
+        for name, (path, layers) in paths.items()
+    )
+
+
 def run_bench(cfg) -> dict:
     """Time ``cfg.model`` (and its Hugging Face twin) as ``cfg`` asks; return every figure measured.
 
@@ -454,7 +471,7 @@ def run_bench(cfg) -> dict:
         "generate_tokens": n,
         "compiled": cfg.compile,
         "flops_per_token": flops_tok,
-        "attention_path": attention_path(mcfg, device, compute, T),
+        "attention_path": attention_paths(mcfg, device, compute, T),
         "matmul_flops": ceiling,
         "matmul_flops_by_dtype": ceilings,
         "profiled_matmul_flops": profiled_ceiling,
