@@ -299,6 +299,27 @@ NANO = ["model=nano"]
             ],
             "model.position.pairing",
         ),
+        *(
+            (
+                ["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", f"model.mlp.{f}={v}"],
+                f"model.mlp.{f}",
+            )
+            for f, v in (("swiglu_limit", 7.0), ("swiglu_alpha", 1.702), ("up_offset", 1.0))
+        ),  # gpt-oss's clamped SwiGLU
+        *(
+            (
+                [
+                    "model=mixtral-8x7b",
+                    *TINY,
+                    "model.d_model=64",
+                    "model.attention.n_head=4",
+                    "model.attention.n_kv_head=2",
+                    f"model.mlp.{f}=true",
+                ],
+                f"model.mlp.{f}",
+            )
+            for f in ("router_bias", "weight_input")
+        ),  # gpt-oss's router bias, Llama 4's weighted expert inputs
     ],
 )
 def test_config_to_hf_refuses_what_no_family_holds(overrides, field):

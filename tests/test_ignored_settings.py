@@ -31,6 +31,10 @@ IGNORED = [
     (["model/position=learned"], "model.position.theta", 500.0),
     (["model/position=rope"], "model.position.low_freq_factor", 2.0),  # llama3 scaling's; scaling is none
     (["model/attention=mha"], "model.attention.kv_lora_rank", 8),
+    (["model/mlp=gelu"], "model.mlp.swiglu_limit", 7.0),  # SwiGLU's clamp
+    (["model/mlp=geglu"], "model.mlp.up_offset", 1.0),
+    (["model/mlp=swiglu"], "model.mlp.swiglu_clamp", "activation"),  # where a limit applies; no limit set
+    (["model/mlp=swiglu"], "model.mlp.router_bias", True),  # a mixture of experts' router
 ]
 
 
@@ -69,6 +73,8 @@ def test_an_ignored_field_is_named_and_changes_nothing(variant, field, value):
         (["model/mlp=moe"], "model.mlp.aux_loss_weight", 0.01),
         (["model/mlp=gelu"], "model.mlp.multiplier", 3.0),
         (["model/mlp=swiglu"], "model.mlp.multiple_of", 16),
+        (["model/mlp=swiglu"], "model.mlp.swiglu_alpha", 1.702),
+        (["model/mlp=moe"], "model.mlp.weight_input", True),
         (["model/norm=layernorm"], "model.norm.bias", False),
         (
             ["model/position=rope", "model.position.scaling=llama3", "model.position.original_context=8"],

@@ -12,6 +12,7 @@ import archlab.build
 from archlab import ConfigError, ModelConfig, build_model, compose_model, count_params
 from archlab.config import AttentionConfig, HeadConfig
 from archlab.errors import SweepConfigError
+from archlab.nn.mlp import Gate
 
 ROPE = "model/position=rope"
 
@@ -195,4 +196,4 @@ def test_swapping_to_an_mlp_without_a_tanh_form_resets_a_presets_tanh():
     assert compose_model(["model=gpt2", "model/mlp=swiglu"]).mlp.approximate == "none"
     assert compose_model(["model=gpt2", "model/mlp=relu"]).mlp.approximate == "none"
     geglu = build_model(compose_model(["model=nano", "model/mlp=geglu"]), device="meta").blocks[0].mlp
-    assert geglu.gate == "gelu_tanh"
+    assert geglu.gate == Gate("gelu_tanh")

@@ -1,10 +1,12 @@
 """Mixture of experts (``model.mlp.kind: moe``): closed-form counts against built modules and hand
 formulas, active parameters against the parameters one token's forward pass reaches, the routing against
-a naive per-token loop and against Hugging Face's MoE blocks, the auxiliary losses against hand
-arithmetic, and training under DDP (exact resume) and FSDP2 through the CLI."""
+a naive per-token loop and against Hugging Face's MoE blocks (gpt-oss's router bias and clamped SwiGLU,
+Llama 4's weighted expert inputs among them), the auxiliary losses against hand arithmetic, and training
+under DDP (exact resume) and FSDP2 through the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -54,22 +56,38 @@ FAMILIES = {
         expert="swiglu", n_experts=16, top_k=4, expert_d_ff=12, n_shared_experts=1, dense_layers=1, d_ff=40,
         scoring="sigmoid", n_groups=4, top_groups=2, correction_bias=True, routed_scale=2.5,
     ),
+    # experts with biases, a router bias, the clamped SwiGLU (up + 1)·g·σ(1.702·g), limit 7
+    "gpt_oss": dict(
+        expert="swiglu", n_experts=8, top_k=2, expert_d_ff=12, bias=True, router_bias=True, swiglu_limit=7.0,
+        swiglu_alpha=1.702, up_offset=1.0,
+    ),
+    # top-1 of sigmoid scores, the score on the expert's input, one shared expert of the routed width
+    "llama4": dict(
+        expert="swiglu", n_experts=4, top_k=1, expert_d_ff=12, n_shared_experts=1, scoring="sigmoid",
+        normalize_top_k=False, weight_input=True,
+    ),
 }  # fmt: skip
 
 
 def hand_mlp_params(cfg) -> tuple[int, int]:
     """Total and active MLP parameters over all layers, written from the layer shapes: a dense layer is
-    one SwiGLU of d_ff; a MoE layer a router E·d, E experts of 3·d·f and one shared SwiGLU of n_shared·f."""
+    one SwiGLU of d_ff; a MoE layer a router E·d (+ E with its bias), E experts of 3·d·f and one shared
+    SwiGLU of n_shared·f (each SwiGLU of width w with biases: + 2·w + d)."""
     m, d = cfg.mlp, cfg.d_model
+
+    def swiglu(width):
+        return 3 * d * width + m.bias * (2 * width + d)
+
     total = active = 0
     for layer in range(cfg.n_layer):
         if layer < m.dense_layers:
-            total += 3 * d * m.d_ff
-            active += 3 * d * m.d_ff
+            total += swiglu(m.d_ff)
+            active += swiglu(m.d_ff)
             continue
-        common = m.n_experts * d + 3 * d * m.n_shared_experts * m.expert_d_ff
-        total += common + m.n_experts * 3 * d * m.expert_d_ff
-        active += common + m.top_k * 3 * d * m.expert_d_ff
+        shared = swiglu(m.n_shared_experts * m.expert_d_ff) if m.n_shared_experts else 0
+        common = m.n_experts * (d + m.router_bias) + shared
+        total += common + m.n_experts * swiglu(m.expert_d_ff)
+        active += common + m.top_k * swiglu(m.expert_d_ff)
     return total, active
 
 
@@ -92,6 +110,7 @@ def test_counts_equal_the_built_model_and_the_hand_formula(family):
     assert moe.experts.gate_up.shape == (E, 2 * f, D) and moe.experts.down.shape == (E, D, f)
     assert ("router_bias" in dict(moe.named_buffers())) == cfg.mlp.correction_bias
     assert "router_bias" not in dict(moe.named_parameters())
+    assert ("router.bias" in dict(moe.named_parameters())) == cfg.mlp.router_bias  # gpt-oss's, learned
 
 
 def test_plain_experts_with_biases_and_the_d_ff_rules():
@@ -126,8 +145,8 @@ def test_active_params_are_what_one_tokens_forward_pass_reaches(family):
     """One token after a cached prefix (run without gradients): the parameters with a gradient from its
     logits are those its forward pass went through. Expected: ``active`` less the (V-1)·d embedding rows
     it does not look up, and less the router rows of the experts it was not sent to when its weights do
-    not depend on their logits (softmax renormalised over the top-k, or sigmoid scores): those rows are
-    read to rank the experts, and count as active, but pass no gradient."""
+    not depend on their logits (softmax renormalised over the top-k, or sigmoid scores): those rows (and
+    their router biases) are read to rank the experts, and count as active, but pass no gradient."""
     cfg = config(**FAMILIES[family])
     model = build_model(cfg, dtype=torch.float64)
     randomise(model, 0)
@@ -142,7 +161,7 @@ def test_active_params_are_what_one_tokens_forward_pass_reaches(family):
     )
     m = cfg.mlp
     blind = m.scoring == "sigmoid" or m.normalize_top_k
-    unread_router_rows = (cfg.n_layer - m.dense_layers) * (m.n_experts - m.top_k) * D if blind else 0
+    unread_router_rows = (cfg.n_layer - m.dense_layers) * (m.n_experts - m.top_k) * (D + m.router_bias) if blind else 0
     assert reached == count(cfg)["active"] - (V - 1) * D - unread_router_rows
 
 
@@ -158,12 +177,14 @@ def negative_choices(moe: MoE) -> None:
 
 
 def naive_moe(moe: MoE, cfg, x: torch.Tensor) -> torch.Tensor:
-    """The MoE output token by token, written from the definitions with Python sorting (float64)."""
+    """The MoE output token by token, written from the definitions with Python sorting (float64): the
+    router's logits W·v + b, SwiGLU's gate g·σ(α·g) with gate and up clamped and up offset, the weight
+    on each expert's output, or with weight_input on its input."""
     m = cfg.mlp
-    E, k = m.n_experts, m.top_k
+    E, k, L = m.n_experts, m.top_k, m.swiglu_limit
     gated = m.expert in ("swiglu", "geglu")
     act = {
-        "swiglu": torch.nn.functional.silu,
+        "swiglu": lambda g: g * torch.sigmoid(m.swiglu_alpha * g),
         "geglu": lambda h: torch.nn.functional.gelu(h, approximate=m.approximate),
         "gelu": lambda h: torch.nn.functional.gelu(h, approximate=m.approximate),
         "relu": torch.relu,
@@ -177,14 +198,20 @@ def naive_moe(moe: MoE, cfg, x: torch.Tensor) -> torch.Tensor:
         h = w_in[e] @ v + (b_in[e] if b_in is not None else 0)
         if gated:
             gate, up = h[: h.shape[0] // 2], h[h.shape[0] // 2 :]
-            h = act(gate) * up
+            if m.expert == "swiglu" and L is not None:
+                up = torch.clamp(up, -L, L)
+                gate = torch.minimum(gate, torch.tensor(L)) if m.swiglu_clamp == "gate" else gate
+                h = torch.minimum(act(gate), torch.tensor(L)) if m.swiglu_clamp == "activation" else act(gate)
+            else:
+                h = act(gate)
+            h = h * (up + (m.up_offset if m.expert == "swiglu" else 0.0))
         else:
             h = act(h)
         return w_out[e] @ h + (b_out[e] if b_out is not None else 0)
 
     out = []
     for v in x:
-        logits = moe.router.weight @ v
+        logits = moe.router.weight @ v + (moe.router.bias if m.router_bias else 0)
         scores = torch.softmax(logits, 0) if m.scoring == "softmax" else torch.sigmoid(logits)
         choice = [float(s + b) for s, b in zip(scores, bias)]
         candidates = list(range(E))
@@ -197,7 +224,10 @@ def naive_moe(moe: MoE, cfg, x: torch.Tensor) -> torch.Tensor:
         weights = [float(scores[e]) for e in chosen]
         if m.normalize_top_k:
             weights = [w / sum(weights) for w in weights]
-        y = sum(m.routed_scale * w * expert(e, v) for w, e in zip(weights, chosen))
+        if m.weight_input:
+            y = sum(expert(e, m.routed_scale * w * v) for w, e in zip(weights, chosen))
+        else:
+            y = sum(m.routed_scale * w * expert(e, v) for w, e in zip(weights, chosen))
         if moe.shared is not None:
             y = y + moe.shared(v[None])[0]  # the dense MLP of mlp.py, itself tested against HF's
         out.append(y)
@@ -214,6 +244,18 @@ ROUTINGS = {
     "geglu_tanh_bias": dict(expert="geglu", approximate="tanh", n_experts=6, top_k=2, bias=True, n_shared_experts=1),
     "gelu_bias_sigmoid_raw": dict(expert="gelu", n_experts=6, top_k=2, scoring="sigmoid", normalize_top_k=False, bias=True),
     "relu_top1": dict(expert="relu", n_experts=4, top_k=1, routed_scale=0.5),
+    # limits small enough that random weights cross them (the test fails if a clamp is skipped)
+    "gpt_oss_clamp_router_bias": dict(
+        n_experts=6, top_k=2, bias=True, router_bias=True, swiglu_limit=1.0, swiglu_alpha=1.702, up_offset=1.0,
+    ),
+    "step_clamp_activation_shared": dict(
+        n_experts=6, top_k=2, scoring="sigmoid", swiglu_limit=0.5, swiglu_clamp="activation", n_shared_experts=1,
+        routed_scale=2.0,
+    ),
+    "llama4_weight_input": dict(
+        n_experts=4, top_k=1, scoring="sigmoid", normalize_top_k=False, weight_input=True, n_shared_experts=1,
+    ),
+    "weight_input_biases_top2": dict(n_experts=6, top_k=2, weight_input=True, bias=True, routed_scale=1.5),
 }  # fmt: skip
 
 
@@ -247,6 +289,8 @@ def _hf_block(family: str, cfg):
             num_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, norm_topk_prob=True, **common
         )
         block_cls = tf.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock
+    elif family in ("gpt_oss", "llama4"):
+        return _hf_block_2025(family, cfg)
     elif family == "deepseek_v2_lite":
         hf_cfg = tf.DeepseekV2Config(
             n_routed_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, n_shared_experts=m.n_shared_experts,
@@ -279,21 +323,82 @@ def _hf_block(family: str, cfg):
     return hf, ours
 
 
+def _hf_block_2025(family: str, cfg):
+    """gpt-oss's MoE MLP (router with a bias; experts [E, d, 2f] with gate and up interleaved along the
+    last dim, biases, the clamped SwiGLU) or Llama 4's (top-1 sigmoid router, the score on the expert's
+    input, a shared SwiGLU), with archlab's ``MoE`` whose weights it copies."""
+    import transformers as tf
+
+    m = cfg.mlp
+    common = dict(
+        hidden_size=D, num_attention_heads=2, num_local_experts=m.n_experts, num_experts_per_tok=m.top_k,
+        intermediate_size=m.expert_d_ff,
+    )  # fmt: skip
+    if family == "gpt_oss":
+        hf_cfg = tf.GptOssConfig(swiglu_limit=m.swiglu_limit, **common)
+        hf_cfg.swiglu_alpha = m.swiglu_alpha
+        block_cls = tf.models.gpt_oss.modeling_gpt_oss.GptOssMLP
+    else:
+        hf_cfg = tf.Llama4TextConfig(hidden_act="silu", **common)
+        block_cls = tf.models.llama4.modeling_llama4.Llama4TextMoe
+    hf_cfg._experts_implementation = "eager"
+    hf = block_cls(hf_cfg).float()
+    ours = MoE(cfg, layer=cfg.n_layer - 1)
+    randomise(ours, 5)
+    f = m.expert_d_ff
+    w_in = ours.experts.gate_up.transpose(1, 2)  # [E, d, 2f]: the gate columns, then the up columns
+    with torch.no_grad():
+        hf.router.weight.copy_(ours.router.weight)
+        hf.experts.down_proj.copy_(ours.experts.down.transpose(1, 2))
+        if family == "gpt_oss":
+            hf.router.bias.copy_(ours.router.bias + 1.0)  # far from 0
+            ours.router.bias.add_(1.0)
+            hf.experts.gate_up_proj[..., 0::2].copy_(w_in[..., :f])
+            hf.experts.gate_up_proj[..., 1::2].copy_(w_in[..., f:])
+            hf.experts.gate_up_proj_bias[:, 0::2].copy_(ours.experts.gate_up_bias[:, :f])
+            hf.experts.gate_up_proj_bias[:, 1::2].copy_(ours.experts.gate_up_bias[:, f:])
+            hf.experts.down_proj_bias.copy_(ours.experts.down_bias)
+        else:
+            hf.experts.gate_up_proj.copy_(w_in)
+            shared = hf.shared_expert
+            shared.gate_proj.weight.copy_(ours.shared.gate_up.weight[:f])
+            shared.up_proj.weight.copy_(ours.shared.gate_up.weight[f:])
+            shared.down_proj.weight.copy_(ours.shared.down.weight)
+    return hf, ours
+
+
+def _hf_route(family: str, hf, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hugging Face's routing weights [N, k] and expert indices [N, k] of tokens ``x``."""
+    if family == "llama4":  # scores [N, E]: σ(logit) of the chosen experts, 0 elsewhere
+        scores, _ = hf.router(x)
+        weights, indices = scores.topk(hf.top_k, dim=-1)
+        return weights, indices
+    _, weights, indices = (hf.router if family == "gpt_oss" else hf.gate)(x)
+    return weights, indices
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_block_and_router_equal_hugging_face(family):
+    """Routing and output equal HF's block; gpt-oss's inputs are scaled so that its clamp acts (the
+    output without the clamp differs)."""
     pytest.importorskip("transformers")
     cfg = config(**FAMILIES[family])
     hf, ours = _hf_block(family, cfg)
-    x = torch.randn(3, 24, D, generator=torch.Generator().manual_seed(6))
+    x = torch.randn(3, 24, D, generator=torch.Generator().manual_seed(6)) * (4.0 if family == "gpt_oss" else 1.0)
     with torch.no_grad():
-        _, hf_weights, hf_indices = hf.gate(x.flatten(0, 1))
+        hf_weights, hf_indices = _hf_route(family, hf, x.flatten(0, 1))
         _, weights, indices = ours.route(x.flatten(0, 1))
         # the same experts for every token (HF's V2/V3 top-k is unsorted: compare in index order)
         hf_sorted, order = hf_indices.sort(dim=-1)
         ours_sorted, ours_order = indices.sort(dim=-1)
         assert torch.equal(ours_sorted, hf_sorted)
         torch.testing.assert_close(weights.gather(-1, ours_order), hf_weights.gather(-1, order), rtol=0, atol=1e-6)
-        torch.testing.assert_close(ours(x), hf(x), rtol=0, atol=1e-5)
+        out = hf(x)
+        out = (out[0] if isinstance(out, tuple) else out).view_as(x)  # gpt-oss, Llama 4: (output, router)
+        torch.testing.assert_close(ours(x), out, rtol=1e-6, atol=1e-5)  # gpt-oss: outputs near 100
+        if cfg.mlp.swiglu_limit is not None:
+            ours.experts.activation = dataclasses.replace(ours.experts.activation, limit=None)
+            assert (ours(x) - out).abs().max() > 1e-2
 
 
 # ---- auxiliary losses ----
@@ -355,6 +460,28 @@ def test_router_learns_through_the_weights_and_the_aux_losses():
         loss = y.square().sum() if source == "output" else moe.aux_losses[source][1]
         loss.backward()
         assert moe.router.weight.grad.abs().sum() > 0, source
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "llama4"])
+def test_gpt_oss_and_llama4_parts_train(family):
+    """A few AdamW steps on one repeated batch lower the loss, and every parameter gets a gradient: the
+    router bias, the clamped SwiGLU (a limit of 0.1, which about a fifth of the pre-activations cross at
+    init: the clamp passes them no gradient, the rest learn), the weighted expert inputs."""
+    mlp = FAMILIES[family] | ({"swiglu_limit": 0.1} if family == "gpt_oss" else {})
+    cfg = config(n_layer=2, **mlp)
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    idx = torch.randint(0, V, (4, 17), generator=torch.Generator().manual_seed(0))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(20):
+        loss = torch.nn.functional.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    assert losses[-1] < 0.8 * losses[0]
 
 
 def test_decoder_averages_aux_losses_over_moe_layers_with_checkpointing_and_compile():
@@ -432,6 +559,11 @@ BAD = [
     (dict(expert="relu", approximate="tanh"), "model.mlp.approximate"),
     (dict(expert="moe"), "model.mlp.expert"),
     (dict(scoring="cosine"), "model.mlp.scoring"),
+    (dict(swiglu_limit=0.0), "model.mlp.swiglu_limit"),  # the swiglu experts' own rules
+    (dict(swiglu_limit=float("inf")), "model.mlp.swiglu_limit"),
+    (dict(swiglu_limit=7.0, swiglu_clamp="up"), "model.mlp.swiglu_clamp"),
+    (dict(swiglu_alpha=-1.702), "model.mlp.swiglu_alpha"),
+    (dict(up_offset=float("nan")), "model.mlp.up_offset"),
 ]
 
 

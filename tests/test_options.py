@@ -440,6 +440,29 @@ def test_mlp_equals_hand_formula(mlp, formula):
         torch.testing.assert_close(m(x), formula(m, x))
 
 
+@pytest.mark.parametrize("clamp", ["gate", "activation"])
+def test_clamped_swiglu_equals_hand_formula(clamp):
+    """gpt-oss's form, (clamp(up, -L, L) + 1) · g·σ(1.702·g) with g = min(gate, L), and Step-3.5's clamp
+    of the activated gate, min(g·σ(α·g), L): random weights and biases far from 0 put gate and up on
+    both sides of the limit, so a skipped clamp, α or offset fails."""
+    L, alpha, offset = 0.5, 1.702, 1.0
+    mlp = {"kind": "swiglu", "bias": True, "swiglu_limit": L, "swiglu_clamp": clamp}
+    m = build(tiny(mlp={**mlp, "swiglu_alpha": alpha, "up_offset": offset}, init_std=0.5)).blocks[0].mlp
+    with torch.no_grad():
+        m.gate_up.bias.copy_(
+            torch.randn(m.gate_up.bias.shape, dtype=F64, generator=torch.Generator().manual_seed(1)) + 1
+        )
+        m.down.bias.fill_(-2.0)
+    x = torch.randn(3, 5, 32, dtype=F64)
+    gate, up = _gate(m, x), _up(m, x)
+    assert (gate > L).any() and (gate < -L).any() and (up > L).any() and (up < -L).any()
+    g = torch.minimum(gate, torch.tensor(L)) if clamp == "gate" else gate
+    act = g * torch.sigmoid(alpha * g)
+    act = torch.minimum(act, torch.tensor(L)) if clamp == "activation" else act
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), m.down(act * (torch.clamp(up, -L, L) + offset)))
+
+
 def test_gelu_approximations_differ():
     exact, tanh = same_weights(
         tiny(mlp={"kind": "gelu", "approximate": "none"}, init_std=0.5),

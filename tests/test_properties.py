@@ -66,6 +66,12 @@ def model_configs(draw) -> dict:
     mlp: dict = {"kind": draw(st.sampled_from(["gelu", "relu", "swiglu", "geglu"])), "bias": draw(st.booleans())}
     if mlp["kind"] in ("gelu", "geglu"):  # the GELU kinds, exact or tanh-approximated
         mlp["approximate"] = draw(st.sampled_from(["none", "tanh"]))
+    if mlp["kind"] == "swiglu":  # gpt-oss's clamped form (clamp on the gate), Step-3.5's (after the activation)
+        mlp["swiglu_limit"] = draw(st.sampled_from([None, 0.5, 7.0]))
+        if mlp["swiglu_limit"] is not None:
+            mlp["swiglu_clamp"] = draw(st.sampled_from(["gate", "activation"]))
+        mlp["swiglu_alpha"] = draw(st.sampled_from([1.0, 1.702]))
+        mlp["up_offset"] = draw(st.sampled_from([0.0, 1.0]))
     sizing = draw(st.sampled_from(["default", "d_ff", "multiplier", "llama"]))
     if sizing == "d_ff":
         mlp["d_ff"] = draw(st.integers(1, 96))
@@ -94,6 +100,8 @@ def model_configs(draw) -> dict:
             "normalize_top_k": draw(st.booleans()),
             "correction_bias": draw(st.booleans()),
             "routed_scale": draw(st.sampled_from([1.0, 2.5])),
+            "router_bias": draw(st.booleans()),  # gpt-oss
+            "weight_input": draw(st.booleans()),  # Llama 4
         }
 
     # mla refuses the causal kind's own fields: they are reset as DeepSeek has them

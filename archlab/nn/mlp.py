@@ -4,14 +4,20 @@
 Hidden width: ``d_ff`` if set, else ``int(multiplier * d_model)``, else 4·d_model for plain MLPs and
 the LLaMA rule for gated ones: ``int(2·4d/3)``, times ``ffn_dim_multiplier``, rounded up to
 ``multiple_of`` (``moe``: the rules of its ``expert`` kind).
+
+SwiGLU's gpt-oss fields (``swiglu_limit``, ``swiglu_clamp``, ``swiglu_alpha``, ``up_offset``) give
+``(clamp(up, -L, L) + offset) · g·σ(α·g)`` with the gate clamped to ``g <= L`` first (gpt-oss) or
+``g·σ(α·g)`` clamped to ``<= L`` after (Step-3.5); at their defaults it is the plain SwiGLU.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, ClassVar, Optional, Union
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Optional
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -97,8 +103,9 @@ class DenseMLP(MLP):
         super().__init__(cfg, layer)
 
     @staticmethod
-    def activation_of(cfg: ModelConfig) -> Union[Callable[[Tensor], Tensor], str]:
-        """The activation: a function (plain kinds), or the gate's, a name ``archlab.nn.fused.glu`` knows."""
+    def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:
+        """What runs between the two matrices: the activation (plain kinds), or the gated product of
+        ``h = [gate | up]`` (gated kinds, a ``Gate``)."""
         raise NotImplementedError
 
     @staticmethod
@@ -115,6 +122,12 @@ class DenseMLP(MLP):
         """The width rules that apply (an explicit d_ff wins over the others), the biases and
         ``approximate`` (refused where there is no tanh form); none of a mixture of experts' fields."""
         return width_fields(cfg, cls.gated(cfg)) | {"bias", "approximate"}
+
+    @staticmethod
+    def form(cfg: ModelConfig) -> str:
+        """The activation's settings that differ from its plain form, for a description (a mixture of
+        experts names its experts' form with it); none by default."""
+        return ""
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
@@ -167,6 +180,34 @@ class ReLUMLP(PlainMLP):
         return F.relu
 
 
+@dataclass(frozen=True)
+class Gate:
+    """The gated product of ``h = [gate | up]`` along the last dim: ``activation(gate) · up`` through the
+    fused ``glu`` (a name it knows); with a ``limit``, an ``alpha`` other than 1 or an ``offset`` (SwiGLU
+    alone sets them) the clamped SwiGLU ``(clamp(up, -L, L) + offset) · g·σ(α·g)``, with ``g <= L`` before
+    the activation (``clamp="gate"``, gpt-oss) or ``g·σ(α·g) <= L`` after it (``"activation"``, Step-3.5),
+    written as plain ops: autograd and ``torch.compile`` derive its backward."""
+
+    activation: str
+    limit: Optional[float] = None
+    clamp: str = "gate"
+    alpha: float = 1.0
+    offset: float = 0.0
+
+    def __call__(self, h: Tensor) -> Tensor:
+        if self.limit is None and self.alpha == 1.0 and self.offset == 0.0:
+            return glu(h, self.activation)
+        gate, up = h.chunk(2, dim=-1)
+        if self.limit is not None:
+            up = up.clamp(-self.limit, self.limit)
+            if self.clamp == "gate":
+                gate = gate.clamp(max=self.limit)
+        act = gate * torch.sigmoid(self.alpha * gate)
+        if self.limit is not None and self.clamp == "activation":
+            act = act.clamp(max=self.limit)
+        return act * (up + self.offset)
+
+
 class GatedMLP(DenseMLP):
     """``down(act(gate(x)) * up(x))`` (Shazeer 2020): three matrices at hidden width d_ff (or ``width``).
     The gate and up matrices are one ``gate_up`` Linear with output ``[gate | up]``: one matmul, not two."""
@@ -183,12 +224,12 @@ class GatedMLP(DenseMLP):
         return True
 
     @staticmethod
-    def activation_of(cfg: ModelConfig) -> str:
-        """The gate's activation, a name ``archlab.nn.fused.glu`` knows."""
+    def activation_of(cfg: ModelConfig) -> Gate:
+        """The gated product of ``[gate | up]``."""
         raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(glu(self.gate_up(x), self.gate))
+        return self.down(self.gate(self.gate_up(x)))
 
     @staticmethod
     def params_at(cfg: ModelConfig, width: int) -> int:
@@ -198,13 +239,52 @@ class GatedMLP(DenseMLP):
 
 @MLPS.register("swiglu")
 class SwiGLU(GatedMLP):
-    """Gate through SiLU (LLaMA)."""
+    """Gate through SiLU (LLaMA); with gpt-oss's fields, its clamped form ``(up + 1) · g·σ(1.702·g)``
+    (``Gate``), or Step-3.5's clamp of the activated gate."""
 
     refuses_tanh = "none for swiglu (SiLU has no tanh form)"
 
     @staticmethod
-    def activation_of(cfg: ModelConfig) -> str:
-        return "silu"
+    def activation_of(cfg: ModelConfig) -> Gate:
+        m = cfg.mlp
+        return Gate("silu", m.swiglu_limit, m.swiglu_clamp, m.swiglu_alpha, m.up_offset)
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        """The gated kinds' fields and the clamped form's (``swiglu_clamp`` only with a limit)."""
+        clamp = {"swiglu_clamp"} if cfg.mlp.swiglu_limit is not None else set()
+        return super().reads(cfg) | {"swiglu_limit", "swiglu_alpha", "up_offset"} | clamp
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        super().validate(cfg)
+        m = cfg.mlp
+        if m.swiglu_limit is not None:
+            checks.positive("model.mlp.swiglu_limit", m.swiglu_limit, "a positive number (gpt-oss: 7.0) or null")
+        checks.positive("model.mlp.swiglu_alpha", m.swiglu_alpha, "a positive number (1.0: SiLU; gpt-oss: 1.702)")
+        if math.isnan(checks.finite(m.up_offset)):
+            raise ConfigError("model.mlp.up_offset", m.up_offset, "a finite number (gpt-oss: 1.0)")
+
+    @staticmethod
+    def form(cfg: ModelConfig) -> str:
+        return swiglu_form(cfg)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """``swiglu d_ff=2880``, and its clamped form where set: ``, limit=7.0 on the gate, alpha=1.702, up+1.0``."""
+        return f"swiglu d_ff={d_ff(cfg)}{swiglu_form(cfg)}"
+
+
+def swiglu_form(cfg: ModelConfig) -> str:
+    """SwiGLU's fields that differ from the plain form: ``, limit=7.0 on the gate, alpha=1.702, up+1.0``."""
+    m, parts = cfg.mlp, []
+    if m.swiglu_limit is not None:
+        parts.append(f"limit={m.swiglu_limit} on the {m.swiglu_clamp}")
+    if m.swiglu_alpha != 1.0:
+        parts.append(f"alpha={m.swiglu_alpha}")
+    if m.up_offset != 0.0:
+        parts.append(f"up{m.up_offset:+}")
+    return "".join(f", {p}" for p in parts)
 
 
 @MLPS.register("geglu")
@@ -212,8 +292,8 @@ class GeGLU(GatedMLP):
     """Gate through GELU: exact, or its tanh approximation (``approximate: tanh``, Gemma's gated GELU)."""
 
     @staticmethod
-    def activation_of(cfg: ModelConfig) -> str:
-        return "gelu" if cfg.mlp.approximate == "none" else "gelu_tanh"
+    def activation_of(cfg: ModelConfig) -> Gate:
+        return Gate("gelu" if cfg.mlp.approximate == "none" else "gelu_tanh")
 
 
 def dense_kind(name: str) -> type[DenseMLP]:

@@ -9,8 +9,11 @@ Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
 - choice: ``scores + router_bias`` (DeepSeek-V3's aux-loss-free correction bias, a buffer: it moves the
   selection only); with ``n_groups > 1`` only the experts of the ``top_groups`` groups whose two best
   choice scores sum highest remain (the others -inf), and of those the ``top_k`` best are chosen;
-- weights: the chosen experts' scores (without the bias), divided by their sum + 1e-20 when
-  ``normalize_top_k``, times ``routed_scale``.
+- logits: ``x·Wᵀ``, plus a learned bias with ``router_bias`` (gpt-oss);
+- weights: the chosen experts' scores (without the correction bias), divided by their sum + 1e-20 when
+  ``normalize_top_k``, times ``routed_scale``. Each chosen expert's output is summed times its weight,
+  or with ``weight_input`` its input is multiplied by the weight and the outputs summed as they are
+  (Llama 4: top-1 of sigmoid scores, ``x·σ(logit)`` into the expert).
 
 Dispatch is dropless: the N·k (token, expert) assignments are sorted by expert, each expert's rows go
 through it as one matmul (a loop over the experts that received any), and each result is written to its
@@ -29,7 +32,6 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.fused import glu
 from archlab.nn.mlp import MLP, MLPS, d_ff, dense_kind
 
 _P = ParamSpec("_P")
@@ -55,7 +57,7 @@ class Experts(nn.Module):
         super().__init__()
         entry = dense_kind(cfg.mlp.expert)
         self.gated = entry.gated(cfg)
-        self.activation = entry.activation_of(cfg)  # a glu name (gated) or a function (plain)
+        self.activation = entry.activation_of(cfg)  # between the matrices: the activation, or the gated product
         E, d = cfg.mlp.n_experts, cfg.d_model
         self.names = ("gate_up", "down") if self.gated else ("fc", "proj")
         shapes = ((E, (2 if self.gated else 1) * width, d), (E, d, width))
@@ -76,8 +78,7 @@ class Experts(nn.Module):
         for e, rows in enumerate(x.split(counts)):
             if counts[e] == 0:
                 continue
-            h = F.linear(rows, w_in[e], b_in[e])
-            h = glu(h, self.activation) if isinstance(self.activation, str) else self.activation(h)
+            h = self.activation(F.linear(rows, w_in[e], b_in[e]))
             outs.append(F.linear(h, w_out[e], b_out[e]))
         return torch.cat(outs)
 
@@ -91,7 +92,7 @@ class Experts(nn.Module):
 
 _OWN_FIELDS = frozenset(  # the fields of model.mlp that only a mixture of experts reads
     "expert n_experts top_k expert_d_ff n_shared_experts dense_layers scoring normalize_top_k n_groups top_groups "
-    "routed_scale correction_bias aux_loss_weight z_loss_weight".split()
+    "routed_scale correction_bias router_bias weight_input aux_loss_weight z_loss_weight".split()
 )
 
 
@@ -117,10 +118,10 @@ class MoE(MLP):
         super().__init__(cfg, layer)
         m, d = cfg.mlp, cfg.d_model
         self.n_experts, self.top_k, self.scoring = m.n_experts, m.top_k, m.scoring
-        self.normalize, self.routed_scale = m.normalize_top_k, m.routed_scale
+        self.normalize, self.routed_scale, self.weight_input = m.normalize_top_k, m.routed_scale, m.weight_input
         self.n_groups, self.top_groups = m.n_groups, m.top_groups
         self.aux_weights = {"moe_balance": m.aux_loss_weight, "router_z": m.z_loss_weight}
-        self.router = nn.Linear(d, m.n_experts, bias=False)
+        self.router = nn.Linear(d, m.n_experts, bias=m.router_bias)
         self.register_buffer(
             "router_bias", torch.zeros(m.n_experts, dtype=torch.float32) if m.correction_bias else None
         )
@@ -143,7 +144,8 @@ class MoE(MLP):
         (logits and weights in float32, or float64 for a float64 ``x``)."""
         dtype = torch.promote_types(x.dtype, torch.float32)
         with torch.autocast(x.device.type, enabled=False):
-            logits = F.linear(x.to(dtype), self.router.weight.to(dtype))
+            bias = None if self.router.bias is None else self.router.bias.to(dtype)
+            logits = F.linear(x.to(dtype), self.router.weight.to(dtype), bias)
         scores = logits.softmax(dim=-1) if self.scoring == "softmax" else logits.sigmoid()
         choice = scores if self.router_bias is None else scores + self.router_bias.to(dtype)
         if self.n_groups > 1:
@@ -161,8 +163,12 @@ class MoE(MLP):
     @not_compiled  # the group sizes are data: a compiled graph would specialise on each
     def routed(self, x: Tensor, weights: Tensor, indices: Tensor) -> Tensor:
         """The routed experts' weighted sum for tokens ``x`` [N, d], in the experts' output dtype:
-        ``dispatch``, ``experts``, ``combine`` (``archlab-bench`` splits a step along them)."""
+        ``dispatch``, ``experts``, ``combine`` (``archlab-bench`` splits a step along them). With
+        ``weight_input`` each row is multiplied by its weight before its expert, and the sum is unweighted."""
         rows, order, counts = self.dispatch(x, indices)
+        if self.weight_input:
+            rows = rows * weights.flatten()[order].unsqueeze(-1).to(rows.dtype)
+            return self.combine(self.experts(rows, counts), order, None)
         return self.combine(self.experts(rows, counts), order, weights)
 
     def dispatch(self, x: Tensor, indices: Tensor) -> tuple[Tensor, Tensor, list[int]]:
@@ -173,12 +179,14 @@ class MoE(MLP):
         counts = torch.bincount(assignments, minlength=self.n_experts).tolist()
         return x[order // indices.shape[1]], order, counts
 
-    def combine(self, out: Tensor, order: Tensor, weights: Tensor) -> Tensor:
+    def combine(self, out: Tensor, order: Tensor, weights: Optional[Tensor]) -> Tensor:
         """The experts' outputs ``out`` [N·k, d] (rows in ``order``) back in (token, slot) order, each
-        token's k slots summed with their ``weights`` [N, k]; in ``out``'s dtype."""
-        N, k = weights.shape
-        slots = torch.empty_like(out).index_copy_(0, order, out)  # [N·k, d] in (token, slot) order
-        return (slots.view(N, k, -1) * weights.unsqueeze(-1)).sum(dim=1).to(out.dtype)
+        token's k slots summed with their ``weights`` [N, k] (None: as they are); in ``out``'s dtype."""
+        k = self.top_k
+        slots = torch.empty_like(out).index_copy_(0, order, out).view(-1, k, out.shape[-1])  # (token, slot) order
+        if weights is not None:
+            slots = slots * weights.unsqueeze(-1)
+        return slots.sum(dim=1).to(out.dtype)
 
     def auxiliary(self, logits: Tensor, indices: Tensor) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary losses whose weight is not zero (see the class docstring)."""
@@ -227,7 +235,7 @@ class MoE(MLP):
             return entry.num_params(cfg, layer)
         f = expert_width(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
-        return m.n_experts * cfg.d_model + routed * entry.params_at(cfg, f) + shared
+        return m.n_experts * (cfg.d_model + m.router_bias) + routed * entry.params_at(cfg, f) + shared
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
@@ -235,7 +243,8 @@ class MoE(MLP):
 
     @classmethod
     def active_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        """The router, the top_k routed experts a token goes through and the shared experts (all of a dense layer)."""
+        """The router (its bias too), the top_k routed experts a token goes through and the shared experts
+        (all of a dense layer)."""
         return cls.params(cfg, layer, cfg.mlp.top_k)
 
     @classmethod
@@ -283,8 +292,12 @@ class MoE(MLP):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """Routing, experts and their width, and any dense layers: ``moe top-2 of 8 swiglu experts d_ff=14336``."""
+        """Routing, experts, their width and form, and any dense layers: ``moe top-2 of 8 swiglu experts
+        d_ff=14336``; ``, router bias``, ``, weighted inputs`` (Llama 4) where set."""
         f = cfg.mlp
         shared = f" + {f.n_shared_experts} shared" if f.n_shared_experts else ""
+        form = dense_kind(f.expert).form(cfg)
+        routing = (", router bias" if f.router_bias else "") + (", weighted inputs" if f.weight_input else "")
         dense = f", {f.dense_layers} dense layers d_ff={d_ff(cfg)}" if f.dense_layers else ""
-        return f"moe top-{f.top_k} of {f.n_experts}{shared} {f.expert} experts d_ff={expert_width(cfg)}{dense}"
+        experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}"
+        return f"moe top-{f.top_k} of {f.n_experts}{shared} {experts}{routing}{dense}"
