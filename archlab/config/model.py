@@ -8,7 +8,7 @@ the variant and the variant's own entry checks the fields it uses (see ``archlab
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, cast
+from typing import Any, List, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
