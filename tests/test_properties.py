@@ -1,5 +1,6 @@
-"""Property tests over random combinations of every model option: the analytic count equals the
-built count component by component, forward shapes, causality, and KV-cache decoding == full forward.
+"""Property tests over random combinations of every model option, per-layer layouts (``model.layers``)
+included: the analytic count equals the built count component by component, forward shapes,
+causality, and KV-cache decoding == full forward.
 
 Models are tiny (d_model <= 64, n_layer <= 3, vocab <= 64, seq <= 16) and built in float64 so the
 cache comparison can be tight: cached and full forwards run the same ops in a different order
@@ -112,6 +113,8 @@ def model_configs(draw) -> dict:
     window = draw(st.sampled_from([None, 1, 2, 3, 5]))
     chunk = draw(st.sampled_from([None, 1, 2, 3, 5])) if window is None else None  # a layer slides or is chunked
     softcap = draw(st.sampled_from([None, 0.5, 20.0]))
+    global_every = draw(st.sampled_from([None, 2])) if window is not None else None
+    layers = draw(layouts(n_head, position["kind"], bool(mla), chunk, global_every))
     return {
         "vocab_size": draw(st.integers(2, 64)),
         "context_length": draw(st.integers(4, 16)),
@@ -142,7 +145,7 @@ def model_configs(draw) -> dict:
             "scale": draw(st.sampled_from([None, 0.1, 1.0])),
             "softcap": softcap,
             "window": window,
-            "global_every": draw(st.sampled_from([None, 2])) if window is not None else None,
+            "global_every": global_every,
             "chunk": chunk,
             "sinks": draw(st.booleans()),
             "gate": draw(st.sampled_from(["none", "elementwise", "head"])),
@@ -157,7 +160,34 @@ def model_configs(draw) -> dict:
             "bias": draw(st.booleans()),
             "softcap": draw(st.sampled_from([None, 1.0, 30.0])),
         },
+        "layers": layers,
     }
+
+
+@st.composite
+def layouts(draw, n_head: int, position: str, mla: bool, chunk, global_every) -> dict:
+    """``model.layers``: none, or one or two layer kinds overriding key/value heads, the window, the
+    position scheme (among those acting in attention) and the MLP width, given by ``first`` and a cycled
+    ``pattern``."""
+    if draw(st.booleans()):
+        return {}
+    kinds = {}
+    for name in ("a", "b")[: draw(st.integers(1, 2))]:
+        kind: dict = {}
+        if not mla and draw(st.booleans()):
+            kind["attention"] = {
+                "n_kv_head": draw(st.sampled_from([k for k in range(1, n_head + 1) if n_head % k == 0]))
+            }
+        if not mla and chunk is None and draw(st.booleans()):  # with global_every a window must stay
+            kind.setdefault("attention", {})["window"] = draw(st.sampled_from([2, 3] if global_every else [None, 2, 3]))
+        if not mla and position in ("rope", "alibi", "none") and draw(st.booleans()):
+            kind["position"] = {"kind": draw(st.sampled_from(["rope", "alibi", "none"]))}
+        if draw(st.booleans()):
+            kind["mlp"] = {"d_ff": draw(st.integers(1, 24))}
+        kinds[name] = kind
+    names = sorted(kinds)
+    first = draw(st.lists(st.sampled_from(names), max_size=1))
+    return {"kinds": kinds, "first": first, "pattern": draw(st.lists(st.sampled_from(names), max_size=3))}
 
 
 @SETTINGS
