@@ -42,12 +42,28 @@ def _transformers() -> Any:
 FAMILIES: dict[str, Family] = {**DENSE, **SPARSE}  # by Hugging Face model_type
 
 
-def family_of(cfg: ModelConfig) -> Family:
-    """The family an archlab layout maps to: ``hf_sparse.sparse_family`` for a moe MLP or mla attention,
-    ``hf_families.dense_family`` otherwise (each lists its choices)."""
+def _routed(cfg: ModelConfig) -> Family:
+    """``hf_sparse.sparse_family`` for a moe MLP or mla attention, ``hf_families.dense_family`` otherwise
+    (each lists its choices)."""
     if cfg.mlp.kind == "moe" or cfg.attention.kind == "mla":
         return sparse_family(cfg)
     return dense_family(cfg)
+
+
+def family_of(cfg: ModelConfig) -> Family:
+    """The family an archlab layout maps to: the one its parts route to (``_routed``) where that holds it
+    exactly, else the first family in ``FAMILIES`` that does (families a table cannot route to, such as
+    those whose layers differ), else the routed one, whose ``check`` names what blocks it."""
+    try:
+        routed = _routed(cfg)
+    except ConfigError:
+        routed = None
+    if routed is not None and not routed.problems(cfg):
+        return routed
+    holding = next((f for f in FAMILIES.values() if not f.problems(cfg)), None)
+    if holding is not None:
+        return holding
+    return routed if routed is not None else _routed(cfg)  # raises, naming the field no family holds
 
 
 def hf_family(cfg: Any) -> str:
@@ -62,7 +78,7 @@ def exportability(cfg: Any) -> tuple[Family, list[Problem]]:
     Reads the family records alone: transformers need not be installed."""
     cfg = validate(to_model_config(cfg))
     try:
-        routed: Family | None = family_of(cfg)
+        routed: Family | None = _routed(cfg)
     except ConfigError:  # a block or position kind that no family's layout has: every family lists it
         routed = None
     problems = {f.model_type: f.problems(cfg) for f in FAMILIES.values()}
