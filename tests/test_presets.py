@@ -6,7 +6,7 @@ by block."""
 
 import pytest
 import torch
-from helpers.published import ACTIVE, PUBLISHED
+from helpers.published import ACTIVE, LAYOUT_CONFIGS, PUBLISHED
 
 from archlab import build_model, compose_model, count_params
 from archlab.accounting import built_counts
@@ -73,9 +73,23 @@ def test_mixture_of_experts_preset_has_the_published_active_count(preset):
     assert count_params(cfg)["active"] == ACTIVE[preset] < PUBLISHED[preset]
 
 
-@pytest.mark.parametrize("preset", PUBLISHED)
+@pytest.mark.parametrize("preset", [p for p in PUBLISHED if p not in LAYOUT_CONFIGS])
 def test_hugging_face_model_of_the_preset_has_the_published_count(preset):
     assert hf_meta_count(compose_model([f"model={preset}"])) == PUBLISHED[preset]
+
+
+@pytest.mark.parametrize("preset", LAYOUT_CONFIGS)
+def test_hugging_face_model_of_the_published_layout_has_the_preset_count(preset):
+    """A preset whose layers differ has no converter to write its Hugging Face config (config_to_hf refuses
+    model.layers): transformers builds the published config itself on the meta device, and its count, plus
+    what the class leaves out (Step3p7TextModel: the LM head), is the preset's closed-form count."""
+    transformers = pytest.importorskip("transformers")
+    model_class, config_class, keys, left_out = LAYOUT_CONFIGS[preset]
+    config = getattr(transformers, config_class)(**keys)
+    with torch.device("meta"):
+        model = getattr(transformers, model_class)(config)
+    built = sum(p.numel() for p in model.parameters()) + left_out
+    assert built == PUBLISHED[preset] == count_params(compose_model([f"model={preset}"]))["total"]
 
 
 @pytest.mark.parametrize("preset", CLOSED_FORMS)

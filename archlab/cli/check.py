@@ -75,6 +75,14 @@ REFERENCE_COUNTS = {
     "qwen3-30b-a3b": 30_532_122_624,  # Qwen/Qwen3-30B-A3B
     "deepseek-v2-lite": 15_706_484_224,  # deepseek-ai/DeepSeek-V2-Lite
     "deepseek-v3": 671_026_404_352,  # deepseek-ai/DeepSeek-V3 (the main model, without its MTP module)
+    # Layers that differ (model.layers), transformers 5.24 modules of the published configs:
+    "gemma3-1b": 999_885_952,  # google/gemma-3-1b-pt (Gemma3ForCausalLM)
+    "gemma3-27b": 27_009_346_304,  # google/gemma-3-27b-pt's text_config: the text stack, no vision tower
+    "smollm3-3b": 3_075_098_624,  # SmolLM3Config() defaults (HuggingFaceTB/SmolLM3-3B)
+    "step-3.5-flash": 196_956_118_272,  # stepfun-ai/Step-3.5-Flash: Step3p7TextModel + LM head, no MTP layers
+    "gpt-oss-20b": 20_914_757_184,  # openai/gpt-oss-20b (GptOssForCausalLM)
+    "gpt-oss-120b": 116_829_156_672,  # openai/gpt-oss-120b
+    "llama4-scout-17b-16e": 107_769_861_120,  # Llama4TextConfig() defaults: the text stack, no vision tower
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every
@@ -86,6 +94,10 @@ ACTIVE_COUNTS = {
     "qwen3-30b-a3b": 3_353_032_704,
     "deepseek-v2-lite": 2_661_150_208,
     "deepseek-v3": 37_552_282_624,
+    "step-3.5-flash": 11_987_311_872,  # card: "activates only 11B of its 196B"
+    "gpt-oss-20b": 4_187_440_704,  # card: 3.6B active, without the input embedding (201,088 x 2,880)
+    "gpt-oss-120b": 5_711_982_912,  # card: 5.1B active, likewise
+    "llama4-scout-17b-16e": 17_172_894_720,  # card: 17B active
 }
 
 register_configs()

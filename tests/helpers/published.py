@@ -16,6 +16,11 @@ active count against one written out from the layer shapes). Mixtral's and Qwen3
 cards (12.9B, 3.3B); DeepSeek's cards
 leave the input embedding out (2.4B, 36.6B = 37,552,282,624 - 129280·7168).
 
+LAYOUT_CONFIGS: the presets whose layers differ (model.layers), which no converter writes a Hugging Face
+config for (``config_to_hf`` refuses a per-layer layout): the published config itself, as the keyword
+arguments of its transformers config class, built on the meta device by tests/test_presets.py. Their
+ACTIVE counts are the same meta build's total less (E - k) routed experts in every MoE layer.
+
 HF_CONFIGS: the architecture keys of each model's ``config.json`` on the Hugging Face Hub (repo named
 per entry), as (model_type, keys); token ids, dtypes and dropout rates left out.
 """
@@ -52,6 +57,13 @@ PUBLISHED = {
     "qwen3-30b-a3b": 30_532_122_624,
     "deepseek-v2-lite": 15_706_484_224,
     "deepseek-v3": 671_026_404_352,
+    "gemma3-1b": 999_885_952,
+    "gemma3-27b": 27_009_346_304,
+    "smollm3-3b": 3_075_098_624,
+    "step-3.5-flash": 196_956_118_272,
+    "gpt-oss-20b": 20_914_757_184,
+    "gpt-oss-120b": 116_829_156_672,
+    "llama4-scout-17b-16e": 107_769_861_120,
 }
 
 ACTIVE = {
@@ -59,6 +71,10 @@ ACTIVE = {
     "qwen3-30b-a3b": 3_353_032_704,
     "deepseek-v2-lite": 2_661_150_208,
     "deepseek-v3": 37_552_282_624,
+    "step-3.5-flash": 11_987_311_872,
+    "gpt-oss-20b": 4_187_440_704,
+    "gpt-oss-120b": 5_711_982_912,
+    "llama4-scout-17b-16e": 17_172_894_720,
 }
 
 _PYTHIA = dict(
@@ -443,4 +459,122 @@ HF_CONFIGS = {
             tie_word_embeddings=False,
         ),
     ),
+}
+
+
+# Step-3.5-Flash's config.json (stepfun-ai/Step-3.5-Flash, as vendored unchanged in yevvonlim/Megatron-Bridge,
+# tests/unit_tests/models/step3p5/_reference/config.json at 2023060258425968ad5401c99153723cee8cd114): its
+# per-layer lists run over the 45 layers and the 3 multi-token-prediction layers after them, which
+# Step3p7TextConfig drops.
+_STEP35_LISTS = 12  # the lists repeat a 4-layer cycle 12 times: 48 entries
+STEP35 = dict(
+    rope_scaling={
+        "rope_type": "llama3",
+        "factor": 2.0,
+        "original_max_position_embeddings": 131072,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 32.0,
+    },
+    yarn_only_types=["full_attention"],
+    hidden_size=4096,
+    intermediate_size=11264,
+    num_hidden_layers=45,
+    max_seq_len=262144,
+    vocab_size=128896,
+    use_qk_norm=True,
+    moe_layers_enum=",".join(str(i) for i in range(3, 45)),
+    num_attention_heads=64,
+    num_attention_groups=8,
+    head_dim=128,
+    use_moe=True,
+    moe_num_experts=288,
+    moe_top_k=8,
+    moe_intermediate_size=1280,
+    share_expert_dim=1280,
+    moe_layer_offset=0,
+    moe_every_n_layer=1,
+    norm_expert_weight=True,
+    moe_router_activation="sigmoid",
+    moe_router_scaling_factor=3.0,
+    att_impl_type="GQA",
+    tie_word_embeddings=False,
+    rope_theta=[5000000.0, 10000.0, 10000.0, 10000.0] * _STEP35_LISTS,
+    use_head_wise_attn_gate=True,
+    sliding_window=512,
+    use_moe_router_bias=True,
+    need_fp32_gate=True,
+    sink=False,
+    layer_types=["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"] * _STEP35_LISTS,
+    use_rope_layers=[],
+    num_nextn_predict_layers=3,
+    partial_rotary_factors=[0.5, 1.0, 1.0, 1.0] * _STEP35_LISTS,
+    attention_other_setting={
+        "attention_type": "sliding_attention",
+        "num_attention_heads": 96,
+        "num_attention_groups": 8,
+        "head_dim": 128,
+        "true_head_dim": 128,
+    },
+    swiglu_limits=[0.0] * 43 + [7, 7, 0.0, 0.0, 0.0],
+    swiglu_limits_shared=[0.0] * 44 + [16, 0.0, 0.0, 0.0],
+    zero_centered=True,
+    max_position_embeddings=262144,
+)
+
+# preset -> (transformers model class, its config class, the published config's keys, parameters the class
+# leaves out: Step3p7TextModel is the text stack without its untied LM head, vocab_size x hidden_size)
+LAYOUT_CONFIGS = {
+    # google/gemma-3-1b-pt
+    "gemma3-1b": (
+        "Gemma3ForCausalLM",
+        "Gemma3TextConfig",
+        dict(
+            vocab_size=262144,
+            hidden_size=1152,
+            intermediate_size=6912,
+            num_hidden_layers=26,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            hidden_activation="gelu_pytorch_tanh",
+            max_position_embeddings=32768,
+            query_pre_attn_scalar=256,
+            rms_norm_eps=1e-6,
+            sliding_window=512,
+            sliding_window_pattern=6,
+            rope_local_base_freq=10000.0,
+            rope_theta=1000000.0,
+            rope_scaling=None,
+            attn_logit_softcapping=None,
+            final_logit_softcapping=None,
+        ),
+        0,
+    ),
+    # google/gemma-3-27b-pt, text_config (the keys it leaves out take Gemma3TextConfig's defaults)
+    "gemma3-27b": (
+        "Gemma3ForCausalLM",
+        "Gemma3TextConfig",
+        dict(
+            head_dim=128,
+            hidden_size=5376,
+            intermediate_size=21504,
+            num_hidden_layers=62,
+            num_attention_heads=32,
+            num_key_value_heads=16,
+            query_pre_attn_scalar=168,
+            rope_scaling={"factor": 8.0, "rope_type": "linear"},
+            sliding_window=1024,
+        ),
+        0,
+    ),
+    # SmolLM3Config()'s defaults (checkpoint HuggingFaceTB/SmolLM3-3B)
+    "smollm3-3b": ("SmolLM3ForCausalLM", "SmolLM3Config", {}, 0),
+    # stepfun-ai/Step-3.5-Flash (model_type step3p5, read by transformers' Step3p7TextConfig)
+    "step-3.5-flash": ("Step3p7TextModel", "Step3p7TextConfig", STEP35, 128896 * 4096),
+    # openai/gpt-oss-20b: GptOssConfig()'s defaults (the 120B's) but for its 24 layers and 32 experts
+    "gpt-oss-20b": ("GptOssForCausalLM", "GptOssConfig", dict(num_hidden_layers=24, num_local_experts=32), 0),
+    # openai/gpt-oss-120b: GptOssConfig()'s defaults
+    "gpt-oss-120b": ("GptOssForCausalLM", "GptOssConfig", {}, 0),
+    # Llama4TextConfig()'s defaults (checkpoint meta-llama/Llama-4-Scout-17B-16E), the text stack alone
+    "llama4-scout-17b-16e": ("Llama4ForCausalLM", "Llama4TextConfig", {}, 0),
 }
