@@ -23,6 +23,7 @@ from archlab.build import build_model
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
 from archlab.interop.hf_families import DENSE, Family, Problem, dense_family, join, split
+from archlab.interop.hf_layered_sparse import LAYERED_SPARSE
 from archlab.interop.hf_sparse import SPARSE, sparse_family
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
@@ -39,7 +40,7 @@ def _transformers() -> Any:
     return transformers
 
 
-FAMILIES: dict[str, Family] = {**DENSE, **SPARSE}  # by Hugging Face model_type
+FAMILIES: dict[str, Family] = {**DENSE, **SPARSE, **LAYERED_SPARSE}  # by Hugging Face model_type
 
 
 def _routed(cfg: ModelConfig) -> Family:
@@ -53,7 +54,9 @@ def _routed(cfg: ModelConfig) -> Family:
 def family_of(cfg: ModelConfig) -> Family:
     """The family an archlab layout maps to: the one its parts route to (``_routed``) where that holds it
     exactly, else the first family in ``FAMILIES`` that does (families a table cannot route to, such as
-    those whose layers differ), else the routed one, whose ``check`` names what blocks it."""
+    those whose layers differ), else the routed one, whose ``check`` names what blocks it; where the
+    routed one holds no per-layer layout that ``cfg`` has, the one with the fewest problems (as
+    ``exportability`` picks), so a layered layout is refused for what its nearest family lacks."""
     try:
         routed = _routed(cfg)
     except ConfigError:
@@ -63,7 +66,12 @@ def family_of(cfg: ModelConfig) -> Family:
     holding = next((f for f in FAMILIES.values() if not f.problems(cfg)), None)
     if holding is not None:
         return holding
-    return routed if routed is not None else _routed(cfg)  # raises, naming the field no family holds
+    if routed is None:
+        return _routed(cfg)  # raises, naming the field no family holds
+    if any(p.field.startswith("model.layers.") for p in routed.problems(cfg)):
+        # the routed family holds no per-layer layout: the family with the fewest problems names them
+        return min(FAMILIES.values(), key=lambda f: (len(f.problems(cfg)), f is not routed))
+    return routed
 
 
 def hf_family(cfg: Any) -> str:

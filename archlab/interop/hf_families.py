@@ -152,7 +152,10 @@ class TensorMap(NamedTuple):
     ``transposed`` (GPT-2's Conv1D stores (in, out)); ``stacked`` (archlab's fused q/k/v or gate/up is
     the HF tensors of ``sizes`` rows stacked along dim 0); ``heads_interleaved`` (GPT-NeoX's fused
     q/k/v holds [q_h, k_h, v_h] per head h; archlab holds every q, then every k, then every v;
-    ``sizes`` = (n_head, head_dim))."""
+    ``sizes`` = (n_head, head_dim)); ``experts_transposed`` (stacked experts stored [E, in, out], as
+    gpt-oss's and Llama 4's, against archlab's [E, out, in]); ``gate_up_interleaved`` (gpt-oss's
+    gate_up_proj [E, d, 2f] with the gate at even and up at odd columns, and its bias [E, 2f] likewise;
+    archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows)."""
 
     archlab: str
     hf: tuple[str, ...]
@@ -169,6 +172,11 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
     if m.layout == "heads_interleaved":
         H, hd = m.sizes
         return parts[0].unflatten(0, (H, 3, hd)).transpose(0, 1).flatten(0, 2).contiguous()
+    if m.layout == "experts_transposed":
+        return parts[0].transpose(1, 2).contiguous()
+    if m.layout == "gate_up_interleaved":
+        rows = parts[0].transpose(1, 2) if parts[0].dim() == 3 else parts[0]
+        return torch.cat((rows[:, 0::2], rows[:, 1::2]), dim=1).contiguous()
     return parts[0].detach().clone() if copy else parts[0]
 
 
@@ -181,6 +189,12 @@ def split(m: TensorMap, tensor: Tensor) -> list[Tensor]:
     if m.layout == "heads_interleaved":
         H, hd = m.sizes
         return [tensor.unflatten(0, (3, H, hd)).transpose(0, 1).flatten(0, 2).contiguous()]
+    if m.layout == "experts_transposed":
+        return [tensor.transpose(1, 2).contiguous()]
+    if m.layout == "gate_up_interleaved":
+        f = tensor.shape[1] // 2
+        rows = torch.stack((tensor[:, :f], tensor[:, f:]), dim=2).flatten(1, 2)
+        return [(rows.transpose(1, 2) if rows.dim() == 3 else rows).contiguous()]
     return [tensor]
 
 

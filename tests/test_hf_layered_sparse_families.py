@@ -1,0 +1,433 @@
+"""Per-family Hugging Face parity of the mixture-of-experts families whose layers differ: gpt-oss and
+Llama 4 (text).
+
+Tiny random models of each, their per-layer descriptions read into ``model.layers`` kinds (gpt-oss:
+sliding and full layers, or all full; Llama 4: RoPE layers chunked with the L2 QK-norm, NoPE layers
+with the query temperature, MoE and dense layers interleaved, or given layer by layer), give the same
+float32 logits in archlab and in transformers' eager attention and experts, from HF to archlab and from
+each shrunk preset to HF; archlab -> HF -> archlab gives back the config and every tensor bit for bit;
+greedy decoding (left-padded batches too) equals HF ``generate``. Sequences of 12 tokens run past every
+window and chunk of 4 and past the temperature's floor of 4; every parameter is redrawn (matrices
+N(0, 0.2²), vectors (biases, norm scales, sinks, router biases) 0.5 + N(0, 0.3²)), and each per-layer
+part is checked to change the logits (so a part dropped on one side could not pass).
+"""
+
+import copy
+import functools
+
+import pytest
+import torch
+from helpers.hf import (
+    CTX,
+    TOL,
+    WINDOW,
+    V,
+    check_greedy_generation,
+    check_padded_generation,
+    logits,
+    max_diff,
+    randomize,
+)
+
+from archlab import ConfigError, build_model, compose_model, count_params
+from archlab.config import LayersConfig
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, load_hf_dir, save_hf_dir, to_hf
+from archlab.interop.hf_layered_sparse import shortest_layout
+
+transformers = pytest.importorskip("transformers")
+
+EAGER = dict(attn_implementation="eager", experts_implementation="eager")  # HF's plain per-expert loop
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
+
+SMALL = dict(
+    vocab_size=V,
+    max_position_embeddings=CTX,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    intermediate_size=32,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
+# YaRN as archlab holds it for gpt-oss: truncate true (the band rounded outward), no mscales
+YARN = dict(
+    rope_type="yarn",
+    rope_theta=100.0,
+    factor=4.0,
+    original_max_position_embeddings=16,
+    beta_fast=4.0,
+    beta_slow=0.25,
+    truncate=True,
+)
+# case -> (transformers model class, config class, config keys)
+HF_CASES = {
+    # layers 0, 2 slide over 4 positions, layer 1 is full (transformers' default layer_types)
+    "gpt_oss-sliding-yarn": (
+        "GptOssForCausalLM",
+        "GptOssConfig",
+        dict(SMALL, num_hidden_layers=3, sliding_window=WINDOW, swiglu_limit=1.5, rope_parameters=YARN),
+    ),
+    "gpt_oss-full-tied": (
+        "GptOssForCausalLM",
+        "GptOssConfig",
+        dict(
+            SMALL,
+            num_hidden_layers=2,
+            layer_types=["full_attention"] * 2,
+            attention_bias=False,
+            swiglu_limit=2.0,
+            swiglu_alpha=1.2,
+            tie_word_embeddings=True,
+            rope_parameters=dict(rope_type="default", rope_theta=500.0),
+        ),
+    ),
+    # iRoPE: layers 0-2 RoPE, chunked, L2 QK-norm; layer 3 NoPE with the temperature; MoE on 1 and 3
+    "llama4-irope-interleaved": (
+        "Llama4ForCausalLM",
+        "Llama4TextConfig",
+        dict(
+            SMALL,
+            num_hidden_layers=4,
+            intermediate_size_mlp=48,
+            interleave_moe_layer_step=2,
+            attention_chunk_size=WINDOW,
+            floor_scale=4,
+            attn_scale=0.5,
+            rope_parameters=dict(rope_type="default", rope_theta=100.0),
+        ),
+    ),
+    # layer by layer: NoPE on layer 1, a chunked NoPE layer 2, no QK-norm, no temperature, MoE on 0 and 2,
+    # llama3 RoPE scaling, top-1 routing, a tied head
+    "llama4-listed-llama3": (
+        "Llama4ForCausalLM",
+        "Llama4TextConfig",
+        dict(
+            SMALL,
+            num_hidden_layers=3,
+            intermediate_size_mlp=40,
+            num_experts_per_tok=1,
+            no_rope_layers=[1, 0, 0],
+            layer_types=["chunked_attention", "full_attention", "chunked_attention"],
+            moe_layers=[0, 2],
+            attention_chunk_size=WINDOW,
+            use_qk_norm=False,
+            attn_temperature_tuning=False,
+            attention_bias=True,
+            tie_word_embeddings=True,
+            rope_parameters=dict(
+                rope_type="llama3",
+                rope_theta=100.0,
+                factor=4.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=16,
+            ),
+        ),
+    ),
+}
+
+
+def hf_model(case: str, seed: int = 1):
+    model_class, config_class, keys = HF_CASES[case]
+    config = getattr(transformers, config_class)(**keys, **EAGER)
+    return randomize(getattr(transformers, model_class)(config), seed)
+
+
+def test_from_hf_reads_each_layer_into_a_kind():
+    cfgs = {case: config_from_hf(_hf_config(case)) for case in HF_CASES}
+    oss = cfgs["gpt_oss-sliding-yarn"]
+    assert oss.layers.kinds == {"sliding": {"attention": {"window": WINDOW}}, "full": {}}
+    assert (oss.layers.first, oss.layers.pattern) == ([], ["sliding", "full"])
+    assert (oss.attention.sinks, oss.attention.qkv_bias, oss.attention.out_bias, oss.position.scaling) == (
+        True,
+        True,
+        True,
+        "yarn",
+    )
+    m = oss.mlp
+    assert (m.bias, m.router_bias, m.swiglu_limit, m.swiglu_alpha, m.up_offset, m.expert_d_ff) == (
+        True,
+        True,
+        1.5,
+        1.702,
+        1.0,
+        32,
+    )
+    full = cfgs["gpt_oss-full-tied"]  # one kind for every layer: the model's own parts
+    assert (full.layers.kinds, full.layers.pattern, full.attention.window, full.head.tied) == (None, [], None, True)
+    irope = cfgs["llama4-irope-interleaved"]
+    assert irope.layers.kinds == {
+        "rope_dense": {"attention": {"chunk": WINDOW, "qk_norm": "l2"}, "mlp": {"kind": "swiglu"}},
+        "rope": {"attention": {"chunk": WINDOW, "qk_norm": "l2"}},
+        "nope": {
+            "position": {"kind": "none"},
+            "attention": {"query_scale_beta": 0.5, "query_scale_length": 4, "query_scale_offset": 1},
+        },
+    }
+    assert (irope.layers.first, irope.layers.pattern) == ([], ["rope_dense", "rope", "rope_dense", "nope"])
+    assert (irope.mlp.d_ff, irope.mlp.expert_d_ff, irope.mlp.weight_input, irope.position.pairing) == (
+        48,
+        32,
+        True,
+        "interleaved",
+    )
+    listed = cfgs["llama4-listed-llama3"]
+    assert listed.layers.kinds == {
+        "rope": {"attention": {"chunk": WINDOW}},  # no QK-norm: use_qk_norm false
+        "nope_dense": {"position": {"kind": "none"}, "mlp": {"kind": "swiglu"}},
+        "nope_chunked": {"position": {"kind": "none"}, "attention": {"chunk": WINDOW}},
+    }
+    assert listed.layers.pattern == ["rope", "nope_dense", "nope_chunked"]
+    assert (listed.position.scaling, listed.attention.qkv_bias, listed.mlp.top_k) == ("llama3", True, 1)
+
+
+def test_shortest_layout():
+    assert shortest_layout(["a", "b", "a", "b", "a"]) == ([], ["a", "b"])
+    assert shortest_layout(["d", "d", "m", "m", "m"]) == (["d", "d"], ["m"])
+    assert shortest_layout(["a", "b", "c"]) == ([], ["a", "b", "c"])
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_hf_logits_and_hf_to_archlab_to_hf_and_back(case):
+    """archlab's logits equal HF's; the archlab model converts back to the same HF class with the same
+    per-layer description and logits, and from there to an archlab model with the same config and
+    bit-identical tensors."""
+    hf = hf_model(case)
+    model = from_hf(hf)
+    assert max_diff(logits(hf), logits(model)) <= TOL
+    back = to_hf(model, **EAGER).eval()
+    assert type(back) is type(hf)  # the layout read maps back to the same family
+    for key in ("layer_types", "no_rope_layers", "moe_layers", "sliding_window", "attention_chunk_size"):
+        if key in HF_CASES[case][2] or key == "layer_types":
+            assert getattr(back.config, key) == getattr(hf.config, key)
+    assert max_diff(logits(back), logits(model)) <= TOL
+    again = from_hf(back)
+    assert again.cfg == model.cfg
+    state, state_again = model.state_dict(), again.state_dict()
+    assert state.keys() == state_again.keys()
+    assert all(torch.equal(state[k], state_again[k]) for k in state)
+
+
+TINY = ["model.vocab_size=96", "model.context_length=64", "model.d_model=64", "model.attention.n_head=4"]
+TINY += ["model.attention.n_kv_head=2", "model.attention.head_dim=16", "model.mlp.n_experts=4"]
+PRESET_CASES = {
+    "gpt-oss-20b": (
+        "GptOssForCausalLM",
+        ["model.n_layer=3", "model.mlp.top_k=2", "model.mlp.expert_d_ff=32", "model.mlp.swiglu_limit=1.5"]
+        + [
+            "model.layers.kinds.sliding.attention.window=4",
+            "model.position.original_context=16",
+            "model.position.factor=4.0",
+        ],
+    ),
+    "llama4-scout-17b-16e": (
+        "Llama4ForCausalLM",
+        [
+            "model.n_layer=4",
+            "model.mlp.expert_d_ff=32",
+            "model.mlp.d_ff=48",
+            "model.layers.kinds.rope.attention.chunk=4",
+        ]
+        + [
+            "model.layers.kinds.nope.attention.query_scale_length=4",
+            "model.layers.kinds.nope.attention.query_scale_beta=0.5",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("preset", list(PRESET_CASES))
+def test_archlab_to_hf_to_archlab_is_bit_identical(preset):
+    """A shrunk preset converts to its family's HF class with the same logits (HF eager), and back to
+    archlab with every tensor bit for bit and the same counts."""
+    expected_class, sizes = PRESET_CASES[preset]
+    model = randomize(build_model(compose_model([f"model={preset}", *TINY, *sizes])), seed=3)
+    hf = to_hf(model, **EAGER).eval()
+    assert type(hf).__name__ == expected_class
+    assert max_diff(logits(model), logits(hf)) <= TOL
+    back = from_hf(hf)
+    assert back.cfg.layers == model.cfg.layers  # the preset's kinds are the ones from_hf names
+    state, state_back = model.state_dict(), back.state_dict()
+    assert state.keys() == state_back.keys()
+    assert all(torch.equal(state[k], state_back[k]) for k in state)
+    assert count_params(back.cfg) == count_params(model.cfg)
+
+
+PARTS = {
+    "gpt_oss-sliding-yarn": [
+        ("model.layers.kinds.sliding.attention.window", None),  # the sliding layers' window
+        ("model.mlp.swiglu_limit", None),  # the SwiGLU clamp is reached
+    ],
+    "llama4-irope-interleaved": [
+        ("model.layers.kinds.rope.attention.chunk", None),  # the RoPE layers' chunks
+        ("model.layers.kinds.rope.attention.qk_norm", "none"),  # their L2 QK-norm
+        ("model.layers.kinds.nope.attention.query_scale_beta", None),  # the NoPE layer's temperature
+        ("model.layers.kinds.nope.position.kind", "rope"),  # its missing RoPE
+    ],
+}
+
+
+@pytest.mark.parametrize("case", list(PARTS))
+def test_each_per_layer_part_changes_the_logits(case):
+    """The same weights with one part taken away (on a layer kind, or on every layer) give other logits:
+    the parity above depends on each."""
+    model = from_hf(hf_model(case))
+    for field, value in PARTS[case]:
+        cfg = copy.deepcopy(model.cfg)
+        *path, name = field.split(".")[1:]
+        if path[0] == "layers":
+            cfg.layers.kinds[path[2]][path[3]][name] = value
+        else:
+            setattr(getattr(cfg, path[0]), name, value)
+        changed = build_model(cfg, device="meta")
+        changed.load_state_dict(model.state_dict(), assign=True)
+        assert max_diff(logits(changed.eval()), logits(model)) > 1e-3, field
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_generation_matches_hf_generate(case):
+    """20 new tokens after a 5-token prompt, past every window and chunk of 4, and prompts of 7, 3 and 5
+    tokens left-padded into one batch: the same ids as HF ``generate``, and at every step archlab's
+    logits through its KV cache equal HF's."""
+    hf = hf_model(case, seed=4)
+    check_greedy_generation(hf)
+    check_padded_generation(hf)
+
+
+@pytest.mark.parametrize("case", ["gpt_oss-sliding-yarn", "llama4-irope-interleaved"])
+def test_save_pretrained_directories_round_trip(case, tmp_path):
+    """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout."""
+    hf = hf_model(case, seed=7)
+    hf.save_pretrained(tmp_path / "hf")
+    model = load_hf_dir(tmp_path / "hf").eval()
+    assert max_diff(logits(hf), logits(model)) <= TOL
+    save_hf_dir(model, tmp_path / "again")
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "again", **EAGER).eval()
+    assert type(back) is type(hf)
+    assert max_diff(logits(hf), logits(back)) <= TOL
+
+
+# ---------------------------------------------------------------- which family, and what is refused
+
+
+@functools.cache
+def preset(name: str):
+    return compose_model([f"model={name}"])
+
+
+def changed(name: str, **fields):
+    """Preset ``name`` with ``fields`` set: ``attention__window=...`` on the model,
+    ``kinds__nope__attention__qk_norm=...`` on (or added to) a layer kind."""
+    cfg = copy.deepcopy(preset(name))
+    for key, value in fields.items():
+        path = key.split("__")
+        if path[0] == "kinds":
+            cfg.layers.kinds[path[1]].setdefault(path[2], {})[path[3]] = value
+        else:
+            setattr(getattr(cfg, path[0]) if len(path) == 2 else cfg, path[-1], value)
+    return cfg
+
+
+OSS, SCOUT = "gpt-oss-20b", "llama4-scout-17b-16e"
+NONE = LayersConfig()
+
+
+@pytest.mark.parametrize(
+    "name, fields, config_class",
+    [
+        (OSS, {}, "GptOssConfig"),
+        (SCOUT, {}, "Llama4TextConfig"),
+        # the same layers given by a window with global_every, or by dense_layers, export alike
+        (OSS, dict(layers=NONE, attention__window=128, attention__global_every=2), "GptOssConfig"),
+        (SCOUT, dict(layers=NONE, mlp__dense_layers=1), "Llama4TextConfig"),
+    ],
+)
+def test_the_layout_picks_the_family(name, fields, config_class):
+    assert type(config_to_hf(changed(name, **fields))).__name__ == config_class
+
+
+def test_global_every_gives_gpt_oss_s_layer_types():
+    hf_cfg = config_to_hf(changed(OSS, layers=NONE, attention__window=128, attention__global_every=2))
+    assert hf_cfg.layer_types == config_to_hf(preset(OSS)).layer_types
+    assert hf_cfg.layer_types[:2] == ["sliding_attention", "full_attention"] and hf_cfg.sliding_window == 128
+
+
+@pytest.mark.parametrize(
+    "name, fields, field",
+    [
+        # a layer kind that changes what gpt-oss holds once: named as the kind's field
+        (OSS, dict(kinds__sliding__attention__n_kv_head=4), "model.layers.kinds.sliding.attention.n_kv_head"),
+        (OSS, dict(kinds__full__position__theta=1000.0), "model.layers.kinds.full.position.theta"),
+        (OSS, dict(kinds__full__attention__window=64), "model.attention.window"),  # two windows
+        (OSS, dict(mlp__swiglu_limit=None), "model.mlp.swiglu_limit"),
+        (OSS, dict(mlp__router_bias=False), "model.mlp.router_bias"),
+        (OSS, dict(attention__sinks=False), "model.attention.sinks"),
+        (OSS, dict(mlp__n_shared_experts=1), "model.mlp.n_shared_experts"),
+        (OSS, dict(mlp__swiglu_clamp="activation"), "model.mlp.swiglu_clamp"),
+        (OSS, dict(position__mscale=1.0, position__mscale_all_dim=1.0), "model.position.mscale"),
+        (OSS, dict(attention__out_bias=False), "model.attention.out_bias"),
+        (OSS, dict(kinds__full__mlp__kind="swiglu"), "model.layers.kinds.full.mlp.kind"),
+        # Llama 4
+        (SCOUT, dict(kinds__nope__attention__qk_norm="l2"), "model.layers.kinds.nope.attention.qk_norm"),
+        (SCOUT, dict(kinds__rope__attention__qk_norm="head"), "model.layers.kinds.rope.attention.qk_norm"),
+        (
+            SCOUT,
+            dict(kinds__rope__attention__query_scale_beta=0.1),
+            "model.layers.kinds.rope.attention.query_scale_beta",
+        ),
+        (
+            SCOUT,
+            dict(kinds__nope__attention__query_scale_offset=0),
+            "model.layers.kinds.nope.attention.query_scale_offset",
+        ),
+        (SCOUT, dict(kinds__nope__attention__chunk=16), "model.layers.kinds.nope.attention.chunk"),
+        (SCOUT, dict(kinds__nope__attention__window=16), "model.layers.kinds.nope.attention.window"),
+        (SCOUT, dict(kinds__nope__position__kind="alibi"), "model.layers.kinds.nope.position.kind"),
+        (SCOUT, dict(mlp__n_shared_experts=2), "model.mlp.n_shared_experts"),
+        (SCOUT, dict(mlp__scoring="softmax"), "model.mlp.scoring"),
+        (SCOUT, dict(mlp__weight_input=False), "model.mlp.weight_input"),
+        (SCOUT, dict(position__pairing="half"), "model.position.pairing"),
+        (SCOUT, dict(kinds__nope__mlp__kind="geglu"), "model.layers.kinds.nope.mlp.kind"),
+    ],
+)
+def test_config_to_hf_refuses_what_the_family_cannot_hold(name, fields, field):
+    with pytest.raises(ConfigError) as err:
+        config_to_hf(changed(name, **fields))
+    assert err.value.field == field
+    assert "Hugging Face" in str(err.value)
+
+
+def _hf_config(case: str, **changes):
+    _, config_class, keys = HF_CASES[case]
+    return getattr(transformers, config_class)(**{**keys, **changes})
+
+
+@pytest.mark.parametrize(
+    "case, changes, field",
+    [
+        # transformers' gpt-oss default: YaRN with truncate false, which archlab's band cannot give
+        ("gpt_oss-sliding-yarn", dict(rope_parameters=None), "GptOssConfig.rope_parameters.truncate"),
+        (
+            "gpt_oss-sliding-yarn",
+            dict(rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8)),
+            "GptOssConfig.rope_parameters.mscale",
+        ),
+        (
+            "gpt_oss-sliding-yarn",
+            dict(rope_parameters=HF_CASES["llama4-listed-llama3"][2]["rope_parameters"]),
+            "GptOssConfig.rope_parameters.rope_type",
+        ),
+        ("llama4-irope-interleaved", dict(router_jitter_noise=0.1), "Llama4TextConfig.router_jitter_noise"),
+        ("llama4-irope-interleaved", dict(hidden_act="relu"), "Llama4TextConfig.hidden_act"),
+        ("llama4-irope-interleaved", dict(moe_layers=[]), "Llama4TextConfig.moe_layers"),
+    ],
+)
+def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
+    with pytest.raises(ConfigError) as err:
+        config_from_hf(_hf_config(case, **changes))
+    assert err.value.field == field
