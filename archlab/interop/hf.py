@@ -1,8 +1,10 @@
 """Hugging Face transformers <-> archlab: configs and weights, both ways, of GPT-2, GPT-J, GPT-NeoX
-(Pythia), Phi, LLaMA (RoPE scaling included), Mistral, Qwen2, Qwen3, Gemma, Gemma 2 and OLMo 2, and of
-the mixtures of experts Mixtral, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3.
+(Pythia), Phi, LLaMA (RoPE scaling included), Mistral, Qwen2, Qwen3, Gemma, Gemma 2 and OLMo 2, of
+the mixtures of experts Mixtral, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3, and of the dense families whose
+layers differ, Gemma 3, SmolLM3, Cohere2, EXAONE 4 and OLMo 3.
 
-Each family is one record in ``archlab.interop.hf_families`` (the MoE ones in ``hf_sparse``): its config
+Each family is one record in ``archlab.interop.hf_families`` (the MoE ones in ``hf_sparse``, those whose
+layers differ in ``hf_layered``): its config
 mapping both ways, its tensor names and layouts. ``from_hf`` picks the record from the HF config's
 ``model_type``; ``to_hf`` from the archlab layout (``hf_family``). Anything a family cannot hold
 exactly is refused with a ConfigError naming the field. ``transformers`` is an optional extra
@@ -23,6 +25,7 @@ from archlab.build import build_model
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
 from archlab.interop.hf_families import DENSE, Family, Problem, dense_family, join, split
+from archlab.interop.hf_layered import LAYERED, LayeredFamily
 from archlab.interop.hf_layered_sparse import LAYERED_SPARSE
 from archlab.interop.hf_sparse import SPARSE, sparse_family
 from archlab.nn.model import Decoder
@@ -40,7 +43,7 @@ def _transformers() -> Any:
     return transformers
 
 
-FAMILIES: dict[str, Family] = {**DENSE, **SPARSE, **LAYERED_SPARSE}  # by Hugging Face model_type
+FAMILIES: dict[str, Family] = {**DENSE, **SPARSE, **LAYERED, **LAYERED_SPARSE}  # by Hugging Face model_type
 
 
 def _routed(cfg: ModelConfig) -> Family:
@@ -154,6 +157,12 @@ def archlab_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None =
     return out
 
 
+def _hf_weights(family: Family, hf_config: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """transformers' tensors as archlab's layout of ``family`` holds them, given the HF config: a scale that
+    archlab folds into a weight (Cohere2's logit_scale, into the final norm) applied; else unchanged."""
+    return family.hf_weights(hf_config, state) if isinstance(family, LayeredFamily) else state
+
+
 def _decoder(cfg: ModelConfig, state: dict[str, Tensor]) -> Decoder:
     """An archlab Decoder holding ``state``'s tensors (built on meta, so nothing is initialised twice)."""
     model = build_model(cfg, device="meta")
@@ -173,7 +182,8 @@ def from_hf(hf_model: Any) -> Decoder:
         raise TypeError(
             f"from_hf takes a {family.model_class} for a {family.model_type} config, got {type(hf_model).__name__}"
         )
-    state = hf_state_to_archlab(cfg, hf_model.state_dict(), copy=True, family=family.model_type)
+    hf_state = _hf_weights(family, hf_model.config, hf_model.state_dict())
+    state = hf_state_to_archlab(cfg, hf_state, copy=True, family=family.model_type)
     return _decoder(cfg, state).train(hf_model.training)
 
 
@@ -227,7 +237,8 @@ def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None) -> De
         state = {new + k.removeprefix(old) if k.startswith(old) else k: v for k, v in state.items()}
     if not any(k.startswith(family.prefix) for k in state):  # saved from the base model: names lack its prefix
         state = {k if k.startswith("lm_head.") else family.prefix + k: v for k, v in state.items()}
-    state = hf_state_to_archlab(cfg, family.from_checkpoint(cfg, state), copy=False, family=family.model_type)
+    state = _hf_weights(family, hf_config, family.from_checkpoint(cfg, state))
+    state = hf_state_to_archlab(cfg, state, copy=False, family=family.model_type)
     if dtype is not None:
         state = {k: v.to(dtype) for k, v in state.items()}
         if cfg.head.tied:
