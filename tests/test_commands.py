@@ -36,7 +36,9 @@ def test_help_exits_0_and_lists_every_setting(command, tmp_path):
     for f in fields(SCHEMAS[command]):
         if f.name == "model":  # a config group: its options are listed, one per model family
             for group, option in [("model", "gpt2"), ("model/position", "rope"), ("model/attention", "mqa")]:
-                assert re.search(rf"^  {group}\s.*\b{option}\b", proc.stdout, re.M), group
+                # the group's line and the indented lines its options wrap onto
+                listed = re.search(rf"^  {group} +(.*(?:\n {{4,}}\S.*)*)", proc.stdout, re.M)
+                assert listed and re.search(rf"\b{option}\b", listed.group(1)), group
         else:  # the setting, what it is, and its default
             assert re.search(rf"^  {f.name}\s+\S.*\((default .+|required)\)$", proc.stdout, re.M), f.name
     assert list(tmp_path.iterdir()) == []  # help writes nothing
