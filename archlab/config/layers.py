@@ -5,11 +5,8 @@ reads ``layer_configs``: a layer's config is the model's with its kind's fields 
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 from typing import Optional, cast
-
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from archlab.config.model import LayersConfig, ModelConfig
 from archlab.errors import ConfigError
@@ -28,28 +25,27 @@ def layer_kind(cfg: ModelConfig, layer: int) -> Optional[str]:
 
 
 def kind_config(cfg: ModelConfig, name: str) -> ModelConfig:
-    """The model's config with kind ``name``'s fields merged in, and no layer kinds of its own; a field or
-    family a kind cannot set is refused naming it."""
+    """The model's config with kind ``name``'s fields set in it, and no layer kinds of its own; a family or
+    field a kind cannot set is refused naming it. Sections a kind leaves alone are the model's own objects."""
     overrides = (cfg.layers.kinds or {})[name]
     where = f"model.layers.kinds.{name}"
     if not isinstance(overrides, dict):
         raise ConfigError(where, overrides, "a mapping of families to fields, e.g. {attention: {window: 512}}")
+    sections = {}
     for family, fields in overrides.items():
         if family not in FAMILIES:
             raise ConfigError(
                 f"{where}.{family}", fields, f"fields of {', '.join(FAMILIES)} (what may differ per layer)"
             )
-    base = copy.deepcopy(cfg)
-    base.layers = LayersConfig()
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(base), overrides)
-    except OmegaConfBaseException as err:
-        key = getattr(err, "full_key", None)
-        reason = str(err).splitlines()[0]
-        raise ConfigError(
-            f"{where}.{key}" if key else where, overrides, f"fields of the model's {', '.join(FAMILIES)} ({reason})"
-        ) from None
-    return cast(ModelConfig, OmegaConf.to_object(merged))
+        section = getattr(cfg, family)
+        names = sorted(f.name for f in dataclasses.fields(section))
+        if not isinstance(fields, dict):
+            raise ConfigError(f"{where}.{family}", fields, f"a mapping of model.{family}'s fields to values")
+        for key, value in fields.items():
+            if key not in names:
+                raise ConfigError(f"{where}.{family}.{key}", value, f"a field of model.{family}: {', '.join(names)}")
+        sections[family] = dataclasses.replace(section, **fields)
+    return dataclasses.replace(cfg, layers=LayersConfig(), **sections)
 
 
 def check_layers(cfg: ModelConfig) -> None:
