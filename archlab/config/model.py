@@ -71,7 +71,7 @@ class AttentionConfig:
     softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)
     window: Optional[int] = None  # sliding window: a query sees itself and the window-1 positions before it (Mistral)
     global_every: Optional[int] = None  # with window: every N-th layer is global (Gemma 2: 2); None = all local
-    chunk: Optional[int] = None  # chunked attention: a query sees earlier keys of its chunk of N positions (Llama 4: 8192)
+    chunk: Optional[int] = None  # chunked attention: a query sees the earlier keys of its chunk (Llama 4: 8192)
     sinks: bool = False  # a learned logit per head joins each softmax's denominator, a key with no value (gpt-oss)
     gate: str = choice(
         "none", "elementwise", "head"
@@ -102,7 +102,8 @@ class MLPConfig:
     approximate: str = choice("none", "tanh")  # gelu and geglu: exact GELU, or its tanh approximation
     # swiglu (dense or experts): (clamp(up) + up_offset) · act(gate), act(g) = g·σ(swiglu_alpha·g) (gpt-oss: 7, 1.702, 1)
     swiglu_limit: Optional[float] = None  # swiglu: bound L: up clamped to [-L, L], the gate to <= L; None = no clamp
-    swiglu_clamp: str = choice("gate", "activation")  # swiglu, with a limit: L bounds the gate (gpt-oss) | act(gate) (Step-3.5)
+    # swiglu, with a limit: L bounds the gate (gpt-oss) | act(gate) (Step-3.5)
+    swiglu_clamp: str = choice("gate", "activation")
     swiglu_alpha: float = 1.0  # swiglu: the gate's activation g·σ(α·g); 1 = SiLU (gpt-oss: 1.702)
     up_offset: float = 0.0  # swiglu: added to the (clamped) up projection before the product (gpt-oss: 1)
     # moe: a router sends each token to top_k of n_experts MLPs of kind ``expert``, beside any shared experts
@@ -119,7 +120,7 @@ class MLPConfig:
     routed_scale: float = 1.0  # moe: the routed experts' weights times this (DeepSeek-V3: 2.5)
     correction_bias: bool = False  # moe: a per-expert bias added to the scores for selection only (DeepSeek-V3)
     router_bias: bool = False  # moe: the router Linear has a learned bias, added to its logits (gpt-oss)
-    weight_input: bool = False  # moe: the routing weight scales a routed expert's input, outputs summed as they are (Llama 4)
+    weight_input: bool = False  # moe: the routing weight scales an expert's input, not its output (Llama 4)
     aux_loss_weight: float = 0.0  # moe: weight of the load-balancing loss (Switch Transformer; Mixtral: 0.02)
     z_loss_weight: float = 0.0  # moe: weight of the router z-loss, mean logsumexp(logits)^2 (ST-MoE: 0.001)
 

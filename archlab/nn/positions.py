@@ -89,6 +89,7 @@ class Learned(Position):
     """A trained table of ``context_length`` absolute position vectors (GPT-2)."""
 
     in_attention = False
+
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.max_positions = cfg.context_length
@@ -107,6 +108,7 @@ class Sinusoidal(Position):
     """Fixed sines and cosines of geometric wavelengths (Vaswani et al. 2017); any length."""
 
     in_attention = False
+
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.d_model = cfg.d_model
