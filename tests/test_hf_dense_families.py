@@ -28,6 +28,7 @@ from helpers.published import HF_CONFIGS, PUBLISHED
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
+from archlab.interop.hf_families import dense_family
 
 transformers = pytest.importorskip("transformers")
 
@@ -421,11 +422,30 @@ def test_the_layout_picks_the_family(overrides, config_class):
         (["model=olmo2-7b", "model/block=post"], "model.block.kind"),
     ],
 )
-def test_config_to_hf_refuses_what_the_family_cannot_hold(overrides, field):
+def test_the_family_a_layout_routes_to_refuses_what_it_cannot_hold(overrides, field):
     with pytest.raises(ConfigError) as err:
-        config_to_hf(compose_model(overrides))
+        dense_family(cfg := compose_model(overrides)).check(cfg)
     assert err.value.field == field
     assert "Hugging Face" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, config_class",
+    [
+        # what Mistral and OLMo 2 refuse, another family holds exactly: the export goes there
+        (["model=mistral-7b", "model.attention.qkv_bias=true", "model.attention.out_bias=true"], "SmolLM3Config"),
+        (["model=olmo2-7b", "model.attention.qk_norm=head"], "Exaone4Config"),
+        (["model=olmo2-7b", "model.attention.qkv_bias=true"], None),  # no family: OLMo 2 names its field
+    ],
+)
+def test_a_layout_its_family_refuses_exports_to_a_family_that_holds_it(overrides, config_class):
+    cfg = compose_model([*overrides, "model.n_layer=2"])
+    if config_class is None:
+        with pytest.raises(ConfigError) as err:
+            config_to_hf(cfg)
+        assert err.value.field == "model.attention.out_bias"
+        return
+    assert type(config_to_hf(cfg)).__name__ == config_class
 
 
 def _hf_config(case: str, **changes):
