@@ -62,7 +62,7 @@ def needs_project_install(venv_dir: Path, root: Path, installed: bool) -> bool:
 
 
 # the tests on every core (pytest-xdist), each test file on one worker: its module fixtures are built once
-PYTEST = ["python", "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile"]
+PYTEST = ["python", "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder"]
 LINT = [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
 FORMAT = [["ruff", "format", "."], ["ruff", "check", "--fix", "."]]
 # [tool.basedpyright] of this pyproject.toml, not a pyrightconfig.json of a parent directory

@@ -22,3 +22,29 @@ def conf(tmp_path_factory):
     from helpers.training import tiny_config_dir
 
     return tiny_config_dir(tmp_path_factory.mktemp("conf"))
+
+
+# The files that take longest (subprocesses, multi-process and real sweeps), longest first. pytest-xdist
+# (`make test`: --dist loadfile --no-loadscope-reorder) hands whole files to its workers in collection
+# order, so starting these first lets the workers finish together instead of one running the last
+# long file alone. A file not listed keeps its place after them.
+LONGEST_FIRST = (
+    "test_docs.py",
+    "test_multiprocess.py",
+    "test_moe.py",
+    "test_train.py",
+    "test_sweep.py",
+    "test_trackers.py",
+    "test_commands.py",
+    "test_check_cli.py",
+    "test_ddp_validation.py",
+    "test_run_validation.py",
+    "test_front_door.py",
+    "test_fault_tolerance.py",
+    "test_prepare.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the others keep their order

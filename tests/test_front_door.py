@@ -142,7 +142,7 @@ def test_the_test_command_is_lint_format_typecheck_then_pytest():
         ["ruff", "check", "."],
         ["ruff", "format", "--check", "."],
         ["basedpyright", "--project", "."],
-        ["python", "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "-k", "warmup"],
+        ["python", "-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder", "-k", "warmup"],
     ]
 
 
