@@ -80,9 +80,10 @@ def test_hugging_face_model_of_the_preset_has_the_published_count(preset):
 
 @pytest.mark.parametrize("preset", LAYOUT_CONFIGS)
 def test_hugging_face_model_of_the_published_layout_has_the_preset_count(preset):
-    """A preset whose layers differ has no converter to write its Hugging Face config (config_to_hf refuses
-    model.layers): transformers builds the published config itself on the meta device, and its count, plus
-    what the class leaves out (Step3p7TextModel: the LM head), is the preset's closed-form count."""
+    """A preset whose layers differ is held to the published config itself, not to one archlab's
+    converters write (not every such family has one, and the published values are the independent
+    check): transformers builds it on the meta device, and its count, plus what the class leaves out
+    (Step3p7TextModel: the LM head), is the preset's closed-form count."""
     transformers = pytest.importorskip("transformers")
     model_class, config_class, keys, left_out = LAYOUT_CONFIGS[preset]
     config = getattr(transformers, config_class)(**keys)

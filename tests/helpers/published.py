@@ -16,9 +16,9 @@ active count against one written out from the layer shapes). Mixtral's and Qwen3
 cards (12.9B, 3.3B); DeepSeek's cards
 leave the input embedding out (2.4B, 36.6B = 37,552,282,624 - 129280·7168).
 
-LAYOUT_CONFIGS: the presets whose layers differ (model.layers), which no converter writes a Hugging Face
-config for (``config_to_hf`` refuses a per-layer layout): the published config itself, as the keyword
-arguments of its transformers config class, built on the meta device by tests/test_presets.py. Their
+LAYOUT_CONFIGS: the presets whose layers differ (model.layers), held to the published config itself (not
+to what a converter writes: not every such family has one), as the keyword arguments of its transformers
+config class, built on the meta device by tests/test_presets.py. Their
 ACTIVE counts are the same meta build's total less (E - k) routed experts in every MoE layer.
 
 HF_CONFIGS: the architecture keys of each model's ``config.json`` on the Hugging Face Hub (repo named
