@@ -1,9 +1,10 @@
-"""Per-family Hugging Face parity of the mixture-of-experts families whose layers differ: gpt-oss and
-Llama 4 (text).
+"""Per-family Hugging Face parity of the mixture-of-experts families whose layers differ: gpt-oss,
+Llama 4 (text) and AFMoE.
 
 Tiny random models of each, their per-layer descriptions read into ``model.layers`` kinds (gpt-oss:
 sliding and full layers, or all full; Llama 4: RoPE layers chunked with the L2 QK-norm, NoPE layers
-with the query temperature, MoE and dense layers interleaved, or given layer by layer), give the same
+with the query temperature, MoE and dense layers interleaved, or given layer by layer; AFMoE: sliding
+RoPE and full NoPE layers, dense first layers, shared experts, a correction bias), give the same
 float32 logits in archlab and in transformers' eager attention and experts, from HF to archlab and from
 each shrunk preset to HF; archlab -> HF -> archlab gives back the config and every tensor bit for bit;
 greedy decoding (left-padded batches too) equals HF ``generate``. Sequences of 12 tokens run past every
@@ -63,6 +64,13 @@ YARN = dict(
     beta_fast=4.0,
     beta_slow=0.25,
     truncate=True,
+)
+# AFMoE counts its experts as num_experts, its routed width moe_intermediate_size; intermediate_size is its dense one
+AFMOE = dict(
+    {k: v for k, v in SMALL.items() if k not in ("num_local_experts", "intermediate_size")},
+    num_experts=4,
+    moe_intermediate_size=32,
+    intermediate_size=48,
 )
 # case -> (transformers model class, config class, config keys)
 HF_CASES = {
@@ -129,6 +137,40 @@ HF_CASES = {
             ),
         ),
     ),
+    # layers 0, 2 slide over 4 positions with RoPE, 1, 3 full without positions (global_attn_every_n_layers);
+    # layer 0 dense, then MoE with two shared experts, a route scale, muP's scaled embeddings
+    "afmoe-sliding-nope": (
+        "AfmoeForCausalLM",
+        "AfmoeConfig",
+        dict(
+            AFMOE,
+            num_hidden_layers=4,
+            num_dense_layers=1,
+            num_shared_experts=2,
+            route_scale=2.5,
+            global_attn_every_n_layers=2,
+            sliding_window=WINDOW,
+            mup_enabled=True,
+            rope_parameters=dict(rope_type="default", rope_theta=100.0),
+        ),
+    ),
+    # layer by layer: a full NoPE layer first, then two sliding ones; every layer MoE, one shared expert,
+    # tanh-GeGLU, linear RoPE scaling, a tied head, no muP
+    "afmoe-listed-linear": (
+        "AfmoeForCausalLM",
+        "AfmoeConfig",
+        dict(
+            AFMOE,
+            num_hidden_layers=3,
+            num_dense_layers=0,
+            num_shared_experts=1,
+            hidden_act="gelu_pytorch_tanh",
+            layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+            sliding_window=WINDOW,
+            tie_word_embeddings=True,
+            rope_parameters=dict(rope_type="linear", rope_theta=100.0, factor=2.0),
+        ),
+    ),
 }
 
 
@@ -184,6 +226,32 @@ def test_from_hf_reads_each_layer_into_a_kind():
     }
     assert listed.layers.pattern == ["rope", "nope_dense", "nope_chunked"]
     assert (listed.position.scaling, listed.attention.qkv_bias, listed.mlp.top_k) == ("llama3", True, 1)
+    afmoe = cfgs["afmoe-sliding-nope"]
+    assert afmoe.layers.kinds == {"sliding": {"attention": {"window": WINDOW}}, "full": {"position": {"kind": "none"}}}
+    assert (afmoe.layers.first, afmoe.layers.pattern) == ([], ["sliding", "full"])
+    assert (afmoe.block.kind, afmoe.scale_embedding, afmoe.attention.qk_norm, afmoe.attention.gate) == (
+        "sandwich",
+        True,
+        "head",
+        "elementwise",
+    )
+    m = afmoe.mlp
+    assert (m.scoring, m.correction_bias, m.normalize_top_k, m.routed_scale, m.n_shared_experts) == (
+        "sigmoid",
+        True,
+        True,
+        2.5,
+        2,
+    )
+    assert (m.dense_layers, m.d_ff, m.expert_d_ff, m.n_experts) == (1, 48, 32, 4)
+    listed = cfgs["afmoe-listed-linear"]
+    assert (listed.layers.first, listed.layers.pattern) == (["full"], ["sliding"])
+    assert (listed.mlp.expert, listed.mlp.approximate, listed.position.scaling, listed.scale_embedding) == (
+        "geglu",
+        "tanh",
+        "linear",
+        False,
+    )
 
 
 def test_shortest_layout():
@@ -269,6 +337,12 @@ PARTS = {
         ("model.layers.kinds.nope.attention.query_scale_beta", None),  # the NoPE layer's temperature
         ("model.layers.kinds.nope.position.kind", "rope"),  # its missing RoPE
     ],
+    "afmoe-sliding-nope": [
+        ("model.layers.kinds.sliding.attention.window", None),  # the sliding layers' window
+        ("model.layers.kinds.full.position.kind", "rope"),  # the full layers' missing RoPE
+        ("model.scale_embedding", False),  # muP's sqrt(d_model)
+        ("model.mlp.routed_scale", 1.0),  # route_scale
+    ],
 }
 
 
@@ -280,7 +354,9 @@ def test_each_per_layer_part_changes_the_logits(case):
     for field, value in PARTS[case]:
         cfg = copy.deepcopy(model.cfg)
         *path, name = field.split(".")[1:]
-        if path[0] == "layers":
+        if not path:
+            setattr(cfg, name, value)
+        elif path[0] == "layers":
             cfg.layers.kinds[path[2]][path[3]][name] = value
         else:
             setattr(getattr(cfg, path[0]), name, value)
@@ -299,7 +375,20 @@ def test_generation_matches_hf_generate(case):
     check_padded_generation(hf)
 
 
-@pytest.mark.parametrize("case", ["gpt_oss-sliding-yarn", "llama4-irope-interleaved"])
+def test_an_afmoe_layout_written_in_archlab_exports():
+    """An AFMoE layout of archlab's own (a full NoPE layer, then sliding ones; two dense layers), its
+    weights and correction bias drawn on archlab's side, gives HF's logits and the layer_types it says."""
+    cfg = config_from_hf(_hf_config("afmoe-sliding-nope"))
+    cfg.layers.first, cfg.layers.pattern, cfg.mlp.dense_layers = ["full"], ["sliding"], 2
+    model = randomize(build_model(cfg), seed=3)
+    hf = to_hf(model, **EAGER).eval()
+    assert type(hf).__name__ == "AfmoeForCausalLM"
+    assert hf.config.layer_types == ["full_attention"] + ["sliding_attention"] * 3
+    assert (hf.config.num_dense_layers, hf.config.mup_enabled) == (2, True)
+    assert max_diff(logits(model), logits(hf)) <= TOL
+
+
+@pytest.mark.parametrize("case", ["gpt_oss-sliding-yarn", "llama4-irope-interleaved", "afmoe-sliding-nope"])
 def test_save_pretrained_directories_round_trip(case, tmp_path):
     """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout."""
     hf = hf_model(case, seed=7)
@@ -323,7 +412,12 @@ def preset(name: str):
 def changed(name: str, **fields):
     """Preset ``name`` with ``fields`` set: ``attention__window=...`` on the model,
     ``kinds__nope__attention__qk_norm=...`` on (or added to) a layer kind."""
-    cfg = copy.deepcopy(preset(name))
+    return changed_cfg(preset(name), **fields)
+
+
+def changed_cfg(cfg, **fields):
+    """A copy of ``cfg`` with ``fields`` set, as ``changed`` sets them."""
+    cfg = copy.deepcopy(cfg)
     for key, value in fields.items():
         path = key.split("__")
         if path[0] == "kinds":
@@ -402,6 +496,34 @@ def test_config_to_hf_refuses_what_the_family_cannot_hold(name, fields, field):
     assert "Hugging Face" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        # RoPE exactly on the sliding layers
+        (dict(kinds__full__position__kind="rope"), "model.layers.kinds.full.position.kind"),
+        (dict(kinds__sliding__position__kind="none"), "model.layers.kinds.sliding.position.kind"),
+        (dict(kinds__full__attention__window=8), "model.attention.window"),  # two windows
+        (dict(kinds__full__attention__n_kv_head=4), "model.layers.kinds.full.attention.n_kv_head"),
+        (dict(block__kind="pre"), "model.block.kind"),
+        (dict(attention__qk_norm="none"), "model.attention.qk_norm"),
+        (dict(attention__gate="head"), "model.attention.gate"),
+        (dict(attention__qkv_bias=True, attention__out_bias=True), "model.attention.qkv_bias"),
+        (dict(mlp__scoring="softmax"), "model.mlp.scoring"),
+        (dict(mlp__correction_bias=False), "model.mlp.correction_bias"),
+        (dict(mlp__normalize_top_k=False), "model.mlp.normalize_top_k"),
+        (dict(mlp__n_groups=2), "model.mlp.n_groups"),
+        (dict(mlp__n_shared_experts=0), "model.mlp.n_shared_experts"),
+        (dict(kinds__full__mlp__kind="swiglu"), "model.layers.kinds.full.mlp.kind"),
+    ],
+)
+def test_config_to_hf_refuses_what_afmoe_cannot_hold(fields, field):
+    cfg = changed_cfg(config_from_hf(_hf_config("afmoe-sliding-nope")), **fields)
+    with pytest.raises(ConfigError) as err:
+        config_to_hf(cfg)
+    assert err.value.field == field
+    assert "Hugging Face AFMoE" in str(err.value)
+
+
 def _hf_config(case: str, **changes):
     _, config_class, keys = HF_CASES[case]
     return getattr(transformers, config_class)(**{**keys, **changes})
@@ -425,6 +547,10 @@ def _hf_config(case: str, **changes):
         ("llama4-irope-interleaved", dict(router_jitter_noise=0.1), "Llama4TextConfig.router_jitter_noise"),
         ("llama4-irope-interleaved", dict(hidden_act="relu"), "Llama4TextConfig.hidden_act"),
         ("llama4-irope-interleaved", dict(moe_layers=[]), "Llama4TextConfig.moe_layers"),
+        ("afmoe-sliding-nope", dict(attention_bias=True), "AfmoeConfig.attention_bias"),
+        ("afmoe-sliding-nope", dict(num_shared_experts=0), "AfmoeConfig.num_shared_experts"),
+        ("afmoe-sliding-nope", dict(hidden_act="relu"), "AfmoeConfig.hidden_act"),
+        ("afmoe-sliding-nope", dict(rope_parameters=YARN), "AfmoeConfig.rope_parameters.rope_type"),
     ],
 )
 def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):

@@ -1,8 +1,8 @@
-"""The Hugging Face mixture-of-experts families whose layers differ, one record each: gpt-oss and Llama 4
-(text).
+"""The Hugging Face mixture-of-experts families whose layers differ, one record each: gpt-oss, Llama 4
+(text) and AFMoE (Arcee Trinity).
 
-Each maps transformers' per-layer description (gpt-oss's ``layer_types``; Llama 4's ``no_rope_layers``,
-``layer_types`` and ``moe_layers``) to a ``model.layers`` layout of named kinds and back: ``from_hf``
+Each maps transformers' per-layer description (gpt-oss's and AFMoE's ``layer_types``; Llama 4's
+``no_rope_layers``, ``layer_types`` and ``moe_layers``) to a ``model.layers`` layout of named kinds and back: ``from_hf``
 names each layer's kind by what sets it apart, and writes the shortest ``first`` + cycled ``pattern`` that
 gives every layer its kind (one kind for every layer folds into the model's own parts); ``to_hf`` reads
 each layer's config (``archlab.config.layers.layer_configs``), so any layout that gives the same layers
@@ -11,16 +11,19 @@ the whole model (the heads, RoPE's base, the routing ...) must be the same on ev
 that changes it is refused, naming the kind's field (``model.layers.kinds.<kind>.attention.n_head``).
 
 They are ``hf_families.Family`` records like the others (``LAYERED_SPARSE``; ``archlab.interop.hf`` joins
-the tables; ``family_of`` finds them by what they hold, no routing table names them). Both store their
-routed experts as [E, in, out] against archlab's [E, out, in] (layouts ``experts_transposed`` and, for
-gpt-oss's interleaved gate/up columns, ``gate_up_interleaved`` in ``hf_families``). Nothing here imports
-transformers.
+the tables; ``family_of`` finds them by what they hold, no routing table names them). gpt-oss and Llama 4
+store their routed experts as [E, in, out] against archlab's [E, out, in] (layouts ``experts_transposed``
+and, for gpt-oss's interleaved gate/up columns, ``gate_up_interleaved`` in ``hf_families``); AFMoE as
+archlab does, and its checkpoints each expert apart (``hf_sparse.stack_saved_experts``). Nothing here
+imports transformers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
+
+from torch import Tensor
 
 from archlab.config import (
     AttentionConfig,
@@ -47,6 +50,7 @@ from archlab.interop.hf_families import (
     rope_from_hf,
     rope_to_hf,
 )
+from archlab.interop.hf_sparse import stack_saved_experts
 from archlab.nn.attention import chunk_of, head_dim, window_of
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
@@ -129,7 +133,8 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 
 
 class _LayeredSparse(Family):
-    """What gpt-oss and Llama 4 share: LLaMA's names and pre-norm RMSNorm block, no head bias, separate
+    """What gpt-oss, Llama 4 and AFMoE share: LLaMA's names and an RMSNorm block (pre-norm but AFMoE's
+    sandwich, ``block_kind``), no head bias, separate
     q/k/v, a router Linear and stacked routed experts; layers that differ in the fields ``varies``
     names, every other field of attention, position and MLP the same on every layer."""
 
@@ -139,7 +144,7 @@ class _LayeredSparse(Family):
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
-            ("model.block.kind", ("pre",), ""),
+            ("model.block.kind", (self.block_kind,), ""),
             ("model.head.bias", (False,), ""),
             ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and o)"),
             ("model.position.pairing", (self.pairing,), ""),
@@ -147,6 +152,7 @@ class _LayeredSparse(Family):
         ]
 
     pairing = "half"
+    block_kind = "pre"
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         return []
@@ -629,4 +635,187 @@ class Llama4(_LayeredSparse):
         return t.head()
 
 
-LAYERED_SPARSE: dict[str, Family] = {f.model_type: f for f in (GptOss(), Llama4())}
+# ---- AFMoE (Arcee Trinity)
+
+
+class Afmoe(_LayeredSparse):
+    """AfmoeForCausalLM: a norm before and after each sublayer (``input_layernorm``,
+    ``post_attention_layernorm``, ``pre_mlp_layernorm``, ``post_mlp_layernorm``: archlab's sandwich block),
+    q/k/v and o without biases, a per-head RMSNorm on q and k (before RoPE), an output gate
+    σ(``gate_proj``·x) per value dim on the heads before ``o_proj`` (archlab's ``gate: elementwise``,
+    without a bias), sliding-window attention with RoPE on the ``sliding_attention`` layers and full
+    attention without positions on the others; the embeddings times √``hidden_size`` when
+    ``mup_enabled``. The first ``num_dense_layers`` layers hold a dense gated MLP of
+    ``intermediate_size``, the others a MoE: sigmoid scores, the top-k of the scores plus ``expert_bias``
+    (selection only: archlab's ``correction_bias``), the chosen scores over their sum + 1e-20, times
+    ``route_scale``, beside ``num_shared_experts`` shared experts as one MLP of n·``moe_intermediate_size``.
+    Kinds: ``sliding`` (window, RoPE), ``full`` (no positions)."""
+
+    model_type, title, model_class, config_class = "afmoe", "AFMoE", "AfmoeForCausalLM", "AfmoeConfig"
+    features = frozenset(
+        {
+            "model.scale_embedding",
+            "model.position.scaling",
+            "model.attention.qk_norm",
+            "model.attention.window",
+            "model.attention.global_every",
+            "model.attention.gate",
+            "model.layers.first",
+            "model.layers.pattern",
+        }
+    )
+    position_why = " (or none on its full layers)"
+    block_kind = "sandwich"
+    varies = frozenset({"model.attention.window", "model.attention.global_every", "model.position.kind"})
+
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        # the base rule on model.position.kind wants rope: a full layer's none is held too, and
+        # layout_problems (again: the base rule's problem of a kind hid its own) says which layer needs which
+        found = [p for p in super().problems(cfg) if not (p.value == "none" and p.why == self.position_why)]
+        return _unique(found + self.layout_problems(cfg, layers_of(cfg)))
+
+    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
+        no_gate_bias = " (its gate_proj has no bias, and archlab's gate takes one with qkv_bias)"
+        return [
+            ("model.attention.qk_norm", ("head",), " (it norms each head of q and k)"),
+            ("model.attention.gate", ("elementwise",), " (its gate_proj gates every value dim)"),
+            ("model.attention.qkv_bias", (False,), no_gate_bias),
+            ("model.mlp.kind", ("moe",), " (dense layers are its first ones: model.mlp.dense_layers)"),
+            ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
+            ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
+            ("model.mlp.scoring", ("sigmoid",), ""),
+            ("model.mlp.correction_bias", (True,), " (its MoE layers always have expert_bias)"),
+            ("model.mlp.normalize_top_k", (True,), " (it always divides the chosen scores by their sum)"),
+            ("model.mlp.n_groups", (1,), " (it routes without groups)"),
+            *self.shared_rules(cfg),
+        ]
+
+    @staticmethod
+    def shared_rules(cfg: ModelConfig) -> list[Rule]:
+        if cfg.mlp.n_shared_experts < 1:
+            return [("model.mlp.n_shared_experts", ("at least 1",), " (its MoE layers always have shared experts)")]
+        return []
+
+    def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
+        found: list[Problem] = []
+        windows = {w for i, lc in enumerate(layers) if (w := window_of(lc, i)) is not None}
+        if len(windows) > 1:
+            found.append(Problem("model.attention.window", sorted(windows), "one window for every sliding layer"))
+        for i, lc in enumerate(layers):
+            sliding, kind = window_of(lc, i) is not None, lc.position.kind
+            if kind in ("rope", "none") and (kind == "rope") != sliding:
+                field = kind_field(cfg, layer_kind(cfg, i), "model.position.kind")
+                wants, why = (
+                    ("rope", "its sliding layers") if sliding else ("none", "its full layers have no positions")
+                )
+                found.append(Problem(field, kind, wants, f" (AFMoE rotates exactly {why})" if sliding else f" ({why})"))
+        return _unique(found)
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        layers, m = layers_of(cfg), cfg.mlp
+        windows = [window_of(lc, i) for i, lc in enumerate(layers)]
+        sliding = next((w for w in windows if w is not None), None)
+        rope_cfg = next((lc for lc in layers if lc.position.kind == "rope"), cfg)
+        base = self.base_to_hf(cfg)
+        for key in ("num_local_experts", "router_aux_loss_coef"):  # AFMoE names the count num_experts, has no aux
+            del base[key]
+        return dict(
+            base,
+            hidden_act=GATED_TO_HF[(m.expert, m.approximate)],
+            intermediate_size=d_ff(cfg),
+            moe_intermediate_size=expert_width(cfg),
+            num_dense_layers=m.dense_layers,
+            num_experts=m.n_experts,
+            num_shared_experts=m.n_shared_experts,
+            route_scale=m.routed_scale,
+            mup_enabled=cfg.scale_embedding,
+            rope_parameters=rope_to_hf(rope_cfg),
+            # transformers builds the sliding mask even when no layer slides: give it the context then
+            sliding_window=sliding if sliding is not None else cfg.context_length,
+            layer_types=["full_attention" if w is None else "sliding_attention" for w in windows],
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.attention_bias:
+            refuse_hf(
+                c, "attention_bias", "false (archlab's output gate takes a bias with q/k/v; AFMoE's gate_proj has none)"
+            )
+        if c.hidden_act not in GATED_FROM_HF:
+            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
+        if not c.num_shared_experts:
+            refuse_hf(
+                c, "num_shared_experts", "at least 1 (archlab's shared experts are one MLP of n·moe_intermediate_size)"
+            )
+        n = c.num_hidden_layers
+        types = list(c.layer_types)
+        if len(types) != n or set(types) - {"full_attention", "sliding_attention"}:
+            refuse_hf(c, "layer_types", f"{n} entries, each 'full_attention' or 'sliding_attention'", types)
+        if "sliding_attention" in types and c.sliding_window is None:
+            refuse_hf(c, "sliding_window", "the window of the sliding_attention layers")
+        expert, approximate = GATED_FROM_HF[c.hidden_act]
+        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        mlp = MLPConfig(
+            kind="moe",
+            expert=expert,
+            approximate=approximate,
+            bias=False,
+            d_ff=c.intermediate_size,
+            n_experts=c.num_experts,
+            top_k=c.num_experts_per_tok,
+            expert_d_ff=c.moe_intermediate_size,
+            n_shared_experts=c.num_shared_experts,
+            dense_layers=min(c.num_dense_layers or 0, n),
+            scoring="sigmoid",
+            normalize_top_k=True,
+            correction_bias=True,
+            routed_scale=float(c.route_scale),
+        )
+        cfg = self.base_from_hf(c, rope_from_hf(c, hd, partial=False), mlp)
+        cfg.block = BlockConfig(kind="sandwich")
+        cfg.scale_embedding = bool(c.mup_enabled)
+        cfg.attention.qk_norm, cfg.attention.gate = "head", "elementwise"
+        names = ["sliding" if t == "sliding_attention" else "full" for t in types]
+        overrides = {"sliding": {"attention": {"window": c.sliding_window}}, "full": {"position": {"kind": "none"}}}
+        return apply_layout(cfg, names, overrides)
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "model.embed_tokens")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            for archlab, hf in (
+                ("attn_norm", "input_layernorm"),
+                ("attn_out_norm", "post_attention_layernorm"),
+                ("mlp_norm", "pre_mlp_layernorm"),
+                ("mlp_out_norm", "post_mlp_layernorm"),
+            ):
+                t.add(f"{b}.{archlab}", f"{h}.{hf}")
+            a = f"{h}.self_attn"
+            t.qkv(f"{b}.attn.qkv", a, False)
+            t.add(f"{b}.attn.proj", f"{a}.o_proj")
+            t.add(f"{b}.attn.gate", f"{a}.gate_proj")
+            t.add(f"{b}.attn.q_norm", f"{a}.q_norm")
+            t.add(f"{b}.attn.k_norm", f"{a}.k_norm")
+            x, ff = f"{b}.mlp", f"{h}.mlp"
+            if i < cfg.mlp.dense_layers:  # a dense gated MLP of width d_ff
+                t.gate_up(f"{x}.gate_up", ff, False)
+                t.add(f"{x}.down", f"{ff}.down_proj")
+                continue
+            t.add(f"{x}.router", f"{ff}.router.gate")
+            t.maps += [
+                TensorMap(f"{x}.router_bias", (f"{ff}.expert_bias",)),
+                TensorMap(f"{x}.experts.gate_up", (f"{ff}.experts.gate_up_proj",)),
+                TensorMap(f"{x}.experts.down", (f"{ff}.experts.down_proj",)),
+            ]
+            f, s = cfg.mlp.n_shared_experts * expert_width(cfg), f"{ff}.shared_experts"
+            t.stacked(f"{x}.shared.gate_up", [f"{s}.gate_proj", f"{s}.up_proj"], False, (f, f))
+            t.add(f"{x}.shared.down", f"{s}.down_proj")
+        t.add("final_norm", "model.norm")
+        return t.head()
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """transformers saves each routed expert apart (its qwen2_moe conversion): stacked as it loads them."""
+        return stack_saved_experts(cfg, state)
+
+
+LAYERED_SPARSE: dict[str, Family] = {f.model_type: f for f in (GptOss(), Llama4(), Afmoe())}

@@ -48,6 +48,24 @@ from archlab.nn.moe import expert_width
 DEEPSEEK_LATENT_EPS = 1e-6
 
 
+def stack_saved_experts(
+    cfg: ModelConfig, state: dict[str, Tensor], matrices: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+) -> dict[str, Tensor]:
+    """A checkpoint's per-expert matrices ``model.layers.i.mlp.experts.e.<gate | up | down>.weight`` of
+    each MoE layer (past ``dense_layers``) stacked as transformers 5 holds them in memory: ``gate_up_proj``
+    [E, 2f, d] (the gate rows, then the up rows) and ``down_proj`` [E, d, f]; a layer missing any expert is
+    left for the caller to name."""
+    gate, up, down = matrices
+    for i in range(cfg.mlp.dense_layers, cfg.n_layer):
+        h = f"model.layers.{i}.mlp.experts"
+        names = [[f"{h}.{e}.{m}.weight" for e in range(cfg.mlp.n_experts)] for m in (gate, up, down)]
+        if all(n in state for ns in names for n in ns):
+            gates, ups, downs = ([state.pop(n) for n in ns] for ns in names)
+            state[f"{h}.gate_up_proj"] = torch.cat((torch.stack(gates), torch.stack(ups)), dim=1)
+            state[f"{h}.down_proj"] = torch.stack(downs)
+    return state
+
+
 class _Sparse(Family):
     """What the four share: LLaMA's names and pre-norm RMSNorm block, no head bias, untied or tied head,
     routed experts of a gated kind without biases, a router Linear without bias (``mlp.gate``)."""
@@ -161,15 +179,7 @@ class _Sparse(Family):
         before the up rows, where every expert of a layer is present (else left for the caller to name)."""
         for old, new in self.checkpoint_renames.items():
             state = {k.replace(old, new): v for k, v in state.items()}
-        gate, up, down = self.expert_matrices
-        for i in range(cfg.mlp.dense_layers, cfg.n_layer):
-            h = f"model.layers.{i}.mlp.experts"
-            names = [[f"{h}.{e}.{m}.weight" for e in range(cfg.mlp.n_experts)] for m in (gate, up, down)]
-            if all(n in state for ns in names for n in ns):
-                gates, ups, downs = ([state.pop(n) for n in ns] for ns in names)
-                state[f"{h}.gate_up_proj"] = torch.cat((torch.stack(gates), torch.stack(ups)), dim=1)
-                state[f"{h}.down_proj"] = torch.stack(downs)
-        return state
+        return stack_saved_experts(cfg, state, self.expert_matrices)
 
     @staticmethod
     def moe_tensors(t: Tensors, archlab: str, hf: str) -> None:
