@@ -29,6 +29,7 @@ from helpers.hf import (
     max_diff,
     randomize,
 )
+from helpers.published import LAYOUT_CONFIGS
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config import LayersConfig
@@ -55,15 +56,16 @@ SMALL = dict(
     eos_token_id=None,
     pad_token_id=None,
 )
-# YaRN as archlab holds it for gpt-oss: truncate true (the band rounded outward), no mscales
+# YaRN as gpt-oss publishes it: no mscales, truncate false, the ramp's ends as computed (pairs 1.62 and
+# 4.03 of 8: rounded outward they would be 1 and 5)
 YARN = dict(
     rope_type="yarn",
     rope_theta=100.0,
     factor=4.0,
     original_max_position_embeddings=16,
-    beta_fast=4.0,
+    beta_fast=1.0,
     beta_slow=0.25,
-    truncate=True,
+    truncate=False,
 )
 # AFMoE counts its experts as num_experts, its routed width moe_intermediate_size; intermediate_size is its dense one
 AFMOE = dict(
@@ -330,6 +332,7 @@ PARTS = {
     "gpt_oss-sliding-yarn": [
         ("model.layers.kinds.sliding.attention.window", None),  # the sliding layers' window
         ("model.mlp.swiglu_limit", None),  # the SwiGLU clamp is reached
+        ("model.position.truncate", True),  # YaRN's ramp ends as computed
     ],
     "llama4-irope-interleaved": [
         ("model.layers.kinds.rope.attention.chunk", None),  # the RoPE layers' chunks
@@ -451,6 +454,18 @@ def test_global_every_gives_gpt_oss_s_layer_types():
     assert hf_cfg.layer_types[:2] == ["sliding_attention", "full_attention"] and hf_cfg.sliding_window == 128
 
 
+@pytest.mark.parametrize("name", [OSS, "gpt-oss-120b"])
+def test_published_gpt_oss_config_loads_as_the_preset_and_back(name):
+    """openai/gpt-oss's published config (GptOssConfig's YaRN: factor 32, beta 32 / 1, 4096 positions,
+    truncate false) reads into the preset exactly, and writes back the same rope_parameters."""
+    _, config_class, keys, _ = LAYOUT_CONFIGS[name]
+    published = getattr(transformers, config_class)(**keys)
+    assert published.rope_parameters["truncate"] is False
+    cfg = config_from_hf(published)
+    assert cfg == preset(name) and cfg.position.truncate is False
+    assert config_to_hf(cfg).rope_parameters == published.rope_parameters
+
+
 @pytest.mark.parametrize(
     "name, fields, field",
     [
@@ -532,8 +547,11 @@ def _hf_config(case: str, **changes):
 @pytest.mark.parametrize(
     "case, changes, field",
     [
-        # transformers' gpt-oss default: YaRN with truncate false, which archlab's band cannot give
-        ("gpt_oss-sliding-yarn", dict(rope_parameters=None), "GptOssConfig.rope_parameters.truncate"),
+        (
+            "gpt_oss-sliding-yarn",
+            dict(rope_parameters=dict(YARN, truncate="no")),
+            "GptOssConfig.rope_parameters.truncate",
+        ),
         (
             "gpt_oss-sliding-yarn",
             dict(rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8)),

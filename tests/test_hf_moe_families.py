@@ -115,7 +115,8 @@ HF_CASES = {
             n_group=4,
             topk_group=2,
             routed_scaling_factor=2.5,
-            rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8),  # cos/sin x1.04, scores x1.23²
+            # cos/sin x1.04, scores x1.23²; the ramp's ends as computed (pairs 0.81 to 3.22, not 0 to 4)
+            rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8, truncate=False),
         ),
     ),
     "deepseek_v3-halves-tied": (
@@ -191,7 +192,9 @@ def test_from_hf_reads_each_family_s_parts():
         0.707,
         0.707,
     )
+    assert p.truncate is True  # absent: transformers' default
     v3 = cfgs["deepseek_v3-yarn-groups"]
+    assert v3.position.truncate is False
     assert (v3.attention.q_lora_rank, v3.mlp.scoring, v3.mlp.correction_bias, v3.mlp.n_groups, v3.mlp.top_groups) == (
         24,
         "sigmoid",
@@ -422,6 +425,7 @@ def test_the_layout_picks_the_family(overrides, config_class):
             ["model=mixtral-8x7b", "model/position=yarn", "model.position.original_context=4096"],
             "model.position.scaling",
         ),
+        (["model=mixtral-8x7b", "model.position.truncate=false"], "model.position.truncate"),  # no YaRN to read it
         (["model=qwen3-30b-a3b", "model.mlp.routed_scale=2.0"], "model.mlp.routed_scale"),
         (["model=qwen3-30b-a3b", "model.mlp.n_groups=8", "model.mlp.top_groups=4"], "model.mlp.n_groups"),
         (["model=deepseek-v2-lite", "model.mlp.n_groups=8", "model.mlp.top_groups=4"], "model.mlp.n_groups"),
@@ -490,7 +494,7 @@ def _hf_config(case: str, **changes):
         ),
         (
             "deepseek_v3-yarn-groups",
-            dict(rope_parameters=dict(YARN, truncate=False)),
+            dict(rope_parameters=dict(YARN, truncate="no")),
             "DeepseekV3Config.rope_parameters.truncate",
         ),
         (

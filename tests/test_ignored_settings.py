@@ -30,6 +30,7 @@ IGNORED = [
     (["model/block=pre"], "model.block.shared_norm", False),
     (["model/position=learned"], "model.position.theta", 500.0),
     (["model/position=rope"], "model.position.low_freq_factor", 2.0),  # llama3 scaling's; scaling is none
+    (["model/position=rope", "model.position.scaling=linear"], "model.position.truncate", False),  # yarn's
     (["model/attention=mha"], "model.attention.kv_lora_rank", 8),
     (["model/mlp=gelu"], "model.mlp.swiglu_limit", 7.0),  # SwiGLU's clamp
     (["model/mlp=geglu"], "model.mlp.up_offset", 1.0),

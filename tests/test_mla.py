@@ -135,6 +135,43 @@ def test_yarn_frequencies_and_attention_factor_equal_hugging_faces(case):
     assert attention_factor(ours.position) == pytest.approx(hf_factor, rel=1e-12)
 
 
+@pytest.mark.parametrize("truncate", [True, False])
+def test_yarn_truncate_by_hand_and_as_hugging_face(truncate):
+    """dim 8 (pairs 0-3), theta 100, 16 positions, beta 1 / 1/8, factor 4: the ramp's ends are the pairs
+    8·ln(16/(2π·beta))/(2·ln 100), 0.812 and 2.618; ``truncate`` rounds them outward to 0 and 3 (ramp 0,
+    1/3, 2/3, 1 over the pairs), false keeps them (0, 0.104, 0.658, 1). Pair i is 100^(-i/4)·((1 - r) +
+    r/4) for its ramp r; transformers' ``_compute_yarn_parameters`` gives the same table for each value."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import _compute_yarn_parameters
+
+    low, high = (8 * math.log(16 / (2 * math.pi * beta)) / (2 * math.log(100)) for beta in (1.0, 0.125))
+    assert (round(low, 3), round(high, 3)) == (0.812, 2.618)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    ramp = [min(max((i - low) / (high - low), 0.0), 1.0) for i in range(4)]
+    assert ramp == (pytest.approx([0, 1 / 3, 2 / 3, 1]) if truncate else pytest.approx([0, 0.104, 0.658, 1], abs=1e-3))
+    expected = torch.tensor([100 ** (-i / 4) * ((1 - r) + r / 4) for i, r in enumerate(ramp)], dtype=torch.float64)
+    position = {"theta": 100.0, "factor": 4.0, "original_context": 16, "beta_fast": 1.0, "beta_slow": 0.125}
+    p = tiny(position=position | {"truncate": truncate}).position
+    torch.testing.assert_close(inverse_frequencies(p, 8).double(), expected, rtol=1e-6, atol=0)
+    rope = {"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0, "original_max_position_embeddings": 16}
+    rope |= {"beta_fast": 1.0, "beta_slow": 0.125, "truncate": truncate}
+    hf_cfg = transformers.GptOssConfig(
+        hidden_size=32, num_attention_heads=4, num_key_value_heads=4, head_dim=8, max_position_embeddings=64,
+        rope_parameters=rope,
+    )  # fmt: skip
+    hf_inv, _ = _compute_yarn_parameters(hf_cfg)
+    torch.testing.assert_close(hf_inv.double(), expected, rtol=1e-6, atol=0)
+
+
+def test_yarn_truncate_is_a_bool():
+    cfg = tiny()
+    cfg.position.truncate = "no"  # type: ignore[assignment]  # a Python-built config: OmegaConf's would convert it
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    assert (error.value.field, error.value.allowed) == ("model.position.truncate", "true or false")
+
+
 def test_yarn_attention_factor_scales_cos_and_sin():
     cfg = tiny(position={"mscale": 0.9, "mscale_all_dim": 0.4})
     factor = (0.09 * math.log(4) + 1) / (0.04 * math.log(4) + 1)

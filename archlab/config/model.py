@@ -49,6 +49,7 @@ class PositionConfig:
     original_context: Optional[int] = None  # llama3, yarn: the context length before scaling (Llama 3.1: 8192)
     beta_fast: float = 32.0  # yarn: pairs turning more than this often over original_context keep their frequency
     beta_slow: float = 1.0  # yarn: pairs turning less than this often are interpolated by factor; a ramp between
+    truncate: bool = True  # yarn: the ramp's ends rounded outward to whole pairs (transformers' truncate)
     mscale: Optional[float] = None  # yarn: cos/sin scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim)
     mscale_all_dim: Optional[float] = None  # yarn: the softmax scale times mscale(factor, this)^2 (DeepSeek)
 

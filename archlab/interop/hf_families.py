@@ -61,6 +61,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.head.softcap": (None, "no logit soft-capping"),
     "model.position.scaling": ("none", "unscaled RoPE"),
+    "model.position.truncate": (True, "YaRN's band rounded outward"),
     "model.layers.first": ([], "every layer the same parts"),
     "model.layers.pattern": ([], "every layer the same parts"),
     "model.mlp.swiglu_limit": (None, "no SwiGLU clamp"),
@@ -263,6 +264,8 @@ def rope_to_hf(cfg: ModelConfig, fraction: float | None = None) -> dict[str, Any
         )
     if p.scaling == "yarn":
         params.update(original_max_position_embeddings=p.original_context, beta_fast=p.beta_fast, beta_slow=p.beta_slow)
+        if not p.truncate:  # transformers' default is true: written only when false (gpt-oss's published configs)
+            params["truncate"] = False
         if p.mscale is not None:  # with mscale_all_dim (archlab's validation asks for both or neither)
             params.update(mscale=p.mscale, mscale_all_dim=p.mscale_all_dim)
     if fraction is not None:
@@ -319,8 +322,8 @@ def rope_from_hf(
 def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> None:
     """YaRN's fields as transformers reads them: a missing factor is max_position_embeddings over the
     original context, a missing (or zero) beta_fast / beta_slow is 32 / 1, and mscale counts only with
-    mscale_all_dim (a zero one is absent). archlab implements the truncated band alone, and derives the
-    attention factor from factor and the two mscales."""
+    mscale_all_dim (a zero one is absent), a missing truncate is true (the band's ends rounded outward).
+    archlab derives the attention factor from factor and the two mscales."""
     original = int(rope["original_max_position_embeddings"])
     factor = rope.get("factor")
     position.scaling, position.original_context = "yarn", original
@@ -338,8 +341,10 @@ def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> Non
         )
     position.mscale = None if mscale is None else float(mscale)
     position.mscale_all_dim = None if all_dim is None else float(all_dim)
-    if rope.get("truncate", True) is not True:
-        refuse_hf(c, "rope_parameters.truncate", "true (archlab rounds YaRN's band outward)", rope["truncate"])
+    truncate = rope.get("truncate", True)
+    if not isinstance(truncate, bool):
+        refuse_hf(c, "rope_parameters.truncate", "true or false", truncate)
+    position.truncate = truncate
     given = rope.get("attention_factor")
     if given is not None and not math.isclose(given, attention_factor(position), rel_tol=1e-12):
         refuse_hf(

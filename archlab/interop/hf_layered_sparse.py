@@ -241,12 +241,14 @@ class GptOss(_LayeredSparse):
     every layer: a router with a bias, softmax over the top-k logits, experts with biases and the clamped
     SwiGLU (up + 1)·g·σ(α·g) with the gate bounded by ``swiglu_limit`` and up clamped to it. RoPE halves,
     unscaled or transformers' generic YaRN: cos and sin times the attention factor, the softmax scale
-    untouched (archlab's yarn without ``mscale``s), the band rounded outward (``truncate: true``)."""
+    untouched (archlab's yarn without ``mscale``s), the band's ends rounded outward or not (``truncate``: false
+    in the published configs and GptOssConfig's default)."""
 
     model_type, title, model_class, config_class = "gpt_oss", "gpt-oss", "GptOssForCausalLM", "GptOssConfig"
     features = frozenset(
         {
             "model.position.scaling",
+            "model.position.truncate",
             "model.attention.window",
             "model.attention.global_every",
             "model.attention.sinks",

@@ -355,7 +355,7 @@ class _DeepSeek(_Sparse):
 
     attention_kind = "mla"
     position_why = " (it always rotates qk_rope_head_dim dims)"
-    features = frozenset({"model.position.scaling"})
+    features = frozenset({"model.position.scaling", "model.position.truncate"})
     scalings = ("none", "yarn")
     shared_experts = True
     topk_method: str  # the value of DeepSeek's own config key topk_method this version computes (set per subclass)

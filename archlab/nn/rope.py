@@ -37,7 +37,7 @@ _SCALING_FIELDS = {  # model.position.scaling -> the fields it reads
     "none": frozenset(),
     "linear": frozenset({"factor"}),
     "llama3": frozenset({"factor", "low_freq_factor", "high_freq_factor", "original_context"}),
-    "yarn": frozenset({"factor", "original_context", "beta_fast", "beta_slow"}),
+    "yarn": frozenset({"factor", "original_context", "beta_fast", "beta_slow", "truncate"}),
 }
 
 
@@ -124,8 +124,9 @@ class RoPE(Position):
 
 def _validate_yarn(p: PositionConfig) -> None:
     """YaRN's fields: the context it extends (``original_context``), ``theta`` > 1, a ``factor`` >= 1, ``beta_fast``
-    > ``beta_slow`` > 0, and ``mscale`` with ``mscale_all_dim`` both positive or both null (alone, each
-    means one thing to Hugging Face and another to DeepSeek's reference code). Outside yarn both are null."""
+    > ``beta_slow`` > 0, ``truncate`` a bool, and ``mscale`` with ``mscale_all_dim`` both positive or both null
+    (alone, each means one thing to Hugging Face and another to DeepSeek's reference code). Outside yarn
+    both are null."""
     if p.scaling != "yarn":
         for name in ("mscale", "mscale_all_dim"):
             if getattr(p, name) is not None:
@@ -140,6 +141,8 @@ def _validate_yarn(p: PositionConfig) -> None:
     if not checks.finite(p.factor) >= 1:
         raise ConfigError("model.position.factor", p.factor, "a number >= 1 for scaling=yarn (how much longer)")
     checks.positive("model.position.beta_slow", p.beta_slow)
+    if not isinstance(p.truncate, bool):
+        raise ConfigError("model.position.truncate", p.truncate, "true or false")
     if not checks.finite(p.beta_fast) > p.beta_slow:
         raise ConfigError(
             "model.position.beta_fast", p.beta_fast, f"a number above model.position.beta_slow={p.beta_slow}"
@@ -211,7 +214,8 @@ def inverse_frequencies(p: PositionConfig, dim: int, device: Optional[torch.devi
     low_freq_factor``) by it, keeps the high ones (below ``original_context / high_freq_factor``) and
     blends the band between (Llama 3.1); ``yarn`` keeps the pairs that turn more than ``beta_fast`` times
     over ``original_context``, divides those turning less than ``beta_slow`` times by ``factor``, and ramps
-    linearly between (Peng et al. 2023, arXiv:2309.00071, the "NTK-by-parts" interpolation)."""
+    linearly between (Peng et al. 2023, arXiv:2309.00071, the "NTK-by-parts" interpolation), from and to
+    whole pairs with ``truncate``."""
     exponent = torch.arange(0, dim, 2, device=device, dtype=torch.int64).float() / dim
     inv_freq = 1.0 / p.theta**exponent
     if p.scaling == "linear":
@@ -235,15 +239,18 @@ def inverse_frequencies(p: PositionConfig, dim: int, device: Optional[torch.devi
 def _yarn_band(p: PositionConfig, dim: int) -> tuple[float, float]:
     """The pair indices where YaRN's ramp starts and ends: the pair that turns ``beta`` times over
     ``original_context`` sits at ``dim·ln(original_context / (2π·beta)) / (2·ln theta)``; rounded outward
-    and clipped to [0, dim - 1] (Hugging Face's default ``truncate``), never empty."""
+    with ``truncate`` (Hugging Face's default; gpt-oss keeps them as computed), clipped to [0, dim - 1],
+    never empty."""
     context = p.original_context
     assert context is not None, "model.position.original_context: yarn's validate requires it"
 
     def pair_turning(beta: float) -> float:
         return dim * math.log(context / (beta * 2 * math.pi)) / (2 * math.log(p.theta))
 
-    low = max(math.floor(pair_turning(p.beta_fast)), 0)
-    high = min(math.ceil(pair_turning(p.beta_slow)), dim - 1)
+    low, high = pair_turning(p.beta_fast), pair_turning(p.beta_slow)
+    if p.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
     return low, (high if high != low else high + 0.001)
 
 
