@@ -17,7 +17,6 @@ Nothing here imports transformers: records read configs by attribute, as in ``hf
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from typing import Any, NamedTuple
@@ -252,7 +251,7 @@ class LayeredFamily(Family):
         return super().to_hf(rep)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        lcs = layers_of(cfg)
+        lcs = layer_configs(cfg)
         rep = next((lc for lc in lcs if lc.position.kind == "rope"), lcs[0])
         return {**self.base_to_hf(rep), **self.layers_to_hf(cfg, lcs)}
 
@@ -261,7 +260,7 @@ class LayeredFamily(Family):
         as the layer's kind sets the field; then what differs between layers that the family cannot
         express: parts beyond the window and position, two window sizes, RoPE that differs where the family
         has one set (per layer type: Gemma 3, OLMo 3), and the family's rules on NoPE layers."""
-        lcs = layers_of(cfg)
+        lcs = layer_configs(cfg)
         found: dict[str, Problem] = {}
         checked: set[str | None] = set()
         for i, lc in enumerate(lcs):
@@ -305,24 +304,6 @@ class LayeredFamily(Family):
                 why = f" ({self.title} has one set of RoPE parameters for all its {where})"
                 return [(i, Problem(f"model.position.{field}", value, bare(getattr(ref.position, field)), why))]
         return self.layer_problems(lcs)
-
-
-_SEEN: dict[str, list[ModelConfig]] = {}
-
-
-def layers_of(cfg: ModelConfig) -> list[ModelConfig]:
-    """``layer_configs`` of ``cfg``, kept by the config's text for a layout whose layers differ: every
-    family's ``problems`` reads them when ``family_of`` looks for the one that holds a layout, and each
-    kind merged through OmegaConf costs tens of milliseconds. Computed on a copy, so a config changed later
-    is looked up anew."""
-    if not (cfg.layers.first or cfg.layers.pattern):
-        return [cfg] * cfg.n_layer
-    key = repr(cfg)
-    if key not in _SEEN:
-        if len(_SEEN) >= 64:
-            _SEEN.clear()
-        _SEEN[key] = layer_configs(copy.deepcopy(cfg))
-    return _SEEN[key]
 
 
 def types_of(lcs: list[ModelConfig]) -> list[str]:

@@ -101,24 +101,10 @@ def apply_layout(cfg: ModelConfig, names: list[str], overrides: dict[str, dict[s
     return cfg
 
 
-_LAYERS: dict[str, list[ModelConfig]] = {}  # repr(cfg) -> layer_configs(cfg), the last few asked
-
-
-def layers_of(cfg: ModelConfig) -> list[ModelConfig]:
-    """``layer_configs(cfg)``, remembered for the last 8 configs: each kind's merge takes tens of ms, and
-    ``family_of`` asks every family about the same config (callers must not change what it returns)."""
-    key = repr(cfg)
-    if key not in _LAYERS:
-        if len(_LAYERS) >= 8:
-            del _LAYERS[next(iter(_LAYERS))]
-        _LAYERS[key] = layer_configs(cfg)
-    return _LAYERS[key]
-
-
 def distinct_layers(cfg: ModelConfig) -> list[tuple[str | None, ModelConfig]]:
     """(kind, config) of each distinct layer config, in layer order (kind None: the model's own parts)."""
     seen: dict[str | None, ModelConfig] = {}
-    for i, lc in enumerate(layers_of(cfg)):
+    for i, lc in enumerate(layer_configs(cfg)):
         seen.setdefault(layer_kind(cfg, i), lc)
     return list(seen.items())
 
@@ -183,7 +169,7 @@ class _LayeredSparse(Family):
                 wanted = plain[0] if plain else values[0][1]
                 why = f" ({self.title} holds one value for every layer)"
                 found += [Problem(kind_field(cfg, k, name), v, fmt(wanted), why) for k, v in values if v != wanted]
-        return _unique(found + self.layout_problems(cfg, layers_of(cfg)))
+        return _unique(found + self.layout_problems(cfg, layer_configs(cfg)))
 
     def base_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
@@ -299,7 +285,7 @@ class GptOss(_LayeredSparse):
         return []
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        layers, m = layers_of(cfg), cfg.mlp
+        layers, m = layer_configs(cfg), cfg.mlp
         windows = [window_of(lc, i) for i, lc in enumerate(layers)]
         sliding = next((w for w in windows if w is not None), None)
         return dict(
@@ -521,7 +507,7 @@ class Llama4(_LayeredSparse):
         return found
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        layers = layers_of(cfg)
+        layers = layer_configs(cfg)
         rope = [lc.position.kind == "rope" for lc in layers]
         chunks = [chunk_of(lc, i) for i, lc in enumerate(layers)]
         dense = [i for i, lc in enumerate(layers) if dense_at(lc, i)]
@@ -613,7 +599,7 @@ class Llama4(_LayeredSparse):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layers_of(cfg)):
+        for i, lc in enumerate(layer_configs(cfg)):
             b, h = f"blocks.{i}", f"model.layers.{i}"
             t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
             t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
@@ -674,7 +660,7 @@ class Afmoe(_LayeredSparse):
         # the base rule on model.position.kind wants rope: a full layer's none is held too, and
         # layout_problems (again: the base rule's problem of a kind hid its own) says which layer needs which
         found = [p for p in super().problems(cfg) if not (p.value == "none" and p.why == self.position_why)]
-        return _unique(found + self.layout_problems(cfg, layers_of(cfg)))
+        return _unique(found + self.layout_problems(cfg, layer_configs(cfg)))
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         no_gate_bias = " (its gate_proj has no bias, and archlab's gate takes one with qkv_bias)"
@@ -714,7 +700,7 @@ class Afmoe(_LayeredSparse):
         return _unique(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        layers, m = layers_of(cfg), cfg.mlp
+        layers, m = layer_configs(cfg), cfg.mlp
         windows = [window_of(lc, i) for i, lc in enumerate(layers)]
         sliding = next((w for w in windows if w is not None), None)
         rope_cfg = next((lc for lc in layers if lc.position.kind == "rope"), cfg)
