@@ -101,6 +101,25 @@ def apply_layout(cfg: ModelConfig, names: list[str], overrides: dict[str, dict[s
     return cfg
 
 
+def one_window(layers: list[ModelConfig]) -> list[Problem]:
+    """The one ``sliding_window`` transformers holds for all the sliding layers: two windows are refused."""
+    windows = {w for i, lc in enumerate(layers) if (w := window_of(lc, i)) is not None}
+    if len(windows) > 1:
+        return [Problem("model.attention.window", sorted(windows), "one window for every sliding layer")]
+    return []
+
+
+def sliding_to_hf(cfg: ModelConfig, layers: list[ModelConfig]) -> dict[str, Any]:
+    """transformers' ``sliding_window`` and ``layer_types`` of each layer's window (``one_window`` holds);
+    where no layer slides, the context: transformers builds the sliding mask even then."""
+    windows = [window_of(lc, i) for i, lc in enumerate(layers)]
+    sliding = next((w for w in windows if w is not None), None)
+    return {
+        "sliding_window": sliding if sliding is not None else cfg.context_length,
+        "layer_types": ["full_attention" if w is None else "sliding_attention" for w in windows],
+    }
+
+
 def distinct_layers(cfg: ModelConfig) -> list[tuple[str | None, ModelConfig]]:
     """(kind, config) of each distinct layer config, in layer order (kind None: the model's own parts)."""
     seen: dict[str | None, ModelConfig] = {}
@@ -279,15 +298,10 @@ class GptOss(_LayeredSparse):
         return []
 
     def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
-        windows = {w for i, lc in enumerate(layers) if (w := window_of(lc, i)) is not None}
-        if len(windows) > 1:
-            return [Problem("model.attention.window", sorted(windows), "one window for every sliding layer")]
-        return []
+        return one_window(layers)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         layers, m = layer_configs(cfg), cfg.mlp
-        windows = [window_of(lc, i) for i, lc in enumerate(layers)]
-        sliding = next((w for w in windows if w is not None), None)
         return dict(
             self.base_to_hf(cfg),
             intermediate_size=expert_width(cfg),
@@ -295,9 +309,7 @@ class GptOss(_LayeredSparse):
             swiglu_limit=m.swiglu_limit,
             swiglu_alpha=m.swiglu_alpha,
             rope_parameters=rope_to_hf(cfg),
-            # transformers builds the sliding mask even when no layer slides: give it the context then
-            sliding_window=sliding if sliding is not None else cfg.context_length,
-            layer_types=["full_attention" if w is None else "sliding_attention" for w in windows],
+            **sliding_to_hf(cfg, layers),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
@@ -685,10 +697,7 @@ class Afmoe(_LayeredSparse):
         return []
 
     def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
-        found: list[Problem] = []
-        windows = {w for i, lc in enumerate(layers) if (w := window_of(lc, i)) is not None}
-        if len(windows) > 1:
-            found.append(Problem("model.attention.window", sorted(windows), "one window for every sliding layer"))
+        found = one_window(layers)
         for i, lc in enumerate(layers):
             sliding, kind = window_of(lc, i) is not None, lc.position.kind
             if kind in ("rope", "none") and (kind == "rope") != sliding:
@@ -701,8 +710,6 @@ class Afmoe(_LayeredSparse):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         layers, m = layer_configs(cfg), cfg.mlp
-        windows = [window_of(lc, i) for i, lc in enumerate(layers)]
-        sliding = next((w for w in windows if w is not None), None)
         rope_cfg = next((lc for lc in layers if lc.position.kind == "rope"), cfg)
         base = self.base_to_hf(cfg)
         for key in ("num_local_experts", "router_aux_loss_coef"):  # AFMoE names the count num_experts, has no aux
@@ -718,9 +725,7 @@ class Afmoe(_LayeredSparse):
             route_scale=m.routed_scale,
             mup_enabled=cfg.scale_embedding,
             rope_parameters=rope_to_hf(rope_cfg),
-            # transformers builds the sliding mask even when no layer slides: give it the context then
-            sliding_window=sliding if sliding is not None else cfg.context_length,
-            layer_types=["full_attention" if w is None else "sliding_attention" for w in windows],
+            **sliding_to_hf(cfg, layers),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
