@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config import to_model_config
+from archlab.nn import cpu_attention
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -105,6 +106,52 @@ def test_attention_part_equals_its_formula(settings):
     x = torch.randn(2, 9, 32, dtype=F64, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(attn(x), reference(attn, x, cfg))
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"sinks": True}, {"sinks": True, "window": 4, "n_kv_head": 2}, {"sinks": True, "gate": "head", "chunk": 3}],
+    ids=["sinks", "sinks-window-gqa", "sinks-gate-chunk"],
+)
+def test_sink_gradients_equal_the_formulas(settings):
+    """The sink rides in one more head dimension of an extra key (``sink_key``): every weight's gradient,
+    the sinks' included, equals that of the formula's explicit softmax."""
+    cfg = tiny(attention=settings)
+    attn = build(cfg).blocks[0].attn
+    x = torch.randn(2, 9, 32, dtype=F64, generator=torch.Generator().manual_seed(2))
+    i = torch.arange(9)
+    visible = i[:, None] >= i[None, :]
+    if settings.get("window"):
+        visible &= i[:, None] - i[None, :] < settings["window"]
+    if settings.get("chunk"):
+        visible &= i[:, None] // settings["chunk"] == i[None, :] // settings["chunk"]
+    weights = torch.randn(2, 9, 32, dtype=F64)
+    mask = visible if settings.keys() & {"window", "chunk"} else None  # None: causal, sink_key's first query
+    got = torch.autograd.grad((attn(x, mask=mask) * weights).sum(), list(attn.parameters()))
+    expected = torch.autograd.grad((reference(attn, x, cfg, visible) * weights).sum(), list(attn.parameters()))
+    for (name, _), g, e in zip(attn.named_parameters(), got, expected):
+        torch.testing.assert_close(g, e, msg=name)
+
+
+def test_sinks_in_bf16_on_the_cpu_path_match_float64(monkeypatch):
+    """bf16 training on the CPU runs the sink key through the matmul path (``nn/cpu_attention.py``):
+    outputs and the sinks' gradient agree with float64 to bf16's precision."""
+    cfg = tiny(attention={"sinks": True, "window": 5})
+    attn = build(cfg).blocks[0].attn
+    x = torch.randn(2, 12, 32, dtype=F64, generator=torch.Generator().manual_seed(3))
+    i = torch.arange(12)
+    window = (i[:, None] >= i[None, :]) & (i[:, None] - i[None, :] < 5)
+    y = attn(x, mask=window)
+    (sinks,) = torch.autograd.grad(y.square().sum(), [attn.sinks])
+    low = attn.to(torch.bfloat16)
+    calls = []
+    matmul_attention = cpu_attention.matmul_attention
+    monkeypatch.setattr(cpu_attention, "matmul_attention", lambda *a: calls.append(1) or matmul_attention(*a))
+    y16 = low(x.to(torch.bfloat16), mask=window)
+    assert calls, "the bf16 CPU path did not run"
+    (sinks16,) = torch.autograd.grad(y16.float().square().sum(), [low.sinks])
+    assert (y16.double() - y).norm() / y.norm() < 2e-2
+    assert (sinks16.double() - sinks).norm() / sinks.norm() < 5e-2
 
 
 def test_chunk_sees_exactly_its_chunk():

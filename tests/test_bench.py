@@ -41,7 +41,18 @@ from archlab.errors import ConfigError
         ([], torch.bfloat16, 1024, "SDPA"),
         (["model/position=alibi"], torch.bfloat16, 256, "SDPA"),
         (["model.attention.softcap=50"], torch.bfloat16, 256, "explicit matmuls"),
-        (["model.attention.sinks=true"], torch.bfloat16, 256, "SDPA with a sink key column"),
+        (
+            ["model.attention.sinks=true"],
+            torch.bfloat16,
+            256,
+            "bf16 matmuls and softmax (nn/cpu_attention.py), a sink key first",
+        ),
+        (
+            ["model.attention.sinks=true", "model.attention.window=64"],
+            torch.float32,
+            256,
+            "SDPA with a window mask, a sink key",
+        ),
         (
             ["model.attention.chunk=64", "model.attention.gate=head"],
             torch.float32,

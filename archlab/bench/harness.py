@@ -363,12 +363,12 @@ def attention_path(mcfg, device: torch.device, compute: torch.dtype, seq_len: in
     if a.softcap is not None:
         sinks = ", sinks in its softmax" if a.sinks else ""
         return "explicit matmuls (soft-capped scores: SDPA cannot cap them)" + sinks + gate
-    if a.sinks:
-        return "SDPA with a sink key column (a float bias mask: no flash kernel)" + window + gate
+    sinks = ", a sink key first (one more key and head dimension)" if a.sinks else ""
     biased = POSITIONS.get(mcfg.position.kind).bias is not Position.bias  # a float bias (ALiBi) in the mask
-    if cpu_attention.takes(device.type, compute, a.dropout, seq_len, seq_len, True, shared_bool_mask=not biased):
-        return "bf16 matmuls and softmax (nn/cpu_attention.py)" + window + gate
-    return "SDPA" + window + gate
+    n = seq_len + a.sinks  # the sink's key (and, causal, its first query)
+    if cpu_attention.takes(device.type, compute, a.dropout, n, n, True, shared_bool_mask=not biased):
+        return "bf16 matmuls and softmax (nn/cpu_attention.py)" + window + sinks + gate
+    return "SDPA" + window + sinks + gate
 
 
 def attention_paths(mcfg, device: torch.device, compute: torch.dtype, seq_len: int) -> str:

@@ -79,15 +79,6 @@ def rotary_head_dim(cfg: ModelConfig) -> int:
     return ATTENTIONS.get(cfg.attention.kind).rotary_head_dim(cfg)
 
 
-def window_of(cfg: ModelConfig, layer: int) -> Optional[int]:
-    """The sliding window of ``layer`` (None: it sees every earlier position). With ``global_every``
-    = N, layers N-1, 2N-1, ... are global and the others local (Gemma 2: N = 2, from layer 1)."""
-    a = cfg.attention
-    if a.window is None or (a.global_every is not None and (layer + 1) % a.global_every == 0):
-        return None
-    return a.window
-
-
 def chunk_of(cfg: ModelConfig, layer: int) -> Optional[int]:
     """The attention chunk of ``layer`` (None: unchunked): ``attention.chunk``."""
     return cfg.attention.chunk
@@ -97,7 +88,7 @@ def positions_seen(cfg: ModelConfig, length: int, layer: int) -> int:
     """Positions the last of ``length`` queries of ``layer`` attends to: all ``length`` in a global layer,
     at most the window in a sliding one, at most the chunk in a chunked one (what the KV cache holds and
     the scores cost)."""
-    span = window_of(cfg, layer) or chunk_of(cfg, layer)  # validation allows one of the two
+    span = cfg.attention.window or chunk_of(cfg, layer)  # validation allows one of the two
     return length if span is None else min(span, length)
 
 
@@ -121,7 +112,7 @@ class KVCache:
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
         self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
         # a chunked layer keeps the window of its chunk: with left padding each row's chunks start elsewhere
-        self.windows = [window_of(c, layer) or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
+        self.windows = [c.attention.window or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
         self.k: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.v: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.length = 0  # positions already seen; advanced by the model after each forward
@@ -191,11 +182,31 @@ def visible_keys(mask: Optional[Tensor], queries: int, keys: int, device: torch.
     return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
 
 
-def float_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """A boolean mask of visible keys as a bias, 0 where visible and -inf where hidden; a bias as it is."""
-    if mask.dtype != torch.bool:
-        return mask
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+def sink_key(
+    q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], sinks: Tensor, scale: float
+) -> tuple[Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """gpt-oss's sinks as one more key, first, that every query sees and whose value is zero: its score
+    is each head's sink, so the softmax adds e^sink to its denominator and nothing to its sum. The sink
+    rides in one more head dimension (sink / scale in each query of head h, 1 in the sink key, 0 in the
+    others: a per-head score through keys shared by a GQA group), padded to a multiple of 8 with zeros.
+    A mask gets the sink's column (visible, or a 0 bias); plain causal attention stays ``is_causal``
+    with a zero first query, which the caller drops. Masks keep their dtype, so SDPA keeps its flash
+    kernels (a float bias would rule them out)."""
+    B, H, Tq, hd = q.shape
+    pad = 8 - hd % 8  # 1 to 8 more dims: one holds the sink
+    q = torch.cat(
+        (q, (sinks / scale).to(q.dtype).view(1, H, 1, 1).expand(B, H, Tq, 1), q.new_zeros(B, H, Tq, pad - 1)), -1
+    )
+    k, v = F.pad(k, (0, pad)), F.pad(v, (0, pad))
+    key = k.new_zeros(B, k.shape[1], 1, hd + pad)
+    key[..., hd] = 1.0
+    k, v = torch.cat((key, k), dim=2), torch.cat((v.new_zeros(key.shape), v), dim=2)
+    if mask is not None:
+        column = torch.ones if mask.dtype == torch.bool else torch.zeros
+        mask = torch.cat((column(*mask.shape[:-1], 1, dtype=mask.dtype, device=mask.device), mask), dim=-1)
+    elif Tq > 1:  # causal over queries ending with the keys: a first query lines them up again
+        q = torch.cat((q.new_zeros(B, H, 1, hd + pad), q), dim=2)
+    return q, k, v, mask
 
 
 def l2_norm(x: Tensor, eps: float) -> Tensor:
@@ -225,7 +236,7 @@ class CausalSelfAttention(Attention):
         a = cfg.attention
         self.n_head, self.n_kv_head, self.head_dim = a.n_head, n_kv_head(cfg), self.qk_head_dim(cfg)
         self.dropout, self.softcap, self.scale = a.dropout, a.softcap, softmax_scale(cfg)
-        self.window, self.chunk = window_of(cfg, layer), chunk_of(cfg, layer)
+        self.window, self.chunk = cfg.attention.window, chunk_of(cfg, layer)
         self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
         self.proj = residual_projection(nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias))
         # a gate is projected as the queries are, with their bias (Qwen3-Next's q_proj holds both)
@@ -276,31 +287,21 @@ class CausalSelfAttention(Attention):
         if self.softcap is not None:
             y = self.explicit_attention(q, k, v, mask, dropout, self.softcap)
         else:
+            hd = q.shape[-1]
             if self.sinks is not None:
-                k, v, mask = self.sink_column(q, k, v, mask)
+                q, k, v, mask = sink_key(q, k, v, mask, cast(Tensor, self.sinks), self.scale)
             if cpu_attention.applies(q, k, v, mask, dropout):
                 y = cpu_attention.matmul_attention(q, k, v, mask, self.scale)
             else:
                 y = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None and T > 1, scale=self.scale,
-                    enable_gqa=self.n_kv_head != self.n_head,
+                    q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None and q.shape[2] > 1,
+                    scale=self.scale, enable_gqa=self.n_kv_head != self.n_head,
                 )  # fmt: skip
+            y = y[:, :, y.shape[2] - T :, :hd]  # less sink_key's first query and padding, if any
         y = y.transpose(1, 2)  # [B, T, H, hd]
         if self.gate is not None:  # one gate per value dim, or per head (broadcast over its dims)
             y = y * torch.sigmoid(self.gate(x)).view(B, T, self.n_head, -1)
         return self.proj(y.reshape(B, T, self.n_head * self.head_dim))
-
-    def sink_column(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-        """Keys and values with one more position, zero, and the mask as a float bias ``[B | 1, H, Tq,
-        Tk + 1]`` whose score there is each head's sink (0·q + sink): SDPA's softmax then adds e^sink to
-        its denominator and nothing to its weighted sum, as gpt-oss's sinks do."""
-        H, Tq, Tk = self.n_head, q.shape[2], k.shape[2]
-        bias = float_bias(visible_keys(mask, Tq, Tk, q.device), q.dtype)
-        bias = bias.view((1,) * (4 - bias.dim()) + tuple(bias.shape))  # [Tq, Tk] or [H, Tq, Tk] -> 4 dims
-        bias = bias.expand(bias.shape[0], H, Tq, Tk)
-        sinks = cast(Tensor, self.sinks).to(q.dtype).view(1, H, 1, 1).expand(bias.shape[0], H, Tq, 1)
-        zero = k.new_zeros(k.shape[0], k.shape[1], 1, k.shape[3])
-        return torch.cat((k, zero), dim=2), torch.cat((v, zero), dim=2), torch.cat((bias, sinks), dim=-1)
 
     def explicit_attention(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float, softcap: float
@@ -428,14 +429,14 @@ class CausalSelfAttention(Attention):
         scale = {"query_scale_length", "query_scale_offset"} if cfg.attention.query_scale_beta is not None else set()
         return frozenset(
             {"n_head", "n_kv_head", "head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale", "softcap"}
-            | {"window", "global_every", "chunk", "sinks", "gate", "query_scale_beta"}
+            | {"window", "chunk", "sinks", "gate", "query_scale_beta"}
             | scale
         )
 
 
 def validate_shared(cfg: ModelConfig) -> None:
-    """The fields every attention kind reads alike: ``n_head``, ``dropout``, ``scale``, ``window``,
-    ``global_every`` and ``chunk``."""
+    """The fields every attention kind reads alike: ``n_head``, ``dropout``, ``scale``, ``window`` and
+    ``chunk``."""
     a = cfg.attention
     checks.positive("model.attention.n_head", a.n_head)
     checks.probability("model.attention.dropout", a.dropout)
@@ -443,12 +444,6 @@ def validate_shared(cfg: ModelConfig) -> None:
         checks.positive("model.attention.scale", a.scale, "a positive number, or null")
     if a.window is not None:
         checks.integer("model.attention.window", a.window, 1, "a positive integer (keys a query sees), or null")
-    if a.global_every is not None:
-        checks.integer("model.attention.global_every", a.global_every, 1, "a positive integer, or null")
-        if a.window is None:
-            raise ConfigError(
-                "model.attention.global_every", a.global_every, "null unless model.attention.window is set"
-            )
     if a.chunk is not None:
         checks.integer("model.attention.chunk", a.chunk, 1, "a positive integer (positions per chunk), or null")
         if a.window is not None:
