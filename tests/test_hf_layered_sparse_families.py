@@ -23,6 +23,7 @@ from helpers.hf import (
     TOL,
     WINDOW,
     V,
+    changed_cfg,
     check_greedy_generation,
     check_padded_generation,
     logits,
@@ -416,18 +417,6 @@ def changed(name: str, **fields):
     """Preset ``name`` with ``fields`` set: ``attention__window=...`` on the model,
     ``kinds__nope__attention__qk_norm=...`` on (or added to) a layer kind."""
     return changed_cfg(preset(name), **fields)
-
-
-def changed_cfg(cfg, **fields):
-    """A copy of ``cfg`` with ``fields`` set, as ``changed`` sets them."""
-    cfg = copy.deepcopy(cfg)
-    for key, value in fields.items():
-        path = key.split("__")
-        if path[0] == "kinds":
-            cfg.layers.kinds[path[1]].setdefault(path[2], {})[path[3]] = value
-        else:
-            setattr(getattr(cfg, path[0]) if len(path) == 2 else cfg, path[-1], value)
-    return cfg
 
 
 OSS, SCOUT = "gpt-oss-20b", "llama4-scout-17b-16e"

@@ -36,6 +36,7 @@ IGNORED = [
     (["model/mlp=geglu"], "model.mlp.up_offset", 1.0),
     (["model/mlp=swiglu"], "model.mlp.swiglu_clamp", "activation"),  # where a limit applies; no limit set
     (["model/mlp=swiglu"], "model.mlp.router_bias", True),  # a mixture of experts' router
+    (["model/mlp=moe"], "model.mlp.shared_swiglu_limit", 16.0),  # the shared experts' clamp; none shared
 ]
 
 
@@ -76,6 +77,7 @@ def test_an_ignored_field_is_named_and_changes_nothing(variant, field, value):
         (["model/mlp=swiglu"], "model.mlp.multiple_of", 16),
         (["model/mlp=swiglu"], "model.mlp.swiglu_alpha", 1.702),
         (["model/mlp=moe"], "model.mlp.weight_input", True),
+        (["model/mlp=moe", "model.mlp.n_shared_experts=1"], "model.mlp.shared_swiglu_limit", 16.0),
         (["model/norm=layernorm"], "model.norm.bias", False),
         (
             ["model/position=rope", "model.position.scaling=llama3", "model.position.original_context=8"],

@@ -27,6 +27,11 @@ CASES = [
         "one of ['parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
     ),
     (["model.mlp.kind=mixture"], "model.mlp.kind", "one of ['geglu', 'gelu', 'moe', 'relu', 'swiglu']"),
+    (
+        ["model/mlp=moe", "model.mlp.shared_swiglu_limit=-1"],
+        "model.mlp.shared_swiglu_limit",
+        "a positive number (Step-3.5: 16.0), 0 (no clamp) or null (the routed experts' swiglu_limit)",
+    ),
     # head layout
     (
         ["model.d_model=130"],

@@ -463,6 +463,29 @@ def test_clamped_swiglu_equals_hand_formula(clamp):
         torch.testing.assert_close(m(x), m.down(act * (torch.clamp(up, -L, L) + offset)))
 
 
+@pytest.mark.parametrize("shared_limit", [None, 0.0, 0.7])
+def test_shared_experts_clamp_at_their_own_limit(shared_limit):
+    """A MoE's shared SwiGLU clamps min(silu(g), L)·clamp(up, -L, L) at ``shared_swiglu_limit`` (0: not at
+    all), at the routed experts' ``swiglu_limit`` where it is null (every earlier config), against the hand
+    formula; random weights with biases far from 0 put gate and up on both sides of both limits."""
+    L = 0.4
+    mlp = {"kind": "moe", "expert": "swiglu", "n_experts": 2, "top_k": 1, "n_shared_experts": 1, "bias": True}
+    mlp |= {"swiglu_limit": L, "swiglu_clamp": "activation", "shared_swiglu_limit": shared_limit}
+    shared = build(tiny(mlp=mlp, init_std=0.5)).blocks[0].mlp.shared
+    with torch.no_grad():
+        shared.gate_up.bias.copy_(
+            torch.randn(shared.gate_up.bias.shape, dtype=F64, generator=torch.Generator().manual_seed(1)) + 1
+        )
+    x = torch.randn(3, 5, 32, dtype=F64)
+    gate, up = _gate(shared, x), _up(shared, x)
+    limit = L if shared_limit is None else shared_limit or math.inf
+    act = gate * torch.sigmoid(gate)
+    assert (act > max(L, 0.7)).any() and (up.abs() > max(L, 0.7)).any()
+    expected = shared.down(torch.minimum(act, torch.tensor(limit)) * torch.clamp(up, -limit, limit))
+    with torch.no_grad():
+        torch.testing.assert_close(shared(x), expected)
+
+
 def test_gelu_approximations_differ():
     exact, tanh = same_weights(
         tiny(mlp={"kind": "gelu", "approximate": "none"}, init_std=0.5),

@@ -105,6 +105,8 @@ class MLPConfig:
     swiglu_limit: Optional[float] = None  # swiglu: bound L: up clamped to [-L, L], the gate to <= L; None = no clamp
     # swiglu, with a limit: L bounds the gate (gpt-oss) | act(gate) (Step-3.5)
     swiglu_clamp: str = choice("gate", "activation")
+    # moe, swiglu experts: the shared experts' bound; None = swiglu_limit, 0 = no clamp (Step-3.5's last layer: 16)
+    shared_swiglu_limit: Optional[float] = None
     swiglu_alpha: float = 1.0  # swiglu: the gate's activation g·σ(α·g); 1 = SiLU (gpt-oss: 1.702)
     up_offset: float = 0.0  # swiglu: added to the (clamped) up projection before the product (gpt-oss: 1)
     # moe: a router sends each token to top_k of n_experts MLPs of kind ``expert``, beside any shared experts

@@ -28,6 +28,7 @@ from archlab.interop.hf_families import DENSE, Family, Problem, dense_family, jo
 from archlab.interop.hf_layered import LAYERED, LayeredFamily
 from archlab.interop.hf_layered_sparse import LAYERED_SPARSE
 from archlab.interop.hf_sparse import SPARSE, sparse_family
+from archlab.interop.hf_step import STEP
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
@@ -43,7 +44,7 @@ def _transformers() -> Any:
     return transformers
 
 
-FAMILIES: dict[str, Family] = {**DENSE, **SPARSE, **LAYERED, **LAYERED_SPARSE}  # by Hugging Face model_type
+FAMILIES: dict[str, Family] = {**DENSE, **SPARSE, **LAYERED, **LAYERED_SPARSE, **STEP}  # by Hugging Face model_type
 
 
 def _routed(cfg: ModelConfig) -> Family:
@@ -106,11 +107,12 @@ def _family(name: str | None, cfg: ModelConfig) -> Family:
 
 def config_to_hf(cfg: Any, **hf_kwargs: Any) -> Any:
     """The transformers config of the family that holds ``cfg`` exactly; ``hf_kwargs`` are passed on
-    (archlab configs carry no special tokens, so bos/eos/pad ids default to None)."""
+    (archlab configs carry no special tokens, so bos/eos/pad ids default to None, but where a family's
+    config class takes an int: Step-3.5's pad id)."""
     cfg = validate(to_model_config(cfg))
     family = family_of(cfg)
     family.check(cfg)
-    kwargs = {**family.to_hf(cfg), "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **hf_kwargs}
+    kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **family.to_hf(cfg), **hf_kwargs}
     return getattr(_transformers(), family.config_class)(**kwargs)
 
 
@@ -193,7 +195,7 @@ def to_hf(model: Decoder, **hf_kwargs: Any) -> Any:
     cfg = model.cfg
     family = family_of(validate(to_model_config(cfg)))
     p = model.tok_emb.weight
-    hf_model = getattr(_transformers(), family.model_class)(config_to_hf(cfg, **hf_kwargs))
+    hf_model = family.hf_class(_transformers())(config_to_hf(cfg, **hf_kwargs))
     hf_model = hf_model.to(device=p.device, dtype=p.dtype)
     result = hf_model.load_state_dict(archlab_state_to_hf(cfg, model.state_dict()), strict=False)
     allowed_missing = {"lm_head.weight"} if cfg.head.tied else set()

@@ -65,6 +65,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.layers.first": ([], "every layer the same parts"),
     "model.layers.pattern": ([], "every layer the same parts"),
     "model.mlp.swiglu_limit": (None, "no SwiGLU clamp"),
+    "model.mlp.shared_swiglu_limit": (None, "shared experts clamped as the routed ones"),
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),
     "model.mlp.router_bias": (False, "no router bias"),
@@ -445,6 +446,10 @@ class Family:
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         """Every archlab tensor with its HF name(s) and layout."""
         raise NotImplementedError
+
+    def hf_class(self, transformers: Any) -> type:
+        """The transformers class ``to_hf`` builds and ``from_hf`` takes (``model_class``)."""
+        return getattr(transformers, self.model_class)
 
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
         """A checkpoint's tensors (prefixed and renamed) as the transformers model holds them in memory: the

@@ -84,11 +84,11 @@ def view(c: Any, **changes: Any) -> Any:
     return type(type(c).__name__, (_View,), {})(c, changes)
 
 
-def rope_of(c: Any, params: Any, hd: int, where: str | None = None) -> PositionConfig:
+def rope_of(c: Any, params: Any, hd: int, where: str | None = None, partial: bool = False) -> PositionConfig:
     """archlab's RoPE of one set of transformers rope parameters (``where``: its layer type, named in a
-    refusal: ``rope_parameters.full_attention.rope_type``). Whole heads, half-paired."""
+    refusal: ``rope_parameters.full_attention.rope_type``). Half-paired, over whole heads unless ``partial``."""
     try:
-        return rope_from_hf(view(c, rope_parameters=params), hd, partial=False)
+        return rope_from_hf(view(c, rope_parameters=params), hd, partial=partial)
     except ConfigError as err:
         if where is None:
             raise

@@ -1,6 +1,8 @@
 """Mixture of experts, ``model.mlp.kind: moe``: a router sends each token to ``top_k`` of ``n_experts``
 MLPs of kind ``expert`` (Shazeer et al. 2017), beside ``n_shared_experts`` every token goes through
 (DeepSeekMoE, Dai et al. 2024); the first ``dense_layers`` layers hold one dense ``expert`` MLP instead.
+SwiGLU experts clamp at ``swiglu_limit``, the shared ones at ``shared_swiglu_limit`` where it is set
+(Step-3.5 bounds the two apart; 0: no clamp).
 
 Routing, in float32 (float64 in a float64 model) whatever the compute dtype, as Hugging Face's
 Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
@@ -23,6 +25,8 @@ the result does not depend on the order of additions (deterministic on any devic
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Callable, Optional, ParamSpec, TypeVar, cast
 
 import torch
@@ -41,6 +45,15 @@ _R = TypeVar("_R")
 def not_compiled(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """``torch.compiler.disable(fn)``, keeping ``fn``'s signature: torch leaves ``disable`` unannotated."""
     return cast("Callable[_P, _R]", torch.compiler.disable(fn))
+
+
+def shared_config(cfg: ModelConfig) -> ModelConfig:
+    """``cfg`` as the shared experts read it: ``swiglu_limit`` replaced by ``shared_swiglu_limit`` where that
+    is set (0: no clamp); unset, they clamp as the routed experts do (what every earlier config meant)."""
+    limit = cfg.mlp.shared_swiglu_limit
+    if limit is None:
+        return cfg
+    return dataclasses.replace(cfg, mlp=dataclasses.replace(cfg.mlp, swiglu_limit=limit or None))
 
 
 def expert_width(cfg: ModelConfig) -> int:
@@ -127,7 +140,8 @@ class MoE(MLP):
         )
         f = expert_width(cfg)
         self.experts = Experts(cfg, f)
-        self.shared = dense_kind(m.expert)(cfg, layer, width=m.n_shared_experts * f) if m.n_shared_experts else None
+        width = m.n_shared_experts * f
+        self.shared = dense_kind(m.expert)(shared_config(cfg), layer, width=width) if width else None
         self.aux_losses: dict[str, tuple[float, Tensor]] = {}
 
     def forward(self, x: Tensor) -> Tensor:
@@ -250,8 +264,13 @@ class MoE(MLP):
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
         """Its own fields and its expert kind's (the d_ff rules size the dense layers, and Hugging Face's
-        ``intermediate_size`` where no layer is dense)."""
-        return dense_kind(cfg.mlp.expert).reads(cfg) | _OWN_FIELDS
+        ``intermediate_size`` where no layer is dense); ``shared_swiglu_limit`` where shared experts of a
+        kind that reads ``swiglu_limit`` are (and ``swiglu_clamp`` where their limit applies)."""
+        entry = dense_kind(cfg.mlp.expert)
+        reads = entry.reads(cfg) | _OWN_FIELDS
+        if cfg.mlp.n_shared_experts and "swiglu_limit" in reads:
+            reads |= entry.reads(shared_config(cfg)) | {"shared_swiglu_limit"}
+        return reads
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
@@ -283,6 +302,13 @@ class MoE(MLP):
         if m.expert_d_ff is not None:
             checks.integer("model.mlp.expert_d_ff", m.expert_d_ff, allowed="a positive integer or null")
         checks.integer("model.mlp.n_shared_experts", m.n_shared_experts, minimum=0)
+        limit = m.shared_swiglu_limit
+        if limit is not None and not (isinstance(limit, (int, float)) and 0 <= limit < math.inf):
+            raise ConfigError(
+                "model.mlp.shared_swiglu_limit",
+                limit,
+                "a positive number (Step-3.5: 16.0), 0 (no clamp) or null (the routed experts' swiglu_limit)",
+            )
         checks.integer("model.mlp.dense_layers", m.dense_layers, minimum=0)
         if m.dense_layers > cfg.n_layer:
             raise ConfigError("model.mlp.dense_layers", m.dense_layers, f"at most n_layer={cfg.n_layer}")
@@ -296,6 +322,8 @@ class MoE(MLP):
         d_ff=14336``; ``, router bias``, ``, weighted inputs`` (Llama 4) where set."""
         f = cfg.mlp
         shared = f" + {f.n_shared_experts} shared" if f.n_shared_experts else ""
+        if f.shared_swiglu_limit is not None and "shared_swiglu_limit" in (MoE.reads(cfg) or ()):
+            shared += f" (limit={f.shared_swiglu_limit or None})"
         form = dense_kind(f.expert).form(cfg)
         routing = (", router bias" if f.router_bias else "") + (", weighted inputs" if f.weight_input else "")
         dense = f", {f.dense_layers} dense layers d_ff={d_ff(cfg)}" if f.dense_layers else ""

@@ -4,6 +4,8 @@ and the two generation checks against HF ``generate``."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from archlab.generate import generate
@@ -42,10 +44,11 @@ def max_diff(a, b) -> float:
     return (a - b).abs().max().item()
 
 
-def check_greedy_generation(hf) -> None:
+def check_greedy_generation(hf, model=None) -> None:
     """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``, and
     at every step archlab's logits through its KV cache equal the logits HF decoded with (a random model's
-    greedy path may settle into a few tokens; the logits compare every step whatever it picks)."""
+    greedy path may settle into a few tokens; the logits compare every step whatever it picks). ``model``:
+    the archlab model to compare, by default ``from_hf(hf)``."""
     ids = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(5))
     out = hf.generate(
         ids,
@@ -55,7 +58,7 @@ def check_greedy_generation(hf) -> None:
         return_dict_in_generate=True,
         output_logits=True,
     )
-    model = from_hf(hf)
+    model = from_hf(hf) if model is None else model
     got = generate(model, ids, max_new_tokens=20)
     assert got.shape == out.sequences.shape == (2, 25)
     assert torch.equal(got, out.sequences)
@@ -66,16 +69,17 @@ def check_greedy_generation(hf) -> None:
     assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
 
 
-def check_padded_generation(hf) -> None:
+def check_padded_generation(hf, model=None) -> None:
     """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
-    greedy continuation of each row, and its logits at every step, equal HF ``generate``'s on the same batch."""
+    greedy continuation of each row, and its logits at every step, equal HF ``generate``'s on the same batch
+    (``model`` as in ``check_greedy_generation``)."""
     prompts = [torch.randint(0, V, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (7, 3, 5)]
     ids = torch.tensor([[0] * (7 - len(p)) + p for p in prompts])
     mask = torch.tensor([[0] * (7 - len(p)) + [1] * len(p) for p in prompts])
     out = hf.generate(
         ids, attention_mask=mask, max_new_tokens=12, do_sample=False, return_dict_in_generate=True, output_logits=True
     )
-    model = from_hf(hf)
+    model = from_hf(hf) if model is None else model
     got = generate(model, ids, max_new_tokens=12, attention_mask=mask)
     assert torch.equal(got, out.sequences)
     cache, steps = model.new_cache(3, 19), []
@@ -83,3 +87,16 @@ def check_padded_generation(hf) -> None:
         for start, end in [(0, 7), *((t, t + 1) for t in range(7, 18))]:
             steps.append(model(got[:, start:end], cache, torch.cat((mask, torch.ones(3, end - 7)), 1).long())[:, -1])
     assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+
+
+def changed_cfg(cfg, **fields):
+    """A copy of archlab config ``cfg`` with ``fields`` set: ``attention__window=...`` on the model,
+    ``kinds__nope__attention__qk_norm=...`` on (or added to) a layer kind."""
+    cfg = copy.deepcopy(cfg)
+    for key, value in fields.items():
+        path = key.split("__")
+        if path[0] == "kinds":
+            cfg.layers.kinds[path[1]].setdefault(path[2], {})[path[3]] = value
+        else:
+            setattr(getattr(cfg, path[0]) if len(path) == 2 else cfg, path[-1], value)
+    return cfg

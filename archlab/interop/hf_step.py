@@ -1,0 +1,366 @@
+"""Step-3.5 (StepFun, ``model_type`` step3p5), one ``hf_families.Family`` record like those of
+``hf_layered_sparse``, whose helpers it shares (``archlab.interop.hf`` joins the table ``STEP``).
+
+transformers 5.24 reads a step3p5 config as ``Step3p7TextConfig`` and builds its text stack as
+``Step3p7TextModel``, without an LM head; its only class with the head, ``Step3p7ForConditionalGeneration``,
+holds a vision tower beside it. ``causal_lm_class`` gives the LM-head wrapper that ``to_hf`` builds and
+``from_hf`` reads, ``Step3p5ForCausalLM``: transformers' ``Step3p7TextModel`` as ``model`` and an
+``lm_head`` Linear, the tensor names of the published checkpoints (``model.*``, ``lm_head.weight``).
+Only ``causal_lm_class`` imports transformers, when called.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from torch import Tensor
+
+from archlab.config import MLPConfig, ModelConfig, PositionConfig
+from archlab.config.layers import layer_configs, layer_kind
+from archlab.interop.hf_families import Family, Problem, Rule, TensorMap, Tensors, refuse_hf, rope_fraction, rope_to_hf
+from archlab.interop.hf_layered import FULL, SLIDING, checked_types, rope_of, view
+from archlab.interop.hf_layered_sparse import (
+    _LayeredSparse,
+    apply_layout,
+    kind_field,
+    one_window,
+    sliding_to_hf,
+)
+from archlab.nn.attention import head_dim
+from archlab.nn.mlp import d_ff
+from archlab.nn.moe import expert_width, shared_config
+
+# what a Step-3.5 layer kind sets of the model's RoPE: every field that its two layer types may set apart
+_ROPE_FIELDS = ("theta", "rotary_fraction", "rotary_dim", "scaling", "factor", "low_freq_factor")
+_ROPE_FIELDS += ("high_freq_factor", "original_context")
+_SCALED = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_context")}
+_PAD_ID = 1  # Step3p7TextConfig's pad_token_id: an int (None is refused); archlab holds no special tokens
+
+
+def _dense(lc: ModelConfig) -> bool:
+    """Whether a layer (of config ``lc``) holds a dense MLP: a layer kind that sets ``mlp.kind`` to its experts'."""
+    return lc.mlp.kind != "moe"
+
+
+def _limit(values: Any, i: int) -> float | None:
+    """Layer ``i``'s SwiGLU bound in Step's per-layer list (absent, null or 0: no clamp)."""
+    value = values[i] if values else None
+    return float(value) if value else None
+
+
+def _rope_fields(rope: PositionConfig) -> dict[str, Any]:
+    """What a layer kind sets of one layer type's RoPE: its base, its rotated part where not the whole head,
+    and its scaling with every field of it."""
+    default, scaled = PositionConfig(), _SCALED.get(rope.scaling, ())
+    fields = [f for f in _ROPE_FIELDS[:3] if f == "theta" or getattr(rope, f) != getattr(default, f)]
+    return {f: getattr(rope, f) for f in (*fields, *(("scaling", *scaled) if scaled else ()))}
+
+
+def _tag(limit: float) -> str:
+    return f"{limit:g}".replace(".", "p")
+
+
+class Step35(_LayeredSparse):
+    """Step3p5ForCausalLM (``Step3p7TextModel`` and an LM head): pre-norm blocks of (1 + w) RMSNorms,
+    q/k/v/o without biases, a (1 + w) RMSNorm on each head of q and k before RoPE, a sigmoid gate per head
+    (``g_proj``) on the heads before ``o_proj``; full or sliding-window attention per layer (``layer_types``),
+    the sliding layers with their own head count (``num_sliding_attention_heads``) and each layer type with
+    its own RoPE (``rope_parameters`` by type: base, partial rotation, llama3 or linear scaling). Dense SwiGLU
+    layers (``mlp_layer_types`` dense, width ``intermediate_size``) and MoE ones: top-k of sigmoid scores plus
+    ``e_score_correction_bias`` (selection only), renormalised, times ``moe_router_scaling_factor``, beside
+    one shared SwiGLU of ``share_expert_dim``. SwiGLUs clamp per layer as min(silu(g), L)·clamp(u, -L, L)
+    (archlab's ``swiglu_clamp: activation``): the routed experts at ``swiglu_limits[i]``, the shared expert
+    and a dense layer at ``swiglu_limits_shared[i]`` (0 or null: none). Kinds: ``full`` or ``sliding``, then
+    ``_dense``, ``_clamp<L>`` (routed), ``_shared<L>`` (shared or dense)."""
+
+    model_type, title, model_class, config_class = "step3p5", "Step-3.5", "Step3p5ForCausalLM", "Step3p7TextConfig"
+    features = frozenset(
+        {
+            "model.norm.unit_offset",
+            "model.position.scaling",
+            "model.attention.qk_norm",
+            "model.attention.scale",
+            "model.attention.window",
+            "model.attention.global_every",
+            "model.attention.gate",
+            "model.mlp.swiglu_limit",
+            "model.mlp.shared_swiglu_limit",
+            "model.layers.first",
+            "model.layers.pattern",
+        }
+    )
+    varies = frozenset(
+        {
+            "model.attention.window",
+            "model.attention.global_every",
+            "model.attention.n_head",
+            "model.mlp.kind",
+            "model.mlp.swiglu_limit",
+            "model.mlp.shared_swiglu_limit",
+            "model.mlp.swiglu_clamp",
+            *(f"model.position.{f}" for f in _ROPE_FIELDS),
+        }
+    )
+
+    def hf_class(self, transformers: Any) -> type:
+        return causal_lm_class()
+
+    @staticmethod
+    def full_rotary(cfg: ModelConfig) -> list[Problem]:
+        return []  # Step rotates part of a head (partial_rotary_factor per layer type)
+
+    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
+        no_bias = " (its g_proj has no bias, and archlab's gate takes one with qkv_bias)"
+        rules: list[Rule] = [
+            ("model.norm.unit_offset", (True,), " (its RMSNorms scale by 1 + w)"),
+            ("model.attention.qk_norm", ("head",), " (it norms each head of q and k)"),
+            ("model.attention.gate", ("head",), " (its g_proj gates each head)"),
+            ("model.attention.qkv_bias", (False,), no_bias),
+            ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
+        ]
+        m = cfg.mlp
+        if m.kind != "moe":
+            rules.append(("model.mlp.kind", ("swiglu", "moe"), " (its dense layers are SwiGLUs)"))
+        else:
+            rules += [
+                ("model.mlp.expert", ("swiglu",), " (its experts are SwiGLUs)"),
+                ("model.mlp.scoring", ("sigmoid",), ""),
+                ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+                ("model.mlp.normalize_top_k", (True,), " (it divides the chosen scores by their sum)"),
+                ("model.mlp.n_groups", (1,), " (it routes without groups)"),
+            ]
+            if m.n_shared_experts < 1:
+                rules.append(("model.mlp.n_shared_experts", ("at least 1",), " (its MoE layers have a shared expert)"))
+        clamped = m.swiglu_limit is not None or (m.kind == "moe" and shared_config(cfg).mlp.swiglu_limit is not None)
+        if clamped:
+            rules.append(("model.mlp.swiglu_clamp", ("activation",), " (it bounds silu(gate) after the activation)"))
+        return rules
+
+    def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
+        """One window; per layer type, one head count and one RoPE; one width of the dense layers."""
+        found = one_window(layers)
+        for sliding in (False, True):
+            at = [i for i, lc in enumerate(layers) if (lc.attention.window is not None) == sliding]
+            for field in ("model.attention.n_head", *(f"model.position.{f}" for f in _ROPE_FIELDS)):
+                section, name = field.split(".")[1:]
+                values = [getattr(getattr(layers[i], section), name) for i in at]
+                i = next((i for i, v in zip(at, values) if v != values[0]), None)
+                if i is not None:
+                    what = "sliding" if sliding else "full"
+                    why = f" (Step-3.5 holds one value for all its {what} layers)"
+                    found.append(
+                        Problem(kind_field(cfg, layer_kind(cfg, i), field), values[at.index(i)], repr(values[0]), why)
+                    )
+        dense = [i for i, lc in enumerate(layers) if _dense(lc)]
+        widths = [d_ff(layers[i]) for i in dense]
+        i = next((i for i, w in zip(dense, widths) if w != widths[0]), None)
+        if i is not None:
+            found.append(
+                Problem(kind_field(cfg, layer_kind(cfg, i), "model.mlp.d_ff"), widths[dense.index(i)], str(widths[0]))
+            )
+        return found
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        layers = layer_configs(cfg)
+        types = [FULL if lc.attention.window is None else SLIDING for lc in layers]
+        dense = [_dense(lc) for i, lc in enumerate(layers)]
+        by_type = {t: lc for t, lc in zip(types, layers)}
+        full, sliding = by_type.get(FULL, layers[0]), by_type.get(SLIDING, layers[0])
+        moe = next((lc for lc, d in zip(layers, dense) if not d), cfg)
+        shared = [shared_config(lc).mlp.swiglu_limit if lc.mlp.kind == "moe" else lc.mlp.swiglu_limit for lc in layers]
+        base = self.base_to_hf(full)
+        for key in ("num_local_experts", "router_aux_loss_coef"):  # Step names the count n_routed_experts, has no aux
+            del base[key]
+        scale = cfg.attention.scale
+        return dict(
+            base,
+            intermediate_size=d_ff(layers[dense.index(True)]) if any(dense) else d_ff(cfg),
+            moe_intermediate_size=expert_width(moe),
+            share_expert_dim=max(moe.mlp.n_shared_experts, 1) * expert_width(moe),
+            n_routed_experts=moe.mlp.n_experts,
+            num_experts_per_tok=moe.mlp.top_k,
+            moe_router_scaling_factor=moe.mlp.routed_scale,
+            mlp_layer_types=["dense" if d else "sparse" for d in dense],
+            num_sliding_attention_heads=sliding.attention.n_head,
+            query_pre_attn_scalar=head_dim(cfg) if scale is None else scale**-2,
+            rope_parameters={t: rope_to_hf(lc, rope_fraction(lc)) for t, lc in by_type.items()},
+            swiglu_limits=[
+                0.0 if d or lc.mlp.swiglu_limit is None else lc.mlp.swiglu_limit for lc, d in zip(layers, dense)
+            ],
+            swiglu_limits_shared=[0.0 if s is None else s for s in shared],
+            pad_token_id=_PAD_ID,
+            **sliding_to_hf(cfg, layers),
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        for name, allowed in (
+            ("attention_bias", "false (archlab's head gate takes a bias with q/k/v; Step's g_proj has none)"),
+            ("mlp_bias", "false (Step's routed experts have no biases; archlab's take them with its other MLPs)"),
+            ("use_bidirectional_attention", "false (archlab's attention is causal)"),
+        ):
+            if getattr(c, name, False):
+                refuse_hf(c, name, allowed)
+        gating = getattr(c, "gating", True)
+        if not (gating is True or gating == "per-head"):
+            refuse_hf(c, "gating", "true or 'per-head' (transformers' Step3p7Attention gates whole heads only)", gating)
+        n = c.num_hidden_layers
+        types = checked_types(c)
+        mlp_types = list(c.mlp_layer_types or [])
+        if len(mlp_types) != n or set(mlp_types) - {"dense", "sparse"}:
+            refuse_hf(c, "mlp_layer_types", f"{n} entries, each 'dense' or 'sparse'", mlp_types)
+        if "sparse" not in mlp_types:
+            refuse_hf(c, "mlp_layer_types", "some 'sparse' layer (archlab's dense layers are kinds of a MoE model)")
+        varying = set(getattr(c, "per_layer_attributes", None) or ()) - {"num_attention_heads"}
+        if varying:
+            refuse_hf(c, "per_layer_config", "per-layer num_attention_heads alone", sorted(varying))
+        heads = [c.per_layer_config[i].num_attention_heads for i in range(n)] if c.is_heterogeneous else []
+        heads = heads or [c.num_attention_heads] * n
+        shared_width, width = c.share_expert_dim, c.moe_intermediate_size
+        if not shared_width or shared_width % width:
+            refuse_hf(c, "share_expert_dim", f"a multiple of moe_intermediate_size={width} (archlab's shared experts)")
+        hd, params = c.head_dim, c.rope_parameters or {}
+        for t in sorted(set(types)):
+            if not isinstance(params.get(t), dict):
+                refuse_hf(c, f"rope_parameters.{t}", f"the RoPE parameters of the {t} layers", params.get(t))
+        ropes = {t: rope_of(c, params[t], hd, t, partial=True) for t in set(types)}
+        base_heads = heads[types.index(FULL)] if FULL in types else heads[0]
+        mlp = MLPConfig(
+            kind="moe",
+            expert="swiglu",
+            bias=False,
+            d_ff=c.intermediate_size,
+            n_experts=c.num_local_experts,
+            top_k=c.num_experts_per_tok,
+            expert_d_ff=width,
+            n_shared_experts=shared_width // width,
+            scoring="sigmoid",
+            normalize_top_k=True,
+            correction_bias=True,
+            routed_scale=float(c.moe_router_scaling_factor),
+        )
+        position = PositionConfig(kind="rope", theta=ropes[types[0]].theta, pairing="half")
+        cfg = self.base_from_hf(view(c, num_attention_heads=base_heads), position, mlp)
+        cfg.norm.unit_offset = True
+        cfg.attention.qk_norm, cfg.attention.gate = "head", "head"
+        if c.query_pre_attn_scalar != hd:
+            cfg.attention.scale = float(c.query_pre_attn_scalar) ** -0.5
+        names, overrides = [], {}
+        for i in range(n):
+            sliding, dense = types[i] == SLIDING, mlp_types[i] == "dense"
+            routed, shared = _limit(c.swiglu_limits, i), _limit(c.swiglu_limits_shared, i)
+            rope = ropes[types[i]]
+            over: dict[str, dict[str, Any]] = {"position": _rope_fields(rope)}
+            attention: dict[str, Any] = {"window": c.sliding_window} if sliding else {}
+            if heads[i] != base_heads:
+                attention["n_head"] = heads[i]
+            if attention:
+                over["attention"] = attention
+            name, mlp_over = "sliding" if sliding else "full", {}
+            if dense:
+                name += "_dense"
+                mlp_over["kind"] = "swiglu"
+                if shared is not None:
+                    name += f"_clamp{_tag(shared)}"
+                    mlp_over.update(swiglu_limit=shared, swiglu_clamp="activation")
+            else:
+                if routed is not None:
+                    name += f"_clamp{_tag(routed)}"
+                    mlp_over.update(swiglu_limit=routed, swiglu_clamp="activation")
+                if shared is not None:
+                    name += f"_shared{_tag(shared)}"
+                if shared != routed:  # unset, the shared expert takes the routed limit; 0: none
+                    mlp_over.update(shared_swiglu_limit=0.0 if shared is None else shared, swiglu_clamp="activation")
+            if mlp_over:
+                over["mlp"] = mlp_over
+            names.append(name)
+            overrides[name] = over
+        return apply_layout(cfg, names, overrides)
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "model.embed_tokens")
+        for i, lc in enumerate(layer_configs(cfg)):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
+            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+            a, layer = f"{h}.self_attn", Tensors(lc)  # the layer's own head count
+            layer.qkv(f"{b}.attn.qkv", a, False)
+            t.maps += layer.maps
+            for archlab, hf in (("proj", "o_proj"), ("gate", "g_proj"), ("q_norm", "q_norm"), ("k_norm", "k_norm")):
+                t.add(f"{b}.attn.{archlab}", f"{a}.{hf}")
+            x, ff = f"{b}.mlp", f"{h}.mlp"
+            if _dense(lc):
+                f = d_ff(lc)
+                t.stacked(f"{x}.gate_up", [f"{ff}.gate_proj", f"{ff}.up_proj"], False, (f, f))
+                t.add(f"{x}.down", f"{ff}.down_proj")
+                continue
+            t.add(f"{x}.router", f"{ff}.gate")
+            t.maps += [
+                TensorMap(f"{x}.router_bias", (f"{ff}.gate.e_score_correction_bias",)),
+                TensorMap(f"{x}.experts.gate_up", (f"{ff}.experts.gate_up_proj",)),
+                TensorMap(f"{x}.experts.down", (f"{ff}.experts.down_proj",)),
+            ]
+            f, s = lc.mlp.n_shared_experts * expert_width(lc), f"{ff}.shared_experts"
+            t.stacked(f"{x}.shared.gate_up", [f"{s}.gate_proj", f"{s}.up_proj"], False, (f, f))
+            t.add(f"{x}.shared.down", f"{s}.down_proj")
+        t.add("final_norm", "model.norm")
+        return t.head()
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Without the multi-token-prediction layers a published checkpoint holds after the model's
+        (``num_nextn_predict_layers``: not part of the causal LM)."""
+        extra = tuple(f"model.layers.{i}." for i in range(cfg.n_layer, cfg.n_layer + 16))
+        return {k: v for k, v in state.items() if not k.startswith(extra)}
+
+
+@functools.cache
+def causal_lm_class() -> type:
+    """``Step3p5ForCausalLM``: transformers' ``Step3p7TextModel`` as ``model`` and an ``lm_head``, with
+    ``generate`` (transformers 5.24 has no causal-LM class of its own for step3p5)."""
+    import transformers
+    from torch import nn
+    from transformers.modeling_outputs import MoeCausalLMOutputWithPast
+    from transformers.modeling_utils import slice_logits_to_keep
+    from transformers.models.step3p7.modeling_step3p7 import Step3p7PreTrainedModel
+
+    class Step3p5ForCausalLM(Step3p7PreTrainedModel, transformers.GenerationMixin):
+        config_class = transformers.Step3p7TextConfig
+        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+        def __init__(self, config: Any):
+            super().__init__(config)
+            self.model = transformers.Step3p7TextModel(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.post_init()
+
+        def get_output_embeddings(self) -> nn.Module:
+            return self.lm_head
+
+        def forward(
+            self,
+            input_ids: Any = None,
+            attention_mask: Any = None,
+            position_ids: Any = None,
+            cache: Any = None,
+            inputs_embeds: Any = None,
+            use_cache: Any = None,
+            logits_to_keep: int = 0,
+            **kwargs: Any,
+        ) -> Any:
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                cache=cache,
+                inputs_embeds=inputs_embeds,
+                use_cache=use_cache,
+                **kwargs,
+            )
+            logits = self.lm_head(slice_logits_to_keep(out.last_hidden_state, logits_to_keep))
+            return MoeCausalLMOutputWithPast(logits=logits, cache=out.cache)
+
+    return Step3p5ForCausalLM
+
+
+STEP: dict[str, Family] = {f.model_type: f for f in (Step35(),)}
