@@ -117,6 +117,23 @@ def test_validation_loader_reads_the_windows_in_order(text_file):
     assert len(rows) == 7 and torch.equal(rows, expected)  # 99 targets: 6 full windows of 16, one tail window
 
 
+def test_val_long_reads_the_validation_split_in_longer_windows(text_file):
+    """eval_seq_len: a second validation set, val_long, of the same 99 targets in windows of 40 (two full,
+    one tail window scoring the last 19), and the model's context covers it."""
+    path, _ = text_file
+    dm = TextDataModule(str(path), seq_len=16, batch_size=2, eval_seq_len=40)
+    dm.setup()
+    assert dm.val_names == ["val", "val_long"] and dm.max_seq_len == 40
+    short, long = dm.val_dataloader()
+    assert len(torch.cat([x for x, _ in short])) == 7
+    inputs, targets = (torch.cat(t) for t in zip(*long))
+    assert inputs.shape == (3, 40)
+    ids = torch.from_numpy(dm.val_data.astype(np.int64))
+    assert torch.equal(inputs[0], ids[:40]) and torch.equal(targets[1], ids[41:81])
+    assert torch.equal(inputs[2], ids[59:99]) and (targets[2] != -100).sum() == 99 - 80
+    assert torch.equal(targets[2][-19:], ids[-19:])
+
+
 def test_random_windows_are_next_token_pairs_anywhere_in_the_split():
     data = np.arange(50)
     x, y = random_windows(batch_rng(0, 0, 0), 4000, data, seq_len=10)
@@ -163,6 +180,8 @@ def test_bad_files_and_settings_are_named(tmp_path, text_file):
         (dict(path=str(path), seq_len=0), "data.seq_len", "integer"),
         (dict(path=str(path), val_fraction=1.0), "data.val_fraction", "between 0 and 1"),
         (dict(path=str(path), batch_size=0), "data.batch_size", "integer"),
+        (dict(path=str(path), seq_len=16, eval_seq_len=100), "data.eval_seq_len", "at most 99"),
+        (dict(path=str(path), seq_len=16, eval_seq_len=0), "data.eval_seq_len", "integer"),
     ]
     for kwargs, field, hint in cases:
         with pytest.raises(ConfigError) as err:

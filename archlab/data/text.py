@@ -32,8 +32,9 @@ class TextDataModule(WindowDataModule):
         batch_size: int = 32,
         num_workers: int = 0,
         seed: int = 0,
+        eval_seq_len: Optional[int] = None,
     ):
-        super().__init__(seq_len, batch_size, num_workers, seed)
+        super().__init__(seq_len, batch_size, num_workers, seed, eval_seq_len)
         if vocab not in VOCABS:
             raise ConfigError("data.vocab", vocab, " | ".join(f"{k} ({v})" for k, v in VOCABS.items()))
         checks.fraction("data.val_fraction", val_fraction)

@@ -61,8 +61,9 @@ class TokensDataModule(WindowDataModule):
         seed: int = 0,
         vocab_size: Optional[int] = None,
         dtype: Optional[str] = None,
+        eval_seq_len: Optional[int] = None,
     ):
-        super().__init__(seq_len, batch_size, num_workers, seed)
+        super().__init__(seq_len, batch_size, num_workers, seed, eval_seq_len)
         self.dir = Path(dir).expanduser()
         if not self.dir.is_dir():
             raise ConfigError(

@@ -2,7 +2,9 @@
 
 Training draws windows of ``seq_len + 1`` tokens at seeded random offsets; validation reads every
 non-overlapping window of the split in order, plus one final window that scores the tail the others
-leave out, so each validation token after the first is scored exactly once.
+leave out, so each validation token after the first is scored exactly once. With ``eval_seq_len``,
+``val_long`` reads the same split in windows of that length (length generalisation: a model trained on
+``seq_len`` tokens, scored on longer ones).
 """
 
 from __future__ import annotations
@@ -54,16 +56,19 @@ class WindowDataModule(L.LightningDataModule):
     """A token array split into train and validation: random training windows from the seeded stream,
     every validation window in order. Subclasses set ``vocab_size``, ``tokenizer`` and load the splits."""
 
-    val_names = ["val"]
     chance_accuracy = None  # no single guessing baseline for text: the run reports val/loss
 
-    def __init__(self, seq_len: int, batch_size: int, num_workers: int, seed: int):
+    def __init__(self, seq_len: int, batch_size: int, num_workers: int, seed: int, eval_seq_len: Optional[int] = None):
         super().__init__()
         checks.integer("data.seq_len", seq_len, 1, "an integer >= 1")
         checks.integer("data.batch_size", batch_size, 1, "an integer >= 1")
         checks.integer("data.num_workers", num_workers, 0, "an integer >= 0")
+        if eval_seq_len is not None:
+            checks.integer("data.eval_seq_len", eval_seq_len, 1, "an integer >= 1 (val_long's windows), or null")
         self.seq_len, self.batch_size, self.num_workers, self.seed = seq_len, batch_size, num_workers, seed
-        self.max_seq_len = seq_len
+        self.eval_seq_len = eval_seq_len
+        self.val_names = ["val"] if eval_seq_len is None else ["val", "val_long"]
+        self.max_seq_len = max(seq_len, eval_seq_len or 0)  # the model's context covers val_long's windows
         self.train_data: Optional[Any] = None
         self.val_data: Optional[Any] = None
 
@@ -85,6 +90,13 @@ class WindowDataModule(L.LightningDataModule):
                 f"at most {shortest - 1}: {source} has {train_tokens} training and {val_tokens}"
                 " validation tokens and a window needs seq_len + 1 of them",
             )
+        if self.eval_seq_len is not None and val_tokens < self.eval_seq_len + 1:
+            raise ConfigError(
+                "data.eval_seq_len",
+                self.eval_seq_len,
+                f"at most {val_tokens - 1}: {source} has {val_tokens} validation tokens and a val_long"
+                " window needs eval_seq_len + 1 of them",
+            )
 
     def train_dataloader(self):
         self.setup("fit")
@@ -93,5 +105,8 @@ class WindowDataModule(L.LightningDataModule):
 
     def val_dataloader(self):
         self.setup("validate")
-        windows = ValidationWindows(self.val_data, self.seq_len)
-        return [eval_loader(windows, self.batch_size, self.num_workers, self.trainer)]
+        lengths = [self.seq_len] + ([] if self.eval_seq_len is None else [self.eval_seq_len])
+        return [
+            eval_loader(ValidationWindows(self.val_data, n), self.batch_size, self.num_workers, self.trainer)
+            for n in lengths
+        ]
