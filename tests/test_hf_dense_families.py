@@ -27,7 +27,17 @@ from helpers.hf import (
 from helpers.published import HF_CONFIGS, PUBLISHED
 
 from archlab import ConfigError, build_model, compose_model, count_params
-from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
+from archlab.config.layers import layer_configs
+from archlab.interop.hf import (
+    FAMILIES,
+    config_from_hf,
+    config_to_hf,
+    from_hf,
+    hf_family,
+    load_hf_dir,
+    save_hf_dir,
+    to_hf,
+)
 from archlab.interop.hf_families import dense_family
 
 transformers = pytest.importorskip("transformers")
@@ -137,6 +147,11 @@ HF_CASES = {
 }
 
 
+def windows(cfg) -> list:
+    """Each layer's sliding window (None: a global layer)."""
+    return [lc.attention.window for lc in layer_configs(cfg)]
+
+
 def hf_model(case: str, seed: int = 1):
     model_class, config_class, keys = HF_CASES[case]
     config = getattr(transformers, config_class)(**keys, attn_implementation="eager")
@@ -176,11 +191,11 @@ def test_from_hf_reads_each_family_s_parts():
         "linear",
         True,
     )
-    assert (cfgs["mistral"].attention.window, cfgs["mistral"].attention.global_every) == (WINDOW, None)
+    assert (cfgs["mistral"].attention.window, windows(cfgs["mistral"])) == (WINDOW, [WINDOW] * 2)
     q2 = cfgs["qwen2"].attention
-    assert (q2.qkv_bias, q2.out_bias, q2.window, q2.global_every) == (True, False, WINDOW, None)
+    assert (q2.qkv_bias, q2.out_bias, q2.window, windows(cfgs["qwen2"])) == (True, False, WINDOW, [WINDOW] * 2)
     q3 = cfgs["qwen3"].attention
-    assert (q3.qk_norm, q3.head_dim, q3.window, q3.global_every) == ("head", 24, WINDOW, 2)
+    assert (q3.qk_norm, q3.head_dim, windows(cfgs["qwen3"])) == ("head", 24, [WINDOW, None])
     gemma = cfgs["gemma"]
     assert (gemma.norm.unit_offset, gemma.scale_embedding, gemma.mlp.kind, gemma.mlp.approximate) == (
         True,
@@ -195,7 +210,7 @@ def test_from_hf_reads_each_family_s_parts():
         2.0,
         5.0,
     )
-    assert (g2.attention.window, g2.attention.global_every) == (WINDOW, 2)  # layers 0, 2 slide; 1 is global
+    assert windows(g2) == [WINDOW, None, WINDOW]  # layers 0, 2 slide; 1 is global (model.layers kinds)
     assert (cfgs["olmo2"].block.kind, cfgs["olmo2"].attention.qk_norm) == ("post_sublayer", "full")
 
 
@@ -237,10 +252,10 @@ PRESET_CASES = {
     "llama3.1-8b": ("llama3.1-8b", "LlamaForCausalLM", [*GQA, "model.position.original_context=32"]),
     "mistral-7b": ("mistral-7b", "MistralForCausalLM", [*GQA, f"model.attention.window={WINDOW}"]),
     "qwen2-0.5b": ("qwen2-0.5b", "Qwen2ForCausalLM", D64),
-    "qwen2-0.5b-window-global-every-2": (
+    "qwen2-0.5b-every-other-layer-global": (
         "qwen2-0.5b",
         "Qwen2ForCausalLM",
-        [*D64, f"model.attention.window={WINDOW}", "model.attention.global_every=2"],
+        [*D64, "model.n_layer=3", "model/layers=every_other_global", f"model.attention.window={WINDOW}"],
     ),
     "qwen3-0.6b": ("qwen3-0.6b", "Qwen3ForCausalLM", [*GQA, "model.attention.head_dim=24"]),
     "gemma-2b": ("gemma-2b", "GemmaForCausalLM", [*D64, "model.attention.head_dim=32"]),
@@ -259,7 +274,7 @@ PRESET_CASES = {
     "gemma2-2b-no-window": (
         "gemma2-2b",
         "Gemma2ForCausalLM",
-        [*D64, "model.attention.head_dim=16", "model.attention.window=null", "model.attention.global_every=null"],
+        [*D64, "model.attention.head_dim=16", "model.attention.window=null", "model/layers=none"],
     ),
     "olmo2-7b": ("olmo2-7b", "Olmo2ForCausalLM", GQA),
 }
@@ -384,7 +399,7 @@ FAMILY_OF = {
         (["model=llama2-7b", "model.attention.qk_norm=head"], "Qwen3Config"),
         (["model=llama2-7b", "model.attention.qkv_bias=true", "model.attention.out_bias=true"], "LlamaConfig"),
         (["model=pythia-160m", "model/block=pre"], "GPTNeoXConfig"),
-        (["model=qwen2-0.5b", "model.attention.window=128", "model.attention.global_every=3"], "Qwen2Config"),
+        (["model=qwen2-0.5b", "model.attention.window=128", "model/layers=every_other_global"], "Qwen2Config"),
     ],
 )
 def test_the_layout_picks_the_family(overrides, config_class):
@@ -394,7 +409,11 @@ def test_the_layout_picks_the_family(overrides, config_class):
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        (["model=mistral-7b", "model.attention.global_every=2"], "model.attention.global_every"),
+        (["model=mistral-7b", "model/layers=every_other_global"], "model.layers.pattern"),
+        (
+            ["model=gemma2-2b", "+model.layers.kinds.global.attention.window=8"],
+            "model.layers.kinds.global.attention.window",
+        ),
         (
             ["model=mistral-7b", "model.attention.qkv_bias=true", "model.attention.out_bias=true"],
             "model.attention.qkv_bias",
@@ -424,7 +443,7 @@ def test_the_layout_picks_the_family(overrides, config_class):
 )
 def test_the_family_a_layout_routes_to_refuses_what_it_cannot_hold(overrides, field):
     with pytest.raises(ConfigError) as err:
-        dense_family(cfg := compose_model(overrides)).check(cfg)
+        FAMILIES[dense_family(cfg := compose_model(overrides)).model_type].check(cfg)
     assert err.value.field == field
     assert "Hugging Face" in str(err.value)
 
@@ -454,6 +473,26 @@ def _hf_config(case: str, **changes):
 
 
 @pytest.mark.parametrize(
+    "case, changes, read",
+    [
+        ("qwen2", dict(max_window_layers=1), [None, WINDOW]),  # layer 0 global, layer 1 slides
+        ("qwen3", dict(layer_types=["full_attention", "sliding_attention"]), [None, WINDOW]),
+        (
+            "gemma2",
+            dict(layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
+            [WINDOW, WINDOW, None],
+        ),
+    ],
+)
+def test_any_layers_sliding_read_as_layer_kinds(case, changes, read):
+    """Which layers slide, in any order (once refused unless every N-th one was global), reads as model.layers
+    kinds giving each layer its window, and writes back the same layer_types."""
+    cfg = config_from_hf(_hf_config(case, **changes))
+    assert windows(cfg) == read
+    assert config_to_hf(cfg).layer_types == ["full_attention" if w is None else "sliding_attention" for w in read]
+
+
+@pytest.mark.parametrize(
     "case, changes, field",
     [
         (
@@ -469,8 +508,7 @@ def _hf_config(case: str, **changes):
         ("gpt_neox", dict(rotary_pct=0.0625), "GPTNeoXConfig.rope_parameters.partial_rotary_factor"),  # 1 dim
         ("gpt_neox", dict(hidden_act="quick_gelu"), "GPTNeoXConfig.hidden_act"),
         ("phi-gqa", dict(resid_pdrop=0.1), "PhiConfig.embd_pdrop"),
-        ("qwen2", dict(max_window_layers=1), "Qwen2Config.layer_types"),  # layer 0 global, layer 1 slides
-        ("qwen3", dict(layer_types=["full_attention", "sliding_attention"]), "Qwen3Config.layer_types"),
+        ("qwen3", dict(layer_types=["full_attention", "chunked_attention"]), "Qwen3Config.layer_types"),
         ("gemma", dict(use_bidirectional_attention=True), "GemmaConfig.use_bidirectional_attention"),
         ("gemma2", dict(hidden_activation="relu"), "Gemma2Config.hidden_activation"),
     ],

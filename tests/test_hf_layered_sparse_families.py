@@ -34,6 +34,7 @@ from helpers.published import LAYOUT_CONFIGS
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config import LayersConfig
+from archlab.config.layers import layer_configs
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, load_hf_dir, save_hf_dir, to_hf
 from archlab.interop.hf_layered_sparse import shortest_layout
 
@@ -230,8 +231,12 @@ def test_from_hf_reads_each_layer_into_a_kind():
     assert listed.layers.pattern == ["rope", "nope_dense", "nope_chunked"]
     assert (listed.position.scaling, listed.attention.qkv_bias, listed.mlp.top_k) == ("llama3", True, 1)
     afmoe = cfgs["afmoe-sliding-nope"]
-    assert afmoe.layers.kinds == {"sliding": {"attention": {"window": WINDOW}}, "full": {"position": {"kind": "none"}}}
-    assert (afmoe.layers.first, afmoe.layers.pattern) == ([], ["sliding", "full"])
+    assert afmoe.layers.kinds == {
+        "sliding_dense": {"attention": {"window": WINDOW}, "mlp": {"kind": "swiglu"}},  # num_dense_layers 1
+        "sliding": {"attention": {"window": WINDOW}},
+        "full": {"position": {"kind": "none"}},
+    }
+    assert (afmoe.layers.first, afmoe.layers.pattern) == (["sliding_dense"], ["full", "sliding"])
     assert (afmoe.block.kind, afmoe.scale_embedding, afmoe.attention.qk_norm, afmoe.attention.gate) == (
         "sandwich",
         True,
@@ -246,7 +251,8 @@ def test_from_hf_reads_each_layer_into_a_kind():
         2.5,
         2,
     )
-    assert (m.dense_layers, m.d_ff, m.expert_d_ff, m.n_experts) == (1, 48, 32, 4)
+    kinds = [lc.mlp.kind for lc in layer_configs(afmoe)]  # num_dense_layers 1: a layer kind of one SwiGLU
+    assert (kinds, m.d_ff, m.expert_d_ff, m.n_experts) == (["swiglu", "moe", "moe", "moe"], 48, 32, 4)
     listed = cfgs["afmoe-listed-linear"]
     assert (listed.layers.first, listed.layers.pattern) == (["full"], ["sliding"])
     assert (listed.mlp.expert, listed.mlp.approximate, listed.position.scaling, listed.scale_embedding) == (
@@ -383,7 +389,9 @@ def test_an_afmoe_layout_written_in_archlab_exports():
     """An AFMoE layout of archlab's own (a full NoPE layer, then sliding ones; two dense layers), its
     weights and correction bias drawn on archlab's side, gives HF's logits and the layer_types it says."""
     cfg = config_from_hf(_hf_config("afmoe-sliding-nope"))
-    cfg.layers.first, cfg.layers.pattern, cfg.mlp.dense_layers = ["full"], ["sliding"], 2
+    kinds = cfg.layers.kinds
+    kinds["full_dense"] = {**kinds["full"], "mlp": {"kind": "swiglu"}}
+    cfg.layers.first, cfg.layers.pattern = ["full_dense", "sliding_dense"], ["sliding"]
     model = randomize(build_model(cfg), seed=3)
     hf = to_hf(model, **EAGER).eval()
     assert type(hf).__name__ == "AfmoeForCausalLM"
@@ -420,7 +428,17 @@ def changed(name: str, **fields):
 
 
 OSS, SCOUT = "gpt-oss-20b", "llama4-scout-17b-16e"
-NONE = LayersConfig()
+# every other layer global among the model's sliding ones (conf/model/layers/every_other_global)
+LOCAL_GLOBAL = LayersConfig(kinds={"local": {}, "global": {"attention": {"window": None}}}, pattern=["local", "global"])
+# Llama 4 Scout's layers with the first one dense (one SwiGLU of d_ff) instead of a MoE
+SCOUT_DENSE_FIRST = LayersConfig(
+    kinds={
+        **preset(SCOUT).layers.kinds,
+        "rope_dense": {**preset(SCOUT).layers.kinds["rope"], "mlp": {"kind": "swiglu"}},
+    },
+    first=["rope_dense"],
+    pattern=["rope", "rope", "nope", "rope"],
+)
 
 
 @pytest.mark.parametrize(
@@ -428,17 +446,18 @@ NONE = LayersConfig()
     [
         (OSS, {}, "GptOssConfig"),
         (SCOUT, {}, "Llama4TextConfig"),
-        # the same layers given by a window with global_every, or by dense_layers, export alike
-        (OSS, dict(layers=NONE, attention__window=128, attention__global_every=2), "GptOssConfig"),
-        (SCOUT, dict(layers=NONE, mlp__dense_layers=1), "Llama4TextConfig"),
+        # the same layers by other kinds (the model's window, global layers overriding it), and a dense
+        # first layer as a kind, export alike
+        (OSS, dict(layers=LOCAL_GLOBAL, attention__window=128), "GptOssConfig"),
+        (SCOUT, dict(layers=SCOUT_DENSE_FIRST), "Llama4TextConfig"),
     ],
 )
 def test_the_layout_picks_the_family(name, fields, config_class):
     assert type(config_to_hf(changed(name, **fields))).__name__ == config_class
 
 
-def test_global_every_gives_gpt_oss_s_layer_types():
-    hf_cfg = config_to_hf(changed(OSS, layers=NONE, attention__window=128, attention__global_every=2))
+def test_global_layers_among_the_model_s_window_give_gpt_oss_s_layer_types():
+    hf_cfg = config_to_hf(changed(OSS, layers=LOCAL_GLOBAL, attention__window=128))
     assert hf_cfg.layer_types == config_to_hf(preset(OSS)).layer_types
     assert hf_cfg.layer_types[:2] == ["sliding_attention", "full_attention"] and hf_cfg.sliding_window == 128
 

@@ -26,6 +26,7 @@ from helpers.hf import (
 )
 
 from archlab import ConfigError, build_model, compose_model, count_params
+from archlab.config.layers import layer_configs
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
 from archlab.nn.moe import MoE
 
@@ -173,7 +174,12 @@ def test_from_hf_reads_each_family_s_parts():
         True,
         True,
     )
-    assert (qwen.mlp.dense_layers, qwen.mlp.d_ff, qwen.mlp.expert_d_ff, qwen.mlp.normalize_top_k) == (1, 96, 32, False)
+    assert (mlp_kinds(qwen), qwen.mlp.d_ff, qwen.mlp.expert_d_ff, qwen.mlp.normalize_top_k) == (
+        ["swiglu", "moe", "moe"],  # mlp_only_layers [0]: a layer kind of one SwiGLU
+        96,
+        32,
+        False,
+    )
     v2 = cfgs["deepseek_v2-yarn"]
     assert (v2.attention.kind, v2.attention.q_lora_rank, v2.position.pairing) == ("mla", None, "interleaved")
     assert (v2.mlp.scoring, v2.mlp.n_shared_experts, v2.mlp.routed_scale, v2.mlp.normalize_top_k) == (
@@ -203,12 +209,19 @@ def test_from_hf_reads_each_family_s_parts():
         2,
     )
     halves = cfgs["deepseek_v3-halves-tied"]
-    assert (halves.position.pairing, halves.position.scaling, halves.head.tied, halves.mlp.dense_layers) == (
+    assert (halves.position.pairing, halves.position.scaling, halves.head.tied, "moe" in mlp_kinds(halves)) == (
         "half",
         "none",
         True,
-        0,
+        True,
     )
+    assert "swiglu" not in mlp_kinds(halves)  # first_k_dense_replace 0: no dense layer
+    assert mlp_kinds(cfgs["deepseek_v2-yarn"])[0] == "swiglu"  # first_k_dense_replace 1
+
+
+def mlp_kinds(cfg) -> list[str]:
+    """Each layer's MLP kind: a dense layer is a layer kind setting it to the experts' kind."""
+    return [lc.mlp.kind for lc in layer_configs(cfg)]
 
 
 def moe_layers(hf, model) -> list[tuple[torch.nn.Module, MoE]]:
@@ -230,7 +243,7 @@ def test_every_token_is_routed_as_hf_routes_it(case):
     hf = hf_model(case, seed=8)
     model = from_hf(hf)
     layers = moe_layers(hf, model)
-    assert layers and len(layers) == sum(i >= model.cfg.mlp.dense_layers for i in range(model.cfg.n_layer))
+    assert layers and len(layers) == mlp_kinds(model.cfg).count("moe")
     seen_hf, seen_ours, hooks = {}, {}, []
     for n, (gate, moe) in enumerate(layers):
         hooks.append(gate.register_forward_hook(lambda m, args, out, n=n: seen_hf.__setitem__(n, (args[0], out))))
@@ -296,7 +309,7 @@ MLA_SIZES = [
     "model.attention.qk_rope_head_dim=8",
     "model.attention.v_head_dim=12",
     "model.mlp.expert_d_ff=32",
-    "model.mlp.dense_layers=1",
+    "model.layers.first=[dense]",
     "model.position.original_context=16",
     "model.position.factor=4.0",  # the context over the original one, as transformers expects
 ]
@@ -412,14 +425,25 @@ def test_the_layout_picks_the_family(overrides, config_class):
     "overrides, field",
     [
         (["model=mixtral-8x7b", "model.mlp.normalize_top_k=false"], "model.mlp.normalize_top_k"),
-        (["model=mixtral-8x7b", "model.mlp.dense_layers=1"], "model.mlp.dense_layers"),
+        (["model=mixtral-8x7b", "model/layers=dense_first"], "model.layers.first"),
+        (
+            [
+                "model=qwen3-30b-a3b",
+                "model/layers=dense_first",
+                "model.layers.first=[moe,dense]",
+                "+model.layers.kinds.moe={}",
+            ],
+            "model.layers.kinds.dense.mlp.kind",
+        ),
+        (["model=deepseek-v2-lite", "model.layers.kinds.dense.mlp.kind=geglu"], "model.layers.kinds.dense.mlp.kind"),
+        (["model=deepseek-v3", "+model.layers.kinds.dense.mlp.d_ff=64"], "model.layers.kinds.dense.mlp.d_ff"),
         (["model=mixtral-8x7b", "model.mlp.n_shared_experts=1"], "model.mlp.n_shared_experts"),
         (["model=mixtral-8x7b", "model.mlp.scoring=sigmoid"], "model.mlp.scoring"),
         (["model=mixtral-8x7b", "model.mlp.expert=gelu"], "model.mlp.expert"),
         (["model=mixtral-8x7b", "model.mlp.bias=true"], "model.mlp.bias"),
         (
-            ["model=mixtral-8x7b", "model.attention.global_every=2", "model.attention.window=8"],
-            "model.attention.global_every",
+            ["model=mixtral-8x7b", "model/layers=every_other_global", "model.attention.window=8"],
+            "model.layers.pattern",
         ),
         (
             ["model=mixtral-8x7b", "model/position=yarn", "model.position.original_context=4096"],

@@ -276,7 +276,14 @@ def test_forward_equals_hugging_faces_deepseek_attention(case):
     "overrides",
     [
         {},
-        {"attention": {"q_lora_rank": 8, "window": 3, "global_every": 2}, "position": {"pairing": "interleaved"}},
+        {
+            "attention": {"q_lora_rank": 8, "window": 3},
+            "position": {"pairing": "interleaved"},
+            "layers": {
+                "kinds": {"local": {}, "global": {"attention": {"window": None}}},
+                "pattern": ["local", "global"],
+            },
+        },
         {"position": {"kind": "alibi"}, "block": {"kind": "sandwich"}},
     ],
     ids=["yarn", "low-rank-q-window", "alibi"],

@@ -17,9 +17,11 @@ from helpers.training import cli
 from archlab import build_model
 from archlab.accounting import built_counts, check_build, count
 from archlab.config import to_model_config
+from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
+from archlab.nn.mlp import MLPS
 from archlab.nn.moe import MoE
-from archlab.nn.validation import validate
+from archlab.nn.validation import ignored, validate
 from archlab.weights import load_weights
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
@@ -27,8 +29,10 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-
 D, V = 16, 32  # d_model and vocabulary of the tiny models
 
 
-def config(n_layer: int = 3, **mlp):
-    """A tiny decoder (RMSNorm, RoPE, untied head, no biases outside the MLP) with MoE fields ``mlp``."""
+def config(n_layer: int = 3, dense: int = 0, **mlp):
+    """A tiny decoder (RMSNorm, RoPE, untied head, no biases outside the MLP) with MoE fields ``mlp``, its
+    first ``dense`` layers of kind ``dense``: one MLP of the experts' kind (DeepSeek's first layers)."""
+    kinds = {"dense": {"mlp": {"kind": mlp.get("expert", "swiglu")}}} if dense else None
     return to_model_config(
         {
             "vocab_size": V,
@@ -40,6 +44,7 @@ def config(n_layer: int = 3, **mlp):
             "attention": {"n_head": 2, "qkv_bias": False, "out_bias": False},
             "head": {"tied": False},
             "mlp": {"kind": "moe", "bias": False, "approximate": "none", **mlp},
+            "layers": {"kinds": kinds, "first": ["dense"] * dense},
         }
     )
 
@@ -49,11 +54,11 @@ FAMILIES = {
     "mixtral": dict(expert="swiglu", n_experts=8, top_k=2, expert_d_ff=24),
     "qwen3_moe": dict(expert="swiglu", n_experts=16, top_k=4, expert_d_ff=12),
     "deepseek_v2_lite": dict(
-        expert="swiglu", n_experts=8, top_k=3, expert_d_ff=12, n_shared_experts=2, dense_layers=1, d_ff=40,
+        expert="swiglu", n_experts=8, top_k=3, expert_d_ff=12, n_shared_experts=2, dense=1, d_ff=40,
         normalize_top_k=False,
     ),
     "deepseek_v3": dict(
-        expert="swiglu", n_experts=16, top_k=4, expert_d_ff=12, n_shared_experts=1, dense_layers=1, d_ff=40,
+        expert="swiglu", n_experts=16, top_k=4, expert_d_ff=12, n_shared_experts=1, dense=1, d_ff=40,
         scoring="sigmoid", n_groups=4, top_groups=2, correction_bias=True, routed_scale=2.5,
     ),
     # experts with biases, a router bias, the clamped SwiGLU (up + 1)·g·σ(1.702·g), limit 7
@@ -70,8 +75,8 @@ FAMILIES = {
 
 
 def hand_mlp_params(cfg) -> tuple[int, int]:
-    """Total and active MLP parameters over all layers, written from the layer shapes: a dense layer is
-    one SwiGLU of d_ff; a MoE layer a router E·d (+ E with its bias), E experts of 3·d·f and one shared
+    """Total and active MLP parameters over all layers, written from the layer shapes: a dense layer (one of
+    ``layers.first``) is one SwiGLU of d_ff; a MoE layer a router E·d (+ E with its bias), E experts of 3·d·f and one shared
     SwiGLU of n_shared·f (each SwiGLU of width w with biases: + 2·w + d)."""
     m, d = cfg.mlp, cfg.d_model
 
@@ -80,7 +85,7 @@ def hand_mlp_params(cfg) -> tuple[int, int]:
 
     total = active = 0
     for layer in range(cfg.n_layer):
-        if layer < m.dense_layers:
+        if layer < len(cfg.layers.first):
             total += swiglu(m.d_ff)
             active += swiglu(m.d_ff)
             continue
@@ -100,10 +105,10 @@ def test_counts_equal_the_built_model_and_the_hand_formula(family):
     total, active = hand_mlp_params(cfg)
     assert built["mlp"] == counts["mlp"] == total  # experts, router and shared experts attributed to "mlp"
     assert counts["total"] - counts["active"] == total - active
-    for layer, block in enumerate(model.blocks):
+    for layer, (block, lc) in enumerate(zip(model.blocks, layer_configs(cfg))):
         params = sum(p.numel() for p in block.mlp.parameters())
-        assert params == MoE.num_params(cfg, layer)
-        assert isinstance(block.mlp, MoE) == (layer >= cfg.mlp.dense_layers)
+        assert params == MLPS.get(lc.mlp.kind).num_params(lc, layer)
+        assert isinstance(block.mlp, MoE) == (layer >= len(cfg.layers.first))
     # the stacked experts in Hugging Face 5.x's layout; the correction bias a float32 buffer
     moe = model.blocks[-1].mlp
     E, f = cfg.mlp.n_experts, cfg.mlp.expert_d_ff
@@ -116,7 +121,7 @@ def test_counts_equal_the_built_model_and_the_hand_formula(family):
 def test_plain_experts_with_biases_and_the_d_ff_rules():
     """gelu experts with biases: fc [E, f, d], proj [E, d, f] and their biases; f from the expert kind's
     rules (4·d for a plain kind, the LLaMA rule for a gated one) when expert_d_ff is unset."""
-    cfg = config(n_layer=2, expert="gelu", n_experts=4, top_k=2, bias=True, n_shared_experts=1, dense_layers=1)
+    cfg = config(n_layer=2, expert="gelu", n_experts=4, top_k=2, bias=True, n_shared_experts=1, dense=1)
     model = build_model(cfg, device="meta")
     f = 4 * D
     moe = model.blocks[1].mlp
@@ -126,7 +131,9 @@ def test_plain_experts_with_biases_and_the_d_ff_rules():
     router, shared = 4 * D, 2 * D * f + f + D
     assert MoE.num_params(cfg, 1) == router + 4 * per_expert + shared
     assert MoE.active_params(cfg, 1) == router + 2 * per_expert + shared
-    assert MoE.num_params(cfg, 0) == MoE.active_params(cfg, 0) == per_expert  # the dense layer, width d_ff = 4·d
+    dense = layer_configs(cfg)[0]  # the dense layer: one gelu MLP of width d_ff = 4·d
+    assert sum(p.numel() for p in model.blocks[0].mlp.parameters()) == per_expert
+    assert MLPS.get(dense.mlp.kind).num_params(dense) == MLPS.get(dense.mlp.kind).active_params(dense) == per_expert
     gated = config(n_layer=1, expert="swiglu", n_experts=4, top_k=1)
     assert build_model(gated, device="meta").blocks[0].mlp.experts.down.shape == (4, D, int(2 * 4 * D / 3))
 
@@ -161,7 +168,8 @@ def test_active_params_are_what_one_tokens_forward_pass_reaches(family):
     )
     m = cfg.mlp
     blind = m.scoring == "sigmoid" or m.normalize_top_k
-    unread_router_rows = (cfg.n_layer - m.dense_layers) * (m.n_experts - m.top_k) * (D + m.router_bias) if blind else 0
+    moe_layers = cfg.n_layer - len(cfg.layers.first)
+    unread_router_rows = moe_layers * (m.n_experts - m.top_k) * (D + m.router_bias) if blind else 0
     assert reached == count(cfg)["active"] - (V - 1) * D - unread_router_rows
 
 
@@ -489,9 +497,7 @@ def test_decoder_averages_aux_losses_over_moe_layers_with_checkpointing_and_comp
     checkpointing (the forward re-run in backward) gives the same gradients, and so does each block
     under ``torch.compile`` as ``compile_blocks`` does it (the aot_eager backend: dynamo and AOT autograd
     trace it without inductor's minutes of C++; the expert dispatch runs eagerly)."""
-    cfg = config(
-        n_layer=3, n_experts=4, top_k=2, expert_d_ff=8, dense_layers=1, aux_loss_weight=0.1, z_loss_weight=0.01
-    )
+    cfg = config(n_layer=3, n_experts=4, top_k=2, expert_d_ff=8, dense=1, aux_loss_weight=0.1, z_loss_weight=0.01)
     idx = torch.randint(0, V, (2, 8), generator=torch.Generator().manual_seed(10))
 
     def step(checkpointing=False, compiled=False):
@@ -549,8 +555,7 @@ BAD = [
     (dict(n_experts=8, top_k=5, n_groups=4, top_groups=2), "model.mlp.top_k"),  # 2 groups of 2 hold 4
     (dict(expert_d_ff=0), "model.mlp.expert_d_ff"),
     (dict(n_shared_experts=-1), "model.mlp.n_shared_experts"),
-    (dict(dense_layers=4), "model.mlp.dense_layers"),
-    (dict(dense_layers=-1), "model.mlp.dense_layers"),
+    (dict(dense=4), "model.layers.first"),  # more dense layers than the model's 3
     (dict(routed_scale=0.0), "model.mlp.routed_scale"),
     (dict(aux_loss_weight=-0.1), "model.mlp.aux_loss_weight"),
     (dict(z_loss_weight=float("nan")), "model.mlp.z_loss_weight"),
@@ -576,7 +581,18 @@ def test_validation_names_the_field(mlp, field):
 
 def test_valid_edges_pass():
     validate(config(n_experts=1, top_k=1))
-    validate(config(n_experts=8, top_k=4, n_groups=4, top_groups=2, dense_layers=3, expert="geglu", approximate="tanh"))
+    validate(config(n_experts=8, top_k=4, n_groups=4, top_groups=2, dense=3, expert="geglu", approximate="tanh"))
+
+
+@pytest.mark.parametrize("dense", [1, 3])
+def test_a_dense_kind_leaves_no_moe_field_ignored(dense):
+    """The MoE fields a dense layer kind does not read (n_experts, top_k, the routing ...) are read by the
+    model's own MoE section, which the kind is built from: none is reported as ignored, whether some layers
+    or all three are dense (a field read by any layer's parts, or by the model's, is read)."""
+    moe = dict(n_experts=8, top_k=4, n_groups=4, top_groups=2, n_shared_experts=1, expert_d_ff=8, routed_scale=2.5)
+    cfg = validate(config(dense=dense, expert="geglu", approximate="tanh", aux_loss_weight=0.1, **moe))
+    assert [i for i in ignored(cfg) if i.field.startswith(("model.mlp.", "model.layers."))] == []
+    assert [lc.mlp.kind for lc in layer_configs(cfg)] == ["geglu"] * dense + ["moe"] * (3 - dense)
     validate(config(n_experts=8, top_k=2, n_groups=1, top_groups=1, routed_scale=2.5, n_shared_experts=0))
 
 
@@ -591,7 +607,7 @@ MOE_RUN = [
     "model.mlp.top_k=2",
     "model.mlp.expert_d_ff=16",
     "model.mlp.n_shared_experts=1",
-    "model.mlp.dense_layers=1",
+    "model/layers=dense_first",
     "model.mlp.aux_loss_weight=0.01",
     "model.mlp.z_loss_weight=0.001",
     "trainer.max_steps=6",

@@ -34,6 +34,10 @@ def tiny(**overrides):
     return to_model_config(OmegaConf.merge(base, overrides))
 
 
+# layers 1, 3, ... global, the others the model's window: Gemma 2's layout (conf/model/layers/every_other_global)
+EVERY_OTHER_GLOBAL = {"kinds": {"local": {}, "global": {"attention": {"window": None}}}, "pattern": ["local", "global"]}
+
+
 def build(cfg, seed=0):
     """A float64 model with every weight random, norm scales included (far from their init of 1 or 0)."""
     torch.manual_seed(seed)
@@ -125,17 +129,18 @@ def test_qk_norm_count():
     ] == 2 * (4 * 8 + 2 * 8)
 
 
-@pytest.mark.parametrize("window, global_every", [(3, None), (4, 2)])
-def test_sliding_window_sees_exactly_the_window(window, global_every):
+@pytest.mark.parametrize("window, alternating", [(3, False), (4, True)])
+def test_sliding_window_sees_exactly_the_window(window, alternating):
     """A local layer's output at t depends only on positions t-window+1..t; a global one on all of them.
     Checked through the attention sublayer written out with that visibility."""
-    cfg = tiny(attention={"window": window, "global_every": global_every, "n_kv_head": 2})
+    layers = EVERY_OTHER_GLOBAL if alternating else {}
+    cfg = tiny(attention={"window": window, "n_kv_head": 2}, layers=layers)
     model = build(cfg)
     x = torch.randn(2, 9, 32, dtype=F64)
     pos = torch.arange(9)
     distance = pos[:, None] - pos[None, :]
     for layer, block in enumerate(model.blocks):
-        local = global_every is None or (layer + 1) % global_every
+        local = not alternating or layer % 2 == 0
         visible = (distance >= 0) & (distance < window) if local else distance >= 0
         assert block.attn.window == (window if local else None)
         with torch.no_grad():
@@ -155,7 +160,7 @@ def test_sliding_window_model_output_depends_only_on_the_window():
 
 
 def test_a_window_layer_caches_only_its_window():
-    cfg = tiny(attention={"window": 3, "global_every": 2})
+    cfg = tiny(attention={"window": 3}, layers=EVERY_OTHER_GLOBAL)
     model = build(cfg)
     cache = model.new_cache(2, 16)
     with torch.no_grad():
@@ -168,7 +173,7 @@ def test_windows_cut_attention_flops():
     """12·H·hd per key a query sees: T keys in a global layer, the window in a local one."""
     T, H, hd = 16, 4, 8
     full = count_params(tiny(n_layer=2))["flops_per_token"]
-    windowed = count_params(tiny(n_layer=2, attention={"window": 4, "global_every": 2}))["flops_per_token"]
+    windowed = count_params(tiny(n_layer=2, attention={"window": 4}, layers=EVERY_OTHER_GLOBAL))["flops_per_token"]
     assert full - windowed == 12 * H * hd * (T - 4)
 
 
@@ -218,7 +223,7 @@ def test_scaled_embedding_and_logit_softcap():
         ["model.attention.qk_norm=head", "model/norm=rmsnorm"],
         ["model.attention.qk_norm=full"],
         ["model.attention.softcap=5.0", "model.head.softcap=10.0"],
-        ["model.attention.window=8", "model.attention.global_every=2", "model/position=rope"],
+        ["model.attention.window=8", "model/layers=every_other_global", "model/position=rope"],
         ["model/norm=rmsnorm", "model.norm.unit_offset=true", "model.scale_embedding=true"],
         ["model/block=post_sublayer"],
         ["model/block=sandwich", "model/mlp=geglu", "model.mlp.approximate=tanh"],
@@ -247,7 +252,7 @@ def test_each_part_trains(overrides):
     "overrides, field",
     [
         (["model.attention.window=0"], "model.attention.window"),
-        (["model.attention.global_every=2"], "model.attention.global_every"),
+        (["model/layers=every_other_global", "model.layers.pattern=[local,globl]"], "model.layers.pattern"),
         (["model.attention.softcap=-1"], "model.attention.softcap"),
         (["model.attention.scale=0"], "model.attention.scale"),
         (["model.head.softcap=0"], "model.head.softcap"),
@@ -313,7 +318,7 @@ def left_padded(prompts, pad=0):
         {"position": {"kind": "sinusoidal"}},
         {"position": {"kind": "rope"}, "attention": {"n_kv_head": 2}},
         {"position": {"kind": "alibi"}},
-        {"position": {"kind": "rope"}, "attention": {"window": 3, "global_every": 2, "softcap": 5.0}},
+        {"position": {"kind": "rope"}, "attention": {"window": 3, "softcap": 5.0}, "layers": EVERY_OTHER_GLOBAL},
     ],
     ids=["learned", "sinusoidal", "rope-gqa", "alibi", "window-softcap"],
 )
@@ -361,7 +366,7 @@ def test_kv_cache_bytes_count_only_the_window_of_a_local_layer():
     against the cache a full-context prefill actually allocates (global) or keeps (local, window - 1)."""
     from archlab.accounting import kv_cache_bytes
 
-    cfg = tiny(attention={"n_kv_head": 2, "window": 4, "global_every": 2})  # layer 0 local, layer 1 global
+    cfg = tiny(attention={"n_kv_head": 2, "window": 4}, layers=EVERY_OTHER_GLOBAL)  # layer 0 local, layer 1 global
     assert kv_cache_bytes(cfg, 16) == 4 * 2 * 2 * 8 * (4 + 16)
     assert kv_cache_bytes(tiny(attention={"n_kv_head": 2}), 16) == 4 * 2 * 2 * 8 * (16 + 16)
     model = build(cfg)

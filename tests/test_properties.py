@@ -96,7 +96,6 @@ def model_configs(draw) -> dict:
             "top_groups": top_groups,
             "expert_d_ff": draw(st.sampled_from([None, 3, 8])),
             "n_shared_experts": draw(st.integers(0, 2)),
-            "dense_layers": draw(st.integers(0, 1)),
             "scoring": draw(st.sampled_from(["softmax", "sigmoid"])),
             "normalize_top_k": draw(st.booleans()),
             "correction_bias": draw(st.booleans()),
@@ -113,8 +112,7 @@ def model_configs(draw) -> dict:
     window = draw(st.sampled_from([None, 1, 2, 3, 5]))
     chunk = draw(st.sampled_from([None, 1, 2, 3, 5])) if window is None else None  # a layer slides or is chunked
     softcap = draw(st.sampled_from([None, 0.5, 20.0]))
-    global_every = draw(st.sampled_from([None, 2])) if window is not None else None
-    layers = draw(layouts(n_head, position["kind"], bool(mla), chunk, global_every))
+    layers = draw(layouts(n_head, position["kind"], bool(mla), chunk, window, mlp))
     return {
         "vocab_size": draw(st.integers(2, 64)),
         "context_length": draw(st.integers(4, 16)),
@@ -145,7 +143,6 @@ def model_configs(draw) -> dict:
             "scale": draw(st.sampled_from([None, 0.1, 1.0])),
             "softcap": softcap,
             "window": window,
-            "global_every": global_every,
             "chunk": chunk,
             "sinks": draw(st.booleans()),
             "gate": draw(st.sampled_from(["none", "elementwise", "head"])),
@@ -165,12 +162,24 @@ def model_configs(draw) -> dict:
 
 
 @st.composite
-def layouts(draw, n_head: int, position: str, mla: bool, chunk, global_every) -> dict:
-    """``model.layers``: none, or one or two layer kinds overriding key/value heads, the window, the
-    position scheme (among those acting in attention) and the MLP width, given by ``first`` and a cycled
-    ``pattern``."""
-    if draw(st.booleans()):
+def layouts(draw, n_head: int, position: str, mla: bool, chunk, window, mlp: dict) -> dict:
+    """``model.layers``: none; the published layouts, a MoE's first layer dense (one MLP of the experts'
+    kind: DeepSeek) and/or every other layer global among the model's sliding ones (Gemma 2); or one or
+    two layer kinds overriding key/value heads, the window, the position scheme (among those acting in
+    attention) and the MLP width, given by ``first`` and a cycled ``pattern``."""
+    layout = draw(st.sampled_from(["none", "published", "drawn"]))
+    if layout == "none":
         return {}
+    if layout == "published":
+        kinds: dict = {}
+        first, pattern = [], []
+        if mlp["kind"] == "moe" and draw(st.booleans()):
+            kinds["dense"] = {"mlp": {"kind": mlp["expert"]}}
+            first = ["dense"]
+        if window is not None and (not first or draw(st.booleans())):
+            kinds |= {"local": {}, "global": {"attention": {"window": None}}}
+            pattern = ["local", "global"]
+        return {"kinds": kinds or None, "first": first, "pattern": pattern}
     kinds = {}
     for name in ("a", "b")[: draw(st.integers(1, 2))]:
         kind: dict = {}
@@ -178,8 +187,8 @@ def layouts(draw, n_head: int, position: str, mla: bool, chunk, global_every) ->
             kind["attention"] = {
                 "n_kv_head": draw(st.sampled_from([k for k in range(1, n_head + 1) if n_head % k == 0]))
             }
-        if not mla and chunk is None and draw(st.booleans()):  # with global_every a window must stay
-            kind.setdefault("attention", {})["window"] = draw(st.sampled_from([2, 3] if global_every else [None, 2, 3]))
+        if not mla and chunk is None and draw(st.booleans()):  # a layer slides or is chunked
+            kind.setdefault("attention", {})["window"] = draw(st.sampled_from([None, 2, 3]))
         if not mla and position in ("rope", "alibi", "none") and draw(st.booleans()):
             kind["position"] = {"kind": draw(st.sampled_from(["rope", "alibi", "none"]))}
         if draw(st.booleans()):

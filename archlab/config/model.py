@@ -13,6 +13,7 @@ from typing import Any, List, Optional, cast
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.config.fields import choice, plain_dict
+from archlab.errors import ConfigError
 
 
 @dataclass
@@ -71,7 +72,6 @@ class AttentionConfig:
     scale: Optional[float] = None  # score multiplier; None = 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar^-0.5)
     softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)
     window: Optional[int] = None  # sliding window: a query sees itself and the window-1 positions before it (Mistral)
-    global_every: Optional[int] = None  # with window: every N-th layer is global (Gemma 2: 2); None = all local
     chunk: Optional[int] = None  # chunked attention: a query sees the earlier keys of its chunk (Llama 4: 8192)
     sinks: bool = False  # a learned logit per head joins each softmax's denominator, a key with no value (gpt-oss)
     gate: str = choice(
@@ -110,12 +110,11 @@ class MLPConfig:
     swiglu_alpha: float = 1.0  # swiglu: the gate's activation g·σ(α·g); 1 = SiLU (gpt-oss: 1.702)
     up_offset: float = 0.0  # swiglu: added to the (clamped) up projection before the product (gpt-oss: 1)
     # moe: a router sends each token to top_k of n_experts MLPs of kind ``expert``, beside any shared experts
-    expert: str = choice("swiglu", "geglu", "gelu", "relu")  # moe: the kind of every expert (and dense layer)
+    expert: str = choice("swiglu", "geglu", "gelu", "relu")  # moe: the kind of every expert
     n_experts: int = 8  # moe: routed experts per layer
     top_k: int = 2  # moe: routed experts each token goes through
     expert_d_ff: Optional[int] = None  # moe: a routed expert's hidden width; None = the d_ff rules above
     n_shared_experts: int = 0  # moe: experts every token goes through, as one MLP of n·expert_d_ff (DeepSeek)
-    dense_layers: int = 0  # moe: the first N layers hold one dense ``expert`` MLP of width d_ff (DeepSeek)
     scoring: str = choice("softmax", "sigmoid")  # moe: router scores (DeepSeek-V3: sigmoid)
     normalize_top_k: bool = True  # moe: the top-k weights renormalised to sum to 1 (Mixtral, Qwen3-MoE)
     n_groups: int = 1  # moe: experts in this many groups; a token picks from the top_groups best (DeepSeek-V3: 8)
@@ -184,10 +183,134 @@ def to_model_config(cfg: Any) -> ModelConfig:
     raise TypeError(f"expected a ModelConfig, DictConfig or dict, got {type(cfg).__name__}")
 
 
+def shortest_layout(names: list[str]) -> tuple[list[str], list[str]]:
+    """The shortest ``first`` + ``pattern`` (cycled) that gives layer i the kind ``names[i]``; among equally
+    short ones the shorter ``first`` (a layout that never repeats is all ``pattern``)."""
+    n, best = len(names), ([], list(names))
+    for p in range(n):
+        rest = names[p:]
+        q = next(q for q in range(1, len(rest) + 1) if all(rest[j] == rest[j % q] for j in range(len(rest))))
+        if p + q < len(best[0]) + len(best[1]):
+            best = (names[:p], rest[:q])
+    return best
+
+
+# Earlier versions' two per-layer fields, now layer kinds: (section, field, its value when unset)
+_LEGACY = (("attention", "global_every", None), ("mlp", "dense_layers", 0))
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name`` with the first number from 2 that no kind in ``taken`` has."""
+    out, n = name, 2
+    while out in taken:
+        out, n = f"{name}{n}", n + 1
+    return out
+
+
+def legacy_layers(model: dict[str, Any]) -> dict[str, Any]:
+    """A recorded model dict's ``attention.global_every`` and ``mlp.dense_layers`` (earlier versions' two
+    per-layer fields, on the model's sections or a layer kind's) as the ``model.layers`` layout that gives
+    every layer the parts it had: layer i was global where its window was set and (i + 1) % global_every
+    == 0, and held one dense ``expert`` MLP where its MLP was a moe and i < dense_layers. Such a layer's
+    kind is its earlier kind (if any) joined with ``global`` and/or ``dense``, overriding ``window: null``
+    and ``mlp.kind: <expert>``; the layers left without a kind keep the model's own parts, as a trailing
+    run or, within a cycle, as the empty kind ``local`` (``moe`` where only the MLP varies). Gemma 2's
+    window + global_every 2 reads as pattern [local, global]; DeepSeek-V3's dense_layers 3 as first
+    [dense, dense, dense]: what the presets now write, so a resumed run's config compares equal."""
+    sections = {key: dict(model.get(key) or {}) for key in ("attention", "mlp")}
+    layers = dict(model.get("layers") or {})
+    kinds = layers.get("kinds") or {}
+    if not isinstance(kinds, dict) or any(not isinstance(o, dict) for o in kinds.values()):
+        kinds = {}  # not a layout this can read: the schema refuses it after the legacy fields go
+    kinds = {str(name): {k: dict(v) if isinstance(v, dict) else v for k, v in o.items()} for name, o in kinds.items()}
+    legacy = [(s, f) for s, f, unset in _LEGACY if sections[s].get(f, unset) != unset]
+    legacy += [(s, f) for o in kinds.values() for s, f, _ in _LEGACY if isinstance(o.get(s), dict) and f in o[s]]
+    if not legacy:  # absent, or at the value that meant every layer alike (null, 0): the keys go
+        for section, key, _ in _LEGACY:
+            sections[section].pop(key, None)
+        return {**model, **{k: v for k, v in sections.items() if k in model}}
+    first, pattern = list(layers.get("first") or []), list(layers.get("pattern") or [])
+    n = model.get("n_layer", ModelConfig.n_layer)
+    if any(k not in kinds for k in first + pattern) or len(first) > n:
+        raise ConfigError(
+            "model.layers",
+            layers,
+            "a layout whose first and pattern name defined kinds, to read global_every "
+            "and dense_layers (fields of an earlier version) into",
+        )
+    defaults = {"attention": AttentionConfig(), "mlp": MLPConfig()}
+
+    def value(overrides: dict[str, Any], section: str, key: str) -> Any:
+        own = overrides.get(section)
+        if isinstance(own, dict) and key in own:
+            return own[key]
+        return sections[section].get(key, getattr(defaults[section], key, None))
+
+    old = [
+        first[i] if i < len(first) else (pattern[(i - len(first)) % len(pattern)] if pattern else None)
+        for i in range(n)
+    ]
+    taken = set(kinds)
+    names: list[Optional[str]] = []
+    new_kinds: dict[str, Any] = {}
+    renamed: dict[tuple[Optional[str], bool, bool], str] = {}
+    for i, kind in enumerate(old):
+        overrides = kinds.get(kind, {}) if kind is not None else {}
+        window, every = value(overrides, "attention", "window"), value(overrides, "attention", "global_every")
+        is_global = window is not None and every is not None and (i + 1) % every == 0
+        is_dense = value(overrides, "mlp", "kind") == "moe" and i < (value(overrides, "mlp", "dense_layers") or 0)
+        if not (is_global or is_dense):
+            names.append(kind)
+            continue
+        key = (kind, is_global, is_dense)
+        if key not in renamed:
+            tags = ([kind] if kind is not None else []) + ["global"] * is_global + ["dense"] * is_dense
+            renamed[key] = name = _unique("_".join(tags), taken)
+            taken.add(name)
+            parts = {s: dict(v) if isinstance(v, dict) else v for s, v in overrides.items()}
+            if is_global:
+                parts["attention"] = {**(parts.get("attention") or {}), "window": None}
+            if is_dense:
+                parts["mlp"] = {**(parts.get("mlp") or {}), "kind": value(overrides, "mlp", "expert")}
+            new_kinds[name] = parts
+        names.append(renamed[key])
+    kept = {k: v for k, v in kinds.items() if k in names or k not in old}  # an unused kind stays unused
+    new_kinds = {**kept, **new_kinds}
+    for overrides in new_kinds.values():  # the legacy fields leave every kind
+        for section, key, _ in _LEGACY:
+            if isinstance(overrides.get(section), dict):
+                overrides[section].pop(key, None)
+                if not overrides[section]:
+                    del overrides[section]
+    bare = [i for i, k in enumerate(names) if k is None]
+    if not renamed:  # the fields changed no layer (no window, or no moe): the layout stays as it was
+        names, bare = [], []
+    if bare and bare != list(range(bare[0], n)):  # layers of the model's own parts within a cycle: a kind
+        plain = _unique("local" if any(g for _, g, _ in renamed) else "moe", taken)
+        new_kinds[plain] = {}
+        names = [plain if k is None else k for k in names]
+        bare = []
+    named = [cast(str, k) for k in names[: bare[0] if bare else n]]
+    if renamed:
+        first, pattern = (named, []) if bare else shortest_layout(named)
+    for section, key, _ in _LEGACY:
+        sections[section].pop(key, None)
+    layers.update(kinds=new_kinds or None, first=first, pattern=pattern)
+    return {**model, **sections, "layers": layers}
+
+
 def recorded_model_config(recorded: Any) -> ModelConfig:
     """A model config as an earlier archlab recorded it (in a checkpoint or an export), read under today's
     schema without changing the model it describes: fields added since take their defaults, which are
-    the earlier behaviour, and ``approximate``, which swiglu and relu then ignored, reads as none there."""
+    the earlier behaviour; ``approximate``, which swiglu and relu then ignored, reads as none there; and
+    ``global_every`` and ``dense_layers`` read as the layer kinds that replaced them (``legacy_layers``)."""
+    if isinstance(recorded, DictConfig):
+        recorded = OmegaConf.to_container(recorded, resolve=True)
+    if isinstance(recorded, dict):
+        recorded = cast(dict[str, Any], recorded)
+        if "model" in recorded and "n_layer" not in recorded:
+            recorded = recorded["model"]
+        recorded = legacy_layers(recorded)
     cfg = to_model_config(recorded)
     if cfg.mlp.kind in ("swiglu", "relu"):
         cfg.mlp.approximate = "none"

@@ -49,10 +49,9 @@ FAMILIES: dict[str, Family] = {**DENSE, **SPARSE, **LAYERED, **LAYERED_SPARSE, *
 
 def _routed(cfg: ModelConfig) -> Family:
     """``hf_sparse.sparse_family`` for a moe MLP or mla attention, ``hf_families.dense_family`` otherwise
-    (each lists its choices)."""
-    if cfg.mlp.kind == "moe" or cfg.attention.kind == "mla":
-        return sparse_family(cfg)
-    return dense_family(cfg)
+    (each lists its choices), as ``FAMILIES`` holds it (``hf_layered``'s record where one replaces it)."""
+    routed = sparse_family(cfg) if cfg.mlp.kind == "moe" or cfg.attention.kind == "mla" else dense_family(cfg)
+    return FAMILIES[routed.model_type]
 
 
 def family_of(cfg: ModelConfig) -> Family:

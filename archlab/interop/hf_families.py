@@ -28,7 +28,7 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.errors import ConfigError
-from archlab.nn.attention import head_dim, window_of
+from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.rope import attention_factor, rotary_dim
 
@@ -54,7 +54,6 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.scale": (None, "scores scaled by 1/sqrt(head_dim)"),
     "model.attention.softcap": (None, "no score soft-capping"),
     "model.attention.window": (None, "no sliding window"),
-    "model.attention.global_every": (None, "no global layers among sliding ones"),
     "model.attention.chunk": (None, "no chunked attention"),
     "model.attention.sinks": (False, "no attention sinks"),
     "model.attention.gate": ("none", "no attention output gate"),
@@ -137,6 +136,20 @@ def value_of(cfg: ModelConfig, field: str) -> Any:
     for part in field.split(".")[1:]:
         value = getattr(value, part)
     return value
+
+
+def kind_field(cfg: ModelConfig, kind: str | None, field: str) -> str:
+    """``field`` (``model.attention.window``) as the field a refusal names: the kind's own
+    (``model.layers.kinds.<kind>.attention.window``) where layer kind ``kind`` sets it, else ``field``."""
+    if kind is None:
+        return field
+    value: Any = (cfg.layers.kinds or {}).get(kind, {})
+    parts = field.split(".")[1:]
+    for part in parts:
+        if not isinstance(value, dict) or part not in value:
+            return field
+        value = value[part]
+    return f"model.layers.kinds.{kind}.{'.'.join(parts)}"
 
 
 def refuse_hf(c: Any, name: str, allowed: str, value: Any = None) -> NoReturn:
@@ -359,28 +372,37 @@ def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> Non
 # ---------------------------------------------------------------- sliding windows both ways
 
 
-def layer_types(cfg: ModelConfig) -> list[str]:
-    """transformers' layer_types: which layers slide (archlab's window and global_every)."""
-    return ["full_attention" if window_of(cfg, i) is None else "sliding_attention" for i in range(cfg.n_layer)]
+def layer_types(layers: list[ModelConfig]) -> list[str]:
+    """transformers' layer_types of each layer's config (``config.layers.layer_configs``): sliding where the
+    layer has a window."""
+    return ["full_attention" if lc.attention.window is None else "sliding_attention" for lc in layers]
 
 
-def windows_from_hf(c: Any, types: list[str] | None, window: int | None) -> tuple[int | None, int | None]:
-    """archlab's (window, global_every) for transformers' layer_types and sliding_window."""
+def sliding_window(cfg: ModelConfig, layers: list[ModelConfig]) -> int:
+    """transformers' one sliding_window: the sliding layers' (the families refuse two); where no layer
+    slides, the context (transformers builds the sliding mask in some families whether or not a layer uses it)."""
+    return next((lc.attention.window for lc in layers if lc.attention.window is not None), cfg.context_length)
+
+
+def sliding_to_hf(cfg: ModelConfig, layers: list[ModelConfig]) -> dict[str, Any]:
+    """transformers' ``sliding_window`` and ``layer_types`` of each layer's config."""
+    return {"sliding_window": sliding_window(cfg, layers), "layer_types": layer_types(layers)}
+
+
+def uniform_window(c: Any) -> int | None:
+    """The window of a config whose layers all slide or none does (``layer_types``; the layered records of
+    ``hf_layered`` read the others): ``sliding_window``, or None."""
     n: int = c.num_hidden_layers
-    types = list(types) if types is not None else ["full_attention"] * n
+    types = list(getattr(c, "layer_types", None) or ["full_attention"] * n)
     if len(types) != n or set(types) - {"full_attention", "sliding_attention"}:
         refuse_hf(c, "layer_types", f"{n} entries, each 'full_attention' or 'sliding_attention'", types)
-    sliding = [t == "sliding_attention" for t in types]
-    if not any(sliding):
-        return None, None
-    if window is None:
+    if "sliding_attention" not in types:
+        return None
+    if "full_attention" in types:
+        refuse_hf(c, "layer_types", "every layer alike (a layered record reads the others)", types)
+    if c.sliding_window is None:
         refuse_hf(c, "sliding_window", "the window of the sliding_attention layers")
-    if all(sliding):
-        return window, None
-    every = sliding.index(False) + 1  # layers every-1, 2·every-1, ... global: archlab's global_every
-    if any(sliding[i] != bool((i + 1) % every) for i in range(n)):
-        refuse_hf(c, "layer_types", "every layer sliding, or every N-th one global (layers N-1, 2N-1, ...)", types)
-    return window, every
+    return c.sliding_window
 
 
 # ---------------------------------------------------------------- the records
@@ -962,9 +984,10 @@ class Mistral(_LlamaStyle):
 
 
 class _Sliding(_LlamaStyle):
-    """Families whose layers each slide or not as ``layer_types`` says (Qwen2, Qwen3)."""
+    """Qwen2 and Qwen3: a sliding window on every layer or none (``hf_layered``'s records of these
+    families read and write layers that differ, from ``layer_types``)."""
 
-    features = frozenset({"model.position.scaling", "model.attention.window", "model.attention.global_every"})
+    features = frozenset({"model.position.scaling", "model.attention.window"})
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         window = cfg.attention.window
@@ -973,12 +996,12 @@ class _Sliding(_LlamaStyle):
             use_sliding_window=window is not None,
             sliding_window=window,
             max_window_layers=0 if window is not None else cfg.n_layer,
-            layer_types=layer_types(cfg),
+            layer_types=layer_types([cfg] * cfg.n_layer),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
         cfg = super().from_hf(c)
-        cfg.attention.window, cfg.attention.global_every = windows_from_hf(c, c.layer_types, c.sliding_window)
+        cfg.attention.window = uniform_window(c)
         return cfg
 
 
@@ -1058,7 +1081,6 @@ class Gemma2(Gemma):
         "model.attention.softcap",
         "model.head.softcap",
         "model.attention.window",
-        "model.attention.global_every",
     }
 
     # what model.attention.scale must be: Gemma 2 stores the scale as query_pre_attn_scalar
@@ -1095,8 +1117,7 @@ class Gemma2(Gemma):
             attn_logit_softcapping=a.softcap,
             final_logit_softcapping=cfg.head.softcap,
             # transformers builds the sliding mask even when no layer slides: give it the context then
-            sliding_window=a.window if a.window is not None else cfg.context_length,
-            layer_types=layer_types(cfg),
+            **sliding_to_hf(cfg, [cfg] * cfg.n_layer),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
@@ -1104,7 +1125,7 @@ class Gemma2(Gemma):
         a = cfg.attention
         a.scale = c.query_pre_attn_scalar**-0.5
         a.softcap, cfg.head.softcap = c.attn_logit_softcapping, c.final_logit_softcapping
-        a.window, a.global_every = windows_from_hf(c, c.layer_types, c.sliding_window)
+        a.window = uniform_window(c)
         return cfg
 
 

@@ -1,5 +1,6 @@
-"""The dense Hugging Face families whose layers differ: Gemma 3 (text), SmolLM3, Cohere2, EXAONE 4 and
-OLMo 3, one record each, in the table ``LAYERED`` (by ``model_type``; ``archlab.interop.hf`` joins it).
+"""The dense Hugging Face families whose layers differ: Gemma 2, Qwen2 and Qwen3 (some layers sliding),
+Gemma 3 (text), SmolLM3, Cohere2, EXAONE 4 and OLMo 3, one record each, in the table ``LAYERED`` (by
+``model_type``; ``archlab.interop.hf`` joins it, the first three in place of ``hf_families``' records).
 
 Each of them describes its layers per layer in its config: ``layer_types`` (sliding or full attention),
 RoPE parameters per layer type (Gemma 3, OLMo 3), ``no_rope_layers`` (SmolLM3), or no position encoding on
@@ -34,7 +35,7 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.config.model import LayersConfig
+from archlab.config.model import LayersConfig, shortest_layout
 from archlab.errors import ConfigError
 from archlab.interop.hf_families import (
     GATED_FROM_HF,
@@ -44,13 +45,18 @@ from archlab.interop.hf_families import (
     Llama,
     Olmo2,
     Problem,
+    Qwen2,
+    Qwen3,
     Rule,
     TensorMap,
     Tensors,
     bare,
+    layer_types,
     refuse_hf,
     rope_from_hf,
     rope_to_hf,
+    sliding_to_hf,
+    sliding_window,
 )
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -118,18 +124,6 @@ def checked_types(c: Any) -> list[str]:
     return types
 
 
-def compact(names: list[str]) -> tuple[list[str], list[str]]:
-    """The shortest (first, pattern) whose layers are ``names``: ``first`` for the first layers, then
-    ``pattern`` cycled (an empty ``first`` preferred among equally short ones)."""
-    n = len(names)
-    for total in range(1, n + 1):
-        for f in range(total):
-            p, tail = total - f, names[f:]
-            if all(tail[i] == tail[i % p] for i in range(len(tail))):
-                return names[:f], tail[:p]
-    return names, []  # pragma: no cover - total = n always matches
-
-
 def _differing(a: Any, b: Any) -> dict[str, Any]:
     """The fields of dataclass ``a`` whose values differ from ``b``'s."""
     return {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)}
@@ -145,7 +139,7 @@ def laid_out(cfg: ModelConfig, layers: list[Layer]) -> ModelConfig:
     base_window = None if full else layers[0].window
     roped = [x for x in full if x.position.kind == "rope"] or [x for x in layers if x.position.kind == "rope"]
     base_position = (roped or full or layers)[0].position
-    cfg.attention.window, cfg.attention.global_every, cfg.position = base_window, None, base_position
+    cfg.attention.window, cfg.position = base_window, base_position
     by_window = {x.window is not None for x in layers}
     by_rope = {x.position.kind for x in layers}
     rope_follows_window = all(
@@ -170,7 +164,7 @@ def laid_out(cfg: ModelConfig, layers: list[Layer]) -> ModelConfig:
         if position:
             overrides["position"] = position
         kinds.setdefault(name(x), overrides)
-    first, pattern = compact([name(x) for x in layers])
+    first, pattern = shortest_layout([name(x) for x in layers])
     cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
     return cfg
 
@@ -306,21 +300,10 @@ class LayeredFamily(Family):
         return self.layer_problems(lcs)
 
 
-def types_of(lcs: list[ModelConfig]) -> list[str]:
-    """transformers' layer_types of archlab's layer configs: sliding where a layer has a window."""
-    return [FULL if lc.attention.window is None else SLIDING for lc in lcs]
-
-
-def window_to_hf(cfg: ModelConfig, lcs: list[ModelConfig]) -> int:
-    """The sliding layers' window; the context where none slides (transformers builds the sliding mask
-    in some of these families whether or not a layer uses it)."""
-    return next((lc.attention.window for lc in lcs if lc.attention.window is not None), cfg.context_length)
-
-
 def rope_per_type_to_hf(lcs: list[ModelConfig]) -> dict[str, Any]:
     """rope_parameters by layer type (Gemma 3, OLMo 3): each type's RoPE, the other type's where no layer
     has it (transformers reads only the types its layers have)."""
-    by_type = {t: rope_to_hf(lc) for t, lc in zip(types_of(lcs), lcs)}
+    by_type = {t: rope_to_hf(lc) for t, lc in zip(layer_types(lcs), lcs)}
     return {t: by_type.get(t, next(iter(by_type.values()))) for t in (SLIDING, FULL)}
 
 
@@ -331,6 +314,58 @@ def rule_problems(lcs: list[ModelConfig], want: Any, why: str) -> list[tuple[int
         if lc.position.kind != wanted:
             return [(i, Problem("model.position.kind", lc.position.kind, wanted, why))]
     return []
+
+
+# ---- Gemma 2, Qwen2, Qwen3: one RoPE, some layers sliding
+
+
+class _Windowed(LayeredFamily):
+    """A family whose layers slide or not as ``layer_types`` says, with one ``sliding_window`` and one RoPE
+    for every layer: its parent record (the second base, in ``hf_families``) reads and writes the rest, a
+    window on every layer or none."""
+
+    def hf_layers(self, c: Any) -> list[Layer]:
+        rope = self.uniform_from_hf(c).position
+        return [Layer(c.sliding_window if t == SLIDING else None, rope) for t in checked_types(c)]
+
+    def uniform_from_hf(self, c: Any) -> ModelConfig:
+        return super(LayeredFamily, self).from_hf(view(c, layer_types=None, sliding_window=None))
+
+
+class LayeredGemma2(_Windowed, Gemma2):
+    """Gemma2ForCausalLM with sliding windows on some layers (the published models: layers 0, 2, ...,
+    kinds ``local`` and ``global``); ``hf_families.Gemma2`` holds the rest."""
+
+    features = Gemma2.features | LAYERS
+
+    def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
+        return sliding_to_hf(cfg, lcs)
+
+
+class _LayeredQwen(_Windowed):
+    """Qwen2 and Qwen3 with sliding windows on some layers, written as ``layer_types`` (every layer of
+    the window's, ``max_window_layers`` 0, where some layer slides)."""
+
+    def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
+        window = next((lc.attention.window for lc in lcs if lc.attention.window is not None), None)
+        return dict(
+            use_sliding_window=window is not None,
+            sliding_window=window,
+            max_window_layers=0 if window is not None else cfg.n_layer,
+            layer_types=layer_types(lcs),
+        )
+
+
+class LayeredQwen2(_LayeredQwen, Qwen2):
+    """Qwen2ForCausalLM with sliding windows on some layers; ``hf_families.Qwen2`` holds the rest."""
+
+    features = Qwen2.features | LAYERS
+
+
+class LayeredQwen3(_LayeredQwen, Qwen3):
+    """Qwen3ForCausalLM with sliding windows on some layers; ``hf_families.Qwen3`` holds the rest."""
+
+    features = Qwen3.features | LAYERS
 
 
 # ---- Gemma 3
@@ -344,7 +379,7 @@ class Gemma3(LayeredFamily, Gemma2):
     attention does not apply ``attn_logit_softcapping``); the final logits may be soft-capped."""
 
     model_type, title, model_class, config_class = "gemma3_text", "Gemma 3", "Gemma3ForCausalLM", "Gemma3TextConfig"
-    features = (Gemma2.features - {"model.attention.softcap", "model.attention.global_every"}) | {
+    features = (Gemma2.features - {"model.attention.softcap"}) | {
         "model.attention.qk_norm",
         *LAYERS,
     }
@@ -369,8 +404,7 @@ class Gemma3(LayeredFamily, Gemma2):
 
     def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
         return dict(
-            layer_types=types_of(lcs),
-            sliding_window=window_to_hf(cfg, lcs),
+            **sliding_to_hf(cfg, lcs),
             rope_parameters=rope_per_type_to_hf(lcs),
         )
 
@@ -399,8 +433,7 @@ class Olmo3(LayeredFamily, Olmo2):
 
     def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
         return dict(
-            layer_types=types_of(lcs),
-            sliding_window=window_to_hf(cfg, lcs),
+            **sliding_to_hf(cfg, lcs),
             rope_parameters=rope_per_type_to_hf(lcs),
         )
 
@@ -460,13 +493,13 @@ class Exaone4(LayeredFamily, Olmo2):
         return kwargs
 
     def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
-        types = types_of(lcs)
+        types = layer_types(lcs)
         hybrid = SLIDING in types or lcs[0].position.kind == "none"  # NoPE full layers need a window set
         period = types.index(FULL) + 1 if FULL in types else None
         regular = period is not None and types == [SLIDING if (i + 1) % period else FULL for i in range(len(types))]
         return dict(
             layer_types=types,
-            sliding_window=window_to_hf(cfg, lcs) if hybrid else None,
+            sliding_window=sliding_window(cfg, lcs) if hybrid else None,
             sliding_window_pattern=period if hybrid and regular else None,
         )
 
@@ -505,13 +538,13 @@ class SmolLM3(LayeredFamily, Llama):
         return Llama.from_hf(self, c)
 
     def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
-        types = types_of(lcs)
+        types = layer_types(lcs)
         sliding = SLIDING in types
         return dict(
             layer_types=types,
             no_rope_layers=[int(lc.position.kind == "rope") for lc in lcs],
             use_sliding_window=sliding,
-            sliding_window=window_to_hf(cfg, lcs) if sliding else None,
+            sliding_window=sliding_window(cfg, lcs) if sliding else None,
         )
 
 
@@ -576,7 +609,7 @@ class Cohere2(LayeredFamily):
         )
 
     def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
-        return dict(layer_types=types_of(lcs), sliding_window=window_to_hf(cfg, lcs))
+        return sliding_to_hf(cfg, lcs)
 
     def hf_layers(self, c: Any) -> list[Layer]:
         types = checked_types(c)
@@ -633,4 +666,7 @@ class Cohere2(LayeredFamily):
         return t.head()
 
 
-LAYERED: dict[str, Family] = {f.model_type: f for f in (Gemma3(), SmolLM3(), Cohere2(), Exaone4(), Olmo3())}
+LAYERED: dict[str, Family] = {
+    f.model_type: f
+    for f in (LayeredGemma2(), LayeredQwen2(), LayeredQwen3(), Gemma3(), SmolLM3(), Cohere2(), Exaone4(), Olmo3())
+}  # the first three replace hf_families' records of their model_type

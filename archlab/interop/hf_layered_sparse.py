@@ -6,7 +6,7 @@ Each maps transformers' per-layer description (gpt-oss's and AFMoE's ``layer_typ
 names each layer's kind by what sets it apart, and writes the shortest ``first`` + cycled ``pattern`` that
 gives every layer its kind (one kind for every layer folds into the model's own parts); ``to_hf`` reads
 each layer's config (``archlab.config.layers.layer_configs``), so any layout that gives the same layers
-exports, whichever kinds, ``global_every`` or ``dense_layers`` express it. What a family holds once for
+exports, whichever kinds express it. What a family holds once for
 the whole model (the heads, RoPE's base, the routing ...) must be the same on every layer: a layer kind
 that changes it is refused, naming the kind's field (``model.layers.kinds.<kind>.attention.n_head``).
 
@@ -37,6 +37,7 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.config.layers import layer_configs, layer_kind
+from archlab.config.model import shortest_layout
 from archlab.interop.hf_families import (
     GATED_FROM_HF,
     GATED_TO_HF,
@@ -46,12 +47,14 @@ from archlab.interop.hf_families import (
     TensorMap,
     Tensors,
     fmt,
+    kind_field,
     refuse_hf,
     rope_from_hf,
     rope_to_hf,
+    sliding_to_hf,
 )
-from archlab.interop.hf_sparse import stack_saved_experts
-from archlab.nn.attention import chunk_of, head_dim, window_of
+from archlab.interop.hf_sparse import dense_first, is_dense, stack_saved_experts
+from archlab.nn.attention import chunk_of, head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 
@@ -59,32 +62,6 @@ SECTIONS = ("attention", "position", "mlp")  # the parts a layer kind may overri
 
 
 # ---------------------------------------------------------------- layouts both ways
-
-
-def kind_field(cfg: ModelConfig, kind: str | None, field: str) -> str:
-    """``field`` (``model.attention.window``) as the field a refusal names: the kind's own
-    (``model.layers.kinds.<kind>.attention.window``) where layer kind ``kind`` sets it, else ``field``."""
-    if kind is None:
-        return field
-    value: Any = (cfg.layers.kinds or {}).get(kind, {})
-    parts = field.split(".")[1:]
-    for part in parts:
-        if not isinstance(value, dict) or part not in value:
-            return field
-        value = value[part]
-    return f"model.layers.kinds.{kind}.{'.'.join(parts)}"
-
-
-def shortest_layout(names: list[str]) -> tuple[list[str], list[str]]:
-    """The shortest ``first`` + ``pattern`` (cycled) that gives layer i the kind ``names[i]`` (ties: the
-    shorter ``first``, so a layout with no repeat is all ``pattern``)."""
-    n, best = len(names), ([], list(names))
-    for p in range(n):
-        rest = names[p:]
-        q = next(q for q in range(1, len(rest) + 1) if all(rest[j] == rest[j % q] for j in range(len(rest))))
-        if p + q < len(best[0]) + len(best[1]):
-            best = (names[:p], rest[:q])
-    return best
 
 
 def apply_layout(cfg: ModelConfig, names: list[str], overrides: dict[str, dict[str, dict[str, Any]]]) -> ModelConfig:
@@ -103,21 +80,10 @@ def apply_layout(cfg: ModelConfig, names: list[str], overrides: dict[str, dict[s
 
 def one_window(layers: list[ModelConfig]) -> list[Problem]:
     """The one ``sliding_window`` transformers holds for all the sliding layers: two windows are refused."""
-    windows = {w for i, lc in enumerate(layers) if (w := window_of(lc, i)) is not None}
+    windows = {w for lc in layers if (w := lc.attention.window) is not None}
     if len(windows) > 1:
         return [Problem("model.attention.window", sorted(windows), "one window for every sliding layer")]
     return []
-
-
-def sliding_to_hf(cfg: ModelConfig, layers: list[ModelConfig]) -> dict[str, Any]:
-    """transformers' ``sliding_window`` and ``layer_types`` of each layer's window (``one_window`` holds);
-    where no layer slides, the context: transformers builds the sliding mask even then."""
-    windows = [window_of(lc, i) for i, lc in enumerate(layers)]
-    sliding = next((w for w in windows if w is not None), None)
-    return {
-        "sliding_window": sliding if sliding is not None else cfg.context_length,
-        "layer_types": ["full_attention" if w is None else "sliding_attention" for w in windows],
-    }
 
 
 def distinct_layers(cfg: ModelConfig) -> list[tuple[str | None, ModelConfig]]:
@@ -255,7 +221,6 @@ class GptOss(_LayeredSparse):
             "model.position.scaling",
             "model.position.truncate",
             "model.attention.window",
-            "model.attention.global_every",
             "model.attention.sinks",
             "model.mlp.swiglu_limit",
             "model.mlp.swiglu_alpha",
@@ -266,7 +231,7 @@ class GptOss(_LayeredSparse):
         }
     )
     scalings = ("none", "yarn")
-    varies = frozenset({"model.attention.window", "model.attention.global_every"})
+    varies = frozenset({"model.attention.window"})
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
@@ -281,7 +246,6 @@ class GptOss(_LayeredSparse):
             ("model.mlp.n_groups", (1,), ""),
             ("model.mlp.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
-            ("model.mlp.dense_layers", (0,), " (every layer is a MoE)"),
             ("model.mlp.weight_input", (False,), ""),
             ("model.mlp.swiglu_clamp", ("gate",), " (it bounds the gate before the activation)"),
             ("model.mlp.up_offset", (1.0,), " (its SwiGLU adds 1 to up)"),
@@ -373,12 +337,6 @@ class GptOss(_LayeredSparse):
 # ---- Llama 4 (text)
 
 _WIDTHS = frozenset(f"model.mlp.{f}" for f in ("d_ff", "multiplier", "ffn_dim_multiplier", "multiple_of"))
-
-
-def dense_at(lc: ModelConfig, layer: int) -> bool:
-    """Whether ``layer`` (of config ``lc``) holds a dense MLP: a kind other than moe, or one of a MoE's
-    ``dense_layers``."""
-    return lc.mlp.kind != "moe" or layer < lc.mlp.dense_layers
 
 
 class Llama4(_LayeredSparse):
@@ -510,8 +468,8 @@ class Llama4(_LayeredSparse):
                             why,
                         )
                     )
-        dense = {i: lc for i, lc in enumerate(layers) if dense_at(lc, i)}
-        moe = {i: lc for i, lc in enumerate(layers) if not dense_at(lc, i)}
+        dense = {i: lc for i, lc in enumerate(layers) if is_dense(lc)}
+        moe = {i: lc for i, lc in enumerate(layers) if not is_dense(lc)}
         if not moe:
             found.append(Problem("model.mlp.kind", cfg.mlp.kind, "moe on some layer", " (Llama 4 has MoE layers)"))
         one("model.mlp.d_ff", {i: d_ff(lc) for i, lc in dense.items()}, "one width of every dense layer")
@@ -522,7 +480,7 @@ class Llama4(_LayeredSparse):
         layers = layer_configs(cfg)
         rope = [lc.position.kind == "rope" for lc in layers]
         chunks = [chunk_of(lc, i) for i, lc in enumerate(layers)]
-        dense = [i for i, lc in enumerate(layers) if dense_at(lc, i)]
+        dense = [i for i, lc in enumerate(layers) if is_dense(lc)]
         moe = [i for i in range(cfg.n_layer) if i not in dense]
         nope = [lc.attention for lc, r in zip(layers, rope) if not r]
         scaled = next((a for a in nope if a.query_scale_beta is not None), None)
@@ -618,7 +576,7 @@ class Llama4(_LayeredSparse):
             t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", cfg.attention.qkv_bias)
             t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", cfg.attention.out_bias)
             x, ff = f"{b}.mlp", f"{h}.feed_forward"
-            if dense_at(lc, i):
+            if is_dense(lc):
                 f = d_ff(lc)
                 t.stacked(f"{x}.gate_up", [f"{ff}.gate_proj", f"{ff}.up_proj"], False, (f, f))
                 t.add(f"{x}.down", f"{ff}.down_proj")
@@ -646,10 +604,10 @@ class Afmoe(_LayeredSparse):
     without a bias), sliding-window attention with RoPE on the ``sliding_attention`` layers and full
     attention without positions on the others; the embeddings times √``hidden_size`` when
     ``mup_enabled``. The first ``num_dense_layers`` layers hold a dense gated MLP of
-    ``intermediate_size``, the others a MoE: sigmoid scores, the top-k of the scores plus ``expert_bias``
+    ``intermediate_size`` (kinds ``*_dense``, setting ``mlp.kind`` to the experts'), the others a MoE: sigmoid scores, the top-k of the scores plus ``expert_bias``
     (selection only: archlab's ``correction_bias``), the chosen scores over their sum + 1e-20, times
     ``route_scale``, beside ``num_shared_experts`` shared experts as one MLP of n·``moe_intermediate_size``.
-    Kinds: ``sliding`` (window, RoPE), ``full`` (no positions)."""
+    Kinds: ``sliding`` (window, RoPE), ``full`` (no positions), each with ``_dense`` on the dense layers."""
 
     model_type, title, model_class, config_class = "afmoe", "AFMoE", "AfmoeForCausalLM", "AfmoeConfig"
     features = frozenset(
@@ -658,7 +616,6 @@ class Afmoe(_LayeredSparse):
             "model.position.scaling",
             "model.attention.qk_norm",
             "model.attention.window",
-            "model.attention.global_every",
             "model.attention.gate",
             "model.layers.first",
             "model.layers.pattern",
@@ -666,7 +623,7 @@ class Afmoe(_LayeredSparse):
     )
     position_why = " (or none on its full layers)"
     block_kind = "sandwich"
-    varies = frozenset({"model.attention.window", "model.attention.global_every", "model.position.kind"})
+    varies = frozenset({"model.attention.window", "model.position.kind", "model.mlp.kind"})
 
     def problems(self, cfg: ModelConfig) -> list[Problem]:
         # the base rule on model.position.kind wants rope: a full layer's none is held too, and
@@ -676,11 +633,15 @@ class Afmoe(_LayeredSparse):
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         no_gate_bias = " (its gate_proj has no bias, and archlab's gate takes one with qkv_bias)"
-        return [
+        attention: list[Rule] = [
             ("model.attention.qk_norm", ("head",), " (it norms each head of q and k)"),
             ("model.attention.gate", ("elementwise",), " (its gate_proj gates every value dim)"),
             ("model.attention.qkv_bias", (False,), no_gate_bias),
-            ("model.mlp.kind", ("moe",), " (dense layers are its first ones: model.mlp.dense_layers)"),
+        ]
+        if is_dense(cfg):  # a dense layer: the experts' kind, no biases
+            return [*attention, ("model.mlp.kind", (cfg.mlp.expert,), " (its dense layers are of its experts' kind)")]
+        return [
+            *attention,
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
             ("model.mlp.scoring", ("sigmoid",), ""),
@@ -698,8 +659,12 @@ class Afmoe(_LayeredSparse):
 
     def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
         found = one_window(layers)
+        n_dense = dense_first(layers)
         for i, lc in enumerate(layers):
-            sliding, kind = window_of(lc, i) is not None, lc.position.kind
+            if i >= n_dense and is_dense(lc):
+                why = " (AFMoE's dense layers are its first ones: num_dense_layers)"
+                found.append(Problem(kind_field(cfg, layer_kind(cfg, i), "model.mlp.kind"), lc.mlp.kind, "moe", why))
+            sliding, kind = lc.attention.window is not None, lc.position.kind
             if kind in ("rope", "none") and (kind == "rope") != sliding:
                 field = kind_field(cfg, layer_kind(cfg, i), "model.position.kind")
                 wants, why = (
@@ -719,7 +684,7 @@ class Afmoe(_LayeredSparse):
             hidden_act=GATED_TO_HF[(m.expert, m.approximate)],
             intermediate_size=d_ff(cfg),
             moe_intermediate_size=expert_width(cfg),
-            num_dense_layers=m.dense_layers,
+            num_dense_layers=dense_first(layers),
             num_experts=m.n_experts,
             num_shared_experts=m.n_shared_experts,
             route_scale=m.routed_scale,
@@ -757,7 +722,6 @@ class Afmoe(_LayeredSparse):
             top_k=c.num_experts_per_tok,
             expert_d_ff=c.moe_intermediate_size,
             n_shared_experts=c.num_shared_experts,
-            dense_layers=min(c.num_dense_layers or 0, n),
             scoring="sigmoid",
             normalize_top_k=True,
             correction_bias=True,
@@ -767,14 +731,22 @@ class Afmoe(_LayeredSparse):
         cfg.block = BlockConfig(kind="sandwich")
         cfg.scale_embedding = bool(c.mup_enabled)
         cfg.attention.qk_norm, cfg.attention.gate = "head", "elementwise"
-        names = ["sliding" if t == "sliding_attention" else "full" for t in types]
-        overrides = {"sliding": {"attention": {"window": c.sliding_window}}, "full": {"position": {"kind": "none"}}}
+        n_dense = min(c.num_dense_layers or 0, n)
+        names = [
+            ("sliding" if t == "sliding_attention" else "full") + "_dense" * (i < n_dense) for i, t in enumerate(types)
+        ]
+        overrides: dict[str, dict[str, dict[str, Any]]] = {
+            "sliding": {"attention": {"window": c.sliding_window}},
+            "full": {"position": {"kind": "none"}},
+        }
+        for name in list(overrides):
+            overrides[f"{name}_dense"] = {**overrides[name], "mlp": {"kind": expert}}
         return apply_layout(cfg, names, overrides)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        for i in range(cfg.n_layer):
+        for i, lc in enumerate(layer_configs(cfg)):
             b, h = f"blocks.{i}", f"model.layers.{i}"
             for archlab, hf in (
                 ("attn_norm", "input_layernorm"),
@@ -790,7 +762,7 @@ class Afmoe(_LayeredSparse):
             t.add(f"{b}.attn.q_norm", f"{a}.q_norm")
             t.add(f"{b}.attn.k_norm", f"{a}.k_norm")
             x, ff = f"{b}.mlp", f"{h}.mlp"
-            if i < cfg.mlp.dense_layers:  # a dense gated MLP of width d_ff
+            if is_dense(lc):  # a dense gated MLP of width d_ff
                 t.gate_up(f"{x}.gate_up", ff, False)
                 t.add(f"{x}.down", f"{ff}.down_proj")
                 continue

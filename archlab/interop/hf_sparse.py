@@ -12,6 +12,7 @@ and no class has a z-loss, so those are not written.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -27,6 +28,8 @@ from archlab.config import (
     PositionConfig,
     n_kv_head,
 )
+from archlab.config.layers import layer_configs, layer_kind
+from archlab.config.model import LayersConfig
 from archlab.errors import ConfigError
 from archlab.interop.hf_families import (
     GATED_FROM_HF,
@@ -36,6 +39,8 @@ from archlab.interop.hf_families import (
     Rule,
     TensorMap,
     Tensors,
+    bare,
+    kind_field,
     refuse_hf,
     rope_from_hf,
     rope_to_hf,
@@ -46,17 +51,75 @@ from archlab.nn.moe import expert_width
 
 # The latent norms of transformers' DeepSeek attention keep the RMSNorm default eps, whatever rms_norm_eps says.
 DEEPSEEK_LATENT_EPS = 1e-6
+LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})
+
+
+def is_dense(lc: ModelConfig) -> bool:
+    """Whether a layer (of config ``lc``, one of ``layer_configs``) holds a dense MLP: a layer kind of a
+    MoE model that sets ``mlp.kind`` to a dense kind (DeepSeek's first layers)."""
+    return lc.mlp.kind != "moe"
+
+
+def dense_first(layers: list[ModelConfig]) -> int:
+    """How many of the first layers hold a dense MLP (before the first MoE layer)."""
+    return next((i for i, lc in enumerate(layers) if not is_dense(lc)), len(layers))
+
+
+def with_dense_first(cfg: ModelConfig, n: int) -> ModelConfig:
+    """``cfg`` (a MoE model) with its first ``n`` layers of kind ``dense``: one MLP of the experts' kind and
+    the model's d_ff (transformers' ``first_k_dense_replace``, ``mlp_only_layers``, ``num_dense_layers``)."""
+    if n:
+        cfg.layers = LayersConfig(kinds={"dense": {"mlp": {"kind": cfg.mlp.expert}}}, first=["dense"] * n)
+    return cfg
+
+
+def dense_first_problems(cfg: ModelConfig, title: str) -> list[Problem]:
+    """What a family whose first layers may be dense (and the others the model's MoE) cannot hold of the
+    layer kinds: a dense layer after a MoE one, a dense MLP of another kind than the experts', and any
+    other field a layer's kind sets away from the model's (named as the kind's field)."""
+    found: list[Problem] = []
+    lcs = layer_configs(cfg)
+    n_dense = dense_first(lcs)
+    for i, lc in enumerate(lcs):
+        kind = layer_kind(cfg, i)
+        if kind is None:
+            continue
+        if is_dense(lc):
+            mlp = dataclasses.replace(cfg.mlp, kind=cfg.mlp.expert)
+            if i >= n_dense:
+                why = f" ({title}'s dense layers are its first ones, before every MoE layer)"
+                found.append(Problem(kind_field(cfg, kind, "model.mlp.kind"), lc.mlp.kind, "moe", why))
+        else:
+            mlp = cfg.mlp
+        for section, want in (("attention", cfg.attention), ("position", cfg.position), ("mlp", mlp)):
+            have = getattr(lc, section)
+            for f in dataclasses.fields(have):
+                value, wanted = getattr(have, f.name), getattr(want, f.name)
+                if value != wanted:
+                    why = (
+                        f" ({title}'s dense layers are of its experts' kind)"
+                        if f.name == "kind" and section == "mlp"
+                        else f" ({title} holds one value for every layer but the dense layers' MLP kind)"
+                    )
+                    field = kind_field(cfg, kind, f"model.{section}.{f.name}")
+                    found.append(Problem(field, value, bare(wanted), why))
+    first: dict[str, Problem] = {}
+    for p in found:
+        first.setdefault(p.field, p)
+    return list(first.values())
 
 
 def stack_saved_experts(
     cfg: ModelConfig, state: dict[str, Tensor], matrices: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
 ) -> dict[str, Tensor]:
     """A checkpoint's per-expert matrices ``model.layers.i.mlp.experts.e.<gate | up | down>.weight`` of
-    each MoE layer (past ``dense_layers``) stacked as transformers 5 holds them in memory: ``gate_up_proj``
+    each MoE layer (not a dense one) stacked as transformers 5 holds them in memory: ``gate_up_proj``
     [E, 2f, d] (the gate rows, then the up rows) and ``down_proj`` [E, d, f]; a layer missing any expert is
     left for the caller to name."""
     gate, up, down = matrices
-    for i in range(cfg.mlp.dense_layers, cfg.n_layer):
+    for i, lc in enumerate(layer_configs(cfg)):
+        if is_dense(lc):
+            continue
         h = f"model.layers.{i}.mlp.experts"
         names = [[f"{h}.{e}.{m}.weight" for e in range(cfg.mlp.n_experts)] for m in (gate, up, down)]
         if all(n in state for ns in names for n in ns):
@@ -89,7 +152,11 @@ class _Sparse(Family):
         return []
 
     def problems(self, cfg: ModelConfig) -> list[Problem]:
+        """``Family.problems`` of the model's own parts, then where the family's first layers may be dense
+        (``LAYERS`` among its features) what it cannot hold of the layer kinds (``dense_first_problems``)."""
         found = super().problems(cfg)
+        if LAYERS <= self.features:
+            found += dense_first_problems(cfg, self.title)
         if self.shared_experts and cfg.mlp.n_shared_experts < 1:
             why = " (its MoE layers always have shared experts)"
             found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
@@ -153,12 +220,12 @@ class _Sparse(Family):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        for i in range(cfg.n_layer):
+        for i, lc in enumerate(layer_configs(cfg)):
             b, h = f"blocks.{i}", f"model.layers.{i}"
             t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
             t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
             self.attention_tensors(t, f"{b}.attn", f"{h}.self_attn")
-            if i < cfg.mlp.dense_layers:  # a dense gated MLP of width d_ff
+            if is_dense(lc):  # a dense gated MLP of width d_ff
                 t.gate_up(f"{b}.mlp.gate_up", f"{h}.mlp", False)
                 t.add(f"{b}.mlp.down", f"{h}.mlp.down_proj")
             else:
@@ -265,7 +332,6 @@ class Mixtral(_CausalSparse):
         return super().rules(cfg) + [
             ("model.attention.qkv_bias", (False,), ""),
             ("model.attention.out_bias", (False,), ""),
-            ("model.mlp.dense_layers", (0,), " (every layer is a MoE)"),
             ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
         ]
 
@@ -294,11 +360,11 @@ class Mixtral(_CausalSparse):
 class Qwen3Moe(_CausalSparse):
     """Qwen3MoeForCausalLM: Qwen3's attention (per-head QK-norm, explicit head_dim, one attention_bias
     flag) and MoE layers of ``moe_intermediate_size`` experts, the top-k weights renormalised as
-    ``norm_topk_prob`` says; ``mlp_only_layers`` 0 .. N-1 are archlab's N ``dense_layers`` (width
-    ``intermediate_size``)."""
+    ``norm_topk_prob`` says; ``mlp_only_layers`` 0 .. N-1 are archlab's first N layers of a dense kind
+    (width ``intermediate_size``, ``with_dense_first``)."""
 
     model_type, title, model_class, config_class = "qwen3_moe", "Qwen3-MoE", "Qwen3MoeForCausalLM", "Qwen3MoeConfig"
-    features = _CausalSparse.features | {"model.attention.qk_norm"}
+    features = _CausalSparse.features | {"model.attention.qk_norm"} | LAYERS
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
@@ -318,7 +384,7 @@ class Qwen3Moe(_CausalSparse):
             intermediate_size=d_ff(cfg),
             norm_topk_prob=m.normalize_top_k,
             decoder_sparse_step=1,
-            mlp_only_layers=list(range(m.dense_layers)),
+            mlp_only_layers=list(range(dense_first(layer_configs(cfg)))),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
@@ -328,17 +394,16 @@ class Qwen3Moe(_CausalSparse):
             refuse_hf(c, "num_experts", "at least 1 (archlab's MoE layers have routed experts)")
         dense = list(c.mlp_only_layers)
         if dense != list(range(len(dense))):
-            refuse_hf(c, "mlp_only_layers", "the first N layers, [0, 1, ..., N-1] (archlab's model.mlp.dense_layers)")
+            refuse_hf(c, "mlp_only_layers", "the first N layers, [0, 1, ..., N-1] (archlab's dense layer kinds)")
         mlp = self.moe_from_hf(
             c,
             c.num_experts,
             c.moe_intermediate_size,
             d_ff=c.intermediate_size,
-            dense_layers=len(dense),
             normalize_top_k=bool(c.norm_topk_prob),
             aux_loss_weight=float(c.router_aux_loss_coef),
         )
-        cfg = self.causal_from_hf(c, mlp)
+        cfg = with_dense_first(self.causal_from_hf(c, mlp), min(len(dense), c.num_hidden_layers))
         bias = bool(c.attention_bias)
         cfg.attention.qkv_bias, cfg.attention.out_bias, cfg.attention.qk_norm = bias, bias, "head"
         return cfg  # Qwen3MoeConfig has already set sliding_window to None unless use_sliding_window
@@ -355,7 +420,7 @@ class _DeepSeek(_Sparse):
 
     attention_kind = "mla"
     position_why = " (it always rotates qk_rope_head_dim dims)"
-    features = frozenset({"model.position.scaling", "model.position.truncate"})
+    features = frozenset({"model.position.scaling", "model.position.truncate"}) | LAYERS
     scalings = ("none", "yarn")
     shared_experts = True
     topk_method: str  # the value of DeepSeek's own config key topk_method this version computes (set per subclass)
@@ -381,7 +446,7 @@ class _DeepSeek(_Sparse):
             n_routed_experts=m.n_experts,
             num_experts_per_tok=m.top_k,
             n_shared_experts=m.n_shared_experts,
-            first_k_dense_replace=m.dense_layers,
+            first_k_dense_replace=dense_first(layer_configs(cfg)),
             routed_scaling_factor=m.routed_scale,
             norm_topk_prob=m.normalize_top_k,
             n_group=m.n_groups,
@@ -428,11 +493,11 @@ class _DeepSeek(_Sparse):
             c.moe_intermediate_size,
             d_ff=c.intermediate_size,
             n_shared_experts=c.n_shared_experts,
-            dense_layers=min(c.first_k_dense_replace or 0, c.num_hidden_layers),
             routed_scale=float(c.routed_scaling_factor),
             **routing,
         )
-        return self.base_from_hf(c, position, attention, mlp)
+        cfg = self.base_from_hf(c, position, attention, mlp)
+        return with_dense_first(cfg, min(c.first_k_dense_replace or 0, c.num_hidden_layers))
 
     def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
         if t.cfg.attention.q_lora_rank is None:
@@ -540,7 +605,7 @@ def sparse_family(cfg: ModelConfig) -> Family:
                 "model.mlp.kind",
                 m.kind,
                 "moe to convert attention kind mla to Hugging Face DeepSeek-V2/V3 (their latent attention comes with "
-                "DeepSeekMoE; model.mlp.dense_layers=n_layer makes every layer dense)",
+                "DeepSeekMoE; its dense layers are layer kinds: model/layers=dense_first)",
             )
         return SPARSE["deepseek_v3" if m.scoring == "sigmoid" or m.correction_bias else "deepseek_v2"]
     return SPARSE["qwen3_moe" if cfg.attention.qk_norm == "head" else "mixtral"]

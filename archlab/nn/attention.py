@@ -411,10 +411,11 @@ class CausalSelfAttention(Attention):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``chunk C``, ``l2 qk-norm``,
-        ``sinks``, ``<gate> gate``, ``query scale β``."""
+        """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``window W``, ``chunk C``,
+        ``l2 qk-norm``, ``sinks``, ``<gate> gate``, ``query scale β``."""
         a = cfg.attention
         parts = [f"{a.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"]
+        parts += [f"window {a.window}"] if a.window is not None else []
         parts += [f"chunk {a.chunk}"] if a.chunk is not None else []
         parts += ["l2 qk-norm"] if a.qk_norm == "l2" else []
         parts += ["sinks"] if a.sinks else []

@@ -18,7 +18,6 @@ from archlab.nn.attention import (
     positions_seen,
     softmax_scale,
     validate_shared,
-    window_of,
 )
 from archlab.nn.component import residual_projection
 from archlab.nn.norms import NORMS
@@ -53,7 +52,7 @@ class MultiHeadLatentAttention(Attention):
         self.n_head, self.rank = a.n_head, a.kv_lora_rank
         self.nope, self.rope, self.v_dim = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim
         self.dropout, self.scale = a.dropout, softmax_scale(cfg)
-        self.window, self.chunk = window_of(cfg, layer), chunk_of(cfg, layer)
+        self.window, self.chunk = cfg.attention.window, chunk_of(cfg, layer)
         norm = NORMS.get(cfg.norm.kind)
         q_out = self.n_head * (self.nope + self.rope)
         q_rank = a.q_lora_rank

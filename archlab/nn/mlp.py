@@ -30,9 +30,8 @@ from archlab.registry import Registry
 
 
 class MLP(LayerPart, nn.Module):
-    """An MLP entry, built per layer as ``Entry.build(cfg, layer)`` (a mixture of experts may build a
-    dense MLP for some layers) and called as ``mlp(x)``. Beside the Component members: ``gated(cfg)``,
-    whether the gated width rule applies."""
+    """An MLP entry, built per layer as ``Entry(cfg, layer)`` and called as ``mlp(x)``. Beside the
+    Component members: ``gated(cfg)``, whether the gated width rule applies."""
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
@@ -40,10 +39,6 @@ class MLP(LayerPart, nn.Module):
     @staticmethod
     def gated(cfg: ModelConfig) -> bool:
         return False
-
-    @classmethod
-    def build(cls, cfg: ModelConfig, layer: int) -> nn.Module:
-        return cls(cfg, layer)
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
@@ -305,4 +300,4 @@ def dense_kind(name: str) -> type[DenseMLP]:
 
 
 def build_mlp(cfg: ModelConfig, layer: int = 0) -> nn.Module:
-    return MLPS.get(cfg.mlp.kind).build(cfg, layer)
+    return MLPS.get(cfg.mlp.kind)(cfg, layer)

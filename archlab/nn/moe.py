@@ -1,6 +1,7 @@
 """Mixture of experts, ``model.mlp.kind: moe``: a router sends each token to ``top_k`` of ``n_experts``
 MLPs of kind ``expert`` (Shazeer et al. 2017), beside ``n_shared_experts`` every token goes through
-(DeepSeekMoE, Dai et al. 2024); the first ``dense_layers`` layers hold one dense ``expert`` MLP instead.
+(DeepSeekMoE, Dai et al. 2024). Dense layers among MoE ones (DeepSeek's first layers) are layer kinds
+setting ``mlp.kind`` to the experts' kind (``model.layers``).
 SwiGLU experts clamp at ``swiglu_limit``, the shared ones at ``shared_swiglu_limit`` where it is set
 (Step-3.5 bounds the two apart; 0: no clamp).
 
@@ -104,7 +105,7 @@ class Experts(nn.Module):
 
 
 _OWN_FIELDS = frozenset(  # the fields of model.mlp that only a mixture of experts reads
-    "expert n_experts top_k expert_d_ff n_shared_experts dense_layers scoring normalize_top_k n_groups top_groups "
+    "expert n_experts top_k expert_d_ff n_shared_experts scoring normalize_top_k n_groups top_groups "
     "routed_scale correction_bias router_bias weight_input aux_loss_weight z_loss_weight".split()
 )
 
@@ -235,37 +236,28 @@ class MoE(MLP):
     def gated(cfg: ModelConfig) -> bool:
         return dense_kind(cfg.mlp.expert).gated(cfg)
 
-    @classmethod
-    def build(cls, cfg: ModelConfig, layer: int) -> nn.Module:
-        if layer < cfg.mlp.dense_layers:
-            return dense_kind(cfg.mlp.expert)(cfg, layer)
-        return cls(cfg, layer)
-
     @staticmethod
-    def params(cfg: ModelConfig, layer: int, routed: int) -> int:
-        """Parameters of layer ``layer`` counting ``routed`` of its routed experts."""
+    def params(cfg: ModelConfig, routed: int) -> int:
+        """Parameters of one MoE layer counting ``routed`` of its routed experts."""
         m, entry = cfg.mlp, dense_kind(cfg.mlp.expert)
-        if layer < m.dense_layers:
-            return entry.num_params(cfg, layer)
         f = expert_width(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
         return m.n_experts * (cfg.d_model + m.router_bias) + routed * entry.params_at(cfg, f) + shared
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        return cls.params(cfg, layer, cfg.mlp.n_experts)
+        return cls.params(cfg, cfg.mlp.n_experts)
 
     @classmethod
     def active_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        """The router (its bias too), the top_k routed experts a token goes through and the shared experts
-        (all of a dense layer)."""
-        return cls.params(cfg, layer, cfg.mlp.top_k)
+        """The router (its bias too), the top_k routed experts a token goes through and the shared experts."""
+        return cls.params(cfg, cfg.mlp.top_k)
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """Its own fields and its expert kind's (the d_ff rules size the dense layers, and Hugging Face's
-        ``intermediate_size`` where no layer is dense); ``shared_swiglu_limit`` where shared experts of a
-        kind that reads ``swiglu_limit`` are (and ``swiglu_clamp`` where their limit applies)."""
+        """Its own fields and its expert kind's (the d_ff rules size the experts where expert_d_ff is null,
+        a dense layer kind built from this section, and Hugging Face's ``intermediate_size``);
+        ``shared_swiglu_limit`` where shared experts of a kind that reads ``swiglu_limit`` are (and ``swiglu_clamp`` where their limit applies)."""
         entry = dense_kind(cfg.mlp.expert)
         reads = entry.reads(cfg) | _OWN_FIELDS
         if cfg.mlp.n_shared_experts and "swiglu_limit" in reads:
@@ -309,16 +301,13 @@ class MoE(MLP):
                 limit,
                 "a positive number (Step-3.5: 16.0), 0 (no clamp) or null (the routed experts' swiglu_limit)",
             )
-        checks.integer("model.mlp.dense_layers", m.dense_layers, minimum=0)
-        if m.dense_layers > cfg.n_layer:
-            raise ConfigError("model.mlp.dense_layers", m.dense_layers, f"at most n_layer={cfg.n_layer}")
         checks.positive("model.mlp.routed_scale", m.routed_scale)
         checks.non_negative("model.mlp.aux_loss_weight", m.aux_loss_weight)
         checks.non_negative("model.mlp.z_loss_weight", m.z_loss_weight)
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """Routing, experts, their width and form, and any dense layers: ``moe top-2 of 8 swiglu experts
+        """Routing, experts, their width and form: ``moe top-2 of 8 swiglu experts
         d_ff=14336``; ``, router bias``, ``, weighted inputs`` (Llama 4) where set."""
         f = cfg.mlp
         shared = f" + {f.n_shared_experts} shared" if f.n_shared_experts else ""
@@ -326,6 +315,5 @@ class MoE(MLP):
             shared += f" (limit={f.shared_swiglu_limit or None})"
         form = dense_kind(f.expert).form(cfg)
         routing = (", router bias" if f.router_bias else "") + (", weighted inputs" if f.weight_input else "")
-        dense = f", {f.dense_layers} dense layers d_ff={d_ff(cfg)}" if f.dense_layers else ""
         experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}"
-        return f"moe top-{f.top_k} of {f.n_experts}{shared} {experts}{routing}{dense}"
+        return f"moe top-{f.top_k} of {f.n_experts}{shared} {experts}{routing}"

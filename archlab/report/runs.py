@@ -145,11 +145,12 @@ def _float(text: Optional[str]) -> Optional[float]:
 def kv_cache_bytes_per_token(model: dict[str, Any], precision: Optional[str] = None) -> float:
     """Bytes the KV cache holds per token of a full context (``context_length`` tokens): keys and values
     of every layer, 2 * L * n_kv_head * head_dim elements without sliding windows, at 2 bytes for 16-bit
-    precisions and 4 otherwise."""
+    precisions and 4 otherwise. The model config as the run recorded it, read as ``recorded_model_config``
+    reads an earlier version's (its global_every and dense_layers as layer kinds)."""
     from archlab.accounting import kv_cache_bytes
-    from archlab.config import to_model_config
+    from archlab.config import recorded_model_config
     from archlab.precision import compute_dtype
 
-    cfg = to_model_config(model)
+    cfg = recorded_model_config(model)
     size = compute_dtype(precision).itemsize if precision else 4
     return kv_cache_bytes(cfg, cfg.context_length, size) / cfg.context_length
