@@ -51,6 +51,7 @@ from archlab.interop.hf_families import (
     TensorMap,
     Tensors,
     bare,
+    kind_field,
     layer_types,
     refuse_hf,
     rope_from_hf,
@@ -173,18 +174,6 @@ def _key(x: Layer) -> tuple:
     return (x.window, tuple(sorted(dataclasses.asdict(x.position).items())))
 
 
-def field_name(cfg: ModelConfig, layer: int, field: str) -> str:
-    """``field`` (``model.attention.window``) as set for ``layer``: its kind's own field where the kind sets
-    it (``model.layers.kinds.local.attention.window``), else the model's."""
-    kind = layer_kind(cfg, layer)
-    section, name = field.split(".")[1:3] if field.count(".") >= 2 else ("", "")
-    if kind is not None and section:
-        overrides = (cfg.layers.kinds or {}).get(kind) or {}
-        if name in (overrides.get(section) or {}):
-            return f"model.layers.kinds.{kind}.{section}.{name}"
-    return field
-
-
 # the fields whose value is resolved by a rule where they are null, compared resolved
 _RESOLVED_ATTENTION = {"n_kv_head": n_kv_head, "head_dim": head_dim}
 _WIDTH_RULE = {"d_ff", "multiplier", "ffn_dim_multiplier", "multiple_of"}
@@ -265,11 +254,13 @@ class LayeredFamily(Family):
             for p in super().problems(lc):
                 if self.nope and p.field == "model.position.kind" and p.value == "none":
                     continue
-                name = field_name(cfg, i, p.field)
+                name = kind_field(cfg, layer_kind(cfg, i), p.field)
                 found.setdefault(name, p._replace(field=name))
         if found:
             return list(found.values())
-        return [p._replace(field=field_name(cfg, i, p.field)) for i, p in self._layout_problems(cfg, lcs)][:1]
+        return [
+            p._replace(field=kind_field(cfg, layer_kind(cfg, i), p.field)) for i, p in self._layout_problems(cfg, lcs)
+        ][:1]
 
     def _layout_problems(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> list[tuple[int, Problem]]:
         first = _uniform_values(lcs[0])
@@ -277,7 +268,11 @@ class LayeredFamily(Family):
             for field, value in _uniform_values(lc).items():
                 if value != first[field]:
                     why = f" ({self.title} gives every layer the same parts but for its window and position encoding)"
-                    if field_name(cfg, i, field) == field != field_name(cfg, 0, field):  # layer 0's kind sets it
+                    if (
+                        kind_field(cfg, layer_kind(cfg, i), field)
+                        == field
+                        != kind_field(cfg, layer_kind(cfg, 0), field)
+                    ):  # layer 0's kind sets it
                         return [(0, Problem(field, first[field], bare(value), why))]
                     return [(i, Problem(field, value, bare(first[field]), why))]
         windows = [(i, lc.attention.window) for i, lc in enumerate(lcs) if lc.attention.window is not None]

@@ -82,7 +82,6 @@ class Step35(_LayeredSparse):
             "model.attention.qk_norm",
             "model.attention.scale",
             "model.attention.window",
-            "model.attention.global_every",
             "model.attention.gate",
             "model.mlp.swiglu_limit",
             "model.mlp.shared_swiglu_limit",
@@ -93,7 +92,6 @@ class Step35(_LayeredSparse):
     varies = frozenset(
         {
             "model.attention.window",
-            "model.attention.global_every",
             "model.attention.n_head",
             "model.mlp.kind",
             "model.mlp.swiglu_limit",
