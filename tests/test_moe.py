@@ -72,6 +72,12 @@ FAMILIES = {
         normalize_top_k=False, weight_input=True,
     ),
 }  # fmt: skip
+# Step-3.5 (its block against Hugging Face's: tests/test_hf_step.py): sigmoid top-k with a selection bias,
+# scaled; SwiGLU activations clamped, the shared expert with its own limit
+STEP35 = dict(
+    expert="swiglu", n_experts=8, top_k=2, expert_d_ff=12, n_shared_experts=1, scoring="sigmoid",
+    correction_bias=True, routed_scale=3.0, swiglu_clamp="activation", swiglu_limit=7.0, shared_swiglu_limit=16.0,
+)  # fmt: skip
 
 
 def hand_mlp_params(cfg) -> tuple[int, int]:
@@ -470,12 +476,17 @@ def test_router_learns_through_the_weights_and_the_aux_losses():
         assert moe.router.weight.grad.abs().sum() > 0, source
 
 
-@pytest.mark.parametrize("family", ["gpt_oss", "llama4"])
-def test_gpt_oss_and_llama4_parts_train(family):
+LIMITS = {"gpt_oss": {"swiglu_limit": 0.1}, "step35": {"swiglu_limit": 0.1, "shared_swiglu_limit": 0.05}}
+
+
+@pytest.mark.parametrize("family", ["gpt_oss", "llama4", "step35"])
+def test_gpt_oss_llama4_and_step35_parts_train(family):
     """A few AdamW steps on one repeated batch lower the loss, and every parameter gets a gradient: the
-    router bias, the clamped SwiGLU (a limit of 0.1, which about a fifth of the pre-activations cross at
-    init: the clamp passes them no gradient, the rest learn), the weighted expert inputs."""
-    mlp = FAMILIES[family] | ({"swiglu_limit": 0.1} if family == "gpt_oss" else {})
+    router bias, the clamped SwiGLU (gpt-oss: a limit of 0.1, which about a fifth of the pre-activations
+    cross at init: the clamp passes them no gradient, the rest learn; Step-3.5: limits 0.1 and the shared
+    expert's 0.05, which 15-50% of the up projections and up to 15% of the activated gates cross at init),
+    the weighted expert inputs."""
+    mlp = (STEP35 if family == "step35" else FAMILIES[family]) | LIMITS.get(family, {})
     cfg = config(n_layer=2, **mlp)
     torch.manual_seed(0)
     model = build_model(cfg)
