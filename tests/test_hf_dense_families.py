@@ -13,31 +13,13 @@ device, have the published parameter counts.
 
 import pytest
 import torch
-from helpers.hf import (
-    CTX,
-    TOL,
-    WINDOW,
-    V,
-    check_greedy_generation,
-    check_padded_generation,
-    logits,
-    max_diff,
-    randomize,
-)
+from helpers import hf as parity
+from helpers.hf import ATTN, CTX, HF_SIZES, NO_TOKENS, TOL, WINDOW, logits, max_diff, randomize
 from helpers.published import HF_CONFIGS, PUBLISHED
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config.layers import layer_configs
-from archlab.interop.hf import (
-    FAMILIES,
-    config_from_hf,
-    config_to_hf,
-    from_hf,
-    hf_family,
-    load_hf_dir,
-    save_hf_dir,
-    to_hf,
-)
+from archlab.interop.hf import FAMILIES, config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir
 from archlab.interop.hf_families import dense_family
 
 transformers = pytest.importorskip("transformers")
@@ -46,16 +28,7 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 
-NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
-SMALL = dict(
-    vocab_size=V,
-    max_position_embeddings=CTX,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    **NO_TOKENS,
-)
+SMALL = dict(HF_SIZES, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, **NO_TOKENS)
 # case -> (transformers model class, config class, config keys): each family, and its variants
 HF_CASES = {
     "gpt_neox": ("GPTNeoXForCausalLM", "GPTNeoXConfig", dict(SMALL, rotary_pct=0.25, hidden_act="gelu")),
@@ -153,9 +126,7 @@ def windows(cfg) -> list:
 
 
 def hf_model(case: str, seed: int = 1):
-    model_class, config_class, keys = HF_CASES[case]
-    config = getattr(transformers, config_class)(**keys, attn_implementation="eager")
-    return randomize(getattr(transformers, model_class)(config), seed)
+    return parity.hf_case(HF_CASES, case, seed, **ATTN)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -219,15 +190,7 @@ def test_hf_to_archlab_to_hf_and_back(case):
     """The archlab model converts back to the same HF class with the same logits, and from there to an
     archlab model with the same config and bit-identical tensors."""
     hf = hf_model(case, seed=2)
-    model = from_hf(hf)
-    back = to_hf(model, attn_implementation="eager").eval()
-    assert type(back) is type(hf)
-    assert max_diff(logits(back), logits(model)) <= TOL
-    again = from_hf(back)
-    assert again.cfg == model.cfg
-    state, state_again = model.state_dict(), again.state_dict()
-    assert state.keys() == state_again.keys()
-    assert all(torch.equal(state[k], state_again[k]) for k in state)
+    parity.check_back_and_again(hf, from_hf(hf), **ATTN)
 
 
 TINY = ["model.vocab_size=96", "model.context_length=64", "model.n_layer=2", "model.mlp.d_ff=96"]
@@ -286,14 +249,7 @@ def test_archlab_to_hf_to_archlab_is_bit_identical(case):
     archlab with every tensor bit for bit."""
     preset, expected_class, sizes = PRESET_CASES[case]
     model = randomize(build_model(compose_model([f"model={preset}", *TINY, *sizes])), seed=3)
-    hf = to_hf(model, attn_implementation="eager").eval()
-    assert type(hf).__name__ == expected_class
-    assert max_diff(logits(model), logits(hf)) <= TOL
-    back = from_hf(hf)
-    state, state_back = model.state_dict(), back.state_dict()
-    assert state.keys() == state_back.keys()
-    assert all(torch.equal(state[k], state_back[k]) for k in state)
-    assert count_params(back.cfg)["total"] == count_params(model.cfg)["total"]
+    parity.check_to_hf_and_back(model, expected_class, **ATTN)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -302,7 +258,7 @@ def test_greedy_generation_matches_hf_generate(case):
     at every step archlab's logits through its KV cache equal the logits HF decoded with (a random model's
     greedy path may settle into a few tokens; the logits compare every step whatever it picks)."""
     hf = hf_model(case, seed=4)
-    check_greedy_generation(hf)
+    parity.check_greedy_generation(hf)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -310,7 +266,7 @@ def test_padded_batch_generation_matches_hf_generate(case):
     """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
     greedy continuation of each row, and its logits at every step, equal HF ``generate``'s on the same batch."""
     hf = hf_model(case, seed=6)
-    check_padded_generation(hf)
+    parity.check_padded_generation(hf)
 
 
 # ---------------------------------------------------------------- the presets against the published configs
@@ -540,11 +496,4 @@ def test_pythia_checkpoint_with_embed_out_loads(tmp_path):
 @pytest.mark.parametrize("case", ["gpt_neox", "phi-qk-layernorm", "qwen3", "gemma2", "olmo2"])
 def test_save_pretrained_directories_round_trip(case, tmp_path):
     """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout."""
-    hf = hf_model(case, seed=7)
-    hf.save_pretrained(tmp_path / "hf")
-    model = load_hf_dir(tmp_path / "hf").eval()
-    assert max_diff(logits(hf), logits(model)) <= TOL
-    save_hf_dir(model, tmp_path / "again")
-    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "again", attn_implementation="eager").eval()
-    assert type(back) is type(hf)
-    assert max_diff(logits(hf), logits(back)) <= TOL
+    parity.check_directory_round_trip(hf_model(case, seed=7), tmp_path, **ATTN)

@@ -18,31 +18,13 @@ import functools
 
 import pytest
 import torch
-from helpers.hf import (
-    CTX,
-    TOL,
-    WINDOW,
-    V,
-    check_greedy_generation,
-    check_padded_generation,
-    logits,
-    max_diff,
-    randomize,
-)
+from helpers import hf as parity
+from helpers.hf import ATTN, HF_SIZES, NO_TOKENS, TOL, WINDOW, logits, max_diff, randomize
 from helpers.published import LAYOUT_CONFIGS, PUBLISHED
 
 from archlab import ConfigError, ModelConfig, build_model, compose_model, count_params
 from archlab.config.layers import layer_configs
-from archlab.interop.hf import (
-    FAMILIES,
-    config_from_hf,
-    config_to_hf,
-    from_hf,
-    hf_family,
-    load_hf_dir,
-    save_hf_dir,
-    to_hf,
-)
+from archlab.interop.hf import FAMILIES, config_from_hf, config_to_hf, from_hf, hf_family, to_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -50,16 +32,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-
 
 S, F = "sliding_attention", "full_attention"
 SMALL = dict(
-    vocab_size=V,
-    max_position_embeddings=CTX,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    bos_token_id=None,
-    eos_token_id=None,
-    pad_token_id=None,
+    HF_SIZES, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, **NO_TOKENS
 )
 PER_TYPE_ROPE = {
     S: {"rope_type": "default", "rope_theta": 10000.0},
@@ -146,8 +119,7 @@ def hf_config(case: str, **changes):
 
 
 def hf_model(case: str, seed: int = 1):
-    model_class = HF_CASES[case][0]
-    return randomize(getattr(transformers, model_class)(hf_config(case, attn_implementation="eager")), seed)
+    return parity.hf_case(HF_CASES, case, seed, **ATTN)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -158,15 +130,8 @@ def test_from_hf_gives_hf_logits_and_back(case):
     model = from_hf(hf)
     assert max_diff(logits(hf), logits(model)) <= TOL
     assert hf_family(model.cfg) == hf.config.model_type
-    back = to_hf(model, attn_implementation="eager").eval()
-    assert type(back) is type(hf)
+    back = parity.check_back_and_again(hf, model, **ATTN)
     assert back.config.layer_types == hf.config.layer_types
-    assert max_diff(logits(back), logits(model)) <= TOL
-    again = from_hf(back)
-    assert again.cfg == model.cfg
-    state, state_again = model.state_dict(), again.state_dict()
-    assert state.keys() == state_again.keys()
-    assert all(torch.equal(state[k], state_again[k]) for k in state)
 
 
 def _layers(case: str) -> list[tuple]:
@@ -233,12 +198,12 @@ def test_cohere2_logit_scale_folds_into_the_final_norm_bit_for_bit():
 
 @pytest.mark.parametrize("case", ["gemma3", "smollm3", "cohere2", "exaone4-no-window", "olmo3"])
 def test_greedy_generation_matches_hf_generate(case):
-    check_greedy_generation(hf_model(case, seed=4))
+    parity.check_greedy_generation(hf_model(case, seed=4))
 
 
 @pytest.mark.parametrize("case", ["gemma3", "smollm3-windows", "cohere2", "exaone4", "olmo3"])
 def test_padded_batch_generation_matches_hf_generate(case):
-    check_padded_generation(hf_model(case, seed=6))
+    parity.check_padded_generation(hf_model(case, seed=6))
 
 
 TINY = ["model.vocab_size=96", "model.context_length=64", "model.d_model=64", "model.attention.n_head=4"]
@@ -289,14 +254,7 @@ def layout(name: str, **kinds: dict) -> ModelConfig:
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_archlab_to_hf_to_archlab_is_bit_identical(name):
     model = randomize(build_model(layout(name)), seed=3)
-    hf = to_hf(model, attn_implementation="eager").eval()
-    assert type(hf).__name__ == LAYOUTS[name][1]
-    assert max_diff(logits(model), logits(hf)) <= TOL
-    back = from_hf(hf)
-    state, state_back = model.state_dict(), back.state_dict()
-    assert state.keys() == state_back.keys()
-    assert all(torch.equal(state[k], state_back[k]) for k in state)
-    assert count_params(back.cfg) == count_params(model.cfg)
+    _, back = parity.check_to_hf_and_back(model, LAYOUTS[name][1], **ATTN)
 
     def layers(cfg):  # each layer's window and RoPE as the model runs them
         return [(c.attention.window, c.position.kind, c.position.theta, c.position.scaling) for c in layer_configs(cfg)]
@@ -408,11 +366,4 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
 def test_save_pretrained_directories_round_trip(case, tmp_path):
     """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout (Cohere2's
     logit_scale folded on loading from files too)."""
-    hf = hf_model(case, seed=7)
-    hf.save_pretrained(tmp_path / "hf")
-    model = load_hf_dir(tmp_path / "hf").eval()
-    assert max_diff(logits(hf), logits(model)) <= TOL
-    save_hf_dir(model, tmp_path / "again")
-    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "again", attn_implementation="eager").eval()
-    assert type(back) is type(hf)
-    assert max_diff(logits(hf), logits(back)) <= TOL
+    parity.check_directory_round_trip(hf_model(case, seed=7), tmp_path, **ATTN)

@@ -13,50 +13,32 @@ N(0, 0.2Â²), vectors (biases, norm scales, sinks, router biases) 0.5 + N(0, 0.3Â
 part is checked to change the logits (so a part dropped on one side could not pass).
 """
 
-import copy
 import functools
 
 import pytest
-import torch
-from helpers.hf import (
-    CTX,
-    TOL,
-    WINDOW,
-    V,
-    changed_cfg,
-    check_greedy_generation,
-    check_padded_generation,
-    logits,
-    max_diff,
-    randomize,
-)
+from helpers import hf as parity
+from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, TOL, WINDOW, changed_cfg, logits, max_diff, randomize
 from helpers.published import LAYOUT_CONFIGS
 
-from archlab import ConfigError, build_model, compose_model, count_params
+from archlab import ConfigError, build_model, compose_model
 from archlab.config import LayersConfig
 from archlab.config.layers import layer_configs
-from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, load_hf_dir, save_hf_dir, to_hf
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, to_hf
 from archlab.interop.hf_layered_sparse import shortest_layout
 
 transformers = pytest.importorskip("transformers")
 
-EAGER = dict(attn_implementation="eager", experts_implementation="eager")  # HF's plain per-expert loop
-
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 SMALL = dict(
-    vocab_size=V,
-    max_position_embeddings=CTX,
-    hidden_size=64,
+    HF_SIZES,
     num_attention_heads=4,
     num_key_value_heads=2,
     head_dim=16,
     num_local_experts=4,
     num_experts_per_tok=2,
     intermediate_size=32,
-    bos_token_id=None,
-    eos_token_id=None,
-    pad_token_id=None,
+    **NO_TOKENS,
 )
 # YaRN as gpt-oss publishes it: no mscales, truncate false, the ramp's ends as computed (pairs 1.62 and
 # 4.03 of 8: rounded outward they would be 1 and 5)
@@ -179,9 +161,7 @@ HF_CASES = {
 
 
 def hf_model(case: str, seed: int = 1):
-    model_class, config_class, keys = HF_CASES[case]
-    config = getattr(transformers, config_class)(**keys, **EAGER)
-    return randomize(getattr(transformers, model_class)(config), seed)
+    return parity.hf_case(HF_CASES, case, seed, **EAGER)
 
 
 def test_from_hf_reads_each_layer_into_a_kind():
@@ -277,17 +257,10 @@ def test_hf_logits_and_hf_to_archlab_to_hf_and_back(case):
     hf = hf_model(case)
     model = from_hf(hf)
     assert max_diff(logits(hf), logits(model)) <= TOL
-    back = to_hf(model, **EAGER).eval()
-    assert type(back) is type(hf)  # the layout read maps back to the same family
+    back = parity.check_back_and_again(hf, model, **EAGER)  # the same class: the layout read maps back to the family
     for key in ("layer_types", "no_rope_layers", "moe_layers", "sliding_window", "attention_chunk_size"):
         if key in HF_CASES[case][2] or key == "layer_types":
             assert getattr(back.config, key) == getattr(hf.config, key)
-    assert max_diff(logits(back), logits(model)) <= TOL
-    again = from_hf(back)
-    assert again.cfg == model.cfg
-    state, state_again = model.state_dict(), again.state_dict()
-    assert state.keys() == state_again.keys()
-    assert all(torch.equal(state[k], state_again[k]) for k in state)
 
 
 TINY = ["model.vocab_size=96", "model.context_length=64", "model.d_model=64", "model.attention.n_head=4"]
@@ -324,34 +297,27 @@ def test_archlab_to_hf_to_archlab_is_bit_identical(preset):
     archlab with every tensor bit for bit and the same counts."""
     expected_class, sizes = PRESET_CASES[preset]
     model = randomize(build_model(compose_model([f"model={preset}", *TINY, *sizes])), seed=3)
-    hf = to_hf(model, **EAGER).eval()
-    assert type(hf).__name__ == expected_class
-    assert max_diff(logits(model), logits(hf)) <= TOL
-    back = from_hf(hf)
+    _, back = parity.check_to_hf_and_back(model, expected_class, **EAGER)
     assert back.cfg.layers == model.cfg.layers  # the preset's kinds are the ones from_hf names
-    state, state_back = model.state_dict(), back.state_dict()
-    assert state.keys() == state_back.keys()
-    assert all(torch.equal(state[k], state_back[k]) for k in state)
-    assert count_params(back.cfg) == count_params(model.cfg)
 
 
-PARTS = {
+PARTS = {  # case -> (changed_cfg's field, the value that takes the part away)
     "gpt_oss-sliding-yarn": [
-        ("model.layers.kinds.sliding.attention.window", None),  # the sliding layers' window
-        ("model.mlp.swiglu_limit", None),  # the SwiGLU clamp is reached
-        ("model.position.truncate", True),  # YaRN's ramp ends as computed
+        ("kinds__sliding__attention__window", None),  # the sliding layers' window
+        ("mlp__swiglu_limit", None),  # the SwiGLU clamp is reached
+        ("position__truncate", True),  # YaRN's ramp ends as computed
     ],
     "llama4-irope-interleaved": [
-        ("model.layers.kinds.rope.attention.chunk", None),  # the RoPE layers' chunks
-        ("model.layers.kinds.rope.attention.qk_norm", "none"),  # their L2 QK-norm
-        ("model.layers.kinds.nope.attention.query_scale_beta", None),  # the NoPE layer's temperature
-        ("model.layers.kinds.nope.position.kind", "rope"),  # its missing RoPE
+        ("kinds__rope__attention__chunk", None),  # the RoPE layers' chunks
+        ("kinds__rope__attention__qk_norm", "none"),  # their L2 QK-norm
+        ("kinds__nope__attention__query_scale_beta", None),  # the NoPE layer's temperature
+        ("kinds__nope__position__kind", "rope"),  # its missing RoPE
     ],
     "afmoe-sliding-nope": [
-        ("model.layers.kinds.sliding.attention.window", None),  # the sliding layers' window
-        ("model.layers.kinds.full.position.kind", "rope"),  # the full layers' missing RoPE
-        ("model.scale_embedding", False),  # muP's sqrt(d_model)
-        ("model.mlp.routed_scale", 1.0),  # route_scale
+        ("kinds__sliding__attention__window", None),  # the sliding layers' window
+        ("kinds__full__position__kind", "rope"),  # the full layers' missing RoPE
+        ("scale_embedding", False),  # muP's sqrt(d_model)
+        ("mlp__routed_scale", 1.0),  # route_scale
     ],
 }
 
@@ -362,17 +328,7 @@ def test_each_per_layer_part_changes_the_logits(case):
     the parity above depends on each."""
     model = from_hf(hf_model(case))
     for field, value in PARTS[case]:
-        cfg = copy.deepcopy(model.cfg)
-        *path, name = field.split(".")[1:]
-        if not path:
-            setattr(cfg, name, value)
-        elif path[0] == "layers":
-            cfg.layers.kinds[path[2]][path[3]][name] = value
-        else:
-            setattr(getattr(cfg, path[0]), name, value)
-        changed = build_model(cfg, device="meta")
-        changed.load_state_dict(model.state_dict(), assign=True)
-        assert max_diff(logits(changed.eval()), logits(model)) > 1e-3, field
+        parity.check_changes_logits(model, changed_cfg(model.cfg, **{field: value}), field)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -381,8 +337,8 @@ def test_generation_matches_hf_generate(case):
     tokens left-padded into one batch: the same ids as HF ``generate``, and at every step archlab's
     logits through its KV cache equal HF's."""
     hf = hf_model(case, seed=4)
-    check_greedy_generation(hf)
-    check_padded_generation(hf)
+    parity.check_greedy_generation(hf)
+    parity.check_padded_generation(hf)
 
 
 def test_an_afmoe_layout_written_in_archlab_exports():
@@ -403,14 +359,7 @@ def test_an_afmoe_layout_written_in_archlab_exports():
 @pytest.mark.parametrize("case", ["gpt_oss-sliding-yarn", "llama4-irope-interleaved", "afmoe-sliding-nope"])
 def test_save_pretrained_directories_round_trip(case, tmp_path):
     """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout."""
-    hf = hf_model(case, seed=7)
-    hf.save_pretrained(tmp_path / "hf")
-    model = load_hf_dir(tmp_path / "hf").eval()
-    assert max_diff(logits(hf), logits(model)) <= TOL
-    save_hf_dir(model, tmp_path / "again")
-    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "again", **EAGER).eval()
-    assert type(back) is type(hf)
-    assert max_diff(logits(hf), logits(back)) <= TOL
+    parity.check_directory_round_trip(hf_model(case, seed=7), tmp_path, **EAGER)
 
 
 # ---------------------------------------------------------------- which family, and what is refused

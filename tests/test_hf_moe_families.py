@@ -13,41 +13,21 @@ import math
 
 import pytest
 import torch
-from helpers.hf import (
-    CTX,
-    TOL,
-    WINDOW,
-    V,
-    check_greedy_generation,
-    check_padded_generation,
-    logits,
-    max_diff,
-    randomize,
-)
+from helpers import hf as parity
+from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, TOL, WINDOW, logits, max_diff, randomize
 
-from archlab import ConfigError, build_model, compose_model, count_params
+from archlab import ConfigError, build_model, compose_model
 from archlab.config.layers import layer_configs
-from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family
 from archlab.nn.moe import MoE
 
 transformers = pytest.importorskip("transformers")
-
-EAGER = dict(attn_implementation="eager", experts_implementation="eager")  # HF's plain per-expert loop
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 
-SMALL = dict(
-    vocab_size=V,
-    max_position_embeddings=CTX,
-    hidden_size=64,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    bos_token_id=None,
-    eos_token_id=None,
-    pad_token_id=None,
-)
+SMALL = dict(HF_SIZES, num_hidden_layers=3, num_attention_heads=4, **NO_TOKENS)
 MLA = dict(kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=12, num_key_value_heads=4)
 # YaRN over 8 rotated dims, base 100, original context 64: the ramp runs over pairs 0-4, so pair 0 keeps
 # its frequency, pairs 1-3 are blended (1/4, 1/2, 3/4 interpolated) and none is fully divided by the factor
@@ -145,9 +125,7 @@ HF_CASES = {
 
 
 def hf_model(case: str, seed: int = 1):
-    model_class, config_class, keys = HF_CASES[case]
-    config = getattr(transformers, config_class)(**keys, **EAGER)
-    return randomize(getattr(transformers, model_class)(config), seed)
+    return parity.hf_case(HF_CASES, case, seed, **EAGER)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -289,15 +267,7 @@ def test_hf_to_archlab_to_hf_and_back(case):
     """The archlab model converts back to the same HF class with the same logits, and from there to an
     archlab model with the same config and bit-identical tensors (the correction bias included)."""
     hf = hf_model(case, seed=2)
-    model = from_hf(hf)
-    back = to_hf(model, **EAGER).eval()
-    assert type(back) is type(hf)
-    assert max_diff(logits(back), logits(model)) <= TOL
-    again = from_hf(back)
-    assert again.cfg == model.cfg
-    state, state_again = model.state_dict(), again.state_dict()
-    assert state.keys() == state_again.keys()
-    assert all(torch.equal(state[k], state_again[k]) for k in state)
+    parity.check_back_and_again(hf, from_hf(hf), **EAGER)
 
 
 TINY = ["model.vocab_size=96", "model.context_length=64", "model.n_layer=3", "model.mlp.d_ff=96"]
@@ -359,14 +329,7 @@ def test_archlab_to_hf_to_archlab_is_bit_identical(case):
     archlab with every tensor bit for bit."""
     preset, expected_class, sizes = PRESET_CASES[case]
     model = randomize(build_model(compose_model([f"model={preset}", *TINY, *sizes])), seed=3)
-    hf = to_hf(model, **EAGER).eval()
-    assert type(hf).__name__ == expected_class
-    assert max_diff(logits(model), logits(hf)) <= TOL
-    back = from_hf(hf)
-    state, state_back = model.state_dict(), back.state_dict()
-    assert state.keys() == state_back.keys()
-    assert all(torch.equal(state[k], state_back[k]) for k in state)
-    assert count_params(back.cfg) == count_params(model.cfg)
+    parity.check_to_hf_and_back(model, expected_class, **EAGER)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -374,7 +337,7 @@ def test_greedy_generation_matches_hf_generate(case):
     """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``, and
     at every step archlab's logits through its KV cache (mla: the latent) equal the logits HF decoded with."""
     hf = hf_model(case, seed=4)
-    check_greedy_generation(hf)
+    parity.check_greedy_generation(hf)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -382,21 +345,14 @@ def test_padded_batch_generation_matches_hf_generate(case):
     """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
     greedy continuation of each row, and its logits at every step, equal HF ``generate``'s on the same batch."""
     hf = hf_model(case, seed=6)
-    check_padded_generation(hf)
+    parity.check_padded_generation(hf)
 
 
 @pytest.mark.parametrize("case", ["mixtral-window", "deepseek_v3-yarn-groups"])
 def test_save_pretrained_directories_round_trip(case, tmp_path):
     """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout (the
     stacked experts and the correction bias stored and read back)."""
-    hf = hf_model(case, seed=7)
-    hf.save_pretrained(tmp_path / "hf")
-    model = load_hf_dir(tmp_path / "hf").eval()
-    assert max_diff(logits(hf), logits(model)) <= TOL
-    save_hf_dir(model, tmp_path / "again")
-    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "again", **EAGER).eval()
-    assert type(back) is type(hf)
-    assert max_diff(logits(hf), logits(back)) <= TOL
+    parity.check_directory_round_trip(hf_model(case, seed=7), tmp_path, **EAGER)
 
 
 # ---------------------------------------------------------------- which family, and what is refused

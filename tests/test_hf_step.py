@@ -15,36 +15,23 @@ import copy
 
 import pytest
 import torch
-from helpers.hf import (
-    CTX,
-    TOL,
-    WINDOW,
-    V,
-    changed_cfg,
-    check_greedy_generation,
-    check_padded_generation,
-    logits,
-    max_diff,
-    randomize,
-)
+from helpers import hf as parity
+from helpers.hf import EAGER, HF_SIZES, TOL, WINDOW, changed_cfg, logits, max_diff, randomize
 from helpers.published import LAYOUT_CONFIGS
 from safetensors.torch import load_file, save_file
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config.layers import layer_configs
-from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, load_hf_dir, save_hf_dir, to_hf
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf
 from archlab.interop.hf_step import causal_lm_class
 
 transformers = pytest.importorskip("transformers")
 
-EAGER = dict(attn_implementation="eager", experts_implementation="eager")
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
 FULL, SLIDING = "full_attention", "sliding_attention"
 STEP = dict(
-    vocab_size=V,
-    max_position_embeddings=CTX,
-    hidden_size=64,
+    HF_SIZES,
     num_key_value_heads=2,
     head_dim=16,
     n_routed_experts=4,
@@ -156,8 +143,7 @@ def test_hf_logits_and_hf_to_archlab_to_hf_and_back(case):
     ref = reference(hf)
     assert max_diff(logits(ref), logits(model)) <= TOL
     assert max_diff(logits(ref), logits(hf)) <= TOL
-    back = to_hf(model, **EAGER).eval()
-    assert type(back) is type(hf)
+    back = parity.check_back_and_again(hf, model, **EAGER)
     for key in ("layer_types", "mlp_layer_types", "rope_parameters", "sliding_window", "share_expert_dim"):
         assert getattr(back.config, key) == getattr(hf.config, key), key
     for key in ("swiglu_limits", "swiglu_limits_shared"):
@@ -165,12 +151,6 @@ def test_hf_logits_and_hf_to_archlab_to_hf_and_back(case):
     assert [c.num_attention_heads for c in back.config.per_layer_config] == [
         c.num_attention_heads for c in hf.config.per_layer_config
     ]
-    assert max_diff(logits(back), logits(model)) <= TOL
-    again = from_hf(back)
-    assert again.cfg == model.cfg
-    state, state_again = model.state_dict(), again.state_dict()
-    assert state.keys() == state_again.keys()
-    assert all(torch.equal(state[k], state_again[k]) for k in state)
 
 
 TINY = ["model.vocab_size=96", "model.context_length=64", "model.d_model=64", "model.attention.n_head=4"]
@@ -186,14 +166,9 @@ def test_the_preset_converts_to_hf_and_back():
     """The preset shrunk to 5 layers (a full and two sliding dense layers, then MoE ones) gives HF's logits
     and comes back with the same layer configs, every tensor bit for bit and the same counts."""
     model = randomize(build_model(compose_model(["model=step-3.5-flash", *TINY])), seed=3)
-    hf = to_hf(model, **EAGER).eval()
+    hf, back = parity.check_to_hf_and_back(model, "Step3p5ForCausalLM", reference, **EAGER)
     assert hf.config.mlp_layer_types == ["dense"] * 3 + ["sparse"] * 2
-    assert max_diff(logits(model), logits(reference(hf))) <= TOL
-    back = from_hf(hf)
     assert layer_configs(back.cfg) == layer_configs(model.cfg)
-    state, state_back = model.state_dict(), back.state_dict()
-    assert all(torch.equal(state[k], state_back[k]) for k in state)
-    assert count_params(back.cfg) == count_params(model.cfg)
 
 
 def test_published_config_loads_as_the_preset_and_back():
@@ -224,9 +199,7 @@ PARTS = [
 def test_each_part_changes_the_logits(field, value):
     """The same weights with one part taken away give other logits: the parity above depends on each."""
     model = from_hf(hf_model("mixed-clamped"))
-    changed = build_model(changed_cfg(model.cfg, **{field: value}), device="meta")
-    changed.load_state_dict(model.state_dict(), assign=True)
-    assert max_diff(logits(changed.eval()), logits(model)) > 1e-3
+    parity.check_changes_logits(model, changed_cfg(model.cfg, **{field: value}))
 
 
 def test_the_correction_bias_moves_the_choice():
@@ -243,22 +216,20 @@ def test_generation_matches_hf_generate(case):
     logits of transformers' Step3p7ForConditionalGeneration.generate."""
     hf = hf_model(case, seed=4)
     model, ref = from_hf(hf), reference(hf)
-    check_greedy_generation(ref, model)
-    check_padded_generation(ref, model)
+    parity.check_greedy_generation(ref, model)
+    parity.check_padded_generation(ref, model)
 
 
 def test_save_pretrained_directories_round_trip(tmp_path):
     """save_pretrained (with a multi-token-prediction layer after the model's, as the published checkpoint
     holds) -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout."""
+
+    def add_mtp_layer(directory):
+        path = directory / "model.safetensors"
+        save_file({**load_file(path), "model.layers.4.eh_proj.weight": torch.zeros(64, 128)}, path)
+
     hf = hf_model("mixed-clamped", seed=7)
-    hf.save_pretrained(tmp_path / "hf")
-    path = tmp_path / "hf" / "model.safetensors"
-    save_file({**load_file(path), "model.layers.4.eh_proj.weight": torch.zeros(64, 128)}, path)
-    model = load_hf_dir(tmp_path / "hf").eval()
-    assert max_diff(logits(hf), logits(model)) <= TOL
-    save_hf_dir(model, tmp_path / "again")
-    back = causal_lm_class().from_pretrained(tmp_path / "again", **EAGER).eval()
-    assert max_diff(logits(hf), logits(back)) <= TOL
+    parity.check_directory_round_trip(hf, tmp_path, causal_lm_class(), add_mtp_layer, **EAGER)
 
 
 @pytest.mark.parametrize(

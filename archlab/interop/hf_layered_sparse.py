@@ -53,7 +53,14 @@ from archlab.interop.hf_families import (
     rope_to_hf,
     sliding_to_hf,
 )
-from archlab.interop.hf_sparse import dense_first, is_dense, stack_saved_experts
+from archlab.interop.hf_sparse import (
+    dense_first,
+    dense_tensors,
+    is_dense,
+    mlp_tensors,
+    pre_norm_tensors,
+    stack_saved_experts,
+)
 from archlab.nn.attention import chunk_of, head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
@@ -567,20 +574,15 @@ class Llama4(_LayeredSparse):
         return apply_layout(cfg, names, overrides)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        t = Tensors(cfg)
-        t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
-            t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", cfg.attention.qkv_bias)
-            t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", cfg.attention.out_bias)
-            x, ff = f"{b}.mlp", f"{h}.feed_forward"
+        def attention(t: Tensors, lc: ModelConfig, x: str, a: str) -> None:
+            t.qkv(f"{x}.qkv", a, cfg.attention.qkv_bias)
+            t.add(f"{x}.proj", f"{a}.o_proj", cfg.attention.out_bias)
+
+        def mlp(t: Tensors, lc: ModelConfig, x: str, ff: str) -> None:
+            """A dense layer; else the router, the routed experts ([E, in, out]) and the shared expert."""
             if is_dense(lc):
-                f = d_ff(lc)
-                t.stacked(f"{x}.gate_up", [f"{ff}.gate_proj", f"{ff}.up_proj"], False, (f, f))
-                t.add(f"{x}.down", f"{ff}.down_proj")
-                continue
+                dense_tensors(t, lc, x, ff)
+                return
             f, s = expert_width(lc), f"{ff}.shared_expert"
             t.add(f"{x}.router", f"{ff}.router")
             t.maps += [
@@ -589,8 +591,8 @@ class Llama4(_LayeredSparse):
             ]
             t.stacked(f"{x}.shared.gate_up", [f"{s}.gate_proj", f"{s}.up_proj"], False, (f, f))
             t.add(f"{x}.shared.down", f"{s}.down_proj")
-        t.add("final_norm", "model.norm")
-        return t.head()
+
+        return pre_norm_tensors(cfg, attention, mlp, "feed_forward")
 
 
 # ---- AFMoE (Arcee Trinity)
@@ -761,20 +763,7 @@ class Afmoe(_LayeredSparse):
             t.add(f"{b}.attn.gate", f"{a}.gate_proj")
             t.add(f"{b}.attn.q_norm", f"{a}.q_norm")
             t.add(f"{b}.attn.k_norm", f"{a}.k_norm")
-            x, ff = f"{b}.mlp", f"{h}.mlp"
-            if is_dense(lc):  # a dense gated MLP of width d_ff
-                t.gate_up(f"{x}.gate_up", ff, False)
-                t.add(f"{x}.down", f"{ff}.down_proj")
-                continue
-            t.add(f"{x}.router", f"{ff}.router.gate")
-            t.maps += [
-                TensorMap(f"{x}.router_bias", (f"{ff}.expert_bias",)),
-                TensorMap(f"{x}.experts.gate_up", (f"{ff}.experts.gate_up_proj",)),
-                TensorMap(f"{x}.experts.down", (f"{ff}.experts.down_proj",)),
-            ]
-            f, s = cfg.mlp.n_shared_experts * expert_width(cfg), f"{ff}.shared_experts"
-            t.stacked(f"{x}.shared.gate_up", [f"{s}.gate_proj", f"{s}.up_proj"], False, (f, f))
-            t.add(f"{x}.shared.down", f"{s}.down_proj")
+            mlp_tensors(t, lc, f"{b}.mlp", f"{h}.mlp", "router.gate", "expert_bias")
         t.add("final_norm", "model.norm")
         return t.head()
 

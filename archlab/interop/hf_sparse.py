@@ -13,6 +13,7 @@ and no class has a z-loss, so those are not written.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -107,6 +108,62 @@ def dense_first_problems(cfg: ModelConfig, title: str) -> list[Problem]:
     for p in found:
         first.setdefault(p.field, p)
     return list(first.values())
+
+
+def dense_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+    """A dense layer's gated MLP (of config ``lc``, width d_ff) in a MoE model: gate_proj, up_proj, down_proj."""
+    f = d_ff(lc)
+    t.stacked(f"{archlab}.gate_up", [f"{hf}.gate_proj", f"{hf}.up_proj"], False, (f, f))
+    t.add(f"{archlab}.down", f"{hf}.down_proj")
+
+
+def mlp_tensors(
+    t: Tensors,
+    lc: ModelConfig,
+    archlab: str,
+    hf: str,
+    router: str = "gate",
+    router_bias: str = "gate.e_score_correction_bias",
+) -> None:
+    """The MLP of one layer (of config ``lc``) of a MoE model, laid out alike in both libraries: a dense
+    layer's gate_proj, up_proj, down_proj (width d_ff); else the router ``<hf>.<router>``, its correction
+    bias ``<hf>.<router_bias>``, the stacked routed experts and the shared experts as one gated MLP."""
+    if is_dense(lc):
+        dense_tensors(t, lc, archlab, hf)
+        return
+    m = lc.mlp
+    t.add(f"{archlab}.router", f"{hf}.{router}")
+    if m.correction_bias:
+        t.maps.append(TensorMap(f"{archlab}.router_bias", (f"{hf}.{router_bias}",)))
+    t.maps.append(TensorMap(f"{archlab}.experts.gate_up", (f"{hf}.experts.gate_up_proj",)))
+    t.maps.append(TensorMap(f"{archlab}.experts.down", (f"{hf}.experts.down_proj",)))
+    if m.n_shared_experts:
+        f, shared = m.n_shared_experts * expert_width(lc), f"{hf}.shared_experts"
+        t.stacked(f"{archlab}.shared.gate_up", [f"{shared}.gate_proj", f"{shared}.up_proj"], False, (f, f))
+        t.add(f"{archlab}.shared.down", f"{shared}.down_proj")
+
+
+LayerTensors = Callable[[Tensors, ModelConfig, str, str], None]  # (t, the layer's config, archlab, hf)
+
+
+def pre_norm_tensors(
+    cfg: ModelConfig, attention: LayerTensors, mlp: LayerTensors | None = None, mlp_name: str = "mlp"
+) -> list[TensorMap]:
+    """LLaMA's names of a pre-norm MoE model: the embedding; each layer's input and post-attention norms,
+    its attention (``attention(t, lc, "blocks.i.attn", "model.layers.i.self_attn")``, ``lc`` the layer's
+    config) and its MLP (``mlp``, by default ``mlp_tensors``, at ``model.layers.i.<mlp_name>``); the final
+    norm and the head."""
+    mlp = mlp_tensors if mlp is None else mlp
+    t = Tensors(cfg)
+    t.add("tok_emb", "model.embed_tokens")
+    for i, lc in enumerate(layer_configs(cfg)):
+        b, h = f"blocks.{i}", f"model.layers.{i}"
+        t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
+        t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+        attention(t, lc, f"{b}.attn", f"{h}.self_attn")
+        mlp(t, lc, f"{b}.mlp", f"{h}.{mlp_name}")
+    t.add("final_norm", "model.norm")
+    return t.head()
 
 
 def stack_saved_experts(
@@ -218,20 +275,7 @@ class _Sparse(Family):
         )
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        t = Tensors(cfg)
-        t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
-            self.attention_tensors(t, f"{b}.attn", f"{h}.self_attn")
-            if is_dense(lc):  # a dense gated MLP of width d_ff
-                t.gate_up(f"{b}.mlp.gate_up", f"{h}.mlp", False)
-                t.add(f"{b}.mlp.down", f"{h}.mlp.down_proj")
-            else:
-                self.moe_tensors(t, f"{b}.mlp", f"{h}.mlp")
-        t.add("final_norm", "model.norm")
-        return t.head()
+        return pre_norm_tensors(cfg, lambda t, lc, archlab, hf: self.attention_tensors(t, archlab, hf))
 
     def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
         raise NotImplementedError
@@ -247,21 +291,6 @@ class _Sparse(Family):
         for old, new in self.checkpoint_renames.items():
             state = {k.replace(old, new): v for k, v in state.items()}
         return stack_saved_experts(cfg, state, self.expert_matrices)
-
-    @staticmethod
-    def moe_tensors(t: Tensors, archlab: str, hf: str) -> None:
-        """Router, correction bias, stacked routed experts (the same layout in both) and shared experts."""
-        m = t.cfg.mlp
-        t.add(f"{archlab}.router", f"{hf}.gate")
-        if m.correction_bias:
-            t.maps.append(TensorMap(f"{archlab}.router_bias", (f"{hf}.gate.e_score_correction_bias",)))
-        t.maps.append(TensorMap(f"{archlab}.experts.gate_up", (f"{hf}.experts.gate_up_proj",)))
-        t.maps.append(TensorMap(f"{archlab}.experts.down", (f"{hf}.experts.down_proj",)))
-        if m.n_shared_experts:
-            f = m.n_shared_experts * expert_width(t.cfg)
-            shared = f"{hf}.shared_experts"
-            t.stacked(f"{archlab}.shared.gate_up", [f"{shared}.gate_proj", f"{shared}.up_proj"], False, (f, f))
-            t.add(f"{archlab}.shared.down", f"{shared}.down_proj")
 
 
 # ---- Mixtral and Qwen3-MoE: causal attention with separate q/k/v, softmax top-k routing

@@ -27,6 +27,7 @@ from archlab.interop.hf_layered_sparse import (
     one_window,
     sliding_to_hf,
 )
+from archlab.interop.hf_sparse import is_dense, pre_norm_tensors
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width, shared_config
@@ -36,11 +37,6 @@ _ROPE_FIELDS = ("theta", "rotary_fraction", "rotary_dim", "scaling", "factor", "
 _ROPE_FIELDS += ("high_freq_factor", "original_context")
 _SCALED = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_context")}
 _PAD_ID = 1  # Step3p7TextConfig's pad_token_id: an int (None is refused); archlab holds no special tokens
-
-
-def _dense(lc: ModelConfig) -> bool:
-    """Whether a layer (of config ``lc``) holds a dense MLP: a layer kind that sets ``mlp.kind`` to its experts'."""
-    return lc.mlp.kind != "moe"
 
 
 def _limit(values: Any, i: int) -> float | None:
@@ -55,6 +51,15 @@ def _rope_fields(rope: PositionConfig) -> dict[str, Any]:
     default, scaled = PositionConfig(), _SCALED.get(rope.scaling, ())
     fields = [f for f in _ROPE_FIELDS[:3] if f == "theta" or getattr(rope, f) != getattr(default, f)]
     return {f: getattr(rope, f) for f in (*fields, *(("scaling", *scaled) if scaled else ()))}
+
+
+def _attention_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+    """A layer's q/k/v (of its own head count), o_proj, head gate g_proj and per-head q/k norms."""
+    layer = Tensors(lc)
+    layer.qkv(f"{archlab}.qkv", hf, False)
+    t.maps += layer.maps
+    for name, hf_name in (("proj", "o_proj"), ("gate", "g_proj"), ("q_norm", "q_norm"), ("k_norm", "k_norm")):
+        t.add(f"{archlab}.{name}", f"{hf}.{hf_name}")
 
 
 def _tag(limit: float) -> str:
@@ -150,7 +155,7 @@ class Step35(_LayeredSparse):
                     found.append(
                         Problem(kind_field(cfg, layer_kind(cfg, i), field), values[at.index(i)], repr(values[0]), why)
                     )
-        dense = [i for i, lc in enumerate(layers) if _dense(lc)]
+        dense = [i for i, lc in enumerate(layers) if is_dense(lc)]
         widths = [d_ff(layers[i]) for i in dense]
         i = next((i for i, w in zip(dense, widths) if w != widths[0]), None)
         if i is not None:
@@ -162,7 +167,7 @@ class Step35(_LayeredSparse):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         layers = layer_configs(cfg)
         types = [FULL if lc.attention.window is None else SLIDING for lc in layers]
-        dense = [_dense(lc) for i, lc in enumerate(layers)]
+        dense = [is_dense(lc) for i, lc in enumerate(layers)]
         by_type = {t: lc for t, lc in zip(types, layers)}
         full, sliding = by_type.get(FULL, layers[0]), by_type.get(SLIDING, layers[0])
         moe = next((lc for lc, d in zip(layers, dense) if not d), cfg)
@@ -276,34 +281,7 @@ class Step35(_LayeredSparse):
         return apply_layout(cfg, names, overrides)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        t = Tensors(cfg)
-        t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
-            a, layer = f"{h}.self_attn", Tensors(lc)  # the layer's own head count
-            layer.qkv(f"{b}.attn.qkv", a, False)
-            t.maps += layer.maps
-            for archlab, hf in (("proj", "o_proj"), ("gate", "g_proj"), ("q_norm", "q_norm"), ("k_norm", "k_norm")):
-                t.add(f"{b}.attn.{archlab}", f"{a}.{hf}")
-            x, ff = f"{b}.mlp", f"{h}.mlp"
-            if _dense(lc):
-                f = d_ff(lc)
-                t.stacked(f"{x}.gate_up", [f"{ff}.gate_proj", f"{ff}.up_proj"], False, (f, f))
-                t.add(f"{x}.down", f"{ff}.down_proj")
-                continue
-            t.add(f"{x}.router", f"{ff}.gate")
-            t.maps += [
-                TensorMap(f"{x}.router_bias", (f"{ff}.gate.e_score_correction_bias",)),
-                TensorMap(f"{x}.experts.gate_up", (f"{ff}.experts.gate_up_proj",)),
-                TensorMap(f"{x}.experts.down", (f"{ff}.experts.down_proj",)),
-            ]
-            f, s = lc.mlp.n_shared_experts * expert_width(lc), f"{ff}.shared_experts"
-            t.stacked(f"{x}.shared.gate_up", [f"{s}.gate_proj", f"{s}.up_proj"], False, (f, f))
-            t.add(f"{x}.shared.down", f"{s}.down_proj")
-        t.add("final_norm", "model.norm")
-        return t.head()
+        return pre_norm_tensors(cfg, _attention_tensors)
 
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
         """Without the multi-token-prediction layers a published checkpoint holds after the model's

@@ -1,19 +1,28 @@
-"""What the Hugging Face parity tests of the dense families (test_hf_dense_families.py) and the
-mixture-of-experts families (test_hf_moe_families.py) share: the tiny sizes, fully randomised weights, logits,
-and the two generation checks against HF ``generate``."""
+"""What the Hugging Face parity tests (test_hf_*.py) share: the tiny sizes, fully randomised weights,
+logits, the round trips every family passes (HF -> archlab -> HF -> archlab, a shrunk preset to HF and
+back, save_pretrained directories), the check that a part moves the logits, and the two generation checks
+against HF ``generate``. transformers is imported only inside the functions that build its models."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import torch
 
+from archlab import build_model, count_params
 from archlab.generate import generate
-from archlab.interop.hf import from_hf
+from archlab.interop.hf import from_hf, load_hf_dir, save_hf_dir, to_hf
 
 TOL = 1e-4  # max abs logit difference allowed (float32)
 V, CTX, WINDOW = 96, 64, 4
 IDS = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(0))  # 12 > WINDOW
+ATTN = dict(attn_implementation="eager")  # transformers' eager attention
+EAGER = dict(ATTN, experts_implementation="eager")  # and its plain per-expert loop (the MoE families)
+NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+HF_SIZES = dict(vocab_size=V, max_position_embeddings=CTX, hidden_size=64)  # every tiny HF config's
 
 
 def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -100,3 +109,71 @@ def changed_cfg(cfg, **fields):
         else:
             setattr(getattr(cfg, path[0]) if len(path) == 2 else cfg, path[-1], value)
     return cfg
+
+
+def hf_case(cases: dict[str, tuple], case: str, seed: int = 1, **impl: Any) -> Any:
+    """The transformers model of ``cases[case]`` (model class, config class, config keys), built with the
+    implementation settings ``impl`` and every parameter redrawn (``randomize``)."""
+    import transformers
+
+    model_class, config_class, keys = cases[case][:3]
+    config = getattr(transformers, config_class)(**keys, **impl)
+    return randomize(getattr(transformers, model_class)(config), seed)
+
+
+def assert_same_tensors(model, other) -> None:
+    """The two models hold the same tensor names, each bit for bit."""
+    state, state_other = model.state_dict(), other.state_dict()
+    assert state.keys() == state_other.keys()
+    assert all(torch.equal(state[k], state_other[k]) for k in state)
+
+
+def check_back_and_again(hf, model, **impl: Any):
+    """archlab ``model`` (read from ``hf``) converts back to ``hf``'s class with the same logits, and from
+    there to an archlab model with the same config and bit-identical tensors; gives the HF model back."""
+    back = to_hf(model, **impl).eval()
+    assert type(back) is type(hf)
+    assert max_diff(logits(back), logits(model)) <= TOL
+    again = from_hf(back)
+    assert again.cfg == model.cfg
+    assert_same_tensors(model, again)
+    return back
+
+
+def check_to_hf_and_back(model, expected_class: str, reference: Callable = lambda hf: hf, **impl: Any):
+    """archlab ``model`` converts to HF class ``expected_class`` with the same logits (those of
+    ``reference(hf)``), and back to archlab with every tensor bit for bit and the same counts; gives the HF
+    model and the archlab model read back."""
+    hf = to_hf(model, **impl).eval()
+    assert type(hf).__name__ == expected_class
+    assert max_diff(logits(model), logits(reference(hf))) <= TOL
+    back = from_hf(hf)
+    assert_same_tensors(model, back)
+    assert count_params(back.cfg) == count_params(model.cfg)
+    return hf, back
+
+
+def check_directory_round_trip(
+    hf, tmp_path: Path, loader: Any = None, edit: Callable[[Path], None] | None = None, **impl: Any
+) -> None:
+    """save_pretrained (then ``edit`` of the directory) -> load_hf_dir -> save_hf_dir -> ``loader``'s
+    from_pretrained (by default transformers' AutoModelForCausalLM): ``hf``'s class and logits throughout."""
+    import transformers
+
+    hf.save_pretrained(tmp_path / "hf")
+    if edit is not None:
+        edit(tmp_path / "hf")
+    model = load_hf_dir(tmp_path / "hf").eval()
+    assert max_diff(logits(hf), logits(model)) <= TOL
+    save_hf_dir(model, tmp_path / "again")
+    loader = transformers.AutoModelForCausalLM if loader is None else loader
+    back = loader.from_pretrained(tmp_path / "again", **impl).eval()
+    assert type(back) is type(hf)
+    assert max_diff(logits(hf), logits(back)) <= TOL
+
+
+def check_changes_logits(model, cfg, what: str = "") -> None:
+    """``model``'s weights in a model of config ``cfg`` (one part taken away) give other logits."""
+    changed = build_model(cfg, device="meta")
+    changed.load_state_dict(model.state_dict(), assign=True)
+    assert max_diff(logits(changed.eval()), logits(model)) > 1e-3, what
