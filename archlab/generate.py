@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 from torch import Tensor
@@ -12,6 +12,7 @@ from archlab import checks
 from archlab.errors import ConfigError
 from archlab.nn.attention import KVCache
 from archlab.nn.model import Decoder
+from archlab.nn.positions import Position
 
 
 def next_token(logits: Tensor, temperature: float = 0.0, top_k: Optional[int] = None, generator=None) -> Tensor:
@@ -63,7 +64,9 @@ def generate(
     computed from tokens that have since left the window, so a rolling cache (dropping the oldest entry)
     would condition on more than the window, whatever the position scheme. Re-encoding equals decoding with
     no cache at all, feeding ``ids[:, -context_length:]`` each step, to floating-point rounding; past
-    the context each step costs a forward over ``context_length`` tokens, as nanoGPT's does.
+    the context each step costs a forward over ``context_length`` tokens, as nanoGPT's does. A position
+    scheme that encodes a sequence longer than its ``switches_at`` anew (LongRoPE's long factors) makes
+    the cache stale when a row first grows past it: that step re-encodes the window into a new cache.
 
     ``temperature`` 0 is greedy; ``generator`` seeds the sampling. Dropout is off while decoding.
     ``attention_mask`` ``[B, T]`` (1 = token, 0 = padding) lets a batch hold prompts of different lengths,
@@ -85,6 +88,9 @@ def generate(
         mask = None if attention_mask is None else attention_mask[:, -ctx:]
         cache: Optional[KVCache] = model.new_cache(window.shape[0], min(window.shape[1] + max_new_tokens - 1, ctx))
         logits = model(window, cache, mask)[:, -1]
+        schemes = [model.position, *model.layer_positions.values()]
+        switches = {s for s in (cast(Position, p).switches_at for p in schemes) if s is not None}
+        lengths = [window.shape[1]] * window.shape[0] if mask is None or not switches else mask.sum(-1).tolist()
         out = [prompt_ids]
         for step in range(max_new_tokens):
             out.append(next_token(logits, temperature, top_k, generator))
@@ -94,7 +100,12 @@ def generate(
             window = torch.cat((window[:, int(full) :], out[-1]), dim=1)
             if mask is not None:  # every new token is a real one
                 mask = torch.cat((mask[:, int(full) :], mask.new_ones(mask.shape[0], 1)), dim=1)
-            if cache is not None and not full:  # room left in the context: feed the newest token
+            crossed = any(n in switches for n in lengths)  # a row grows past a switch: re-encode into a new cache
+            lengths = [n + 1 for n in lengths]
+            if cache is not None and not full and crossed:
+                cache = model.new_cache(window.shape[0], cache.max_len)
+                logits = model(window, cache, mask)[:, -1]
+            elif cache is not None and not full:  # room left in the context: feed the newest token
                 logits = model(out[-1], cache, mask)[:, -1]
             else:  # past the context: re-encode the window from position 0 (see above)
                 cache = None

@@ -43,16 +43,20 @@ class PositionConfig:
     rotary_dim: Optional[int] = None  # rope: rotate only this many dims of each head
     rotary_fraction: Optional[float] = None  # rope: ... or this fraction of them
     pairing: str = choice("half", "interleaved")  # rope: half (rotate_half, LLaMA/NeoX) | interleaved (GPT-J)
-    scaling: str = choice("none", "linear", "llama3", "yarn")  # rope: frequency scaling for a longer context
+    scaling: str = choice("none", "linear", "llama3", "yarn", "longrope")  # rope: frequency scaling, a longer context
     factor: float = 1.0  # rope scaling: how much longer the context is (Llama 3.1: 8, DeepSeek-V3: 40)
     low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above original_context / this are divided by factor
     high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below original_context / this are kept
-    original_context: Optional[int] = None  # llama3, yarn: the context length before scaling (Llama 3.1: 8192)
+    original_context: Optional[int] = None  # llama3, yarn, longrope: the context before scaling (Llama 3.1: 8192)
     beta_fast: float = 32.0  # yarn: pairs turning more than this often over original_context keep their frequency
     beta_slow: float = 1.0  # yarn: pairs turning less than this often are interpolated by factor; a ramp between
     truncate: bool = True  # yarn: the ramp's ends rounded outward to whole pairs (transformers' truncate)
     mscale: Optional[float] = None  # yarn: cos/sin scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim)
     mscale_all_dim: Optional[float] = None  # yarn: the softmax scale times mscale(factor, this)^2 (DeepSeek)
+    short_factor: Optional[List[float]] = None  # longrope: pair i's wavelength times [i] while within original_context
+    long_factor: Optional[List[float]] = None  # longrope: ... past it (each list: rotary dims / 2 numbers)
+    alibi_scale: float = 1.0  # alibi: every head's slope times this (Falcon-RW: 1/sqrt(head_dim))
+    alibi_rounding: str = choice("none", "bf16")  # alibi: bf16: slope·key position in bfloat16 (Falcon-RW)
 
 
 @dataclass

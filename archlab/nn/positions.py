@@ -16,6 +16,7 @@ from typing import ClassVar, Optional
 import torch
 from torch import Tensor, nn
 
+from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.component import ModelPart
@@ -50,6 +51,7 @@ class Position(ModelPart, nn.Module):
     """Base scheme: adds nothing, rotates nothing, biases nothing (the ``none`` scheme)."""
 
     max_positions: Optional[int] = None  # positions from this one on have no encoding (a learned table)
+    switches_at: Optional[int] = None  # a sequence longer than this is encoded anew (longrope): its KV cache goes stale
     in_attention: ClassVar[bool] = True  # acts inside attention (rotates, biases or nothing): may differ per layer
 
     def __init__(self, cfg: ModelConfig):
@@ -75,7 +77,7 @@ class Position(ModelPart, nn.Module):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset()  # every other field of model.position is RoPE's
+        return frozenset()  # the other fields of model.position are RoPE's and ALiBi's
 
 
 POSITIONS: Registry[type[Position]] = Registry("model.position.kind", base=Position)
@@ -141,15 +143,42 @@ def alibi_slopes(n_head: int) -> Tensor:
 
 @POSITIONS.register("alibi")
 class ALiBi(Position):
-    """Attention with linear biases: head h adds -slope_h * distance to its scores; any length."""
+    """Attention with linear biases: head h adds -slope_h * distance to its scores; any length.
+
+    ``alibi_scale`` multiplies every slope (Falcon-RW divides its bias by sqrt(head_dim) with the
+    scores). ``alibi_rounding=bf16`` computes slope_h * key position in bfloat16 from the slope rounded
+    to bfloat16, as Falcon-RW's ``build_alibi_tensor``: a per-query shift of the distance form, so the
+    same softmax up to that rounding."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.n_head = cfg.attention.n_head
+        self.scale = cfg.position.alibi_scale
+        self.bf16 = cfg.position.alibi_rounding == "bf16"
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        slopes = alibi_slopes(self.n_head).to(q_pos.device)
+        if self.bf16:  # an int64 position times a bf16 slope: the product rounded to bf16, as Falcon-RW's
+            per_key = (slopes.bfloat16()[:, None] * k_pos[..., None, :]).float() * self.scale  # [(B,) H, Tk]
+            shape = (*per_key.shape[:-1], q_pos.shape[-1], per_key.shape[-1])
+            return per_key[..., None, :].expand(shape).contiguous()  # [(B,) H, Tq, Tk]
         distance = (k_pos[..., None, :] - q_pos[..., :, None]).float()  # <= 0 for every visible key
-        return alibi_slopes(self.n_head).to(q_pos.device)[:, None, None] * distance[..., None, :, :]  # [(B,) H, Tq, Tk]
+        return (slopes * self.scale)[:, None, None] * distance[..., None, :, :]  # [(B,) H, Tq, Tk]
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        checks.positive("model.position.alibi_scale", cfg.position.alibi_scale)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """``alibi``, with its slope multiplier and rounding where set (``alibi×0.125,bf16``)."""
+        p = cfg.position
+        scale = f"×{p.alibi_scale:g}" if p.alibi_scale != 1.0 else ""
+        return "alibi" + scale + (",bf16" if p.alibi_rounding == "bf16" else "")
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return frozenset({"alibi_scale", "alibi_rounding"})
 
 
 def build_position(cfg: ModelConfig) -> Position:

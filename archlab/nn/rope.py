@@ -1,12 +1,13 @@
 """Rotary position embeddings, ``rope`` (Su et al. 2021): the scheme, its frequency scalings for a
-longer context (``linear``, ``llama3``, ``yarn`` with its attention factor), the angle-table op, and its
-``Rotation``, which rotates a fused q/k/v projection in one pass, reordering the projection's rows where
-that rotates faster.
+longer context (``linear``, ``llama3``, ``yarn`` and ``longrope`` with their attention factors), the
+angle-table op, and its ``Rotation``, which rotates a fused q/k/v projection in one pass, reordering the
+projection's rows where that rotates faster.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
@@ -38,6 +39,7 @@ _SCALING_FIELDS = {  # model.position.scaling -> the fields it reads
     "linear": frozenset({"factor"}),
     "llama3": frozenset({"factor", "low_freq_factor", "high_freq_factor", "original_context"}),
     "yarn": frozenset({"factor", "original_context", "beta_fast", "beta_slow", "truncate"}),
+    "longrope": frozenset({"factor", "original_context", "short_factor", "long_factor"}),
 }
 
 
@@ -46,8 +48,11 @@ class RoPE(Position):
     """Rotary embeddings (Su et al. 2021) on the first ``rotary_dim`` dims of every q/k head.
 
     ``half`` pairs dim i with i + r/2 (rotate_half: LLaMA, GPT-NeoX); ``interleaved`` pairs 2i with
-    2i+1 (GPT-J). Angles are computed in float32 from the positions, so any length works; YaRN scales
-    cos and sin by its attention factor.
+    2i+1 (GPT-J). Angles are computed in float32 from the positions, so any length works; YaRN and
+    LongRoPE scale cos and sin by their attention factor. LongRoPE picks its factors per forward, as
+    transformers does, from the highest position (per row of a padded batch): a sequence longer than
+    ``original_context`` is rotated anew, so ``switches_at`` tells decoding that a KV cache built up to
+    that length goes stale.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -56,10 +61,19 @@ class RoPE(Position):
         self.position_cfg = cfg.position
         self.interleaved = cfg.position.pairing == "interleaved"
         self.attention_factor = attention_factor(cfg.position)
+        self.switches_at = cfg.position.original_context if cfg.position.scaling == "longrope" else None
 
     def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> RoPERotation:
         angles = _opaque_rope_angles if torch.compiler.is_compiling() else rope_angles
-        cos, sin = angles(pos, inverse_frequencies(self.position_cfg, self.dim, pos.device))
+        p = self.position_cfg
+        if p.scaling == "longrope":
+            assert p.original_context is not None, "model.position.original_context: longrope's validate requires it"
+            longer = (pos.amax(-1) + 1 > p.original_context)[..., None, None, None]  # [(B,) 1, 1, 1]: no device sync
+            short, long = (inverse_frequencies(p, self.dim, pos.device, long=b) for b in (False, True))
+            inv_freq = torch.where(longer, long, short)
+        else:
+            inv_freq = inverse_frequencies(p, self.dim, pos.device)
+        cos, sin = angles(pos, inv_freq)
         if self.attention_factor != 1.0:  # in float32, as Hugging Face scales them
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
         return RoPERotation(
@@ -120,6 +134,27 @@ class RoPE(Position):
         r = rotary_dim(cfg)
         if r <= 0 or r % 2 or r > hd:
             raise ConfigError("model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]")
+        if p.scaling == "longrope":
+            _validate_longrope(p, r)
+
+
+def _validate_longrope(p: PositionConfig, rotated: int) -> None:
+    """LongRoPE's fields: the context it extends (``original_context``), a ``factor`` >= 1 (its attention
+    factor reads it) and ``short_factor`` and ``long_factor`` lists of one positive number per rotated pair."""
+    checks.integer("model.position.original_context", p.original_context, 1,
+                   "a positive integer for scaling=longrope (the context the model was trained at)")  # fmt: skip
+    if not checks.finite(p.factor) >= 1:
+        raise ConfigError("model.position.factor", p.factor, "a number >= 1 for scaling=longrope (how much longer)")
+    for name in ("short_factor", "long_factor"):
+        factors = getattr(p, name)
+        ok = isinstance(factors, Sequence) and not isinstance(factors, str) and len(factors) == rotated // 2
+        if not ok or not all(isinstance(f, (int, float)) and checks.finite(f) > 0 for f in factors):
+            raise ConfigError(
+                f"model.position.{name}",
+                factors,
+                f"a list of {rotated // 2} positive numbers for scaling=longrope (one per rotated pair: "
+                f"rotary dims {rotated} / 2)",
+            )
 
 
 def _validate_yarn(p: PositionConfig) -> None:
@@ -174,7 +209,7 @@ class RoPERotation(Rotation):
         return rotary_qkv(x, self.cos, self.sin, self.interleaved, x.shape[2], 0)[0]
 
     def project(
-        self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int
+        self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int, clip: Optional[float] = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         weight, bias = qkv.weight, qkv.bias
         reorder = (
@@ -186,7 +221,10 @@ class RoPERotation(Rotation):
             qk_heads = n_head + n_kv_head
             weight = adjacent_pairs(weight, qk_heads, head_dim, self.dim)
             bias = None if bias is None else adjacent_pairs(bias, qk_heads, head_dim, self.dim)
-        out = F.linear(x, weight, bias).unflatten(-1, (n_head + 2 * n_kv_head, head_dim))
+        out = F.linear(x, weight, bias)
+        if clip is not None:  # elementwise: the same with the rows reordered
+            out = out.clamp(-clip, clip)
+        out = out.unflatten(-1, (n_head + 2 * n_kv_head, head_dim))
         return rotary_qkv(out, self.cos, self.sin, self.interleaved or reorder, n_head, n_kv_head)
 
 
@@ -199,7 +237,12 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
 def attention_factor(p: PositionConfig) -> float:
     """What YaRN multiplies cos and sin by (so each rotated q·k by its square): ``yarn_mscale(factor,
     mscale) / yarn_mscale(factor, mscale_all_dim)`` when both are set (DeepSeek; 1 when equal), else
-    ``yarn_mscale(factor)`` (Peng et al. 2023, eq. 22: 0.1·ln(s) + 1); 1 for every other scaling."""
+    ``yarn_mscale(factor)`` (Peng et al. 2023, eq. 22: 0.1·ln(s) + 1); LongRoPE's, at short and long
+    sequences alike, ``sqrt(1 + ln(factor) / ln(original_context))`` (1 for factor 1; transformers'
+    default); 1 for every other scaling."""
+    if p.scaling == "longrope":
+        assert p.original_context is not None, "model.position.original_context: longrope's validate requires it"
+        return math.sqrt(1 + math.log(p.factor) / math.log(p.original_context)) if p.factor > 1 else 1.0
     if p.scaling != "yarn":
         return 1.0
     if p.mscale is not None and p.mscale_all_dim is not None:
@@ -207,7 +250,9 @@ def attention_factor(p: PositionConfig) -> float:
     return yarn_mscale(p.factor)
 
 
-def inverse_frequencies(p: PositionConfig, dim: int, device: Optional[torch.device] = None) -> Tensor:
+def inverse_frequencies(
+    p: PositionConfig, dim: int, device: Optional[torch.device] = None, long: bool = False
+) -> Tensor:
     """RoPE's angle per position of each rotated pair i, ``theta^(-2i/dim)`` in float32, rescaled as
     ``p.scaling`` asks: ``linear`` divides every frequency by ``factor`` (positions interpolated, Chen et
     al. 2023); ``llama3`` divides only the low frequencies (wavelengths above ``original_context /
@@ -215,8 +260,14 @@ def inverse_frequencies(p: PositionConfig, dim: int, device: Optional[torch.devi
     blends the band between (Llama 3.1); ``yarn`` keeps the pairs that turn more than ``beta_fast`` times
     over ``original_context``, divides those turning less than ``beta_slow`` times by ``factor``, and ramps
     linearly between (Peng et al. 2023, arXiv:2309.00071, the "NTK-by-parts" interpolation), from and to
-    whole pairs with ``truncate``."""
+    whole pairs with ``truncate``; ``longrope`` divides pair i's frequency by ``short_factor[i]``, or
+    ``long_factor[i]`` with ``long`` (Ding et al. 2024, arXiv:2402.13753), as transformers computes it."""
     exponent = torch.arange(0, dim, 2, device=device, dtype=torch.int64).float() / dim
+    if p.scaling == "longrope":
+        factors = torch.tensor(
+            list((p.long_factor if long else p.short_factor) or ()), dtype=torch.float32, device=device
+        )
+        return 1.0 / (factors * p.theta**exponent)
     inv_freq = 1.0 / p.theta**exponent
     if p.scaling == "linear":
         return inv_freq / p.factor
@@ -274,7 +325,7 @@ _opaque_rope_angles = torch.library.custom_op(
 
 @_opaque_rope_angles.register_fake
 def _rope_angles_shape(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
-    shape = (*pos.shape, 1, inv_freq.shape[0])
+    shape = (*pos.shape, 1, inv_freq.shape[-1])
     return pos.new_empty(shape, dtype=torch.float32), pos.new_empty(shape, dtype=torch.float32)
 
 
