@@ -17,7 +17,16 @@ from archlab.config.layers import layer_configs
 from archlab.nn.attention import ATTENTIONS
 from archlab.nn.validation import entries, validate
 
-COMPONENTS = ("token_embedding", "position_embedding", "attention", "mlp", "norms", "final_norm", "head")
+COMPONENTS = (
+    "token_embedding",
+    "position_embedding",
+    "embedding_norm",
+    "attention",
+    "mlp",
+    "norms",
+    "final_norm",
+    "head",
+)
 
 
 def count(cfg: Any) -> dict[str, int]:
@@ -39,6 +48,7 @@ def count(cfg: Any) -> dict[str, int]:
     counts = {
         "token_embedding": cfg.vocab_size * cfg.d_model,
         "position_embedding": chosen.position.num_params(cfg),
+        "embedding_norm": norm if cfg.embedding_norm else 0,  # a norm, not a table: in non_embedding
         "attention": sum(attention),
         "mlp": sum(mlp),
         "norms": sum(block_norms),
@@ -86,6 +96,7 @@ def built_counts(model: nn.Module) -> dict[str, int]:
     prefix = {
         "tok_emb": "token_embedding",
         "position": "position_embedding",
+        "embedding_norm": "embedding_norm",
         "final_norm": "final_norm",
         "head": "head",
     }

@@ -121,6 +121,7 @@ def model_configs(draw) -> dict:
         "dropout": draw(st.sampled_from([0.0, 0.1])),
         "init_std": draw(st.sampled_from([0.02, 0.3])),
         "scale_embedding": draw(st.booleans()),
+        "embedding_norm": draw(st.booleans()),
         "norm": {
             "kind": norm_kind,
             "bias": draw(st.booleans()),

@@ -163,6 +163,7 @@ class ModelConfig:
     dropout: float = 0.0  # embedding and residual dropout
     init_std: float = 0.02
     scale_embedding: bool = False  # multiply the token embeddings by sqrt(d_model) (Gemma)
+    embedding_norm: bool = False  # a norm of model.norm's kind on the token embeddings, before the blocks (BLOOM)
     norm: NormConfig = field(default_factory=NormConfig)
     block: BlockConfig = field(default_factory=BlockConfig)
     position: PositionConfig = field(default_factory=PositionConfig)

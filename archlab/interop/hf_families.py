@@ -49,6 +49,7 @@ class Problem(NamedTuple):
 FEATURES: dict[str, tuple[Any, str]] = {
     "model.dropout": (0.0, "no embedding or residual dropout"),
     "model.scale_embedding": (False, "unscaled embeddings"),
+    "model.embedding_norm": (False, "no norm on the token embeddings"),
     "model.norm.unit_offset": (False, "norm scales stored as w"),
     "model.attention.qk_norm": ("none", "no QK-norm"),
     "model.attention.scale": (None, "scores scaled by 1/sqrt(head_dim)"),

@@ -1,4 +1,4 @@
-"""The decoder: token embedding -> position scheme -> blocks -> final norm -> head."""
+"""The decoder: token embedding (-> its norm) -> position scheme -> blocks -> final norm -> head."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.tok_emb = uninitialised_embedding(cfg.vocab_size, cfg.d_model)
+        self.embedding_norm = build_norm(cfg) if cfg.embedding_norm else None  # on the looked-up rows (BLOOM)
         self.position = build_position(cfg)
         self.drop = nn.Dropout(cfg.dropout)
         configs = layer_configs(cfg)  # model.layers: a layer's kind overrides the model's parts
@@ -57,6 +58,8 @@ class Decoder(nn.Module):
         positions = None if attention_mask is None else (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         q_pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions[:, start:]
         x = self.tok_emb(idx)
+        if self.embedding_norm is not None:
+            x = self.embedding_norm(x)
         if self.cfg.scale_embedding:  # sqrt(d_model) in float32, then rounded to x's dtype, as Gemma does
             x = x * torch.tensor(self.cfg.d_model**0.5, dtype=torch.float32).to(x.dtype)
         x = self.drop(self.position.embed(x, q_pos))

@@ -51,6 +51,9 @@ def validate(cfg: ModelConfig) -> ModelConfig:
         checks.positive(f"model.{name}", getattr(cfg, name))
     checks.probability("model.dropout", cfg.dropout)
     checks.positive("model.init_std", cfg.init_std)
+    for name in ("scale_embedding", "embedding_norm"):
+        if not isinstance(getattr(cfg, name), bool):
+            raise ConfigError(f"model.{name}", getattr(cfg, name), "true or false")
     _check_choices(cfg, "model")
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
