@@ -1,18 +1,24 @@
-"""BLOOM's norm on the token embeddings (``model.embedding_norm``): each compared with an independent
-expression written out here (float64, every weight random, norm scales and biases far from 1 and 0), its
-closed-form count, its validation, its Hugging Face refusal, a short fit and KV-cache generation."""
+"""BLOOM's norm on the token embeddings (``model.embedding_norm``) and Granite's multipliers (embeddings
+``model.embedding_multiplier``, sublayer outputs ``model.block.residual_multiplier`` in every block kind,
+scores ``model.attention.scale``, logits ``model.head.logit_scale``, Cohere's too): each compared with an
+independent expression written out here (float64, every weight random, norm scales and biases far from 1
+and 0), its closed-form count, its validation, its Hugging Face refusal, a short fit and KV-cache
+generation."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+import torch.nn.functional as F
 from omegaconf import OmegaConf
 
 from archlab import ConfigError, build_model, count_params
 from archlab.config import ModelConfig, to_model_config
 from archlab.interop.hf import FAMILIES
 from archlab.interop.hf_families import dense_family
-from archlab.nn.validation import validate
+from archlab.nn.validation import ignored, uses, validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -130,5 +136,146 @@ def test_embedding_norm_is_validated_refused_by_hf_trains_and_decodes():
     assert err.value.field == "model.embedding_norm" and "true or false" in str(err.value)
     cfg = tiny(embedding_norm=True)
     refused_by_gpt2(cfg, "model.embedding_norm")
+    fits(cfg)
+    cached_equals_full(cfg)
+
+
+# ---- Granite's multipliers
+
+
+def rms(x, w):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
+
+
+@pytest.mark.parametrize("embedding_norm", [False, True])
+def test_embedding_multiplier_scales_the_token_embeddings_before_the_positions(embedding_norm):
+    """Times m_e after any embedding norm (a multiplier before a norm would be undone by it)."""
+    cfg = tiny(embedding_multiplier=3.5, embedding_norm=embedding_norm)
+    model, idx = build(cfg), tokens(cfg, T=6)
+    x, _ = block_input(model, idx)
+    rows = model.tok_emb.weight[idx]
+    if embedding_norm:
+        rows = layer_norm(rows, model.embedding_norm.weight, model.embedding_norm.bias)
+    torch.testing.assert_close(x, rows * 3.5 + model.position.table.weight[:6])
+
+
+def hand_block(kind, block, x, m):
+    """Block ``kind`` written out: LayerNorms by hand, attention and MLP as the block's own sublayers,
+    each sublayer's output times m where it joins the residual stream."""
+
+    def norm(name, h):
+        n = getattr(block, name)
+        return layer_norm(h, n.weight, n.bias)
+
+    def attn(h):
+        return block.attn(h, None, None, None, 0)
+
+    if kind == "pre":
+        x = x + m * attn(norm("attn_norm", x))
+        return x + m * block.mlp(norm("mlp_norm", x))
+    if kind == "post":
+        x = norm("attn_norm", x + m * attn(x))
+        return norm("mlp_norm", x + m * block.mlp(x))
+    if kind in ("parallel", "parallel_two_norms"):
+        h = norm("attn_norm", x)
+        return x + m * attn(h) + m * block.mlp(h if kind == "parallel" else norm("mlp_norm", x))
+    if kind == "post_sublayer":
+        x = x + m * norm("attn_out_norm", attn(x))
+        return x + m * norm("mlp_out_norm", block.mlp(x))
+    assert kind == "sandwich"
+    x = x + m * norm("attn_out_norm", attn(norm("attn_norm", x)))
+    return x + m * norm("mlp_out_norm", block.mlp(norm("mlp_norm", x)))
+
+
+KINDS = ["pre", "post", "parallel", "parallel_two_norms", "post_sublayer", "sandwich"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_block_kind_multiplies_each_sublayer_output_by_the_residual_multiplier(kind):
+    block_cfg = {"kind": "parallel", "shared_norm": False} if kind == "parallel_two_norms" else {"kind": kind}
+    cfg = tiny(block={**block_cfg, "residual_multiplier": 0.37}, position={"kind": "none"})
+    model = build(cfg)
+    x = torch.randn(2, 6, 16, dtype=F64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model.blocks[0](x), hand_block(kind, model.blocks[0], x, 0.37))
+        plain = tiny(block=block_cfg, position={"kind": "none"})
+        assert not torch.allclose(model.blocks[0](x), build(plain).blocks[0](x))  # same weights, m = 1
+    assert uses(cfg, "block.residual_multiplier") and ignored(cfg) == []
+    assert count_params(cfg) == count_params(plain)  # no parameters
+
+
+def test_logit_scale_multiplies_the_logits_before_the_softcap():
+    cfg = tiny(head={"tied": False, "bias": True, "logit_scale": 0.25, "softcap": 4.0})
+    model, idx = build(cfg), tokens(cfg, T=5)
+    x, out = block_input(model, idx)
+    with torch.no_grad():
+        raw = model.final_norm(model.blocks[0](x)) @ model.head.weight.T + model.head.bias
+    torch.testing.assert_close(out, 4.0 * torch.tanh(raw * 0.25 / 4.0))
+
+
+def test_granite_multipliers_together_against_a_forward_written_out():
+    """Granite 3's forward of one pre-norm layer: x = E[ids]·m_e; x += m_r·attn(rms(x)) with scores
+    q·k·attention_multiplier; x += m_r·swiglu(rms(x)); logits = rms(x)·Eᵀ / logits_scaling."""
+    m_e, m_r, scale, logits_scaling = 12.0, 0.22, 0.0156, 8.0
+    cfg = tiny(
+        embedding_multiplier=m_e,
+        norm={"kind": "rmsnorm"},
+        block={"residual_multiplier": m_r},
+        position={"kind": "none"},
+        attention={"scale": scale, "qkv_bias": False, "out_bias": False},
+        mlp={"kind": "swiglu", "bias": False},
+        head={"logit_scale": 1 / logits_scaling},
+    )
+    model, idx = build(cfg), tokens(cfg, T=7)
+    block, E = model.blocks[0], model.tok_emb.weight
+    B, T, H, hd = 2, 7, 2, 8
+    with torch.no_grad():
+        x = E[idx] * m_e
+        q, k, v = (rms(x, block.attn_norm.weight) @ block.attn.qkv.weight.T).split(H * hd, dim=-1)
+        q, k, v = (t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
+        scores = (q @ k.transpose(-1, -2) * scale).masked_fill(~torch.ones(T, T).tril().bool(), -math.inf)
+        y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * hd)
+        x = x + m_r * (y @ block.attn.proj.weight.T)
+        gate, up = (rms(x, block.mlp_norm.weight) @ block.mlp.gate_up.weight.T).chunk(2, dim=-1)
+        x = x + m_r * ((F.silu(gate) * up) @ block.mlp.down.weight.T)
+        expected = rms(x, model.final_norm.weight) @ E.T / logits_scaling
+        torch.testing.assert_close(model(idx), expected)
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"embedding_multiplier": 0.0}, "model.embedding_multiplier"),
+        ({"embedding_multiplier": float("nan")}, "model.embedding_multiplier"),
+        ({"block": {"residual_multiplier": -1.0}}, "model.block.residual_multiplier"),
+        ({"head": {"logit_scale": 0.0}}, "model.head.logit_scale"),
+        ({"head": {"logit_scale": float("inf")}}, "model.head.logit_scale"),
+    ],
+)
+def test_a_multiplier_must_be_a_positive_number(settings, field):
+    with pytest.raises(ConfigError) as err:
+        validate(tiny(**settings))
+    assert err.value.field == field and "a positive number" in str(err.value)
+
+
+def test_gemmas_sqrt_d_and_a_general_embedding_multiplier_are_one_factor():
+    validate(tiny(scale_embedding=True, embedding_multiplier=1.0))
+    with pytest.raises(ConfigError) as err:
+        validate(tiny(scale_embedding=True, embedding_multiplier=2.0))
+    assert err.value.field == "model.embedding_multiplier"
+    assert "1.0 while model.scale_embedding is true" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"embedding_multiplier": 3.0}, {"block": {"residual_multiplier": 0.5}}, {"head": {"logit_scale": 0.5}}],
+    ids=["embedding_multiplier", "residual_multiplier", "logit_scale"],
+)
+def test_each_multiplier_keeps_the_counts_is_refused_by_hf_trains_and_decodes(settings):
+    cfg = tiny(**settings)
+    assert count_params(cfg) == count_params(tiny())
+    section, value = next(iter(settings.items()))
+    field = f"model.{section}" if not isinstance(value, dict) else f"model.{section}.{next(iter(value))}"
+    refused_by_gpt2(cfg, field)
     fits(cfg)
     cached_equals_full(cfg)

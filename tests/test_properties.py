@@ -113,6 +113,7 @@ def model_configs(draw) -> dict:
     chunk = draw(st.sampled_from([None, 1, 2, 3, 5])) if window is None else None  # a layer slides or is chunked
     softcap = draw(st.sampled_from([None, 0.5, 20.0]))
     layers = draw(layouts(n_head, position["kind"], bool(mla), chunk, window, mlp))
+    scale_embedding = draw(st.booleans())  # Gemma's sqrt(d_model), or any other factor
     return {
         "vocab_size": draw(st.integers(2, 64)),
         "context_length": draw(st.integers(4, 16)),
@@ -120,7 +121,8 @@ def model_configs(draw) -> dict:
         "d_model": d_model,
         "dropout": draw(st.sampled_from([0.0, 0.1])),
         "init_std": draw(st.sampled_from([0.02, 0.3])),
-        "scale_embedding": draw(st.booleans()),
+        "scale_embedding": scale_embedding,
+        "embedding_multiplier": 1.0 if scale_embedding else draw(st.sampled_from([1.0, 0.5, 12.0])),  # Granite
         "embedding_norm": draw(st.booleans()),
         "norm": {
             "kind": norm_kind,
@@ -131,6 +133,7 @@ def model_configs(draw) -> dict:
         "block": {
             "kind": draw(st.sampled_from(["pre", "post", "parallel", "post_sublayer", "sandwich"])),
             "shared_norm": draw(st.booleans()),
+            "residual_multiplier": draw(st.sampled_from([1.0, 0.22])),  # Granite
         },
         "position": position,
         "attention": {
@@ -157,6 +160,7 @@ def model_configs(draw) -> dict:
             "tied": draw(st.booleans()),
             "bias": draw(st.booleans()),
             "softcap": draw(st.sampled_from([None, 1.0, 30.0])),
+            "logit_scale": draw(st.sampled_from([1.0, 0.0625])),  # Cohere, Granite
         },
         "layers": layers,
     }

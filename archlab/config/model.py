@@ -32,6 +32,7 @@ class BlockConfig:
 
     kind: str = "pre"  # pre | post | parallel | post_sublayer | sandwich
     shared_norm: bool = True  # parallel only: one norm feeds attention and MLP (GPT-J)
+    residual_multiplier: float = 1.0  # each sublayer's output times this as it joins the residual stream (Granite)
 
 
 @dataclass
@@ -139,6 +140,7 @@ class HeadConfig:
     tied: bool = True
     bias: bool = False
     softcap: Optional[float] = None  # logits -> softcap·tanh(logits/softcap) (Gemma 2: 30)
+    logit_scale: float = 1.0  # logits times this, then any softcap (Cohere: logit_scale; Granite: 1/logits_scaling)
 
 
 @dataclass
@@ -164,6 +166,7 @@ class ModelConfig:
     init_std: float = 0.02
     scale_embedding: bool = False  # multiply the token embeddings by sqrt(d_model) (Gemma)
     embedding_norm: bool = False  # a norm of model.norm's kind on the token embeddings, before the blocks (BLOOM)
+    embedding_multiplier: float = 1.0  # token embeddings times this (Granite); 1.0 while scale_embedding is true
     norm: NormConfig = field(default_factory=NormConfig)
     block: BlockConfig = field(default_factory=BlockConfig)
     position: PositionConfig = field(default_factory=PositionConfig)

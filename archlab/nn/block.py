@@ -6,6 +6,7 @@ from typing import ClassVar, Optional
 
 from torch import Tensor, nn
 
+from archlab import checks
 from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, build_attention
 from archlab.nn.component import LayerPart
@@ -18,7 +19,9 @@ from archlab.registry import Registry
 class Block(LayerPart, nn.Module):
     """Holds a block's parts; subclasses say how they are wired into the residual stream. Built per
     layer as ``Entry(cfg, layer)``; its own parameters are its norms (``num_params``), its attention and
-    MLP count as theirs. Beside the Component members: ``norms_per_block`` and ``final_norm``."""
+    MLP count as theirs. Every wiring multiplies what a sublayer adds to the residual stream by
+    ``residual_multiplier`` (``into_residual``). Beside the Component members: ``norms_per_block`` and
+    ``final_norm``."""
 
     final_norm: ClassVar[bool] = True  # does the model need a norm after the last block?
 
@@ -33,6 +36,11 @@ class Block(LayerPart, nn.Module):
         self.attn_out_norm = build_norm(cfg) if "attn_out_norm" in names else None  # on attention's output
         self.mlp_out_norm = build_norm(cfg) if "mlp_out_norm" in names else None
         self.drop = nn.Dropout(cfg.dropout)
+        self.residual_multiplier = cfg.block.residual_multiplier
+
+    def into_residual(self, y: Tensor) -> Tensor:
+        """A sublayer's output as it joins the residual stream: times ``residual_multiplier`` (Granite)."""
+        return y if self.residual_multiplier == 1.0 else y * self.residual_multiplier
 
     def attend(self, x: Tensor, rotary: Optional[Rotation], mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
         return self.drop(self.attn(x, rotary, mask, cache, self.layer))
@@ -52,13 +60,18 @@ class Block(LayerPart, nn.Module):
         """The block's own parameters, beside its attention's and MLP's: its norms, of d_model each."""
         return cls.norms_per_block(cfg) * NORMS.get(cfg.norm.kind).num_params(cfg)
 
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        checks.positive("model.block.residual_multiplier", cfg.block.residual_multiplier)
+
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        return cfg.block.kind
+        m = cfg.block.residual_multiplier
+        return cfg.block.kind if m == 1.0 else f"{cfg.block.kind} residual×{m:g}"
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset()  # shared_norm is the parallel block's
+        return frozenset({"residual_multiplier"})  # shared_norm is the parallel block's
 
 
 BLOCKS: Registry[type[Block]] = Registry("model.block.kind", base=Block)
@@ -70,8 +83,8 @@ class PreNorm(Block):
 
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
-        x = x + self.attend(self.attn_norm(x), rotary, mask, cache)
-        return x + self.drop(self.mlp(self.mlp_norm(x)))
+        x = x + self.into_residual(self.attend(self.attn_norm(x), rotary, mask, cache))
+        return x + self.into_residual(self.drop(self.mlp(self.mlp_norm(x))))
 
 
 @BLOCKS.register("post")
@@ -82,8 +95,8 @@ class PostNorm(Block):
 
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
-        x = self.attn_norm(x + self.attend(x, rotary, mask, cache))
-        return self.mlp_norm(x + self.drop(self.mlp(x)))
+        x = self.attn_norm(x + self.into_residual(self.attend(x, rotary, mask, cache)))
+        return self.mlp_norm(x + self.into_residual(self.drop(self.mlp(x))))
 
 
 @BLOCKS.register("parallel")
@@ -94,7 +107,8 @@ class Parallel(Block):
         assert self.attn_norm is not None  # built: this wiring's norm_names
         h = self.attn_norm(x)
         h_mlp = h if self.mlp_norm is None else self.mlp_norm(x)
-        return x + self.attend(h, rotary, mask, cache) + self.drop(self.mlp(h_mlp))
+        attended, mixed = self.attend(h, rotary, mask, cache), self.drop(self.mlp(h_mlp))
+        return x + self.into_residual(attended) + self.into_residual(mixed)
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
@@ -102,7 +116,7 @@ class Parallel(Block):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"shared_norm"})
+        return frozenset({"shared_norm", "residual_multiplier"})
 
 
 @BLOCKS.register("post_sublayer")
@@ -112,8 +126,8 @@ class PostSublayerNorm(Block):
 
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_out_norm is not None and self.mlp_out_norm is not None  # built: this wiring's norm_names
-        x = x + self.drop(self.attn_out_norm(self.attn(x, rotary, mask, cache, self.layer)))
-        return x + self.drop(self.mlp_out_norm(self.mlp(x)))
+        x = x + self.into_residual(self.drop(self.attn_out_norm(self.attn(x, rotary, mask, cache, self.layer))))
+        return x + self.into_residual(self.drop(self.mlp_out_norm(self.mlp(x))))
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
@@ -128,8 +142,10 @@ class SandwichNorm(Block):
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
         assert self.attn_out_norm is not None and self.mlp_out_norm is not None
-        x = x + self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), rotary, mask, cache, self.layer)))
-        return x + self.drop(self.mlp_out_norm(self.mlp(self.mlp_norm(x))))
+        x = x + self.into_residual(
+            self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), rotary, mask, cache, self.layer)))
+        )
+        return x + self.into_residual(self.drop(self.mlp_out_norm(self.mlp(self.mlp_norm(x)))))
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:

@@ -30,7 +30,8 @@ class Head(ModelPart, nn.Module):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        return "tied" if cfg.head.tied else "untied"
+        tied = "tied" if cfg.head.tied else "untied"
+        return tied if cfg.head.logit_scale == 1.0 else f"{tied} logits×{cfg.head.logit_scale:g}"
 
 
 HEADS: Registry[type[Head]] = Registry("model.head.kind", base=Head)
@@ -38,14 +39,17 @@ HEADS: Registry[type[Head]] = Registry("model.head.kind", base=Head)
 
 @HEADS.register("linear")
 class LinearHead(Head, nn.Linear):
-    """``x @ W.T (+ b)`` with ``W`` [vocab, d_model]; tied, ``W`` is the token embedding's table."""
+    """``x @ W.T (+ b)`` with ``W`` [vocab, d_model], times ``logit_scale``, then any softcap; tied, ``W`` is
+    the token embedding's table."""
 
     def __init__(self, cfg: ModelConfig):
         nn.Linear.__init__(self, cfg.d_model, cfg.vocab_size, bias=cfg.head.bias)
-        self.tied, self.softcap = cfg.head.tied, cfg.head.softcap
+        self.tied, self.softcap, self.logit_scale = cfg.head.tied, cfg.head.softcap, cfg.head.logit_scale
 
     def forward(self, input: Tensor) -> Tensor:  # nn.Linear's parameter name
         logits = super().forward(input)
+        if self.logit_scale != 1.0:  # Cohere's logit_scale, Granite's 1/logits_scaling
+            logits = logits * self.logit_scale
         if self.softcap is None:
             return logits
         return torch.tanh(logits / self.softcap) * self.softcap  # soft-capped to (-softcap, softcap) (Gemma 2)
@@ -68,6 +72,7 @@ class LinearHead(Head, nn.Linear):
                 raise ConfigError(f"model.head.{name}", getattr(cfg.head, name), "true or false")
         if cfg.head.softcap is not None:
             checks.positive("model.head.softcap", cfg.head.softcap, "a positive number, or null")
+        checks.positive("model.head.logit_scale", cfg.head.logit_scale)
 
     @staticmethod
     def shared_embedding_params(cfg: ModelConfig) -> int:

@@ -62,6 +62,8 @@ class Decoder(nn.Module):
             x = self.embedding_norm(x)
         if self.cfg.scale_embedding:  # sqrt(d_model) in float32, then rounded to x's dtype, as Gemma does
             x = x * torch.tensor(self.cfg.d_model**0.5, dtype=torch.float32).to(x.dtype)
+        if self.cfg.embedding_multiplier != 1.0:  # a Python float, unrounded, as Granite multiplies
+            x = x * self.cfg.embedding_multiplier
         x = self.drop(self.position.embed(x, q_pos))
         blocks = cast("Sequence[Block]", self.blocks)  # build_block's, one per layer
         schemes = {None: self.position, **{k: cast(Position, p) for k, p in self.layer_positions.items()}}

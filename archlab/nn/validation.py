@@ -54,6 +54,15 @@ def validate(cfg: ModelConfig) -> ModelConfig:
     for name in ("scale_embedding", "embedding_norm"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"model.{name}", getattr(cfg, name), "true or false")
+    checks.positive("model.embedding_multiplier", cfg.embedding_multiplier)
+    if cfg.scale_embedding and cfg.embedding_multiplier != 1.0:  # one factor, not a product of two roundings
+        raise ConfigError(
+            "model.embedding_multiplier",
+            cfg.embedding_multiplier,
+            "1.0 while model.scale_embedding is true (that multiplies by sqrt(d_model), rounded to the "
+            "activations' dtype as Gemma does); for another factor, scale_embedding=false and the whole "
+            "factor here",
+        )
     _check_choices(cfg, "model")
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
