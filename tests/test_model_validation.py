@@ -26,7 +26,7 @@ CASES = [
         "model.block.kind",
         "one of ['parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
     ),
-    (["model.mlp.kind=mixture"], "model.mlp.kind", "one of ['geglu', 'gelu', 'moe', 'relu', 'swiglu']"),
+    (["model.mlp.kind=mixture"], "model.mlp.kind", "one of ['geglu', 'gelu', 'moe', 'relu', 'relu2', 'swiglu']"),
     (
         ["model/mlp=moe", "model.mlp.shared_swiglu_limit=-1"],
         "model.mlp.shared_swiglu_limit",

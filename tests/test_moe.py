@@ -202,6 +202,7 @@ def naive_moe(moe: MoE, cfg, x: torch.Tensor) -> torch.Tensor:
         "geglu": lambda h: torch.nn.functional.gelu(h, approximate=m.approximate),
         "gelu": lambda h: torch.nn.functional.gelu(h, approximate=m.approximate),
         "relu": torch.relu,
+        "relu2": lambda h: torch.relu(h) ** 2,
     }[m.expert]
     names = ("gate_up", "down") if gated else ("fc", "proj")
     w_in, w_out = (getattr(moe.experts, n) for n in names)
@@ -258,6 +259,7 @@ ROUTINGS = {
     "geglu_tanh_bias": dict(expert="geglu", approximate="tanh", n_experts=6, top_k=2, bias=True, n_shared_experts=1),
     "gelu_bias_sigmoid_raw": dict(expert="gelu", n_experts=6, top_k=2, scoring="sigmoid", normalize_top_k=False, bias=True),
     "relu_top1": dict(expert="relu", n_experts=4, top_k=1, routed_scale=0.5),
+    "relu2_bias_shared": dict(expert="relu2", n_experts=6, top_k=2, bias=True, n_shared_experts=1),
     # limits small enough that random weights cross them (the test fails if a clamp is skipped)
     "gpt_oss_clamp_router_bias": dict(
         n_experts=6, top_k=2, bias=True, router_bias=True, swiglu_limit=1.0, swiglu_alpha=1.702, up_offset=1.0,
@@ -573,6 +575,7 @@ BAD = [
     (dict(aux_loss_weight=float("inf")), "model.mlp.aux_loss_weight"),
     (dict(expert="swiglu", approximate="tanh"), "model.mlp.approximate"),  # the expert kind's own rule
     (dict(expert="relu", approximate="tanh"), "model.mlp.approximate"),
+    (dict(expert="relu2", approximate="tanh"), "model.mlp.approximate"),
     (dict(expert="moe"), "model.mlp.expert"),
     (dict(scoring="cosine"), "model.mlp.scoring"),
     (dict(swiglu_limit=0.0), "model.mlp.swiglu_limit"),  # the swiglu experts' own rules

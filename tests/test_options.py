@@ -427,11 +427,12 @@ def _up(m, x):  # the up matrix: the last d_ff rows
         ({"kind": "gelu", "approximate": "none"}, lambda m, x: m.proj(_gelu_exact(m.fc(x)))),
         ({"kind": "gelu", "approximate": "tanh"}, lambda m, x: m.proj(_gelu_tanh(m.fc(x)))),
         ({"kind": "relu"}, lambda m, x: m.proj(m.fc(x).clamp(min=0))),
+        ({"kind": "relu2"}, lambda m, x: m.proj(m.fc(x).clamp(min=0) ** 2)),
         ({"kind": "swiglu"}, lambda m, x: m.down(_gate(m, x) * torch.sigmoid(_gate(m, x)) * _up(m, x))),
         ({"kind": "geglu"}, lambda m, x: m.down(_gelu_exact(_gate(m, x)) * _up(m, x))),
         ({"kind": "geglu", "approximate": "tanh"}, lambda m, x: m.down(_gelu_tanh(_gate(m, x)) * _up(m, x))),
     ],
-    ids=["gelu", "gelu-tanh", "relu", "swiglu", "geglu", "geglu-tanh"],
+    ids=["gelu", "gelu-tanh", "relu", "relu2", "swiglu", "geglu", "geglu-tanh"],
 )
 def test_mlp_equals_hand_formula(mlp, formula):
     m = build(tiny(mlp=mlp, init_std=0.5)).blocks[0].mlp  # a large init puts pre-activations far from 0

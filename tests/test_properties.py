@@ -64,7 +64,10 @@ def model_configs(draw) -> dict:
         if position["scaling"] == "yarn" and draw(st.booleans()):  # DeepSeek's pair (both or neither)
             position["mscale"], position["mscale_all_dim"] = draw(st.sampled_from([(0.707, 0.707), (1.0, 0.5)]))
 
-    mlp: dict = {"kind": draw(st.sampled_from(["gelu", "relu", "swiglu", "geglu"])), "bias": draw(st.booleans())}
+    mlp: dict = {
+        "kind": draw(st.sampled_from(["gelu", "relu", "relu2", "swiglu", "geglu"])),
+        "bias": draw(st.booleans()),
+    }
     if mlp["kind"] in ("gelu", "geglu"):  # the GELU kinds, exact or tanh-approximated
         mlp["approximate"] = draw(st.sampled_from(["none", "tanh"]))
     if mlp["kind"] == "swiglu":  # gpt-oss's clamped form (clamp on the gate), Step-3.5's (after the activation)
@@ -106,12 +109,14 @@ def model_configs(draw) -> dict:
 
     # mla refuses the causal kind's own fields: they are reset as DeepSeek has them
     refused = {"n_kv_head": None, "head_dim": None, "qkv_bias": False, "out_bias": False, "qk_norm": "none"}
-    refused |= {"softcap": None, "sinks": False, "gate": "none", "query_scale_beta": None}
+    refused |= {"softcap": None, "sinks": False, "gate": "none", "query_scale_beta": None, "clip_qkv": None}
+    refused |= {"qk_norm_after_rope": False, "qk_norm_per_head_scale": False}
     mla_fields = refused | mla if mla else {}
     norm_kind = draw(st.sampled_from(["layernorm", "rmsnorm"]))
     window = draw(st.sampled_from([None, 1, 2, 3, 5]))
     chunk = draw(st.sampled_from([None, 1, 2, 3, 5])) if window is None else None  # a layer slides or is chunked
     softcap = draw(st.sampled_from([None, 0.5, 20.0]))
+    qk_norm = draw(st.sampled_from(["none", "head", "full", "l2"]))
     layers = draw(layouts(n_head, position["kind"], bool(mla), chunk, window, mlp))
     scale_embedding = draw(st.booleans())  # Gemma's sqrt(d_model), or any other factor
     return {
@@ -143,7 +148,11 @@ def model_configs(draw) -> dict:
             "qkv_bias": draw(st.booleans()),
             "out_bias": draw(st.booleans()),
             "dropout": draw(st.sampled_from([0.0, 0.1])),
-            "qk_norm": draw(st.sampled_from(["none", "head", "full", "l2"])),
+            "qk_norm": qk_norm,
+            # the weighted norms before or after RoPE (HunYuan dense); per head, one scale or one per head (Cohere)
+            "qk_norm_after_rope": qk_norm in ("head", "full") and draw(st.booleans()),
+            "qk_norm_per_head_scale": qk_norm == "head" and draw(st.booleans()),
+            "clip_qkv": draw(st.sampled_from([None, 0.3, 8.0])),  # OLMo 1
             "scale": draw(st.sampled_from([None, 0.1, 1.0])),
             "softcap": softcap,
             "window": window,

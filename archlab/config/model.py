@@ -73,7 +73,11 @@ class AttentionConfig:
     dropout: float = 0.0
     qk_norm: str = choice(
         "none", "head", "full", "l2"
-    )  # norm q and k before RoPE: per head (Qwen3) | whole projection (OLMo 2); after RoPE: l2, per head, no weight (Llama 4)
+    )  # norm q and k: per head (Qwen3) | whole projection (OLMo 2), before RoPE unless qk_norm_after_rope; l2: per
+    # head, no weight, always after RoPE (Llama 4)
+    qk_norm_after_rope: bool = False  # head and full: norm the rotated q and k instead (HunYuan dense)
+    qk_norm_per_head_scale: bool = False  # head: a scale (and shift) per head, H·hd and KV·hd wide (Cohere, StableLM 2)
+    clip_qkv: Optional[float] = None  # q, k and v clamped to [-c, c] as projected, before QK-norm and RoPE (OLMo: 8)
     scale: Optional[float] = None  # score multiplier; None = 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar^-0.5)
     softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)
     window: Optional[int] = None  # sliding window: a query sees itself and the window-1 positions before it (Mistral)
@@ -99,7 +103,7 @@ class AttentionConfig:
 class MLPConfig:
     """``model.mlp``: the feed-forward layer and its hidden width (``MLPS``, archlab/nn/mlp.py)."""
 
-    kind: str = "gelu"  # gelu | relu | swiglu | geglu | moe (a mixture of experts of kind ``expert``)
+    kind: str = "gelu"  # gelu | relu | relu2 (relu(x)²) | swiglu | geglu | moe (a mixture of experts of ``expert``)
     d_ff: Optional[int] = None  # explicit hidden width wins over every rule below
     multiplier: Optional[float] = None  # hidden width = int(multiplier * d_model)
     ffn_dim_multiplier: Optional[float] = None  # gated LLaMA rule
@@ -115,7 +119,7 @@ class MLPConfig:
     swiglu_alpha: float = 1.0  # swiglu: the gate's activation g·σ(α·g); 1 = SiLU (gpt-oss: 1.702)
     up_offset: float = 0.0  # swiglu: added to the (clamped) up projection before the product (gpt-oss: 1)
     # moe: a router sends each token to top_k of n_experts MLPs of kind ``expert``, beside any shared experts
-    expert: str = choice("swiglu", "geglu", "gelu", "relu")  # moe: the kind of every expert
+    expert: str = choice("swiglu", "geglu", "gelu", "relu", "relu2")  # moe: the kind of every expert
     n_experts: int = 8  # moe: routed experts per layer
     top_k: int = 2  # moe: routed experts each token goes through
     expert_d_ff: Optional[int] = None  # moe: a routed expert's hidden width; None = the d_ff rules above

@@ -226,7 +226,7 @@ def query_scales(start: int, length: int, beta: float, every: int, offset: int, 
 
 @ATTENTIONS.register("causal")
 class CausalSelfAttention(Attention):
-    """One fused q/k/v projection, optional QK-norm and query scaling, scaled dot-product attention over
+    """One fused q/k/v projection (optionally clipped), optional QK-norm and query scaling, scaled dot-product attention over
     the causal (or sliding, or chunked) window, optionally soft-capped or with sinks, an optional output
     gate, one output projection. SDPA runs it unless soft-capping asks for the scores themselves, or bf16
     on the CPU is faster as plain matmuls (cpu_attention.py); sinks reach SDPA as one more key column."""
@@ -245,32 +245,58 @@ class CausalSelfAttention(Attention):
         self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
         self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset)
         self.norm_eps = cfg.norm.eps  # l2 QK-norm's (Llama 4: rms_norm_eps, the model's norms' own)
-        self.qk_norm = a.qk_norm
+        self.qk_norm, self.clip = a.qk_norm, a.clip_qkv
+        # the weighted norms (head, full) before RoPE unless asked after it; l2 is after it always (Llama 4)
+        self.norm_first = a.qk_norm in ("head", "full") and not a.qk_norm_after_rope
+        self.scale_per_head = a.qk_norm == "head" and a.qk_norm_per_head_scale
         if a.qk_norm in ("head", "full"):
             norm = NORMS.get(cfg.norm.kind)
-            per_head = a.qk_norm == "head"
-            self.q_norm = norm(cfg, self.head_dim if per_head else self.n_head * self.head_dim)
-            self.k_norm = norm(cfg, self.head_dim if per_head else self.n_kv_head * self.head_dim)
+            shared = a.qk_norm == "head" and not a.qk_norm_per_head_scale  # one hd-wide scale for every head
+            self.q_norm = norm(cfg, self.head_dim if shared else self.n_head * self.head_dim)
+            self.k_norm = norm(cfg, self.head_dim if shared else self.n_kv_head * self.head_dim)
 
     def project(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values ``[B, T, heads, hd]``: projected, QK-normed, then rotated (the l2
-        QK-norm after the rotation, where Llama 4 applies it: a rotation keeps the RMS, so either order
-        gives the same heads but for rounding)."""
-        H, KV, hd = self.n_head, self.n_kv_head, self.head_dim
-        if self.qk_norm in ("none", "l2"):
+        """Queries, keys and values ``[B, T, heads, hd]``: projected, clamped to ±clip_qkv (OLMo 1, as
+        projected), then QK-normed and rotated, in that order (Qwen3, OLMo 2) or the other
+        (``qk_norm_after_rope``: HunYuan dense; the l2 QK-norm always, where Llama 4 applies it: a
+        rotation keeps the RMS, so either order gives the same heads but for rounding)."""
+        if self.qk_norm in ("none", "l2"):  # no weight per dim: RoPE's one pass may reorder each head's dims
             if rotary is not None:
-                q, k, v = rotary.project(x, self.qkv, H, KV, hd)  # the scheme's own way: RoPE's is one pass
+                q, k, v = rotary.project(x, self.qkv, self.n_head, self.n_kv_head, self.head_dim, self.clip)
             else:
-                q, k, v = self.qkv(x).unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
-            return (l2_norm(q, self.norm_eps), l2_norm(k, self.norm_eps), v) if self.qk_norm == "l2" else (q, k, v)
-        q, k, v = self.qkv(x).unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
-        if self.qk_norm == "head":
-            q, k = self.q_norm(q), self.k_norm(k)
-        elif self.qk_norm == "full":  # over each whole projection (OLMo 2)
-            q, k = self.q_norm(q.flatten(-2)).unflatten(-1, (H, hd)), self.k_norm(k.flatten(-2)).unflatten(-1, (KV, hd))
+                q, k, v = self.split(self.qkv(x))
+            return *self.normed(q, k), v
+        q, k, v = self.split(self.qkv(x))
+        if self.norm_first:
+            q, k = self.normed(q, k)
         if rotary is not None:
             q, k = rotary.rotate(q), rotary.rotate(k)
+        if not self.norm_first:
+            q, k = self.normed(q, k)
         return q, k, v
+
+    def split(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The projection's output clamped to ±clip_qkv (if set): queries, keys and values ``[B, T, heads, hd]``."""
+        if self.clip is not None:
+            qkv = qkv.clamp(-self.clip, self.clip)
+        H, KV = self.n_head, self.n_kv_head
+        q, k, v = qkv.unflatten(-1, (H + 2 * KV, self.head_dim)).split((H, KV, KV), dim=2)
+        return q, k, v
+
+    def normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Queries and keys ``[B, T, heads, hd]`` through the QK-norm: per head with one hd-wide scale
+        (Qwen3) or a scale per head (Cohere, StableLM 2), over each whole projection (OLMo 2), l2 without a
+        weight (Llama 4), or none."""
+        if self.qk_norm == "l2":
+            return l2_norm(q, self.norm_eps), l2_norm(k, self.norm_eps)
+        if self.qk_norm == "head":
+            if self.scale_per_head:
+                return self.q_norm.per_head(q), self.k_norm.per_head(k)
+            return self.q_norm(q), self.k_norm(k)
+        if self.qk_norm == "full":
+            q_heads, k_heads = q.shape[-2:], k.shape[-2:]
+            return self.q_norm(q.flatten(-2)).unflatten(-1, q_heads), self.k_norm(k.flatten(-2)).unflatten(-1, k_heads)
+        return q, k
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape
@@ -340,17 +366,18 @@ class CausalSelfAttention(Attention):
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for, plus the
-        QK-norms (per head: two norms of hd; whole projection: one of H·hd and one of KV·hd; l2: none),
-        the gate (d·g, and g biases with qkv_bias; g = H·hd elementwise, H per head) and H sinks."""
+        QK-norms (per head: two norms of hd, or with a scale per head one of H·hd and one of KV·hd, as over
+        the whole projection; l2: none), the gate (d·g, and g biases with qkv_bias; g = H·hd elementwise, H
+        per head) and H sinks. Clipping and the norm's order add none."""
         a, d, hd, kv = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg)
         qkv_out = (a.n_head + 2 * kv) * hd
         params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
         gate = {"none": 0, "elementwise": a.n_head * hd, "head": a.n_head}[a.gate]
         params += (d + a.qkv_bias) * gate + a.sinks * a.n_head
         norm = NORMS.get(cfg.norm.kind).num_params
-        if a.qk_norm == "head":
+        if a.qk_norm == "head" and not a.qk_norm_per_head_scale:
             params += 2 * norm(cfg, hd)
-        elif a.qk_norm == "full":
+        elif a.qk_norm in ("head", "full"):
             params += norm(cfg, a.n_head * hd) + norm(cfg, kv * hd)
         return params
 
@@ -396,6 +423,22 @@ class CausalSelfAttention(Attention):
             checks.positive("model.attention.query_scale_beta", a.query_scale_beta, "a positive number, or null")
             checks.integer("model.attention.query_scale_length", a.query_scale_length, 1)
             checks.integer("model.attention.query_scale_offset", a.query_scale_offset, 0)
+        if a.clip_qkv is not None:
+            checks.positive("model.attention.clip_qkv", a.clip_qkv, "a positive number (OLMo 1: 8.0), or null")
+        if a.qk_norm_after_rope and a.qk_norm not in ("head", "full"):
+            raise ConfigError(
+                "model.attention.qk_norm_after_rope",
+                True,
+                f"false unless model.attention.qk_norm is head or full (qk_norm={a.qk_norm}: "
+                + ("l2 is after RoPE always)" if a.qk_norm == "l2" else "no QK-norm to move)"),
+            )
+        if a.qk_norm_per_head_scale and a.qk_norm != "head":
+            raise ConfigError(
+                "model.attention.qk_norm_per_head_scale",
+                True,
+                f"false unless model.attention.qk_norm is head (qk_norm={a.qk_norm}: "
+                + ("its scale spans every head already)" if a.qk_norm == "full" else "no per-head scale)"),
+            )
 
     @staticmethod
     def validate_rotary(cfg: ModelConfig) -> None:
@@ -412,12 +455,16 @@ class CausalSelfAttention(Attention):
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
         """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``window W``, ``chunk C``,
-        ``l2 qk-norm``, ``sinks``, ``<gate> gate``, ``query scale β``."""
+        ``clip qkv C``, ``l2 qk-norm``, ``qk-norm scale per head``, ``qk-norm after rope``, ``sinks``,
+        ``<gate> gate``, ``query scale β``."""
         a = cfg.attention
         parts = [f"{a.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"]
         parts += [f"window {a.window}"] if a.window is not None else []
         parts += [f"chunk {a.chunk}"] if a.chunk is not None else []
+        parts += [f"clip qkv {a.clip_qkv}"] if a.clip_qkv is not None else []
         parts += ["l2 qk-norm"] if a.qk_norm == "l2" else []
+        parts += ["qk-norm scale per head"] if a.qk_norm_per_head_scale else []
+        parts += ["qk-norm after rope"] if a.qk_norm_after_rope else []
         parts += ["sinks"] if a.sinks else []
         parts += [f"{a.gate} gate"] if a.gate != "none" else []
         parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
@@ -430,7 +477,8 @@ class CausalSelfAttention(Attention):
         scale = {"query_scale_length", "query_scale_offset"} if cfg.attention.query_scale_beta is not None else set()
         return frozenset(
             {"n_head", "n_kv_head", "head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale", "softcap"}
-            | {"window", "chunk", "sinks", "gate", "query_scale_beta"}
+            | {"window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv"}
+            | {"qk_norm_after_rope", "qk_norm_per_head_scale"}  # refused by validate where they cannot apply
             | scale
         )
 

@@ -33,6 +33,9 @@ _REFUSED = {
     "sinks": (False, "false for kind mla (sinks are the causal kind's)"),
     "gate": ("none", "none for kind mla (an output gate is the causal kind's)"),
     "query_scale_beta": (None, "null for kind mla (query scaling is the causal kind's)"),
+    "clip_qkv": (None, "null for kind mla (clipping q, k and v is the causal kind's)"),
+    "qk_norm_after_rope": (False, "false for kind mla (its latents are normed instead)"),
+    "qk_norm_per_head_scale": (False, "false for kind mla (its latents are normed instead)"),
 }
 
 

@@ -1,4 +1,4 @@
-"""Feed-forward layers: ``gelu``, ``relu`` (two matrices), ``swiglu``, ``geglu`` (gated, three) and
+"""Feed-forward layers: ``gelu``, ``relu``, ``relu2`` (two matrices), ``swiglu``, ``geglu`` (gated, three) and
 ``moe``, a mixture of experts of one of those kinds (archlab/nn/moe.py).
 
 Hidden width: ``d_ff`` if set, else ``int(multiplier * d_model)``, else 4·d_model for plain MLPs and
@@ -173,6 +173,23 @@ class ReLUMLP(PlainMLP):
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:
         return F.relu
+
+
+def relu_squared(x: Tensor) -> Tensor:
+    """``relu(x)²`` (Primer's squared ReLU; transformers' ``ACT2FN["relu2"]``)."""
+    return F.relu(x).square()
+
+
+@MLPS.register("relu2")
+class ReLU2MLP(PlainMLP):
+    """Squared ReLU, ``relu(x)²`` (So et al. 2021, Primer, arXiv:2109.08668): plain, two matrices, the plain
+    width rule (Arcee AFM, NVIDIA Nemotron's dense models)."""
+
+    refuses_tanh = "none for relu2 (only GELU has a tanh form)"
+
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:
+        return relu_squared
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
@@ -26,6 +27,13 @@ class Norm(Component, nn.Module):
     @staticmethod
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
         """Parameters of one norm over ``dim`` features (default ``d_model``)."""
+        raise NotImplementedError
+
+    def per_head(self, x: Tensor) -> Tensor:
+        """This norm over the last dim of ``x`` ``[..., heads, hd]`` alone, each head scaled (and shifted)
+        by its own hd of this norm's heads·hd parameters: QK-norm with a scale per head (Cohere's
+        ``q_norm`` of weight [H, hd]; StableLM 2's one LayerNorm per head). Statistics in at least
+        float32; the result in ``x``'s dtype."""
         raise NotImplementedError
 
     @classmethod
@@ -57,6 +65,14 @@ class LayerNorm(Norm, nn.LayerNorm):
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
         return frozenset({"eps", "bias", "unit_offset"})  # unit_offset: refused by validate
 
+    def per_head(self, x: Tensor) -> Tensor:
+        wide = torch.promote_types(x.dtype, torch.float32)
+        y = F.layer_norm(x.to(wide), x.shape[-1:], eps=self.eps)
+        y = y * self.weight.to(wide).view(x.shape[-2:])
+        if self.bias is not None:
+            y = y + self.bias.to(wide).view(x.shape[-2:])
+        return y.to(x.dtype)
+
 
 @NORMS.register("rmsnorm")
 class RMSNorm(Norm, nn.RMSNorm):
@@ -86,6 +102,14 @@ class RMSNorm(Norm, nn.RMSNorm):
             wide = torch.promote_types(x.dtype, torch.float32)
             return rms_norm(x.to(wide), 1 + self.weight.to(wide), eps).to(x.dtype)
         return rms_norm(x, self.weight, eps)
+
+    def per_head(self, x: Tensor) -> Tensor:
+        eps = self.eps
+        assert eps is not None
+        wide = torch.promote_types(x.dtype, torch.float32)
+        scale = self.weight.to(wide).view(x.shape[-2:])
+        y = F.rms_norm(x.to(wide), x.shape[-1:], eps=eps) * (1 + scale if self.unit_offset else scale)
+        return y.to(x.dtype)
 
     @staticmethod
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:

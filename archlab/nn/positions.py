@@ -39,11 +39,13 @@ class Rotation:
         raise NotImplementedError
 
     def project(
-        self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int
+        self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int, clip: Optional[float] = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Rotated queries, rotated keys and values ``[B, T, heads, head_dim]`` of ``qkv(x)``, whose
-        output is ``n_head`` query heads, then ``n_kv_head`` key heads and as many value heads."""
-        q, k, v = qkv(x).unflatten(-1, (n_head + 2 * n_kv_head, head_dim)).split((n_head, n_kv_head, n_kv_head), dim=2)
+        output is ``n_head`` query heads, then ``n_kv_head`` key heads and as many value heads; with
+        ``clip``, that output clamped to [-clip, clip] before the rotation (OLMo 1's ``clip_qkv``)."""
+        out = qkv(x) if clip is None else qkv(x).clamp(-clip, clip)
+        q, k, v = out.unflatten(-1, (n_head + 2 * n_kv_head, head_dim)).split((n_head, n_kv_head, n_kv_head), dim=2)
         return self.rotate(q), self.rotate(k), v
 
 

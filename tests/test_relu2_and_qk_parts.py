@@ -1,0 +1,555 @@
+"""Effect tests of issue 27's parts: the squared-ReLU MLP (Primer; Arcee AFM, Nemotron), q, k and v clipped
+to ±c (OLMo 1's ``clip_qkv``), QK-norm after RoPE (HunYuan dense) and QK-norm with a scale per head
+(Cohere, StableLM 2). Each is compared with a formula written out here and with transformers' own module
+on the same random weights, counted in closed form, refused by every Hugging Face family, validated,
+read (never reported as ignored) and trained a few steps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from archlab import ConfigError, build_model, compose_model, count_params
+from archlab.config import to_model_config
+from archlab.nn.attention import CausalSelfAttention
+from archlab.nn.mlp import d_ff, relu_squared
+from archlab.nn.norms import NORMS
+from archlab.nn.rope import RoPE
+from archlab.nn.validation import ignored, validate
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+F64 = torch.float64
+
+
+def tiny(**overrides):
+    """d_model 32, 4 heads of 8 (2 key/value heads), 2 layers, vocab 48, context 24, RMSNorm (eps 1e-3), no
+    positions (unless set)."""
+    base = {
+        "vocab_size": 48,
+        "context_length": 24,
+        "n_layer": 2,
+        "d_model": 32,
+        "norm": {"kind": "rmsnorm", "eps": 1e-3},
+        "position": {"kind": "none"},
+        "attention": {"n_head": 4, "n_kv_head": 2},
+    }
+    return validate(to_model_config(OmegaConf.merge(base, overrides)))
+
+
+def randomise(module, seed=0):
+    """Every weight random: matrices N(0, 0.3²), vectors (biases, norm scales) 0.5 + N(0, 0.3²), far from
+    their init, so a scale read from the wrong head or a missed bias fails."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn_like(p) * 0.3 + (0.5 if p.ndim == 1 else 0.0))
+    return module
+
+
+def build(cfg, seed=0):
+    return randomise(build_model(cfg, dtype=F64).eval(), seed)
+
+
+def inputs(T=9, d=32, dtype=F64, seed=1):
+    return torch.randn(2, T, d, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+
+
+def causal(T):
+    return torch.full((T, T), float("-inf")).triu(1)[None, None]
+
+
+# ---------------------------------------------------------------- squared ReLU
+
+
+def test_relu2_mlp_equals_its_formula_and_hugging_faces_relu2():
+    """proj(relu(fc(x))²) with the plain width 4·d; transformers' ACT2FN["relu2"] is the same function."""
+    from transformers.activations import ACT2FN
+
+    cfg = tiny(mlp={"kind": "relu2"})
+    m = build(cfg).blocks[0].mlp
+    assert d_ff(cfg) == 4 * 32 and m.fc.out_features == 128
+    x = inputs()
+    with torch.no_grad():
+        h = m.fc(x)
+        assert (h < 0).any() and (h > 0).any()
+        torch.testing.assert_close(m(x), m.proj(torch.where(h > 0, h * h, torch.zeros_like(h))))
+    z = torch.linspace(-3, 3, 61, dtype=F64)
+    torch.testing.assert_close(relu_squared(z), ACT2FN["relu2"](z), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("family", ["arcee", "nemotron"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_relu2_mlp_equals_hugging_faces_mlp(family, bias):
+    """Arcee AFM's and Nemotron's MLP, down(relu2(up(x))), on the same random weights."""
+    import transformers as tf
+
+    hf_cfg = {"arcee": tf.ArceeConfig, "nemotron": tf.NemotronConfig}[family](
+        hidden_size=32, intermediate_size=48, num_attention_heads=4, mlp_bias=bias
+    )
+    assert hf_cfg.hidden_act == "relu2"
+    module = {
+        "arcee": tf.models.arcee.modeling_arcee.ArceeMLP,
+        "nemotron": tf.models.nemotron.modeling_nemotron.NemotronMLP,
+    }
+    hf = randomise(module[family](hf_cfg).double())
+    ours = build(tiny(mlp={"kind": "relu2", "d_ff": 48, "bias": bias})).blocks[0].mlp
+    with torch.no_grad():
+        ours.fc.load_state_dict(hf.up_proj.state_dict())
+        ours.proj.load_state_dict(hf.down_proj.state_dict())
+        x = inputs()
+        torch.testing.assert_close(ours(x), hf(x))
+    assert (
+        sum(p.numel() for p in hf.parameters())
+        == count_params(tiny(mlp={"kind": "relu2", "d_ff": 48, "bias": bias}))["mlp"] // 2
+    )
+
+
+def test_relu2_counts_as_a_plain_mlp():
+    """Same count as relu, 2·d·f + f + d per layer with biases."""
+    plain, relu = count_params(tiny(mlp={"kind": "relu2"})), count_params(tiny(mlp={"kind": "relu"}))
+    assert plain["mlp"] == relu["mlp"] == 2 * (2 * 32 * 128 + 128 + 32)
+
+
+def test_relu2_experts_equal_hugging_faces_nemotron_h_experts():
+    """Nemotron-H's routed experts, down(relu2(up(x))) stacked [E, out, in] as archlab's fc and proj, on
+    the same random weights and routing: archlab's routed sum equals NemotronHExperts'."""
+    import transformers as tf
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHExperts
+
+    hf_cfg = tf.NemotronHConfig(hidden_size=32, n_routed_experts=4, moe_intermediate_size=8, num_attention_heads=4)
+    assert hf_cfg.mlp_hidden_act == "relu2" and hf_cfg.moe_latent_size is None
+    hf = randomise(NemotronHExperts(hf_cfg).double())
+    mlp = {"kind": "moe", "expert": "relu2", "n_experts": 4, "top_k": 2, "expert_d_ff": 8, "bias": False}
+    moe = build(tiny(mlp=mlp)).blocks[0].mlp
+    with torch.no_grad():
+        moe.experts.fc.copy_(hf.up_proj)
+        moe.experts.proj.copy_(hf.down_proj)
+        x = inputs().flatten(0, 1)
+        _, weights, indices = moe.route(x)
+        assert len(indices.unique()) == 4  # every expert gets tokens
+        torch.testing.assert_close(moe.routed(x, weights, indices), hf(x, indices, weights))
+
+
+# ---------------------------------------------------------------- clip_qkv, QK-norm order and scale per head
+
+
+def rms(x, w, eps):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def layer_norm(x, w, b, eps):
+    centred = x - x.mean(-1, keepdim=True)
+    return centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps) * w + (0 if b is None else b)
+
+
+def rotate(x, pos, theta=10000.0):
+    """RoPE with rotate_half pairing (i, i + hd/2) over whole heads ``[B, T, heads, hd]``."""
+    hd = x.shape[-1]
+    angle = pos[:, None].to(F64) / theta ** (torch.arange(0, hd, 2, dtype=F64) / hd)  # [T, hd/2]
+    cos, sin = angle.cos()[:, None], angle.sin()[:, None]
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def reference(attn, x, cfg):
+    """The attention sublayer from its weights: project, clamp to ±clip_qkv, QK-norm (per head with one
+    scale or a scale per head, RMSNorm or LayerNorm) before or after RoPE, softmax, project back."""
+    a, n = cfg.attention, cfg.norm
+    B, T, _ = x.shape
+    H, KV, hd = attn.n_head, attn.n_kv_head, attn.head_dim
+    qkv = x @ attn.qkv.weight.T + (attn.qkv.bias if attn.qkv.bias is not None else 0)
+    if a.clip_qkv is not None:
+        qkv = qkv.clamp(-a.clip_qkv, a.clip_qkv)
+    q, k, v = (t.view(B, T, -1, hd) for t in qkv.split((H * hd, KV * hd, KV * hd), dim=-1))
+
+    def norm(t, module, heads):
+        if a.qk_norm == "none":
+            return t
+        if a.qk_norm == "full":  # over the whole projection: each head's dims side by side
+            return norm_full(t.flatten(-2), module).view(t.shape)
+        w = module.weight if not a.qk_norm_per_head_scale else module.weight.view(heads, hd)
+        w = 1 + w if n.unit_offset else w
+        if n.kind == "rmsnorm":
+            return rms(t, w, n.eps)
+        b = None if module.bias is None else module.bias.view(w.shape)
+        return layer_norm(t, w, b, n.eps)
+
+    def norm_full(t, module):
+        if n.kind == "rmsnorm":
+            return rms(t, module.weight, n.eps)
+        return layer_norm(t, module.weight, module.bias, n.eps)
+
+    def rope(t):
+        return rotate(t, torch.arange(T)) if cfg.position.kind == "rope" else t
+
+    if a.qk_norm_after_rope:
+        q, k = norm(rope(q), attn.q_norm, H), norm(rope(k), attn.k_norm, KV)
+    else:
+        q, k = rope(norm(q, getattr(attn, "q_norm", None), H)), rope(norm(k, getattr(attn, "k_norm", None), KV))
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+    s = (q @ k.transpose(-2, -1) / math.sqrt(hd)).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf)
+    y = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, H * hd)
+    return y @ attn.proj.weight.T + (attn.proj.bias if attn.proj.bias is not None else 0)
+
+
+ROPE = {"kind": "rope"}
+LN = {"kind": "layernorm", "eps": 1e-3, "bias": True}
+CASES = {
+    "clip": ({"clip_qkv": 0.4}, ROPE, None),
+    "clip-qk-norm-head": ({"clip_qkv": 0.4, "qk_norm": "head"}, ROPE, None),
+    "clip-no-rope": ({"clip_qkv": 0.4}, {"kind": "none"}, None),
+    "head-after-rope": ({"qk_norm": "head", "qk_norm_after_rope": True}, ROPE, None),
+    "full-after-rope-layernorm": ({"qk_norm": "full", "qk_norm_after_rope": True}, ROPE, LN),
+    "per-head-scale-rmsnorm": ({"qk_norm": "head", "qk_norm_per_head_scale": True}, ROPE, None),
+    "per-head-scale-layernorm-bias": ({"qk_norm": "head", "qk_norm_per_head_scale": True}, ROPE, LN),
+    "per-head-scale-unit-offset": (
+        {"qk_norm": "head", "qk_norm_per_head_scale": True},
+        ROPE,
+        {"kind": "rmsnorm", "unit_offset": True},
+    ),
+    "all": ({"clip_qkv": 0.4, "qk_norm": "head", "qk_norm_per_head_scale": True, "qk_norm_after_rope": True}, ROPE, LN),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_attention_part_equals_its_formula(case):
+    attention, position, norm = CASES[case]
+    cfg = tiny(attention=attention, position=position, norm=norm or {})
+    attn, x = build(cfg).blocks[0].attn, inputs()
+    rotary = RoPE(cfg).rotary(torch.arange(9), F64) if position == ROPE else None
+    with torch.no_grad():
+        if cfg.attention.clip_qkv is not None:  # the clip bites: some of q, k and v lie beyond it
+            assert (attn.qkv(x).abs() > cfg.attention.clip_qkv).float().mean() > 0.2
+        # RoPE's angles are float32 (as transformers computes them): float64 elsewhere, ~1e-7 apart
+        torch.testing.assert_close(attn(x, rotary), reference(attn, x, cfg), rtol=1e-6, atol=1e-6)
+
+
+def test_each_part_changes_the_output():
+    """Against the same weights without the part, clipping and the norm after RoPE move the output; with
+    a scale per head, every head given the shared scale is the shared-scale model, and scales that differ
+    per head move it."""
+    x, rotary = inputs(), RoPE(tiny(position=ROPE)).rotary(torch.arange(9), F64)
+
+    def out(attention, weights=None):
+        attn = build(tiny(attention=attention, position=ROPE)).blocks[0].attn
+        if weights is not None:
+            attn.load_state_dict(weights)
+        with torch.no_grad():
+            return attn(x, rotary), attn.state_dict()
+
+    plain, weights = out({})
+    assert (out({"clip_qkv": 0.4}, weights)[0] - plain).abs().max() > 1e-3
+    shared, weights = out({"qk_norm": "head"})
+    assert (out({"qk_norm": "head", "qk_norm_after_rope": True}, weights)[0] - shared).abs().max() > 1e-3
+    tiled = weights | {
+        "q_norm.weight": weights["q_norm.weight"].repeat(4),
+        "k_norm.weight": weights["k_norm.weight"].repeat(2),
+    }
+    per_head = {"qk_norm": "head", "qk_norm_per_head_scale": True}
+    torch.testing.assert_close(out(per_head, tiled)[0], shared)
+    assert (out(per_head)[0] - shared).abs().max() > 1e-3
+
+
+def test_l2_qk_norm_is_after_rope_as_before():
+    """l2 keeps its order (after RoPE, Llama 4): qk_norm_after_rope stays false and refuses l2."""
+    cfg = tiny(attention={"qk_norm": "l2"}, position=ROPE)
+    attn, x = build(cfg).blocks[0].attn, inputs()
+    H, KV, hd = 4, 2, 8
+    with torch.no_grad():
+        q, k, _ = (t.view(2, 9, -1, hd) for t in attn.qkv(x).split((H * hd, KV * hd, KV * hd), -1))
+        got_q, got_k, _ = attn.project(x, RoPE(cfg).rotary(torch.arange(9), F64, cached=True))  # dims unreordered
+    eps = cfg.norm.eps
+    tolerance = dict(rtol=1e-6, atol=1e-6)  # RoPE's angles are float32, as transformers computes them
+    torch.testing.assert_close(got_q, rms(rotate(q, torch.arange(9)), 1.0, eps), **tolerance)
+    torch.testing.assert_close(got_k, rms(rotate(k, torch.arange(9)), 1.0, eps), **tolerance)
+    with pytest.raises(ConfigError) as err:
+        tiny(attention={"qk_norm": "l2", "qk_norm_after_rope": True})
+    assert err.value.field == "model.attention.qk_norm_after_rope" and "l2 is after RoPE always" in str(err.value)
+
+
+# ---- against transformers' modules on the same random weights
+
+
+def _copy_qkvo(ours, hf):
+    """HF's q/k/v/o projections into archlab's fused qkv and proj."""
+    with torch.no_grad():
+        ours.qkv.weight.copy_(torch.cat([hf.q_proj.weight, hf.k_proj.weight, hf.v_proj.weight]))
+        if ours.qkv.bias is not None:
+            ours.qkv.bias.copy_(torch.cat([hf.q_proj.bias, hf.k_proj.bias, hf.v_proj.bias]))
+        ours.proj.load_state_dict(hf.o_proj.state_dict())
+
+
+SIZES = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_clip_equals_hugging_faces_olmo_attention(bias):
+    """OLMo 1: q, k and v clamped to ±clip_qkv as projected, then RoPE."""
+    import transformers as tf
+    from transformers.models.olmo import modeling_olmo as m
+
+    hf_cfg = tf.OlmoConfig(**SIZES, clip_qkv=0.4, attention_bias=bias)
+    hf_cfg._attn_implementation = "eager"
+    hf, rotary = randomise(m.OlmoAttention(hf_cfg, 0)), m.OlmoRotaryEmbedding(hf_cfg)
+    cfg = tiny(attention={"clip_qkv": 0.4, "qkv_bias": bias, "out_bias": bias, "head_dim": 8}, position=ROPE)
+    ours = CausalSelfAttention(cfg)
+    _copy_qkvo(ours, hf)
+    x = inputs(T=12, dtype=torch.float32)
+    with torch.no_grad():
+        assert (hf.q_proj(x).abs() > 0.4).any()
+        expected = hf(x, rotary(x, torch.arange(12)[None]), causal(12))[0]
+        got = ours(x, RoPE(cfg).rotary(torch.arange(12), torch.float32))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert sum(p.numel() for p in hf.parameters()) == CausalSelfAttention.num_params(cfg)
+
+
+def test_qk_norm_after_rope_equals_hugging_faces_hunyuan_dense():
+    """HunYuan dense: query_layernorm and key_layernorm (RMSNorm over hd) on the rotated heads."""
+    import transformers as tf
+    from transformers.models.hunyuan_v1_dense import modeling_hunyuan_v1_dense as m
+
+    hf_cfg = tf.HunYuanDenseV1Config(**SIZES, rms_norm_eps=1e-3, attention_bias=False)
+    hf_cfg._attn_implementation = "eager"
+    hf, rotary = randomise(m.HunYuanDenseV1Attention(hf_cfg, 0)), m.HunYuanDenseV1RotaryEmbedding(hf_cfg)
+    attention = {"qk_norm": "head", "qk_norm_after_rope": True, "qkv_bias": False, "out_bias": False}
+    cfg = tiny(attention=attention, position=ROPE)
+    ours = CausalSelfAttention(cfg)
+    _copy_qkvo(ours, hf)
+    with torch.no_grad():
+        ours.q_norm.weight.copy_(hf.query_layernorm.weight)
+        ours.k_norm.weight.copy_(hf.key_layernorm.weight)
+    x = inputs(T=12, dtype=torch.float32)
+    with torch.no_grad():
+        expected = hf(x, rotary(x, torch.arange(12)[None]), causal(12))[0]
+        got = ours(x, RoPE(cfg).rotary(torch.arange(12), torch.float32))
+        before = tiny(attention={**attention, "qk_norm_after_rope": False}, position=ROPE)
+        ours_before = CausalSelfAttention(before)
+        ours_before.load_state_dict(ours.state_dict())
+        other = ours_before(x, RoPE(before).rotary(torch.arange(12), torch.float32))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert (other - expected).abs().max() > 1e-3  # the order matters with a weight that is not all ones
+    assert sum(p.numel() for p in hf.parameters()) == CausalSelfAttention.num_params(cfg)
+
+
+@pytest.mark.parametrize("holder", ["stablelm", "stablelm-bias", "cohere"])
+def test_per_head_scale_norm_equals_hugging_faces(holder):
+    """StableLM 2's StableLmLayerNormPerHead (one LayerNorm of hd per head, bias=False as it builds it; with
+    bias=True against model.norm.bias) and Cohere's CohereLayerNorm of weight [H, hd] (no bias), on the
+    same random weights, over q ``[B, H, T, hd]`` (StableLM) or ``[B, T, H, hd]`` (Cohere)."""
+    from transformers.models.cohere.modeling_cohere import CohereLayerNorm
+    from transformers.models.stablelm.modeling_stablelm import StableLmLayerNormPerHead
+
+    H, hd, eps, bias = 4, 8, 1e-3, holder == "stablelm-bias"
+    cfg = tiny(norm={"kind": "layernorm", "eps": eps, "bias": bias})
+    ours = randomise(NORMS.get("layernorm")(cfg, H * hd).double())
+    if holder == "cohere":
+        hf = CohereLayerNorm((H, hd), eps=eps).double()
+        with torch.no_grad():
+            hf.weight.copy_(ours.weight.view(H, hd))
+        x = inputs(T=5 * H * hd, d=1).view(2, 5, H, hd)
+        hf = hf.float()  # CohereLayerNorm computes in float32 whatever its input: compare there
+        ours, x = ours.float(), x.float()
+    else:
+        hf = StableLmLayerNormPerHead(hd, H, eps=eps, bias=bias).double()
+        with torch.no_grad():
+            for h, norm in enumerate(hf.norms):
+                norm.weight.copy_(ours.weight[h * hd : (h + 1) * hd])
+                if bias:
+                    norm.bias.copy_(ours.bias[h * hd : (h + 1) * hd])
+        x = inputs(T=5 * H * hd, d=1).view(2, H, 5, hd)
+    assert sum(p.numel() for p in hf.parameters()) == sum(p.numel() for p in ours.parameters())
+    with torch.no_grad():
+        if holder == "cohere":
+            torch.testing.assert_close(ours.per_head(x), hf(x))
+        else:  # StableLM's heads come before the positions: archlab's per_head norms the last two dims
+            torch.testing.assert_close(ours.per_head(x.transpose(1, 2)).transpose(1, 2), hf(x))
+
+
+def test_per_head_scale_norm_equals_hugging_faces_cohere_attention():
+    """Cohere's attention: q_norm and k_norm ([H, hd] and [KV, hd], no bias) before its interleaved RoPE."""
+    import transformers as tf
+    from transformers.models.cohere import modeling_cohere as m
+
+    hf_cfg = tf.CohereConfig(**SIZES, use_qk_norm=True, layer_norm_eps=1e-3, attention_bias=False)
+    hf_cfg._attn_implementation = "eager"
+    hf, rotary = randomise(m.CohereAttention(hf_cfg, 0)), m.CohereRotaryEmbedding(hf_cfg)
+    cfg = tiny(
+        attention={"qk_norm": "head", "qk_norm_per_head_scale": True, "qkv_bias": False, "out_bias": False},
+        position={"kind": "rope", "pairing": "interleaved", "theta": hf_cfg.rope_parameters["rope_theta"]},
+        norm={"kind": "layernorm", "eps": 1e-3, "bias": False},
+    )
+    ours = CausalSelfAttention(cfg)
+    _copy_qkvo(ours, hf)
+    with torch.no_grad():
+        ours.q_norm.weight.copy_(hf.q_norm.weight.flatten())
+        ours.k_norm.weight.copy_(hf.k_norm.weight.flatten())
+    x = inputs(T=12, dtype=torch.float32)
+    with torch.no_grad():
+        expected = hf(x, rotary(x, torch.arange(12)[None]), causal(12))[0]
+        got = ours(x, RoPE(cfg).rotary(torch.arange(12), torch.float32))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert sum(p.numel() for p in hf.parameters()) == CausalSelfAttention.num_params(cfg)
+
+
+def test_per_head_scale_norm_in_bf16_computes_in_float32():
+    """Statistics and scale in float32, the result rounded once to bf16 (as Cohere's CohereLayerNorm)."""
+    cfg = tiny(attention={"qk_norm": "head", "qk_norm_per_head_scale": True})
+    attn = build_model(cfg, dtype=torch.bfloat16).blocks[0].attn
+    with torch.no_grad():
+        attn.q_norm.weight.copy_(torch.linspace(0.5, 1.5, 32))
+        q = torch.randn(2, 3, 4, 8).to(torch.bfloat16)
+        expected = rms(q.float(), attn.q_norm.weight.float().view(4, 8), 1e-3).to(torch.bfloat16)
+        assert torch.equal(attn.q_norm.per_head(q), expected)
+
+
+# ---- counts, families, validation, reads, training
+
+
+@pytest.mark.parametrize(
+    "norm, per_layer",
+    [
+        ({"kind": "rmsnorm"}, (4 + 2) * 8 - 2 * 8),  # H·hd + KV·hd scales, less the two shared hd-wide ones
+        ({"kind": "layernorm", "bias": True}, 2 * ((4 + 2) * 8 - 2 * 8)),  # and as many shifts
+        ({"kind": "layernorm", "bias": False}, (4 + 2) * 8 - 2 * 8),
+    ],
+    ids=["rmsnorm", "layernorm-bias", "layernorm"],
+)
+def test_per_head_scale_count(norm, per_layer):
+    """Per layer H·hd (+ H·hd shifts) for q and KV·hd (+ KV·hd) for k, in place of two hd-wide norms;
+    clipping and the norm's order add nothing."""
+    shared = count_params(tiny(norm=norm, attention={"qk_norm": "head"}))
+    per_head = count_params(tiny(norm=norm, attention={"qk_norm": "head", "qk_norm_per_head_scale": True}))
+    assert per_head["attention"] - shared["attention"] == 2 * per_layer
+    assert per_head["total"] - shared["total"] == 2 * per_layer
+    moved = {"qk_norm": "head", "qk_norm_after_rope": True, "clip_qkv": 1.0}
+    assert count_params(tiny(norm=norm, attention=moved))["total"] == shared["total"]
+    built = build_model(tiny(norm=norm, attention={"qk_norm": "head", "qk_norm_per_head_scale": True}), device="meta")
+    assert built.blocks[0].attn.q_norm.weight.shape == (4 * 8,) and built.blocks[0].attn.k_norm.weight.shape == (2 * 8,)
+
+
+@pytest.mark.parametrize(
+    "settings, fields",
+    [
+        ({"attention": {"clip_qkv": 8.0}}, {"model.attention.clip_qkv"}),
+        ({"attention": {"qk_norm": "head", "qk_norm_after_rope": True}}, {"model.attention.qk_norm_after_rope"}),
+        (
+            {"attention": {"qk_norm": "head", "qk_norm_per_head_scale": True}},
+            {"model.attention.qk_norm_per_head_scale"},
+        ),
+        ({"mlp": {"kind": "relu2"}}, {"model.mlp.kind"}),
+        # a dense family refuses the moe kind, a MoE family the experts' kind
+        ({"mlp": {"kind": "moe", "expert": "relu2"}}, {"model.mlp.kind", "model.mlp.expert"}),
+    ],
+    ids=["clip_qkv", "qk_norm_after_rope", "qk_norm_per_head_scale", "relu2", "relu2-experts"],
+)
+def test_no_hugging_face_family_holds_them_yet(settings, fields):
+    """Every family names the field it cannot hold (the converters of OLMo, HunYuan, Cohere, StableLM,
+    Arcee and Nemotron come later)."""
+    from archlab.interop.hf import FAMILIES
+
+    cfg = tiny(position=ROPE, **settings)
+    holding = {name for name, family in FAMILIES.items() if not fields & {p.field for p in family.problems(cfg)}}
+    assert holding == set()
+
+
+@pytest.mark.parametrize(
+    "overrides, field, allowed",
+    [
+        (["model.attention.clip_qkv=0"], "model.attention.clip_qkv", "a positive number (OLMo 1: 8.0), or null"),
+        (["model.attention.clip_qkv=-8"], "model.attention.clip_qkv", "a positive number"),
+        (["model.attention.clip_qkv=inf"], "model.attention.clip_qkv", "a positive number"),
+        (["model.attention.qk_norm_after_rope=true"], "model.attention.qk_norm_after_rope", "no QK-norm to move"),
+        (
+            ["model.attention.qk_norm_per_head_scale=true", "model.attention.qk_norm=full"],
+            "model.attention.qk_norm_per_head_scale",
+            "its scale spans every head already",
+        ),
+        (
+            ["model.attention.qk_norm_per_head_scale=true", "model.attention.qk_norm=l2"],
+            "model.attention.qk_norm_per_head_scale",
+            "false unless model.attention.qk_norm is head",
+        ),
+        (["model/attention=mla", "model.attention.clip_qkv=8"], "model.attention.clip_qkv", "kind mla"),
+        (
+            ["model/attention=mla", "model.attention.qk_norm_after_rope=true"],
+            "model.attention.qk_norm_after_rope",
+            "kind mla",
+        ),
+        (["model/mlp=relu2", "model.mlp.approximate=tanh"], "model.mlp.approximate", "none for relu2"),
+        (["model/mlp=moe", "model.mlp.expert=relu2", "model.mlp.approximate=tanh"], "model.mlp.approximate", "relu2"),
+        (["model/mlp=moe", "model.mlp.expert=relu3"], "model.mlp.expert", "'relu2'"),
+    ],
+)
+def test_bad_settings_name_their_field(overrides, field, allowed):
+    with pytest.raises(ConfigError) as err:
+        compose_model(["model=nano", *overrides])
+    assert err.value.field == field and allowed in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model/mlp=relu2"],
+        ["model/mlp=moe", "model.mlp.expert=relu2"],
+        ["model.attention.clip_qkv=8"],
+        ["model.attention.qk_norm=head", "model.attention.qk_norm_after_rope=true", "model/position=rope"],
+        ["model.attention.qk_norm=full", "model.attention.qk_norm_after_rope=true"],
+        ["model.attention.qk_norm=head", "model.attention.qk_norm_per_head_scale=true"],
+    ],
+)
+def test_the_parts_are_read_not_ignored(overrides):
+    """Each field set is one the chosen variant reads (so no run calls it ignored), and the option file
+    resets a preset's tanh."""
+    cfg = compose_model(["model=gpt2", "model.n_layer=2", *overrides])
+    assert ignored(cfg) == []
+    assert cfg.mlp.approximate == ("none" if "mlp" in overrides[0] else "tanh")
+
+
+def test_layout_line_names_the_parts():
+    from archlab.nn.validation import entries
+
+    a = {"clip_qkv": 8.0, "qk_norm": "head", "qk_norm_per_head_scale": True, "qk_norm_after_rope": True}
+    cfg = tiny(attention=a, mlp={"kind": "moe", "expert": "relu2"})
+    described = entries(cfg).attention.describe(cfg)
+    assert "clip qkv 8.0" in described and "qk-norm scale per head" in described and "qk-norm after rope" in described
+    assert "relu2 experts" in entries(cfg).mlp.describe(cfg)
+    assert (
+        tiny(mlp={"kind": "relu2"}).mlp.kind == "relu2"
+        and entries(tiny(mlp={"kind": "relu2"})).mlp.describe(tiny(mlp={"kind": "relu2"})) == "relu2 d_ff=128"
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model/mlp=relu2"],
+        ["model/mlp=moe", "model.mlp.expert=relu2", "model.mlp.n_experts=4"],
+        ["model.attention.clip_qkv=0.5", "model/position=rope"],
+        ["model.attention.qk_norm=head", "model.attention.qk_norm_after_rope=true", "model/position=rope"],
+        ["model.attention.qk_norm=head", "model.attention.qk_norm_per_head_scale=true", "model/position=rope"],
+        ["model.attention.qk_norm=head", "model.attention.qk_norm_per_head_scale=true", "model/norm=rmsnorm"],
+    ],
+    ids=["relu2", "relu2-experts", "clip", "after-rope", "per-head-layernorm", "per-head-rmsnorm"],
+)
+def test_each_part_trains(overrides):
+    """A few AdamW steps on one repeated batch lower the loss, every parameter reached by a gradient."""
+    cfg = compose_model(["model=nano", "model.n_layer=1", "model.d_model=32", "model.context_length=16", *overrides])
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    idx = torch.randint(0, cfg.vocab_size, (4, 17), generator=torch.Generator().manual_seed(0))
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(15):
+        loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+    assert losses[-1] < 0.9 * losses[0]
