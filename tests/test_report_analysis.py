@@ -92,6 +92,24 @@ def test_with_two_axes_each_variant_is_compared_at_the_same_other_settings(tmp_p
         ), line
 
 
+def test_ignore_pools_runs_that_differ_only_where_they_ran(tmp_path):
+    """ignore=trainer.accelerator: gelu's seeds 0, 1 on a GPU and seed 2 on the CPU are one variant (its
+    mean over 3 seeds), and the report names the pooled key with the values it took."""
+    root = tmp_path / "sweep"
+    for seed in range(3):
+        where = ["trainer.accelerator=gpu"] if seed < 2 else []
+        job(root, ["model/mlp=gelu", f"seed={seed}", *where], [GELU[seed]])
+        job(root, ["model/mlp=swiglu", f"seed={seed}", *where], [SWIGLU[seed]])
+    split = write_report(root, tmp_path / "split")["markdown"].read_text()
+    assert "swept: model/mlp, trainer.accelerator." in split and "| gelu | gpu | 2/2 |" in split
+    md = write_report(root, tmp_path / "out", baseline="model/mlp=gelu", ignore=("trainer.accelerator",))[
+        "markdown"
+    ].read_text()
+    assert "swept: model/mlp; not a variant (ignore): trainer.accelerator ((default), gpu)." in md
+    assert "| gelu | 3/3 | 2.050 ± 0.050 | 2.050 ± 0.050 |" in md
+    assert "- model/mlp=swiglu: −0.023 ± 0.014 vs model/mlp=gelu (95% CI, 3 seeds, paired): lower (better)" in md
+
+
 def test_a_baseline_naming_no_variant_is_refused_before_anything_is_written(mlp_sweep, tmp_path):
     out = tmp_path / "out"
     for bad in ("model/mlp=relu", "model/mlp", "model/norm=rmsnorm", "seed=0"):

@@ -6,6 +6,7 @@ archlab-report multirun/pos_mlp baseline=model/mlp=gelu          # each variant 
 archlab-report multirun/lr best_over=optim.lr                    # each variant at its best learning rate
 archlab-report multirun/sizes scaling=model.d_model baseline=model/mlp=gelu   # L(C), L(N) fits, compute multiplier
 archlab-report multirun/lr spike_factor=1.5 lr_tolerance=0.02    # stability: spikes, the largest lr within 2%
+archlab-report multirun/lr ignore=trainer.accelerator            # runs on a GPU and on a CPU pooled as one grid
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         cfg.spike_factor,
         cfg.spike_window,
         cfg.lr_tolerance,
+        tuple(k.strip() for k in (cfg.ignore or "").split(",") if k.strip()),
     )
     for kind, path in written.items():
         print(f"{kind:>11}: {path}")

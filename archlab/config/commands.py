@@ -110,3 +110,6 @@ class ReportConfig:
     lr_tolerance: float = setting(
         0.01, "stability: the largest optim.lr whose mean final metric is within this fraction of the best"
     )
+    ignore: Optional[str] = setting(
+        None, "override keys, comma-separated, that make no variant (e.g. trainer.accelerator); null = none"
+    )

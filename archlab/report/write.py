@@ -129,8 +129,8 @@ def _natural(path: Path) -> list:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", str(path))]
 
 
-def swept_axes(runs: list[Run]) -> list[str]:
-    """Override keys whose values differ between runs, the seed left out, in first-seen order."""
+def swept_axes(runs: list[Run], ignore: tuple[str, ...] = ()) -> list[str]:
+    """Override keys whose values differ between runs, the seed and ``ignore`` left out, in first-seen order."""
     keys: dict[str, set[str]] = {}
     for run in runs:
         for k, v in run.overrides.items():
@@ -138,7 +138,7 @@ def swept_axes(runs: list[Run]) -> list[str]:
     return [
         k
         for k, values in keys.items()
-        if k not in SEED_KEYS and (len(values) > 1 or any(k not in r.overrides for r in runs))
+        if k not in SEED_KEYS and k not in ignore and (len(values) > 1 or any(k not in r.overrides for r in runs))
     ]
 
 
@@ -301,12 +301,15 @@ def write_report(
     spike_factor: float = stability.SPIKE_FACTOR,
     spike_window: int = stability.SPIKE_WINDOW,
     lr_tolerance: float = stability.LR_TOLERANCE,
+    ignore: tuple[str, ...] = (),
 ) -> dict[str, Path]:
     """Write report.md (a compact table, then the statistics, best runs and stability), report.csv (every
     figure), report.json (best runs, warnings, stability) and PNG plots for the sweep; return their paths.
     ``metric`` (e.g. ``val/loss``) leads them and is plotted; default: the runs' primary metric. ``baseline``
     (``<axis>=<value>``), ``best_over`` and ``scaling`` (swept axes): see ``analyse``; scaling also writes
-    scaling.csv and scaling.png. ``spike_factor``, ``spike_window``, ``lr_tolerance``: see ``stability.assess``."""
+    scaling.csv and scaling.png. ``spike_factor``, ``spike_window``, ``lr_tolerance``: see ``stability.assess``.
+    ``ignore``: override keys that do not make variants (where a run ran: ``trainer.accelerator``); the
+    report names them and the values they took."""
     stability.check_settings(spike_factor, spike_window, lr_tolerance)
     runs = load_runs(sweep_dir)
     if not runs:
@@ -318,8 +321,9 @@ def write_report(
         raise ConfigError(
             "out", str(out), "a directory for report.md, report.csv, report.json and the plots (this path is a file)"
         )
-    axes = swept_axes(runs)
+    axes = swept_axes(runs, ignore)
     variants = group_variants(runs, axes)
+    pooled = {k: sorted({r.overrides.get(k, "(default)") for r in runs}) for k in ignore}
     stats = [aggregate(v) for v in variants]
     finals = sorted({c.removeprefix("final ") for st in stats for c in st if c.startswith("final ")})
     if metric and finals and metric not in finals:
@@ -365,7 +369,9 @@ def write_report(
     md = [
         f"# Sweep report: `{Path(sweep_dir)}`",
         "",
-        f"{len(runs)} runs, {len(variants)} variants, swept: {', '.join(axes) or 'nothing'}. seeds: completed / all "
+        f"{len(runs)} runs, {len(variants)} variants, swept: {', '.join(axes) or 'nothing'}"
+        + "".join(f"; not a variant (ignore): {k} ({', '.join(v)})" for k, v in pooled.items())
+        + ". seeds: completed / all "
         "runs of the variant. A cell is the value where the completed seeds agree, else their mean ± sample std. Every "
         f"figure (each final and best metric, KV-cache bytes/token, wall time...): [{csv_path.name}]({csv_path.name}).",
         "",
