@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+from helpers.fit import short_fit
 from helpers.training import cli
 
 from archlab import build_model
@@ -492,15 +493,7 @@ def test_gpt_oss_llama4_and_step35_parts_train(family):
     cfg = config(n_layer=2, **mlp)
     torch.manual_seed(0)
     model = build_model(cfg)
-    idx = torch.randint(0, V, (4, 17), generator=torch.Generator().manual_seed(0))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for _ in range(20):
-        loss = torch.nn.functional.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = short_fit(model, V, 16, steps=20, lr=1e-2)
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
     assert losses[-1] < 0.8 * losses[0]
 
