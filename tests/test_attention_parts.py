@@ -10,30 +10,14 @@ import math
 
 import pytest
 import torch
-from helpers.fit import short_fit
-from omegaconf import OmegaConf
+from helpers.parts import short_fit, tiny
 
 from archlab import ConfigError, build_model, compose_model, count_params
-from archlab.config import to_model_config
 from archlab.nn import cpu_attention
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 F64 = torch.float64
-
-
-def tiny(**overrides):
-    """d_model 32, 4 heads of 8 (2 key/value heads), 2 layers, vocab 48, context 24, RMSNorm, no positions."""
-    base = {
-        "vocab_size": 48,
-        "context_length": 24,
-        "n_layer": 2,
-        "d_model": 32,
-        "norm": {"kind": "rmsnorm", "eps": 1e-3},
-        "position": {"kind": "none"},
-        "attention": {"n_head": 4, "n_kv_head": 2},
-    }
-    return to_model_config(OmegaConf.merge(base, overrides))
 
 
 def build(cfg, seed=0):

@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from helpers.fit import short_fit
+from helpers.parts import short_fit
 from helpers.training import cli
 
 from archlab import build_model

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers.fit import short_fit
+from helpers.parts import short_fit
 from omegaconf import OmegaConf
 
 from archlab import build_model, compose_model, count_params

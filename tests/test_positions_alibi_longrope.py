@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from helpers.fit import short_fit
+from helpers.parts import short_fit
 
 from archlab import build_model, compose_model
 from archlab.errors import ConfigError

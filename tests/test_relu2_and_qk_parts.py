@@ -10,11 +10,10 @@ import math
 
 import pytest
 import torch
-from helpers.fit import short_fit
-from omegaconf import OmegaConf
+from helpers import parts
+from helpers.parts import short_fit
 
 from archlab import ConfigError, build_model, compose_model, count_params
-from archlab.config import to_model_config
 from archlab.nn.attention import CausalSelfAttention
 from archlab.nn.mlp import d_ff, relu_squared
 from archlab.nn.norms import NORMS
@@ -27,18 +26,8 @@ F64 = torch.float64
 
 
 def tiny(**overrides):
-    """d_model 32, 4 heads of 8 (2 key/value heads), 2 layers, vocab 48, context 24, RMSNorm (eps 1e-3), no
-    positions (unless set)."""
-    base = {
-        "vocab_size": 48,
-        "context_length": 24,
-        "n_layer": 2,
-        "d_model": 32,
-        "norm": {"kind": "rmsnorm", "eps": 1e-3},
-        "position": {"kind": "none"},
-        "attention": {"n_head": 4, "n_kv_head": 2},
-    }
-    return validate(to_model_config(OmegaConf.merge(base, overrides)))
+    """helpers.parts' tiny config, validated (the refusals below are validation's)."""
+    return validate(parts.tiny(**overrides))
 
 
 def randomise(module, seed=0):

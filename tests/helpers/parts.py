@@ -1,9 +1,28 @@
-"""A short fit of a built model on one repeated batch: the effect tests' check that a part trains."""
+"""What the effect tests of model parts share: a tiny config to vary, and a short fit on one repeated batch
+(the check that a part trains)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from archlab.config import ModelConfig, to_model_config
+
+
+def tiny(**overrides) -> ModelConfig:
+    """d_model 32, 4 heads of 8 (2 key/value heads), 2 layers, vocab 48, context 24, RMSNorm (eps 1e-3), no
+    positions; ``overrides`` merged in (``attention={"sinks": True}``)."""
+    base = {
+        "vocab_size": 48,
+        "context_length": 24,
+        "n_layer": 2,
+        "d_model": 32,
+        "norm": {"kind": "rmsnorm", "eps": 1e-3},
+        "position": {"kind": "none"},
+        "attention": {"n_head": 4, "n_kv_head": 2},
+    }
+    return to_model_config(OmegaConf.merge(base, overrides))
 
 
 def short_fit(model: torch.nn.Module, vocab: int, length: int, steps: int = 15, lr: float = 3e-3) -> list[float]:
