@@ -400,19 +400,29 @@ def sliding_to_hf(cfg: ModelConfig, layers: list[ModelConfig]) -> dict[str, Any]
     return {"sliding_window": sliding_window(cfg, layers), "layer_types": layer_types(layers)}
 
 
+SLIDING, FULL = "sliding_attention", "full_attention"  # transformers' layer_types
+
+
+def checked_types(c: Any, other: str = SLIDING) -> list[str]:
+    """transformers' layer_types (every layer full where absent), each 'full_attention' or ``other``
+    (Llama 4: 'chunked_attention'); sliding layers need a ``sliding_window``."""
+    n: int = c.num_hidden_layers
+    types = list(getattr(c, "layer_types", None) or [FULL] * n)
+    if len(types) != n or set(types) - {FULL, other}:
+        refuse_hf(c, "layer_types", f"{n} entries, each {FULL!r} or {other!r}", types)
+    if other == SLIDING and SLIDING in types and getattr(c, "sliding_window", None) is None:
+        refuse_hf(c, "sliding_window", f"the window of the {SLIDING} layers")
+    return types
+
+
 def uniform_window(c: Any) -> int | None:
     """The window of a config whose layers all slide or none does (``layer_types``; the layered records of
     ``hf_layered`` read the others): ``sliding_window``, or None."""
-    n: int = c.num_hidden_layers
-    types = list(getattr(c, "layer_types", None) or ["full_attention"] * n)
-    if len(types) != n or set(types) - {"full_attention", "sliding_attention"}:
-        refuse_hf(c, "layer_types", f"{n} entries, each 'full_attention' or 'sliding_attention'", types)
-    if "sliding_attention" not in types:
+    types = checked_types(c)
+    if SLIDING not in types:
         return None
-    if "full_attention" in types:
+    if FULL in types:
         refuse_hf(c, "layer_types", "every layer alike (a layered record reads the others)", types)
-    if c.sliding_window is None:
-        refuse_hf(c, "sliding_window", "the window of the sliding_attention layers")
     return c.sliding_window
 
 

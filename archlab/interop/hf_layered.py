@@ -38,8 +38,10 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.errors import ConfigError
 from archlab.interop.hf_families import (
+    FULL,
     GATED_FROM_HF,
     GATED_TO_HF,
+    SLIDING,
     Family,
     Gemma2,
     Llama,
@@ -51,6 +53,7 @@ from archlab.interop.hf_families import (
     TensorMap,
     Tensors,
     bare,
+    checked_types,
     kind_field,
     layer_types,
     refuse_hf,
@@ -63,7 +66,6 @@ from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})
-SLIDING, FULL = "sliding_attention", "full_attention"  # transformers' layer_types
 
 
 class Layer(NamedTuple):
@@ -112,17 +114,6 @@ def per_type_rope(c: Any, types: list[str], hd: int) -> dict[str, PositionConfig
             refuse_hf(c, f"rope_parameters.{t}", f"the RoPE parameters of the {t} layers", params.get(t))
         out[t] = rope_of(c, params[t], hd, t)
     return out
-
-
-def checked_types(c: Any) -> list[str]:
-    """transformers' layer_types, one 'sliding_attention' or 'full_attention' per layer."""
-    n = c.num_hidden_layers
-    types = list(getattr(c, "layer_types", None) or [FULL] * n)
-    if len(types) != n or set(types) - {SLIDING, FULL}:
-        refuse_hf(c, "layer_types", f"{n} entries, each {FULL!r} or {SLIDING!r}", types)
-    if SLIDING in types and getattr(c, "sliding_window", None) is None:
-        refuse_hf(c, "sliding_window", f"the window of the {SLIDING} layers")
-    return types
 
 
 def _differing(a: Any, b: Any) -> dict[str, Any]:

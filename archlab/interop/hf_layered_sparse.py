@@ -46,6 +46,7 @@ from archlab.interop.hf_families import (
     Rule,
     TensorMap,
     Tensors,
+    checked_types,
     fmt,
     kind_field,
     refuse_hf,
@@ -312,9 +313,7 @@ class GptOss(_LayeredSparse):
         )
         cfg = self.base_from_hf(c, position, mlp)
         cfg.attention.sinks = True
-        types = list(c.layer_types)
-        if len(types) != c.num_hidden_layers or set(types) - {"full_attention", "sliding_attention"}:
-            refuse_hf(c, "layer_types", f"{c.num_hidden_layers} entries, each 'full_attention' or 'sliding_attention'")
+        types = checked_types(c)
         names = ["sliding" if t == "sliding_attention" else "full" for t in types]
         overrides = {"sliding": {"attention": {"window": c.sliding_window}}, "full": {}}
         return apply_layout(cfg, names, overrides)
@@ -522,9 +521,7 @@ class Llama4(_LayeredSparse):
         expert, approximate = GATED_FROM_HF[c.hidden_act]
         hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         use_rope = [bool(r) for r in list(c.no_rope_layers)[:n]]
-        types = list(c.layer_types)
-        if len(types) != n or set(types) - {"full_attention", "chunked_attention"}:
-            refuse_hf(c, "layer_types", f"{n} entries, each 'full_attention' or 'chunked_attention'")
+        types = checked_types(c, "chunked_attention")
         moe_layers = set(c.moe_layers)
         if not moe_layers & set(range(n)):
             refuse_hf(c, "moe_layers", "at least one layer (archlab's dense layers are kinds of a MoE model)")
@@ -707,11 +704,7 @@ class Afmoe(_LayeredSparse):
                 c, "num_shared_experts", "at least 1 (archlab's shared experts are one MLP of n·moe_intermediate_size)"
             )
         n = c.num_hidden_layers
-        types = list(c.layer_types)
-        if len(types) != n or set(types) - {"full_attention", "sliding_attention"}:
-            refuse_hf(c, "layer_types", f"{n} entries, each 'full_attention' or 'sliding_attention'", types)
-        if "sliding_attention" in types and c.sliding_window is None:
-            refuse_hf(c, "sliding_window", "the window of the sliding_attention layers")
+        types = checked_types(c)
         expert, approximate = GATED_FROM_HF[c.hidden_act]
         hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         mlp = MLPConfig(

@@ -18,8 +18,20 @@ from torch import Tensor
 
 from archlab.config import MLPConfig, ModelConfig, PositionConfig
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.interop.hf_families import Family, Problem, Rule, TensorMap, Tensors, refuse_hf, rope_fraction, rope_to_hf
-from archlab.interop.hf_layered import FULL, SLIDING, checked_types, rope_of, view
+from archlab.interop.hf_families import (
+    FULL,
+    SLIDING,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    checked_types,
+    refuse_hf,
+    rope_fraction,
+    rope_to_hf,
+)
+from archlab.interop.hf_layered import rope_of, view
 from archlab.interop.hf_layered_sparse import (
     _LayeredSparse,
     apply_layout,
