@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from archlab import ConfigError, build_model, count_params
 from archlab.config import ModelConfig, to_model_config
+from archlab.interop.families.dense import dense_family
 from archlab.interop.hf import FAMILIES
-from archlab.interop.hf_families import dense_family
 from archlab.nn.validation import ignored, uses, validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")

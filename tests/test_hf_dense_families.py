@@ -19,8 +19,8 @@ from helpers.published import HF_CONFIGS, PUBLISHED
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config.layers import layer_configs
+from archlab.interop.families.dense import dense_family
 from archlab.interop.hf import FAMILIES, config_from_hf, config_to_hf, from_hf, hf_family, load_hf_dir
-from archlab.interop.hf_families import dense_family
 
 transformers = pytest.importorskip("transformers")
 

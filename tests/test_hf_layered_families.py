@@ -1,4 +1,4 @@
-"""Hugging Face parity of the dense families whose layers differ (archlab/interop/hf_layered.py): Gemma 3
+"""Hugging Face parity of the dense families whose layers differ (archlab/interop/families/layered.py): Gemma 3
 (text), SmolLM3, Cohere2, EXAONE 4 and OLMo 3.
 
 Tiny random models of each, every parameter redrawn (matrices N(0, 0.2²), biases and norm scales

@@ -23,8 +23,8 @@ from helpers.published import LAYOUT_CONFIGS
 from archlab import ConfigError, build_model, compose_model
 from archlab.config import LayersConfig
 from archlab.config.layers import layer_configs
+from archlab.interop.families.layered_moe import shortest_layout
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, to_hf
-from archlab.interop.hf_layered_sparse import shortest_layout
 
 transformers = pytest.importorskip("transformers")
 

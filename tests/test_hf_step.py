@@ -1,7 +1,7 @@
 """Hugging Face parity of Step-3.5 (``model_type`` step3p5, transformers' ``Step3p7TextConfig``).
 
 transformers 5.24 has no causal-LM class of its own for the text model: archlab converts to and from
-``Step3p5ForCausalLM`` (``hf_step.causal_lm_class``: transformers' ``Step3p7TextModel`` and an
+``Step3p5ForCausalLM`` (``families.step.causal_lm_class``: transformers' ``Step3p7TextModel`` and an
 ``lm_head``), and every logit and generated token is compared with transformers' own
 ``Step3p7ForConditionalGeneration`` (its text model and head; the tiny vision tower never runs) holding
 the same tensors. Tiny random models (full and sliding layers with their own head counts and RoPE,
@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config.layers import layer_configs
+from archlab.interop.families.step import causal_lm_class
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf
-from archlab.interop.hf_step import causal_lm_class
 
 transformers = pytest.importorskip("transformers")
 

@@ -34,8 +34,8 @@ from archlab.config.commands import CheckConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
+from archlab.interop.families.base import bare
 from archlab.interop.hf import exportability
-from archlab.interop.hf_families import bare
 from archlab.nn.validation import entries, ignored, validate
 
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published

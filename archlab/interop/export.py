@@ -19,8 +19,8 @@ from typing import Any, Optional
 from archlab import checks
 from archlab.config import ModelConfig, recorded_model_config
 from archlab.errors import ConfigError
+from archlab.interop.families.base import bare
 from archlab.interop.hf import exportability, to_hf
-from archlab.interop.hf_families import bare
 from archlab.interop.hf_tokenizer import to_hf_tokenizer
 from archlab.nn.validation import validate
 from archlab.training.checkpoints import read_checkpoint

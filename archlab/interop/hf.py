@@ -3,8 +3,7 @@
 the mixtures of experts Mixtral, Qwen3-MoE, DeepSeek-V2 and DeepSeek-V3, and of the dense families whose
 layers differ, Gemma 3, SmolLM3, Cohere2, EXAONE 4 and OLMo 3.
 
-Each family is one record in ``archlab.interop.hf_families`` (the MoE ones in ``hf_sparse``, those whose
-layers differ in ``hf_layered``): its config
+Each family is one record in ``archlab.interop.families`` (a module per group of families): its config
 mapping both ways, its tensor names and layouts. ``from_hf`` picks the record from the HF config's
 ``model_type``; ``to_hf`` from the archlab layout (``hf_family``). Anything a family cannot hold
 exactly is refused with a ConfigError naming the field. ``transformers`` is an optional extra
@@ -24,11 +23,11 @@ from torch import Tensor
 from archlab.build import build_model
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
-from archlab.interop.hf_families import DENSE, Family, Problem, dense_family, join, split
-from archlab.interop.hf_layered import LAYERED, LayeredFamily
-from archlab.interop.hf_layered_sparse import LAYERED_SPARSE
-from archlab.interop.hf_sparse import SPARSE, sparse_family
-from archlab.interop.hf_step import STEP
+from archlab.interop.families import FAMILIES
+from archlab.interop.families.base import Family, Problem, join, split
+from archlab.interop.families.dense import dense_family
+from archlab.interop.families.layered import LayeredFamily
+from archlab.interop.families.moe import sparse_family
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
@@ -44,12 +43,10 @@ def _transformers() -> Any:
     return transformers
 
 
-FAMILIES: dict[str, Family] = {**DENSE, **SPARSE, **LAYERED, **LAYERED_SPARSE, **STEP}  # by Hugging Face model_type
-
-
 def _routed(cfg: ModelConfig) -> Family:
-    """``hf_sparse.sparse_family`` for a moe MLP or mla attention, ``hf_families.dense_family`` otherwise
-    (each lists its choices), as ``FAMILIES`` holds it (``hf_layered``'s record where one replaces it)."""
+    """``families.moe.sparse_family`` for a moe MLP or mla attention, ``families.dense.dense_family``
+    otherwise (each lists its choices), as ``FAMILIES`` holds it (``families.layered``'s record where one
+    replaces it)."""
     routed = sparse_family(cfg) if cfg.mlp.kind == "moe" or cfg.attention.kind == "mla" else dense_family(cfg)
     return FAMILIES[routed.model_type]
 

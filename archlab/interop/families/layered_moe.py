@@ -10,11 +10,11 @@ exports, whichever kinds express it. What a family holds once for
 the whole model (the heads, RoPE's base, the routing ...) must be the same on every layer: a layer kind
 that changes it is refused, naming the kind's field (``model.layers.kinds.<kind>.attention.n_head``).
 
-They are ``hf_families.Family`` records like the others (``LAYERED_SPARSE``; ``archlab.interop.hf`` joins
+They are ``base.Family`` records like the others (``LAYERED_SPARSE``; ``families.FAMILIES`` joins
 the tables; ``family_of`` finds them by what they hold, no routing table names them). gpt-oss and Llama 4
 store their routed experts as [E, in, out] against archlab's [E, out, in] (layouts ``experts_transposed``
-and, for gpt-oss's interleaved gate/up columns, ``gate_up_interleaved`` in ``hf_families``); AFMoE as
-archlab does, and its checkpoints each expert apart (``hf_sparse.stack_saved_experts``). Nothing here
+and, for gpt-oss's interleaved gate/up columns, ``gate_up_interleaved`` in ``base``); AFMoE as
+archlab does, and its checkpoints each expert apart (``moe.stack_saved_experts``). Nothing here
 imports transformers.
 """
 
@@ -38,7 +38,7 @@ from archlab.config import (
 )
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import shortest_layout
-from archlab.interop.hf_families import (
+from archlab.interop.families.base import (
     GATED_FROM_HF,
     GATED_TO_HF,
     Family,
@@ -46,15 +46,11 @@ from archlab.interop.hf_families import (
     Rule,
     TensorMap,
     Tensors,
-    checked_types,
     fmt,
     kind_field,
     refuse_hf,
-    rope_from_hf,
-    rope_to_hf,
-    sliding_to_hf,
 )
-from archlab.interop.hf_sparse import (
+from archlab.interop.families.moe import (
     dense_first,
     dense_tensors,
     is_dense,
@@ -62,6 +58,8 @@ from archlab.interop.hf_sparse import (
     pre_norm_tensors,
     stack_saved_experts,
 )
+from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.windows import checked_types, sliding_to_hf
 from archlab.nn.attention import chunk_of, head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width

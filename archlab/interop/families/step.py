@@ -1,5 +1,5 @@
-"""Step-3.5 (StepFun, ``model_type`` step3p5), one ``hf_families.Family`` record like those of
-``hf_layered_sparse``, whose helpers it shares (``archlab.interop.hf`` joins the table ``STEP``).
+"""Step-3.5 (StepFun, ``model_type`` step3p5), one ``base.Family`` record like those of
+``layered_moe``, whose helpers it shares (``families.FAMILIES`` joins the table ``STEP``).
 
 transformers 5.24 reads a step3p5 config as ``Step3p7TextConfig`` and builds its text stack as
 ``Step3p7TextModel``, without an LM head; its only class with the head, ``Step3p7ForConditionalGeneration``,
@@ -18,28 +18,12 @@ from torch import Tensor
 
 from archlab.config import MLPConfig, ModelConfig, PositionConfig
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.interop.hf_families import (
-    FULL,
-    SLIDING,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    checked_types,
-    refuse_hf,
-    rope_fraction,
-    rope_to_hf,
-)
-from archlab.interop.hf_layered import rope_of, view
-from archlab.interop.hf_layered_sparse import (
-    _LayeredSparse,
-    apply_layout,
-    kind_field,
-    one_window,
-    sliding_to_hf,
-)
-from archlab.interop.hf_sparse import is_dense, pre_norm_tensors
+from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, kind_field, refuse_hf
+from archlab.interop.families.layered import rope_of, view
+from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_window
+from archlab.interop.families.moe import is_dense, pre_norm_tensors
+from archlab.interop.families.rope import rope_fraction, rope_to_hf
+from archlab.interop.families.windows import FULL, SLIDING, checked_types, sliding_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width, shared_config

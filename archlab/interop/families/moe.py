@@ -1,7 +1,7 @@
 """The Hugging Face mixture-of-experts families, one record each: Mixtral, Qwen3-MoE, DeepSeek-V2 and
 DeepSeek-V3 (multi-head latent attention and DeepSeekMoE).
 
-They are ``hf_families.Family`` records like the dense ones (``SPARSE``; ``archlab.interop.hf`` joins the
+They are ``base.Family`` records like the dense ones (``SPARSE``; ``families.FAMILIES`` joins the
 two tables). ``sparse_family`` picks one for a layout with a moe MLP or mla attention. Routed experts are stacked in both libraries (transformers 5's ``gate_up_proj``
 [E, 2f, d], gate rows first, and ``down_proj`` [E, d, f]), so they map tensor for tensor; DeepSeek's
 shared experts are one gated MLP of n_shared·f, and DeepSeek-V3's correction bias is a buffer in both.
@@ -32,7 +32,7 @@ from archlab.config import (
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig
 from archlab.errors import ConfigError
-from archlab.interop.hf_families import (
+from archlab.interop.families.base import (
     GATED_FROM_HF,
     GATED_TO_HF,
     Family,
@@ -43,9 +43,8 @@ from archlab.interop.hf_families import (
     bare,
     kind_field,
     refuse_hf,
-    rope_from_hf,
-    rope_to_hf,
 )
+from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width

@@ -1,6 +1,6 @@
 """The dense Hugging Face families whose layers differ: Gemma 2, Qwen2 and Qwen3 (some layers sliding),
 Gemma 3 (text), SmolLM3, Cohere2, EXAONE 4 and OLMo 3, one record each, in the table ``LAYERED`` (by
-``model_type``; ``archlab.interop.hf`` joins it, the first three in place of ``hf_families``' records).
+``model_type``; ``families.FAMILIES`` joins it, the first three in place of ``llama``'s records).
 
 Each of them describes its layers per layer in its config: ``layer_types`` (sliding or full attention),
 RoPE parameters per layer type (Gemma 3, OLMo 3), ``no_rope_layers`` (SmolLM3), or no position encoding on
@@ -13,7 +13,7 @@ own, ``model.layers.kinds.<kind>.attention.window``, where the kind sets it), wh
 express: parts that differ between layers beyond the window and the position encoding, windows of two
 sizes, RoPE that differs where the family has one set, NoPE where the family has RoPE.
 
-Nothing here imports transformers: records read configs by attribute, as in ``hf_families``.
+Nothing here imports transformers: records read configs by attribute, as in ``base``.
 """
 
 from __future__ import annotations
@@ -37,31 +37,21 @@ from archlab.config import (
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.errors import ConfigError
-from archlab.interop.hf_families import (
-    FULL,
+from archlab.interop.families.base import (
     GATED_FROM_HF,
     GATED_TO_HF,
-    SLIDING,
     Family,
-    Gemma2,
-    Llama,
-    Olmo2,
     Problem,
-    Qwen2,
-    Qwen3,
     Rule,
     TensorMap,
     Tensors,
     bare,
-    checked_types,
     kind_field,
-    layer_types,
     refuse_hf,
-    rope_from_hf,
-    rope_to_hf,
-    sliding_to_hf,
-    sliding_window,
 )
+from archlab.interop.families.llama import Gemma2, Llama, Olmo2, Qwen2, Qwen3
+from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_to_hf, sliding_window
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -307,7 +297,7 @@ def rule_problems(lcs: list[ModelConfig], want: Any, why: str) -> list[tuple[int
 
 class _Windowed(LayeredFamily):
     """A family whose layers slide or not as ``layer_types`` says, with one ``sliding_window`` and one RoPE
-    for every layer: its parent record (the second base, in ``hf_families``) reads and writes the rest, a
+    for every layer: its parent record (the second base, in ``llama``) reads and writes the rest, a
     window on every layer or none."""
 
     def hf_layers(self, c: Any) -> list[Layer]:
@@ -320,7 +310,7 @@ class _Windowed(LayeredFamily):
 
 class LayeredGemma2(_Windowed, Gemma2):
     """Gemma2ForCausalLM with sliding windows on some layers (the published models: layers 0, 2, ...,
-    kinds ``local`` and ``global``); ``hf_families.Gemma2`` holds the rest."""
+    kinds ``local`` and ``global``); ``llama.Gemma2`` holds the rest."""
 
     features = Gemma2.features | LAYERS
 
@@ -343,13 +333,13 @@ class _LayeredQwen(_Windowed):
 
 
 class LayeredQwen2(_LayeredQwen, Qwen2):
-    """Qwen2ForCausalLM with sliding windows on some layers; ``hf_families.Qwen2`` holds the rest."""
+    """Qwen2ForCausalLM with sliding windows on some layers; ``llama.Qwen2`` holds the rest."""
 
     features = Qwen2.features | LAYERS
 
 
 class LayeredQwen3(_LayeredQwen, Qwen3):
-    """Qwen3ForCausalLM with sliding windows on some layers; ``hf_families.Qwen3`` holds the rest."""
+    """Qwen3ForCausalLM with sliding windows on some layers; ``llama.Qwen3`` holds the rest."""
 
     features = Qwen3.features | LAYERS
 
@@ -655,4 +645,4 @@ class Cohere2(LayeredFamily):
 LAYERED: dict[str, Family] = {
     f.model_type: f
     for f in (LayeredGemma2(), LayeredQwen2(), LayeredQwen3(), Gemma3(), SmolLM3(), Cohere2(), Exaone4(), Olmo3())
-}  # the first three replace hf_families' records of their model_type
+}  # the first three replace llama's records of their model_type

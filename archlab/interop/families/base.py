@@ -1,0 +1,337 @@
+"""What every Hugging Face family record shares: the ``Family`` base class, the optional parts
+of a layout (``FEATURES``) a family must hold or refuse, tensor maps and their layouts, the activation
+names, and the helpers that read and refuse transformers config fields. Nothing here imports
+transformers: records read configs by attribute."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, NoReturn
+
+import torch
+from torch import Tensor
+
+from archlab.config import (
+    MLPConfig,
+    ModelConfig,
+    n_kv_head,
+)
+from archlab.errors import ConfigError
+from archlab.nn.attention import head_dim
+from archlab.nn.mlp import d_ff
+from archlab.nn.rope import rotary_dim
+
+Rule = tuple[str, tuple, str]  # (field "model.a.b", the values a family can hold, why)
+
+
+class Problem(NamedTuple):
+    """A field whose value a family cannot hold: what it needs instead (``wants``) and why."""
+
+    field: str  # "model.a.b"
+    value: Any
+    wants: str  # "rmsnorm", "swiglu or geglu", "head_dim=64 (full rotary)"
+    why: str = ""  # " (its experts are gated)": appended to the refusal
+
+
+# Optional parts of a layout, at the value that means "absent". A family lists the ones it holds in
+# ``Family.features``; every other one must stay at this value.
+FEATURES: dict[str, tuple[Any, str]] = {
+    "model.dropout": (0.0, "no embedding or residual dropout"),
+    "model.scale_embedding": (False, "unscaled embeddings"),
+    "model.embedding_norm": (False, "no norm on the token embeddings"),
+    "model.embedding_multiplier": (1.0, "unscaled embeddings"),
+    "model.block.residual_multiplier": (1.0, "sublayer outputs added to the residual stream unscaled"),
+    "model.head.logit_scale": (1.0, "unscaled logits"),
+    "model.norm.unit_offset": (False, "norm scales stored as w"),
+    "model.attention.qk_norm": ("none", "no QK-norm"),
+    "model.attention.qk_norm_after_rope": (False, "QK-norm before RoPE"),
+    "model.attention.qk_norm_per_head_scale": (False, "one QK-norm scale shared by the heads"),
+    "model.attention.clip_qkv": (None, "q, k and v unclipped"),
+    "model.attention.scale": (None, "scores scaled by 1/sqrt(head_dim)"),
+    "model.attention.softcap": (None, "no score soft-capping"),
+    "model.attention.window": (None, "no sliding window"),
+    "model.attention.chunk": (None, "no chunked attention"),
+    "model.attention.sinks": (False, "no attention sinks"),
+    "model.attention.gate": ("none", "no attention output gate"),
+    "model.attention.query_scale_beta": (None, "queries not scaled by position"),
+    "model.head.softcap": (None, "no logit soft-capping"),
+    "model.position.scaling": ("none", "unscaled RoPE"),
+    "model.position.truncate": (True, "YaRN's band rounded outward"),
+    "model.position.short_factor": (None, "no LongRoPE factors"),
+    "model.position.long_factor": (None, "no LongRoPE factors"),
+    "model.position.alibi_scale": (1.0, "ALiBi's slopes as Press et al."),
+    "model.position.alibi_rounding": ("none", "ALiBi's bias in float32"),
+    "model.layers.first": ([], "every layer the same parts"),
+    "model.layers.pattern": ([], "every layer the same parts"),
+    "model.mlp.swiglu_limit": (None, "no SwiGLU clamp"),
+    "model.mlp.shared_swiglu_limit": (None, "shared experts clamped as the routed ones"),
+    "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
+    "model.mlp.up_offset": (0.0, "no offset on the up projection"),
+    "model.mlp.router_bias": (False, "no router bias"),
+    "model.mlp.weight_input": (False, "routing weights on the experts' outputs"),
+}
+
+# Plain MLPs compute act(fc(x)): transformers activation <-> archlab (kind, approximate).
+PLAIN_FROM_HF = {
+    "gelu_new": ("gelu", "tanh"),
+    "gelu_pytorch_tanh": ("gelu", "tanh"),
+    "gelu": ("gelu", "none"),
+    "relu": ("relu", "none"),
+}
+PLAIN_TO_HF = {("gelu", "tanh"): "gelu_new", ("gelu", "none"): "gelu", ("relu", "none"): "relu"}
+# Gated MLPs compute down(act(gate(x)) * up(x)): hidden_act <-> archlab (kind, approximate).
+GATED_FROM_HF = {
+    "silu": ("swiglu", "none"),
+    "gelu": ("geglu", "none"),
+    "gelu_pytorch_tanh": ("geglu", "tanh"),
+    "gelu_new": ("geglu", "tanh"),
+}
+GATED_TO_HF = {("swiglu", "none"): "silu", ("geglu", "none"): "gelu", ("geglu", "tanh"): "gelu_pytorch_tanh"}
+
+
+def fmt(value: Any) -> str:
+    """A value as it is written in YAML: true, false, null, 'text', 1.0."""
+    if value is None or isinstance(value, bool):
+        return "null" if value is None else str(value).lower()
+    return repr(value)
+
+
+def bare(value: Any) -> str:
+    """A value as it is typed in a ``key=value`` override: text unquoted, else as ``fmt`` writes it."""
+    return value if isinstance(value, str) else fmt(value)
+
+
+def value_of(cfg: ModelConfig, field: str) -> Any:
+    """The value of ``model.a.b`` in ``cfg``."""
+    value = cfg
+    for part in field.split(".")[1:]:
+        value = getattr(value, part)
+    return value
+
+
+def kind_field(cfg: ModelConfig, kind: str | None, field: str) -> str:
+    """``field`` (``model.attention.window``) as the field a refusal names: the kind's own
+    (``model.layers.kinds.<kind>.attention.window``) where layer kind ``kind`` sets it, else ``field``."""
+    if kind is None:
+        return field
+    value: Any = (cfg.layers.kinds or {}).get(kind, {})
+    parts = field.split(".")[1:]
+    for part in parts:
+        if not isinstance(value, dict) or part not in value:
+            return field
+        value = value[part]
+    return f"model.layers.kinds.{kind}.{'.'.join(parts)}"
+
+
+def refuse_hf(c: Any, name: str, allowed: str, value: Any = None) -> NoReturn:
+    """Refuse the HF config field ``name`` (dotted for a key of a dict field), naming its class."""
+    if value is None and "." not in name:
+        value = getattr(c, name, None)
+    raise ConfigError(f"{type(c).__name__}.{name}", value, allowed)
+
+
+# ---------------------------------------------------------------- tensors
+
+
+class TensorMap(NamedTuple):
+    """One archlab tensor and the HF tensor(s) it holds, in one of four layouts: ``same``;
+    ``transposed`` (GPT-2's Conv1D stores (in, out)); ``stacked`` (archlab's fused q/k/v or gate/up is
+    the HF tensors of ``sizes`` rows stacked along dim 0); ``heads_interleaved`` (GPT-NeoX's fused
+    q/k/v holds [q_h, k_h, v_h] per head h; archlab holds every q, then every k, then every v;
+    ``sizes`` = (n_head, head_dim)); ``experts_transposed`` (stacked experts stored [E, in, out], as
+    gpt-oss's and Llama 4's, against archlab's [E, out, in]); ``gate_up_interleaved`` (gpt-oss's
+    gate_up_proj [E, d, 2f] with the gate at even and up at odd columns, and its bias [E, 2f] likewise;
+    archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows)."""
+
+    archlab: str
+    hf: tuple[str, ...]
+    layout: str = "same"
+    sizes: tuple[int, ...] = ()
+
+
+def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
+    """The archlab tensor of ``m`` from its HF tensors (a copy when ``copy``; fused ones always are)."""
+    if m.layout == "stacked":
+        return torch.cat(parts)
+    if m.layout == "transposed":
+        return parts[0].t().contiguous()
+    if m.layout == "heads_interleaved":
+        H, hd = m.sizes
+        return parts[0].unflatten(0, (H, 3, hd)).transpose(0, 1).flatten(0, 2).contiguous()
+    if m.layout == "experts_transposed":
+        return parts[0].transpose(1, 2).contiguous()
+    if m.layout == "gate_up_interleaved":
+        rows = parts[0].transpose(1, 2) if parts[0].dim() == 3 else parts[0]
+        return torch.cat((rows[:, 0::2], rows[:, 1::2]), dim=1).contiguous()
+    return parts[0].detach().clone() if copy else parts[0]
+
+
+def split(m: TensorMap, tensor: Tensor) -> list[Tensor]:
+    """The HF tensors of ``m`` from the archlab one (the inverse of ``join``)."""
+    if m.layout == "stacked":
+        return [part.clone() for part in tensor.split(m.sizes)]
+    if m.layout == "transposed":
+        return [tensor.t().contiguous()]
+    if m.layout == "heads_interleaved":
+        H, hd = m.sizes
+        return [tensor.unflatten(0, (3, H, hd)).transpose(0, 1).flatten(0, 2).contiguous()]
+    if m.layout == "experts_transposed":
+        return [tensor.transpose(1, 2).contiguous()]
+    if m.layout == "gate_up_interleaved":
+        f = tensor.shape[1] // 2
+        rows = torch.stack((tensor[:, :f], tensor[:, f:]), dim=2).flatten(1, 2)
+        return [(rows.transpose(1, 2) if rows.dim() == 3 else rows).contiguous()]
+    return [tensor]
+
+
+class Tensors:
+    """Collects a family's TensorMaps: a module's weight and, when it has one, its bias."""
+
+    def __init__(self, cfg: ModelConfig):
+        self.cfg, self.maps = cfg, []
+
+    def add(self, archlab: str, hf: str, bias: bool = False, layout: str = "same", sizes: tuple = ()) -> None:
+        self.maps.append(TensorMap(f"{archlab}.weight", (f"{hf}.weight",), layout, sizes))
+        if bias:
+            self.maps.append(
+                TensorMap(f"{archlab}.bias", (f"{hf}.bias",), "same" if layout == "transposed" else layout, sizes)
+            )
+
+    def stacked(self, archlab: str, hf: list[str], bias: bool, sizes: tuple[int, ...]) -> None:
+        """archlab's fused Linear = the HF Linears ``hf`` stacked along their output rows."""
+        self.maps.append(TensorMap(f"{archlab}.weight", tuple(f"{n}.weight" for n in hf), "stacked", sizes))
+        if bias:
+            self.maps.append(TensorMap(f"{archlab}.bias", tuple(f"{n}.bias" for n in hf), "stacked", sizes))
+
+    def qkv(self, archlab: str, hf_attn: str, bias: bool) -> None:
+        """Separate q_proj, k_proj, v_proj."""
+        cfg = self.cfg
+        sizes = tuple(n * head_dim(cfg) for n in (cfg.attention.n_head, n_kv_head(cfg), n_kv_head(cfg)))
+        self.stacked(archlab, [f"{hf_attn}.{x}_proj" for x in "qkv"], bias, sizes)
+
+    def gate_up(self, archlab: str, hf_mlp: str, bias: bool) -> None:
+        """archlab's [gate | up] = gate_proj, up_proj."""
+        self.stacked(archlab, [f"{hf_mlp}.gate_proj", f"{hf_mlp}.up_proj"], bias, (d_ff(self.cfg), d_ff(self.cfg)))
+
+    def head(self) -> list[TensorMap]:
+        """The untied head's weight and the head's bias, then every map collected."""
+        if not self.cfg.head.tied:
+            self.maps.append(TensorMap("head.weight", ("lm_head.weight",)))
+        if self.cfg.head.bias:
+            self.maps.append(TensorMap("head.bias", ("lm_head.bias",)))
+        return self.maps
+
+
+# ---------------------------------------------------------------- the records
+
+
+class Family:
+    """One Hugging Face family. Subclasses set the class attributes and implement the four methods."""
+
+    model_type: str  # transformers' config.model_type
+    title: str  # the family's name in messages
+    model_class: str
+    config_class: str
+    prefix: str  # the base model's tensor prefix, absent from checkpoints saved from the base model alone
+    features: frozenset[str] = frozenset()  # the FEATURES this family holds
+    attention_kind = "causal"  # the model.attention.kind its layers have
+    position_kind = "rope"  # the model.position.kind it holds
+    position_why = ""  # why, in its refusal
+    scalings: tuple[str, ...] = ("none", "linear", "llama3")  # RoPE scalings, if it holds model.position.scaling
+    renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        """What the family requires of the layout beyond the absent FEATURES."""
+        return []
+
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        """Every field (``model.a.b``) whose value this family cannot hold exactly, in the order ``check``
+        meets them: ``archlab-check`` lists them all at once."""
+        absent = [(f, (default,), f" ({why})") for f, (default, why) in FEATURES.items() if f not in self.features]
+        rules: list[Rule] = [
+            ("model.attention.kind", (self.attention_kind,), ""),
+            ("model.position.kind", (self.position_kind,), self.position_why),
+            ("model.head.kind", ("linear",), ""),
+        ]
+        if "model.position.scaling" in self.features:
+            rules.append(("model.position.scaling", self.scalings, ""))
+        found = []
+        for field, allowed, why in rules + self.rules(cfg) + absent:
+            value = value_of(cfg, field)
+            if value not in allowed:
+                found.append(Problem(field, value, " or ".join(bare(a) for a in allowed), why))
+        return found
+
+    def refusal(self, problem: Problem) -> ConfigError:
+        """The ConfigError of one problem, naming this family."""
+        return ConfigError(
+            problem.field, problem.value, f"{problem.wants} to convert to Hugging Face {self.title}{problem.why}"
+        )
+
+    def check(self, cfg: ModelConfig) -> None:
+        """Refuse the first field (``model.a.b``) whose value this family cannot hold exactly."""
+        problems = self.problems(cfg)
+        if problems:
+            raise self.refusal(problems[0])
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        """The transformers config's keyword arguments (``cfg`` passed ``check``)."""
+        raise NotImplementedError
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        """archlab's config of a transformers config of this family (refusing what it cannot hold)."""
+        raise NotImplementedError
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        """Every archlab tensor with its HF name(s) and layout."""
+        raise NotImplementedError
+
+    def hf_class(self, transformers: Any) -> type:
+        """The transformers class ``to_hf`` builds and ``from_hf`` takes (``model_class``)."""
+        return getattr(transformers, self.model_class)
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A checkpoint's tensors (prefixed and renamed) as the transformers model holds them in memory: the
+        same for the dense families; the MoE ones save each expert apart and stack them when loading."""
+        return state
+
+    def mha_rules(self, cfg: ModelConfig) -> list[Rule]:
+        H, d = cfg.attention.n_head, cfg.d_model
+        return [
+            ("model.attention.n_kv_head", (None, H), f" ({self.title} has one key/value head per query head)"),
+            ("model.attention.head_dim", (None, d // H), f" ({self.title} uses d_model / n_head)"),
+        ]
+
+    @staticmethod
+    def full_rotary(cfg: ModelConfig) -> list[Problem]:
+        """The problem of a family that rotates whole heads, when ``cfg`` rotates part of one."""
+        if rotary_dim(cfg) == head_dim(cfg):
+            return []
+        return [Problem("model.position.rotary_dim", rotary_dim(cfg), f"head_dim={head_dim(cfg)} (full rotary)")]
+
+
+def one_dropout(c: Any, embedding: str, residual: str) -> float:
+    if getattr(c, embedding) != getattr(c, residual):
+        refuse_hf(c, embedding, f"equal to {residual}={getattr(c, residual)} (archlab has one model.dropout)")
+    return float(getattr(c, residual))
+
+
+def plain_mlp(c: Any, act: str, width: int) -> MLPConfig:
+    """act(fc(x)) with biases, its activation read from the config key ``act``."""
+    name = getattr(c, act)
+    if name not in PLAIN_FROM_HF:
+        refuse_hf(c, act, f"one of {sorted(PLAIN_FROM_HF)}")
+    kind, approximate = PLAIN_FROM_HF[name]
+    return MLPConfig(kind=kind, d_ff=width, bias=True, approximate=approximate)
+
+
+def gated_mlp(c: Any, act: str) -> MLPConfig:
+    """down(act(gate(x)) * up(x)) without biases, its activation read from the config key ``act``."""
+    name = getattr(c, act)
+    if name not in GATED_FROM_HF:
+        refuse_hf(c, act, f"one of {sorted(GATED_FROM_HF)}")
+    kind, approximate = GATED_FROM_HF[name]
+    return MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=False, approximate=approximate)
+
+
+def plain_activation(cfg: ModelConfig) -> str:
+    return PLAIN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)]

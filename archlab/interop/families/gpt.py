@@ -1,0 +1,162 @@
+"""GPT-2 and GPT-J: LayerNorm with biases, a two-matrix MLP with biases, one config vocabulary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archlab.config import (
+    AttentionConfig,
+    BlockConfig,
+    HeadConfig,
+    ModelConfig,
+    NormConfig,
+    PositionConfig,
+)
+from archlab.interop.families.base import (
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    fmt,
+    one_dropout,
+    plain_activation,
+    plain_mlp,
+    refuse_hf,
+)
+from archlab.nn.mlp import d_ff
+from archlab.nn.rope import rotary_dim
+
+# ---- GPT-2 and GPT-J
+
+
+class _GPT(Family):
+    """GPT-2 and GPT-J share LayerNorm with a bias, a two-matrix MLP with biases and their config names."""
+
+    prefix = "transformer."
+    features = frozenset({"model.dropout"})
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.norm.kind", ("layernorm",), ""),
+            ("model.norm.bias", (True,), ""),
+            ("model.mlp.kind", ("gelu", "relu"), ""),
+            ("model.mlp.bias", (True,), ""),
+            *self.mha_rules(cfg),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(
+            vocab_size=cfg.vocab_size,
+            n_positions=cfg.context_length,
+            n_embd=cfg.d_model,
+            n_layer=cfg.n_layer,
+            n_head=cfg.attention.n_head,
+            n_inner=d_ff(cfg),
+            activation_function=plain_activation(cfg),
+            resid_pdrop=cfg.dropout,
+            embd_pdrop=cfg.dropout,
+            attn_pdrop=cfg.attention.dropout,
+            layer_norm_epsilon=cfg.norm.eps,
+            initializer_range=cfg.init_std,
+            tie_word_embeddings=cfg.head.tied,
+        )
+
+    def base_config(self, c: Any) -> ModelConfig:
+        return ModelConfig(
+            vocab_size=c.vocab_size,
+            context_length=c.n_positions,
+            n_layer=c.n_layer,
+            d_model=c.n_embd,
+            dropout=one_dropout(c, "embd_pdrop", "resid_pdrop"),
+            init_std=c.initializer_range,
+            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
+            attention=AttentionConfig(n_head=c.n_head, dropout=c.attn_pdrop),
+            mlp=plain_mlp(c, "activation_function", c.n_inner or 4 * c.n_embd),
+        )
+
+
+class GPT2(_GPT):
+    """GPT2LMHeadModel: pre-norm, learned positions, Conv1D layers (biases everywhere), no head bias."""
+
+    model_type, title, model_class, config_class = "gpt2", "GPT-2", "GPT2LMHeadModel", "GPT2Config"
+    position_kind = "learned"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [
+            ("model.block.kind", ("pre",), ""),
+            ("model.attention.qkv_bias", (True,), " (Conv1D layers always have a bias)"),
+            ("model.attention.out_bias", (True,), " (Conv1D layers always have a bias)"),
+            ("model.head.bias", (False,), ""),
+        ]
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        for name, want in (
+            ("add_cross_attention", False),
+            ("scale_attn_weights", True),
+            ("scale_attn_by_inverse_layer_idx", False),
+        ):
+            if getattr(c, name, want) != want:
+                refuse_hf(
+                    c, name, f"{fmt(want)} (archlab attention is causal self-attention scaled by 1/sqrt(head_dim))"
+                )
+        cfg = self.base_config(c)
+        cfg.block, cfg.position = BlockConfig(kind="pre"), PositionConfig(kind="learned")
+        cfg.head = HeadConfig(tied=c.tie_word_embeddings, bias=False)
+        return cfg
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "transformer.wte")
+        t.add("position.table", "transformer.wpe")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"transformer.h.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.ln_1", True)
+            t.add(f"{b}.attn.qkv", f"{h}.attn.c_attn", True, "transposed")  # [Q | K | V] in both
+            t.add(f"{b}.attn.proj", f"{h}.attn.c_proj", True, "transposed")
+            t.add(f"{b}.mlp_norm", f"{h}.ln_2", True)
+            t.add(f"{b}.mlp.fc", f"{h}.mlp.c_fc", True, "transposed")
+            t.add(f"{b}.mlp.proj", f"{h}.mlp.c_proj", True, "transposed")
+        t.add("final_norm", "transformer.ln_f", True)
+        return t.head()
+
+
+class GPTJ(_GPT):
+    """GPTJForCausalLM: parallel block with one shared LayerNorm, interleaved RoPE (base 1e4), no
+    attention biases, a head bias."""
+
+    model_type, title, model_class, config_class = "gptj", "GPT-J", "GPTJForCausalLM", "GPTJConfig"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [
+            ("model.block.kind", ("parallel",), ""),
+            ("model.block.shared_norm", (True,), " (one ln_1 feeds attention and MLP)"),
+            ("model.position.pairing", ("interleaved",), ""),
+            ("model.position.theta", (10000.0,), " (GPT-J's rotary base is fixed)"),
+            ("model.attention.qkv_bias", (False,), ""),
+            ("model.attention.out_bias", (False,), ""),
+            ("model.head.bias", (True,), ""),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(super().to_hf(cfg), rotary_dim=rotary_dim(cfg))
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        cfg = self.base_config(c)
+        cfg.block = BlockConfig(kind="parallel", shared_norm=True)
+        cfg.position = PositionConfig(kind="rope", theta=10000.0, rotary_dim=c.rotary_dim, pairing="interleaved")
+        cfg.attention.qkv_bias = cfg.attention.out_bias = False
+        cfg.head = HeadConfig(tied=c.tie_word_embeddings, bias=True)
+        return cfg
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "transformer.wte")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"transformer.h.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.ln_1", True)
+            t.qkv(f"{b}.attn.qkv", f"{h}.attn", False)
+            t.add(f"{b}.attn.proj", f"{h}.attn.out_proj")
+            t.add(f"{b}.mlp.fc", f"{h}.mlp.fc_in", True)
+            t.add(f"{b}.mlp.proj", f"{h}.mlp.fc_out", True)
+        t.add("final_norm", "transformer.ln_f", True)
+        return t.head()

@@ -1,0 +1,161 @@
+"""RoPE both ways: archlab's position config <-> transformers' ``rope_parameters`` (partial rotary,
+linear, llama3 and YaRN scaling)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from archlab.config import (
+    ModelConfig,
+    PositionConfig,
+)
+from archlab.interop.families.base import refuse_hf
+from archlab.nn.attention import head_dim
+from archlab.nn.rope import attention_factor, rotary_dim
+
+# RoPE scalings archlab implements, and the rope_parameters keys each one reads (yarn: as transformers'
+# _compute_yarn_parameters reads them; DeepSeek's families alone convert it, see hf_sparse).
+_ROPE_KEYS = {
+    "default": {"rope_type", "rope_theta", "partial_rotary_factor"},
+    "linear": {"rope_type", "rope_theta", "partial_rotary_factor", "factor"},
+    "llama3": {
+        "rope_type",
+        "rope_theta",
+        "partial_rotary_factor",
+        "factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "original_max_position_embeddings",
+    },
+    "yarn": {
+        "rope_type",
+        "rope_theta",
+        "partial_rotary_factor",
+        "factor",
+        "original_max_position_embeddings",
+        "beta_fast",
+        "beta_slow",
+        "mscale",
+        "mscale_all_dim",
+        "truncate",
+        "attention_factor",
+    },
+}
+
+# ---------------------------------------------------------------- RoPE both ways
+
+
+def rope_fraction(cfg: ModelConfig) -> float:
+    """partial_rotary_factor for cfg's rotary dims r of a head of hd: transformers rotates int(hd · factor)
+    dims, and hd · (r / hd) can fall just below r in floating point; the next float up then reaches it."""
+    hd, r, p = head_dim(cfg), rotary_dim(cfg), cfg.position
+    fraction = p.rotary_fraction if p.rotary_fraction is not None else r / hd
+    while int(hd * fraction) < r:
+        fraction = math.nextafter(fraction, 1.0)
+    return fraction
+
+
+def rope_to_hf(cfg: ModelConfig, fraction: float | None = None) -> dict[str, Any]:
+    """transformers' rope_parameters for cfg's RoPE (with partial_rotary_factor when ``fraction``)."""
+    p = cfg.position
+    params: dict[str, Any] = {"rope_type": "default" if p.scaling == "none" else p.scaling, "rope_theta": p.theta}
+    if p.scaling != "none":
+        params["factor"] = p.factor
+    if p.scaling == "llama3":
+        params.update(
+            low_freq_factor=p.low_freq_factor,
+            high_freq_factor=p.high_freq_factor,
+            original_max_position_embeddings=p.original_context,
+        )
+    if p.scaling == "yarn":
+        params.update(original_max_position_embeddings=p.original_context, beta_fast=p.beta_fast, beta_slow=p.beta_slow)
+        if not p.truncate:  # transformers' default is true: written only when false (gpt-oss's published configs)
+            params["truncate"] = False
+        if p.mscale is not None:  # with mscale_all_dim (archlab's validation asks for both or neither)
+            params.update(mscale=p.mscale, mscale_all_dim=p.mscale_all_dim)
+    if fraction is not None:
+        params["partial_rotary_factor"] = fraction
+    return params
+
+
+def rope_from_hf(
+    c: Any, hd: int, partial: bool, scalings: tuple[str, ...] = ("default", "linear", "llama3")
+) -> PositionConfig:
+    """archlab's RoPE from transformers' rope_parameters (``partial``: the family rotates part of a head;
+    ``scalings``: the rope_types this family converts)."""
+    rope = dict(getattr(c, "rope_parameters", None) or {})
+    if any(isinstance(v, dict) for v in rope.values()):
+        refuse_hf(c, "rope_parameters", "one set of RoPE parameters for every layer", rope)
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in scalings:
+        names = ", ".join(repr(s) for s in scalings)
+        refuse_hf(
+            c, "rope_parameters.rope_type", f"one of {names} (the scalings archlab converts for this family)", rope_type
+        )
+    for key in sorted(set(rope) - _ROPE_KEYS[rope_type] - {"type"}):
+        refuse_hf(
+            c, f"rope_parameters.{key}", f"absent for rope_type={rope_type!r} (archlab has no such setting)", rope[key]
+        )
+    fraction = rope.get("partial_rotary_factor", 1.0)
+    dims = int(hd * fraction)
+    position = PositionConfig(kind="rope", theta=float(rope.get("rope_theta", 10000.0)), pairing="half")
+    if fraction != 1.0:
+        if not partial:
+            refuse_hf(c, "rope_parameters.partial_rotary_factor", "1.0 (this family rotates whole heads)", fraction)
+        if dims <= 0 or dims % 2:
+            refuse_hf(
+                c,
+                "rope_parameters.partial_rotary_factor",
+                f"a fraction of head_dim={hd} that rotates an even number of dims",
+                fraction,
+            )
+        if abs(hd * fraction - dims) <= 1e-6:
+            position.rotary_fraction = fraction
+        else:
+            position.rotary_dim = dims
+    if rope_type in ("linear", "llama3"):
+        position.scaling, position.factor = rope_type, float(rope["factor"])
+    if rope_type == "llama3":
+        position.low_freq_factor = float(rope["low_freq_factor"])
+        position.high_freq_factor = float(rope["high_freq_factor"])
+        position.original_context = int(rope["original_max_position_embeddings"])
+    if rope_type == "yarn":
+        _yarn_from_hf(c, rope, position)
+    return position
+
+
+def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> None:
+    """YaRN's fields as transformers reads them: a missing factor is max_position_embeddings over the
+    original context, a missing (or zero) beta_fast / beta_slow is 32 / 1, and mscale counts only with
+    mscale_all_dim (a zero one is absent), a missing truncate is true (the band's ends rounded outward).
+    archlab derives the attention factor from factor and the two mscales."""
+    original = int(rope["original_max_position_embeddings"])
+    factor = rope.get("factor")
+    position.scaling, position.original_context = "yarn", original
+    position.factor = float(factor if factor is not None else c.max_position_embeddings / original)
+    position.beta_fast, position.beta_slow = float(rope.get("beta_fast") or 32.0), float(rope.get("beta_slow") or 1.0)
+    mscale, all_dim = rope.get("mscale") or None, rope.get("mscale_all_dim") or None
+    if (mscale is None) != (all_dim is None):
+        name = "mscale" if all_dim is None else "mscale_all_dim"
+        refuse_hf(
+            c,
+            f"rope_parameters.{name}",
+            "mscale and mscale_all_dim both set, or both absent (transformers ignores mscale alone, and applies "
+            "mscale_all_dim alone to the softmax only)",
+            rope[name],
+        )
+    position.mscale = None if mscale is None else float(mscale)
+    position.mscale_all_dim = None if all_dim is None else float(all_dim)
+    truncate = rope.get("truncate", True)
+    if not isinstance(truncate, bool):
+        refuse_hf(c, "rope_parameters.truncate", "true or false", truncate)
+    position.truncate = truncate
+    given = rope.get("attention_factor")
+    if given is not None and not math.isclose(given, attention_factor(position), rel_tol=1e-12):
+        refuse_hf(
+            c,
+            "rope_parameters.attention_factor",
+            f"absent or {attention_factor(position)} (archlab derives it from factor, mscale and mscale_all_dim)",
+            given,
+        )
