@@ -238,6 +238,7 @@ class Family:
     position_why = ""  # why, in its refusal
     scalings: tuple[str, ...] = ("none", "linear", "llama3")  # RoPE scalings, if it holds model.position.scaling
     renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
+    parts = ""  # the archlab parts the class maps to, in a line (archlab-interop's table and docs/interop.md)
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         """What the family requires of the layout beyond the absent FEATURES."""
