@@ -78,6 +78,8 @@ class _GPT(Family):
 class GPT2(_GPT):
     """GPT2LMHeadModel: pre-norm, learned positions, Conv1D layers (biases everywhere), no head bias."""
 
+    parts = "pre-norm LayerNorm, learned positions, GELU/ReLU MLP, biases everywhere"
+
     model_type, title, model_class, config_class = "gpt2", "GPT-2", "GPT2LMHeadModel", "GPT2Config"
     position_kind = "learned"
 
@@ -123,6 +125,8 @@ class GPT2(_GPT):
 class GPTJ(_GPT):
     """GPTJForCausalLM: parallel block with one shared LayerNorm, interleaved RoPE (base 1e4), no
     attention biases, a head bias."""
+
+    parts = "parallel block, one shared LayerNorm, interleaved partial RoPE, plain MLP, head bias"
 
     model_type, title, model_class, config_class = "gptj", "GPT-J", "GPTJForCausalLM", "GPTJConfig"
 

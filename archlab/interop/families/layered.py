@@ -354,6 +354,8 @@ class Gemma3(LayeredFamily, Gemma2):
     models), sliding windows by ``layer_types``, and no attention soft-capping (transformers' Gemma 3
     attention does not apply ``attn_logit_softcapping``); the final logits may be soft-capped."""
 
+    parts = "Gemma 2's parts with QK RMSNorm, local/global layers each with their own RoPE"
+
     model_type, title, model_class, config_class = "gemma3_text", "Gemma 3", "Gemma3ForCausalLM", "Gemma3TextConfig"
     features = (Gemma2.features - {"model.attention.softcap"}) | {
         "model.attention.qk_norm",
@@ -393,6 +395,8 @@ class Olmo3(LayeredFamily, Olmo2):
     projection) with sliding windows by ``layer_types`` (three of four layers in the published models) and
     RoPE parameters per layer type (the published long-context models scale the global layers' only)."""
 
+    parts = "OLMo 2's parts with local/global layers, RoPE per layer type"
+
     model_type, title, model_class, config_class = "olmo3", "OLMo 3", "Olmo3ForCausalLM", "Olmo3Config"
     features = Olmo2.features | {"model.attention.window", *LAYERS}
     rope_per_type = True
@@ -422,6 +426,8 @@ class Exaone4(LayeredFamily, Olmo2):
     biases; with a ``sliding_window``, the sliding layers (``layer_types``) have RoPE and the full ones none
     (the published hybrid models: three local layers, then a global NoPE one); without one, every layer is
     full with RoPE."""
+
+    parts = "OLMo 2's block with per-head QK-norm, local RoPE and global NoPE layers"
 
     model_type, title, model_class, config_class = "exaone4", "EXAONE 4", "Exaone4ForCausalLM", "Exaone4Config"
     features = frozenset({"model.position.scaling", "model.attention.qk_norm", "model.attention.window", *LAYERS})
@@ -488,6 +494,8 @@ class SmolLM3(LayeredFamily, Llama):
     layers ``no_rope_layers`` marks 1 and none on those it marks 0 (every 4th in the published model), and
     sliding windows where ``layer_types`` says (with ``use_sliding_window``; none in the published model)."""
 
+    parts = "LLaMA's layers with NoPE on chosen layers (model.layers)"
+
     model_type, title, model_class, config_class = "smollm3", "SmolLM3", "SmolLM3ForCausalLM", "SmolLM3Config"
     features = Llama.features | {"model.attention.window", *LAYERS}
     nope = True
@@ -535,6 +543,8 @@ class Cohere2(LayeredFamily):
     scale (the norm has no bias, so norm(h)·w·s = norm(h)·(w·s), and the head is linear), which is exact in
     any float format when the scale is a power of two (the published 0.25 and 0.0625); other scales are
     refused. An archlab model exports with logit_scale 1."""
+
+    parts = "parallel block, bias-free LayerNorm, interleaved RoPE on local layers, global NoPE, logit scale"
 
     model_type, title, model_class, config_class = "cohere2", "Cohere2", "Cohere2ForCausalLM", "Cohere2Config"
     prefix = "model."

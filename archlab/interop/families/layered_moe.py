@@ -221,6 +221,8 @@ class GptOss(_LayeredSparse):
     untouched (archlab's yarn without ``mscale``s), the band's ends rounded outward or not (``truncate``: false
     in the published configs and GptOssConfig's default)."""
 
+    parts = "sinks, local/global layers, biased attention, a clamped SwiGLU MoE with router bias, YaRN"
+
     model_type, title, model_class, config_class = "gpt_oss", "gpt-oss", "GptOssForCausalLM", "GptOssConfig"
     features = frozenset(
         {
@@ -353,6 +355,8 @@ class Llama4(_LayeredSparse):
     expert of the routed width ``intermediate_size``), a dense MLP of ``intermediate_size_mlp`` on the
     others. A layer's kind is named by its parts: ``rope`` (chunked where RoPE layers are), ``nope``,
     with ``_full`` (a RoPE layer not chunked), ``_chunked`` (a NoPE layer chunked), ``_dense``."""
+
+    parts = "chunked RoPE layers and global NoPE layers (iRoPE), L2 QK-norm, query scaling, MoE"
 
     model_type, title, model_class, config_class = "llama4_text", "Llama 4", "Llama4ForCausalLM", "Llama4TextConfig"
     features = frozenset(
@@ -605,6 +609,8 @@ class Afmoe(_LayeredSparse):
     (selection only: archlab's ``correction_bias``), the chosen scores over their sum + 1e-20, times
     ``route_scale``, beside ``num_shared_experts`` shared experts as one MLP of n·``moe_intermediate_size``.
     Kinds: ``sliding`` (window, RoPE), ``full`` (no positions), each with ``_dense`` on the dense layers."""
+
+    parts = "sandwich block, gated attention, local/global layers, sigmoid MoE, dense first layers"
 
     model_type, title, model_class, config_class = "afmoe", "AFMoE", "AfmoeForCausalLM", "AfmoeConfig"
     features = frozenset(

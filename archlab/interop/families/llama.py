@@ -122,6 +122,8 @@ class Llama(_LlamaStyle):
     """LlamaForCausalLM: pre-norm, q/k/v and output biases together (``attention_bias``), MLP biases
     (``mlp_bias``), RoPE scaling (linear, llama3: Llama 3.1)."""
 
+    parts = "pre-norm RMSNorm, RoPE (linear, llama3), GQA, SwiGLU/GeGLU, optional biases"
+
     model_type, title, model_class, config_class = "llama", "LLaMA", "LlamaForCausalLM", "LlamaConfig"
     features = frozenset({"model.position.scaling"})
 
@@ -141,6 +143,8 @@ class Llama(_LlamaStyle):
 
 class Mistral(_LlamaStyle):
     """MistralForCausalLM: LLaMA's layers, no biases, a sliding window on every layer."""
+
+    parts = "LLaMA's layers, no biases, a sliding window on every layer"
 
     model_type, title, model_class, config_class = "mistral", "Mistral", "MistralForCausalLM", "MistralConfig"
     features = frozenset({"model.position.scaling", "model.attention.window"})
@@ -188,6 +192,8 @@ class _Sliding(_LlamaStyle):
 class Qwen2(_Sliding):
     """Qwen2ForCausalLM (Qwen2, Qwen2.5): LLaMA's layers with biases on q/k/v only; sliding windows."""
 
+    parts = "LLaMA's layers with q/k/v biases; sliding windows"
+
     model_type, title, model_class, config_class = "qwen2", "Qwen2", "Qwen2ForCausalLM", "Qwen2Config"
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -212,6 +218,8 @@ class Qwen3(_Sliding):
     """Qwen3ForCausalLM: LLaMA's layers with a per-head RMSNorm of q and k before RoPE, an explicit
     head_dim; sliding windows."""
 
+    parts = "LLaMA's layers with per-head QK RMSNorm; sliding windows"
+
     model_type, title, model_class, config_class = "qwen3", "Qwen3", "Qwen3ForCausalLM", "Qwen3Config"
     features = _Sliding.features | {"model.attention.qk_norm"}
 
@@ -227,6 +235,8 @@ class Qwen3(_Sliding):
 class Gemma(_LlamaStyle):
     """GemmaForCausalLM: LLaMA's layers with RMSNorm scales stored as w and applied as (1 + w), token
     embeddings times sqrt(d_model), and (in the published models) a tanh-approximate GeGLU."""
+
+    parts = "RMSNorm (1 + w), scaled embeddings, GeGLU, MQA/GQA, tied head"
 
     model_type, title, model_class, config_class = "gemma", "Gemma", "GemmaForCausalLM", "GemmaConfig"
     features = frozenset({"model.position.scaling", "model.norm.unit_offset", "model.scale_embedding"})
@@ -246,6 +256,8 @@ class Gemma(_LlamaStyle):
 class Gemma2(Gemma):
     """Gemma2ForCausalLM: Gemma with a norm before and after each sublayer (sandwich), an attention scale
     query_pre_attn_scalar^-0.5, attention and final logits soft-capped, sliding windows on some layers."""
+
+    parts = "Gemma's parts in a sandwich block, soft-capping, query scale, local/global windows"
 
     model_type, title, model_class, config_class = "gemma2", "Gemma 2", "Gemma2ForCausalLM", "Gemma2Config"
     block = "sandwich"
@@ -312,6 +324,8 @@ class Gemma2(Gemma):
 class Olmo2(_LlamaStyle):
     """Olmo2ForCausalLM: each sublayer's output RMSNormed before the residual add (no norm before a
     sublayer), q and k RMSNormed over the whole projection before RoPE."""
+
+    parts = "post_sublayer block (norms after each sublayer), QK RMSNorm over the projection"
 
     model_type, title, model_class, config_class = "olmo2", "OLMo 2", "Olmo2ForCausalLM", "Olmo2Config"
     block = "post_sublayer"

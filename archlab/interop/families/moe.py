@@ -352,6 +352,8 @@ class Mixtral(_CausalSparse):
     """MixtralForCausalLM: Mistral's attention (no biases) and a MoE in every layer, softmax over the
     experts, the top-k weights renormalised; ``intermediate_size`` is an expert's width."""
 
+    parts = "Mistral's layers with a softmax top-k MoE of SwiGLU experts"
+
     model_type, title, model_class, config_class = "mixtral", "Mixtral", "MixtralForCausalLM", "MixtralConfig"
     expert_matrices = ("w1", "w3", "w2")
     checkpoint_renames = {".block_sparse_moe.": ".mlp."}
@@ -390,6 +392,8 @@ class Qwen3Moe(_CausalSparse):
     flag) and MoE layers of ``moe_intermediate_size`` experts, the top-k weights renormalised as
     ``norm_topk_prob`` says; ``mlp_only_layers`` 0 .. N-1 are archlab's first N layers of a dense kind
     (width ``intermediate_size``, ``with_dense_first``)."""
+
+    parts = "Qwen3's layers with a softmax top-k MoE, dense layers by a kind"
 
     model_type, title, model_class, config_class = "qwen3_moe", "Qwen3-MoE", "Qwen3MoeForCausalLM", "Qwen3MoeConfig"
     features = _CausalSparse.features | {"model.attention.qk_norm"} | LAYERS
@@ -544,6 +548,8 @@ class DeepseekV2(_DeepSeek):
     """DeepseekV2ForCausalLM: softmax scores, greedy top-k (transformers never renormalises the top-k
     weights here, whatever norm_topk_prob says), rotated pairs interleaved."""
 
+    parts = "MLA, DeepSeekMoE (shared experts, groups), dense first layers, YaRN (DeepSeek's reading)"
+
     model_type, title, model_class, config_class = (
         "deepseek_v2",
         "DeepSeek-V2",
@@ -583,6 +589,8 @@ class DeepseekV3(_DeepSeek):
     buffer), group-limited top-k (``n_group``, ``topk_group``: groups ranked by their two best scores),
     renormalised as ``norm_topk_prob`` says; rotated pairs interleaved or halves (``rope_interleave``).
     archlab has no multi-token-prediction module (neither has DeepseekV3ForCausalLM): num_mtp_layers 0."""
+
+    parts = "DeepSeek-V2's parts with sigmoid routing and a correction bias"
 
     model_type, title, model_class, config_class = (
         "deepseek_v3",

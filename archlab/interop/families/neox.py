@@ -25,6 +25,8 @@ class GPTNeoX(Family):
     or in series (pre-norm); one fused q/k/v Linear laid out per head; partial half-paired RoPE; one
     ``attention_bias`` for q/k/v and output; MLP biases; no head bias."""
 
+    parts = "parallel (two LayerNorms) or pre-norm, per-head fused q/k/v, partial RoPE (scaled), plain MLP"
+
     model_type, title, model_class, config_class = "gpt_neox", "GPT-NeoX", "GPTNeoXForCausalLM", "GPTNeoXConfig"
     prefix = "gpt_neox."
     features = frozenset({"model.dropout", "model.position.scaling"})
@@ -112,6 +114,8 @@ class Phi(Family):
     """PhiForCausalLM (phi-1.5, phi-2): parallel block with one shared LayerNorm, separate q/k/v and
     output Linears with biases, optional per-head LayerNorm of q and k, partial half-paired RoPE,
     MLP biases and a head bias."""
+
+    parts = "parallel block, one shared LayerNorm, partial RoPE, GQA, per-head QK LayerNorm, head bias"
 
     model_type, title, model_class, config_class = "phi", "Phi", "PhiForCausalLM", "PhiConfig"
     prefix = "model."

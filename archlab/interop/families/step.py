@@ -75,6 +75,8 @@ class Step35(_LayeredSparse):
     and a dense layer at ``swiglu_limits_shared[i]`` (0 or null: none). Kinds: ``full`` or ``sliding``, then
     ``_dense``, ``_clamp<L>`` (routed), ``_shared<L>`` (shared or dense)."""
 
+    parts = "(1 + w) norms, gated attention, per-head QK-norm, full/sliding layers with their own heads, clamped MoE"
+
     model_type, title, model_class, config_class = "step3p5", "Step-3.5", "Step3p5ForCausalLM", "Step3p7TextConfig"
     features = frozenset(
         {
