@@ -1,5 +1,5 @@
 """Effect tests of the parts today's open models use (QK-norm, attention scale and soft-capping, sliding
-windows, Gemma's unit-offset RMSNorm, post-sublayer and sandwich norms, scaled embeddings, logit
+windows, Gemma's unit-offset RMSNorm and Nemotron's unit-offset LayerNorm, post-sublayer and sandwich norms, scaled embeddings, logit
 soft-capping): each compares the built model with an independent expression written out here, checks
 its closed-form count, and trains it a few steps."""
 
@@ -187,6 +187,19 @@ def test_unit_offset_rmsnorm_scales_by_one_plus_w():
         torch.testing.assert_close(norm(x), rms(x, 1 + norm.weight, cfg.norm.eps))
 
 
+def test_unit_offset_layernorm_scales_by_one_plus_w_and_keeps_its_bias():
+    """Nemotron's LayerNorm1P: (x - mean) / sqrt(var + eps) · (1 + w) + b, w starting at 0; the count as
+    LayerNorm's (d scales and d shifts)."""
+    cfg = tiny(norm={"kind": "layernorm", "unit_offset": True, "eps": 1e-3})
+    fresh = build_model(cfg, dtype=F64)
+    assert torch.equal(fresh.final_norm.weight, torch.zeros(32, dtype=F64))
+    norm, x = build(cfg).final_norm, torch.randn(3, 32, dtype=F64)
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), (x - mean) / torch.sqrt(var + 1e-3) * (1 + norm.weight) + norm.bias)
+    assert count_params(cfg)["final_norm"] == 2 * 32
+
+
 def test_post_sublayer_and_sandwich_blocks_equal_their_formulas():
     x = torch.randn(2, 5, 32, dtype=F64)
     for kind in ("post_sublayer", "sandwich"):
@@ -226,10 +239,20 @@ def test_scaled_embedding_and_logit_softcap():
         ["model.attention.softcap=5.0", "model.head.softcap=10.0"],
         ["model.attention.window=8", "model/layers=every_other_global", "model/position=rope"],
         ["model/norm=rmsnorm", "model.norm.unit_offset=true", "model.scale_embedding=true"],
+        ["model.norm.unit_offset=true"],
         ["model/block=post_sublayer"],
         ["model/block=sandwich", "model/mlp=geglu", "model.mlp.approximate=tanh"],
     ],
-    ids=["qk-norm-head", "qk-norm-full", "softcaps", "window", "gemma-norm-embed", "post-sublayer", "sandwich"],
+    ids=[
+        "qk-norm-head",
+        "qk-norm-full",
+        "softcaps",
+        "window",
+        "gemma-norm-embed",
+        "layernorm-unit-offset",
+        "post-sublayer",
+        "sandwich",
+    ],
 )
 def test_each_part_trains(overrides):
     """A few AdamW steps on one repeated batch lower the loss: gradients reach every part."""
@@ -250,7 +273,6 @@ def test_each_part_trains(overrides):
         (["model.attention.scale=0"], "model.attention.scale"),
         (["model.head.softcap=0"], "model.head.softcap"),
         (["model.attention.qk_norm=layer"], "model.attention.qk_norm"),
-        (["model.norm.unit_offset=true"], "model.norm.unit_offset"),  # nano's norm is LayerNorm
     ],
 )
 def test_bad_settings_name_their_field(overrides, field):

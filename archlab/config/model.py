@@ -23,7 +23,7 @@ class NormConfig:
     kind: str = "layernorm"  # layernorm | rmsnorm
     eps: float = 1e-5
     bias: bool = True  # layernorm only
-    unit_offset: bool = False  # rmsnorm: the scale is stored as w and applied as (1 + w), w starting at 0 (Gemma)
+    unit_offset: bool = False  # the scale stored as w and applied as (1 + w), w starting at 0 (Gemma, Nemotron)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Normalisation layers: ``layernorm`` (bias on/off) and ``rmsnorm`` (scale stored as w or 1 + w)."""
+"""Normalisation layers: ``layernorm`` (bias on/off) and ``rmsnorm``, each with its scale stored as w or
+1 + w (``unit_offset``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
-from archlab.errors import ConfigError
 from archlab.nn.component import Component
 from archlab.nn.fused import rms_norm
 from archlab.registry import Registry
@@ -39,8 +39,6 @@ class Norm(Component, nn.Module):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         checks.positive("model.norm.eps", cfg.norm.eps)
-        if cfg.norm.unit_offset and cfg.norm.kind != "rmsnorm":
-            raise ConfigError("model.norm.unit_offset", True, "false unless model.norm.kind is rmsnorm")
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
@@ -52,10 +50,14 @@ NORMS: Registry[type[Norm]] = Registry("model.norm.kind", base=Norm)
 
 @NORMS.register("layernorm")
 class LayerNorm(Norm, nn.LayerNorm):
-    """LayerNorm (Ba et al. 2016): scale, and a shift when ``bias``."""
+    """LayerNorm (Ba et al. 2016): scale, and a shift when ``bias``. With ``unit_offset`` the scale is
+    ``1 + w`` and ``w`` starts at 0 (Nemotron's LayerNorm1P), so weight decay pulls it toward 1."""
 
     def __init__(self, cfg: ModelConfig, dim: Optional[int] = None):
         nn.LayerNorm.__init__(self, dim or cfg.d_model, eps=cfg.norm.eps, bias=cfg.norm.bias)
+        self.unit_offset = cfg.norm.unit_offset
+        if self.unit_offset:
+            self.reset_parameters()
 
     @staticmethod
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
@@ -63,12 +65,29 @@ class LayerNorm(Norm, nn.LayerNorm):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"eps", "bias", "unit_offset"})  # unit_offset: refused by validate
+        return frozenset({"eps", "bias", "unit_offset"})
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if getattr(self, "unit_offset", False):
+            nn.init.zeros_(self.weight)
+
+    def scale(self, dtype: torch.dtype) -> Tensor:
+        """The applied scale in ``dtype``: w, or 1 + w."""
+        w = self.weight.to(dtype)
+        return 1 + w if self.unit_offset else w
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.unit_offset:  # 1 + w in at least float32: bf16 would round a small w away
+            wide = torch.promote_types(x.dtype, torch.float32)
+            bias = None if self.bias is None else self.bias.to(wide)
+            return F.layer_norm(x.to(wide), self.normalized_shape, self.scale(wide), bias, self.eps).to(x.dtype)
+        return super().forward(x)
 
     def per_head(self, x: Tensor) -> Tensor:
         wide = torch.promote_types(x.dtype, torch.float32)
         y = F.layer_norm(x.to(wide), x.shape[-1:], eps=self.eps)
-        y = y * self.weight.to(wide).view(x.shape[-2:])
+        y = y * self.scale(wide).view(x.shape[-2:])
         if self.bias is not None:
             y = y + self.bias.to(wide).view(x.shape[-2:])
         return y.to(x.dtype)
