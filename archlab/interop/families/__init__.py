@@ -7,13 +7,29 @@ its module, a line here, and its tests. Shared parts: ``base`` (the record, tens
 
 from __future__ import annotations
 
+from archlab.interop.families.arcee import ARCEE
 from archlab.interop.families.base import Family
 from archlab.interop.families.dense import DENSE
+from archlab.interop.families.dots import DOTS
+from archlab.interop.families.glm4_moe import GLM4_MOE
 from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
+from archlab.interop.families.minimax import MINIMAX
 from archlab.interop.families.moe import SPARSE
+from archlab.interop.families.nemotron import NEMOTRON
 from archlab.interop.families.step import STEP
 
 # by Hugging Face model_type; a later table's record replaces an earlier one's (hf_layered's Gemma 2, Qwen2,
 # Qwen3 hold layouts whose layers differ); ``hf.family_of`` tries them in this order
-FAMILIES: dict[str, Family] = {**DENSE, **SPARSE, **LAYERED, **LAYERED_SPARSE, **STEP}
+FAMILIES: dict[str, Family] = {
+    **DENSE,
+    **SPARSE,
+    **LAYERED,
+    **LAYERED_SPARSE,
+    **STEP,
+    **DOTS,
+    **GLM4_MOE,
+    **MINIMAX,
+    **ARCEE,
+    **NEMOTRON,
+}

@@ -9,6 +9,7 @@ from archlab.config import (
     AttentionConfig,
     BlockConfig,
     HeadConfig,
+    MLPConfig,
     ModelConfig,
     NormConfig,
     n_kv_head,
@@ -32,13 +33,15 @@ class _LlamaStyle(Family):
     block = "pre"
     norms = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
     activation = "hidden_act"  # the config key of the MLP's activation
+    mlp_kinds: tuple[str, ...] = ("swiglu", "geglu")  # the model.mlp.kind values its MLP holds
+    mlp_why = ""  # why, in its refusal
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", (self.block,), ""),
             ("model.position.pairing", ("half",), ""),
-            ("model.mlp.kind", ("swiglu", "geglu"), ""),
+            ("model.mlp.kind", self.mlp_kinds, self.mlp_why),
             ("model.head.bias", (False,), ""),
             *self.bias_rules(cfg),
         ]
@@ -63,7 +66,7 @@ class _LlamaStyle(Family):
             "num_attention_heads": a.n_head,
             "num_key_value_heads": n_kv_head(cfg),
             "head_dim": head_dim(cfg),
-            self.activation: GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            self.activation: self.activation_to_hf(cfg),
             "max_position_embeddings": cfg.context_length,
             "initializer_range": cfg.init_std,
             "rms_norm_eps": cfg.norm.eps,
@@ -96,7 +99,7 @@ class _LlamaStyle(Family):
                 out_bias=bias,
                 dropout=float(c.attention_dropout),
             ),
-            mlp=gated_mlp(c, self.activation),
+            mlp=self.mlp_from_hf(c),
             head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
 
@@ -112,10 +115,22 @@ class _LlamaStyle(Family):
                 t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_norm")
                 t.add(f"{b}.attn.k_norm", f"{h}.self_attn.k_norm")
             t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", a.out_bias)
-            t.gate_up(f"{b}.mlp.gate_up", f"{h}.mlp", cfg.mlp.bias)
-            t.add(f"{b}.mlp.down", f"{h}.mlp.down_proj", cfg.mlp.bias)
+            self.mlp_tensors(t, f"{b}.mlp", f"{h}.mlp")
         t.add("final_norm", "model.norm")
         return t.head()
+
+    def activation_to_hf(self, cfg: ModelConfig) -> str:
+        """The value of the ``activation`` key: a gated MLP's."""
+        return GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)]
+
+    def mlp_from_hf(self, c: Any) -> MLPConfig:
+        """archlab's MLP of the config: a gated one."""
+        return gated_mlp(c, self.activation)
+
+    def mlp_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
+        """A gated MLP: ``gate_proj`` and ``up_proj`` (archlab's fused ``gate_up``), ``down_proj``."""
+        t.gate_up(f"{archlab}.gate_up", hf, t.cfg.mlp.bias)
+        t.add(f"{archlab}.down", f"{hf}.down_proj", t.cfg.mlp.bias)
 
 
 class Llama(_LlamaStyle):

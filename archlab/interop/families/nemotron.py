@@ -1,0 +1,97 @@
+"""Nemotron (``NemotronForCausalLM``, the dense Nemotron-3/-4 and Minitron): pre-norm LayerNorm1P (a
+LayerNorm with a bias whose scale is stored as w and applied as 1 + w: archlab's ``norm.unit_offset`` on
+``layernorm``), separate q/k/v with GQA and an explicit head_dim, half-paired partial RoPE (0.5 as
+published), and Arcee's up/down MLP (the squared ReLU as published)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archlab.config import AttentionConfig, BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.interop.families.arcee import UP_DOWN_KINDS, UP_DOWN_TO_HF, up_down_mlp, up_down_tensors
+from archlab.interop.families.base import Family, Rule, TensorMap, Tensors
+from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.nn.attention import head_dim
+from archlab.nn.mlp import d_ff
+
+
+class Nemotron(Family):
+    """NemotronForCausalLM: see the module docstring."""
+
+    model_type, title, model_class, config_class = "nemotron", "Nemotron", "NemotronForCausalLM", "NemotronConfig"
+    prefix = "model."
+    features = frozenset({"model.position.scaling", "model.norm.unit_offset"})
+    parts = "pre-norm (1 + w) LayerNorm, partial RoPE, GQA, a plain up/down MLP (ReLU²)"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.norm.kind", ("layernorm",), ""),
+            ("model.norm.bias", (True,), " (LayerNorm1P has a bias)"),
+            ("model.norm.unit_offset", (True,), " (LayerNorm1P's scale is 1 + w)"),
+            ("model.block.kind", ("pre",), ""),
+            ("model.position.pairing", ("half",), ""),
+            ("model.mlp.kind", UP_DOWN_KINDS, " (its MLP is up_proj, then down_proj, without a gate)"),
+            ("model.head.bias", (False,), ""),
+            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        a = cfg.attention
+        return {
+            "vocab_size": cfg.vocab_size,
+            "hidden_size": cfg.d_model,
+            "intermediate_size": d_ff(cfg),
+            "num_hidden_layers": cfg.n_layer,
+            "num_attention_heads": a.n_head,
+            "num_key_value_heads": n_kv_head(cfg),
+            "head_dim": head_dim(cfg),
+            "hidden_act": UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            "max_position_embeddings": cfg.context_length,
+            "initializer_range": cfg.init_std,
+            "norm_eps": cfg.norm.eps,
+            "tie_word_embeddings": cfg.head.tied,
+            "rope_parameters": rope_to_hf(cfg, rope_fraction(cfg)),
+            "attention_dropout": a.dropout,
+            "attention_bias": a.qkv_bias,
+            "mlp_bias": cfg.mlp.bias,
+        }
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        bias = bool(c.attention_bias)
+        return ModelConfig(
+            vocab_size=c.vocab_size,
+            context_length=c.max_position_embeddings,
+            n_layer=c.num_hidden_layers,
+            d_model=c.hidden_size,
+            dropout=0.0,
+            init_std=c.initializer_range,
+            norm=NormConfig(kind="layernorm", eps=c.norm_eps, bias=True, unit_offset=True),
+            block=BlockConfig(kind="pre"),
+            position=rope_from_hf(c, c.head_dim, partial=True),
+            attention=AttentionConfig(
+                n_head=c.num_attention_heads,
+                n_kv_head=c.num_key_value_heads or c.num_attention_heads,
+                head_dim=c.head_dim,
+                qkv_bias=bias,
+                out_bias=bias,
+                dropout=float(c.attention_dropout),
+            ),
+            mlp=up_down_mlp(c),
+            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
+        )
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t, a = Tensors(cfg), cfg.attention
+        t.add("tok_emb", "model.embed_tokens")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.input_layernorm", bias=True)
+            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm", bias=True)
+            t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", a.qkv_bias)
+            t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", a.out_bias)
+            up_down_tensors(t, f"{b}.mlp", f"{h}.mlp")
+        t.add("final_norm", "model.norm", bias=True)
+        return t.head()
+
+
+NEMOTRON: dict[str, Family] = {f.model_type: f for f in (Nemotron(),)}
