@@ -112,13 +112,66 @@ def config_to_hf(cfg: Any, **hf_kwargs: Any) -> Any:
     return getattr(_transformers(), family.config_class)(**kwargs)
 
 
-def config_from_hf(hf_config: Any) -> ModelConfig:
-    """The archlab config (validated) of a transformers config of any family in ``FAMILIES``."""
-    model_type = getattr(hf_config, "model_type", None)
+def reads_as(config: dict[str, Any]) -> list[Family]:
+    """The families whose config class and ``from_hf`` read the config dict ``config`` whole into a valid
+    archlab layout: what a fine-tune registered under a new ``model_type`` resembles."""
+    transformers, found = _transformers(), []
+    for family in FAMILIES.values():
+        keys = {k: v for k, v in config.items() if k != "model_type"}
+        try:
+            validate(family.from_hf(getattr(transformers, family.config_class).from_dict(keys)))
+        except (ConfigError, AttributeError, KeyError, TypeError, ValueError, IndexError):
+            continue  # a config of another layout: a missing key, a value the family refuses
+        found.append(family)
+    return found
+
+
+def _unsupported(model_type: Any, config: dict[str, Any]) -> str:
+    """What a refusal of ``model_type`` allows, and why it is refused: the part archlab lacks for a
+    family it knows, else the families the config reads as, else the types it converts."""
+    from archlab.interop.families.refused import NOT_DECODER, REFUSED
+
+    listed = "a model_type archlab converts (archlab-interop lists them)"
+    if model_type in REFUSED:
+        r = REFUSED[model_type]
+        return f"{listed}; {r.title} ({r.model_class}) needs what archlab lacks: {r.missing}"
+    if model_type in NOT_DECODER:
+        return f"{listed}; {model_type} is not a decoder-only language model"
+    like = reads_as(config)
+    if like:
+        names = " or ".join(f"{f.title} (family={f.model_type!r})" for f in like)
+        return f"{listed}; this config reads as {names}: pass that family= to from_hf or load_hf_dir"
+    return f"one of {sorted(FAMILIES)}"
+
+
+def config_from_hf(hf_config: Any, family: str | None = None) -> ModelConfig:
+    """The archlab config (validated) of a transformers config of any family in ``FAMILIES``; ``family`` (a
+    ``model_type``) reads a config registered under another name as that family's."""
+    model_type = family if family is not None else getattr(hf_config, "model_type", None)
     if model_type not in FAMILIES:
-        titles = ", ".join(f.title for f in FAMILIES.values())
-        raise ConfigError("model_type", model_type, f"one of {sorted(FAMILIES)} ({titles})")
+        field = "family" if family is not None else "model_type"
+        config = hf_config.to_dict() if hasattr(hf_config, "to_dict") else dict(vars(hf_config))
+        raise ConfigError(field, model_type, _unsupported(model_type, config))
     return validate(FAMILIES[model_type].from_hf(hf_config))
+
+
+def read_hf_config(path: str | os.PathLike, family: str | None = None) -> Any:
+    """The transformers config in a checkpoint directory or config.json: by its own ``model_type``, or by
+    ``family``'s config class. A ``model_type`` transformers does not know is refused with what
+    ``_unsupported`` says of it."""
+    path, transformers = Path(path), _transformers()
+    file = path if path.is_file() else path / "config.json"
+    if not file.exists():
+        raise FileNotFoundError(f"{path}: no config.json; expected a Hugging Face save_pretrained directory")
+    if family is not None:
+        if family not in FAMILIES:
+            raise ConfigError("family", family, f"one of {sorted(FAMILIES)}")
+        return getattr(transformers, FAMILIES[family].config_class).from_json_file(str(file))
+    config = json.loads(file.read_text())
+    model_type = config.get("model_type")
+    if model_type not in transformers.CONFIG_MAPPING:
+        raise ConfigError("model_type", model_type, _unsupported(model_type, config))
+    return transformers.AutoConfig.from_pretrained(str(file), local_files_only=True)
 
 
 # ---------------------------------------------------------------- weights
@@ -170,18 +223,20 @@ def _decoder(cfg: ModelConfig, state: dict[str, Tensor]) -> Decoder:
     return model
 
 
-def from_hf(hf_model: Any) -> Decoder:
+def from_hf(hf_model: Any, family: str | None = None) -> Decoder:
     """An archlab Decoder with a copy of the weights of a transformers causal LM of any family in
     ``FAMILIES`` (GPT2LMHeadModel, LlamaForCausalLM, Gemma2ForCausalLM ...), in the same dtype, device
-    and train/eval mode."""
-    cfg = config_from_hf(hf_model.config)
-    family = FAMILIES[hf_model.config.model_type]
-    if type(hf_model).__name__ != family.model_class:
+    and train/eval mode; ``family`` (a ``model_type``) reads a model registered under another name (a
+    fine-tune's own class) as that family's, its tensors by that family's names."""
+    cfg = config_from_hf(hf_model.config, family)
+    family_record = FAMILIES[family if family is not None else hf_model.config.model_type]
+    if family is None and type(hf_model).__name__ != family_record.model_class:
         raise TypeError(
-            f"from_hf takes a {family.model_class} for a {family.model_type} config, got {type(hf_model).__name__}"
+            f"from_hf takes a {family_record.model_class} for a {family_record.model_type} config, "
+            f"got {type(hf_model).__name__}"
         )
-    hf_state = _hf_weights(family, hf_model.config, hf_model.state_dict())
-    state = hf_state_to_archlab(cfg, hf_state, copy=True, family=family.model_type)
+    hf_state = _hf_weights(family_record, hf_model.config, hf_model.state_dict())
+    state = hf_state_to_archlab(cfg, hf_state, copy=True, family=family_record.model_type)
     return _decoder(cfg, state).train(hf_model.training)
 
 
@@ -221,22 +276,23 @@ def _read_safetensors_dir(path: Path) -> dict[str, Tensor]:
     return state
 
 
-def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None) -> Decoder:
+def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None, family: str | None = None) -> Decoder:
     """An archlab Decoder from a local Hugging Face checkpoint directory (``save_pretrained`` output:
-    config.json + safetensors), in the stored dtype unless ``dtype`` is given."""
+    config.json + safetensors), in the stored dtype unless ``dtype`` is given; ``family`` as in
+    ``from_hf``."""
     path = Path(path)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"{path}: no config.json; expected a Hugging Face save_pretrained directory")
-    hf_config = _transformers().AutoConfig.from_pretrained(str(path), local_files_only=True)
-    cfg = config_from_hf(hf_config)
-    family = FAMILIES[hf_config.model_type]
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: not a directory; expected a Hugging Face save_pretrained directory")
+    hf_config = read_hf_config(path, family)
+    cfg = config_from_hf(hf_config, family)
+    family_record = FAMILIES[family if family is not None else hf_config.model_type]
     state = _read_safetensors_dir(path)
-    for old, new in family.renames.items():  # names older checkpoints use
+    for old, new in family_record.renames.items():  # names older checkpoints use
         state = {new + k.removeprefix(old) if k.startswith(old) else k: v for k, v in state.items()}
-    if not any(k.startswith(family.prefix) for k in state):  # saved from the base model: names lack its prefix
-        state = {k if k.startswith("lm_head.") else family.prefix + k: v for k, v in state.items()}
-    state = _hf_weights(family, hf_config, family.from_checkpoint(cfg, state))
-    state = hf_state_to_archlab(cfg, state, copy=False, family=family.model_type)
+    if not any(k.startswith(family_record.prefix) for k in state):  # saved from the base model: names lack its prefix
+        state = {k if k.startswith("lm_head.") else family_record.prefix + k: v for k, v in state.items()}
+    state = _hf_weights(family_record, hf_config, family_record.from_checkpoint(cfg, state))
+    state = hf_state_to_archlab(cfg, state, copy=False, family=family_record.model_type)
     if dtype is not None:
         state = {k: v.to(dtype) for k, v in state.items()}
         if cfg.head.tied:
