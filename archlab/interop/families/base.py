@@ -307,7 +307,13 @@ class Family:
         """The problem of a family that rotates whole heads, when ``cfg`` rotates part of one."""
         if rotary_dim(cfg) == head_dim(cfg):
             return []
-        return [Problem("model.position.rotary_dim", rotary_dim(cfg), f"head_dim={head_dim(cfg)} (full rotary)")]
+        if cfg.position.rotary_fraction is not None:  # the field the user set
+            return [
+                Problem("model.position.rotary_fraction", cfg.position.rotary_fraction, "null or 1.0 (full rotary)")
+            ]
+        return [
+            Problem("model.position.rotary_dim", rotary_dim(cfg), f"null or {head_dim(cfg)}=head_dim (full rotary)")
+        ]
 
 
 def one_dropout(c: Any, embedding: str, residual: str) -> float:
