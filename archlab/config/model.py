@@ -77,6 +77,7 @@ class AttentionConfig:
     # head, no weight, always after RoPE (Llama 4)
     qk_norm_after_rope: bool = False  # head and full: norm the rotated q and k instead (HunYuan dense)
     qk_norm_per_head_scale: bool = False  # head: a scale (and shift) per head, H·hd and KV·hd wide (Cohere, StableLM 2)
+    qk_norm_bias: Optional[bool] = None  # head, full with layernorm: the QK-norms' shift; None = model.norm.bias
     clip_qkv: Optional[float] = None  # q, k and v clamped to [-c, c] as projected, before QK-norm and RoPE (OLMo: 8)
     scale: Optional[float] = None  # score multiplier; None = 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar^-0.5)
     softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)

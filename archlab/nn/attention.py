@@ -5,6 +5,7 @@ MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped; ``mla`` li
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Optional, cast
 
@@ -250,10 +251,10 @@ class CausalSelfAttention(Attention):
         self.norm_first = a.qk_norm in ("head", "full") and not a.qk_norm_after_rope
         self.scale_per_head = a.qk_norm == "head" and a.qk_norm_per_head_scale
         if a.qk_norm in ("head", "full"):
-            norm = NORMS.get(cfg.norm.kind)
+            norm, norm_cfg = NORMS.get(cfg.norm.kind), qk_norm_config(cfg)
             shared = a.qk_norm == "head" and not a.qk_norm_per_head_scale  # one hd-wide scale for every head
-            self.q_norm = norm(cfg, self.head_dim if shared else self.n_head * self.head_dim)
-            self.k_norm = norm(cfg, self.head_dim if shared else self.n_kv_head * self.head_dim)
+            self.q_norm = norm(norm_cfg, self.head_dim if shared else self.n_head * self.head_dim)
+            self.k_norm = norm(norm_cfg, self.head_dim if shared else self.n_kv_head * self.head_dim)
 
     def project(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``[B, T, heads, hd]``: projected, clamped to ±clip_qkv (OLMo 1, as
@@ -374,11 +375,11 @@ class CausalSelfAttention(Attention):
         params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
         gate = {"none": 0, "elementwise": a.n_head * hd, "head": a.n_head}[a.gate]
         params += (d + a.qkv_bias) * gate + a.sinks * a.n_head
-        norm = NORMS.get(cfg.norm.kind).num_params
+        norm, norm_cfg = NORMS.get(cfg.norm.kind).num_params, qk_norm_config(cfg)
         if a.qk_norm == "head" and not a.qk_norm_per_head_scale:
-            params += 2 * norm(cfg, hd)
+            params += 2 * norm(norm_cfg, hd)
         elif a.qk_norm in ("head", "full"):
-            params += norm(cfg, a.n_head * hd) + norm(cfg, kv * hd)
+            params += norm(norm_cfg, a.n_head * hd) + norm(norm_cfg, kv * hd)
         return params
 
     @staticmethod
@@ -432,6 +433,18 @@ class CausalSelfAttention(Attention):
                 f"false unless model.attention.qk_norm is head or full (qk_norm={a.qk_norm}: "
                 + ("l2 is after RoPE always)" if a.qk_norm == "l2" else "no QK-norm to move)"),
             )
+        if a.qk_norm_bias is not None and a.qk_norm not in ("head", "full"):
+            raise ConfigError(
+                "model.attention.qk_norm_bias",
+                a.qk_norm_bias,
+                f"null unless model.attention.qk_norm is head or full (qk_norm={a.qk_norm}: no QK-norm with a shift)",
+            )
+        if a.qk_norm_bias is not None and cfg.norm.kind != "layernorm":
+            raise ConfigError(
+                "model.attention.qk_norm_bias",
+                a.qk_norm_bias,
+                f"null unless model.norm.kind is layernorm ({cfg.norm.kind} has no shift)",
+            )
         if a.qk_norm_per_head_scale and a.qk_norm != "head":
             raise ConfigError(
                 "model.attention.qk_norm_per_head_scale",
@@ -455,8 +468,8 @@ class CausalSelfAttention(Attention):
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
         """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``window W``, ``chunk C``,
-        ``clip qkv C``, ``l2 qk-norm``, ``qk-norm scale per head``, ``qk-norm after rope``, ``sinks``,
-        ``<gate> gate``, ``query scale β``."""
+        ``clip qkv C``, ``l2 qk-norm``, ``qk-norm scale per head``, ``qk-norm after rope``, ``qk-norm bias B``,
+        ``sinks``, ``<gate> gate``, ``query scale β``."""
         a = cfg.attention
         parts = [f"{a.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"]
         parts += [f"window {a.window}"] if a.window is not None else []
@@ -465,6 +478,7 @@ class CausalSelfAttention(Attention):
         parts += ["l2 qk-norm"] if a.qk_norm == "l2" else []
         parts += ["qk-norm scale per head"] if a.qk_norm_per_head_scale else []
         parts += ["qk-norm after rope"] if a.qk_norm_after_rope else []
+        parts += [f"qk-norm bias {str(a.qk_norm_bias).lower()}"] if a.qk_norm_bias is not None else []
         parts += ["sinks"] if a.sinks else []
         parts += [f"{a.gate} gate"] if a.gate != "none" else []
         parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
@@ -478,9 +492,20 @@ class CausalSelfAttention(Attention):
         return frozenset(
             {"n_head", "n_kv_head", "head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale", "softcap"}
             | {"window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv"}
-            | {"qk_norm_after_rope", "qk_norm_per_head_scale"}  # refused by validate where they cannot apply
+            # refused by validate where they cannot apply
+            | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale
         )
+
+
+def qk_norm_config(cfg: ModelConfig) -> ModelConfig:
+    """The config the QK-norms are built from: ``cfg``, its norm's bias replaced by
+    ``attention.qk_norm_bias`` where that is set (StableLM 2's per-head LayerNorms have none while its
+    other LayerNorms have one)."""
+    bias = cfg.attention.qk_norm_bias
+    if bias is None or bias == cfg.norm.bias:
+        return cfg
+    return dataclasses.replace(cfg, norm=dataclasses.replace(cfg.norm, bias=bias))
 
 
 def validate_shared(cfg: ModelConfig) -> None:

@@ -36,6 +36,7 @@ _REFUSED = {
     "clip_qkv": (None, "null for kind mla (clipping q, k and v is the causal kind's)"),
     "qk_norm_after_rope": (False, "false for kind mla (its latents are normed instead)"),
     "qk_norm_per_head_scale": (False, "false for kind mla (its latents are normed instead)"),
+    "qk_norm_bias": (None, "null for kind mla (its latents are normed instead)"),
 }
 
 

@@ -1,9 +1,10 @@
 """The Hugging Face families archlab converts, one record (a ``base.Family``) each, a module per group:
 ``gpt`` (GPT-2, GPT-J), ``neox`` (GPT-NeoX, Phi), ``llama`` (LLaMA and its relatives), ``moe`` (Mixtral,
 Qwen3-MoE, DeepSeek), ``layered`` (dense families whose layers differ), ``layered_moe`` (gpt-oss, Llama 4,
-AFMoE), ``step`` (Step-3.5). ``FAMILIES`` holds them all by ``model_type``; adding a family is a record in
-its module, a line here, and its tests. Shared parts: ``base`` (the record, tensor maps, ``FEATURES``),
-``rope`` and ``windows`` (RoPE and sliding windows both ways), ``dense`` (the table that routes a layout)."""
+AFMoE), ``step`` (Step-3.5), ``falcon``, ``starcoder2`` (StarCoder 2), ``stablelm``. ``FAMILIES`` holds them
+all by ``model_type``; adding a family is a record in its module, a line here, and its tests. Shared parts:
+``base`` (the record, tensor maps, ``FEATURES``), ``rope`` and ``windows`` (RoPE and sliding windows both
+ways), ``dense`` (the table that routes a layout)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ from archlab.interop.families.arcee import ARCEE
 from archlab.interop.families.base import Family
 from archlab.interop.families.dense import DENSE
 from archlab.interop.families.dots import DOTS
+from archlab.interop.families.falcon import FALCON
 from archlab.interop.families.glm4_moe import GLM4_MOE
 from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
 from archlab.interop.families.minimax import MINIMAX
 from archlab.interop.families.moe import SPARSE
 from archlab.interop.families.nemotron import NEMOTRON
+from archlab.interop.families.stablelm import STABLELM
+from archlab.interop.families.starcoder2 import STARCODER2
 from archlab.interop.families.step import STEP
 
 # by Hugging Face model_type; a later table's record replaces an earlier one's (hf_layered's Gemma 2, Qwen2,
@@ -27,6 +31,9 @@ FAMILIES: dict[str, Family] = {
     **LAYERED,
     **LAYERED_SPARSE,
     **STEP,
+    **FALCON,
+    **STARCODER2,
+    **STABLELM,
     **DOTS,
     **GLM4_MOE,
     **MINIMAX,

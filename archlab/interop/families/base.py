@@ -45,6 +45,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.qk_norm": ("none", "no QK-norm"),
     "model.attention.qk_norm_after_rope": (False, "QK-norm before RoPE"),
     "model.attention.qk_norm_per_head_scale": (False, "one QK-norm scale shared by the heads"),
+    "model.attention.qk_norm_bias": (None, "QK-norm shifts as model.norm.bias"),
     "model.attention.clip_qkv": (None, "q, k and v unclipped"),
     "model.attention.scale": (None, "scores scaled by 1/sqrt(head_dim)"),
     "model.attention.softcap": (None, "no score soft-capping"),
@@ -140,7 +141,9 @@ class TensorMap(NamedTuple):
     ``sizes`` = (n_head, head_dim)); ``experts_transposed`` (stacked experts stored [E, in, out], as
     gpt-oss's and Llama 4's, against archlab's [E, out, in]); ``gate_up_interleaved`` (gpt-oss's
     gate_up_proj [E, d, 2f] with the gate at even and up at odd columns, and its bias [E, 2f] likewise;
-    archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows)."""
+    archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows); ``kv_grouped`` (Falcon's new
+    decoder architecture: per key/value head g, its G = H / KV queries, then k_g, then v_g; ``sizes`` =
+    (n_head, n_kv_head, head_dim))."""
 
     archlab: str
     hf: tuple[str, ...]
@@ -159,6 +162,11 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
         return parts[0].unflatten(0, (H, 3, hd)).transpose(0, 1).flatten(0, 2).contiguous()
     if m.layout == "experts_transposed":
         return parts[0].transpose(1, 2).contiguous()
+    if m.layout == "kv_grouped":
+        H, KV, hd = m.sizes
+        G = H // KV
+        groups = parts[0].unflatten(0, (KV, G + 2, hd))
+        return torch.cat((groups[:, :G].flatten(0, 2), groups[:, G].flatten(0, 1), groups[:, G + 1].flatten(0, 1)))
     if m.layout == "gate_up_interleaved":
         rows = parts[0].transpose(1, 2) if parts[0].dim() == 3 else parts[0]
         return torch.cat((rows[:, 0::2], rows[:, 1::2]), dim=1).contiguous()
@@ -176,6 +184,11 @@ def split(m: TensorMap, tensor: Tensor) -> list[Tensor]:
         return [tensor.unflatten(0, (3, H, hd)).transpose(0, 1).flatten(0, 2).contiguous()]
     if m.layout == "experts_transposed":
         return [tensor.transpose(1, 2).contiguous()]
+    if m.layout == "kv_grouped":
+        H, KV, hd = m.sizes
+        q, k, v = tensor.split((H * hd, KV * hd, KV * hd))
+        q, k, v = q.unflatten(0, (KV, H // KV, hd)), k.unflatten(0, (KV, 1, hd)), v.unflatten(0, (KV, 1, hd))
+        return [torch.cat((q, k, v), dim=1).flatten(0, 2).contiguous()]
     if m.layout == "gate_up_interleaved":
         f = tensor.shape[1] // 2
         rows = torch.stack((tensor[:, :f], tensor[:, f:]), dim=2).flatten(1, 2)
@@ -234,7 +247,7 @@ class Family:
     prefix: str  # the base model's tensor prefix, absent from checkpoints saved from the base model alone
     features: frozenset[str] = frozenset()  # the FEATURES this family holds
     attention_kind = "causal"  # the model.attention.kind its layers have
-    position_kind = "rope"  # the model.position.kind it holds
+    position_kind: str | tuple[str, ...] = "rope"  # the model.position.kind it holds (or the kinds: Falcon's two)
     position_why = ""  # why, in its refusal
     scalings: tuple[str, ...] = ("none", "linear", "llama3")  # RoPE scalings, if it holds model.position.scaling
     renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
@@ -248,9 +261,10 @@ class Family:
         """Every field (``model.a.b``) whose value this family cannot hold exactly, in the order ``check``
         meets them: ``archlab-check`` lists them all at once."""
         absent = [(f, (default,), f" ({why})") for f, (default, why) in FEATURES.items() if f not in self.features]
+        kinds = (self.position_kind,) if isinstance(self.position_kind, str) else self.position_kind
         rules: list[Rule] = [
             ("model.attention.kind", (self.attention_kind,), ""),
-            ("model.position.kind", (self.position_kind,), self.position_why),
+            ("model.position.kind", kinds, self.position_why),
             ("model.head.kind", ("linear",), ""),
         ]
         if "model.position.scaling" in self.features:
