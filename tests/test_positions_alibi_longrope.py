@@ -178,14 +178,15 @@ def test_longrope_kv_cache_decoding_equals_the_full_forward_across_the_switch():
 
 
 def test_every_hf_family_refuses_longrope_and_falcon_alibi():
-    """No family converts longrope or ALiBi's multiplier or rounding: each names the field."""
+    """No family converts ALiBi's multiplier or rounding, and none but Phi-3 longrope: each names the field."""
     from archlab.interop.hf import FAMILIES
 
     cfg = tiny("rope", **LONGROPE, **FALCON_RW)
+    longrope = {"model.position.scaling", "model.position.short_factor", "model.position.long_factor"}
     for name, family in FAMILIES.items():
         fields = {p.field for p in family.problems(cfg)}
-        assert {"model.position.scaling", "model.position.short_factor", "model.position.long_factor",
-                "model.position.alibi_scale", "model.position.alibi_rounding"} <= fields, name  # fmt: skip
+        assert {"model.position.alibi_scale", "model.position.alibi_rounding"} <= fields, name
+        assert longrope.isdisjoint(fields) if name == "phi3" else longrope <= fields, name  # Phi-3 holds LongRoPE
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ class NormConfig:
     kind: str = "layernorm"  # layernorm | rmsnorm
     eps: float = 1e-5
     bias: bool = True  # layernorm only
+    affine: bool = True  # false: no learned scale or shift, the norm alone (OLMo 1's LayerNorm); bias unread
     unit_offset: bool = False  # the scale stored as w and applied as (1 + w), w starting at 0 (Gemma, Nemotron)
 
 
@@ -56,6 +57,7 @@ class PositionConfig:
     mscale_all_dim: Optional[float] = None  # yarn: the softmax scale times mscale(factor, this)^2 (DeepSeek)
     short_factor: Optional[List[float]] = None  # longrope: pair i's wavelength times [i] while within original_context
     long_factor: Optional[List[float]] = None  # longrope: ... past it (each list: rotary dims / 2 numbers)
+    attention_factor: Optional[float] = None  # yarn, longrope: cos and sin times this; None = derived from factor
     alibi_scale: float = 1.0  # alibi: every head's slope times this (Falcon-RW: 1/sqrt(head_dim))
     alibi_rounding: str = choice("none", "bf16")  # alibi: bf16: slope·key position in bfloat16 (Falcon-RW)
 

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
+from archlab.errors import ConfigError
 from archlab.nn.component import Component
 from archlab.nn.fused import rms_norm
 from archlab.registry import Registry
@@ -39,6 +40,9 @@ class Norm(Component, nn.Module):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         checks.positive("model.norm.eps", cfg.norm.eps)
+        checks.choice("model.norm.affine", cfg.norm.affine, (True, False))
+        if not cfg.norm.affine and cfg.norm.unit_offset:
+            raise ConfigError("model.norm.unit_offset", True, "false when model.norm.affine is false (no scale)")
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
@@ -54,18 +58,22 @@ class LayerNorm(Norm, nn.LayerNorm):
     ``1 + w`` and ``w`` starts at 0 (Nemotron's LayerNorm1P), so weight decay pulls it toward 1."""
 
     def __init__(self, cfg: ModelConfig, dim: Optional[int] = None):
-        nn.LayerNorm.__init__(self, dim or cfg.d_model, eps=cfg.norm.eps, bias=cfg.norm.bias)
+        nn.LayerNorm.__init__(
+            self, dim or cfg.d_model, eps=cfg.norm.eps, elementwise_affine=cfg.norm.affine, bias=cfg.norm.bias
+        )
         self.unit_offset = cfg.norm.unit_offset
         if self.unit_offset:
             self.reset_parameters()
 
     @staticmethod
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
+        if not cfg.norm.affine:
+            return 0
         return (dim or cfg.d_model) * (2 if cfg.norm.bias else 1)
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"eps", "bias", "unit_offset"})
+        return frozenset({"eps", "affine", "unit_offset"} | ({"bias"} if cfg.norm.affine else set()))
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
@@ -87,6 +95,8 @@ class LayerNorm(Norm, nn.LayerNorm):
     def per_head(self, x: Tensor) -> Tensor:
         wide = torch.promote_types(x.dtype, torch.float32)
         y = F.layer_norm(x.to(wide), x.shape[-1:], eps=self.eps)
+        if self.weight is None:  # affine false: the norm alone
+            return y.to(x.dtype)
         y = y * self.scale(wide).view(x.shape[-2:])
         if self.bias is not None:
             y = y + self.bias.to(wide).view(x.shape[-2:])
@@ -99,14 +109,14 @@ class RMSNorm(Norm, nn.RMSNorm):
     the scale is ``1 + w`` and ``w`` starts at 0 (Gemma), so weight decay pulls it toward 1."""
 
     def __init__(self, cfg: ModelConfig, dim: Optional[int] = None):
-        nn.RMSNorm.__init__(self, dim or cfg.d_model, eps=cfg.norm.eps)
+        nn.RMSNorm.__init__(self, dim or cfg.d_model, eps=cfg.norm.eps, elementwise_affine=cfg.norm.affine)
         self.unit_offset = cfg.norm.unit_offset
         if self.unit_offset:
             self.reset_parameters()
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"eps", "unit_offset"})  # no bias
+        return frozenset({"eps", "affine", "unit_offset"})  # no bias
 
     def reset_parameters(self) -> None:
         if getattr(self, "unit_offset", False):
@@ -120,19 +130,23 @@ class RMSNorm(Norm, nn.RMSNorm):
         if self.unit_offset:  # 1 + w in at least float32, as Gemma computes it: bf16 would round w away
             wide = torch.promote_types(x.dtype, torch.float32)
             return rms_norm(x.to(wide), 1 + self.weight.to(wide), eps).to(x.dtype)
+        if self.weight is None:  # affine false: the norm alone
+            return F.rms_norm(x, x.shape[-1:], eps=eps)
         return rms_norm(x, self.weight, eps)
 
     def per_head(self, x: Tensor) -> Tensor:
         eps = self.eps
         assert eps is not None
         wide = torch.promote_types(x.dtype, torch.float32)
+        if self.weight is None:  # affine false: the norm alone
+            return F.rms_norm(x.to(wide), x.shape[-1:], eps=eps).to(x.dtype)
         scale = self.weight.to(wide).view(x.shape[-2:])
         y = F.rms_norm(x.to(wide), x.shape[-1:], eps=eps) * (1 + scale if self.unit_offset else scale)
         return y.to(x.dtype)
 
     @staticmethod
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
-        return dim or cfg.d_model
+        return (dim or cfg.d_model) if cfg.norm.affine else 0
 
 
 def build_norm(cfg: ModelConfig) -> Norm:

@@ -38,8 +38,8 @@ _SCALING_FIELDS = {  # model.position.scaling -> the fields it reads
     "none": frozenset(),
     "linear": frozenset({"factor"}),
     "llama3": frozenset({"factor", "low_freq_factor", "high_freq_factor", "original_context"}),
-    "yarn": frozenset({"factor", "original_context", "beta_fast", "beta_slow", "truncate"}),
-    "longrope": frozenset({"factor", "original_context", "short_factor", "long_factor"}),
+    "yarn": frozenset({"factor", "original_context", "beta_fast", "beta_slow", "truncate", "attention_factor"}),
+    "longrope": frozenset({"factor", "original_context", "short_factor", "long_factor", "attention_factor"}),
 }
 
 
@@ -116,6 +116,14 @@ class RoPE(Position):
                     f"a number above model.position.low_freq_factor={p.low_freq_factor}",
                 )
         _validate_yarn(p)
+        if p.attention_factor is not None:
+            if p.scaling not in ("yarn", "longrope"):
+                raise ConfigError(
+                    "model.position.attention_factor",
+                    p.attention_factor,
+                    "null unless model.position.scaling is yarn or longrope (the scalings that scale cos and sin)",
+                )
+            checks.positive("model.position.attention_factor", p.attention_factor, "a positive number, or null")
         ATTENTIONS.get(cfg.attention.kind).validate_rotary(cfg)  # what the attention can rotate
         if p.rotary_dim is not None and p.rotary_fraction is not None:
             raise ConfigError(
@@ -239,7 +247,10 @@ def attention_factor(p: PositionConfig) -> float:
     mscale) / yarn_mscale(factor, mscale_all_dim)`` when both are set (DeepSeek; 1 when equal), else
     ``yarn_mscale(factor)`` (Peng et al. 2023, eq. 22: 0.1·ln(s) + 1); LongRoPE's, at short and long
     sequences alike, ``sqrt(1 + ln(factor) / ln(original_context))`` (1 for factor 1; transformers'
-    default); 1 for every other scaling."""
+    default); 1 for every other scaling. ``attention_factor``, where set, replaces YaRN's and LongRoPE's
+    (transformers' rope_parameters key of that name)."""
+    if p.attention_factor is not None:  # validate allows it with yarn and longrope alone
+        return p.attention_factor
     if p.scaling == "longrope":
         assert p.original_context is not None, "model.position.original_context: longrope's validate requires it"
         return math.sqrt(1 + math.log(p.factor) / math.log(p.original_context)) if p.factor > 1 else 1.0

@@ -41,6 +41,16 @@ _ROPE_KEYS = {
         "truncate",
         "attention_factor",
     },
+    "longrope": {
+        "rope_type",
+        "rope_theta",
+        "partial_rotary_factor",
+        "factor",
+        "original_max_position_embeddings",
+        "short_factor",
+        "long_factor",
+        "attention_factor",
+    },
 }
 
 # ---------------------------------------------------------------- RoPE both ways
@@ -74,6 +84,14 @@ def rope_to_hf(cfg: ModelConfig, fraction: float | None = None) -> dict[str, Any
             params["truncate"] = False
         if p.mscale is not None:  # with mscale_all_dim (archlab's validation asks for both or neither)
             params.update(mscale=p.mscale, mscale_all_dim=p.mscale_all_dim)
+    if p.scaling == "longrope":
+        params.update(
+            original_max_position_embeddings=p.original_context,
+            short_factor=list(p.short_factor or []),
+            long_factor=list(p.long_factor or []),
+        )
+        if p.attention_factor is not None:
+            params["attention_factor"] = p.attention_factor
     if fraction is not None:
         params["partial_rotary_factor"] = fraction
     return params
@@ -120,9 +138,29 @@ def rope_from_hf(
         position.low_freq_factor = float(rope["low_freq_factor"])
         position.high_freq_factor = float(rope["high_freq_factor"])
         position.original_context = int(rope["original_max_position_embeddings"])
+    if rope_type == "longrope":
+        _longrope_from_hf(c, rope, position)
     if rope_type == "yarn":
         _yarn_from_hf(c, rope, position)
     return position
+
+
+def _longrope_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> None:
+    """LongRoPE's fields as transformers reads them: a missing factor is max_position_embeddings over
+    original_max_position_embeddings (Phi-3's configs give none); a given attention_factor is kept as
+    ``model.position.attention_factor``, else archlab derives it from factor as transformers does."""
+    original = int(rope["original_max_position_embeddings"])
+    factor = rope.get("factor")
+    position.scaling, position.original_context = "longrope", original
+    position.factor = float(factor if factor is not None else c.max_position_embeddings / original)
+    if position.factor < 1:
+        name = "rope_parameters.factor" if factor is not None else "max_position_embeddings"
+        value = factor if factor is not None else c.max_position_embeddings
+        refuse_hf(c, name, f"a factor >= 1 for longrope (max_position_embeddings >= the original {original})", value)
+    position.short_factor = [float(f) for f in rope["short_factor"]]
+    position.long_factor = [float(f) for f in rope["long_factor"]]
+    given = rope.get("attention_factor")
+    position.attention_factor = None if given is None else float(given)
 
 
 def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> None:
