@@ -15,12 +15,14 @@ from torch import nn
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
 from archlab.nn.attention import ATTENTIONS
+from archlab.nn.head import embedding_width
 from archlab.nn.validation import entries, validate
 
 COMPONENTS = (
     "token_embedding",
     "position_embedding",
     "embedding_norm",
+    "embedding_projection",
     "attention",
     "mlp",
     "norms",
@@ -46,9 +48,11 @@ def count(cfg: Any) -> dict[str, int]:
     block_norms = [entries(c).block.num_params(c, i) for i, c in layers]  # a block's own parameters: its norms
     norm = chosen.norm.num_params(cfg)
     counts = {
-        "token_embedding": cfg.vocab_size * cfg.d_model,
+        "token_embedding": cfg.vocab_size * embedding_width(cfg),
         "position_embedding": chosen.position.num_params(cfg),
         "embedding_norm": norm if cfg.embedding_norm else 0,  # a norm, not a table: in non_embedding
+        # model.embedding_dim: in and out of d_model, e·d each (matmuls per token: in non_embedding)
+        "embedding_projection": 0 if cfg.embedding_dim is None else 2 * cfg.embedding_dim * cfg.d_model,
         "attention": sum(attention),
         "mlp": sum(mlp),
         "norms": sum(block_norms),
@@ -97,6 +101,8 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "tok_emb": "token_embedding",
         "position": "position_embedding",
         "embedding_norm": "embedding_norm",
+        "project_in": "embedding_projection",
+        "project_out": "embedding_projection",
         "final_norm": "final_norm",
         "head": "head",
     }

@@ -239,9 +239,9 @@ NANO = ["model=nano"]
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        ([*NANO, "model/position=alibi"], "model.position.kind"),
+        ([*NANO, "model/position=alibi"], "model.embedding_norm"),  # BLOOM's layout has its embedding norm
         ([*NANO, "model/position=sinusoidal"], "model.position.kind"),
-        ([*NANO, "model/block=post"], "model.block.kind"),
+        ([*NANO, "model/block=post", "model/position=rope"], "model.block.kind"),  # post-norm: OPT's, learned
         ([*NANO, "model/block=parallel"], "model.position.kind"),  # parallel with learned positions
         (  # parallel with two norms and RoPE is GPT-NeoX's layout, which has LayerNorm
             [
@@ -255,7 +255,7 @@ NANO = ["model=nano"]
         ),
         ([*NANO, "model/norm=rmsnorm"], "model.norm.kind"),
         ([*NANO, "model/mlp=swiglu"], "model.mlp.kind"),
-        ([*NANO, "model/attention=mqa"], "model.attention.n_kv_head"),
+        ([*NANO, "model.attention.n_kv_head=2"], "model.attention.n_kv_head"),  # GPTBigCode: MQA or MHA
         ([*NANO, "model.attention.qkv_bias=false"], "model.attention.qkv_bias"),
         ([*NANO, "model.norm.bias=false"], "model.norm.bias"),
         (["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model/mlp=relu"], "model.mlp.kind"),

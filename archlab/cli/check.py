@@ -160,7 +160,8 @@ def _layout(cfg: Any) -> str:
     m = to_model_config(cfg)
     e = entries(m)
     return (
-        f"V={m.vocab_size} ctx={m.context_length} L={m.n_layer} d={m.d_model}  norm={e.norm.describe(m)} "
+        f"V={m.vocab_size} ctx={m.context_length} L={m.n_layer} d={m.d_model}"
+        f"{'' if m.embedding_dim is None else f' embedding_dim={m.embedding_dim}'}  norm={e.norm.describe(m)} "
         f"block={e.block.describe(m)} position={e.position.describe(m)} attention={e.attention.describe(m)} "
         f"mlp={e.mlp.describe(m)} head={e.head.describe(m)}"
     )

@@ -174,6 +174,9 @@ class ModelConfig:
     scale_embedding: bool = False  # multiply the token embeddings by sqrt(d_model) (Gemma)
     embedding_norm: bool = False  # a norm of model.norm's kind on the token embeddings, before the blocks (BLOOM)
     embedding_multiplier: float = 1.0  # token embeddings times this (Granite); 1.0 while scale_embedding is true
+    # token embeddings (and a tied head) of this width, projected in to d_model before the blocks and out of it
+    # before the head, bias-free (OPT-350m's word_embed_proj_dim); None = d_model, no projections
+    embedding_dim: Optional[int] = None
     norm: NormConfig = field(default_factory=NormConfig)
     block: BlockConfig = field(default_factory=BlockConfig)
     position: PositionConfig = field(default_factory=PositionConfig)

@@ -13,6 +13,11 @@ from archlab.nn.component import ModelPart
 from archlab.registry import Registry
 
 
+def embedding_width(cfg: ModelConfig) -> int:
+    """The width of the token embeddings and of what the head reads: ``model.embedding_dim``, else d_model."""
+    return cfg.embedding_dim if cfg.embedding_dim is not None else cfg.d_model
+
+
 class Head(ModelPart, nn.Module):
     """A head entry, built once as ``Entry(cfg)`` and called on the final hidden state. Beside the
     Component members: ``tie`` to the token embedding, and ``shared_embedding_params``."""
@@ -39,11 +44,12 @@ HEADS: Registry[type[Head]] = Registry("model.head.kind", base=Head)
 
 @HEADS.register("linear")
 class LinearHead(Head, nn.Linear):
-    """``x @ W.T (+ b)`` with ``W`` [vocab, d_model], times ``logit_scale``, then any softcap; tied, ``W`` is
-    the token embedding's table."""
+    """``x @ W.T (+ b)`` with ``W`` [vocab, e] (e the embedding width: d_model, or ``model.embedding_dim``
+    after the projection out of d_model), times ``logit_scale``, then any softcap; tied, ``W`` is the token
+    embedding's table."""
 
     def __init__(self, cfg: ModelConfig):
-        nn.Linear.__init__(self, cfg.d_model, cfg.vocab_size, bias=cfg.head.bias)
+        nn.Linear.__init__(self, embedding_width(cfg), cfg.vocab_size, bias=cfg.head.bias)
         self.tied, self.softcap, self.logit_scale = cfg.head.tied, cfg.head.softcap, cfg.head.logit_scale
 
     def forward(self, input: Tensor) -> Tensor:  # nn.Linear's parameter name
@@ -62,8 +68,8 @@ class LinearHead(Head, nn.Linear):
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:
         """The weight unless it is the embedding's, and the bias."""
-        V, d = cfg.vocab_size, cfg.d_model
-        return (0 if cfg.head.tied else V * d) + (V if cfg.head.bias else 0)
+        V, e = cfg.vocab_size, embedding_width(cfg)
+        return (0 if cfg.head.tied else V * e) + (V if cfg.head.bias else 0)
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
@@ -76,7 +82,7 @@ class LinearHead(Head, nn.Linear):
 
     @staticmethod
     def shared_embedding_params(cfg: ModelConfig) -> int:
-        return cfg.vocab_size * cfg.d_model if cfg.head.tied else 0
+        return cfg.vocab_size * embedding_width(cfg) if cfg.head.tied else 0
 
 
 def build_head(cfg: ModelConfig) -> Head:

@@ -1,4 +1,5 @@
-"""The decoder: token embedding (-> its norm) -> position scheme -> blocks -> final norm -> head."""
+"""The decoder: token embedding (-> projection in -> its norm) -> position scheme -> blocks -> final norm
+(-> projection out) -> head."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.attention import KVCache, attention_mask
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import is_residual_projection
-from archlab.nn.head import build_head
+from archlab.nn.head import build_head, embedding_width
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import Position, build_position, uninitialised_embedding
 
@@ -25,7 +26,10 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.tok_emb = uninitialised_embedding(cfg.vocab_size, cfg.d_model)
+        width = embedding_width(cfg)
+        self.tok_emb = uninitialised_embedding(cfg.vocab_size, width)
+        # embeddings narrower or wider than d_model (OPT-350m): bias-free projections in and out of d_model
+        self.project_in = nn.Linear(width, cfg.d_model, bias=False) if cfg.embedding_dim is not None else None
         self.embedding_norm = build_norm(cfg) if cfg.embedding_norm else None  # on the looked-up rows (BLOOM)
         self.position = build_position(cfg)
         self.drop = nn.Dropout(cfg.dropout)
@@ -36,6 +40,7 @@ class Decoder(nn.Module):
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
         self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
         self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
+        self.project_out = nn.Linear(cfg.d_model, width, bias=False) if cfg.embedding_dim is not None else None
         self.head = build_head(cfg)
         self.head.tie(self.tok_emb)
         # Recompute each block's activations in backward instead of keeping them: less memory, more compute.
@@ -58,6 +63,8 @@ class Decoder(nn.Module):
         positions = None if attention_mask is None else (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         q_pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions[:, start:]
         x = self.tok_emb(idx)
+        if self.project_in is not None:
+            x = self.project_in(x)
         if self.embedding_norm is not None:
             x = self.embedding_norm(x)
         if self.cfg.scale_embedding:  # sqrt(d_model) in float32, then rounded to x's dtype, as Gemma does
@@ -86,6 +93,8 @@ class Decoder(nn.Module):
             cache.length += T
         if self.final_norm is not None:
             x = self.final_norm(x)
+        if self.project_out is not None:
+            x = self.project_out(x)
         return self.head(x)
 
     @staticmethod

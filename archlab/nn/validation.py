@@ -63,6 +63,14 @@ def validate(cfg: ModelConfig) -> ModelConfig:
             "activations' dtype as Gemma does); for another factor, scale_embedding=false and the whole "
             "factor here",
         )
+    if cfg.embedding_dim is not None:
+        checks.integer("model.embedding_dim", cfg.embedding_dim, allowed="a positive integer, or null (d_model)")
+        if cfg.embedding_dim == cfg.d_model:
+            raise ConfigError(
+                "model.embedding_dim",
+                cfg.embedding_dim,
+                f"null for embeddings of d_model={cfg.d_model} (a width other than d_model adds the projections)",
+            )
     _check_choices(cfg, "model")
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from archlab.interop.families.arcee import ARCEE
 from archlab.interop.families.base import Family
+from archlab.interop.families.bigcode import BIGCODE
+from archlab.interop.families.bloom import BLOOM
 from archlab.interop.families.dense import DENSE
 from archlab.interop.families.dots import DOTS
 from archlab.interop.families.falcon import FALCON
@@ -19,6 +21,7 @@ from archlab.interop.families.layered_moe import LAYERED_SPARSE
 from archlab.interop.families.minimax import MINIMAX
 from archlab.interop.families.moe import SPARSE
 from archlab.interop.families.nemotron import NEMOTRON
+from archlab.interop.families.opt import OPT
 from archlab.interop.families.stablelm import STABLELM
 from archlab.interop.families.starcoder2 import STARCODER2
 from archlab.interop.families.step import STEP
@@ -39,4 +42,7 @@ FAMILIES: dict[str, Family] = {
     **MINIMAX,
     **ARCEE,
     **NEMOTRON,
+    **OPT,
+    **BIGCODE,
+    **BLOOM,
 }

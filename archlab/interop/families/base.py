@@ -39,6 +39,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.scale_embedding": (False, "unscaled embeddings"),
     "model.embedding_norm": (False, "no norm on the token embeddings"),
     "model.embedding_multiplier": (1.0, "unscaled embeddings"),
+    "model.embedding_dim": (None, "token embeddings of d_model, no projections"),
     "model.block.residual_multiplier": (1.0, "sublayer outputs added to the residual stream unscaled"),
     "model.head.logit_scale": (1.0, "unscaled logits"),
     "model.norm.unit_offset": (False, "norm scales stored as w"),
@@ -143,7 +144,8 @@ class TensorMap(NamedTuple):
     gate_up_proj [E, d, 2f] with the gate at even and up at odd columns, and its bias [E, 2f] likewise;
     archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows); ``kv_grouped`` (Falcon's new
     decoder architecture: per key/value head g, its G = H / KV queries, then k_g, then v_g; ``sizes`` =
-    (n_head, n_kv_head, head_dim))."""
+    (n_head, n_kv_head, head_dim)); ``offset_rows`` (OPT's position table: HF's rows from ``sizes[0]`` on are
+    archlab's, the rows before them, which no token reads, written as zeros)."""
 
     archlab: str
     hf: tuple[str, ...]
@@ -167,6 +169,8 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
         G = H // KV
         groups = parts[0].unflatten(0, (KV, G + 2, hd))
         return torch.cat((groups[:, :G].flatten(0, 2), groups[:, G].flatten(0, 1), groups[:, G + 1].flatten(0, 1)))
+    if m.layout == "offset_rows":
+        return parts[0][m.sizes[0] :].clone()
     if m.layout == "gate_up_interleaved":
         rows = parts[0].transpose(1, 2) if parts[0].dim() == 3 else parts[0]
         return torch.cat((rows[:, 0::2], rows[:, 1::2]), dim=1).contiguous()
@@ -189,6 +193,8 @@ def split(m: TensorMap, tensor: Tensor) -> list[Tensor]:
         q, k, v = tensor.split((H * hd, KV * hd, KV * hd))
         q, k, v = q.unflatten(0, (KV, H // KV, hd)), k.unflatten(0, (KV, 1, hd)), v.unflatten(0, (KV, 1, hd))
         return [torch.cat((q, k, v), dim=1).flatten(0, 2).contiguous()]
+    if m.layout == "offset_rows":
+        return [torch.cat((tensor.new_zeros(m.sizes[0], *tensor.shape[1:]), tensor))]
     if m.layout == "gate_up_interleaved":
         f = tensor.shape[1] // 2
         rows = torch.stack((tensor[:, :f], tensor[:, f:]), dim=2).flatten(1, 2)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from archlab.config import (
     ModelConfig,
+    n_kv_head,
 )
 from archlab.errors import ConfigError
 from archlab.interop.families.base import Family
+from archlab.interop.families.bigcode import BIGCODE
+from archlab.interop.families.bloom import BLOOM
 from archlab.interop.families.gpt import GPT2, GPTJ
 from archlab.interop.families.llama import Gemma, Gemma2, Llama, Mistral, Olmo2, Qwen2, Qwen3
 from archlab.interop.families.neox import GPTNeoX, Phi
+from archlab.interop.families.opt import OPT
 
 DENSE: dict[str, Family] = {
     f.model_type: f
@@ -22,7 +26,10 @@ def dense_family(cfg: ModelConfig) -> Family:
     hold; a moe MLP or mla attention goes to ``moe.sparse_family`` instead):
 
     ============================================================  ============
+    post-norm, or pre-norm with model.embedding_dim; learned pos. OPT
+    pre-norm, learned positions, fewer key/value heads            GPTBigCode
     pre-norm, learned positions                                   GPT-2
+    pre-norm, ALiBi                                               BLOOM
     parallel block, one shared norm, RoPE, no q/k/v bias          GPT-J
     parallel block, one shared norm, RoPE, q/k/v bias             Phi
     parallel block with two norms, or pre-norm LayerNorm; RoPE    GPT-NeoX
@@ -36,17 +43,24 @@ def dense_family(cfg: ModelConfig) -> Family:
     ============================================================  ============
     """
     block, position, a = cfg.block.kind, cfg.position.kind, cfg.attention
+    if position == "learned" and (block == "post" or block == "pre" and cfg.embedding_dim is not None):
+        return OPT["opt"]
     if block == "pre" and position == "learned":
-        return DENSE["gpt2"]
+        return BIGCODE["gpt_bigcode"] if n_kv_head(cfg) != a.n_head else DENSE["gpt2"]
+    if block == "pre" and position == "alibi":
+        return BLOOM["bloom"]
     if block not in ("pre", "parallel", "sandwich", "post_sublayer"):
         raise ConfigError(
             "model.block.kind",
             block,
-            "pre, parallel, sandwich (Gemma 2) or post_sublayer (OLMo 2) to convert to Hugging Face",
+            "pre, post with learned positions (OPT), parallel, sandwich (Gemma 2) or post_sublayer (OLMo 2) "
+            "to convert to Hugging Face",
         )
     if position != "rope":
         allowed = (
-            "learned (GPT-2) or rope (every other family)" if block == "pre" else f"rope with model.block.kind={block}"
+            "learned (GPT-2, GPTBigCode, OPT), alibi (BLOOM) or rope (every other family)"
+            if block == "pre"
+            else f"rope with model.block.kind={block}"
         )
         raise ConfigError("model.position.kind", position, f"{allowed} to convert to Hugging Face")
     if block == "parallel":

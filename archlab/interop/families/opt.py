@@ -1,0 +1,135 @@
+"""OPT (``OPTForCausalLM``): pre-norm or post-norm LayerNorm blocks, learned positions stored with OPT's
+offset of two rows, separate q/k/v Linears, a plain MLP, one ``enable_bias`` flag for every Linear."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archlab.config import (
+    AttentionConfig,
+    BlockConfig,
+    HeadConfig,
+    ModelConfig,
+    NormConfig,
+    PositionConfig,
+)
+from archlab.interop.families.base import (
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    fmt,
+    plain_activation,
+    plain_mlp,
+    refuse_hf,
+)
+from archlab.nn.head import embedding_width
+from archlab.nn.mlp import d_ff
+
+OFFSET = 2  # OPT's learned position table starts with two rows no token reads: position p is row p + 2
+EPS = 1e-5  # OPT's LayerNorms are torch's default: its config has no key for their eps
+
+
+class Opt(Family):
+    """OPTForCausalLM: pre-norm (``do_layer_norm_before``, a final norm) or post-norm (no final norm, as
+    opt-350m); token embeddings of ``word_embed_proj_dim`` projected in and out of hidden_size where it
+    differs (opt-350m: ``model.embedding_dim``); learned positions, HF's table holding two leading rows
+    archlab's lacks; LayerNorms of eps 1e-5; q/k/v, output and MLP Linears with biases or none (one
+    ``enable_bias``); a ReLU (or GELU) MLP of ``ffn_dim``; no head bias. ``dropout`` is the residual
+    dropout, read as ``model.dropout``, which archlab applies to the embeddings too (OPT does not): the
+    same model in eval, one more dropout in training."""
+
+    model_type, title, model_class, config_class = "opt", "OPT", "OPTForCausalLM", "OPTConfig"
+    prefix = "model."
+    features = frozenset({"model.dropout", "model.embedding_dim"})
+    position_kind = "learned"
+    position_why = " (OPT's table)"
+    parts = "pre- or post-norm LayerNorm, learned positions (offset 2), embedding projections, ReLU MLP, one bias flag"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        a = cfg.attention
+        one_bias = " (one enable_bias flag sets q/k/v, output and MLP)"
+        return [
+            ("model.norm.kind", ("layernorm",), ""),
+            ("model.norm.bias", (True,), ""),
+            ("model.norm.eps", (EPS,), " (OPT's LayerNorms use torch's default; its config has no eps)"),
+            ("model.block.kind", ("pre", "post"), " (do_layer_norm_before true or false)"),
+            ("model.mlp.kind", ("gelu", "relu"), ""),
+            *self.mha_rules(cfg),
+            ("model.attention.out_bias", (a.qkv_bias,), one_bias),
+            ("model.mlp.bias", (a.qkv_bias,), one_bias),
+            ("model.head.bias", (False,), ""),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.d_model,
+            num_hidden_layers=cfg.n_layer,
+            ffn_dim=d_ff(cfg),
+            max_position_embeddings=cfg.context_length,
+            do_layer_norm_before=cfg.block.kind == "pre",
+            word_embed_proj_dim=embedding_width(cfg),
+            dropout=cfg.dropout,
+            attention_dropout=cfg.attention.dropout,
+            num_attention_heads=cfg.attention.n_head,
+            activation_function=plain_activation(cfg),
+            layerdrop=0.0,
+            init_std=cfg.init_std,
+            enable_bias=cfg.attention.qkv_bias,
+            layer_norm_elementwise_affine=True,
+            tie_word_embeddings=cfg.head.tied,
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        for name, want, why in (
+            ("layerdrop", 0.0, "archlab runs every layer"),
+            ("layer_norm_elementwise_affine", True, "archlab's LayerNorms have a scale and a shift"),
+        ):
+            if getattr(c, name) != want:
+                refuse_hf(c, name, f"{fmt(want)} ({why})")
+        if c.do_layer_norm_before and getattr(c, "_remove_final_layer_norm", False):
+            refuse_hf(c, "_remove_final_layer_norm", "false (a pre-norm archlab model ends with a final norm)")
+        bias = bool(c.enable_bias)
+        mlp = plain_mlp(c, "activation_function", c.ffn_dim)
+        mlp.bias = bias
+        return ModelConfig(
+            vocab_size=c.vocab_size,
+            context_length=c.max_position_embeddings,
+            n_layer=c.num_hidden_layers,
+            d_model=c.hidden_size,
+            dropout=float(c.dropout),
+            init_std=c.init_std,
+            embedding_dim=None if c.word_embed_proj_dim == c.hidden_size else c.word_embed_proj_dim,
+            norm=NormConfig(kind="layernorm", eps=EPS, bias=True),
+            block=BlockConfig(kind="pre" if c.do_layer_norm_before else "post"),
+            position=PositionConfig(kind="learned"),
+            attention=AttentionConfig(
+                n_head=c.num_attention_heads, qkv_bias=bias, out_bias=bias, dropout=float(c.attention_dropout)
+            ),
+            mlp=mlp,
+            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
+        )
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t, bias, d = Tensors(cfg), cfg.attention.qkv_bias, "model.decoder"
+        t.add("tok_emb", f"{d}.embed_tokens")
+        t.add("position.table", f"{d}.embed_positions", layout="offset_rows", sizes=(OFFSET,))
+        if cfg.embedding_dim is not None:  # word_embed_proj_dim other than hidden_size (opt-350m)
+            t.add("project_in", f"{d}.project_in")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"{d}.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.self_attn_layer_norm", True)
+            t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", bias)
+            t.add(f"{b}.attn.proj", f"{h}.self_attn.out_proj", bias)
+            t.add(f"{b}.mlp_norm", f"{h}.final_layer_norm", True)
+            t.add(f"{b}.mlp.fc", f"{h}.fc1", bias)
+            t.add(f"{b}.mlp.proj", f"{h}.fc2", bias)
+        if cfg.block.kind == "pre":  # post-norm blocks end normed: no final norm (BLOCKS' final_norm)
+            t.add("final_norm", f"{d}.final_layer_norm", True)
+        if cfg.embedding_dim is not None:
+            t.add("project_out", f"{d}.project_out")
+        return t.head()
+
+
+OPT: dict[str, Family] = {f.model_type: f for f in (Opt(),)}
