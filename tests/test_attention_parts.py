@@ -243,7 +243,8 @@ def test_chunks_cut_attention_flops_and_the_kv_cache():
         ("chunk", 8, {"llama4_text"}),
         ("sinks", True, {"gpt_oss"}),
         ("gate", "head", {"step3p5"}),
-        ("query_scale_beta", 0.1, set()),  # Llama 4 scales the queries of its NoPE layers only
+        # Llama 4 scales the queries of its NoPE layers only; Ministral 3 every layer's, by RoPE's positions
+        ("query_scale_beta", 0.1, {"ministral3"}),
         ("qk_norm", "l2", {"llama4_text"}),
     ],
 )

@@ -365,7 +365,11 @@ def test_the_layout_picks_the_family(overrides, config_class):
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        (["model=mistral-7b", "model/layers=every_other_global"], "model.layers.pattern"),
+        # windows of two sizes route to Mistral (one window on every layer of it): it holds no layers
+        (
+            ["model=mistral-7b", "model/layers=every_other_global", "+model.layers.kinds.global.attention.window=8"],
+            "model.layers.pattern",
+        ),
         (
             ["model=gemma2-2b", "+model.layers.kinds.global.attention.window=8"],
             "model.layers.kinds.global.attention.window",

@@ -45,6 +45,12 @@ HF_CASES = {
         dict(OPT_SMALL, enable_bias=False, tie_word_embeddings=False),
         "opt",
     ),
+    "opt-post-no-norm-parameters": (
+        "OPTForCausalLM",
+        "OPTConfig",
+        dict(OPT_SMALL, do_layer_norm_before=False, layer_norm_elementwise_affine=False),
+        "opt",
+    ),
     "opt-post-gelu": (
         "OPTForCausalLM",
         "OPTConfig",
@@ -114,6 +120,7 @@ def test_from_hf_reads_each_family_s_parts():
     post, proj = cfgs["opt-post-gelu"], cfgs["opt-350m-layout"]
     assert (post.block.kind, post.mlp.kind, post.mlp.approximate, post.norm.eps) == ("post", "gelu", "none", 1e-5)
     assert (proj.embedding_dim, proj.d_model, cfgs["opt-pre"].embedding_dim) == (32, 64, None)
+    assert (cfgs["opt-post-no-norm-parameters"].norm.affine, post.norm.affine) == (False, True)
     no_bias = cfgs["opt-pre-no-bias-untied"]
     assert (no_bias.attention.qkv_bias, no_bias.attention.out_bias, no_bias.mlp.bias, no_bias.head.tied) == (
         False,
@@ -206,7 +213,6 @@ def test_layouts_these_families_cannot_hold_are_refused_naming_the_field(overrid
     "config_class, keys, field",
     [
         ("OPTConfig", dict(OPT_SMALL, layerdrop=0.1), "OPTConfig.layerdrop"),
-        ("OPTConfig", dict(OPT_SMALL, layer_norm_elementwise_affine=False), "OPTConfig.layer_norm_elementwise_affine"),
         ("OPTConfig", dict(OPT_SMALL, _remove_final_layer_norm=True), "OPTConfig._remove_final_layer_norm"),
         ("OPTConfig", dict(OPT_SMALL, activation_function="quick_gelu"), "OPTConfig.activation_function"),
         ("GPTBigCodeConfig", dict(BIGCODE_SMALL, add_cross_attention=True), "GPTBigCodeConfig.add_cross_attention"),

@@ -55,6 +55,7 @@ class PositionConfig:
     truncate: bool = True  # yarn: the ramp's ends rounded outward to whole pairs (transformers' truncate)
     mscale: Optional[float] = None  # yarn: cos/sin scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim)
     mscale_all_dim: Optional[float] = None  # yarn: the softmax scale times mscale(factor, this)^2 (DeepSeek)
+    softmax_mscale: bool = True  # yarn with mscale_all_dim: it scales the softmax as above; false: cos/sin alone
     short_factor: Optional[List[float]] = None  # longrope: pair i's wavelength times [i] while within original_context
     long_factor: Optional[List[float]] = None  # longrope: ... past it (each list: rotary dims / 2 numbers)
     attention_factor: Optional[float] = None  # yarn, longrope: cos and sin times this; None = derived from factor
@@ -94,6 +95,7 @@ class AttentionConfig:
     query_scale_beta: Optional[float] = None  # None = queries unscaled
     query_scale_length: int = 8192  # positions per step of the floor
     query_scale_offset: int = 0  # added to the position before the floor (Llama 4 counts from 1)
+    query_scale_by: str = choice("index", "position")  # p: the cache index (Llama 4) | RoPE's position (Ministral 3)
     # mla, multi-head latent attention (DeepSeek-V2): keys and values from a low-rank latent the cache stores
     q_lora_rank: Optional[int] = None  # mla: queries through a rank-r bottleneck (DeepSeek-V3: 1536); None = direct
     kv_lora_rank: int = 512  # mla: width of the compressed key/value latent

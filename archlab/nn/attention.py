@@ -95,7 +95,7 @@ def positions_seen(cfg: ModelConfig, length: int, layer: int) -> int:
 
 def softmax_scale(cfg: ModelConfig) -> float:
     """The score multiplier: ``attention.scale``, else 1/sqrt(head_dim), times the factor the position
-    scheme implies (YaRN RoPE with ``mscale_all_dim``: ``yarn_mscale(factor, mscale_all_dim)``²,
+    scheme implies (YaRN RoPE with ``mscale_all_dim`` and ``softmax_mscale``: ``yarn_mscale(factor, mscale_all_dim)``²,
     DeepSeek-V2/V3; 1 for every other scheme)."""
     a = cfg.attention
     scale = a.scale if a.scale is not None else 1 / math.sqrt(head_dim(cfg))
@@ -221,8 +221,13 @@ def query_scales(start: int, length: int, beta: float, every: int, offset: int, 
     """The factor ``1 + beta·log(1 + ⌊(p + offset) / every⌋)`` of the queries at positions ``p`` = start,
     ..., start + length - 1, float32 ``[1, 1, length, 1]`` (Llama 4's attention temperature, offset 1;
     Ministral 3's ``llama_4_scaling_beta``, offset 0)."""
-    p = torch.arange(start, start + length, device=device, dtype=torch.float32)
-    return (1 + beta * torch.log1p(torch.floor((p + offset) / every))).view(1, 1, length, 1)
+    return query_scales_at(torch.arange(start, start + length, device=device), beta, every, offset)
+
+
+def query_scales_at(p: Tensor, beta: float, every: int, offset: int) -> Tensor:
+    """``query_scales`` at positions ``p`` ``[T]`` or ``[B, T]``: float32 ``[1 or B, 1, T, 1]``."""
+    p = p.to(torch.float32)
+    return (1 + beta * torch.log1p(torch.floor((p + offset) / every))).view(-1, 1, p.shape[-1], 1)
 
 
 @ATTENTIONS.register("causal")
@@ -245,6 +250,7 @@ class CausalSelfAttention(Attention):
         self.gate = nn.Linear(cfg.d_model, gate_width, bias=a.qkv_bias) if gate_width else None
         self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
         self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset)
+        self.query_scale_by = a.query_scale_by
         self.norm_eps = cfg.norm.eps  # l2 QK-norm's (Llama 4: rms_norm_eps, the model's norms' own)
         self.qk_norm, self.clip = a.qk_norm, a.clip_qkv
         # the weighted norms (head, full) before RoPE unless asked after it; l2 is after it always (Llama 4)
@@ -303,7 +309,10 @@ class CausalSelfAttention(Attention):
         B, T, _ = x.shape
         q, k, v = (t.transpose(1, 2) for t in self.project(x, rotary))
         beta, every, offset = self.query_scale
-        if beta is not None:  # by index, counted on from the cache (Llama 4's cache_position)
+        if beta is not None and self.query_scale_by == "position":  # RoPE's, each row's own (Ministral 3)
+            assert rotary is not None and rotary.positions is not None, "validate: query_scale_by=position needs RoPE"
+            q = q * query_scales_at(rotary.positions, beta, every, offset).to(q.dtype)
+        elif beta is not None:  # by index, counted on from the cache (Llama 4's cache_position)
             start = cache.length if cache is not None else 0
             q = q * query_scales(start, T, beta, every, offset, q.device).to(q.dtype)
         if cache is not None:
@@ -424,6 +433,12 @@ class CausalSelfAttention(Attention):
             checks.positive("model.attention.query_scale_beta", a.query_scale_beta, "a positive number, or null")
             checks.integer("model.attention.query_scale_length", a.query_scale_length, 1)
             checks.integer("model.attention.query_scale_offset", a.query_scale_offset, 0)
+        if a.query_scale_by == "position" and (a.query_scale_beta is None or cfg.position.kind != "rope"):
+            raise ConfigError(
+                "model.attention.query_scale_by",
+                a.query_scale_by,
+                "index unless query_scale_beta is set and model.position.kind=rope (position reads RoPE's positions)",
+            )
         if a.clip_qkv is not None:
             checks.positive("model.attention.clip_qkv", a.clip_qkv, "a positive number (OLMo 1: 8.0), or null")
         if a.qk_norm_after_rope and a.qk_norm not in ("head", "full"):
@@ -488,7 +503,11 @@ class CausalSelfAttention(Attention):
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
         """All but multi-head latent attention's ranks and head parts; the query scale's length and
         offset where its beta is set."""
-        scale = {"query_scale_length", "query_scale_offset"} if cfg.attention.query_scale_beta is not None else set()
+        scale = (
+            {"query_scale_length", "query_scale_offset", "query_scale_by"}
+            if cfg.attention.query_scale_beta is not None
+            else set()
+        )
         return frozenset(
             {"n_head", "n_kv_head", "head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale", "softcap"}
             | {"window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv"}

@@ -32,7 +32,10 @@ def uninitialised_embedding(num: int, dim: int) -> nn.Embedding:
 class Rotation:
     """What a rotary scheme hands attention for one forward: ``rotate`` turns queries or keys into
     rotated ones; ``project`` gives the rotated queries and keys, and the values, of a fused q/k/v
-    projection (a scheme may compute that faster than projecting, splitting and rotating)."""
+    projection (a scheme may compute that faster than projecting, splitting and rotating). ``positions``:
+    the queries' positions it rotates at, ``[T]`` or ``[B, T]`` (each row's own under left padding)."""
+
+    positions: Optional[Tensor] = None
 
     def rotate(self, x: Tensor) -> Tensor:
         """``x`` ``[B, T, heads, dim]`` with every head rotated at this forward's positions."""

@@ -38,7 +38,9 @@ _SCALING_FIELDS = {  # model.position.scaling -> the fields it reads
     "none": frozenset(),
     "linear": frozenset({"factor"}),
     "llama3": frozenset({"factor", "low_freq_factor", "high_freq_factor", "original_context"}),
-    "yarn": frozenset({"factor", "original_context", "beta_fast", "beta_slow", "truncate", "attention_factor"}),
+    "yarn": frozenset(
+        {"factor", "original_context", "beta_fast", "beta_slow", "truncate", "attention_factor", "softmax_mscale"}
+    ),
     "longrope": frozenset({"factor", "original_context", "short_factor", "long_factor", "attention_factor"}),
 }
 
@@ -76,15 +78,18 @@ class RoPE(Position):
         cos, sin = angles(pos, inv_freq)
         if self.attention_factor != 1.0:  # in float32, as Hugging Face scales them
             cos, sin = cos * self.attention_factor, sin * self.attention_factor
-        return RoPERotation(
+        rotation = RoPERotation(
             cos.to(dtype), sin.to(dtype), self.dim, self.interleaved, may_reorder=not self.interleaved and not cached
         )
+        rotation.positions = pos
+        return rotation
 
     @staticmethod
     def softmax_factor(cfg: ModelConfig) -> float:
-        """YaRN with ``mscale_all_dim`` set: ``yarn_mscale(factor, mscale_all_dim)``² (DeepSeek-V2/V3); else 1."""
+        """YaRN with ``mscale_all_dim`` set and ``softmax_mscale`` on: ``yarn_mscale(factor, mscale_all_dim)``²
+        (DeepSeek-V2/V3); else 1 (transformers' generic yarn scales cos and sin alone: Ministral 3)."""
         p = cfg.position
-        if p.scaling == "yarn" and p.mscale_all_dim is not None:
+        if p.scaling == "yarn" and p.mscale_all_dim is not None and p.softmax_mscale:
             return yarn_mscale(p.factor, p.mscale_all_dim) ** 2
         return 1.0
 
@@ -169,7 +174,15 @@ def _validate_yarn(p: PositionConfig) -> None:
     """YaRN's fields: the context it extends (``original_context``), ``theta`` > 1, a ``factor`` >= 1, ``beta_fast``
     > ``beta_slow`` > 0, ``truncate`` a bool, and ``mscale`` with ``mscale_all_dim`` both positive or both null
     (alone, each means one thing to Hugging Face and another to DeepSeek's reference code). Outside yarn
-    both are null."""
+    both are null. ``softmax_mscale`` false (the softmax left alone) needs ``mscale_all_dim``, which it reads."""
+    if not isinstance(p.softmax_mscale, bool):
+        raise ConfigError("model.position.softmax_mscale", p.softmax_mscale, "true or false")
+    if not p.softmax_mscale and (p.scaling != "yarn" or p.mscale_all_dim is None):
+        raise ConfigError(
+            "model.position.softmax_mscale",
+            False,
+            "true unless model.position.scaling=yarn with mscale_all_dim set (it says whether that scales the softmax)",
+        )
     if p.scaling != "yarn":
         for name in ("mscale", "mscale_all_dim"):
             if getattr(p, name) is not None:

@@ -14,11 +14,15 @@ from archlab.interop.families.bigcode import BIGCODE
 from archlab.interop.families.bloom import BLOOM
 from archlab.interop.families.dense import DENSE
 from archlab.interop.families.dots import DOTS
+from archlab.interop.families.ernie import ERNIE
 from archlab.interop.families.falcon import FALCON
+from archlab.interop.families.glm4 import GLM4
 from archlab.interop.families.glm4_moe import GLM4_MOE
+from archlab.interop.families.hunyuan import HUNYUAN
 from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
 from archlab.interop.families.minimax import MINIMAX
+from archlab.interop.families.ministral import MINISTRAL
 from archlab.interop.families.moe import SPARSE
 from archlab.interop.families.nemotron import NEMOTRON
 from archlab.interop.families.opt import OPT
@@ -34,6 +38,10 @@ FAMILIES: dict[str, Family] = {
     **LAYERED,
     **LAYERED_SPARSE,
     **STEP,
+    **GLM4,
+    **ERNIE,
+    **HUNYUAN,
+    **MINISTRAL,
     **FALCON,
     **STARCODER2,
     **STABLELM,

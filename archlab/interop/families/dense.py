@@ -6,12 +6,14 @@ from archlab.config import (
     ModelConfig,
     n_kv_head,
 )
+from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.interop.families.base import Family
 from archlab.interop.families.bigcode import BIGCODE
 from archlab.interop.families.bloom import BLOOM
 from archlab.interop.families.gpt import GPT2, GPTJ
 from archlab.interop.families.llama import Gemma, Gemma2, Llama, Mistral, Olmo2, Qwen2, Qwen3
+from archlab.interop.families.ministral import MINISTRAL
 from archlab.interop.families.neox import GPTNeoX, Phi
 from archlab.interop.families.opt import OPT
 
@@ -36,6 +38,7 @@ def dense_family(cfg: ModelConfig) -> Family:
     pre-norm RMSNorm + RoPE, with a (1 + w) norm or scaled emb.   Gemma
     ... else with a per-head QK-norm                              Qwen3
     ... else with q/k/v biases but no output bias                 Qwen2
+    ... else with a sliding window on some layers, not all        Ministral
     ... else with a sliding window                                Mistral
     ... else                                                      LLaMA
     sandwich block, RoPE                                          Gemma 2
@@ -79,6 +82,8 @@ def dense_family(cfg: ModelConfig) -> Family:
         return DENSE["qwen3"]
     if a.qkv_bias and not a.out_bias:
         return DENSE["qwen2"]
+    if len({lc.attention.window is None for lc in layer_configs(cfg)}) > 1:
+        return MINISTRAL["ministral"]
     if a.window is not None:
         return DENSE["mistral"]
     return DENSE["llama"]

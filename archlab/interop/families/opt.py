@@ -34,14 +34,15 @@ class Opt(Family):
     """OPTForCausalLM: pre-norm (``do_layer_norm_before``, a final norm) or post-norm (no final norm, as
     opt-350m); token embeddings of ``word_embed_proj_dim`` projected in and out of hidden_size where it
     differs (opt-350m: ``model.embedding_dim``); learned positions, HF's table holding two leading rows
-    archlab's lacks; LayerNorms of eps 1e-5; q/k/v, output and MLP Linears with biases or none (one
+    archlab's lacks; LayerNorms of eps 1e-5, with a scale and shift or none (``layer_norm_elementwise_affine``:
+    ``model.norm.affine``); q/k/v, output and MLP Linears with biases or none (one
     ``enable_bias``); a ReLU (or GELU) MLP of ``ffn_dim``; no head bias. ``dropout`` is the residual
     dropout, read as ``model.dropout``, which archlab applies to the embeddings too (OPT does not): the
     same model in eval, one more dropout in training."""
 
     model_type, title, model_class, config_class = "opt", "OPT", "OPTForCausalLM", "OPTConfig"
     prefix = "model."
-    features = frozenset({"model.dropout", "model.embedding_dim"})
+    features = frozenset({"model.dropout", "model.embedding_dim", "model.norm.affine"})
     position_kind = "learned"
     position_why = " (OPT's table)"
     parts = "pre- or post-norm LayerNorm, learned positions (offset 2), embedding projections, ReLU MLP, one bias flag"
@@ -51,7 +52,7 @@ class Opt(Family):
         one_bias = " (one enable_bias flag sets q/k/v, output and MLP)"
         return [
             ("model.norm.kind", ("layernorm",), ""),
-            ("model.norm.bias", (True,), ""),
+            *([("model.norm.bias", (True,), "")] if cfg.norm.affine else []),  # no shift to have without a scale
             ("model.norm.eps", (EPS,), " (OPT's LayerNorms use torch's default; its config has no eps)"),
             ("model.block.kind", ("pre", "post"), " (do_layer_norm_before true or false)"),
             ("model.mlp.kind", ("gelu", "relu"), ""),
@@ -77,17 +78,13 @@ class Opt(Family):
             layerdrop=0.0,
             init_std=cfg.init_std,
             enable_bias=cfg.attention.qkv_bias,
-            layer_norm_elementwise_affine=True,
+            layer_norm_elementwise_affine=cfg.norm.affine,
             tie_word_embeddings=cfg.head.tied,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        for name, want, why in (
-            ("layerdrop", 0.0, "archlab runs every layer"),
-            ("layer_norm_elementwise_affine", True, "archlab's LayerNorms have a scale and a shift"),
-        ):
-            if getattr(c, name) != want:
-                refuse_hf(c, name, f"{fmt(want)} ({why})")
+        if c.layerdrop != 0.0:
+            refuse_hf(c, "layerdrop", f"{fmt(0.0)} (archlab runs every layer)")
         if c.do_layer_norm_before and getattr(c, "_remove_final_layer_norm", False):
             refuse_hf(c, "_remove_final_layer_norm", "false (a pre-norm archlab model ends with a final norm)")
         bias = bool(c.enable_bias)
@@ -101,7 +98,7 @@ class Opt(Family):
             dropout=float(c.dropout),
             init_std=c.init_std,
             embedding_dim=None if c.word_embed_proj_dim == c.hidden_size else c.word_embed_proj_dim,
-            norm=NormConfig(kind="layernorm", eps=EPS, bias=True),
+            norm=NormConfig(kind="layernorm", eps=EPS, bias=True, affine=bool(c.layer_norm_elementwise_affine)),
             block=BlockConfig(kind="pre" if c.do_layer_norm_before else "post"),
             position=PositionConfig(kind="learned"),
             attention=AttentionConfig(
@@ -113,20 +110,25 @@ class Opt(Family):
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, bias, d = Tensors(cfg), cfg.attention.qkv_bias, "model.decoder"
+
+        def norm(archlab: str, hf: str) -> None:  # layer_norm_elementwise_affine false: the norms hold nothing
+            if cfg.norm.affine:
+                t.add(archlab, hf, True)
+
         t.add("tok_emb", f"{d}.embed_tokens")
         t.add("position.table", f"{d}.embed_positions", layout="offset_rows", sizes=(OFFSET,))
         if cfg.embedding_dim is not None:  # word_embed_proj_dim other than hidden_size (opt-350m)
             t.add("project_in", f"{d}.project_in")
         for i in range(cfg.n_layer):
             b, h = f"blocks.{i}", f"{d}.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.self_attn_layer_norm", True)
+            norm(f"{b}.attn_norm", f"{h}.self_attn_layer_norm")
             t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", bias)
             t.add(f"{b}.attn.proj", f"{h}.self_attn.out_proj", bias)
-            t.add(f"{b}.mlp_norm", f"{h}.final_layer_norm", True)
+            norm(f"{b}.mlp_norm", f"{h}.final_layer_norm")
             t.add(f"{b}.mlp.fc", f"{h}.fc1", bias)
             t.add(f"{b}.mlp.proj", f"{h}.fc2", bias)
         if cfg.block.kind == "pre":  # post-norm blocks end normed: no final norm (BLOCKS' final_norm)
-            t.add("final_norm", f"{d}.final_layer_norm", True)
+            norm("final_norm", f"{d}.final_layer_norm")
         if cfg.embedding_dim is not None:
             t.add("project_out", f"{d}.project_out")
         return t.head()

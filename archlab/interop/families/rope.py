@@ -98,10 +98,15 @@ def rope_to_hf(cfg: ModelConfig, fraction: float | None = None) -> dict[str, Any
 
 
 def rope_from_hf(
-    c: Any, hd: int, partial: bool, scalings: tuple[str, ...] = ("default", "linear", "llama3")
+    c: Any,
+    hd: int,
+    partial: bool,
+    scalings: tuple[str, ...] = ("default", "linear", "llama3"),
+    yarn_softmax: bool = True,
 ) -> PositionConfig:
     """archlab's RoPE from transformers' rope_parameters (``partial``: the family rotates part of a head;
-    ``scalings``: the rope_types this family converts)."""
+    ``scalings``: the rope_types this family converts; ``yarn_softmax``: its YaRN scales the softmax by
+    ``mscale_all_dim`` as DeepSeek's does, else cos and sin alone, as transformers' generic yarn)."""
     rope = dict(getattr(c, "rope_parameters", None) or {})
     if any(isinstance(v, dict) for v in rope.values()):
         refuse_hf(c, "rope_parameters", "one set of RoPE parameters for every layer", rope)
@@ -141,7 +146,7 @@ def rope_from_hf(
     if rope_type == "longrope":
         _longrope_from_hf(c, rope, position)
     if rope_type == "yarn":
-        _yarn_from_hf(c, rope, position)
+        _yarn_from_hf(c, rope, position, yarn_softmax)
     return position
 
 
@@ -163,17 +168,21 @@ def _longrope_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) ->
     position.attention_factor = None if given is None else float(given)
 
 
-def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> None:
+def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig, softmax: bool) -> None:
     """YaRN's fields as transformers reads them: a missing factor is max_position_embeddings over the
     original context, a missing (or zero) beta_fast / beta_slow is 32 / 1, and mscale counts only with
     mscale_all_dim (a zero one is absent), a missing truncate is true (the band's ends rounded outward).
-    archlab derives the attention factor from factor and the two mscales."""
+    archlab derives the attention factor from factor and the two mscales. ``softmax``: mscale_all_dim also
+    scales the softmax (DeepSeek), where one mscale alone means something else, so is refused; else (the
+    generic yarn) the two scale cos and sin alone (``softmax_mscale`` false), and one alone is ignored."""
     original = int(rope["original_max_position_embeddings"])
     factor = rope.get("factor")
     position.scaling, position.original_context = "yarn", original
     position.factor = float(factor if factor is not None else c.max_position_embeddings / original)
     position.beta_fast, position.beta_slow = float(rope.get("beta_fast") or 32.0), float(rope.get("beta_slow") or 1.0)
     mscale, all_dim = rope.get("mscale") or None, rope.get("mscale_all_dim") or None
+    if not softmax and (mscale is None or all_dim is None):
+        mscale = all_dim = None  # transformers' generic yarn reads neither without the other
     if (mscale is None) != (all_dim is None):
         name = "mscale" if all_dim is None else "mscale_all_dim"
         refuse_hf(
@@ -185,6 +194,7 @@ def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> Non
         )
     position.mscale = None if mscale is None else float(mscale)
     position.mscale_all_dim = None if all_dim is None else float(all_dim)
+    position.softmax_mscale = softmax or all_dim is None
     truncate = rope.get("truncate", True)
     if not isinstance(truncate, bool):
         refuse_hf(c, "rope_parameters.truncate", "true or false", truncate)
