@@ -430,7 +430,7 @@ def test_per_head_scale_count(norm, per_layer):
         (
             {"attention": {"qk_norm": "head", "qk_norm_per_head_scale": True}},
             {"model.attention.qk_norm_per_head_scale"},
-            {"cohere"},
+            {"cohere", "stablelm"},
         ),
         ({"mlp": {"kind": "relu2"}}, {"model.mlp.kind"}, {"arcee", "nemotron"}),
         # a dense family refuses the moe kind, a MoE family the experts' kind
@@ -439,8 +439,8 @@ def test_per_head_scale_count(norm, per_layer):
     ids=["clip_qkv", "qk_norm_after_rope", "qk_norm_per_head_scale", "relu2", "relu2-experts"],
 )
 def test_only_the_hugging_face_families_with_them_hold_them(settings, fields, holders):
-    """Every other family names the field it cannot hold (OLMo holds clip_qkv, Cohere the per-head
-    QK-norm scale)."""
+    """Every other family names the field it cannot hold (OLMo holds clip_qkv, Cohere and StableLM the
+    per-head QK-norm scale)."""
     from archlab.interop.hf import FAMILIES
 
     cfg = tiny(position=ROPE, **settings)

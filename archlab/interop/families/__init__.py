@@ -12,12 +12,14 @@ from archlab.interop.families.arcee import ARCEE
 from archlab.interop.families.base import Family
 from archlab.interop.families.bigcode import BIGCODE
 from archlab.interop.families.bloom import BLOOM
+from archlab.interop.families.cohere import COHERE
 from archlab.interop.families.dense import DENSE
 from archlab.interop.families.dots import DOTS
 from archlab.interop.families.ernie import ERNIE
 from archlab.interop.families.falcon import FALCON
 from archlab.interop.families.glm4 import GLM4
 from archlab.interop.families.glm4_moe import GLM4_MOE
+from archlab.interop.families.granite import GRANITE
 from archlab.interop.families.hunyuan import HUNYUAN
 from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
@@ -25,7 +27,9 @@ from archlab.interop.families.minimax import MINIMAX
 from archlab.interop.families.ministral import MINISTRAL
 from archlab.interop.families.moe import SPARSE
 from archlab.interop.families.nemotron import NEMOTRON
+from archlab.interop.families.olmo import OLMO
 from archlab.interop.families.opt import OPT
+from archlab.interop.families.phi3 import PHI3
 from archlab.interop.families.stablelm import STABLELM
 from archlab.interop.families.starcoder2 import STARCODER2
 from archlab.interop.families.step import STEP
@@ -53,4 +57,8 @@ FAMILIES: dict[str, Family] = {
     **OPT,
     **BIGCODE,
     **BLOOM,
+    **PHI3,
+    **COHERE,
+    **GRANITE,
+    **OLMO,
 }

@@ -43,6 +43,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.block.residual_multiplier": (1.0, "sublayer outputs added to the residual stream unscaled"),
     "model.head.logit_scale": (1.0, "unscaled logits"),
     "model.norm.unit_offset": (False, "norm scales stored as w"),
+    "model.norm.affine": (True, "norms with a learned scale"),
     "model.attention.qk_norm": ("none", "no QK-norm"),
     "model.attention.qk_norm_after_rope": (False, "QK-norm before RoPE"),
     "model.attention.qk_norm_per_head_scale": (False, "one QK-norm scale shared by the heads"),
@@ -62,6 +63,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.position.softmax_mscale": (True, "YaRN's mscale_all_dim read as DeepSeek's, the softmax scaled too"),
     "model.position.short_factor": (None, "no LongRoPE factors"),
     "model.position.long_factor": (None, "no LongRoPE factors"),
+    "model.position.attention_factor": (None, "RoPE's attention factor derived from its scaling"),
     "model.position.alibi_scale": (1.0, "ALiBi's slopes as Press et al."),
     "model.position.alibi_rounding": ("none", "ALiBi's bias in float32"),
     "model.layers.first": ([], "every layer the same parts"),
@@ -144,7 +146,8 @@ class TensorMap(NamedTuple):
     ``sizes`` = (n_head, head_dim)); ``experts_transposed`` (stacked experts stored [E, in, out], as
     gpt-oss's and Llama 4's, against archlab's [E, out, in]); ``gate_up_interleaved`` (gpt-oss's
     gate_up_proj [E, d, 2f] with the gate at even and up at odd columns, and its bias [E, 2f] likewise;
-    archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows); ``kv_grouped`` (Falcon's new
+    archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows); ``flat`` (a tensor of shape
+    ``sizes`` that archlab holds flattened: Cohere's per-head QK-norm scale [H, hd]); ``kv_grouped`` (Falcon's new
     decoder architecture: per key/value head g, its G = H / KV queries, then k_g, then v_g; ``sizes`` =
     (n_head, n_kv_head, head_dim)); ``offset_rows`` (OPT's position table: HF's rows from ``sizes[0]`` on are
     archlab's, the rows before them, which no token reads, written as zeros)."""
@@ -166,6 +169,8 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
         return parts[0].unflatten(0, (H, 3, hd)).transpose(0, 1).flatten(0, 2).contiguous()
     if m.layout == "experts_transposed":
         return parts[0].transpose(1, 2).contiguous()
+    if m.layout == "flat":
+        return parts[0].flatten().clone() if copy else parts[0].flatten()
     if m.layout == "kv_grouped":
         H, KV, hd = m.sizes
         G = H // KV
@@ -190,6 +195,8 @@ def split(m: TensorMap, tensor: Tensor) -> list[Tensor]:
         return [tensor.unflatten(0, (3, H, hd)).transpose(0, 1).flatten(0, 2).contiguous()]
     if m.layout == "experts_transposed":
         return [tensor.transpose(1, 2).contiguous()]
+    if m.layout == "flat":
+        return [tensor.reshape(m.sizes).contiguous()]
     if m.layout == "kv_grouped":
         H, KV, hd = m.sizes
         q, k, v = tensor.split((H * hd, KV * hd, KV * hd))
