@@ -129,6 +129,7 @@ def model_configs(draw) -> dict:
         "scale_embedding": scale_embedding,
         "embedding_multiplier": 1.0 if scale_embedding else draw(st.sampled_from([1.0, 0.5, 12.0])),  # Granite
         "embedding_norm": draw(st.booleans()),
+        "embedding_dim": draw(st.sampled_from([None, d_model + 3, max(1, d_model // 2 - 1)])),  # OPT-350m's widths
         "norm": {
             "kind": norm_kind,
             "bias": draw(st.booleans()),
