@@ -1,0 +1,572 @@
+"""The transformers causal-LM families archlab does not convert, each with the first part it lacks.
+
+``REFUSED`` holds the decoder-only language models by ``model_type``: ``missing`` names, in archlab's terms,
+the first part of the family's transformers modeling code that no archlab part (``docs/models.md``) holds,
+with the config field or module that shows it, so a refusal can say why rather than only that the
+``model_type`` is unknown. A family archlab's parts could hold exactly but that has no record yet reads
+``no archlab record yet (holdable: ...)``. Vision-language wrappers whose text decoder is a causal LM are
+here too, naming what their text decoder lacks or that their ``text_config`` converts alone.
+``NOT_DECODER`` holds the ``model_type``s whose causal-LM class is the decoder of an encoder-decoder or
+masked-LM model, or a model that only runs with images, audio or another model's states: no decoder-only
+record could hold them. Read from transformers 5.24's ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Refused(NamedTuple):
+    """A transformers causal-LM family archlab does not convert, and why."""
+
+    title: str  # "Qwen3-Next"
+    model_class: str  # "Qwen3NextForCausalLM"
+    missing: str  # what archlab lacks, in archlab's terms, naming the HF config field / module that shows it
+
+
+_GDN = "`layer_types` 'linear_attention' (Gated DeltaNet): no archlab mixer"
+
+REFUSED: dict[str, Refused] = {
+    # linear-attention, state-space, recurrent and convolution mixers
+    "qwen3_next": Refused("Qwen3-Next", "Qwen3NextForCausalLM", _GDN),
+    "qwen3_5_text": Refused("Qwen3.5", "Qwen3_5ForCausalLM", _GDN),
+    "qwen3_5": Refused("Qwen3.5 (vision-language)", "Qwen3_5ForCausalLM", _GDN + ", and a vision tower"),
+    "qwen3_5_moe_text": Refused("Qwen3.5-MoE", "Qwen3_5MoeForCausalLM", _GDN),
+    "qwen3_5_moe": Refused("Qwen3.5-MoE (vision-language)", "Qwen3_5MoeForCausalLM", _GDN + ", and a vision tower"),
+    "qwen4_exp_text": Refused("Qwen4-Exp", "Qwen4ExpForCausalLM", _GDN + "; n-gram embeddings (`ngram_size`)"),
+    "qwen4_exp": Refused("Qwen4-Exp (vision-language)", "Qwen4ExpForCausalLM", _GDN + ", and a vision tower"),
+    "olmo_hybrid": Refused("OLMo Hybrid", "OlmoHybridForCausalLM", _GDN),
+    "lara_mini": Refused("Lara-Mini", "LaraMiniForCausalLM", _GDN),
+    "kimi_linear": Refused(
+        "Kimi-Linear",
+        "KimiLinearForCausalLM",
+        "`layer_types` 'linear_attention' (Kimi Delta Attention): no archlab mixer",
+    ),
+    "bailing_hybrid": Refused(
+        "Bailing (Ling) hybrid",
+        "BailingHybridForCausalLM",
+        "`layer_types` 'linear_attention' (Kimi Delta Attention, `BailingHybridDeltaAttention`): no archlab mixer",
+    ),
+    "minimax": Refused(
+        "MiniMax-Text-01",
+        "MiniMaxForCausalLM",
+        "`layer_types` 'linear_attention' (lightning attention): no archlab mixer",
+    ),
+    "mamba": Refused(
+        "Mamba", "MambaForCausalLM", "Mamba-1 selective SSM mixer (`MambaMixer`, `state_size`): no archlab mixer"
+    ),
+    "falcon_mamba": Refused(
+        "FalconMamba",
+        "FalconMambaForCausalLM",
+        "Mamba-1 SSM mixer with RMS-normed B, C and Δ (`mixer_rms_eps`): no archlab mixer",
+    ),
+    "mamba2": Refused(
+        "Mamba-2", "Mamba2ForCausalLM", "Mamba-2 SSM mixer (`Mamba2Mixer`, `n_groups`): no archlab mixer"
+    ),
+    "falcon_h1": Refused(
+        "Falcon-H1",
+        "FalconH1ForCausalLM",
+        "a Mamba-2 mixer beside attention in every layer (`FalconH1Mixer`, `mamba_*`): no archlab mixer",
+    ),
+    "jamba": Refused(
+        "Jamba", "JambaForCausalLM", "Mamba-1 mixer layers (all but every `attn_layer_period`-th): no archlab mixer"
+    ),
+    "bamba": Refused(
+        "Bamba", "BambaForCausalLM", "Mamba-2 mixer layers (all but `attn_layer_indices`): no archlab mixer"
+    ),
+    "zamba": Refused(
+        "Zamba",
+        "ZambaForCausalLM",
+        "Mamba-1 layers with a shared attention block fed [x, embeddings] (`ZambaHybridLayer`): no archlab mixer",
+    ),
+    "zamba2": Refused(
+        "Zamba2",
+        "Zamba2ForCausalLM",
+        "Mamba-2 layers with shared attention blocks at `hybrid_layer_ids`: no archlab mixer",
+    ),
+    "nemotron_h": Refused(
+        "Nemotron-H",
+        "NemotronHForCausalLM",
+        "`layers_block_type` 'linear_attention' (Mamba-2 mixer): no archlab mixer",
+    ),
+    "granitemoehybrid": Refused(
+        "GraniteMoeHybrid (Granite 4.0)",
+        "GraniteMoeHybridForCausalLM",
+        "`layer_types` 'linear_attention' (Mamba-2 mixer): no archlab mixer",
+    ),
+    "lfm2": Refused(
+        "LFM2", "Lfm2ForCausalLM", "`layer_types` 'conv' (gated short convolution, `Lfm2ShortConv`): no archlab mixer"
+    ),
+    "lfm2_moe": Refused(
+        "LFM2-MoE",
+        "Lfm2MoeForCausalLM",
+        "`layer_types` 'conv' (gated short convolution, `Lfm2MoeShortConv`): no archlab mixer",
+    ),
+    "lfm3": Refused(
+        "LFM3", "Lfm3ForCausalLM", "`layer_types` 'conv' (gated short convolution, `Lfm3ShortConv`): no archlab mixer"
+    ),
+    "recurrent_gemma": Refused(
+        "RecurrentGemma",
+        "RecurrentGemmaForCausalLM",
+        "`block_types` 'recurrent' (RG-LRU after a temporal conv): no archlab mixer",
+    ),
+    "rwkv": Refused("RWKV", "RwkvForCausalLM", "RWKV-4 time-mix (WKV recurrence) and channel-mix blocks: no attention"),
+    "xlstm": Refused("xLSTM", "xLSTMForCausalLM", "mLSTM blocks (matrix memory, exponential gates): no attention"),
+    "zaya": Refused(
+        "ZAYA",
+        "ZayaForCausalLM",
+        "compressed convolutional attention (`ZayaCCAProjection`, `cca_time0`): no archlab mixer",
+    ),
+    # sparse and compressed attention
+    "deepseek_v32": Refused(
+        "DeepSeek-V3.2",
+        "DeepseekV32ForCausalLM",
+        "DeepSeek sparse attention: a lightning indexer picks `index_topk` keys per query (`DeepseekV32Indexer`)",
+    ),
+    "glm_moe_dsa": Refused(
+        "GLM-5 (MoE, DSA)",
+        "GlmMoeDsaForCausalLM",
+        "DeepSeek sparse attention's indexer (`index_topk`, `GlmMoeDsaIndexer`)",
+    ),
+    "axk2": Refused(
+        "A.X K2", "AXK2ForCausalLM", "DeepSeek sparse attention's indexer (`indexed_attention` layers, `index_topk`)"
+    ),
+    "dots3_note_text": Refused(
+        "dots.3-note",
+        "Dots3NoteForCausalLM",
+        "DeepSeek sparse attention's indexer (`indexed_attention` layers, `index_topk`)",
+    ),
+    "dots3_note": Refused(
+        "dots.3-note (multimodal)",
+        "Dots3NoteForCausalLM",
+        "DeepSeek sparse attention's indexer (`index_topk`), and vision and audio towers",
+    ),
+    "hy_v4": Refused(
+        "Hunyuan V4",
+        "HYV4ForCausalLM",
+        "DeepSeek sparse attention's indexer (`index_topk`) and hyper-connections (`hc_mult` residual streams)",
+    ),
+    "deepseek_v4": Refused(
+        "DeepSeek-V4",
+        "DeepseekV4ForCausalLM",
+        "compressed sparse attention (`compress_rates`) and hyper-connections (`hc_mult` residual streams)",
+    ),
+    "minimax_m3_vl_text": Refused(
+        "MiniMax-M3 (text)",
+        "MiniMaxM3VLForCausalLM",
+        "block-sparse attention picked by an indexer (`minimax_m3_sparse` layers, `index_topk_blocks`)",
+    ),
+    "doge": Refused(
+        "Doge",
+        "DogeForCausalLM",
+        "dynamic-mask attention: a learned per-head key mask (`dt_proj`, `A`, `keep_window_size`)",
+    ),
+    # attention archlab's `causal` and `mla` do not compute
+    "diffllama": Refused(
+        "DiffLlama",
+        "DiffLlamaForCausalLM",
+        "differential attention: two softmax maps subtracted by a learned λ (`lambda_q1`...), a head RMSNorm",
+    ),
+    "jetmoe": Refused(
+        "JetMoE",
+        "JetMoeForCausalLM",
+        "mixture of attention heads: routed query and output projections (`JetMoeMoA`)",
+    ),
+    "mimo_v2_flash": Refused(
+        "MiMo-V2-Flash",
+        "MiMoV2FlashForCausalLM",
+        "value heads narrower than query/key heads (`v_head_dim` 128 vs `head_dim` 192) in causal attention",
+    ),
+    "laguna": Refused(
+        "Laguna",
+        "LagunaForCausalLM",
+        "a softplus attention output gate (`g_proj`, `gating`): archlab's gates are sigmoid",
+    ),
+    "beam": Refused(
+        "Beam",
+        "BeamForCausalLM",
+        "depth-scaled residual adds, x·√((i−1)/i) + f(x)/√i per add: archlab's residual multiplier is one constant",
+    ),
+    "inkling_text": Refused(
+        "Inkling",
+        "InklingForCausalLM",
+        "relative position logits conditioned on the hidden states (`d_rel`, `rel_extent`)",
+    ),
+    "inkling2_text": Refused(
+        "Inkling 2",
+        "Inkling2ForCausalLM",
+        "short convolutions on keys and values (`k_proj.sconv`) and a relative position bias (`d_rel`)",
+    ),
+    "inkling2_loop_text": Refused(
+        "Inkling 2 Loop",
+        "Inkling2LoopForCausalLM",
+        "layers run again in loops (`loop_num_passes`) over Inkling 2's convolved keys and relative position bias",
+    ),
+    "cpmant": Refused(
+        "CPM-Ant",
+        "CpmAntForCausalLM",
+        "bucketed relative position bias (`position_bias_num_buckets`) and segment/prompt embeddings",
+    ),
+    "xlnet": Refused(
+        "XLNet",
+        "XLNetLMHeadModel",
+        "two-stream permutation attention with relative positions and segment memory (`mem_len`)",
+    ),
+    "reformer": Refused(
+        "Reformer",
+        "ReformerModelWithLMHead",
+        "LSH and chunked local attention in reversible layers (`attn_layers`)",
+    ),
+    "blt": Refused(
+        "BLT (Byte Latent Transformer)",
+        "BltForCausalLM",
+        "entropy-patched bytes: local encoder and decoder with cross-attention (`patching_mode`, `cross_attn_k`)",
+    ),
+    # blocks, norms, embeddings and heads
+    "gemma3n_text": Refused(
+        "Gemma 3n",
+        "Gemma3nForCausalLM",
+        "per-layer input embeddings and AltUp (`hidden_size_per_layer_input`, `altup_num_inputs`), LAuReL",
+    ),
+    "gemma3n": Refused(
+        "Gemma 3n (multimodal)",
+        "Gemma3nForConditionalGeneration",
+        "per-layer input embeddings and AltUp (`hidden_size_per_layer_input`), and vision and audio towers",
+    ),
+    "gemma4_text": Refused(
+        "Gemma 4",
+        "Gemma4ForCausalLM",
+        "an unscaled value RMSNorm (`v_norm`), proportional RoPE, per-layer inputs (`hidden_size_per_layer_input`)",
+    ),
+    "gemma4": Refused(
+        "Gemma 4 (multimodal)",
+        "Gemma4ForConditionalGeneration",
+        "Gemma 4's value RMSNorm (`v_norm`) and proportional RoPE, and vision and audio towers",
+    ),
+    "gemma4_unified_text": Refused(
+        "Gemma 4 Unified",
+        "Gemma4UnifiedForCausalLM",
+        "Gemma 4's value RMSNorm (`v_norm`) and proportional RoPE on the global layers",
+    ),
+    "gemma4_unified": Refused(
+        "Gemma 4 Unified (multimodal)",
+        "Gemma4UnifiedForConditionalGeneration",
+        "Gemma 4's value RMSNorm (`v_norm`) and proportional RoPE, and a vision tower",
+    ),
+    "gemma4_assistant": Refused(
+        "Gemma 4 assistant (drafter)",
+        "Gemma4AssistantForCausalLM",
+        "a drafter fed the target model's hidden states and KV (`backbone_hidden_size`): not a standalone LM",
+    ),
+    "gemma4_unified_assistant": Refused(
+        "Gemma 4 Unified assistant (drafter)",
+        "Gemma4UnifiedAssistantForCausalLM",
+        "a drafter fed the target model's hidden states and KV (`backbone_hidden_size`): not a standalone LM",
+    ),
+    "bitnet": Refused(
+        "BitNet b1.58",
+        "BitNetForCausalLM",
+        "ternary BitLinear weights and sub-norms inside attention and MLP (`attn_sub_norm`, `ffn_sub_norm`)",
+    ),
+    "dory": Refused(
+        "Dory",
+        "DoryForCausalLM",
+        "nGPT blocks: L2-normed states moved toward each sublayer by learned rates; looped layers (`n_recurrent_loops`)",
+    ),
+    "hrm_text": Refused(
+        "HRM (text)",
+        "HrmTextForCausalLM",
+        "hierarchical recurrence: two layer stacks cycled (`H_cycles`, `L_cycles`)",
+    ),
+    "axk1": Refused(
+        "A.X K1",
+        "AXK1ForCausalLM",
+        "a norm on the MoE layers' output alone (`post_mlp_layernorm`): archlab's post_sublayer norms every sublayer",
+    ),
+    "longcat_flash": Refused(
+        "LongCat-Flash",
+        "LongcatFlashForCausalLM",
+        "two MLA and two MLPs per layer beside a shortcut MoE (ScMoE), and zero experts (`zero_expert_num`)",
+    ),
+    "apertus": Refused(
+        "Apertus", "ApertusForCausalLM", "the xIELU activation (`hidden_act` 'xielu', learned `alpha_p`, `alpha_n`)"
+    ),
+    "apertus1p5_text": Refused(
+        "Apertus 1.5",
+        "Apertus1p5TextForCausalLM",
+        "the xIELU activation (`hidden_act` 'xielu', learned `alpha_p`, `alpha_n`)",
+    ),
+    "modernbert-decoder": Refused(
+        "ModernBERT decoder",
+        "ModernBertDecoderForCausalLM",
+        "a dense + GELU + LayerNorm prediction head before the vocabulary matrix (`lm_head`, `decoder`)",
+    ),
+    "gpt_neox_japanese": Refused(
+        "GPT-NeoX Japanese",
+        "GPTNeoXJapaneseForCausalLM",
+        "an attention output bias on the last layer alone (`dense_bias`)",
+    ),
+    "xglm": Refused(
+        "XGLM",
+        "XGLMForCausalLM",
+        "fairseq sinusoidal positions (sin|cos halves, offset 2): archlab's sinusoidal interleaves sin and cos",
+    ),
+    "ctrl": Refused(
+        "CTRL",
+        "CTRLLMHeadModel",
+        "a sinusoidal table of sines then cosines (`positional_encoding`): archlab interleaves sin and cos",
+    ),
+    # mixtures of experts
+    "qwen2_moe": Refused(
+        "Qwen2-MoE",
+        "Qwen2MoeForCausalLM",
+        "a sigmoid gate on the shared expert (`shared_expert_gate`): archlab's shared experts are ungated",
+    ),
+    "phimoe": Refused(
+        "PhiMoE",
+        "PhimoeForCausalLM",
+        "SparseMixer routing (`sparsemixer`): top-2 weights from masked softmaxes, not archlab's top-k",
+    ),
+    "kolibri1": Refused(
+        "Kolibri-1",
+        "Kolibri1ForCausalLM",
+        "the correction bias added to router logits before the sigmoid (`e_score_correction_bias`): archlab adds to scores",
+    ),
+    # wrappers whose text decoder archlab converts alone
+    "gemma3": Refused(
+        "Gemma 3 (vision-language)",
+        "Gemma3ForConditionalGeneration",
+        "the SigLIP vision tower (`vision_config`): its `text_config` (gemma3_text) converts alone",
+    ),
+    "llama4": Refused(
+        "Llama 4 (vision-language)",
+        "Llama4ForCausalLM",
+        "the vision tower (`vision_config`): its `text_config` (llama4_text) converts alone",
+    ),
+    "emu3": Refused(
+        "Emu3",
+        "Emu3ForCausalLM",
+        "the VQ-VAE image tokenizer (`vq_config`); its `text_config` is LLaMA's parts, no archlab record yet",
+    ),
+    "cohere_compass_text": Refused(
+        "Cohere Compass (text)",
+        "CohereCompassForCausalLM",
+        "multimodal RoPE sections (`mrope_section`) in a Cohere 2 decoder",
+    ),
+    # holdable by archlab's parts; no record yet
+    "gpt-sw3": Refused(
+        "GPT-SW3", "GPT2LMHeadModel", "no archlab record yet (holdable: the gpt2 record's parts, GPT2Config)"
+    ),
+    "exaone": Refused(
+        "EXAONE 3", "LlamaForCausalLM", "no archlab record yet (holdable: llama's parts; `transformer.h` names)"
+    ),
+    "internlm3": Refused("InternLM3", "LlamaForCausalLM", "no archlab record yet (holdable: llama's parts)"),
+    "iquestcoder": Refused("IQuest-Coder", "LlamaForCausalLM", "no archlab record yet (holdable: llama's parts)"),
+    "helium": Refused(
+        "Helium",
+        "HeliumForCausalLM",
+        "no archlab record yet (holdable: llama's parts with RoPE `pairing: interleaved`)",
+    ),
+    "seed_oss": Refused(
+        "Seed-OSS",
+        "SeedOssForCausalLM",
+        "no archlab record yet (holdable: llama's parts, `qkv_bias` true and `out_bias` false)",
+    ),
+    "glm": Refused(
+        "GLM-4 (v1)",
+        "GlmForCausalLM",
+        "no archlab record yet (holdable: pre blocks, interleaved RoPE on half of each head, q/k/v bias, SwiGLU)",
+    ),
+    "cwm": Refused(
+        "CWM", "CwmForCausalLM", "no archlab record yet (holdable: llama's parts, llama3 RoPE, sliding `layer_types`)"
+    ),
+    "vaultgemma": Refused(
+        "VaultGemma",
+        "VaultGemmaForCausalLM",
+        "no archlab record yet (holdable: Gemma 2's parts in `pre` blocks, no post-norms)",
+    ),
+    "hyperclovax": Refused(
+        "HyperCLOVA X", "HyperCLOVAXForCausalLM", "no archlab record yet (holdable: Granite's parts, `sandwich` blocks)"
+    ),
+    "jais2": Refused(
+        "Jais 2", "Jais2ForCausalLM", "no archlab record yet (holdable: layernorm, RoPE, biased attention, relu2 MLP)"
+    ),
+    "nanochat": Refused(
+        "nanochat",
+        "NanoChatForCausalLM",
+        "no archlab record yet (holdable: weightless norms and embedding_norm, l2 QK-norm, relu2, softcap; RoPE sign by q/k rows)",
+    ),
+    "gpt_neo": Refused(
+        "GPT-Neo",
+        "GPTNeoForCausalLM",
+        "no archlab record yet (holdable: GPT-2-style blocks, no q/k/v bias, `attention.scale` 1, local layers `window` 256)",
+    ),
+    "codegen": Refused(
+        "CodeGen",
+        "CodeGenForCausalLM",
+        "no archlab record yet (holdable: GPT-J's parts; `qkv_proj` fused in 4 shards of q, v, k)",
+    ),
+    "mpt": Refused(
+        "MPT",
+        "MptForCausalLM",
+        "no archlab record yet (holdable: bias-free layernorm, ALiBi, clip_qkv, GELU MLP, tied head)",
+    ),
+    "persimmon": Refused(
+        "Persimmon",
+        "PersimmonForCausalLM",
+        "no archlab record yet (holdable: layernorm, head QK-norm, half-rotary RoPE, relu2; NeoX's fused qkv)",
+    ),
+    "openai-gpt": Refused(
+        "GPT (OpenAI GPT-1)",
+        "OpenAIGPTLMHeadModel",
+        "no archlab record yet (holdable: `post` blocks, learned positions, GELU MLP, tied head)",
+    ),
+    "biogpt": Refused(
+        "BioGPT",
+        "BioGptForCausalLM",
+        "no archlab record yet (holdable: pre-LN, OPT's offset positions, GELU MLP, a √d_model embedding multiplier)",
+    ),
+    "minicpm3": Refused(
+        "MiniCPM3",
+        "MiniCPM3ForCausalLM",
+        "no archlab record yet (holdable: mla with half-pairing RoPE, embedding/residual multipliers, logit_scale)",
+    ),
+    "youtu": Refused("Youtu-LLM", "YoutuForCausalLM", "no archlab record yet (holdable: mla with a dense SwiGLU MLP)"),
+    "granite_swa": Refused(
+        "Granite SWA",
+        "GraniteSWAForCausalLM",
+        "no archlab record yet (holdable: Granite's parts, sinks, sliding `layer_types` with their own RoPE bases)",
+    ),
+    "olmoe": Refused(
+        "OLMoE",
+        "OlmoeForCausalLM",
+        "no archlab record yet (holdable: `full` QK-norm, moe softmax top-k; its clip_qkv clamps after the QK-norm)",
+    ),
+    "flex_olmo": Refused(
+        "FlexOlmo",
+        "FlexOlmoForCausalLM",
+        "no archlab record yet (holdable: OLMo 2's post_sublayer blocks and QK-norm, moe softmax top-k)",
+    ),
+    "dbrx": Refused(
+        "DBRX",
+        "DbrxForCausalLM",
+        "no archlab record yet (holdable: bias-free layernorm, clip_qkv, GQA, moe softmax top-k for p-norm 1)",
+    ),
+    "granitemoe": Refused(
+        "GraniteMoE",
+        "GraniteMoeForCausalLM",
+        "no archlab record yet (holdable: Granite's multipliers, moe softmax top-k)",
+    ),
+    "granitemoeshared": Refused(
+        "GraniteMoeShared",
+        "GraniteMoeSharedForCausalLM",
+        "no archlab record yet (holdable: GraniteMoE's parts; `shared_intermediate_size` a multiple of `intermediate_size`)",
+    ),
+    "granitemoe_swa": Refused(
+        "GraniteMoE SWA",
+        "GraniteMoeSWAForCausalLM",
+        "no archlab record yet (holdable: GraniteMoeShared's parts, sinks, sliding `layer_types`)",
+    ),
+    "aria_text": Refused(
+        "Aria (text)",
+        "AriaTextForCausalLM",
+        "no archlab record yet (holdable: llama attention, moe softmax top-k, shared experts; experts [E, in, out])",
+    ),
+    "hunyuan_v1_moe": Refused(
+        "Hunyuan-MoE",
+        "HunYuanMoEV1ForCausalLM",
+        "no archlab record yet (holdable: QK-norm after RoPE, moe softmax top-k, one shared expert)",
+    ),
+    "ernie4_5_moe": Refused(
+        "ERNIE 4.5 MoE",
+        "Ernie4_5_MoeForCausalLM",
+        "no archlab record yet (holdable: softmax moe with correction_bias choice, shared experts, dense layers)",
+    ),
+    "cohere2_moe": Refused(
+        "Cohere2-MoE",
+        "Cohere2MoeForCausalLM",
+        "no archlab record yet (holdable: Cohere 2's parts, moe top-k; shared experts only summed, not 'average')",
+    ),
+    "mellum": Refused(
+        "Mellum",
+        "MellumForCausalLM",
+        "no archlab record yet (holdable: Qwen3-MoE's parts, sliding layers with their own RoPE bases)",
+    ),
+    "flint": Refused(
+        "Flint",
+        "FlintForCausalLM",
+        "no archlab record yet (holdable: QK-norm, sinks, sliding RoPE / global NoPE layers, sigmoid moe, shared expert)",
+    ),
+    "hy_v3": Refused(
+        "Hunyuan V3",
+        "HYV3ForCausalLM",
+        "no archlab record yet (holdable: QK-norm GQA, sigmoid moe with correction bias, shared experts)",
+    ),
+    "exaone_moe": Refused(
+        "EXAONE MoE",
+        "ExaoneMoeForCausalLM",
+        "no archlab record yet (holdable: EXAONE 4's attention in `pre` blocks, DeepSeek-V3's sigmoid moe)",
+    ),
+    "solar_open": Refused(
+        "Solar Open",
+        "SolarOpenForCausalLM",
+        "no archlab record yet (holdable: llama GQA attention, GLM-4.5's sigmoid moe with shared experts)",
+    ),
+    "glm4_moe_lite": Refused(
+        "GLM-4.7-Flash (GLM-4 MoE Lite)",
+        "Glm4MoeLiteForCausalLM",
+        "no archlab record yet (holdable: DeepSeek-V3's parts, mla and sigmoid moe with correction bias)",
+    ),
+    "sarvam_mla": Refused(
+        "Sarvam (MLA)", "DeepseekV3ForCausalLM", "no archlab record yet (holdable: the deepseek_v3 record's parts)"
+    ),
+    "sarvam_moe": Refused(
+        "Sarvam MoE", "Glm4MoeForCausalLM", "no archlab record yet (holdable: the glm4_moe record's parts with QK-norm)"
+    ),
+}
+
+
+NOT_DECODER: frozenset[str] = frozenset(
+    {
+        # the causal-LM head of a masked-LM encoder
+        "bert",
+        "bert-generation",
+        "big_bird",
+        "camembert",
+        "data2vec-text",
+        "electra",
+        "ernie",
+        "megatron-bert",
+        "rembert",
+        "roberta",
+        "roberta-prelayernorm",
+        "roc_bert",
+        "roformer",
+        "xlm",
+        "xlm-roberta",
+        "xlm-roberta-xl",
+        "xmod",
+        # the decoder of an encoder-decoder
+        "bart",
+        "bigbird_pegasus",
+        "blenderbot",
+        "blenderbot-small",
+        "marian",
+        "mbart",
+        "mvp",
+        "pegasus",
+        "plbart",
+        "prophetnet",
+        "trocr",
+        "whisper",
+        # runs only with images, audio or speech in it
+        "fuyu",
+        "git",
+        "got_ocr2",
+        "mllama",
+        "moshi",
+        "moss_transcribe_diarize",
+        "musicgen",
+        "musicgen_melody",
+        "phi4_multimodal",
+    }
+)

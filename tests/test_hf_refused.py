@@ -1,0 +1,55 @@
+"""The table of transformers causal-LM families archlab does not convert (archlab/interop/families/refused.py)
+against transformers' own ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``: every key is a real ``model_type`` with
+the class named there, the converted, refused and not-decoder sets are disjoint and together cover the
+whole mapping (a family a new transformers adds fails here until it is classified), and every reason is
+one short line. No model is built."""
+
+import pytest
+
+from archlab.interop.families import FAMILIES
+from archlab.interop.families.refused import NOT_DECODER, REFUSED
+
+transformers = pytest.importorskip("transformers")
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # noqa: E402
+
+# the model_types archlab converts or is adding records for; FAMILIES joins them as records land
+CONVERTED = frozenset(
+    "gpt2 gptj gpt_neox phi llama mistral qwen2 qwen3 gemma gemma2 olmo2 mixtral qwen3_moe deepseek_v2 deepseek_v3 "
+    "gemma3_text smollm3 cohere2 exaone4 olmo3 gpt_oss llama4_text afmoe step3p5 opt falcon bloom gpt_bigcode "
+    "starcoder2 stablelm phi3 cohere granite olmo glm4 ernie4_5 hunyuan_v1_dense ministral ministral3 dots1 "
+    "glm4_moe minimax_m2 arcee nemotron".split()
+) | frozenset(FAMILIES)
+
+MAPPING = dict(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+MAX_REASON = 120
+
+
+def test_every_key_is_a_causal_lm_model_type_with_its_class():
+    unknown = sorted((set(REFUSED) | NOT_DECODER) - set(MAPPING))
+    assert not unknown, f"not in transformers' MODEL_FOR_CAUSAL_LM_MAPPING_NAMES: {unknown}"
+    wrong = {k: (r.model_class, MAPPING[k]) for k, r in REFUSED.items() if r.model_class != MAPPING[k]}
+    assert not wrong, f"model_class differs from transformers' mapping (ours, theirs): {wrong}"
+
+
+def test_converted_refused_and_not_decoder_are_disjoint():
+    assert not set(REFUSED) & NOT_DECODER, sorted(set(REFUSED) & NOT_DECODER)
+    assert not (set(REFUSED) | NOT_DECODER) & CONVERTED, "a converted family is still listed as refused: " + str(
+        sorted((set(REFUSED) | NOT_DECODER) & CONVERTED)
+    )
+
+
+def test_the_three_sets_cover_the_mapping():
+    unclassified = sorted(set(MAPPING) - CONVERTED - set(REFUSED) - NOT_DECODER)
+    assert not unclassified, (
+        f"transformers has causal-LM model_types archlab has not classified: {unclassified}; add each to "
+        "REFUSED (with what archlab lacks) or NOT_DECODER in archlab/interop/families/refused.py"
+    )
+
+
+def test_reasons_are_one_short_line():
+    for model_type, r in REFUSED.items():
+        assert r.title.strip() and r.model_class.strip(), model_type
+        assert r.missing.strip(), f"{model_type}: empty reason"
+        assert "\n" not in r.missing and len(r.missing) <= MAX_REASON, f"{model_type}: {len(r.missing)} chars"
+        if r.missing.startswith("no archlab record yet"):
+            assert "(holdable: " in r.missing and r.missing.endswith(")"), model_type
