@@ -426,7 +426,11 @@ def test_per_head_scale_count(norm, per_layer):
     "settings, fields, holders",
     [
         ({"attention": {"clip_qkv": 8.0}}, {"model.attention.clip_qkv"}, {"olmo"}),
-        ({"attention": {"qk_norm": "head", "qk_norm_after_rope": True}}, {"model.attention.qk_norm_after_rope"}, set()),
+        (
+            {"attention": {"qk_norm": "head", "qk_norm_after_rope": True}},
+            {"model.attention.qk_norm_after_rope"},
+            {"hunyuan_v1_dense"},
+        ),
         (
             {"attention": {"qk_norm": "head", "qk_norm_per_head_scale": True}},
             {"model.attention.qk_norm_per_head_scale"},
