@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from archlab.config.commands import BenchConfig, CheckConfig, GenerateConfig, PrepareConfig, ReportConfig
+from archlab.config.commands import (
+    BenchConfig,
+    CheckConfig,
+    GenerateConfig,
+    InteropConfig,
+    PrepareConfig,
+    ReportConfig,
+)
 
 SCHEMAS = {
     "archlab-check": CheckConfig,
@@ -20,6 +27,7 @@ SCHEMAS = {
     "archlab-generate": GenerateConfig,
     "archlab-prepare": PrepareConfig,
     "archlab-report": ReportConfig,
+    "archlab-interop": InteropConfig,
 }
 
 
@@ -52,6 +60,7 @@ def test_help_exits_0_and_lists_every_setting(command, tmp_path):
         ("archlab-generate", ["model.safetensors", "max_new_tokens=abc"], "max_new_tokens"),
         ("archlab-prepare", ["notes.txt", "output=shards", "tokenizer=word"], "tokenizer"),
         ("archlab-report", ["no-such-sweep"], "sweep_dir"),
+        ("archlab-interop", ["format=html"], "format"),
     ],
 )
 def test_a_bad_setting_is_one_error_line_and_exit_2(command, args, field, tmp_path):

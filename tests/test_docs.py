@@ -23,8 +23,8 @@ line is checked:
   must be refused by exactly that check (``trainer.accelerator`` or ``trainer.devices``).
 - ``archlab-bench``: composed, the model validated, the bench's own setting check run, and (with
   ``compare_hf``) the layout mapped to its Hugging Face config; nothing is timed.
-- ``archlab-check``, ``archlab-generate``, ``archlab-prepare``, ``archlab-report``, ``archlab-export``:
-  run for real, in process. Files they read that no earlier line made (nor should have made) are
+- ``archlab-check``, ``archlab-generate``, ``archlab-prepare``, ``archlab-report``, ``archlab-export``,
+  ``archlab-interop``: run for real, in process. Files they read that no earlier line made (nor should have made) are
   stand-ins made here: a tiny model for ``archlab-generate`` and a safetensors ``archlab-export``, a
   short text for ``data.path=``/``input=``, an empty file for ``ckpt_path=``, a copy of a committed
   study's runs for ``archlab-report``. Absolute paths under /tmp/ are moved into
@@ -71,6 +71,7 @@ COMMANDS = (
     "archlab-prepare",
     "archlab-report",
     "archlab-export",
+    "archlab-interop",
 )
 GPU_FIELDS = ("trainer.accelerator", "trainer.devices")
 STAND_IN_TEXT = (
@@ -487,6 +488,12 @@ def run_export(argv: list[str], ws: Workspace) -> None:
     run_exiting(main, [ws.localize(a) for a in argv])
 
 
+def run_interop(argv: list[str], ws: Workspace) -> None:
+    from archlab.cli.interop import main
+
+    run_exiting(main, [ws.localize(a) for a in argv])
+
+
 def run_help(command: str) -> None:
     script = Path(sys.executable).with_name(command)
     done = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
@@ -501,6 +508,7 @@ RULES: dict[str, Callable[[list[str], Workspace], None]] = {
     "archlab-prepare": run_prepare,
     "archlab-report": run_report,
     "archlab-export": run_export,
+    "archlab-interop": run_interop,
 }
 
 

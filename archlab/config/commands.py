@@ -1,5 +1,5 @@
 """Schemas of the commands other than archlab-train: archlab-check, archlab-bench, archlab-generate,
-archlab-export, archlab-prepare and archlab-report (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
+archlab-export, archlab-interop, archlab-prepare and archlab-report (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
 Each field's ``help`` is the line ``--help`` prints beside it."""
 
 from __future__ import annotations
@@ -70,6 +70,16 @@ class ExportConfig:
     )
     out: str = setting(help="the new (or empty) directory to write the Hugging Face model and tokenizer into")
     format: str = setting("hf", "hf: config.json, model.safetensors and tokenizer.json for transformers' Auto classes")
+
+
+@dataclass
+class InteropConfig:
+    """``archlab-interop``: the Hugging Face classes archlab converts and those it refuses, or one config."""
+
+    config: Optional[str] = setting(
+        None, "a Hugging Face checkpoint directory or config.json: does it load? (a bare path is taken as config)"
+    )
+    format: str = setting("text", "text, markdown (docs/interop.md's tables) or json")
 
 
 @dataclass

@@ -12,6 +12,7 @@ exactly is refused with a ConfigError naming the field. ``transformers`` is an o
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from pathlib import Path
@@ -112,17 +113,28 @@ def config_to_hf(cfg: Any, **hf_kwargs: Any) -> Any:
     return getattr(_transformers(), family.config_class)(**kwargs)
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON holds them: a tuple as a list, 1 as 1.0."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return a == b
+
+
 def reads_as(config: dict[str, Any]) -> list[Family]:
-    """The families whose config class and ``from_hf`` read the config dict ``config`` whole into a valid
-    archlab layout: what a fine-tune registered under a new ``model_type`` resembles."""
+    """The families that read the config dict ``config`` into a valid archlab layout and write back every key
+    they write with its value there: what a fine-tune registered under a new ``model_type`` is."""
     transformers, found = _transformers(), []
+    keys = {k: v for k, v in config.items() if k != "model_type"}
     for family in FAMILIES.values():
-        keys = {k: v for k, v in config.items() if k != "model_type"}
         try:
-            validate(family.from_hf(getattr(transformers, family.config_class).from_dict(keys)))
-        except (ConfigError, AttributeError, KeyError, TypeError, ValueError, IndexError):
-            continue  # a config of another layout: a missing key, a value the family refuses
-        found.append(family)
+            read = getattr(transformers, family.config_class).from_dict(copy.deepcopy(keys))  # from_dict may pop keys
+            written = family.to_hf(validate(family.from_hf(read)))
+        except Exception:  # noqa: BLE001 - any failure to read (a missing key, a refused or mistyped value) is "not this one"
+            continue
+        if all(k in keys and _same(keys[k], v) for k, v in written.items()):
+            found.append(family)
     return found
 
 

@@ -85,12 +85,13 @@ class LayerNorm(Norm, nn.LayerNorm):
         w = self.weight.to(dtype)
         return 1 + w if self.unit_offset else w
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:  # input: nn.LayerNorm's name for it
         if self.unit_offset:  # 1 + w in at least float32: bf16 would round a small w away
-            wide = torch.promote_types(x.dtype, torch.float32)
+            wide = torch.promote_types(input.dtype, torch.float32)
             bias = None if self.bias is None else self.bias.to(wide)
-            return F.layer_norm(x.to(wide), self.normalized_shape, self.scale(wide), bias, self.eps).to(x.dtype)
-        return super().forward(x)
+            y = F.layer_norm(input.to(wide), self.normalized_shape, self.scale(wide), bias, self.eps)
+            return y.to(input.dtype)
+        return super().forward(input)
 
     def per_head(self, x: Tensor) -> Tensor:
         wide = torch.promote_types(x.dtype, torch.float32)
