@@ -317,13 +317,14 @@ def test_published_config_reads_into_the_preset_s_layout(preset):
     assert config_to_hf(cfg).to_dict() == config_to_hf(compose_model([f"model={preset}"])).to_dict()
 
 
-def test_phi2_s_two_dropout_rates_are_refused():
-    """microsoft/phi-2 trained with resid_pdrop 0.1 and embd_pdrop 0.0: archlab's one model.dropout
-    cannot hold both."""
+def test_phi2_s_two_dropout_rates_read_as_two_fields():
+    """microsoft/phi-2 trained with resid_pdrop 0.1 and embd_pdrop 0.0: model.dropout 0.1 beside
+    model.embedding_dropout 0.0, written back as the same two rates."""
     _, keys = HF_CONFIGS["phi-2"]
-    with pytest.raises(ConfigError) as err:
-        config_from_hf(transformers.PhiConfig(**keys, resid_pdrop=0.1, embd_pdrop=0.0))
-    assert err.value.field == "PhiConfig.embd_pdrop"
+    cfg = config_from_hf(transformers.PhiConfig(**keys, resid_pdrop=0.1, embd_pdrop=0.0))
+    assert (cfg.dropout, cfg.embedding_dropout) == (0.1, 0.0)
+    back = config_to_hf(cfg)
+    assert (type(back).__name__, back.resid_pdrop, back.embd_pdrop) == ("PhiConfig", 0.1, 0.0)
 
 
 # ---------------------------------------------------------------- which family, and what is refused
@@ -467,7 +468,6 @@ def test_any_layers_sliding_read_as_layer_kinds(case, changes, read):
         ),
         ("gpt_neox", dict(rotary_pct=0.0625), "GPTNeoXConfig.rope_parameters.partial_rotary_factor"),  # 1 dim
         ("gpt_neox", dict(hidden_act="quick_gelu"), "GPTNeoXConfig.hidden_act"),
-        ("phi-gqa", dict(resid_pdrop=0.1), "PhiConfig.embd_pdrop"),
         ("qwen3", dict(layer_types=["full_attention", "chunked_attention"]), "Qwen3Config.layer_types"),
         ("gemma", dict(use_bidirectional_attention=True), "GemmaConfig.use_bidirectional_attention"),
         ("gemma2", dict(hidden_activation="relu"), "Gemma2Config.hidden_activation"),

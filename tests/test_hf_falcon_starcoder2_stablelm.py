@@ -322,7 +322,6 @@ def _hf_config(case: str, **changes):
             dict(rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}),
             "FalconConfig.rope_parameters.partial_rotary_factor",
         ),
-        ("starcoder2-gqa-window", dict(embedding_dropout=0.1), "Starcoder2Config.embedding_dropout"),
         ("starcoder2-gqa-window", dict(hidden_act="silu"), "Starcoder2Config.hidden_act"),
         ("stablelm-2-12b", dict(hidden_dropout=0.1), "StableLmConfig.hidden_dropout"),
         (

@@ -216,7 +216,6 @@ def test_layouts_these_families_cannot_hold_are_refused_naming_the_field(overrid
         ("OPTConfig", dict(OPT_SMALL, _remove_final_layer_norm=True), "OPTConfig._remove_final_layer_norm"),
         ("OPTConfig", dict(OPT_SMALL, activation_function="quick_gelu"), "OPTConfig.activation_function"),
         ("GPTBigCodeConfig", dict(BIGCODE_SMALL, add_cross_attention=True), "GPTBigCodeConfig.add_cross_attention"),
-        ("GPTBigCodeConfig", dict(BIGCODE_SMALL, embd_pdrop=0.0, resid_pdrop=0.1), "GPTBigCodeConfig.embd_pdrop"),
         (
             "GPTBigCodeConfig",
             dict(BIGCODE_SMALL, activation_function="quick_gelu"),
@@ -293,8 +292,9 @@ def test_embedding_dim_is_counted_in_closed_form_and_validated():
 
 def test_archlab_check_counts_gpt2_with_narrower_embeddings_in_closed_form(capsys):
     """GPT-2 small (124,439,808) with token embeddings of 256: the table shrinks to 50257·256 and the
-    projections add 2·256·768."""
-    overrides = ["model=gpt2", "model.embedding_dim=256", "format=json"]
+    projections add 2·256·768. OPT holds the projections; it drops no embeddings, so GPT-2's embedding
+    dropout goes (model.embedding_dropout=0.0) for it to hold the rest."""
+    overrides = ["model=gpt2", "model.embedding_dim=256", "model.embedding_dropout=0.0", "format=json"]
     assert run(compose("check", overrides), overrides) == 0
     result = json.loads(capsys.readouterr().out)
     total = 124_439_808 - 50257 * 768 + 50257 * 256 + 2 * 256 * 768

@@ -274,7 +274,6 @@ def test_each_family_refuses_what_it_cannot_hold(case, overrides, field):
 @pytest.mark.parametrize(
     "case, changes, field",
     [
-        ("phi3-window", dict(resid_pdrop=0.1), "Phi3Config.resid_pdrop"),
         ("phi3-window", dict(hidden_act="relu"), "Phi3Config.hidden_act"),
         ("cohere", dict(logit_scale=0.0), "CohereConfig.logit_scale"),
         ("granite", dict(logits_scaling=49.0), "GraniteConfig.logits_scaling"),  # 1/(1/49) != 49

@@ -171,7 +171,9 @@ class ModelConfig:
     context_length: int = 1024
     n_layer: int = 12
     d_model: int = 768
-    dropout: float = 0.0  # embedding and residual dropout
+    dropout: float = 0.0  # each sublayer's output, and the embeddings while embedding_dropout is None
+    # the embeddings' dropout, before the first block (GPT-2's embd_pdrop; OPT, BLOOM, Phi-3: 0.0); None = dropout
+    embedding_dropout: Optional[float] = None
     init_std: float = 0.02
     scale_embedding: bool = False  # multiply the token embeddings by sqrt(d_model) (Gemma)
     embedding_norm: bool = False  # a norm of model.norm's kind on the token embeddings, before the blocks (BLOOM)
@@ -344,6 +346,11 @@ def model_config_dict(cfg: ModelConfig) -> dict[str, Any]:
 
 # ---- resolved sizes: the config's defaults spelled out, shared by the modules and the formulas ----
 # (sizes that depend on the variant, such as the head size, are its entry's answers: archlab.nn.attention)
+
+
+def embedding_dropout(cfg: ModelConfig) -> float:
+    """The dropout rate on the embeddings entering the first block: ``embedding_dropout``, else ``dropout``."""
+    return cfg.dropout if cfg.embedding_dropout is None else cfg.embedding_dropout
 
 
 def n_kv_head(cfg: ModelConfig) -> int:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from archlab.config import ModelConfig
+from archlab.config import ModelConfig, embedding_dropout
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.attention import KVCache, attention_mask
 from archlab.nn.block import BLOCKS, Block, build_block
@@ -32,7 +32,7 @@ class Decoder(nn.Module):
         self.project_in = nn.Linear(width, cfg.d_model, bias=False) if cfg.embedding_dim is not None else None
         self.embedding_norm = build_norm(cfg) if cfg.embedding_norm else None  # on the looked-up rows (BLOOM)
         self.position = build_position(cfg)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = nn.Dropout(embedding_dropout(cfg))  # on the embeddings entering the first block
         configs = layer_configs(cfg)  # model.layers: a layer's kind overrides the model's parts
         self.blocks = nn.ModuleList(build_block(c, i) for i, c in enumerate(configs))
         # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module

@@ -50,6 +50,10 @@ def validate(cfg: ModelConfig) -> ModelConfig:
     for name in ("vocab_size", "context_length", "n_layer", "d_model"):
         checks.positive(f"model.{name}", getattr(cfg, name))
     checks.probability("model.dropout", cfg.dropout)
+    if cfg.embedding_dropout is not None and not 0.0 <= checks.finite(cfg.embedding_dropout) < 1.0:
+        raise ConfigError(
+            "model.embedding_dropout", cfg.embedding_dropout, "a probability in [0, 1), or null (model.dropout's rate)"
+        )
     checks.positive("model.init_std", cfg.init_std)
     for name in ("scale_embedding", "embedding_norm"):
         if not isinstance(getattr(cfg, name), bool):

@@ -36,6 +36,7 @@ class Problem(NamedTuple):
 # ``Family.features``; every other one must stay at this value.
 FEATURES: dict[str, tuple[Any, str]] = {
     "model.dropout": (0.0, "no embedding or residual dropout"),
+    "model.embedding_dropout": (None, "the embeddings dropped at model.dropout's rate, if at all"),
     "model.scale_embedding": (False, "unscaled embeddings"),
     "model.embedding_norm": (False, "no norm on the token embeddings"),
     "model.embedding_multiplier": (1.0, "unscaled embeddings"),
@@ -345,10 +346,22 @@ class Family:
         ]
 
 
-def one_dropout(c: Any, embedding: str, residual: str) -> float:
-    if getattr(c, embedding) != getattr(c, residual):
-        refuse_hf(c, embedding, f"equal to {residual}={getattr(c, residual)} (archlab has one model.dropout)")
-    return float(getattr(c, residual))
+def dropouts(residual: Any, embedding: Any) -> dict[str, Any]:
+    """``model.dropout`` and ``model.embedding_dropout`` of an HF family that drops each sublayer's output
+    at ``residual`` and the embeddings at ``embedding``: null where the two are equal, so a family with one
+    rate reads as before. A family that drops no embeddings passes ``embedding`` 0.0."""
+    residual, embedding = float(residual), float(embedding)
+    return {"dropout": residual, "embedding_dropout": None if embedding == residual else embedding}
+
+
+def no_embedding_dropout(cfg: ModelConfig, title: str) -> Rule:
+    """The rule of a family that drops sublayer outputs but never its embeddings (OPT, BLOOM, Phi-3):
+    ``model.embedding_dropout`` 0.0 beside a non-zero ``model.dropout``, and null (the absent value of
+    every family, as ``dropouts`` reads it) beside 0, so a model without dropout has one spelling and
+    goes to the family its parts route to."""
+    allowed = (None,) if cfg.dropout == 0.0 else (0.0,)
+    why = f" ({title} drops no embeddings: 0.0 beside a non-zero model.dropout, null beside 0)"
+    return ("model.embedding_dropout", allowed, why)
 
 
 def plain_mlp(c: Any, act: str, width: int) -> MLPConfig:

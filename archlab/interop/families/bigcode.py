@@ -13,6 +13,7 @@ from archlab.config import (
     ModelConfig,
     NormConfig,
     PositionConfig,
+    embedding_dropout,
     n_kv_head,
 )
 from archlab.interop.families.base import (
@@ -22,8 +23,8 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    dropouts,
     fmt,
-    one_dropout,
     refuse_hf,
 )
 from archlab.nn.attention import head_dim
@@ -46,7 +47,7 @@ class GPTBigCode(Family):
         "GPTBigCodeConfig",
     )
     prefix = "transformer."
-    features = frozenset({"model.dropout", "model.attention.scale"})
+    features = frozenset({"model.dropout", "model.embedding_dropout", "model.attention.scale"})
     position_kind = "learned"
     parts = "GPT-2's layout (pre-norm LayerNorm, learned positions, plain MLP, biases), MQA, unscaled scores"
     # StarCoder's and SantaCoder's tanh GELUs; gelu_fast is the same formula, its constant written out
@@ -79,7 +80,7 @@ class GPTBigCode(Family):
             n_inner=d_ff(cfg),
             activation_function=self.activations_to_hf[(cfg.mlp.kind, cfg.mlp.approximate)],
             resid_pdrop=cfg.dropout,
-            embd_pdrop=cfg.dropout,
+            embd_pdrop=embedding_dropout(cfg),
             attn_pdrop=cfg.attention.dropout,
             layer_norm_epsilon=cfg.norm.eps,
             initializer_range=cfg.init_std,
@@ -100,7 +101,7 @@ class GPTBigCode(Family):
             context_length=c.n_positions,
             n_layer=c.n_layer,
             d_model=c.n_embd,
-            dropout=one_dropout(c, "embd_pdrop", "resid_pdrop"),
+            **dropouts(c.resid_pdrop, c.embd_pdrop),
             init_std=c.initializer_range,
             norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
             block=BlockConfig(kind="pre"),

@@ -14,7 +14,17 @@ from archlab.config import (
     NormConfig,
     PositionConfig,
 )
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, fmt, refuse_hf
+from archlab.interop.families.base import (
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    dropouts,
+    fmt,
+    no_embedding_dropout,
+    refuse_hf,
+)
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -25,15 +35,15 @@ class Bloom(Family):
     """BloomForCausalLM: pre-norm LayerNorm blocks after a LayerNorm on the token embeddings
     (``word_embeddings_layernorm``: ``model.embedding_norm``), ALiBi with Press et al.'s slopes, one fused
     ``query_key_value`` holding [q_h, k_h, v_h] per head h (as GPT-NeoX's), an MLP of 4·d_model with
-    BLOOM's tanh GELU, biases on every Linear, no head bias. ``hidden_dropout`` (after attention and MLP)
-    is read as ``model.dropout``, which archlab applies to the embeddings too (BLOOM does not): the same
-    model in eval. ``pretraining_tp`` and ``slow_but_exact`` only split the output projections' sums into
+    BLOOM's tanh GELU, biases on every Linear, no head bias. ``hidden_dropout`` drops the attention's and
+    the MLP's outputs before each residual add, not the embeddings: ``model.dropout`` with
+    ``model.embedding_dropout`` 0.0; ``attention_dropout`` drops the attention probabilities. ``pretraining_tp`` and ``slow_but_exact`` only split the output projections' sums into
     slices (the same function up to rounding): accepted, not read. BLOOM's config has no context length:
     ``seq_length`` where a config has it, else 2048, its training length."""
 
     model_type, title, model_class, config_class = "bloom", "BLOOM", "BloomForCausalLM", "BloomConfig"
     prefix = "transformer."
-    features = frozenset({"model.dropout", "model.embedding_norm"})
+    features = frozenset({"model.dropout", "model.embedding_dropout", "model.embedding_norm"})
     position_kind = "alibi"
     parts = "LayerNorm on the embeddings, pre-norm LayerNorm, ALiBi, per-head fused q/k/v, tanh-GELU MLP, biases"
 
@@ -50,6 +60,7 @@ class Bloom(Family):
             ("model.attention.out_bias", (True,), ""),
             *self.mha_rules(cfg),
             ("model.head.bias", (False,), ""),
+            no_embedding_dropout(cfg, self.title),
         ]
 
     def problems(self, cfg: ModelConfig) -> list[Problem]:
@@ -85,7 +96,7 @@ class Bloom(Family):
             context_length=getattr(c, "seq_length", None) or CONTEXT,
             n_layer=c.n_layer,
             d_model=c.hidden_size,
-            dropout=float(c.hidden_dropout),
+            **dropouts(c.hidden_dropout, 0.0),
             init_std=c.initializer_range,
             embedding_norm=True,
             norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),

@@ -11,14 +11,15 @@ from archlab.config import (
     ModelConfig,
     NormConfig,
     PositionConfig,
+    embedding_dropout,
 )
 from archlab.interop.families.base import (
     Family,
     Rule,
     TensorMap,
     Tensors,
+    dropouts,
     fmt,
-    one_dropout,
     plain_activation,
     plain_mlp,
     refuse_hf,
@@ -33,7 +34,7 @@ class _GPT(Family):
     """GPT-2 and GPT-J share LayerNorm with a bias, a two-matrix MLP with biases and their config names."""
 
     prefix = "transformer."
-    features = frozenset({"model.dropout"})
+    features = frozenset({"model.dropout", "model.embedding_dropout"})
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
@@ -54,7 +55,7 @@ class _GPT(Family):
             n_inner=d_ff(cfg),
             activation_function=plain_activation(cfg),
             resid_pdrop=cfg.dropout,
-            embd_pdrop=cfg.dropout,
+            embd_pdrop=embedding_dropout(cfg),
             attn_pdrop=cfg.attention.dropout,
             layer_norm_epsilon=cfg.norm.eps,
             initializer_range=cfg.init_std,
@@ -67,7 +68,7 @@ class _GPT(Family):
             context_length=c.n_positions,
             n_layer=c.n_layer,
             d_model=c.n_embd,
-            dropout=one_dropout(c, "embd_pdrop", "resid_pdrop"),
+            **dropouts(c.resid_pdrop, c.embd_pdrop),
             init_std=c.initializer_range,
             norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
             attention=AttentionConfig(n_head=c.n_head, dropout=c.attn_pdrop),

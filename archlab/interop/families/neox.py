@@ -10,9 +10,10 @@ from archlab.config import (
     HeadConfig,
     ModelConfig,
     NormConfig,
+    embedding_dropout,
     n_kv_head,
 )
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, one_dropout, plain_activation, plain_mlp
+from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, dropouts, plain_activation, plain_mlp
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -119,7 +120,9 @@ class Phi(Family):
 
     model_type, title, model_class, config_class = "phi", "Phi", "PhiForCausalLM", "PhiConfig"
     prefix = "model."
-    features = frozenset({"model.dropout", "model.position.scaling", "model.attention.qk_norm"})
+    features = frozenset(
+        {"model.dropout", "model.embedding_dropout", "model.position.scaling", "model.attention.qk_norm"}
+    )
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         rules = [
@@ -150,7 +153,7 @@ class Phi(Family):
             num_key_value_heads=n_kv_head(cfg),
             head_dim=head_dim(cfg),
             resid_pdrop=cfg.dropout,
-            embd_pdrop=cfg.dropout,
+            embd_pdrop=embedding_dropout(cfg),
             attention_dropout=cfg.attention.dropout,
             hidden_act=plain_activation(cfg),
             max_position_embeddings=cfg.context_length,
@@ -168,7 +171,7 @@ class Phi(Family):
             context_length=c.max_position_embeddings,
             n_layer=c.num_hidden_layers,
             d_model=c.hidden_size,
-            dropout=one_dropout(c, "embd_pdrop", "resid_pdrop"),
+            **dropouts(c.resid_pdrop, c.embd_pdrop),
             init_std=c.initializer_range,
             norm=NormConfig(kind="layernorm", eps=c.layer_norm_eps, bias=True),
             block=BlockConfig(kind="parallel", shared_norm=True),

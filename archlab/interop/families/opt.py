@@ -18,7 +18,9 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    dropouts,
     fmt,
+    no_embedding_dropout,
     plain_activation,
     plain_mlp,
     refuse_hf,
@@ -36,13 +38,13 @@ class Opt(Family):
     differs (opt-350m: ``model.embedding_dim``); learned positions, HF's table holding two leading rows
     archlab's lacks; LayerNorms of eps 1e-5, with a scale and shift or none (``layer_norm_elementwise_affine``:
     ``model.norm.affine``); q/k/v, output and MLP Linears with biases or none (one
-    ``enable_bias``); a ReLU (or GELU) MLP of ``ffn_dim``; no head bias. ``dropout`` is the residual
-    dropout, read as ``model.dropout``, which archlab applies to the embeddings too (OPT does not): the
-    same model in eval, one more dropout in training."""
+    ``enable_bias``); a ReLU (or GELU) MLP of ``ffn_dim``; no head bias. ``dropout`` drops each sublayer's
+    output (after ``out_proj`` and ``fc2``), not the embeddings: ``model.dropout`` with
+    ``model.embedding_dropout`` 0.0; ``attention_dropout`` drops the attention probabilities."""
 
     model_type, title, model_class, config_class = "opt", "OPT", "OPTForCausalLM", "OPTConfig"
     prefix = "model."
-    features = frozenset({"model.dropout", "model.embedding_dim", "model.norm.affine"})
+    features = frozenset({"model.dropout", "model.embedding_dropout", "model.embedding_dim", "model.norm.affine"})
     position_kind = "learned"
     position_why = " (OPT's table)"
     parts = "pre- or post-norm LayerNorm, learned positions (offset 2), embedding projections, ReLU MLP, one bias flag"
@@ -60,6 +62,7 @@ class Opt(Family):
             ("model.attention.out_bias", (a.qkv_bias,), one_bias),
             ("model.mlp.bias", (a.qkv_bias,), one_bias),
             ("model.head.bias", (False,), ""),
+            no_embedding_dropout(cfg, self.title),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
@@ -95,7 +98,7 @@ class Opt(Family):
             context_length=c.max_position_embeddings,
             n_layer=c.num_hidden_layers,
             d_model=c.hidden_size,
-            dropout=float(c.dropout),
+            **dropouts(c.dropout, 0.0),
             init_std=c.init_std,
             embedding_dim=None if c.word_embed_proj_dim == c.hidden_size else c.word_embed_proj_dim,
             norm=NormConfig(kind="layernorm", eps=EPS, bias=True, affine=bool(c.layer_norm_elementwise_affine)),

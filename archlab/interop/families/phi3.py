@@ -14,7 +14,18 @@ from archlab.config import (
     NormConfig,
     n_kv_head,
 )
-from archlab.interop.families.base import GATED_TO_HF, Family, Problem, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
+from archlab.interop.families.base import (
+    GATED_TO_HF,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    dropouts,
+    gated_mlp,
+    no_embedding_dropout,
+    refuse_hf,
+)
 from archlab.interop.families.llama import _LlamaStyle
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.mlp import d_ff
@@ -39,13 +50,16 @@ class Phi3(_LlamaStyle):
     [gate | up] rows and a ``qkv_proj`` holding [q | k | v] as archlab does, half-paired RoPE on a
     fraction of each head (``partial_rotary_factor``), an optional window on every layer, LongRoPE
     (``original_max_position_embeddings``, which Phi3Config keeps at the top level and copies over the
-    rope_parameters' one, is ``model.position.original_context``). Residual dropout only (``resid_pdrop``;
-    ``embd_pdrop`` is unread): archlab's one ``model.dropout`` also drops embeddings, so it is refused."""
+    rope_parameters' one, is ``model.position.original_context``). ``resid_pdrop`` drops the attention's and
+    the MLP's outputs (``model.dropout``); transformers' Phi-3 never reads ``embd_pdrop`` and drops no
+    embeddings (``model.embedding_dropout`` 0.0), so ``to_hf`` writes it 0.0 and ``from_hf`` ignores it."""
 
     model_type, title, model_class, config_class = "phi3", "Phi-3", "Phi3ForCausalLM", "Phi3Config"
     scalings = ("none", "longrope")
     features = frozenset(
         {
+            "model.dropout",
+            "model.embedding_dropout",
             "model.position.scaling",
             "model.position.short_factor",
             "model.position.long_factor",
@@ -54,6 +68,9 @@ class Phi3(_LlamaStyle):
         }
     )
     parts = "LLaMA's layers with fused q/k/v and gate/up, partial RoPE, LongRoPE, a window on every layer, GQA"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [no_embedding_dropout(cfg, self.title)]
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
@@ -84,23 +101,19 @@ class Phi3(_LlamaStyle):
             "tie_word_embeddings": cfg.head.tied,
             "rope_parameters": rope_to_hf(cfg, rope_fraction(cfg)),
             "attention_dropout": a.dropout,
-            "resid_pdrop": 0.0,
+            "resid_pdrop": cfg.dropout,
             "embd_pdrop": 0.0,
             "sliding_window": a.window,
         }
 
     def from_hf(self, c: Any) -> ModelConfig:
-        if c.resid_pdrop:
-            refuse_hf(
-                c, "resid_pdrop", "0.0 (archlab's model.dropout would also drop the embeddings, which Phi-3 does not)"
-            )
         hd = fixed_head_dim(c)
         return ModelConfig(
             vocab_size=c.vocab_size,
             context_length=c.max_position_embeddings,
             n_layer=c.num_hidden_layers,
             d_model=c.hidden_size,
-            dropout=0.0,
+            **dropouts(c.resid_pdrop, 0.0),
             init_std=c.initializer_range,
             norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
             block=BlockConfig(kind="pre"),

@@ -11,6 +11,7 @@ from archlab.config import (
     HeadConfig,
     ModelConfig,
     NormConfig,
+    embedding_dropout,
     n_kv_head,
 )
 from archlab.interop.families.base import (
@@ -20,7 +21,7 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
-    one_dropout,
+    dropouts,
     plain_mlp,
 )
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
@@ -30,8 +31,9 @@ from archlab.nn.mlp import d_ff
 class StarCoder2(Family):
     """Starcoder2ForCausalLM: pre-norm with LayerNorms that have a shift, separate q/k/v and output
     Linears, GQA, full half-paired RoPE, a plain MLP (``c_fc``, ``c_proj``), one ``use_bias`` flag for
-    every Linear, ``sliding_window`` on every layer or none, embedding and residual dropout (one rate in
-    archlab: ``embedding_dropout`` equal to ``residual_dropout``), no head bias."""
+    every Linear, ``sliding_window`` on every layer or none, ``residual_dropout`` on each sublayer's output
+    (``model.dropout``) and ``embedding_dropout`` on the embeddings (``model.embedding_dropout``, null where
+    the two are equal), no head bias."""
 
     model_type, title, model_class, config_class = (
         "starcoder2",
@@ -40,7 +42,9 @@ class StarCoder2(Family):
         "Starcoder2Config",
     )
     prefix = "model."
-    features = frozenset({"model.dropout", "model.position.scaling", "model.attention.window"})
+    features = frozenset(
+        {"model.dropout", "model.embedding_dropout", "model.position.scaling", "model.attention.window"}
+    )
     parts = "layernorm, pre block, plain MLP, GQA, one bias flag, full rope, sliding window"
     # the tanh GELU as StarCoder 2's checkpoints name it
     activations = {**PLAIN_TO_HF, ("gelu", "tanh"): "gelu_pytorch_tanh"}
@@ -81,7 +85,7 @@ class StarCoder2(Family):
             sliding_window=a.window,
             attention_dropout=a.dropout,
             residual_dropout=cfg.dropout,
-            embedding_dropout=cfg.dropout,
+            embedding_dropout=embedding_dropout(cfg),
             use_bias=a.qkv_bias,
         )
 
@@ -94,7 +98,7 @@ class StarCoder2(Family):
             context_length=c.max_position_embeddings,
             n_layer=c.num_hidden_layers,
             d_model=c.hidden_size,
-            dropout=one_dropout(c, "embedding_dropout", "residual_dropout"),
+            **dropouts(c.residual_dropout, c.embedding_dropout),
             init_std=c.initializer_range,
             norm=NormConfig(kind="layernorm", eps=c.norm_epsilon, bias=True),
             block=BlockConfig(kind="pre"),
