@@ -258,17 +258,6 @@ NANO = ["model=nano"]
         ([*NANO, "model.attention.n_kv_head=2"], "model.attention.n_kv_head"),  # GPTBigCode: MQA or MHA
         ([*NANO, "model.attention.qkv_bias=false"], "model.attention.qkv_bias"),
         ([*NANO, "model.norm.bias=false"], "model.norm.bias"),
-        (["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model/mlp=relu"], "model.mlp.kind"),
-        (
-            [
-                "model=llama-7b",
-                *TINY,
-                "model.d_model=64",
-                "model.attention.n_head=4",
-                "model.position.rotary_fraction=0.5",
-            ],
-            "model.position.rotary_dim",
-        ),
         (
             ["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.dropout=0.1"],
             "model.dropout",
