@@ -30,6 +30,7 @@ from archlab.interop.families.nemotron import NEMOTRON
 from archlab.interop.families.olmo import OLMO
 from archlab.interop.families.opt import OPT
 from archlab.interop.families.phi3 import PHI3
+from archlab.interop.families.softmax_moe import SOFTMAX_MOE
 from archlab.interop.families.stablelm import STABLELM
 from archlab.interop.families.starcoder2 import STARCODER2
 from archlab.interop.families.step import STEP
@@ -61,4 +62,5 @@ FAMILIES: dict[str, Family] = {
     **COHERE,
     **GRANITE,
     **OLMO,
+    **SOFTMAX_MOE,
 }

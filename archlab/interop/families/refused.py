@@ -436,30 +436,10 @@ REFUSED: dict[str, Refused] = {
         "GraniteSWAForCausalLM",
         "no archlab record yet (holdable: Granite's parts, sinks, sliding `layer_types` with their own RoPE bases)",
     ),
-    "olmoe": Refused(
-        "OLMoE",
-        "OlmoeForCausalLM",
-        "no archlab record yet (holdable: `full` QK-norm, moe softmax top-k; its clip_qkv clamps after the QK-norm)",
-    ),
-    "flex_olmo": Refused(
-        "FlexOlmo",
-        "FlexOlmoForCausalLM",
-        "no archlab record yet (holdable: OLMo 2's post_sublayer blocks and QK-norm, moe softmax top-k)",
-    ),
     "dbrx": Refused(
         "DBRX",
         "DbrxForCausalLM",
         "no archlab record yet (holdable: bias-free layernorm, clip_qkv, GQA, moe softmax top-k for p-norm 1)",
-    ),
-    "granitemoe": Refused(
-        "GraniteMoE",
-        "GraniteMoeForCausalLM",
-        "no archlab record yet (holdable: Granite's multipliers, moe softmax top-k)",
-    ),
-    "granitemoeshared": Refused(
-        "GraniteMoeShared",
-        "GraniteMoeSharedForCausalLM",
-        "no archlab record yet (holdable: GraniteMoE's parts; `shared_intermediate_size` a multiple of `intermediate_size`)",
     ),
     "granitemoe_swa": Refused(
         "GraniteMoE SWA",
@@ -470,16 +450,6 @@ REFUSED: dict[str, Refused] = {
         "Aria (text)",
         "AriaTextForCausalLM",
         "no archlab record yet (holdable: llama attention, moe softmax top-k, shared experts; experts [E, in, out])",
-    ),
-    "hunyuan_v1_moe": Refused(
-        "Hunyuan-MoE",
-        "HunYuanMoEV1ForCausalLM",
-        "no archlab record yet (holdable: QK-norm after RoPE, moe softmax top-k, one shared expert)",
-    ),
-    "ernie4_5_moe": Refused(
-        "ERNIE 4.5 MoE",
-        "Ernie4_5_MoeForCausalLM",
-        "no archlab record yet (holdable: softmax moe with correction_bias choice, shared experts, dense layers)",
     ),
     "cohere2_moe": Refused(
         "Cohere2-MoE",
