@@ -25,11 +25,13 @@ from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
 from archlab.interop.families.minimax import MINIMAX
 from archlab.interop.families.ministral import MINISTRAL
+from archlab.interop.families.mla import MLA
 from archlab.interop.families.moe import SPARSE
 from archlab.interop.families.nemotron import NEMOTRON
 from archlab.interop.families.olmo import OLMO
 from archlab.interop.families.opt import OPT
 from archlab.interop.families.phi3 import PHI3
+from archlab.interop.families.sigmoid_moe import SIGMOID_MOE
 from archlab.interop.families.softmax_moe import SOFTMAX_MOE
 from archlab.interop.families.stablelm import STABLELM
 from archlab.interop.families.starcoder2 import STARCODER2
@@ -63,4 +65,6 @@ FAMILIES: dict[str, Family] = {
     **GRANITE,
     **OLMO,
     **SOFTMAX_MOE,
+    **SIGMOID_MOE,
+    **MLA,
 }

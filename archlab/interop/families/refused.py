@@ -430,7 +430,6 @@ REFUSED: dict[str, Refused] = {
         "MiniCPM3ForCausalLM",
         "no archlab record yet (holdable: mla with half-pairing RoPE, embedding/residual multipliers, logit_scale)",
     ),
-    "youtu": Refused("Youtu-LLM", "YoutuForCausalLM", "no archlab record yet (holdable: mla with a dense SwiGLU MLP)"),
     "granite_swa": Refused(
         "Granite SWA",
         "GraniteSWAForCausalLM",
@@ -466,31 +465,10 @@ REFUSED: dict[str, Refused] = {
         "FlintForCausalLM",
         "no archlab record yet (holdable: QK-norm, sinks, sliding RoPE / global NoPE layers, sigmoid moe, shared expert)",
     ),
-    "hy_v3": Refused(
-        "Hunyuan V3",
-        "HYV3ForCausalLM",
-        "no archlab record yet (holdable: QK-norm GQA, sigmoid moe with correction bias, shared experts)",
-    ),
     "exaone_moe": Refused(
         "EXAONE MoE",
         "ExaoneMoeForCausalLM",
         "no archlab record yet (holdable: EXAONE 4's attention in `pre` blocks, DeepSeek-V3's sigmoid moe)",
-    ),
-    "solar_open": Refused(
-        "Solar Open",
-        "SolarOpenForCausalLM",
-        "no archlab record yet (holdable: llama GQA attention, GLM-4.5's sigmoid moe with shared experts)",
-    ),
-    "glm4_moe_lite": Refused(
-        "GLM-4.7-Flash (GLM-4 MoE Lite)",
-        "Glm4MoeLiteForCausalLM",
-        "no archlab record yet (holdable: DeepSeek-V3's parts, mla and sigmoid moe with correction bias)",
-    ),
-    "sarvam_mla": Refused(
-        "Sarvam (MLA)", "DeepseekV3ForCausalLM", "no archlab record yet (holdable: the deepseek_v3 record's parts)"
-    ),
-    "sarvam_moe": Refused(
-        "Sarvam MoE", "Glm4MoeForCausalLM", "no archlab record yet (holdable: the glm4_moe record's parts with QK-norm)"
     ),
 }
 

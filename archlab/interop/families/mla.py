@@ -1,0 +1,157 @@
+"""Multi-head latent attention beyond DeepSeek's own classes: GLM-4.7-Flash (``glm4_moe_lite``:
+DeepSeek-V3's attention and routing, its dense layers by ``mlp_layer_types``), Sarvam MLA (DeepSeek-V3's own
+class under another ``model_type``) and Youtu-LLM (DeepSeek-V3's attention over a dense gated MLP in every
+layer). Layouts of the first two route to DeepSeek-V3 (``moe.sparse_family``) and export there; a Youtu
+layout (mla with no MoE) to Youtu, the one family that holds it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archlab.config import AttentionConfig, BlockConfig, HeadConfig, ModelConfig, NormConfig
+from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
+from archlab.interop.families.layered import view
+from archlab.interop.families.moe import DEEPSEEK_LATENT_EPS, DeepseekV3
+from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.sigmoid_moe import dense_prefix, mlp_layer_types
+from archlab.nn.mlp import d_ff
+
+
+class Glm4MoeLite(DeepseekV3):
+    """Glm4MoeLiteForCausalLM (GLM-4.7-Flash): DeepSeek-V3's latent attention, routing, shared experts and
+    RoPE (whole ``qk_rope_head_dim``, interleaved or halves by ``rope_interleave``), the layers
+    ``mlp_layer_types`` marks dense first; its config has no ``topk_method`` or ``first_k_dense_replace``."""
+
+    model_type, title, model_class, config_class = (
+        "glm4_moe_lite",
+        "GLM-4.7-Flash (GLM-4 MoE Lite)",
+        "Glm4MoeLiteForCausalLM",
+        "Glm4MoeLiteConfig",
+    )
+    parts = "DeepSeek-V3's parts (MLA, sigmoid MoE with correction bias, groups, shared experts, dense first layers)"
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        kwargs = super().to_hf(cfg)
+        for key in ("first_k_dense_replace", "scoring_func", "topk_method", "num_mtp_layers"):
+            del kwargs[key]
+        return dict(kwargs, mlp_layer_types=mlp_layer_types(cfg))
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        return super().from_hf(view(c, first_k_dense_replace=dense_prefix(c)))
+
+
+class SarvamMla(DeepseekV3):
+    """Sarvam MLA (``sarvam_mla``): DeepSeek-V3's own class, DeepseekV3ForCausalLM, its config under another name."""
+
+    model_type, title, model_class, config_class = (
+        "sarvam_mla",
+        "Sarvam (MLA)",
+        "DeepseekV3ForCausalLM",
+        "SarvamMLAConfig",
+    )
+    parts = "DeepSeek-V3's parts (its class DeepseekV3ForCausalLM)"
+
+
+_DEEPSEEK_V3 = DeepseekV3()  # its attention tensors' names, which Youtu's are
+
+
+class Youtu(Family):
+    """YoutuForCausalLM (Youtu-LLM): LLaMA's pre-norm RMSNorm block with DeepSeek-V3's latent attention
+    (queries direct or through ``q_lora_rank``, latent norms at 1e-6, RoPE pairs by ``rope_interleave``,
+    YaRN as DeepSeek reads it) and a gated MLP of ``intermediate_size`` without biases in every layer."""
+
+    model_type, title, model_class, config_class = "youtu", "Youtu-LLM", "YoutuForCausalLM", "YoutuConfig"
+    prefix = "model."
+    attention_kind = "mla"
+    position_why = " (it always rotates qk_rope_head_dim dims)"
+    features = frozenset({"model.position.scaling", "model.position.truncate"})
+    scalings = ("none", "yarn")
+    parts = "MLA (DeepSeek-V3's) with a dense gated MLP in every layer"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.norm.kind", ("rmsnorm",), ""),
+            ("model.norm.eps", (DEEPSEEK_LATENT_EPS,), " (its latent norms always use 1e-6)"),
+            ("model.block.kind", ("pre",), ""),
+            ("model.head.bias", (False,), ""),
+            ("model.mlp.kind", ("swiglu", "geglu"), " (its MLP is gated)"),
+            ("model.mlp.bias", (False,), " (its MLP has no biases)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        a = cfg.attention
+        return dict(
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.d_model,
+            intermediate_size=d_ff(cfg),
+            num_hidden_layers=cfg.n_layer,
+            num_attention_heads=a.n_head,
+            num_key_value_heads=a.n_head,
+            q_lora_rank=a.q_lora_rank,
+            kv_lora_rank=a.kv_lora_rank,
+            qk_nope_head_dim=a.qk_nope_head_dim,
+            qk_rope_head_dim=a.qk_rope_head_dim,
+            v_head_dim=a.v_head_dim,
+            hidden_act=GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            max_position_embeddings=cfg.context_length,
+            initializer_range=cfg.init_std,
+            rms_norm_eps=cfg.norm.eps,
+            tie_word_embeddings=cfg.head.tied,
+            rope_parameters=rope_to_hf(cfg),
+            rope_interleave=cfg.position.pairing == "interleaved",
+            attention_bias=False,
+            attention_dropout=a.dropout,
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.attention_bias:
+            refuse_hf(c, "attention_bias", "false (archlab's mla projections have no biases)")
+        if c.rms_norm_eps != DEEPSEEK_LATENT_EPS:
+            refuse_hf(c, "rms_norm_eps", "1e-6 (transformers norms the latents with 1e-6 whatever it says)")
+        if c.num_key_value_heads not in (None, c.num_attention_heads):
+            refuse_hf(
+                c, "num_key_value_heads", f"num_attention_heads={c.num_attention_heads} (every head reads the latent)"
+            )
+        position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=("default", "yarn"))
+        position.pairing = "interleaved" if c.rope_interleave else "half"
+        return ModelConfig(
+            vocab_size=c.vocab_size,
+            context_length=c.max_position_embeddings,
+            n_layer=c.num_hidden_layers,
+            d_model=c.hidden_size,
+            dropout=0.0,
+            init_std=c.initializer_range,
+            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
+            block=BlockConfig(kind="pre"),
+            position=position,
+            attention=AttentionConfig(
+                kind="mla",
+                n_head=c.num_attention_heads,
+                qkv_bias=False,
+                out_bias=False,
+                dropout=float(c.attention_dropout),
+                q_lora_rank=c.q_lora_rank,
+                kv_lora_rank=c.kv_lora_rank,
+                qk_nope_head_dim=c.qk_nope_head_dim,
+                qk_rope_head_dim=c.qk_rope_head_dim,
+                v_head_dim=c.v_head_dim,
+            ),
+            mlp=gated_mlp(c, "hidden_act"),
+            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
+        )
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "model.embed_tokens")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
+            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+            _DEEPSEEK_V3.attention_tensors(t, f"{b}.attn", f"{h}.self_attn")
+            t.gate_up(f"{b}.mlp.gate_up", f"{h}.mlp", False)
+            t.add(f"{b}.mlp.down", f"{h}.mlp.down_proj")
+        t.add("final_norm", "model.norm")
+        return t.head()
+
+
+MLA: dict[str, Family] = {f.model_type: f for f in (Glm4MoeLite(), SarvamMla(), Youtu())}
