@@ -428,7 +428,8 @@ REFUSED: dict[str, Refused] = {
     "minicpm3": Refused(
         "MiniCPM3",
         "MiniCPM3ForCausalLM",
-        "no archlab record yet (holdable: mla with half-pairing RoPE, embedding/residual multipliers, logit_scale)",
+        "mla's latent norms (`q_a_layernorm`, `kv_a_layernorm`) at a fixed eps 1e-6 beside the layer norms' "
+        "`rms_norm_eps` (1e-5 in MiniCPM3-4B): archlab's norms share one model.norm.eps",
     ),
     "granite_swa": Refused(
         "Granite SWA",
