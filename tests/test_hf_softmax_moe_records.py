@@ -1,5 +1,5 @@
 """Per-family Hugging Face parity of the softmax-routed mixtures of experts in ``families.softmax_moe``:
-OLMoE, FlexOlmo, GraniteMoE, GraniteMoeShared, HunYuan-MoE and ERNIE 4.5 MoE.
+OLMoE, FlexOlmo, GraniteMoE, GraniteMoeShared, HunYuan-MoE, ERNIE 4.5 MoE and Aria's text decoder.
 
 One tiny random model of each (GQA, 4 experts top-2; OLMoE and ERNIE without renormalised or with
 shared experts and a dense first layer, Granite with its four multipliers and attention biases) gives
@@ -63,6 +63,11 @@ HF_CASES = {
             moe_layer_start_index=1,
         ),
     ),
+    "aria_text": (
+        "AriaTextForCausalLM",
+        "AriaTextConfig",
+        dict(SMALL, intermediate_size=32, moe_num_experts=4, moe_topk=2, moe_num_shared_experts=2, head_dim=8),
+    ),
 }
 GENERATES = ("olmoe", "ernie4_5_moe")
 
@@ -102,6 +107,7 @@ def test_each_record_reads_the_parts_that_set_it_apart():
     h = cfgs["hunyuan_v1_moe"]
     assert (h.attention.qk_norm_after_rope, h.mlp.n_shared_experts, h.attention.out_bias) == (True, 1, True)
     e = cfgs["ernie4_5_moe"]
+    assert cfgs["aria_text"].mlp.n_shared_experts == 2
     assert (e.position.pairing, e.mlp.correction_bias, e.mlp.n_shared_experts, e.layers.first) == (
         "interleaved",
         True,
@@ -116,6 +122,7 @@ REFUSALS = [
     ("granitemoeshared", dict(shared_intermediate_size=48), "GraniteMoeSharedConfig.shared_intermediate_size"),
     ("ernie4_5_moe", dict(use_bias=True), "Ernie4_5_MoeConfig.use_bias"),
     ("ernie4_5_moe", dict(moe_layer_interval=2), "Ernie4_5_MoeConfig.moe_layer_interval"),
+    ("aria_text", dict(hidden_act="gelu"), "AriaTextConfig.hidden_act"),
 ]
 
 
@@ -134,6 +141,7 @@ def test_from_hf_refuses_what_a_record_cannot_hold(case, keys, field):
         ("granitemoe", "mlp.normalize_top_k", False),
         ("hunyuan_v1_moe", "mlp.n_shared_experts", 2),
         ("ernie4_5_moe", "mlp.correction_bias", False),
+        ("aria_text", "mlp.n_shared_experts", 0),
     ],
 )
 def test_records_refuse_layouts_they_cannot_hold(case, field, value):

@@ -446,11 +446,6 @@ REFUSED: dict[str, Refused] = {
         "GraniteMoeSWAForCausalLM",
         "no archlab record yet (holdable: GraniteMoeShared's parts, sinks, sliding `layer_types`)",
     ),
-    "aria_text": Refused(
-        "Aria (text)",
-        "AriaTextForCausalLM",
-        "no archlab record yet (holdable: llama attention, moe softmax top-k, shared experts; experts [E, in, out])",
-    ),
     "cohere2_moe": Refused(
         "Cohere2-MoE",
         "Cohere2MoeForCausalLM",
