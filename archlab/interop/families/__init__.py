@@ -8,6 +8,7 @@ ways), ``dense`` (the table that routes a layout)."""
 
 from __future__ import annotations
 
+from archlab.interop.families.aliases import ALIASES
 from archlab.interop.families.arcee import ARCEE
 from archlab.interop.families.base import Family
 from archlab.interop.families.bigcode import BIGCODE
@@ -31,6 +32,7 @@ from archlab.interop.families.nemotron import NEMOTRON
 from archlab.interop.families.olmo import OLMO
 from archlab.interop.families.opt import OPT
 from archlab.interop.families.phi3 import PHI3
+from archlab.interop.families.relatives import RELATIVES
 from archlab.interop.families.sigmoid_moe import SIGMOID_MOE
 from archlab.interop.families.softmax_moe import SOFTMAX_MOE
 from archlab.interop.families.stablelm import STABLELM
@@ -67,4 +69,6 @@ FAMILIES: dict[str, Family] = {
     **SOFTMAX_MOE,
     **SIGMOID_MOE,
     **MLA,
+    **ALIASES,
+    **RELATIVES,
 }

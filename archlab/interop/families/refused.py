@@ -353,42 +353,8 @@ REFUSED: dict[str, Refused] = {
         "multimodal RoPE sections (`mrope_section`) in a Cohere 2 decoder",
     ),
     # holdable by archlab's parts; no record yet
-    "gpt-sw3": Refused(
-        "GPT-SW3", "GPT2LMHeadModel", "no archlab record yet (holdable: the gpt2 record's parts, GPT2Config)"
-    ),
-    "exaone": Refused(
-        "EXAONE 3", "LlamaForCausalLM", "no archlab record yet (holdable: llama's parts; `transformer.h` names)"
-    ),
-    "internlm3": Refused("InternLM3", "LlamaForCausalLM", "no archlab record yet (holdable: llama's parts)"),
-    "iquestcoder": Refused("IQuest-Coder", "LlamaForCausalLM", "no archlab record yet (holdable: llama's parts)"),
-    "helium": Refused(
-        "Helium",
-        "HeliumForCausalLM",
-        "no archlab record yet (holdable: llama's parts with RoPE `pairing: interleaved`)",
-    ),
-    "seed_oss": Refused(
-        "Seed-OSS",
-        "SeedOssForCausalLM",
-        "no archlab record yet (holdable: llama's parts, `qkv_bias` true and `out_bias` false)",
-    ),
-    "glm": Refused(
-        "GLM-4 (v1)",
-        "GlmForCausalLM",
-        "no archlab record yet (holdable: pre blocks, interleaved RoPE on half of each head, q/k/v bias, SwiGLU)",
-    ),
-    "cwm": Refused(
-        "CWM", "CwmForCausalLM", "no archlab record yet (holdable: llama's parts, llama3 RoPE, sliding `layer_types`)"
-    ),
-    "vaultgemma": Refused(
-        "VaultGemma",
-        "VaultGemmaForCausalLM",
-        "no archlab record yet (holdable: Gemma 2's parts in `pre` blocks, no post-norms)",
-    ),
     "hyperclovax": Refused(
         "HyperCLOVA X", "HyperCLOVAXForCausalLM", "no archlab record yet (holdable: Granite's parts, `sandwich` blocks)"
-    ),
-    "jais2": Refused(
-        "Jais 2", "Jais2ForCausalLM", "no archlab record yet (holdable: layernorm, RoPE, biased attention, relu2 MLP)"
     ),
     "nanochat": Refused(
         "nanochat",
