@@ -12,7 +12,9 @@ from archlab.interop.families.aliases import ALIASES
 from archlab.interop.families.arcee import ARCEE
 from archlab.interop.families.base import Family
 from archlab.interop.families.bigcode import BIGCODE
+from archlab.interop.families.biogpt import BIOGPT
 from archlab.interop.families.bloom import BLOOM
+from archlab.interop.families.codegen import CODEGEN
 from archlab.interop.families.cohere import COHERE
 from archlab.interop.families.dense import DENSE
 from archlab.interop.families.dots import DOTS
@@ -20,6 +22,7 @@ from archlab.interop.families.ernie import ERNIE
 from archlab.interop.families.falcon import FALCON
 from archlab.interop.families.glm4 import GLM4
 from archlab.interop.families.glm4_moe import GLM4_MOE
+from archlab.interop.families.gpt_neo import GPT_NEO
 from archlab.interop.families.granite import GRANITE
 from archlab.interop.families.hunyuan import HUNYUAN
 from archlab.interop.families.layered import LAYERED
@@ -28,9 +31,13 @@ from archlab.interop.families.minimax import MINIMAX
 from archlab.interop.families.ministral import MINISTRAL
 from archlab.interop.families.mla import MLA
 from archlab.interop.families.moe import SPARSE
+from archlab.interop.families.mpt import MPT
+from archlab.interop.families.nanochat import NANOCHAT
 from archlab.interop.families.nemotron import NEMOTRON
 from archlab.interop.families.olmo import OLMO
+from archlab.interop.families.openai_gpt import OPENAI_GPT
 from archlab.interop.families.opt import OPT
+from archlab.interop.families.persimmon import PERSIMMON
 from archlab.interop.families.phi3 import PHI3
 from archlab.interop.families.relatives import RELATIVES
 from archlab.interop.families.sigmoid_moe import SIGMOID_MOE
@@ -71,4 +78,11 @@ FAMILIES: dict[str, Family] = {
     **MLA,
     **ALIASES,
     **RELATIVES,
+    **GPT_NEO,
+    **CODEGEN,
+    **MPT,
+    **PERSIMMON,
+    **OPENAI_GPT,
+    **BIOGPT,
+    **NANOCHAT,
 }

@@ -151,12 +151,22 @@ class TensorMap(NamedTuple):
     ``sizes`` that archlab holds flattened: Cohere's per-head QK-norm scale [H, hd]); ``kv_grouped`` (Falcon's new
     decoder architecture: per key/value head g, its G = H / KV queries, then k_g, then v_g; ``sizes`` =
     (n_head, n_kv_head, head_dim)); ``offset_rows`` (OPT's position table: HF's rows from ``sizes[0]`` on are
-    archlab's, the rows before them, which no token reads, written as zeros)."""
+    archlab's, the rows before them, which no token reads, written as zeros); ``qvk_sharded`` (CodeGen's fused
+    qkv_proj: ``sizes[0]`` shards, each its slice of q, then of v, then of k); ``stacked_half_negated``
+    (``stacked`` q, k, v of ``sizes[:3]`` rows, the second half of each q and k head's ``sizes[3]`` rows
+    negated: NanoChat's RoPE turns the other way, which archlab's holds with those rows' signs flipped)."""
 
     archlab: str
     hf: tuple[str, ...]
     layout: str = "same"
     sizes: tuple[int, ...] = ()
+
+
+def _negate_halves(x: Tensor, rows: int, hd: int) -> Tensor:
+    """A copy of ``x`` with the second half of each head of ``hd`` rows among its first ``rows`` negated."""
+    y = x.clone()
+    y[:rows].unflatten(0, (-1, 2, hd // 2))[:, 1].neg_()
+    return y
 
 
 def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
@@ -179,9 +189,18 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
         return torch.cat((groups[:, :G].flatten(0, 2), groups[:, G].flatten(0, 1), groups[:, G + 1].flatten(0, 1)))
     if m.layout == "offset_rows":
         return parts[0][m.sizes[0] :].clone()
+    if m.layout == "qvk_sharded":
+        q, v, k = parts[0].unflatten(0, (m.sizes[0], 3, -1)).unbind(1)
+        return torch.cat((q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)))
+    if m.layout == "stacked_half_negated":
+        return _negate_halves(torch.cat(parts), m.sizes[0] + m.sizes[1], m.sizes[3])
     if m.layout == "gate_up_interleaved":
         rows = parts[0].transpose(1, 2) if parts[0].dim() == 3 else parts[0]
         return torch.cat((rows[:, 0::2], rows[:, 1::2]), dim=1).contiguous()
+    if m.layout == "experts_flat":  # DBRX's experts: [E·f, d] each; archlab's [E, f·len(parts), d], E = sizes[0]
+        return torch.cat([p.unflatten(0, (m.sizes[0], -1)) for p in parts], dim=1)
+    if m.layout == "experts_flat_transposed":  # DBRX's w2 [E·f, d]: archlab's down [E, d, f]
+        return parts[0].unflatten(0, (m.sizes[0], -1)).transpose(1, 2).contiguous()
     return parts[0].detach().clone() if copy else parts[0]
 
 
@@ -205,10 +224,19 @@ def split(m: TensorMap, tensor: Tensor) -> list[Tensor]:
         return [torch.cat((q, k, v), dim=1).flatten(0, 2).contiguous()]
     if m.layout == "offset_rows":
         return [torch.cat((tensor.new_zeros(m.sizes[0], *tensor.shape[1:]), tensor))]
+    if m.layout == "qvk_sharded":
+        q, k, v = (x.unflatten(0, (m.sizes[0], -1)) for x in tensor.chunk(3))
+        return [torch.stack((q, v, k), dim=1).flatten(0, 2).contiguous()]
+    if m.layout == "stacked_half_negated":
+        return list(_negate_halves(tensor, m.sizes[0] + m.sizes[1], m.sizes[3]).split(m.sizes[:3]))
     if m.layout == "gate_up_interleaved":
         f = tensor.shape[1] // 2
         rows = torch.stack((tensor[:, :f], tensor[:, f:]), dim=2).flatten(1, 2)
         return [(rows.transpose(1, 2) if rows.dim() == 3 else rows).contiguous()]
+    if m.layout == "experts_flat":
+        return [x.flatten(0, 1).contiguous() for x in tensor.chunk(len(m.hf), dim=1)]
+    if m.layout == "experts_flat_transposed":
+        return [tensor.transpose(1, 2).flatten(0, 1).contiguous()]
     return [tensor]
 
 

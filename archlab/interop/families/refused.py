@@ -356,41 +356,6 @@ REFUSED: dict[str, Refused] = {
     "hyperclovax": Refused(
         "HyperCLOVA X", "HyperCLOVAXForCausalLM", "no archlab record yet (holdable: Granite's parts, `sandwich` blocks)"
     ),
-    "nanochat": Refused(
-        "nanochat",
-        "NanoChatForCausalLM",
-        "no archlab record yet (holdable: weightless norms and embedding_norm, l2 QK-norm, relu2, softcap; RoPE sign by q/k rows)",
-    ),
-    "gpt_neo": Refused(
-        "GPT-Neo",
-        "GPTNeoForCausalLM",
-        "no archlab record yet (holdable: GPT-2-style blocks, no q/k/v bias, `attention.scale` 1, local layers `window` 256)",
-    ),
-    "codegen": Refused(
-        "CodeGen",
-        "CodeGenForCausalLM",
-        "no archlab record yet (holdable: GPT-J's parts; `qkv_proj` fused in 4 shards of q, v, k)",
-    ),
-    "mpt": Refused(
-        "MPT",
-        "MptForCausalLM",
-        "no archlab record yet (holdable: bias-free layernorm, ALiBi, clip_qkv, GELU MLP, tied head)",
-    ),
-    "persimmon": Refused(
-        "Persimmon",
-        "PersimmonForCausalLM",
-        "no archlab record yet (holdable: layernorm, head QK-norm, half-rotary RoPE, relu2; NeoX's fused qkv)",
-    ),
-    "openai-gpt": Refused(
-        "GPT (OpenAI GPT-1)",
-        "OpenAIGPTLMHeadModel",
-        "no archlab record yet (holdable: `post` blocks, learned positions, GELU MLP, tied head)",
-    ),
-    "biogpt": Refused(
-        "BioGPT",
-        "BioGptForCausalLM",
-        "no archlab record yet (holdable: pre-LN, OPT's offset positions, GELU MLP, a √d_model embedding multiplier)",
-    ),
     "minicpm3": Refused(
         "MiniCPM3",
         "MiniCPM3ForCausalLM",

@@ -1,0 +1,155 @@
+"""MPT (``MptForCausalLM``: MPT-7B, MPT-30B): pre-norm LayerNorms without a shift, ALiBi, one fused bias-free
+``Wqkv`` clamped as projected (``clip_qkv``), an exact-GELU MLP of 4·d_model, no biases anywhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archlab.config import (
+    AttentionConfig,
+    BlockConfig,
+    HeadConfig,
+    MLPConfig,
+    ModelConfig,
+    NormConfig,
+    PositionConfig,
+)
+from archlab.interop.families.base import (
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    dropouts,
+    fmt,
+    no_embedding_dropout,
+    refuse_hf,
+)
+from archlab.nn.mlp import d_ff
+
+# attn_config keys transformers' MPT does not read, with the only value its computation matches
+_FIXED = {
+    "attn_type": ("multihead_attention", "Wqkv holds a key and a value per query head"),
+    "prefix_lm": (False, "archlab attention is causal"),
+    "qk_ln": (False, "transformers' MPT norms no q or k"),
+    "alibi": (True, "transformers' MPT always adds ALiBi and has no position table"),
+    "alibi_bias_max": (8, "transformers' MPT builds its ALiBi slopes with 8, Press et al.'s"),
+}
+
+
+_INT_DROPOUT = " (transformers' MptAttentionConfig types attn_pdrop an int: 0 alone converts)"
+
+
+class Mpt(Family):
+    """MptForCausalLM: pre-norm LayerNorms with a scale and no shift (``model.norm.bias`` false), ALiBi with
+    Press et al.'s slopes, a fused ``Wqkv`` ([Q | K | V], as archlab's) whose output is clamped to
+    [-clip_qkv, clip_qkv], scores scaled by ``softmax_scale`` (null: 1/sqrt(head_dim)), an exact-GELU MLP of
+    4·d_model, no Linear biases, no head bias. ``attn_pdrop`` drops the attention probabilities and each
+    sublayer's output, nothing the embeddings (``model.dropout`` and ``model.attention.dropout`` equal,
+    ``model.embedding_dropout`` 0.0); its config class types ``attn_pdrop`` an int, so an archlab layout
+    with dropout does not convert. transformers' MPT does not read ``resid_pdrop``, ``emb_pdrop``,
+    ``learned_pos_emb``, ``embedding_fraction`` (a gradient scale), ``norm_type`` or ``attn_impl``: accepted,
+    not read; the config keys that would change the model it computes are refused unless at the value it
+    assumes (``no_bias``, ``expansion_ratio``, ``logit_scale`` and ``attn_config``'s ``_FIXED``)."""
+
+    model_type, title, model_class, config_class = "mpt", "MPT", "MptForCausalLM", "MptConfig"
+    prefix = "transformer."
+    features = frozenset(
+        {"model.dropout", "model.embedding_dropout", "model.attention.clip_qkv", "model.attention.scale"}
+    )
+    position_kind = "alibi"
+    parts = "pre-norm LayerNorm without bias, ALiBi, fused q/k/v with clip_qkv, GELU MLP of 4·d_model, no biases"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.norm.kind", ("layernorm",), ""),
+            ("model.norm.bias", (False,), " (MPT's LayerNorms have no bias)"),
+            ("model.block.kind", ("pre",), ""),
+            ("model.mlp.kind", ("gelu",), ""),
+            ("model.mlp.approximate", ("none",), " (MPT's GELU is exact)"),
+            ("model.mlp.bias", (False,), ""),
+            ("model.attention.qkv_bias", (False,), ""),
+            ("model.attention.out_bias", (False,), ""),
+            *self.mha_rules(cfg),
+            ("model.dropout", (0.0,), _INT_DROPOUT),
+            ("model.attention.dropout", (0.0,), _INT_DROPOUT),
+            ("model.head.bias", (False,), ""),
+            no_embedding_dropout(cfg, self.title),
+        ]
+
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        found = super().problems(cfg)
+        if d_ff(cfg) != 4 * cfg.d_model:
+            found.append(Problem("model.mlp.d_ff", d_ff(cfg), f"{4 * cfg.d_model}", " (MPT's MLP is 4·d_model wide)"))
+        if cfg.attention.clip_qkv == 0:
+            found.append(Problem("model.attention.clip_qkv", 0.0, "null or > 0", " (MPT reads clip_qkv 0 as none)"))
+        return found
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        a = cfg.attention
+        return dict(
+            vocab_size=cfg.vocab_size,
+            d_model=cfg.d_model,
+            n_heads=a.n_head,
+            n_layers=cfg.n_layer,
+            max_seq_len=cfg.context_length,
+            layer_norm_epsilon=cfg.norm.eps,
+            initializer_range=cfg.init_std,
+            tie_word_embeddings=cfg.head.tied,
+            attn_config=dict(
+                attn_pdrop=0,
+                clip_qkv=a.clip_qkv,
+                softmax_scale=a.scale,
+            ),
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        a = c.attn_config
+        for name, (want, why) in _FIXED.items():
+            if getattr(a, name) != want:
+                refuse_hf(c, f"attn_config.{name}", f"{fmt(want)} ({why})", getattr(a, name))
+        if c.no_bias is not True:
+            refuse_hf(c, "no_bias", "true (transformers' MPT has no biases)")
+        if c.expansion_ratio != 4:
+            refuse_hf(c, "expansion_ratio", "4 (transformers' MPT MLP is 4·d_model wide)")
+        if c.logit_scale is not None:
+            refuse_hf(c, "logit_scale", "null (transformers' MPT does not scale its logits)")
+        clip = float(a.clip_qkv) if a.clip_qkv else None  # 0 clamps nothing
+        return ModelConfig(
+            vocab_size=c.vocab_size,
+            context_length=c.max_seq_len,
+            n_layer=c.n_layers,
+            d_model=c.d_model,
+            **dropouts(a.attn_pdrop, 0.0),
+            init_std=c.initializer_range,
+            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=False),
+            block=BlockConfig(kind="pre"),
+            position=PositionConfig(kind="alibi"),
+            attention=AttentionConfig(
+                n_head=c.n_heads,
+                qkv_bias=False,
+                out_bias=False,
+                dropout=float(a.attn_pdrop),
+                clip_qkv=clip,
+                scale=None if a.softmax_scale is None else float(a.softmax_scale),
+            ),
+            mlp=MLPConfig(kind="gelu", d_ff=4 * c.d_model, bias=False, approximate="none"),
+            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
+        )
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "transformer.wte")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"transformer.blocks.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.norm_1")
+            t.add(f"{b}.attn.qkv", f"{h}.attn.Wqkv")
+            t.add(f"{b}.attn.proj", f"{h}.attn.out_proj")
+            t.add(f"{b}.mlp_norm", f"{h}.norm_2")
+            t.add(f"{b}.mlp.fc", f"{h}.ffn.up_proj")
+            t.add(f"{b}.mlp.proj", f"{h}.ffn.down_proj")
+        t.add("final_norm", "transformer.norm_f")
+        return t.head()
+
+
+MPT: dict[str, Family] = {f.model_type: f for f in (Mpt(),)}

@@ -1,0 +1,136 @@
+"""nanochat (``NanoChatForCausalLM``): pre-norm RMSNorms without a weight, one of them on the token embeddings,
+q and k L2-normed per head after RoPE, a bias-free ReLU² MLP, soft-capped logits; its RoPE turns the
+other way, which archlab's holds with the second half of each q and k head's rows negated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archlab.config import (
+    AttentionConfig,
+    BlockConfig,
+    HeadConfig,
+    MLPConfig,
+    ModelConfig,
+    NormConfig,
+    n_kv_head,
+)
+from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
+from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.attention import head_dim
+from archlab.nn.mlp import d_ff
+
+
+class NanoChat(Family):
+    """NanoChatForCausalLM: pre-norm RMSNorms with no weight (``model.norm.affine`` false), the same norm on
+    the token embeddings before the first block (``model.embedding_norm``), full RoPE whose
+    ``rotate_half`` is (x2, -x1) (turning by -θ: archlab's RoPE of the q and k rows with each head's second
+    half negated, the ``stacked_half_negated`` tensor layout, which the per-head L2 norm and the scores
+    keep), q and k L2-normed per head after RoPE (``qk_norm: l2``, the model's eps), GQA, one
+    ``attention_bias`` for q/k/v and output, a bias-free plain MLP (``fc1``, ``fc2``; ReLU² as published),
+    logits soft-capped by ``final_logit_softcapping``, no head bias, no residual or embedding dropout."""
+
+    model_type, title, model_class, config_class = "nanochat", "nanochat", "NanoChatForCausalLM", "NanoChatConfig"
+    prefix = "model."
+    features = frozenset(
+        {
+            "model.norm.affine",
+            "model.embedding_norm",
+            "model.attention.qk_norm",
+            "model.head.softcap",
+            "model.position.scaling",
+        }
+    )
+    parts = "weightless RMSNorms (one on the embeddings), RoPE (sign by q/k rows), l2 QK-norm, GQA, ReLU², softcap"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        a = cfg.attention
+        return [
+            ("model.norm.kind", ("rmsnorm",), ""),
+            ("model.norm.affine", (False,), " (nanochat's RMSNorms have no weight)"),
+            ("model.embedding_norm", (True,), " (nanochat norms the token embeddings)"),
+            ("model.block.kind", ("pre",), ""),
+            ("model.position.pairing", ("half",), ""),
+            ("model.attention.qk_norm", ("l2",), " (nanochat's q_norm and k_norm have no weight)"),
+            ("model.attention.out_bias", (a.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            ("model.attention.head_dim", (None, cfg.d_model // a.n_head), " (nanochat uses d_model / n_head)"),
+            ("model.mlp.kind", UP_DOWN_KINDS, ""),
+            ("model.mlp.bias", (False,), ""),
+            ("model.head.bias", (False,), ""),
+        ]
+
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().problems(cfg) + self.full_rotary(cfg)
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        a = cfg.attention
+        return dict(
+            vocab_size=cfg.vocab_size,
+            hidden_size=cfg.d_model,
+            intermediate_size=d_ff(cfg),
+            num_hidden_layers=cfg.n_layer,
+            num_attention_heads=a.n_head,
+            num_key_value_heads=n_kv_head(cfg),
+            hidden_act=UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            max_position_embeddings=cfg.context_length,
+            initializer_range=cfg.init_std,
+            rms_norm_eps=cfg.norm.eps,
+            tie_word_embeddings=cfg.head.tied,
+            rope_parameters=rope_to_hf(cfg),
+            attention_dropout=a.dropout,
+            attention_bias=a.qkv_bias,
+            final_logit_softcapping=cfg.head.softcap,
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.hidden_act not in UP_DOWN_FROM_HF:
+            refuse_hf(c, "hidden_act", f"one of {sorted(UP_DOWN_FROM_HF)}")
+        hd = c.hidden_size // c.num_attention_heads
+        if getattr(c, "head_dim", hd) != hd:
+            refuse_hf(c, "head_dim", f"{hd} (hidden_size / num_attention_heads, as nanochat's rotary embedding reads)")
+        kind, approximate = UP_DOWN_FROM_HF[c.hidden_act]
+        bias = bool(c.attention_bias)
+        softcap = c.final_logit_softcapping
+        return ModelConfig(
+            vocab_size=c.vocab_size,
+            context_length=c.max_position_embeddings,
+            n_layer=c.num_hidden_layers,
+            d_model=c.hidden_size,
+            dropout=0.0,
+            init_std=c.initializer_range,
+            embedding_norm=True,
+            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps, affine=False),
+            block=BlockConfig(kind="pre"),
+            position=rope_from_hf(c, hd, partial=False),
+            attention=AttentionConfig(
+                n_head=c.num_attention_heads,
+                n_kv_head=c.num_key_value_heads or c.num_attention_heads,
+                qkv_bias=bias,
+                out_bias=bias,
+                dropout=float(c.attention_dropout),
+                qk_norm="l2",
+            ),
+            mlp=MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=False, approximate=approximate),
+            head=HeadConfig(
+                tied=c.tie_word_embeddings, bias=False, softcap=None if softcap is None else float(softcap)
+            ),
+        )
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t, a = Tensors(cfg), cfg.attention
+        hd = head_dim(cfg)
+        sizes = (a.n_head * hd, n_kv_head(cfg) * hd, n_kv_head(cfg) * hd, hd)
+        t.add("tok_emb", "model.embed_tokens")
+        for i in range(cfg.n_layer):  # the norms hold no tensors
+            b, h = f"blocks.{i}", f"model.layers.{i}.self_attn"
+            for part in ("weight", "bias") if a.qkv_bias else ("weight",):
+                names = tuple(f"{h}.{x}_proj.{part}" for x in "qkv")
+                t.maps.append(TensorMap(f"{b}.attn.qkv.{part}", names, "stacked_half_negated", sizes))
+            t.add(f"{b}.attn.proj", f"{h}.o_proj", a.out_bias)
+            t.add(f"{b}.mlp.fc", f"model.layers.{i}.mlp.fc1")
+            t.add(f"{b}.mlp.proj", f"model.layers.{i}.mlp.fc2")
+        return t.head()
+
+
+NANOCHAT: dict[str, Family] = {f.model_type: f for f in (NanoChat(),)}
