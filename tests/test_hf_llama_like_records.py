@@ -1,6 +1,6 @@
 """Hugging Face parity of the records that reuse archlab's parts for more transformers families: the aliases
 GPT-SW3 (GPT-2's class), EXAONE 3, InternLM3 and IQuest-Coder (LLaMA's class), and LLaMA's relatives
-Helium, Seed-OSS, GLM v1, CWM, VaultGemma and Jais 2.
+Helium, Seed-OSS, GLM v1, CWM, VaultGemma, Jais 2, HyperCLOVA X and Granite SWA.
 
 Tiny random models (every weight redrawn: biases and norm scales far from 0 and 1) give the same float32
 logits in archlab and in transformers' eager implementation, GQA or MQA throughout, windows of 4 under 12
@@ -24,6 +24,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-
 
 SMALL = dict(HF_SIZES, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, head_dim=16, **NO_TOKENS)
 TYPES = ["sliding_attention", "full_attention"]
+MULTIPLIERS = dict(embedding_multiplier=3.0, residual_multiplier=0.4, attention_multiplier=0.3)
 HF_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "gpt-sw3": (
         "GPT2LMHeadModel",
@@ -75,6 +76,24 @@ HF_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
         ),
     ),
     "jais2": ("Jais2ForCausalLM", "Jais2Config", dict(SMALL, num_key_value_heads=2)),
+    "hyperclovax": (
+        "HyperCLOVAXForCausalLM",
+        "HyperCLOVAXConfig",
+        dict(SMALL, num_key_value_heads=2, head_dim=8, **MULTIPLIERS, logits_scaling=0.3, attention_bias=True),
+    ),
+    "granite_swa": (
+        "GraniteSWAForCausalLM",
+        "GraniteSWAConfig",
+        dict(
+            {k: v for k, v in SMALL.items() if k != "head_dim"},
+            num_key_value_heads=1,
+            **MULTIPLIERS,
+            logits_scaling=8.0,
+            sliding_window=WINDOW,
+            layer_types=TYPES,
+            layer_rope_theta=[5e4, 0],
+        ),
+    ),
 }
 # the family a layout read from an alias (a class of another family) exports to; CWM's layout (Ministral's
 # sliding layers with LLaMA's MLP biases) is SmolLM3's, which comes first in FAMILIES
@@ -119,16 +138,18 @@ def test_each_family_converts_both_ways(case, tmp_path):
     assert max_diff(logits(load_hf_dir(tmp_path).eval()), logits(hf)) <= TOL
 
 
-@pytest.mark.parametrize("case", ["cwm", "vaultgemma"])
+@pytest.mark.parametrize("case", ["cwm", "vaultgemma", "granite_swa"])
 def test_generation_matches_hf_generate(case):
-    """Greedy and left-padded batch decoding past the window of 4, every step's logits through the cache."""
+    """Greedy and left-padded batch decoding past the window of 4 (Granite SWA: with sinks and a NoPE
+    layer), every step's logits through the cache."""
     hf = hf_model(case, seed=4)
     parity.check_greedy_generation(hf)
     parity.check_padded_generation(hf)
 
 
 def test_each_record_reads_its_family_s_parts():
-    cfgs = {case: from_hf(hf_model(case)).cfg for case in ("helium", "seed_oss", "glm", "cwm", "vaultgemma", "jais2")}
+    cases = ("helium", "seed_oss", "glm", "cwm", "vaultgemma", "jais2", "hyperclovax", "granite_swa")
+    cfgs = {case: from_hf(hf_model(case)).cfg for case in cases}
     h, s, g = cfgs["helium"], cfgs["seed_oss"], cfgs["glm"]
     assert (h.position.pairing, h.attention.qkv_bias, h.attention.out_bias, h.mlp.bias) == (
         "interleaved",
@@ -153,6 +174,10 @@ def test_each_record_reads_its_family_s_parts():
         True,
         True,
     )
+    x, w = cfgs["hyperclovax"], cfgs["granite_swa"]
+    assert (x.block.kind, x.attention.head_dim, x.attention.scale, x.head.logit_scale) == ("sandwich", 8, 0.3, 0.3)
+    assert (w.attention.sinks, w.head.logit_scale, w.layers.pattern) == (True, 0.125, ["local", "global"])
+    assert (w.position.theta, w.layers.kinds["global"]) == (5e4, {"position": {"kind": "none"}})
 
 
 REFUSALS = [
@@ -161,6 +186,8 @@ REFUSALS = [
     ("jais2", "hf", dict(hidden_act="silu"), "Jais2Config.hidden_act"),
     ("cwm", "hf", dict(layer_types=["full_attention", "chunked_attention"]), "CwmConfig.layer_types"),
     ("glm", "hf", dict(rope_parameters=dict(rope_type="yarn", rope_theta=1e4, factor=2.0)), "rope_type"),
+    ("granite_swa", "hf", dict(layer_rope_theta=[5e4, 1e4]), "GraniteSWAConfig.layer_rope_theta"),
+    ("hyperclovax", "hf", dict(logits_scaling=-1.0), "HyperCLOVAXConfig.logits_scaling"),
     ("internlm3", "layout", dict(mlp__bias=False), "model.mlp.bias"),
     ("helium", "layout", dict(position__pairing="half"), "model.position.pairing"),
     ("helium", "layout", dict(attention__out_bias=True), "model.attention.out_bias"),
@@ -168,6 +195,8 @@ REFUSALS = [
     ("jais2", "layout", dict(norm__bias=False), "model.norm.bias"),
     ("vaultgemma", "layout", dict(block__kind="sandwich"), "model.block.kind"),
     ("cwm", "layout", dict(attention__qkv_bias=True), "model.attention.qkv_bias"),
+    ("hyperclovax", "layout", dict(block__kind="post_sublayer"), "model.block.kind"),
+    ("granite_swa", "layout", dict(attention__sinks=False), "model.attention.sinks"),
 ]
 
 

@@ -24,6 +24,7 @@ from archlab.interop.families.glm4 import GLM4
 from archlab.interop.families.glm4_moe import GLM4_MOE
 from archlab.interop.families.gpt_neo import GPT_NEO
 from archlab.interop.families.granite import GRANITE
+from archlab.interop.families.granite_variants import GRANITE_VARIANTS
 from archlab.interop.families.hunyuan import HUNYUAN
 from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
@@ -85,4 +86,5 @@ FAMILIES: dict[str, Family] = {
     **OPENAI_GPT,
     **BIOGPT,
     **NANOCHAT,
+    **GRANITE_VARIANTS,
 }

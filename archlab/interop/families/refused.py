@@ -353,19 +353,11 @@ REFUSED: dict[str, Refused] = {
         "multimodal RoPE sections (`mrope_section`) in a Cohere 2 decoder",
     ),
     # holdable by archlab's parts; no record yet
-    "hyperclovax": Refused(
-        "HyperCLOVA X", "HyperCLOVAXForCausalLM", "no archlab record yet (holdable: Granite's parts, `sandwich` blocks)"
-    ),
     "minicpm3": Refused(
         "MiniCPM3",
         "MiniCPM3ForCausalLM",
         "mla's latent norms (`q_a_layernorm`, `kv_a_layernorm`) at a fixed eps 1e-6 beside the layer norms' "
         "`rms_norm_eps` (1e-5 in MiniCPM3-4B): archlab's norms share one model.norm.eps",
-    ),
-    "granite_swa": Refused(
-        "Granite SWA",
-        "GraniteSWAForCausalLM",
-        "no archlab record yet (holdable: Granite's parts, sinks, sliding `layer_types` with their own RoPE bases)",
     ),
     "dbrx": Refused(
         "DBRX",
