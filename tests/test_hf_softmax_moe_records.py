@@ -1,8 +1,8 @@
 """Per-family Hugging Face parity of the softmax-routed mixtures of experts in ``families.softmax_moe``:
-OLMoE, FlexOlmo, GraniteMoE, GraniteMoeShared, HunYuan-MoE, ERNIE 4.5 MoE and Aria's text decoder.
+OLMoE, FlexOlmo, GraniteMoE, GraniteMoeShared, HunYuan-MoE, ERNIE 4.5 MoE and Aria's text decoder, and DBRX.
 
 One tiny random model of each (GQA, 4 experts top-2; OLMoE and ERNIE without renormalised or with
-shared experts and a dense first layer, Granite with its four multipliers and attention biases) gives
+shared experts and a dense first layer, Granite with its four multipliers and attention biases, DBRX clamping its fused q/k/v) gives
 the same float32 logits in archlab and in transformers' eager attention and experts; its layout maps
 back to its family; archlab -> HF -> archlab gives back every tensor bit for bit; a save_pretrained
 directory (experts saved as the family's checkpoints hold them) loads. Two families decode as HF
@@ -68,6 +68,20 @@ HF_CASES = {
         "AriaTextConfig",
         dict(SMALL, intermediate_size=32, moe_num_experts=4, moe_topk=2, moe_num_shared_experts=2, head_dim=8),
     ),
+    "dbrx": (
+        "DbrxForCausalLM",
+        "DbrxConfig",
+        dict(
+            vocab_size=96,
+            max_seq_len=64,
+            d_model=64,
+            n_layers=2,
+            n_heads=4,
+            attn_config=dict(kv_n_heads=2, clip_qkv=0.5, rope_theta=10000.0),
+            ffn_config=dict(ffn_hidden_size=32, moe_num_experts=4, moe_top_k=2),
+            **NO_TOKENS,
+        ),
+    ),
 }
 GENERATES = ("olmoe", "ernie4_5_moe")
 
@@ -123,6 +137,11 @@ REFUSALS = [
     ("ernie4_5_moe", dict(use_bias=True), "Ernie4_5_MoeConfig.use_bias"),
     ("ernie4_5_moe", dict(moe_layer_interval=2), "Ernie4_5_MoeConfig.moe_layer_interval"),
     ("aria_text", dict(hidden_act="gelu"), "AriaTextConfig.hidden_act"),
+    (
+        "dbrx",
+        dict(ffn_config=dict(moe_normalize_expert_weights=2.0)),
+        "DbrxConfig.ffn_config.moe_normalize_expert_weights",
+    ),
 ]
 
 
@@ -142,6 +161,7 @@ def test_from_hf_refuses_what_a_record_cannot_hold(case, keys, field):
         ("hunyuan_v1_moe", "mlp.n_shared_experts", 2),
         ("ernie4_5_moe", "mlp.correction_bias", False),
         ("aria_text", "mlp.n_shared_experts", 0),
+        ("dbrx", "norm.bias", True),
     ],
 )
 def test_records_refuse_layouts_they_cannot_hold(case, field, value):

@@ -16,6 +16,7 @@ from archlab.interop.families.biogpt import BIOGPT
 from archlab.interop.families.bloom import BLOOM
 from archlab.interop.families.codegen import CODEGEN
 from archlab.interop.families.cohere import COHERE
+from archlab.interop.families.dbrx import DBRX
 from archlab.interop.families.dense import DENSE
 from archlab.interop.families.dots import DOTS
 from archlab.interop.families.ernie import ERNIE
@@ -75,6 +76,7 @@ FAMILIES: dict[str, Family] = {
     **GRANITE,
     **OLMO,
     **SOFTMAX_MOE,
+    **DBRX,
     **SIGMOID_MOE,
     **MLA,
     **ALIASES,

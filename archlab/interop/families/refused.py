@@ -359,11 +359,6 @@ REFUSED: dict[str, Refused] = {
         "mla's latent norms (`q_a_layernorm`, `kv_a_layernorm`) at a fixed eps 1e-6 beside the layer norms' "
         "`rms_norm_eps` (1e-5 in MiniCPM3-4B): archlab's norms share one model.norm.eps",
     ),
-    "dbrx": Refused(
-        "DBRX",
-        "DbrxForCausalLM",
-        "no archlab record yet (holdable: bias-free layernorm, clip_qkv, GQA, moe softmax top-k for p-norm 1)",
-    ),
     "granitemoe_swa": Refused(
         "GraniteMoE SWA",
         "GraniteMoeSWAForCausalLM",
