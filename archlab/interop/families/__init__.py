@@ -23,6 +23,7 @@ from archlab.interop.families.ernie import ERNIE
 from archlab.interop.families.falcon import FALCON
 from archlab.interop.families.glm4 import GLM4
 from archlab.interop.families.glm4_moe import GLM4_MOE
+from archlab.interop.families.global_nope_moe import GLOBAL_NOPE_MOE
 from archlab.interop.families.gpt_neo import GPT_NEO
 from archlab.interop.families.granite import GRANITE
 from archlab.interop.families.granite_variants import GRANITE_VARIANTS
@@ -89,4 +90,5 @@ FAMILIES: dict[str, Family] = {
     **BIOGPT,
     **NANOCHAT,
     **GRANITE_VARIANTS,
+    **GLOBAL_NOPE_MOE,
 }

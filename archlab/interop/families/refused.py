@@ -374,16 +374,6 @@ REFUSED: dict[str, Refused] = {
         "MellumForCausalLM",
         "no archlab record yet (holdable: Qwen3-MoE's parts, sliding layers with their own RoPE bases)",
     ),
-    "flint": Refused(
-        "Flint",
-        "FlintForCausalLM",
-        "no archlab record yet (holdable: QK-norm, sinks, sliding RoPE / global NoPE layers, sigmoid moe, shared expert)",
-    ),
-    "exaone_moe": Refused(
-        "EXAONE MoE",
-        "ExaoneMoeForCausalLM",
-        "no archlab record yet (holdable: EXAONE 4's attention in `pre` blocks, DeepSeek-V3's sigmoid moe)",
-    ),
 }
 
 
