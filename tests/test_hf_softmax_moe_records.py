@@ -1,17 +1,17 @@
 """Per-family Hugging Face parity of the softmax-routed mixtures of experts in ``families.softmax_moe``:
-OLMoE, FlexOlmo, GraniteMoE, GraniteMoeShared, HunYuan-MoE, ERNIE 4.5 MoE and Aria's text decoder, and DBRX.
+OLMoE, FlexOlmo, GraniteMoE, GraniteMoeShared, HunYuan-MoE, ERNIE 4.5 MoE, Aria's text decoder, GraniteMoE SWA and DBRX.
 
 One tiny random model of each (GQA, 4 experts top-2; OLMoE and ERNIE without renormalised or with
-shared experts and a dense first layer, Granite with its four multipliers and attention biases, DBRX clamping its fused q/k/v) gives
+shared experts and a dense first layer, Granite with its four multipliers and attention biases, GraniteMoE SWA with a sliding RoPE layer and a global NoPE one, DBRX clamping its fused q/k/v) gives
 the same float32 logits in archlab and in transformers' eager attention and experts; its layout maps
 back to its family; archlab -> HF -> archlab gives back every tensor bit for bit; a save_pretrained
-directory (experts saved as the family's checkpoints hold them) loads. Two families decode as HF
+directory (experts saved as the family's checkpoints hold them) loads. Three families decode as HF
 ``generate`` does, padded batches too. Each refuses the config values it cannot hold, naming the field.
 """
 
 import pytest
 from helpers import hf as parity
-from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, TOL, logits, max_diff
+from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, TOL, WINDOW, logits, max_diff
 
 from archlab import ConfigError
 from archlab.interop.families import FAMILIES
@@ -68,6 +68,19 @@ HF_CASES = {
         "AriaTextConfig",
         dict(SMALL, intermediate_size=32, moe_num_experts=4, moe_topk=2, moe_num_shared_experts=2, head_dim=8),
     ),
+    "granitemoe_swa": (
+        "GraniteMoeSWAForCausalLM",
+        "GraniteMoeSWAConfig",
+        dict(
+            MOE,
+            num_local_experts=4,
+            shared_intermediate_size=32,
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+            layer_rope_theta=[10000.0, 0.0],
+            residual_multiplier=0.5,
+        ),
+    ),
     "dbrx": (
         "DbrxForCausalLM",
         "DbrxConfig",
@@ -83,7 +96,7 @@ HF_CASES = {
         ),
     ),
 }
-GENERATES = ("olmoe", "ernie4_5_moe")
+GENERATES = ("olmoe", "ernie4_5_moe", "granitemoe_swa")
 
 
 def hf_model(case: str, seed: int = 1):

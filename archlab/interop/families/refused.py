@@ -359,11 +359,6 @@ REFUSED: dict[str, Refused] = {
         "mla's latent norms (`q_a_layernorm`, `kv_a_layernorm`) at a fixed eps 1e-6 beside the layer norms' "
         "`rms_norm_eps` (1e-5 in MiniCPM3-4B): archlab's norms share one model.norm.eps",
     ),
-    "granitemoe_swa": Refused(
-        "GraniteMoE SWA",
-        "GraniteMoeSWAForCausalLM",
-        "no archlab record yet (holdable: GraniteMoeShared's parts, sinks, sliding `layer_types`)",
-    ),
     "cohere2_moe": Refused(
         "Cohere2-MoE",
         "Cohere2MoeForCausalLM",

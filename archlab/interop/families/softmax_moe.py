@@ -13,11 +13,14 @@ from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
 from archlab.interop.families.granite import LOGITS_WANTS
+from archlab.interop.families.granite_variants import GraniteSwa
 from archlab.interop.families.hunyuan import HunYuanDense
-from archlab.interop.families.layered import view
+from archlab.interop.families.layered import LAYERS as LAYERED
+from archlab.interop.families.layered import LayeredFamily, view
 from archlab.interop.families.moe import (
     LAYERS,
     _CausalSparse,
+    _Sparse,
     dense_first,
     dense_tensors,
     is_dense,
@@ -466,7 +469,54 @@ class AriaText(_Softmax):
         t.maps = [m._replace(layout="experts_transposed") if m.archlab in experts else m for m in t.maps]
 
 
+class GraniteMoeSwa(LayeredFamily, GraniteMoeShared):
+    """GraniteMoeSWAForCausalLM: GraniteMoeShared's layers with Granite SWA's attention
+    (``granite_variants.GraniteSwa``): a sink logit per head, a ``sliding_window`` on the layers
+    ``layer_types`` marks sliding, and per layer the RoPE base of ``layer_rope_theta`` (0: no position
+    encoding; one non-zero base, as archlab's layers share one RoPE)."""
+
+    model_type, title = "granitemoe_swa", "GraniteMoE SWA"
+    model_class, config_class = "GraniteMoeSWAForCausalLM", "GraniteMoeSWAConfig"
+    features = GraniteMoeShared.features | LAYERED | {"model.attention.window", "model.attention.sinks"}
+    parts = "GraniteMoeShared's parts with sinks, `window` on any layers and NoPE layers (`model.layers`)"
+    nope = True
+    hf_layers = GraniteSwa.hf_layers
+    layers_to_hf = GraniteSwa.layers_to_hf
+
+    # _Sparse's keys, which _CausalSparse.to_hf reads; LayeredFamily's method of this name goes unused (to_hf below)
+    def base_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:  # pyright: ignore[reportIncompatibleMethodOverride]
+        return _Sparse.base_to_hf(self, cfg)
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        lcs = layer_configs(cfg)
+        rep = next((lc for lc in lcs if lc.position.kind == "rope"), lcs[0])
+        return {**GraniteMoeShared.to_hf(self, rep), **self.layers_to_hf(cfg, lcs)}
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [*super().rules(cfg), ("model.attention.sinks", (True,), " (every head has a sink logit)")]
+
+    def uniform_from_hf(self, c: Any) -> ModelConfig:
+        cfg = GraniteMoeShared.from_hf(self, c)
+        cfg.attention.sinks = True
+        return cfg
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        sinks = [
+            TensorMap(f"blocks.{i}.attn.sinks", (f"model.layers.{i}.self_attn.sinks",)) for i in range(cfg.n_layer)
+        ]
+        return super().tensors(cfg) + sinks
+
+
 SOFTMAX_MOE: dict[str, Family] = {
     f.model_type: f
-    for f in (Olmoe(), FlexOlmo(), GraniteMoe(), GraniteMoeShared(), HunYuanMoe(), Ernie45Moe(), AriaText())
+    for f in (
+        Olmoe(),
+        FlexOlmo(),
+        GraniteMoe(),
+        GraniteMoeShared(),
+        HunYuanMoe(),
+        Ernie45Moe(),
+        AriaText(),
+        GraniteMoeSwa(),
+    )
 }
