@@ -356,8 +356,7 @@ REFUSED: dict[str, Refused] = {
     "minicpm3": Refused(
         "MiniCPM3",
         "MiniCPM3ForCausalLM",
-        "mla's latent norms (`q_a_layernorm`, `kv_a_layernorm`) at a fixed eps 1e-6 beside the layer norms' "
-        "`rms_norm_eps` (1e-5 in MiniCPM3-4B): archlab's norms share one model.norm.eps",
+        "mla's latent norms at eps 1e-6 beside `rms_norm_eps` 1e-5: archlab's norms share one model.norm.eps",
     ),
     "cohere2_moe": Refused(
         "Cohere2-MoE",
