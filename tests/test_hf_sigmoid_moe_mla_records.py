@@ -194,8 +194,6 @@ def _hf_config(case: str, **changes):
         ("hy_v3", dict(mlp_layer_types=["sparse", "dense"]), "mlp_layer_types"),
         ("glm4_moe_lite", dict(mlp_layer_types=["sparse", "dense"]), "mlp_layer_types"),
         ("glm4_moe_lite", dict(num_key_value_heads=2), "num_key_value_heads"),
-        ("sarvam_mla", dict(rms_norm_eps=1e-5), "rms_norm_eps"),
-        ("youtu", dict(rms_norm_eps=1e-5), "rms_norm_eps"),
         ("youtu", dict(attention_bias=True), "attention_bias"),
     ],
 )
@@ -214,7 +212,7 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
         ("hy_v3", dict(mlp__normalize_top_k=False), "model.mlp.normalize_top_k"),
         ("hy_v3", dict(mlp__n_groups=2, mlp__top_groups=1), "model.mlp.n_groups"),
         ("youtu", dict(mlp__bias=True), "model.mlp.bias"),
-        ("youtu", dict(norm__eps=1e-5), "model.norm.eps"),
+        ("youtu", dict(norm__eps=1e-5), "model.attention.latent_norm_eps"),  # its latents at 1e-6
     ],
 )
 def test_records_refuse_layouts_they_cannot_hold(case, fields, field):

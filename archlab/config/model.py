@@ -102,6 +102,7 @@ class AttentionConfig:
     qk_nope_head_dim: int = 128  # mla: query/key dims per head that carry no position
     qk_rope_head_dim: int = 64  # mla: rotated query dims per head, and the one rotated key all heads share
     v_head_dim: int = 128  # mla: value dims per head
+    latent_norm_eps: Optional[float] = None  # mla: eps of the q and kv latent norms; None = model.norm.eps (MiniCPM3)
 
 
 @dataclass

@@ -410,6 +410,12 @@ class CausalSelfAttention(Attention):
     def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
         validate_shared(cfg)
+        if a.latent_norm_eps is not None:
+            raise ConfigError(
+                "model.attention.latent_norm_eps",
+                a.latent_norm_eps,
+                "null for kind causal (latent norms are mla's; its QK-norms use model.norm.eps)",
+            )
         if a.head_dim is None:
             if cfg.d_model % a.n_head:
                 raise ConfigError(

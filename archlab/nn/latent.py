@@ -4,6 +4,8 @@ those two, ``kv_lora_rank + qk_rope_head_dim`` values per position and layer."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,11 +42,22 @@ _REFUSED = {
 }
 
 
+def latent_norm_config(cfg: ModelConfig) -> ModelConfig:
+    """The config the latent norms are built from: ``cfg``, its norm's eps replaced by
+    ``attention.latent_norm_eps`` where that is set (MiniCPM3's and DeepSeek's transformers code norms the
+    latents at 1e-6 whatever eps its other norms use)."""
+    eps = cfg.attention.latent_norm_eps
+    if eps is None or eps == cfg.norm.eps:
+        return cfg
+    return dataclasses.replace(cfg, norm=dataclasses.replace(cfg.norm, eps=eps))
+
+
 @ATTENTIONS.register("mla")
 class MultiHeadLatentAttention(Attention):
     """Queries: ``q_proj``, or with ``q_lora_rank`` the bottleneck ``q_up(q_norm(q_down(x)))``; each head
     is ``[nope | rope]``. Keys and values: ``kv_down`` gives the latent (normed by ``kv_norm``) and the
-    shared key's rope part; ``kv_up`` expands the latent into each head's key nope part and value. The
+    shared key's rope part; ``kv_up`` expands the latent into each head's key nope part and value. Both
+    latent norms use ``latent_norm_eps`` where it is set, else the model's ``norm.eps``. The
     rope parts of queries and the shared key are rotated by the model's rotary scheme; with no rotary
     scheme (learned, sinusoidal, alibi or no positions) they stay as they are, a key part shared by all
     heads that carries no position. The cache stores the latent after ``kv_norm`` (as Hugging Face does:
@@ -57,18 +70,18 @@ class MultiHeadLatentAttention(Attention):
         self.nope, self.rope, self.v_dim = a.qk_nope_head_dim, a.qk_rope_head_dim, a.v_head_dim
         self.dropout, self.scale = a.dropout, softmax_scale(cfg)
         self.window, self.chunk = cfg.attention.window, chunk_of(cfg, layer)
-        norm = NORMS.get(cfg.norm.kind)
+        norm, latent_cfg = NORMS.get(cfg.norm.kind), latent_norm_config(cfg)
         q_out = self.n_head * (self.nope + self.rope)
         q_rank = a.q_lora_rank
         self.low_rank_q = q_rank is not None
         if q_rank is not None:
             self.q_down = nn.Linear(d, q_rank, bias=False)
-            self.q_norm = norm(cfg, q_rank)
+            self.q_norm = norm(latent_cfg, q_rank)
             self.q_up = nn.Linear(q_rank, q_out, bias=False)
         else:
             self.q_proj = nn.Linear(d, q_out, bias=False)
         self.kv_down = nn.Linear(d, self.rank + self.rope, bias=False)
-        self.kv_norm = norm(cfg, self.rank)
+        self.kv_norm = norm(latent_cfg, self.rank)
         self.kv_up = nn.Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)
         self.proj = residual_projection(nn.Linear(self.n_head * self.v_dim, d, bias=False))
 
@@ -152,6 +165,8 @@ class MultiHeadLatentAttention(Attention):
             checks.integer("model.attention.q_lora_rank", a.q_lora_rank, 1, "a positive integer, or null")
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
+        if a.latent_norm_eps is not None:
+            checks.positive("model.attention.latent_norm_eps", a.latent_norm_eps, "a positive number, or null")
         validate_shared(cfg)
 
     @staticmethod
@@ -174,7 +189,8 @@ class MultiHeadLatentAttention(Attention):
         """Heads, their query/key parts and values, the latent's rank and the queries' path."""
         a = cfg.attention
         q = f"q_lora {a.q_lora_rank}" if a.q_lora_rank is not None else "direct q"
+        eps = f", latent norm eps {a.latent_norm_eps:g}" if a.latent_norm_eps is not None else ""
         return (
             f"mla {a.n_head}h x ({a.qk_nope_head_dim}+{a.qk_rope_head_dim} qk, {a.v_head_dim} v), "
-            f"kv_lora {a.kv_lora_rank}, {q}"
+            f"kv_lora {a.kv_lora_rank}, {q}{eps}"
         )

@@ -16,6 +16,7 @@ from archlab.interop.families.biogpt import BIOGPT
 from archlab.interop.families.bloom import BLOOM
 from archlab.interop.families.codegen import CODEGEN
 from archlab.interop.families.cohere import COHERE
+from archlab.interop.families.cohere2_moe import COHERE2_MOE
 from archlab.interop.families.dbrx import DBRX
 from archlab.interop.families.dense import DENSE
 from archlab.interop.families.dots import DOTS
@@ -30,6 +31,8 @@ from archlab.interop.families.granite_variants import GRANITE_VARIANTS
 from archlab.interop.families.hunyuan import HUNYUAN
 from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
+from archlab.interop.families.mellum import MELLUM
+from archlab.interop.families.minicpm3 import MINICPM3
 from archlab.interop.families.minimax import MINIMAX
 from archlab.interop.families.ministral import MINISTRAL
 from archlab.interop.families.mla import MLA
@@ -91,4 +94,7 @@ FAMILIES: dict[str, Family] = {
     **NANOCHAT,
     **GRANITE_VARIANTS,
     **GLOBAL_NOPE_MOE,
+    **MINICPM3,
+    **MELLUM,
+    **COHERE2_MOE,
 }

@@ -49,6 +49,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.qk_norm_after_rope": (False, "QK-norm before RoPE"),
     "model.attention.qk_norm_per_head_scale": (False, "one QK-norm scale shared by the heads"),
     "model.attention.qk_norm_bias": (None, "QK-norm shifts as model.norm.bias"),
+    "model.attention.latent_norm_eps": (None, "mla's latent norms at model.norm.eps"),
     "model.attention.clip_qkv": (None, "q, k and v unclipped"),
     "model.attention.scale": (None, "scores scaled by 1/sqrt(head_dim)"),
     "model.attention.softcap": (None, "no score soft-capping"),

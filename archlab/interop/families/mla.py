@@ -11,7 +11,7 @@ from typing import Any
 from archlab.config import AttentionConfig, BlockConfig, HeadConfig, ModelConfig, NormConfig
 from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
 from archlab.interop.families.layered import view
-from archlab.interop.families.moe import DEEPSEEK_LATENT_EPS, DeepseekV3
+from archlab.interop.families.moe import LATENT_EPS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.sigmoid_moe import dense_prefix, mlp_layer_types
 from archlab.nn.mlp import d_ff
@@ -64,14 +64,14 @@ class Youtu(Family):
     prefix = "model."
     attention_kind = "mla"
     position_why = " (it always rotates qk_rope_head_dim dims)"
-    features = frozenset({"model.position.scaling", "model.position.truncate"})
+    features = frozenset({"model.position.scaling", "model.position.truncate", LATENT_EPS})
     scalings = ("none", "yarn")
     parts = "MLA (DeepSeek-V3's) with a dense gated MLP in every layer"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
-            ("model.norm.eps", (DEEPSEEK_LATENT_EPS,), " (its latent norms always use 1e-6)"),
+            latent_eps_rule(cfg),
             ("model.block.kind", ("pre",), ""),
             ("model.head.bias", (False,), ""),
             ("model.mlp.kind", ("swiglu", "geglu"), " (its MLP is gated)"),
@@ -106,13 +106,12 @@ class Youtu(Family):
     def from_hf(self, c: Any) -> ModelConfig:
         if c.attention_bias:
             refuse_hf(c, "attention_bias", "false (archlab's mla projections have no biases)")
-        if c.rms_norm_eps != DEEPSEEK_LATENT_EPS:
-            refuse_hf(c, "rms_norm_eps", "1e-6 (transformers norms the latents with 1e-6 whatever it says)")
         if c.num_key_value_heads not in (None, c.num_attention_heads):
             refuse_hf(
                 c, "num_key_value_heads", f"num_attention_heads={c.num_attention_heads} (every head reads the latent)"
             )
-        position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=("default", "yarn"))
+        rope_types = tuple("default" if s == "none" else s for s in self.scalings)
+        position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=rope_types)
         position.pairing = "interleaved" if c.rope_interleave else "half"
         return ModelConfig(
             vocab_size=c.vocab_size,
@@ -135,6 +134,7 @@ class Youtu(Family):
                 qk_nope_head_dim=c.qk_nope_head_dim,
                 qk_rope_head_dim=c.qk_rope_head_dim,
                 v_head_dim=c.v_head_dim,
+                latent_norm_eps=latent_eps_from_hf(c),
             ),
             mlp=gated_mlp(c, "hidden_act"),
             head=HeadConfig(tied=c.tie_word_embeddings, bias=False),

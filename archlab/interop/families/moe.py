@@ -51,6 +51,21 @@ from archlab.nn.moe import expert_width
 
 # The latent norms of transformers' DeepSeek attention keep the RMSNorm default eps, whatever rms_norm_eps says.
 DEEPSEEK_LATENT_EPS = 1e-6
+LATENT_EPS = "model.attention.latent_norm_eps"
+
+
+def latent_eps_rule(cfg: ModelConfig) -> Rule:
+    """The rule of a family whose latent norms are at 1e-6 whatever its ``rms_norm_eps``: latent_norm_eps
+    null beside model.norm.eps 1e-6, else 1e-6 (one spelling of each model, as ``latent_eps_from_hf`` reads)."""
+    allowed = (None,) if cfg.norm.eps == DEEPSEEK_LATENT_EPS else (DEEPSEEK_LATENT_EPS,)
+    return (LATENT_EPS, allowed, " (its latent norms always use 1e-6: null where model.norm.eps is 1e-6)")
+
+
+def latent_eps_from_hf(c: Any) -> float | None:
+    """model.attention.latent_norm_eps of such a family's config: null where rms_norm_eps is 1e-6 already."""
+    return None if c.rms_norm_eps == DEEPSEEK_LATENT_EPS else DEEPSEEK_LATENT_EPS
+
+
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})
 
 
@@ -452,15 +467,13 @@ class _DeepSeek(_Sparse):
 
     attention_kind = "mla"
     position_why = " (it always rotates qk_rope_head_dim dims)"
-    features = frozenset({"model.position.scaling", "model.position.truncate"}) | LAYERS
+    features = frozenset({"model.position.scaling", "model.position.truncate", LATENT_EPS}) | LAYERS
     scalings = ("none", "yarn")
     shared_experts = True
     topk_method: str  # the value of DeepSeek's own config key topk_method this version computes (set per subclass)
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
-        return super().rules(cfg) + [
-            ("model.norm.eps", (DEEPSEEK_LATENT_EPS,), " (its latent norms always use 1e-6)"),
-        ]
+        return super().rules(cfg) + [latent_eps_rule(cfg)]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a, m = cfg.attention, cfg.mlp
@@ -492,8 +505,6 @@ class _DeepSeek(_Sparse):
         """archlab's config, ``routing`` the family's MLPConfig fields (scoring, groups, renormalisation)."""
         if c.attention_bias:
             refuse_hf(c, "attention_bias", "false (archlab's mla projections have no biases)")
-        if c.rms_norm_eps != DEEPSEEK_LATENT_EPS:
-            refuse_hf(c, "rms_norm_eps", "1e-6 (transformers norms the latents with 1e-6 whatever it says)")
         if c.num_key_value_heads not in (None, c.num_attention_heads):
             refuse_hf(
                 c, "num_key_value_heads", f"num_attention_heads={c.num_attention_heads} (every head reads the latent)"
@@ -518,6 +529,7 @@ class _DeepSeek(_Sparse):
             qk_nope_head_dim=c.qk_nope_head_dim,
             qk_rope_head_dim=c.qk_rope_head_dim,
             v_head_dim=c.v_head_dim,
+            latent_norm_eps=latent_eps_from_hf(c),
         )
         mlp = self.moe_from_hf(
             c,

@@ -352,22 +352,6 @@ REFUSED: dict[str, Refused] = {
         "CohereCompassForCausalLM",
         "multimodal RoPE sections (`mrope_section`) in a Cohere 2 decoder",
     ),
-    # holdable by archlab's parts; no record yet
-    "minicpm3": Refused(
-        "MiniCPM3",
-        "MiniCPM3ForCausalLM",
-        "mla's latent norms at eps 1e-6 beside `rms_norm_eps` 1e-5: archlab's norms share one model.norm.eps",
-    ),
-    "cohere2_moe": Refused(
-        "Cohere2-MoE",
-        "Cohere2MoeForCausalLM",
-        "no archlab record yet (holdable: Cohere 2's parts, moe top-k; shared experts only summed, not 'average')",
-    ),
-    "mellum": Refused(
-        "Mellum",
-        "MellumForCausalLM",
-        "no archlab record yet (holdable: Qwen3-MoE's parts, sliding layers with their own RoPE bases)",
-    ),
 }
 
 
