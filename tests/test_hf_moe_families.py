@@ -18,6 +18,7 @@ from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, TOL, WINDOW, logits, max_diff
 
 from archlab import ConfigError, build_model, compose_model
 from archlab.config.layers import layer_configs
+from archlab.interop.families import FAMILIES
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, hf_family
 from archlab.nn.moe import MoE
 
@@ -384,7 +385,6 @@ def test_the_layout_picks_the_family(overrides, config_class):
         (["model=mixtral-8x7b", "model/layers=dense_first"], "model.layers.first"),
         (["model=deepseek-v2-lite", "model.layers.kinds.dense.mlp.kind=geglu"], "model.layers.kinds.dense.mlp.kind"),
         (["model=deepseek-v3", "+model.layers.kinds.dense.mlp.d_ff=64"], "model.layers.kinds.dense.mlp.d_ff"),
-        (["model=mixtral-8x7b", "model.mlp.n_shared_experts=1"], "model.mlp.n_shared_experts"),
         (["model=mixtral-8x7b", "model.mlp.scoring=sigmoid"], "model.mlp.scoring"),
         (["model=mixtral-8x7b", "model.mlp.expert=gelu"], "model.mlp.expert"),
         (["model=mixtral-8x7b", "model.mlp.bias=true"], "model.mlp.bias"),
@@ -418,8 +418,6 @@ def test_the_layout_picks_the_family(overrides, config_class):
             ],
             "model.position.scaling",
         ),
-        # YaRN is converted for DeepSeek only: the dense families refuse it
-        (["model=llama3.1-8b", "model.position.scaling=yarn"], "model.position.scaling"),
     ],
 )
 def test_config_to_hf_refuses_what_the_family_cannot_hold(overrides, field):
@@ -427,6 +425,26 @@ def test_config_to_hf_refuses_what_the_family_cannot_hold(overrides, field):
         config_to_hf(compose_model(overrides))
     assert err.value.field == field
     assert "Hugging Face" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, family, field, holder",
+    [
+        (
+            ["model=mixtral-8x7b", "model.mlp.n_shared_experts=1"],
+            "mixtral",
+            "model.mlp.n_shared_experts",
+            "granitemoeshared",
+        ),
+        (["model=llama3.1-8b", "model.position.scaling=yarn"], "llama", "model.position.scaling", "ministral3"),
+    ],
+)
+def test_a_layout_its_family_refuses_exports_to_a_family_that_holds_it(overrides, family, field, holder):
+    """Mixtral has no shared experts and LLaMA no YaRN: each refuses naming the field, and the layout
+    exports to the family that holds it (GraniteMoeShared, Ministral 3's generic YaRN)."""
+    cfg = compose_model(overrides)
+    assert field in [p.field for p in FAMILIES[family].problems(cfg)]
+    assert hf_family(cfg) == holder
 
 
 def _hf_config(case: str, **changes):
