@@ -241,11 +241,11 @@ def test_chunks_cut_attention_flops_and_the_kv_cache():
     ("field", "value", "holders"),
     [
         ("chunk", 8, {"llama4_text"}),
-        ("sinks", True, {"gpt_oss"}),
+        ("sinks", True, {"gpt_oss", "flint", "granite_swa", "granitemoe_swa"}),
         ("gate", "head", {"step3p5"}),
         # Llama 4 scales the queries of its NoPE layers only; Ministral 3 every layer's, by RoPE's positions
         ("query_scale_beta", 0.1, {"ministral3"}),
-        ("qk_norm", "l2", {"llama4_text"}),
+        ("qk_norm", "l2", {"llama4_text", "nanochat"}),
     ],
 )
 def test_only_the_hugging_face_families_with_a_part_hold_it(field, value, holders):

@@ -152,10 +152,12 @@ def _file(tmp_path, overrides, tokenizer=None):
         (lambda t: _file(t, ["model=nano"], ByteTokenizer()), ["format=gguf"], "format", "['hf']"),
         (lambda t: _file(t, ["model=nano"]), [], "source", "tokenizer"),
         (  # every blocking field at once, with the nearest class
-            lambda t: _file(t, ["model=nano", "model/norm=rmsnorm", "model/position=alibi"], ByteTokenizer()),
+            lambda t: _file(
+                t, ["model=nano", "model/norm=rmsnorm", "model/position=alibi", "model/block=parallel"], ByteTokenizer()
+            ),
             [],
             "model.position.kind",
-            "GPT2LMHeadModel, the nearest Hugging Face class; also model.norm.kind=layernorm (is rmsnorm)",
+            "ArceeForCausalLM, the nearest Hugging Face class; also model.block.kind=pre (is parallel)",
         ),
         (lambda t: (t / "out" / "x").mkdir(parents=True) or _file(t, ["model=nano"], ByteTokenizer()), [], "out", "x"),
     ],

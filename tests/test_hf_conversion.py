@@ -263,10 +263,6 @@ NANO = ["model=nano"]
             "model.dropout",
         ),
         (
-            ["model=llama-7b", *TINY, "model.d_model=64", "model.attention.n_head=4", "model.attention.out_bias=true"],
-            "model.attention.out_bias",
-        ),
-        (
             [
                 "model=gptj-6b",
                 *TINY,

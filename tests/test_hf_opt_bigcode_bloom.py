@@ -184,7 +184,6 @@ def test_archlab_layout_exports_to_the_family_and_back_bit_for_bit(case):
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        ([*NANO, "model/block=post", "model.norm.eps=1e-6"], "model.norm.eps"),  # OPT has no eps key
         ([*NANO, "model/block=post", "model.mlp.bias=false"], "model.mlp.bias"),  # one enable_bias
         ([*NANO, "model/block=post", "model/position=rope"], "model.block.kind"),
         (

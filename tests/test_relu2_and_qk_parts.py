@@ -425,26 +425,26 @@ def test_per_head_scale_count(norm, per_layer):
 @pytest.mark.parametrize(
     "settings, fields, holders",
     [
-        ({"attention": {"clip_qkv": 8.0}}, {"model.attention.clip_qkv"}, {"olmo"}),
+        ({"attention": {"clip_qkv": 8.0}}, {"model.attention.clip_qkv"}, {"olmo", "mpt", "dbrx"}),
         (
             {"attention": {"qk_norm": "head", "qk_norm_after_rope": True}},
             {"model.attention.qk_norm_after_rope"},
-            {"hunyuan_v1_dense"},
+            {"hunyuan_v1_dense", "hunyuan_v1_moe"},
         ),
         (
             {"attention": {"qk_norm": "head", "qk_norm_per_head_scale": True}},
             {"model.attention.qk_norm_per_head_scale"},
             {"cohere", "stablelm"},
         ),
-        ({"mlp": {"kind": "relu2"}}, {"model.mlp.kind"}, {"arcee", "nemotron"}),
+        ({"mlp": {"kind": "relu2"}}, {"model.mlp.kind"}, {"arcee", "nemotron", "jais2", "persimmon", "nanochat"}),
         # a dense family refuses the moe kind, a MoE family the experts' kind
         ({"mlp": {"kind": "moe", "expert": "relu2"}}, {"model.mlp.kind", "model.mlp.expert"}, set()),
     ],
     ids=["clip_qkv", "qk_norm_after_rope", "qk_norm_per_head_scale", "relu2", "relu2-experts"],
 )
 def test_only_the_hugging_face_families_with_them_hold_them(settings, fields, holders):
-    """Every other family names the field it cannot hold (OLMo holds clip_qkv, Cohere and StableLM the
-    per-head QK-norm scale)."""
+    """Every other family names the field it cannot hold (OLMo, MPT and DBRX hold clip_qkv, Cohere and
+    StableLM the per-head QK-norm scale)."""
     from archlab.interop.hf import FAMILIES
 
     cfg = tiny(position=ROPE, **settings)
