@@ -99,7 +99,7 @@ CASES = [
         "model.position.pairing",
         "one of ['half', 'interleaved']",
     ),
-    (["model.attention.kind=linear"], "model.attention.kind", "one of ['causal', 'mla']"),
+    (["model.attention.kind=linear"], "model.attention.kind", "one of ['causal', 'gated_deltanet', 'mla']"),
     (["model.head.kind=bogus"], "model.head.kind", "one of ['linear']"),
     # probabilities
     (["model.dropout=1.0"], "model.dropout", "a probability in [0, 1)"),

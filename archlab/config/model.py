@@ -67,7 +67,8 @@ class PositionConfig:
 class AttentionConfig:
     """``model.attention``: self-attention, its heads and projections (``ATTENTIONS``, archlab/nn/attention.py)."""
 
-    kind: str = "causal"  # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head) | mla (latent)
+    # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head) | mla (latent) | gated_deltanet (recurrent)
+    kind: str = "causal"
     n_head: int = 12
     n_kv_head: Optional[int] = None  # None = n_head (MHA); divides n_head (GQA); 1 (MQA)
     head_dim: Optional[int] = None  # None = d_model // n_head
@@ -101,8 +102,14 @@ class AttentionConfig:
     kv_lora_rank: int = 512  # mla: width of the compressed key/value latent
     qk_nope_head_dim: int = 128  # mla: query/key dims per head that carry no position
     qk_rope_head_dim: int = 64  # mla: rotated query dims per head, and the one rotated key all heads share
-    v_head_dim: int = 128  # mla: value dims per head
+    v_head_dim: int = 128  # mla, gated_deltanet: value dims per head
     latent_norm_eps: Optional[float] = None  # mla: eps of the q and kv latent norms; None = model.norm.eps (MiniCPM3)
+    # gated_deltanet (Gated DeltaNet, Qwen3-Next's linear layers): n_head value heads, each a key_head_dim x
+    # v_head_dim state read and written by the gated delta rule; q, k and v pass a short causal convolution first
+    key_heads: Optional[int] = None  # gated_deltanet: query/key heads, each serving n_head/key_heads; None = n_head
+    key_head_dim: int = 128  # gated_deltanet: query/key dims per head
+    conv_kernel: int = 4  # gated_deltanet: width of the causal depthwise convolution over q, k and v
+    scan_chunk: int = 64  # gated_deltanet: positions per chunk of the parallel form (speed and memory, not the output)
 
 
 @dataclass

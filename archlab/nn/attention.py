@@ -1,5 +1,6 @@
 """Attention variants (``causal``: softmax self-attention with ``n_kv_head`` key/value heads, i.e.
-MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped; ``mla`` lives in latent.py), the
+MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped; ``mla`` lives in latent.py, the
+recurrent ``gated_deltanet`` in deltanet.py), the
 ``Attention`` base they derive from, the head sizes other families ask of them (``head_dim``,
 ``rotary_head_dim``), the softmax scale they share and the KV cache they decode with."""
 
@@ -7,14 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional, cast
+from typing import ClassVar, Optional, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig, n_kv_head
+from archlab.config import AttentionConfig, ModelConfig, n_kv_head
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.nn import cpu_attention
@@ -30,6 +31,9 @@ class Attention(LayerPart, nn.Module):
     other families ask of attention: its head sizes (``qk_head_dim``, ``rotary_head_dim``), what it needs
     of a rotary scheme's fields (``validate_rotary``), and the KV cache's size (``kv_cache_values``)."""
 
+    # False: it mixes by scores over the keys and takes the attention mask (with any score bias), or None.
+    # True: a recurrent mixer; its mask is the padding of its new positions, [B, T] bool (True: a token), or None
+    recurrent: ClassVar[bool] = False
     window: Optional[int] = None  # keys a query sees (None: every earlier one)
     chunk: Optional[int] = None  # a query sees only the keys of its own chunk of this many positions (None: no chunks)
 
@@ -107,8 +111,10 @@ class KVCache:
     per layer, ``k`` and ``v``, each ``[B, heads, T, dim]`` (causal: keys and values; mla: its latent and
     its shared rotated key), allocated on a layer's first update in the shapes it hands over. A global
     layer keeps every position; a sliding-window layer keeps only the last ``window - 1``, all a later
-    query can see, and a chunked one the last ``chunk - 1``, which hold its chunk. ``dtype`` (default: the
-    first tensors') is the one they are stored in."""
+    query can see, and a chunked one the last ``chunk - 1``, which hold its chunk. A recurrent layer
+    (gated_deltanet) keeps instead two tensors of a size constant in the length, which it reads and
+    replaces itself: ``conv_state`` (its convolution's last inputs) and ``recurrent_state`` (its states).
+    ``dtype`` (default: the first tensors') is the one they are stored in."""
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
         self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
@@ -116,6 +122,8 @@ class KVCache:
         self.windows = [c.attention.window or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
         self.k: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.v: list[Optional[Tensor]] = [None] * cfg.n_layer
+        self.conv_state: list[Optional[Tensor]] = [None] * cfg.n_layer
+        self.recurrent_state: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.length = 0  # positions already seen; advanced by the model after each forward
 
     def kept(self, window: Optional[int]) -> int:
@@ -416,6 +424,14 @@ class CausalSelfAttention(Attention):
                 a.latent_norm_eps,
                 "null for kind causal (latent norms are mla's; its QK-norms use model.norm.eps)",
             )
+        for name, default in _DELTANET_DEFAULTS.items():
+            if getattr(a, name) != default:
+                raise ConfigError(
+                    f"model.attention.{name}",
+                    getattr(a, name),
+                    f"{default if default is not None else 'null'} for kind causal (a gated_deltanet field: set it "
+                    "in the layer kind that picks gated_deltanet, model.layers.kinds.<kind>.attention)",
+                )
         if a.head_dim is None:
             if cfg.d_model % a.n_head:
                 raise ConfigError(
@@ -521,6 +537,14 @@ class CausalSelfAttention(Attention):
             | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale
         )
+
+
+# the fields only gated_deltanet reads, at their defaults: the causal kind refuses them set otherwise
+_DELTANET_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(AttentionConfig)
+    if f.name in ("key_heads", "key_head_dim", "conv_kernel", "scan_chunk")
+}
 
 
 def qk_norm_config(cfg: ModelConfig) -> ModelConfig:

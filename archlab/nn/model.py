@@ -75,15 +75,18 @@ class Decoder(nn.Module):
         blocks = cast("Sequence[Block]", self.blocks)  # build_block's, one per layer
         schemes = {None: self.position, **{k: cast(Position, p) for k, p in self.layer_positions.items()}}
         rotary = {k: p.rotary(q_pos, x.dtype, cached=cache is not None) for k, p in schemes.items()}
-        masks = {}
-        for w, c, k in {(block.attn.window, block.attn.chunk, k) for block, k in zip(blocks, self.position_of)}:
+        masks: dict[tuple[Optional[int], Optional[int], Optional[str]], Optional[Tensor]] = {}
+        mixers = [(block, k) for block, k in zip(blocks, self.position_of) if not block.attn.recurrent]
+        for w, c, k in {(block.attn.window, block.attn.chunk, k) for block, k in mixers}:
             kept = cache.kept(w or c) if cache is not None else 0  # a chunked layer caches as a window of its chunk
             masks[w, c, k] = self.mask(
                 schemes[k], start, T, kept, w, x.dtype, idx.device, attention_mask, positions, chunk=c
             )
+        # a recurrent layer's mask: which of its new positions are tokens (None: all of them)
+        tokens = None if attention_mask is None else attention_mask[:, start : start + T].bool()
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block, k in zip(blocks, self.position_of):
-            mask = masks[block.attn.window, block.attn.chunk, k]
+            mask = tokens if block.attn.recurrent else masks[block.attn.window, block.attn.chunk, k]
             x = (
                 checkpoint(block, x, rotary[k], mask, cache, use_reentrant=False)
                 if recompute

@@ -1,0 +1,276 @@
+"""Gated DeltaNet, ``gated_deltanet`` (Yang, Kautz and Hatamizadeh 2024, arXiv:2412.06464), as Qwen3-Next
+uses it: a token mixer in attention's slot whose memory is one ``key_head_dim × v_head_dim`` state per
+head, decayed and corrected by the gated delta rule, so its decoding state is constant in the context.
+
+Per head ``h`` and token ``t`` (``k_t``, ``q_t`` L2-normed, ``q_t`` scaled by 1/sqrt(key_head_dim)):
+``S_t = α_t·S_{t−1} + k_t·u_tᵀ`` with ``u_t = β_t·(v_t − α_t·S_{t−1}ᵀ·k_t)``, output ``o_t = S_tᵀ·q_t``;
+``α_t = exp(g_t)``, ``g_t = −exp(A_log)·softplus(a_t + dt_bias)``, ``β_t = sigmoid(b_t)``. Training and
+prefill run the chunked parallel form (``chunked_delta_rule``), decoding the recurrence itself
+(``recurrent_delta_rule``); both in float32."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from archlab import checks
+from archlab.config import ModelConfig
+from archlab.errors import ConfigError
+from archlab.nn.attention import ATTENTIONS, Attention, KVCache
+from archlab.nn.component import residual_projection
+
+# fields of the softmax kinds that gated_deltanet refuses, with why
+_REFUSED = {
+    "n_kv_head": (None, "null for kind gated_deltanet (its query/key heads: model.attention.key_heads)"),
+    "head_dim": (None, "null for kind gated_deltanet (its head sizes: key_head_dim and v_head_dim)"),
+    "qkv_bias": (False, "false for kind gated_deltanet (Qwen3-Next's projections have no biases)"),
+    "out_bias": (False, "false for kind gated_deltanet (Qwen3-Next's projections have no biases)"),
+    "dropout": (0.0, "0 for kind gated_deltanet (it has no attention weights to drop)"),
+    "qk_norm": ("none", "none for kind gated_deltanet (its queries and keys are L2-normed always)"),
+    "qk_norm_after_rope": (False, "false for kind gated_deltanet (no QK-norm, no rotation)"),
+    "qk_norm_per_head_scale": (False, "false for kind gated_deltanet (no QK-norm)"),
+    "qk_norm_bias": (None, "null for kind gated_deltanet (no QK-norm)"),
+    "clip_qkv": (None, "null for kind gated_deltanet (clipping q, k and v is the causal kind's)"),
+    "scale": (None, "null for kind gated_deltanet (queries are scaled by 1/sqrt(key_head_dim))"),
+    "softcap": (None, "null for kind gated_deltanet (it has no scores to cap)"),
+    "window": (None, "null for kind gated_deltanet (its state holds the whole past)"),
+    "chunk": (None, "null for kind gated_deltanet (its state holds the whole past; its scan: scan_chunk)"),
+    "sinks": (False, "false for kind gated_deltanet (it has no softmax to sink)"),
+    "gate": ("none", "none for kind gated_deltanet (its output is gated by its own z projection)"),
+    "query_scale_beta": (None, "null for kind gated_deltanet (query scaling is the causal kind's)"),
+    "latent_norm_eps": (None, "null for kind gated_deltanet (latent norms are mla's)"),
+}
+
+
+def l2_normalise(x: Tensor, eps: float = 1e-6) -> Tensor:
+    """``x / sqrt(Σx² + eps)`` over the last dim (the eps inside the root, as flash-linear-attention's)."""
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
+def chunked_delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, chunk: int, state: Optional[Tensor] = None
+) -> tuple[Tensor, Tensor]:
+    """The gated delta rule over ``T`` positions, ``chunk`` at a time: outputs ``[B, H, T, dv]`` and the
+    final state ``[B, H, dk, dv]`` from ``q``, ``k`` ``[B, H, T, dk]``, ``v`` ``[B, H, T, dv]``, log-decays
+    ``g`` and write strengths ``beta`` ``[B, H, T]`` and an initial ``state`` (None: zeros).
+
+    Within a chunk, with γ_t = exp(g_1 + ... + g_t), the values written are ``U = (I + A)⁻¹·(β·V − β·γ·K·S₀)``
+    where ``A_ts = β_t·(γ_t/γ_s)·k_t·k_s`` for s < t (one triangular solve per chunk, all chunks at once);
+    the outputs ``O = γ·Q·S₀ + ((Q·Kᵀ) ⊙ γ_t/γ_s)_{s≤t}·U`` and the next state ``γ_C·S₀ + (K·γ_C/γ)ᵀ·U``
+    take one matmul each, so only the state passes from chunk to chunk. A sequence shorter than ``chunk``
+    is one chunk of its own length; a longer one is padded at the end with positions that neither decay
+    nor write."""
+    B, H, T, dk = k.shape
+    dv = v.shape[-1]
+    C = min(chunk, T)
+    pad = -T % C
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = F.pad(g, (0, pad)), F.pad(beta, (0, pad))
+    n = (T + pad) // C
+    q, k, v = (x.unflatten(2, (n, C)) for x in (q, k, v))  # [B, H, n, C, d]
+    g, beta = g.unflatten(2, (n, C)), beta.unflatten(2, (n, C))
+    log_gamma = g.cumsum(-1)  # [B, H, n, C]
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    # γ_t/γ_s for s <= t, 0 above the diagonal (masked before exp: the differences there are positive)
+    decay = (log_gamma[..., :, None] - log_gamma[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    k_beta = k * beta[..., None]
+    system = (k_beta @ k.transpose(-1, -2)) * decay  # strictly lower part used: unitriangular below
+    gamma = log_gamma.exp()[..., None]
+    rhs = torch.cat((v * beta[..., None], k_beta * gamma), dim=-1)
+    solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
+    u_free, w = solved.split((dv, dk), dim=-1)  # U = u_free − w·S₀
+    scores = (q @ k.transpose(-1, -2)) * decay
+    q_read = q * gamma  # the queries reading the chunk's initial state
+    k_write = k * (log_gamma[..., -1:] - log_gamma).exp()[..., None]  # the keys writing its final state
+    chunk_decay = log_gamma[..., -1].exp()[..., None, None]  # [B, H, n, 1, 1]
+    S = q.new_zeros(B, H, dk, dv) if state is None else state
+    out = []
+    for i in range(n):
+        u = u_free[:, :, i] - w[:, :, i] @ S
+        out.append(q_read[:, :, i] @ S + scores[:, :, i] @ u)
+        S = S * chunk_decay[:, :, i] + k_write[:, :, i].transpose(-1, -2) @ u
+    return torch.cat(out, dim=2)[:, :, :T], S
+
+
+def recurrent_delta_rule(
+    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Optional[Tensor] = None
+) -> tuple[Tensor, Tensor]:
+    """The gated delta rule one position at a time (decoding), with ``chunked_delta_rule``'s arguments
+    and results: decay the state, write β·(v − Sᵀk) along k, read it with q."""
+    B, H, T, dk = k.shape
+    S = q.new_zeros(B, H, dk, v.shape[-1]) if state is None else state
+    out = []
+    for t in range(T):
+        k_t = k[:, :, t, :, None]  # [B, H, dk, 1]
+        S = S * g[:, :, t, None, None].exp()
+        u = beta[:, :, t, None] * (v[:, :, t] - (S * k_t).sum(-2))  # [B, H, dv]
+        S = S + k_t * u[:, :, None, :]
+        out.append((S * q[:, :, t, :, None]).sum(-2))
+    return torch.stack(out, dim=2), S
+
+
+def key_heads(cfg: ModelConfig) -> int:
+    """Query/key heads: ``attention.key_heads``, else ``n_head`` (one per value head)."""
+    a = cfg.attention
+    return a.key_heads if a.key_heads is not None else a.n_head
+
+
+def conv_channels(cfg: ModelConfig) -> int:
+    """Channels of the short convolution: queries, keys and values, 2·key_heads·key_head_dim + n_head·v_head_dim."""
+    a = cfg.attention
+    return 2 * key_heads(cfg) * a.key_head_dim + a.n_head * a.v_head_dim
+
+
+@ATTENTIONS.register("gated_deltanet")
+class GatedDeltaNet(Attention):
+    """One bias-free in-projection to q, k, v (through a causal depthwise convolution of ``conv_kernel``
+    and SiLU), the output gate z and each head's β and decay inputs b and a; the gated delta rule over
+    ``n_head`` states (each query/key head serving ``n_head / key_heads`` consecutive value heads); an
+    RMSNorm of each head's output with one ``v_head_dim`` scale, times silu(z) (``norm(o)·silu(z)``); the
+    output projection. No position reaches it: a rotary scheme's rotation is left unused and a score
+    bias never computed for its layers (Qwen3-Next's linear layers take none beside its RoPE attention),
+    the recurrence itself ordering the tokens. Its ``mask`` is the padding of the new positions ``[B, T]``
+    (True: a token): padded positions enter the convolution as zeros and neither decay nor write the
+    state, so a left-padded row computes what it would alone. The KV cache keeps, per such layer, the
+    last ``conv_kernel − 1`` convolution inputs ``[B, channels, conv_kernel − 1]`` and the states
+    ``[B, n_head, key_head_dim, v_head_dim]``."""
+
+    recurrent = True
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
+        super().__init__(cfg, layer)
+        a, d = cfg.attention, cfg.d_model
+        self.n_head, self.key_heads = a.n_head, key_heads(cfg)
+        self.key_dim, self.value_dim, self.kernel, self.scan_chunk = (
+            a.key_head_dim,
+            a.v_head_dim,
+            a.conv_kernel,
+            a.scan_chunk,
+        )
+        self.channels = conv_channels(cfg)
+        self.in_proj = nn.Linear(d, self.channels + a.n_head * a.v_head_dim + 2 * a.n_head, bias=False)
+        self.conv_weight = nn.Parameter(torch.empty(self.channels, a.conv_kernel))
+        self.A_log = nn.Parameter(torch.empty(a.n_head))
+        self.dt_bias = nn.Parameter(torch.empty(a.n_head))
+        self.norm_weight = nn.Parameter(torch.empty(a.v_head_dim))
+        self.norm_eps = cfg.norm.eps
+        self.proj = residual_projection(nn.Linear(a.n_head * a.v_head_dim, d, bias=False))
+
+    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
+        B, T, _ = x.shape
+        H, Hk, dk, dv = self.n_head, self.key_heads, self.key_dim, self.value_dim
+        mixed, z, b, a = self.in_proj(x).split((self.channels, H * dv, H, H), dim=-1)
+        if mask is not None:
+            mixed = mixed * mask[..., None].to(mixed.dtype)
+        mixed = self.convolve(mixed.transpose(1, 2), cache, layer).transpose(1, 2)
+        q, k, v = mixed.float().split((Hk * dk, Hk * dk, H * dv), dim=-1)
+        q = l2_normalise(q.unflatten(-1, (Hk, dk))) * dk**-0.5
+        k = l2_normalise(k.unflatten(-1, (Hk, dk)))
+        if Hk != H:  # each query/key head serves H / Hk consecutive value heads
+            q, k = q.repeat_interleave(H // Hk, dim=2), k.repeat_interleave(H // Hk, dim=2)
+        v = v.unflatten(-1, (H, dv))
+        beta = torch.sigmoid(b.float())
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        if mask is not None:  # a padded position keeps the state as it is: no decay (g = 0), no write
+            beta, g = beta * mask[..., None], g * mask[..., None]
+        q, k, v, beta, g = (t.transpose(1, 2) for t in (q, k, v, beta, g))  # heads first
+        state = None if cache is None else cache.recurrent_state[layer]
+        state = None if state is None else state.float()
+        if T == 1:
+            o, state = recurrent_delta_rule(q, k, v, g, beta, state)
+        else:
+            o, state = chunked_delta_rule(q, k, v, g, beta, self.scan_chunk, state)
+        if cache is not None:
+            cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
+        o = o.transpose(1, 2)  # [B, T, H, dv]
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight.float()
+        o = o * F.silu(z.float().unflatten(-1, (H, dv)))
+        return self.proj(o.to(x.dtype).flatten(2))
+
+    def convolve(self, mixed: Tensor, cache: Optional[KVCache], layer: int) -> Tensor:
+        """SiLU of the causal depthwise convolution of ``mixed`` ``[B, channels, T]``, continuing after the
+        cached inputs (zeros without a cache); the cache then keeps the last ``conv_kernel − 1`` inputs."""
+        past = None if cache is None else cache.conv_state[layer]
+        if past is None:
+            past = mixed.new_zeros(mixed.shape[0], self.channels, self.kernel - 1)
+        inputs = torch.cat((past.to(mixed.dtype), mixed), dim=-1)
+        if cache is not None:
+            cache.conv_state[layer] = inputs[:, :, inputs.shape[-1] - (self.kernel - 1) :].to(
+                cache.dtype or mixed.dtype
+            )
+        return F.silu(F.conv1d(inputs, self.conv_weight[:, None].to(inputs.dtype), groups=self.channels))
+
+    @torch.no_grad()
+    def init_parameters(self, std: float, residual_std: float) -> None:
+        """What no Linear holds (``Decoder.init_weights`` calls it), as Qwen3-Next initialises it: the
+        convolution N(0, std), dt_bias 1, A_log the log of U(0.01, 16) (decays from gentle to near-total),
+        the norm's scale 1."""
+        nn.init.normal_(self.conv_weight, 0.0, std)
+        nn.init.ones_(self.dt_bias)
+        self.A_log.copy_(torch.empty_like(self.A_log).uniform_(0.01, 16).log())
+        nn.init.ones_(self.norm_weight)
+
+    @staticmethod
+    def qk_head_dim(cfg: ModelConfig) -> int:
+        """``attention.key_head_dim``: what a query and a key multiply over."""
+        return cfg.attention.key_head_dim
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        """In-projection d·(2·Hk·dk + 2·H·dv + 2·H) (q, k, v, z, b, a), the convolution (2·Hk·dk + H·dv)·K,
+        A_log and dt_bias H each, the gated norm's scale dv, the output projection H·dv·d (no biases)."""
+        a, d, H = cfg.attention, cfg.d_model, cfg.attention.n_head
+        channels = conv_channels(cfg)
+        in_proj = d * (channels + H * a.v_head_dim + 2 * H)
+        return in_proj + channels * a.conv_kernel + 2 * H + a.v_head_dim + H * a.v_head_dim * d
+
+    @staticmethod
+    def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
+        """A constant, whatever ``length``: the last conv_kernel − 1 convolution inputs of every channel and
+        n_head states of key_head_dim × v_head_dim."""
+        a = cfg.attention
+        return conv_channels(cfg) * (a.conv_kernel - 1) + a.n_head * a.key_head_dim * a.v_head_dim
+
+    @staticmethod
+    def extra_flops(cfg: ModelConfig, seq_len: int, layer: int) -> int:
+        """The recurrence's cost per token, at any length: three products with each head's dk × dv state
+        (read by the key, written along it, read by the query), 2·dk·dv FLOPs each, forward and backward:
+        18·H·dk·dv. The convolution's weights count among the parameters; the chunked form's work within
+        a chunk, a way of computing the same recurrence, is not counted."""
+        a = cfg.attention
+        return 18 * a.n_head * a.key_head_dim * a.v_head_dim
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        a = cfg.attention
+        for name, (wanted, allowed) in _REFUSED.items():
+            if getattr(a, name) != wanted:
+                raise ConfigError(f"model.attention.{name}", getattr(a, name), allowed)
+        checks.integer("model.attention.n_head", a.n_head, 1, "a positive integer (value heads, one state each)")
+        if a.key_heads is not None:
+            checks.integer("model.attention.key_heads", a.key_heads, 1, "a positive integer, or null (n_head)")
+            if a.n_head % a.key_heads:
+                raise ConfigError(
+                    "model.attention.key_heads",
+                    a.key_heads,
+                    f"a divisor of model.attention.n_head={a.n_head} (each query/key head serves n_head/key_heads)",
+                )
+        for name in ("key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk"):
+            checks.integer(f"model.attention.{name}", getattr(a, name), 1)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """``gated_deltanet <H>v/<Hk>qk x (<dk> k, <dv> v), conv <K>``."""
+        a = cfg.attention
+        return f"gated_deltanet {a.n_head}v/{key_heads(cfg)}qk x ({a.key_head_dim} k, {a.v_head_dim} v), conv {a.conv_kernel}"
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        """Its heads and sizes, its convolution and scan; the softmax kinds' fields it refuses."""
+        return frozenset(
+            {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk"} | set(_REFUSED)
+        )
