@@ -2,9 +2,10 @@
 ``gpt`` (GPT-2, GPT-J), ``neox`` (GPT-NeoX, Phi), ``llama`` (LLaMA and its relatives), ``moe`` (Mixtral,
 Qwen3-MoE, DeepSeek), ``layered`` (dense families whose layers differ), ``layered_moe`` (gpt-oss, Llama 4,
 AFMoE), ``step`` (Step-3.5), ``falcon``, ``starcoder2`` (StarCoder 2), ``stablelm``. ``FAMILIES`` holds them
-all by ``model_type``; adding a family is a record in its module, a line here, and its tests. Shared parts:
-``base`` (the record, tensor maps, ``FEATURES``), ``rope`` and ``windows`` (RoPE and sliding windows both
-ways), ``dense`` (the table that routes a layout)."""
+all by ``model_type``; adding a family is a record in its module (its config keys copied as they are in
+``keys``, the rest computed in ``to_hf`` and ``from_hf``; its tensor names in ``tensors``), a line here, and
+its tests. Shared parts: ``base`` (the record, tensor maps, ``FEATURES``), ``rope`` and ``windows`` (RoPE and
+sliding windows both ways), ``dense`` (the table that routes a layout)."""
 
 from __future__ import annotations
 

@@ -283,7 +283,10 @@ class Tensors:
 
 
 class Family:
-    """One Hugging Face family. Subclasses set the class attributes and implement the four methods."""
+    """One Hugging Face family. Subclasses set the class attributes and implement the four methods.
+    ``keys`` declares the config fields copied as they are both ways (HF key -> archlab field under
+    ``model.``); ``to_hf`` and ``from_hf`` add them with ``keys_to_hf`` and ``keys_from_hf`` and compute
+    the rest."""
 
     model_type: str  # transformers' config.model_type
     title: str  # the family's name in messages
@@ -297,6 +300,21 @@ class Family:
     scalings: tuple[str, ...] = ("none", "linear", "llama3")  # RoPE scalings, if it holds model.position.scaling
     renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
     parts = ""  # the archlab parts the class maps to, in a line (archlab-interop's table and docs/interop.md)
+    keys: dict[str, str] = {}  # HF config key -> archlab field ("d_model", "norm.eps"), copied as is
+
+    def keys_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        """The HF keyword arguments of ``keys``: each field's value in ``cfg``."""
+        return {key: value_of(cfg, f"model.{field}") for key, field in self.keys.items()}
+
+    def keys_from_hf(self, c: Any, cfg: ModelConfig) -> ModelConfig:
+        """``cfg`` with each field of ``keys`` set to its HF config key's value in ``c``."""
+        for key, field in self.keys.items():
+            *path, name = field.split(".")
+            obj: Any = cfg
+            for part in path:
+                obj = getattr(obj, part)
+            setattr(obj, name, getattr(c, key))
+        return cfg
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         """What the family requires of the layout beyond the absent FEATURES."""

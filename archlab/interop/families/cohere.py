@@ -23,6 +23,7 @@ from archlab.interop.families.base import (
     gated_mlp,
     refuse_hf,
 )
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
@@ -37,6 +38,7 @@ class Cohere(Family):
 
     model_type, title, model_class, config_class = "cohere", "Cohere", "CohereForCausalLM", "CohereConfig"
     prefix = "model."
+    keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     features = frozenset(
         {
             "model.position.scaling",
@@ -70,17 +72,10 @@ class Cohere(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=a.n_head,
             num_key_value_heads=n_kv_head(cfg),
             hidden_act=GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            layer_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             rope_parameters=rope_to_hf(cfg),
             attention_bias=a.qkv_bias,
             attention_dropout=a.dropout,
@@ -95,18 +90,12 @@ class Cohere(Family):
         hd, bias = fixed_head_dim(c), bool(c.attention_bias)
         position = rope_from_hf(c, hd, partial=False)
         position.pairing = "interleaved"
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_eps, bias=False),
+            norm=NormConfig(kind="layernorm", bias=False),
             block=BlockConfig(kind="parallel", shared_norm=True),
             position=position,
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads,
                 qkv_bias=bias,
                 out_bias=bias,
@@ -115,8 +104,9 @@ class Cohere(Family):
                 qk_norm_per_head_scale=bool(c.use_qk_norm),
             ),
             mlp=gated_mlp(c, "hidden_act"),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False, logit_scale=float(scale)),
+            head=HeadConfig(bias=False, logit_scale=float(scale)),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, a = Tensors(cfg), cfg.attention

@@ -67,7 +67,6 @@ class SigmoidRouted(_Sparse):
             refuse_hf(c, "n_routed_experts", "at least 1 (archlab's MoE layers have routed experts)")
         hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         attention = AttentionConfig(
-            n_head=c.num_attention_heads,
             n_kv_head=c.num_key_value_heads or c.num_attention_heads,
             head_dim=hd,
             qkv_bias=bool(c.attention_bias),

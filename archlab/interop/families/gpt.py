@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
-    HeadConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -29,12 +27,25 @@ from archlab.nn.rope import rotary_dim
 
 # ---- GPT-2 and GPT-J
 
+# GPT-2's config keys, shared by its relatives and copied as they are (``Family.keys``).
+GPT_KEYS = {
+    "vocab_size": "vocab_size",
+    "n_positions": "context_length",
+    "n_embd": "d_model",
+    "n_layer": "n_layer",
+    "n_head": "attention.n_head",
+    "layer_norm_epsilon": "norm.eps",
+    "initializer_range": "init_std",
+    "tie_word_embeddings": "head.tied",
+}
+
 
 class _GPT(Family):
     """GPT-2 and GPT-J share LayerNorm with a bias, a two-matrix MLP with biases and their config names."""
 
     prefix = "transformer."
     features = frozenset({"model.dropout", "model.embedding_dropout"})
+    keys = {**GPT_KEYS, "attn_pdrop": "attention.dropout"}
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
@@ -47,33 +58,20 @@ class _GPT(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            n_positions=cfg.context_length,
-            n_embd=cfg.d_model,
-            n_layer=cfg.n_layer,
-            n_head=cfg.attention.n_head,
+            self.keys_to_hf(cfg),
             n_inner=d_ff(cfg),
             activation_function=plain_activation(cfg),
             resid_pdrop=cfg.dropout,
             embd_pdrop=embedding_dropout(cfg),
-            attn_pdrop=cfg.attention.dropout,
-            layer_norm_epsilon=cfg.norm.eps,
-            initializer_range=cfg.init_std,
-            tie_word_embeddings=cfg.head.tied,
         )
 
     def base_config(self, c: Any) -> ModelConfig:
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.n_positions,
-            n_layer=c.n_layer,
-            d_model=c.n_embd,
+        cfg = ModelConfig(
             **dropouts(c.resid_pdrop, c.embd_pdrop),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
-            attention=AttentionConfig(n_head=c.n_head, dropout=c.attn_pdrop),
+            norm=NormConfig(kind="layernorm", bias=True),
             mlp=plain_mlp(c, "activation_function", c.n_inner or 4 * c.n_embd),
         )
+        return self.keys_from_hf(c, cfg)
 
 
 class GPT2(_GPT):
@@ -104,7 +102,7 @@ class GPT2(_GPT):
                 )
         cfg = self.base_config(c)
         cfg.block, cfg.position = BlockConfig(kind="pre"), PositionConfig(kind="learned")
-        cfg.head = HeadConfig(tied=c.tie_word_embeddings, bias=False)
+        cfg.head.bias = False
         return cfg
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
@@ -150,7 +148,7 @@ class GPTJ(_GPT):
         cfg.block = BlockConfig(kind="parallel", shared_norm=True)
         cfg.position = PositionConfig(kind="rope", theta=10000.0, rotary_dim=c.rotary_dim, pairing="interleaved")
         cfg.attention.qkv_bias = cfg.attention.out_bias = False
-        cfg.head = HeadConfig(tied=c.tie_word_embeddings, bias=True)
+        cfg.head.bias = True
         return cfg
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:

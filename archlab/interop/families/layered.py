@@ -27,7 +27,6 @@ from torch import Tensor
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -49,7 +48,7 @@ from archlab.interop.families.base import (
     kind_field,
     refuse_hf,
 )
-from archlab.interop.families.llama import Gemma2, Llama, Olmo2, Qwen2, Qwen3
+from archlab.interop.families.llama import LLAMA_KEYS, Gemma2, Llama, Olmo2, Qwen2, Qwen3
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_to_hf, sliding_window
 from archlab.nn.attention import head_dim
@@ -548,6 +547,7 @@ class Cohere2(LayeredFamily):
 
     model_type, title, model_class, config_class = "cohere2", "Cohere2", "Cohere2ForCausalLM", "Cohere2Config"
     prefix = "model."
+    keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     features = frozenset({"model.position.scaling", "model.attention.window", *LAYERS})
     nope = True
     layout_why = " (Cohere2's sliding layers have RoPE and its full layers none)"
@@ -577,17 +577,10 @@ class Cohere2(LayeredFamily):
     def base_to_hf(self, rep: ModelConfig) -> dict[str, Any]:
         a = rep.attention
         return dict(
-            vocab_size=rep.vocab_size,
-            hidden_size=rep.d_model,
+            self.keys_to_hf(rep),
             intermediate_size=d_ff(rep),
-            num_hidden_layers=rep.n_layer,
-            num_attention_heads=a.n_head,
             num_key_value_heads=n_kv_head(rep),
             hidden_act=GATED_TO_HF[(rep.mlp.kind, rep.mlp.approximate)],
-            max_position_embeddings=rep.context_length,
-            initializer_range=rep.init_std,
-            layer_norm_eps=rep.norm.eps,
-            tie_word_embeddings=rep.head.tied,
             rope_parameters=rope_to_hf(rep),
             attention_bias=a.qkv_bias,
             attention_dropout=a.dropout,
@@ -613,25 +606,19 @@ class Cohere2(LayeredFamily):
             refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
         kind, approximate = GATED_FROM_HF[c.hidden_act]
         bias = bool(c.attention_bias)
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_eps, bias=False),
+            norm=NormConfig(kind="layernorm", bias=False),
             block=BlockConfig(kind="parallel", shared_norm=True),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads,
                 qkv_bias=bias,
                 out_bias=bias,
                 dropout=float(c.attention_dropout),
             ),
             mlp=MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=False, approximate=approximate),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def hf_weights(self, c: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
         if c.logit_scale == 1.0:

@@ -28,7 +28,6 @@ from torch import Tensor
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     LayersConfig,
     MLPConfig,
     ModelConfig,
@@ -50,6 +49,7 @@ from archlab.interop.families.base import (
     kind_field,
     refuse_hf,
 )
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import (
     dense_first,
     dense_tensors,
@@ -116,6 +116,7 @@ class _LayeredSparse(Family):
     names, every other field of attention, position and MLP the same on every layer."""
 
     prefix = "model."
+    keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps"}
     varies: frozenset[str] = frozenset()  # model.<section>.<field> that may differ between layers
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -165,16 +166,9 @@ class _LayeredSparse(Family):
     def base_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=a.n_head,
+            self.keys_to_hf(cfg),
             num_key_value_heads=n_kv_head(cfg),
             head_dim=head_dim(cfg),
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            rms_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             attention_dropout=a.dropout,
             attention_bias=a.qkv_bias,
             num_experts_per_tok=cfg.mlp.top_k,
@@ -182,22 +176,15 @@ class _LayeredSparse(Family):
             router_aux_loss_coef=cfg.mlp.aux_loss_weight,
         )
 
-    @staticmethod
-    def base_from_hf(c: Any, position: PositionConfig, mlp: MLPConfig) -> ModelConfig:
+    def base_from_hf(self, c: Any, position: PositionConfig, mlp: MLPConfig) -> ModelConfig:
         hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         bias = bool(c.attention_bias)
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
+            norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind="pre"),
             position=position,
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads or c.num_attention_heads,
                 head_dim=hd,
                 qkv_bias=bias,
@@ -205,8 +192,8 @@ class _LayeredSparse(Family):
                 dropout=float(c.attention_dropout),
             ),
             mlp=mlp,
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
 
 # ---- gpt-oss

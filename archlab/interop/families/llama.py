@@ -8,7 +8,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -21,6 +20,17 @@ from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 
 # ---- the LLaMA layout and its relatives: RMSNorm, gated MLP, full half-paired RoPE, separate q/k/v
+
+# The config keys LLaMA's relatives share, copied as they are (``Family.keys``).
+LLAMA_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "d_model",
+    "num_hidden_layers": "n_layer",
+    "num_attention_heads": "attention.n_head",
+    "max_position_embeddings": "context_length",
+    "initializer_range": "init_std",
+    "tie_word_embeddings": "head.tied",
+}
 
 
 class _LlamaStyle(Family):
@@ -35,6 +45,7 @@ class _LlamaStyle(Family):
     activation = "hidden_act"  # the config key of the MLP's activation
     mlp_kinds: tuple[str, ...] = ("swiglu", "geglu")  # the model.mlp.kind values its MLP holds
     mlp_why = ""  # why, in its refusal
+    keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps"}
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
@@ -59,18 +70,11 @@ class _LlamaStyle(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return {
-            "vocab_size": cfg.vocab_size,
-            "hidden_size": cfg.d_model,
+            **self.keys_to_hf(cfg),
             "intermediate_size": d_ff(cfg),
-            "num_hidden_layers": cfg.n_layer,
-            "num_attention_heads": a.n_head,
             "num_key_value_heads": n_kv_head(cfg),
             "head_dim": head_dim(cfg),
             self.activation: self.activation_to_hf(cfg),
-            "max_position_embeddings": cfg.context_length,
-            "initializer_range": cfg.init_std,
-            "rms_norm_eps": cfg.norm.eps,
-            "tie_word_embeddings": cfg.head.tied,
             "rope_parameters": rope_to_hf(cfg),
             "attention_dropout": a.dropout,
             "attention_bias": a.qkv_bias,
@@ -81,18 +85,12 @@ class _LlamaStyle(Family):
             refuse_hf(c, "use_bidirectional_attention", "false (archlab attention is causal)")
         hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         bias = bool(getattr(c, "attention_bias", False))
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
+            norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind=self.block),
             position=rope_from_hf(c, hd, partial=False),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads or c.num_attention_heads,
                 head_dim=hd,
                 qkv_bias=bias,
@@ -100,8 +98,8 @@ class _LlamaStyle(Family):
                 dropout=float(c.attention_dropout),
             ),
             mlp=self.mlp_from_hf(c),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, a = Tensors(cfg), cfg.attention

@@ -67,7 +67,6 @@ class MiniMaxM2(_Sparse):
             if getattr(c, key, None) not in (None, computed):
                 refuse_hf(c, key, f"{computed!r} (what transformers' {self.model_class} computes)")
         attention = AttentionConfig(
-            n_head=c.num_attention_heads,
             n_kv_head=c.num_key_value_heads or c.num_attention_heads,
             head_dim=c.head_dim,
             qkv_bias=False,

@@ -22,7 +22,6 @@ from torch import Tensor
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -44,6 +43,7 @@ from archlab.interop.families.base import (
     kind_field,
     refuse_hf,
 )
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -205,6 +205,7 @@ class _Sparse(Family):
     routed experts of a gated kind without biases, a router Linear without bias (``mlp.gate``)."""
 
     prefix = "model."
+    keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps"}
     shared_experts = False  # DeepSeek: n_shared_experts >= 1 (transformers builds the shared MLP whatever its width)
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -240,35 +241,23 @@ class _Sparse(Family):
     def base_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         """The config keys all four name alike."""
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=cfg.attention.n_head,
+            self.keys_to_hf(cfg),
             hidden_act=GATED_TO_HF[(cfg.mlp.expert, cfg.mlp.approximate)],
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            rms_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             rope_parameters=rope_to_hf(cfg),
             attention_dropout=cfg.attention.dropout,
         )
 
     def base_from_hf(self, c: Any, position: PositionConfig, attention: AttentionConfig, mlp: MLPConfig) -> ModelConfig:
         """archlab's config from the keys all four name alike and the family's parts."""
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
+            norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind="pre"),
             position=position,
             attention=attention,
             mlp=mlp,
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     @staticmethod
     def moe_from_hf(c: Any, n_experts: int, expert_d_ff: int, **fields: Any) -> MLPConfig:
@@ -343,7 +332,6 @@ class _CausalSparse(_Sparse):
         """archlab's config of LLaMA-style attention over ``mlp``."""
         hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         attention = AttentionConfig(
-            n_head=c.num_attention_heads,
             n_kv_head=c.num_key_value_heads or c.num_attention_heads,
             head_dim=hd,
             qkv_bias=False,
@@ -520,7 +508,6 @@ class _DeepSeek(_Sparse):
         position.pairing = pairing
         attention = AttentionConfig(
             kind="mla",
-            n_head=c.num_attention_heads,
             qkv_bias=False,
             out_bias=False,
             dropout=float(c.attention_dropout),

@@ -14,6 +14,7 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, dropouts, plain_activation, plain_mlp
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -30,6 +31,7 @@ class GPTNeoX(Family):
 
     model_type, title, model_class, config_class = "gpt_neox", "GPT-NeoX", "GPTNeoXForCausalLM", "GPTNeoXConfig"
     prefix = "gpt_neox."
+    keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     features = frozenset({"model.dropout", "model.position.scaling"})
     renames = {"embed_out.": "lm_head."}  # checkpoints written before transformers 5
 
@@ -51,18 +53,11 @@ class GPTNeoX(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=cfg.attention.n_head,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
             hidden_act=plain_activation(cfg),
             attention_dropout=cfg.attention.dropout,
             hidden_dropout=cfg.dropout,
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            layer_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             use_parallel_residual=cfg.block.kind == "parallel",
             rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)),
             attention_bias=cfg.attention.qkv_bias,
@@ -70,25 +65,19 @@ class GPTNeoX(Family):
 
     def from_hf(self, c: Any) -> ModelConfig:
         hd = c.hidden_size // c.num_attention_heads
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=float(c.hidden_dropout),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_eps, bias=True),
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="parallel", shared_norm=False) if c.use_parallel_residual else BlockConfig(),
             position=rope_from_hf(c, hd, partial=True),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 qkv_bias=c.attention_bias,
                 out_bias=c.attention_bias,
                 dropout=float(c.attention_dropout),
             ),
             mlp=plain_mlp(c, "hidden_act", c.intermediate_size),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, bias = Tensors(cfg), cfg.attention.qkv_bias
@@ -120,6 +109,7 @@ class Phi(Family):
 
     model_type, title, model_class, config_class = "phi", "Phi", "PhiForCausalLM", "PhiConfig"
     prefix = "model."
+    keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     features = frozenset(
         {"model.dropout", "model.embedding_dropout", "model.position.scaling", "model.attention.qk_norm"}
     )
@@ -145,39 +135,26 @@ class Phi(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=cfg.attention.n_head,
             num_key_value_heads=n_kv_head(cfg),
             head_dim=head_dim(cfg),
             resid_pdrop=cfg.dropout,
             embd_pdrop=embedding_dropout(cfg),
             attention_dropout=cfg.attention.dropout,
             hidden_act=plain_activation(cfg),
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            layer_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)),
             qk_layernorm=cfg.attention.qk_norm == "head",
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
         hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             **dropouts(c.resid_pdrop, c.embd_pdrop),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_eps, bias=True),
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="parallel", shared_norm=True),
             position=rope_from_hf(c, hd, partial=True),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads,
                 head_dim=hd,
                 qkv_bias=True,
@@ -186,8 +163,9 @@ class Phi(Family):
                 qk_norm="head" if c.qk_layernorm else "none",
             ),
             mlp=plain_mlp(c, "hidden_act", c.intermediate_size),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=True),
+            head=HeadConfig(bias=True),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

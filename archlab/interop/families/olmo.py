@@ -7,8 +7,7 @@ from typing import Any
 
 from archlab.config import ModelConfig, NormConfig
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors
-from archlab.interop.families.layered import view
-from archlab.interop.families.llama import _LlamaStyle
+from archlab.interop.families.llama import LLAMA_KEYS, _LlamaStyle
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
 
 EPS = 1e-5  # OlmoLayerNorm's eps, fixed in transformers
@@ -21,6 +20,7 @@ class Olmo(_LlamaStyle):
     model_type, title, model_class, config_class = "olmo", "OLMo", "OlmoForCausalLM", "OlmoConfig"
     features = frozenset({"model.position.scaling", "model.norm.affine", "model.attention.clip_qkv"})
     parts = "LLaMA's layers with parameter-free LayerNorms (model.norm.affine false), clip_qkv"
+    keys = LLAMA_KEYS  # OlmoConfig has no rms_norm_eps
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         rules = [r for r in super().rules(cfg) if r[0] != "model.norm.kind"]
@@ -34,12 +34,12 @@ class Olmo(_LlamaStyle):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         kwargs = super().to_hf(cfg)
-        del kwargs["head_dim"], kwargs["rms_norm_eps"]  # OlmoConfig has neither
+        del kwargs["head_dim"]  # OlmoConfig has none
         return dict(kwargs, clip_qkv=cfg.attention.clip_qkv)
 
     def from_hf(self, c: Any) -> ModelConfig:
         fixed_head_dim(c)
-        cfg = super().from_hf(view(c, rms_norm_eps=EPS))  # read by _LlamaStyle, replaced below
+        cfg = super().from_hf(c)
         cfg.norm = NormConfig(kind="layernorm", eps=EPS, affine=False)
         cfg.attention.head_dim = None
         cfg.attention.clip_qkv = None if c.clip_qkv is None else float(c.clip_qkv)

@@ -8,7 +8,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -16,6 +15,7 @@ from archlab.config import (
     embedding_dropout,
 )
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, dropouts, refuse_hf
+from archlab.interop.families.gpt import GPT_KEYS
 from archlab.nn.mlp import d_ff
 
 # afn <-> archlab (kind, approximate): GPT's "gelu" is the tanh approximation (transformers' gelu_new)
@@ -32,6 +32,7 @@ class OpenAIGPT(Family):
     -inf: the same probabilities, each hidden one below e^-9000."""
 
     model_type, title, model_class, config_class = "openai-gpt", "GPT", "OpenAIGPTLMHeadModel", "OpenAIGPTConfig"
+    keys = GPT_KEYS
     prefix = "transformer."
     features = frozenset({"model.dropout", "model.embedding_dropout"})
     position_kind = "learned"
@@ -60,38 +61,26 @@ class OpenAIGPT(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            n_positions=cfg.context_length,
-            n_embd=cfg.d_model,
-            n_layer=cfg.n_layer,
-            n_head=cfg.attention.n_head,
+            self.keys_to_hf(cfg),
             afn=ACT_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
             resid_pdrop=cfg.dropout,
             embd_pdrop=embedding_dropout(cfg),
             attn_pdrop=cfg.attention.dropout,
-            layer_norm_epsilon=cfg.norm.eps,
-            initializer_range=cfg.init_std,
-            tie_word_embeddings=cfg.head.tied,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
         if c.afn not in ACT_FROM_HF:
             refuse_hf(c, "afn", f"one of {sorted(ACT_FROM_HF)} (archlab has no plain SiLU MLP)")
         kind, approximate = ACT_FROM_HF[c.afn]
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.n_positions,
-            n_layer=c.n_layer,
-            d_model=c.n_embd,
+        cfg = ModelConfig(
             **dropouts(c.resid_pdrop, c.embd_pdrop),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="post"),
             position=PositionConfig(kind="learned"),
-            attention=AttentionConfig(n_head=c.n_head, dropout=float(c.attn_pdrop)),
+            attention=AttentionConfig(dropout=float(c.attn_pdrop)),
             mlp=MLPConfig(kind=kind, d_ff=4 * c.n_embd, bias=True, approximate=approximate),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

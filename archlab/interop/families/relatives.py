@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import ModelConfig, NormConfig
+from archlab.config import ModelConfig
 from archlab.interop.families.arcee import Arcee
 from archlab.interop.families.base import Family, Rule, TensorMap, dropouts, no_embedding_dropout
 from archlab.interop.families.glm4 import Glm4
-from archlab.interop.families.layered import LayeredGemma2, view
-from archlab.interop.families.llama import Llama
+from archlab.interop.families.layered import LayeredGemma2
+from archlab.interop.families.llama import LLAMA_KEYS, Llama
 from archlab.interop.families.ministral import Ministral
 
 
@@ -113,6 +113,7 @@ class Jais2(Arcee):
 
     model_type, title, model_class, config_class = "jais2", "Jais 2", "Jais2ForCausalLM", "Jais2Config"
     parts = "pre-norm LayerNorm, RoPE, GQA, a plain up/down MLP (ReLU²), optional biases"
+    keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         rules = [
@@ -120,13 +121,9 @@ class Jais2(Arcee):
         ]
         return [*rules, ("model.norm.bias", (True,), " (its LayerNorms have biases)")]
 
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        kwargs = super().to_hf(cfg)
-        return dict(kwargs, layer_norm_eps=kwargs.pop("rms_norm_eps"))
-
     def from_hf(self, c: Any) -> ModelConfig:
-        cfg = super().from_hf(view(c, rms_norm_eps=c.layer_norm_eps))
-        cfg.norm = NormConfig(kind="layernorm", eps=c.layer_norm_eps, bias=True)
+        cfg = super().from_hf(c)
+        cfg.norm.kind, cfg.norm.bias = "layernorm", True
         return cfg
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:

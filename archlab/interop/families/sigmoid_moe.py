@@ -155,7 +155,6 @@ class HYV3(_Sparse):
         n_dense = dense_prefix(c)
         bias = bool(c.attention_bias)
         attention = AttentionConfig(
-            n_head=c.num_attention_heads,
             n_kv_head=c.num_key_value_heads or c.num_attention_heads,
             head_dim=c.head_dim,
             qkv_bias=bias,
