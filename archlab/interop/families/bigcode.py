@@ -8,7 +8,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -27,6 +26,7 @@ from archlab.interop.families.base import (
     fmt,
     refuse_hf,
 )
+from archlab.interop.families.gpt import GPT_KEYS
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -46,6 +46,7 @@ class GPTBigCode(Family):
         "GPTBigCodeForCausalLM",
         "GPTBigCodeConfig",
     )
+    keys = GPT_KEYS
     prefix = "transformer."
     features = frozenset({"model.dropout", "model.embedding_dropout", "model.attention.scale"})
     position_kind = "learned"
@@ -72,21 +73,14 @@ class GPTBigCode(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            n_positions=cfg.context_length,
-            n_embd=cfg.d_model,
-            n_layer=cfg.n_layer,
-            n_head=cfg.attention.n_head,
+            self.keys_to_hf(cfg),
             n_inner=d_ff(cfg),
             activation_function=self.activations_to_hf[(cfg.mlp.kind, cfg.mlp.approximate)],
             resid_pdrop=cfg.dropout,
             embd_pdrop=embedding_dropout(cfg),
             attn_pdrop=cfg.attention.dropout,
-            layer_norm_epsilon=cfg.norm.eps,
-            initializer_range=cfg.init_std,
             scale_attn_weights=cfg.attention.scale is None,
             multi_query=n_kv_head(cfg) == 1 and cfg.attention.n_head > 1,
-            tie_word_embeddings=cfg.head.tied,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
@@ -96,25 +90,19 @@ class GPTBigCode(Family):
         if name not in self.activations_from_hf:
             refuse_hf(c, "activation_function", f"one of {sorted(self.activations_from_hf)}")
         kind, approximate = self.activations_from_hf[name]
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.n_positions,
-            n_layer=c.n_layer,
-            d_model=c.n_embd,
+        cfg = ModelConfig(
             **dropouts(c.resid_pdrop, c.embd_pdrop),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="pre"),
             position=PositionConfig(kind="learned"),
             attention=AttentionConfig(
-                n_head=c.n_head,
                 n_kv_head=1 if c.multi_query else None,
                 scale=None if c.scale_attn_weights else 1.0,
                 dropout=float(c.attn_pdrop),
             ),
             mlp=MLPConfig(kind=kind, d_ff=c.n_inner or 4 * c.n_embd, bias=True, approximate=approximate),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

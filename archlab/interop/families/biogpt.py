@@ -10,7 +10,6 @@ from torch import Tensor
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -27,6 +26,7 @@ from archlab.interop.families.base import (
     plain_mlp,
     refuse_hf,
 )
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.opt import EPS, OFFSET
 from archlab.nn.mlp import d_ff
 
@@ -42,6 +42,7 @@ class BioGpt(Family):
     probabilities; ``activation_dropout`` (inside the MLP) and ``layerdrop`` are refused unless 0."""
 
     model_type, title, model_class, config_class = "biogpt", "BioGPT", "BioGptForCausalLM", "BioGptConfig"
+    keys = LLAMA_KEYS  # its layer_norm_eps is written, read as 1e-5
     prefix = "biogpt."
     features = frozenset({"model.dropout", "model.embedding_dropout", "model.scale_embedding"})
     position_kind = "learned"
@@ -65,42 +66,31 @@ class BioGpt(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=cfg.attention.n_head,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
             hidden_act=plain_activation(cfg),
             hidden_dropout_prob=embedding_dropout(cfg),
             attention_probs_dropout_prob=cfg.attention.dropout,
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
             layer_norm_eps=cfg.norm.eps,
             scale_embedding=cfg.scale_embedding,
             layerdrop=0.0,
             activation_dropout=0.0,
-            tie_word_embeddings=cfg.head.tied,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
         for name in ("layerdrop", "activation_dropout"):
             if getattr(c, name) != 0:
                 refuse_hf(c, name, f"{fmt(0.0)} (archlab runs every layer and drops no MLP activations)")
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             **dropouts(c.hidden_dropout_prob, c.hidden_dropout_prob),
-            init_std=c.initializer_range,
             scale_embedding=bool(c.scale_embedding),
             norm=NormConfig(kind="layernorm", eps=EPS, bias=True),
             block=BlockConfig(kind="pre"),
             position=PositionConfig(kind="learned"),
-            attention=AttentionConfig(n_head=c.num_attention_heads, dropout=float(c.attention_probs_dropout_prob)),
+            attention=AttentionConfig(dropout=float(c.attention_probs_dropout_prob)),
             mlp=plain_mlp(c, "hidden_act", c.intermediate_size),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, d = Tensors(cfg), "biogpt"

@@ -8,7 +8,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -42,6 +41,15 @@ class Bloom(Family):
     ``seq_length`` where a config has it, else 2048, its training length."""
 
     model_type, title, model_class, config_class = "bloom", "BLOOM", "BloomForCausalLM", "BloomConfig"
+    keys = {
+        "vocab_size": "vocab_size",
+        "hidden_size": "d_model",
+        "n_layer": "n_layer",
+        "n_head": "attention.n_head",
+        "layer_norm_epsilon": "norm.eps",
+        "initializer_range": "init_std",
+        "tie_word_embeddings": "head.tied",
+    }
     prefix = "transformer."
     features = frozenset({"model.dropout", "model.embedding_dropout", "model.embedding_norm"})
     position_kind = "alibi"
@@ -71,16 +79,10 @@ class Bloom(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
-            n_layer=cfg.n_layer,
-            n_head=cfg.attention.n_head,
-            layer_norm_epsilon=cfg.norm.eps,
-            initializer_range=cfg.init_std,
+            self.keys_to_hf(cfg),
             apply_residual_connection_post_layernorm=False,
             hidden_dropout=cfg.dropout,
             attention_dropout=cfg.attention.dropout,
-            tie_word_embeddings=cfg.head.tied,
             seq_length=cfg.context_length,
         )
 
@@ -91,21 +93,17 @@ class Bloom(Family):
                 "apply_residual_connection_post_layernorm",
                 f"{fmt(False)} (archlab's residual stream carries each block's input, not its normed copy)",
             )
-        return ModelConfig(
-            vocab_size=c.vocab_size,
+        cfg = ModelConfig(
             context_length=getattr(c, "seq_length", None) or CONTEXT,
-            n_layer=c.n_layer,
-            d_model=c.hidden_size,
             **dropouts(c.hidden_dropout, 0.0),
-            init_std=c.initializer_range,
             embedding_norm=True,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="pre"),
             position=PositionConfig(kind="alibi"),
-            attention=AttentionConfig(n_head=c.n_head, dropout=float(c.attention_dropout)),
+            attention=AttentionConfig(dropout=float(c.attention_dropout)),
             mlp=MLPConfig(kind="gelu", d_ff=4 * c.hidden_size, bias=True, approximate="tanh"),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, H = Tensors(cfg), cfg.attention.n_head

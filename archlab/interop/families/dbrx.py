@@ -9,6 +9,7 @@ from typing import Any
 from archlab.config import AttentionConfig, BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
 from archlab.interop.families.moe import _CausalSparse
+from archlab.interop.families.mpt import MPT_KEYS
 from archlab.interop.families.phi3 import head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.softmax_moe import replaced
@@ -23,6 +24,7 @@ class Dbrx(_CausalSparse):
     router jitter (``moe_jitter_eps``), any activation but SiLU and a tied head (DBRX refuses one)."""
 
     model_type, title, model_class, config_class = "dbrx", "DBRX", "DbrxForCausalLM", "DbrxConfig"
+    keys = MPT_KEYS  # DBRX refuses a tied head
     prefix = "transformer."
     features = frozenset({"model.position.scaling", "model.attention.clip_qkv"})
     parts = "bias-free LayerNorms, fused Wqkv with clip_qkv, GQA, a softmax top-k MoE of SwiGLU experts"
@@ -43,14 +45,9 @@ class Dbrx(_CausalSparse):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a, m = cfg.attention, cfg.mlp
         return dict(
-            vocab_size=cfg.vocab_size,
-            d_model=cfg.d_model,
-            n_heads=a.n_head,
-            n_layers=cfg.n_layer,
-            max_seq_len=cfg.context_length,
+            self.keys_to_hf(cfg),
             resid_pdrop=0.0,
             emb_pdrop=0.0,
-            initializer_range=cfg.init_std,
             tie_word_embeddings=False,
             rope_parameters=rope_to_hf(cfg),
             # its attention reads attn_config.rope_theta (unused: the rotary reads rope_parameters)
@@ -83,18 +80,12 @@ class Dbrx(_CausalSparse):
                 c, "ffn_config.moe_normalize_expert_weights", "1.0 (archlab renormalises to sum 1) or null (none)", p
             )
         hd = c.d_model // c.n_heads
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_seq_len,
-            n_layer=c.n_layers,
-            d_model=c.d_model,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
             norm=NormConfig(kind="layernorm", eps=EPS, bias=False),
             block=BlockConfig(kind="pre"),
             position=rope_from_hf(c, hd, partial=False, scalings=self.rope_types()),
             attention=AttentionConfig(
-                n_head=c.n_heads,
                 n_kv_head=attn.kv_n_heads,
                 qkv_bias=False,
                 out_bias=False,
@@ -113,6 +104,7 @@ class Dbrx(_CausalSparse):
             ),
             head=HeadConfig(tied=False, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, E = Tensors(cfg), cfg.mlp.n_experts

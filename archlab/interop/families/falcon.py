@@ -9,7 +9,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -25,6 +24,7 @@ from archlab.interop.families.base import (
     plain_mlp,
     refuse_hf,
 )
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -48,6 +48,7 @@ class Falcon(Family):
     under ALiBi the attention probabilities)."""
 
     model_type, title, model_class, config_class = "falcon", "Falcon", "FalconForCausalLM", "FalconConfig"
+    keys = {**LLAMA_KEYS, "layer_norm_epsilon": "norm.eps"}
     prefix = "transformer."
     position_kind = ("rope", "alibi")
     features = frozenset({"model.position.scaling", "model.position.alibi_scale", "model.position.alibi_rounding"})
@@ -96,10 +97,7 @@ class Falcon(Family):
         a, new = cfg.attention, self.new_architecture(cfg)
         alibi = cfg.position.kind == "alibi"
         kwargs: dict[str, Any] = dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=a.n_head,
+            self.keys_to_hf(cfg),
             num_kv_heads=n_kv_head(cfg),
             new_decoder_architecture=new,
             multi_query=not new and n_kv_head(cfg) == 1,
@@ -109,10 +107,6 @@ class Falcon(Family):
             ffn_hidden_size=d_ff(cfg),
             activation=plain_activation(cfg),
             alibi=alibi,
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            layer_norm_epsilon=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             hidden_dropout=0.0,
             attention_dropout=0.0,
         )
@@ -145,19 +139,14 @@ class Falcon(Family):
             position = rope_from_hf(c, hd, partial=False)
         mlp = plain_mlp(c, "activation", c.ffn_hidden_size)
         mlp.bias = bool(c.bias)
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
+        cfg = ModelConfig(
+            norm=NormConfig(kind="layernorm", bias=True),
             block=block,
             position=position,
-            attention=AttentionConfig(n_head=H, n_kv_head=kv, qkv_bias=bool(c.bias), out_bias=bool(c.bias)),
+            attention=AttentionConfig(n_kv_head=kv, qkv_bias=bool(c.bias), out_bias=bool(c.bias)),
             mlp=mlp,
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, bias, H, KV, hd = Tensors(cfg), cfg.attention.qkv_bias, cfg.attention.n_head, n_kv_head(cfg), head_dim(cfg)

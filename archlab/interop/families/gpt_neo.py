@@ -9,7 +9,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -39,6 +38,16 @@ class _GPTNeoParts(Family):
     ``embed_dropout`` the embeddings, ``attention_dropout`` the attention probabilities."""
 
     model_type, title, model_class, config_class = "gpt_neo", "GPT-Neo", "GPTNeoForCausalLM", "GPTNeoConfig"
+    keys = {
+        "vocab_size": "vocab_size",
+        "max_position_embeddings": "context_length",
+        "hidden_size": "d_model",
+        "num_layers": "n_layer",
+        "num_heads": "attention.n_head",
+        "layer_norm_epsilon": "norm.eps",
+        "initializer_range": "init_std",
+        "tie_word_embeddings": "head.tied",
+    }
     prefix = "transformer."
     position_kind = "learned"
     features = frozenset(
@@ -61,38 +70,24 @@ class _GPTNeoParts(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            max_position_embeddings=cfg.context_length,
-            hidden_size=cfg.d_model,
-            num_layers=cfg.n_layer,
-            num_heads=cfg.attention.n_head,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
             activation_function=plain_activation(cfg),
             resid_dropout=cfg.dropout,
             embed_dropout=embedding_dropout(cfg),
             attention_dropout=cfg.attention.dropout,
-            layer_norm_epsilon=cfg.norm.eps,
-            initializer_range=cfg.init_std,
-            tie_word_embeddings=cfg.head.tied,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             **dropouts(c.resid_dropout, c.embed_dropout),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=True),
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="pre"),
             position=PositionConfig(kind="learned"),
-            attention=AttentionConfig(
-                n_head=c.num_heads, qkv_bias=False, out_bias=True, scale=1.0, dropout=float(c.attention_dropout)
-            ),
+            attention=AttentionConfig(qkv_bias=False, out_bias=True, scale=1.0, dropout=float(c.attention_dropout)),
             mlp=plain_mlp(c, "activation_function", c.intermediate_size or 4 * c.hidden_size),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

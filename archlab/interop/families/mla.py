@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import AttentionConfig, BlockConfig, HeadConfig, ModelConfig, NormConfig
+from archlab.config import AttentionConfig, BlockConfig, ModelConfig, NormConfig
 from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
 from archlab.interop.families.layered import view
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import LATENT_EPS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.sigmoid_moe import dense_prefix, mlp_layer_types
@@ -61,6 +62,15 @@ class Youtu(Family):
     YaRN as DeepSeek reads it) and a gated MLP of ``intermediate_size`` without biases in every layer."""
 
     model_type, title, model_class, config_class = "youtu", "Youtu-LLM", "YoutuForCausalLM", "YoutuConfig"
+    keys = {
+        **LLAMA_KEYS,
+        "rms_norm_eps": "norm.eps",
+        "q_lora_rank": "attention.q_lora_rank",
+        "kv_lora_rank": "attention.kv_lora_rank",
+        "qk_nope_head_dim": "attention.qk_nope_head_dim",
+        "qk_rope_head_dim": "attention.qk_rope_head_dim",
+        "v_head_dim": "attention.v_head_dim",
+    }
     prefix = "model."
     attention_kind = "mla"
     position_why = " (it always rotates qk_rope_head_dim dims)"
@@ -81,22 +91,10 @@ class Youtu(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=a.n_head,
             num_key_value_heads=a.n_head,
-            q_lora_rank=a.q_lora_rank,
-            kv_lora_rank=a.kv_lora_rank,
-            qk_nope_head_dim=a.qk_nope_head_dim,
-            qk_rope_head_dim=a.qk_rope_head_dim,
-            v_head_dim=a.v_head_dim,
             hidden_act=GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            rms_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             rope_parameters=rope_to_hf(cfg),
             rope_interleave=cfg.position.pairing == "interleaved",
             attention_bias=False,
@@ -113,32 +111,21 @@ class Youtu(Family):
         rope_types = tuple("default" if s == "none" else s for s in self.scalings)
         position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=rope_types)
         position.pairing = "interleaved" if c.rope_interleave else "half"
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
+            norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind="pre"),
             position=position,
             attention=AttentionConfig(
                 kind="mla",
-                n_head=c.num_attention_heads,
                 qkv_bias=False,
                 out_bias=False,
                 dropout=float(c.attention_dropout),
-                q_lora_rank=c.q_lora_rank,
-                kv_lora_rank=c.kv_lora_rank,
-                qk_nope_head_dim=c.qk_nope_head_dim,
-                qk_rope_head_dim=c.qk_rope_head_dim,
-                v_head_dim=c.v_head_dim,
                 latent_norm_eps=latent_eps_from_hf(c),
             ),
             mlp=gated_mlp(c, "hidden_act"),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

@@ -8,7 +8,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -39,6 +38,16 @@ _FIXED = {
 
 _INT_DROPOUT = " (transformers' MptAttentionConfig types attn_pdrop an int: 0 alone converts)"
 
+# MPT's config keys, shared with DBRX and copied as they are (``Family.keys``).
+MPT_KEYS = {
+    "vocab_size": "vocab_size",
+    "d_model": "d_model",
+    "n_heads": "attention.n_head",
+    "n_layers": "n_layer",
+    "max_seq_len": "context_length",
+    "initializer_range": "init_std",
+}
+
 
 class Mpt(Family):
     """MptForCausalLM: pre-norm LayerNorms with a scale and no shift (``model.norm.bias`` false), ALiBi with
@@ -53,6 +62,7 @@ class Mpt(Family):
     assumes (``no_bias``, ``expansion_ratio``, ``logit_scale`` and ``attn_config``'s ``_FIXED``)."""
 
     model_type, title, model_class, config_class = "mpt", "MPT", "MptForCausalLM", "MptConfig"
+    keys = {**MPT_KEYS, "layer_norm_epsilon": "norm.eps", "tie_word_embeddings": "head.tied"}
     prefix = "transformer."
     features = frozenset(
         {"model.dropout", "model.embedding_dropout", "model.attention.clip_qkv", "model.attention.scale"}
@@ -88,14 +98,7 @@ class Mpt(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return dict(
-            vocab_size=cfg.vocab_size,
-            d_model=cfg.d_model,
-            n_heads=a.n_head,
-            n_layers=cfg.n_layer,
-            max_seq_len=cfg.context_length,
-            layer_norm_epsilon=cfg.norm.eps,
-            initializer_range=cfg.init_std,
-            tie_word_embeddings=cfg.head.tied,
+            self.keys_to_hf(cfg),
             attn_config=dict(
                 attn_pdrop=0,
                 clip_qkv=a.clip_qkv,
@@ -115,18 +118,12 @@ class Mpt(Family):
         if c.logit_scale is not None:
             refuse_hf(c, "logit_scale", "null (transformers' MPT does not scale its logits)")
         clip = float(a.clip_qkv) if a.clip_qkv else None  # 0 clamps nothing
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_seq_len,
-            n_layer=c.n_layers,
-            d_model=c.d_model,
+        cfg = ModelConfig(
             **dropouts(a.attn_pdrop, 0.0),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_epsilon, bias=False),
+            norm=NormConfig(kind="layernorm", bias=False),
             block=BlockConfig(kind="pre"),
             position=PositionConfig(kind="alibi"),
             attention=AttentionConfig(
-                n_head=c.n_heads,
                 qkv_bias=False,
                 out_bias=False,
                 dropout=float(a.attn_pdrop),
@@ -134,8 +131,8 @@ class Mpt(Family):
                 scale=None if a.softmax_scale is None else float(a.softmax_scale),
             ),
             mlp=MLPConfig(kind="gelu", d_ff=4 * c.d_model, bias=False, approximate="none"),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

@@ -17,6 +17,7 @@ from archlab.config import (
 )
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -32,6 +33,7 @@ class NanoChat(Family):
     logits soft-capped by ``final_logit_softcapping``, no head bias, no residual or embedding dropout."""
 
     model_type, title, model_class, config_class = "nanochat", "nanochat", "NanoChatForCausalLM", "NanoChatConfig"
+    keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps"}
     prefix = "model."
     features = frozenset(
         {
@@ -66,17 +68,10 @@ class NanoChat(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=a.n_head,
             num_key_value_heads=n_kv_head(cfg),
             hidden_act=UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            rms_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             rope_parameters=rope_to_hf(cfg),
             attention_dropout=a.dropout,
             attention_bias=a.qkv_bias,
@@ -92,19 +87,13 @@ class NanoChat(Family):
         kind, approximate = UP_DOWN_FROM_HF[c.hidden_act]
         bias = bool(c.attention_bias)
         softcap = c.final_logit_softcapping
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
             embedding_norm=True,
-            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps, affine=False),
+            norm=NormConfig(kind="rmsnorm", affine=False),
             block=BlockConfig(kind="pre"),
             position=rope_from_hf(c, hd, partial=False),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads or c.num_attention_heads,
                 qkv_bias=bias,
                 out_bias=bias,
@@ -112,10 +101,9 @@ class NanoChat(Family):
                 qk_norm="l2",
             ),
             mlp=MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=False, approximate=approximate),
-            head=HeadConfig(
-                tied=c.tie_word_embeddings, bias=False, softcap=None if softcap is None else float(softcap)
-            ),
+            head=HeadConfig(bias=False, softcap=None if softcap is None else float(softcap)),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, a = Tensors(cfg), cfg.attention

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import AttentionConfig, BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config import AttentionConfig, BlockConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.interop.families.arcee import UP_DOWN_KINDS, UP_DOWN_TO_HF, up_down_mlp, up_down_tensors
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -19,6 +20,7 @@ class Nemotron(Family):
     """NemotronForCausalLM: see the module docstring."""
 
     model_type, title, model_class, config_class = "nemotron", "Nemotron", "NemotronForCausalLM", "NemotronConfig"
+    keys = {**LLAMA_KEYS, "norm_eps": "norm.eps"}
     prefix = "model."
     features = frozenset({"model.position.scaling", "model.norm.unit_offset"})
     parts = "pre-norm (1 + w) LayerNorm, partial RoPE, GQA, a plain up/down MLP (ReLU²)"
@@ -38,18 +40,11 @@ class Nemotron(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return {
-            "vocab_size": cfg.vocab_size,
-            "hidden_size": cfg.d_model,
+            **self.keys_to_hf(cfg),
             "intermediate_size": d_ff(cfg),
-            "num_hidden_layers": cfg.n_layer,
-            "num_attention_heads": a.n_head,
             "num_key_value_heads": n_kv_head(cfg),
             "head_dim": head_dim(cfg),
             "hidden_act": UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
-            "max_position_embeddings": cfg.context_length,
-            "initializer_range": cfg.init_std,
-            "norm_eps": cfg.norm.eps,
-            "tie_word_embeddings": cfg.head.tied,
             "rope_parameters": rope_to_hf(cfg, rope_fraction(cfg)),
             "attention_dropout": a.dropout,
             "attention_bias": a.qkv_bias,
@@ -58,18 +53,12 @@ class Nemotron(Family):
 
     def from_hf(self, c: Any) -> ModelConfig:
         bias = bool(c.attention_bias)
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             dropout=0.0,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.norm_eps, bias=True, unit_offset=True),
+            norm=NormConfig(kind="layernorm", bias=True, unit_offset=True),
             block=BlockConfig(kind="pre"),
             position=rope_from_hf(c, c.head_dim, partial=True),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads or c.num_attention_heads,
                 head_dim=c.head_dim,
                 qkv_bias=bias,
@@ -77,8 +66,8 @@ class Nemotron(Family):
                 dropout=float(c.attention_dropout),
             ),
             mlp=up_down_mlp(c),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, a = Tensors(cfg), cfg.attention

@@ -8,7 +8,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -43,6 +42,15 @@ class Opt(Family):
     ``model.embedding_dropout`` 0.0; ``attention_dropout`` drops the attention probabilities."""
 
     model_type, title, model_class, config_class = "opt", "OPT", "OPTForCausalLM", "OPTConfig"
+    keys = {
+        "vocab_size": "vocab_size",
+        "hidden_size": "d_model",
+        "num_hidden_layers": "n_layer",
+        "num_attention_heads": "attention.n_head",
+        "max_position_embeddings": "context_length",
+        "init_std": "init_std",
+        "tie_word_embeddings": "head.tied",
+    }
     prefix = "model."
     features = frozenset({"model.dropout", "model.embedding_dropout", "model.embedding_dim", "model.norm.affine"})
     position_kind = "learned"
@@ -67,22 +75,16 @@ class Opt(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
-            num_hidden_layers=cfg.n_layer,
+            self.keys_to_hf(cfg),
             ffn_dim=d_ff(cfg),
-            max_position_embeddings=cfg.context_length,
             do_layer_norm_before=cfg.block.kind == "pre",
             word_embed_proj_dim=embedding_width(cfg),
             dropout=cfg.dropout,
             attention_dropout=cfg.attention.dropout,
-            num_attention_heads=cfg.attention.n_head,
             activation_function=plain_activation(cfg),
             layerdrop=0.0,
-            init_std=cfg.init_std,
             enable_bias=cfg.attention.qkv_bias,
             layer_norm_elementwise_affine=cfg.norm.affine,
-            tie_word_embeddings=cfg.head.tied,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
@@ -93,23 +95,16 @@ class Opt(Family):
         bias = bool(c.enable_bias)
         mlp = plain_mlp(c, "activation_function", c.ffn_dim)
         mlp.bias = bias
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             **dropouts(c.dropout, 0.0),
-            init_std=c.init_std,
             embedding_dim=None if c.word_embed_proj_dim == c.hidden_size else c.word_embed_proj_dim,
             norm=NormConfig(kind="layernorm", eps=EPS, bias=True, affine=bool(c.layer_norm_elementwise_affine)),
             block=BlockConfig(kind="pre" if c.do_layer_norm_before else "post"),
             position=PositionConfig(kind="learned"),
-            attention=AttentionConfig(
-                n_head=c.num_attention_heads, qkv_bias=bias, out_bias=bias, dropout=float(c.attention_dropout)
-            ),
+            attention=AttentionConfig(qkv_bias=bias, out_bias=bias, dropout=float(c.attention_dropout)),
             mlp=mlp,
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, bias, d = Tensors(cfg), cfg.attention.qkv_bias, "model.decoder"

@@ -8,13 +8,13 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
 )
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, fmt, refuse_hf
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -29,6 +29,7 @@ class Persimmon(Family):
     refused unless 0; ``attention_dropout`` drops the attention probabilities."""
 
     model_type, title, model_class, config_class = "persimmon", "Persimmon", "PersimmonForCausalLM", "PersimmonConfig"
+    keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     prefix = "model."
     features = frozenset({"model.attention.qk_norm", "model.position.scaling"})
     parts = "pre-norm LayerNorm, per-head fused q/k/v, per-head QK LayerNorm, partial RoPE, ReLU² MLP, biases"
@@ -50,16 +51,9 @@ class Persimmon(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=cfg.attention.n_head,
             hidden_act=UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            layer_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)),
             qk_layernorm=cfg.attention.qk_norm == "head",
             hidden_dropout=0.0,
@@ -72,23 +66,17 @@ class Persimmon(Family):
         if c.hidden_act not in UP_DOWN_FROM_HF:
             refuse_hf(c, "hidden_act", f"one of {sorted(UP_DOWN_FROM_HF)}")
         kind, approximate = UP_DOWN_FROM_HF[c.hidden_act]
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_eps, bias=True),
+        cfg = ModelConfig(
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="pre"),
             position=rope_from_hf(c, c.hidden_size // c.num_attention_heads, partial=True),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 qk_norm="head" if c.qk_layernorm else "none",
                 dropout=float(c.attention_dropout),
             ),
             mlp=MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=True, approximate=approximate),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, H = Tensors(cfg), cfg.attention.n_head

@@ -9,7 +9,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     ModelConfig,
     NormConfig,
     n_kv_head,
@@ -86,19 +85,12 @@ class Phi3(_LlamaStyle):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a, p = cfg.attention, cfg.position
         return {
-            "vocab_size": cfg.vocab_size,
-            "hidden_size": cfg.d_model,
+            **self.keys_to_hf(cfg),
             "intermediate_size": d_ff(cfg),
-            "num_hidden_layers": cfg.n_layer,
-            "num_attention_heads": a.n_head,
             "num_key_value_heads": n_kv_head(cfg),
             "hidden_act": GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
-            "max_position_embeddings": cfg.context_length,
             # read over rope_parameters' copy by Phi3Config; unread without LongRoPE
             "original_max_position_embeddings": p.original_context if p.scaling == "longrope" else cfg.context_length,
-            "initializer_range": cfg.init_std,
-            "rms_norm_eps": cfg.norm.eps,
-            "tie_word_embeddings": cfg.head.tied,
             "rope_parameters": rope_to_hf(cfg, rope_fraction(cfg)),
             "attention_dropout": a.dropout,
             "resid_pdrop": cfg.dropout,
@@ -108,18 +100,12 @@ class Phi3(_LlamaStyle):
 
     def from_hf(self, c: Any) -> ModelConfig:
         hd = fixed_head_dim(c)
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             **dropouts(c.resid_pdrop, 0.0),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="rmsnorm", eps=c.rms_norm_eps),
+            norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind="pre"),
             position=rope_from_hf(c, hd, partial=True, scalings=("default", "longrope")),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads or c.num_attention_heads,
                 qkv_bias=False,
                 out_bias=False,
@@ -127,8 +113,8 @@ class Phi3(_LlamaStyle):
                 window=c.sliding_window,
             ),
             mlp=gated_mlp(c, "hidden_act"),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

@@ -8,12 +8,12 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     ModelConfig,
     NormConfig,
     n_kv_head,
 )
 from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
 from archlab.nn.mlp import d_ff
@@ -28,6 +28,7 @@ class StableLM(Family):
     attention probabilities drop out (``hidden_dropout`` drops the MLP's output alone: refused)."""
 
     model_type, title, model_class, config_class = "stablelm", "StableLM", "StableLmForCausalLM", "StableLmConfig"
+    keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     prefix = "model."
     features = frozenset(
         {"model.attention.qk_norm", "model.attention.qk_norm_per_head_scale", "model.attention.qk_norm_bias"}
@@ -62,17 +63,10 @@ class StableLM(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=a.n_head,
             num_key_value_heads=n_kv_head(cfg),
             hidden_act=GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            layer_norm_eps=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)),
             use_qkv_bias=a.qkv_bias,
             qk_layernorm=a.qk_norm == "head",
@@ -86,17 +80,11 @@ class StableLM(Family):
             refuse_hf(c, "hidden_dropout", "0.0 (StableLM drops the MLP's output alone; archlab's model.dropout all)")
         hd = c.hidden_size // c.num_attention_heads
         qk = bool(c.qk_layernorm)
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.layer_norm_eps, bias=True),
+        cfg = ModelConfig(
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="parallel", shared_norm=True) if c.use_parallel_residual else BlockConfig(),
             position=rope_from_hf(c, hd, partial=True, scalings=("default",)),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads,
                 qkv_bias=bool(c.use_qkv_bias),
                 out_bias=False,
@@ -106,8 +94,8 @@ class StableLM(Family):
                 qk_norm_bias=False if qk else None,
             ),
             mlp=gated_mlp(c, "hidden_act"),
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, a, hd = Tensors(cfg), cfg.attention, head_dim(cfg)

@@ -8,7 +8,6 @@ from typing import Any
 from archlab.config import (
     AttentionConfig,
     BlockConfig,
-    HeadConfig,
     ModelConfig,
     NormConfig,
     embedding_dropout,
@@ -24,6 +23,7 @@ from archlab.interop.families.base import (
     dropouts,
     plain_mlp,
 )
+from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.mlp import d_ff
 
@@ -41,6 +41,7 @@ class StarCoder2(Family):
         "Starcoder2ForCausalLM",
         "Starcoder2Config",
     )
+    keys = {**LLAMA_KEYS, "norm_epsilon": "norm.eps"}
     prefix = "model."
     features = frozenset(
         {"model.dropout", "model.embedding_dropout", "model.position.scaling", "model.attention.window"}
@@ -70,17 +71,10 @@ class StarCoder2(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention
         return dict(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.d_model,
+            self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
-            num_hidden_layers=cfg.n_layer,
-            num_attention_heads=a.n_head,
             num_key_value_heads=n_kv_head(cfg),
             hidden_act=self.activations[(cfg.mlp.kind, cfg.mlp.approximate)],
-            max_position_embeddings=cfg.context_length,
-            initializer_range=cfg.init_std,
-            norm_epsilon=cfg.norm.eps,
-            tie_word_embeddings=cfg.head.tied,
             rope_parameters=rope_to_hf(cfg),
             sliding_window=a.window,
             attention_dropout=a.dropout,
@@ -93,18 +87,12 @@ class StarCoder2(Family):
         hd = c.hidden_size // c.num_attention_heads
         mlp = plain_mlp(c, "hidden_act", c.intermediate_size)
         mlp.bias = bool(c.use_bias)
-        return ModelConfig(
-            vocab_size=c.vocab_size,
-            context_length=c.max_position_embeddings,
-            n_layer=c.num_hidden_layers,
-            d_model=c.hidden_size,
+        cfg = ModelConfig(
             **dropouts(c.residual_dropout, c.embedding_dropout),
-            init_std=c.initializer_range,
-            norm=NormConfig(kind="layernorm", eps=c.norm_epsilon, bias=True),
+            norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="pre"),
             position=rope_from_hf(c, hd, partial=False),
             attention=AttentionConfig(
-                n_head=c.num_attention_heads,
                 n_kv_head=c.num_key_value_heads,
                 qkv_bias=bool(c.use_bias),
                 out_bias=bool(c.use_bias),
@@ -112,8 +100,8 @@ class StarCoder2(Family):
                 window=c.sliding_window,
             ),
             mlp=mlp,
-            head=HeadConfig(tied=c.tie_word_embeddings, bias=False),
         )
+        return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t, bias = Tensors(cfg), cfg.attention.qkv_bias
