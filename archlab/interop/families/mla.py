@@ -12,7 +12,7 @@ from archlab.config import AttentionConfig, BlockConfig, ModelConfig, NormConfig
 from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import LLAMA_KEYS
-from archlab.interop.families.moe import LATENT_EPS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
+from archlab.interop.families.moe import LATENT_EPS, MLA_KEYS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.sigmoid_moe import dense_prefix, mlp_layer_types
 from archlab.nn.mlp import d_ff
@@ -65,11 +65,7 @@ class Youtu(Family):
     keys = {
         **LLAMA_KEYS,
         "rms_norm_eps": "norm.eps",
-        "q_lora_rank": "attention.q_lora_rank",
-        "kv_lora_rank": "attention.kv_lora_rank",
-        "qk_nope_head_dim": "attention.qk_nope_head_dim",
-        "qk_rope_head_dim": "attention.qk_rope_head_dim",
-        "v_head_dim": "attention.v_head_dim",
+        **MLA_KEYS,
     }
     prefix = "model."
     attention_kind = "mla"

@@ -200,6 +200,16 @@ def stack_saved_experts(
     return state
 
 
+# Multi-head latent attention's config keys, copied as they are (``Family.keys``).
+MLA_KEYS = {
+    "q_lora_rank": "attention.q_lora_rank",
+    "kv_lora_rank": "attention.kv_lora_rank",
+    "qk_nope_head_dim": "attention.qk_nope_head_dim",
+    "qk_rope_head_dim": "attention.qk_rope_head_dim",
+    "v_head_dim": "attention.v_head_dim",
+}
+
+
 class _Sparse(Family):
     """What the four share: LLaMA's names and pre-norm RMSNorm block, no head bias, untied or tied head,
     routed experts of a gated kind without biases, a router Linear without bias (``mlp.gate``)."""
@@ -458,6 +468,7 @@ class _DeepSeek(_Sparse):
     features = frozenset({"model.position.scaling", "model.position.truncate", LATENT_EPS}) | LAYERS
     scalings = ("none", "yarn")
     shared_experts = True
+    keys = {**_Sparse.keys, **MLA_KEYS}
     topk_method: str  # the value of DeepSeek's own config key topk_method this version computes (set per subclass)
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -468,11 +479,6 @@ class _DeepSeek(_Sparse):
         return dict(
             self.base_to_hf(cfg),
             num_key_value_heads=a.n_head,
-            q_lora_rank=a.q_lora_rank,
-            kv_lora_rank=a.kv_lora_rank,
-            qk_nope_head_dim=a.qk_nope_head_dim,
-            qk_rope_head_dim=a.qk_rope_head_dim,
-            v_head_dim=a.v_head_dim,
             attention_bias=False,
             intermediate_size=d_ff(cfg),
             moe_intermediate_size=expert_width(cfg),
@@ -511,11 +517,6 @@ class _DeepSeek(_Sparse):
             qkv_bias=False,
             out_bias=False,
             dropout=float(c.attention_dropout),
-            q_lora_rank=c.q_lora_rank,
-            kv_lora_rank=c.kv_lora_rank,
-            qk_nope_head_dim=c.qk_nope_head_dim,
-            qk_rope_head_dim=c.qk_rope_head_dim,
-            v_head_dim=c.v_head_dim,
             latent_norm_eps=latent_eps_from_hf(c),
         )
         mlp = self.moe_from_hf(
