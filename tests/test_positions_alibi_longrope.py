@@ -178,7 +178,8 @@ def test_longrope_kv_cache_decoding_equals_the_full_forward_across_the_switch():
 
 
 def test_every_hf_family_refuses_longrope_and_falcon_alibi():
-    """No family converts ALiBi's multiplier or rounding, and none but Phi-3 longrope: each names the field."""
+    """No family with RoPE converts ALiBi's multiplier or rounding, and none but Phi-3 and MiniCPM3 longrope:
+    each names the field."""
     from archlab.interop.hf import FAMILIES
 
     cfg = tiny("rope", **LONGROPE, **FALCON_RW)
@@ -186,7 +187,8 @@ def test_every_hf_family_refuses_longrope_and_falcon_alibi():
     for name, family in FAMILIES.items():
         fields = {p.field for p in family.problems(cfg)}
         assert {"model.position.alibi_scale", "model.position.alibi_rounding"} <= fields, name
-        assert longrope.isdisjoint(fields) if name == "phi3" else longrope <= fields, name  # Phi-3 holds LongRoPE
+        holds_longrope = name in ("phi3", "minicpm3")
+        assert longrope.isdisjoint(fields) if holds_longrope else longrope <= fields, name
 
 
 @pytest.mark.parametrize(
