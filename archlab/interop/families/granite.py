@@ -16,6 +16,48 @@ from archlab.nn.attention import head_dim
 LOGITS_WANTS = "a scale s with 1 / (1 / s) == s (Granite stores logits_scaling = 1 / s; powers of two and most others)"
 
 
+def multiplier_problems(cfg: ModelConfig) -> list[Problem]:
+    """The logit scale Granite's reciprocal ``logits_scaling`` cannot hold exactly."""
+    s = cfg.head.logit_scale
+    return [] if 1 / (1 / s) == s else [Problem("model.head.logit_scale", s, LOGITS_WANTS)]
+
+
+def multipliers_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """Granite's four multipliers: the score scale written out (1/sqrt(head_dim) where archlab's is null)
+    and the logits divided by the reciprocal of ``model.head.logit_scale``."""
+    scale = cfg.attention.scale
+    return dict(
+        embedding_multiplier=cfg.embedding_multiplier,
+        residual_multiplier=cfg.block.residual_multiplier,
+        attention_multiplier=head_dim(cfg) ** -0.5 if scale is None else scale,
+        logits_scaling=1 / cfg.head.logit_scale,
+    )
+
+
+def check_multipliers(c: Any) -> None:
+    """Refuse a multiplier that is not a positive number, and a ``logits_scaling`` whose reciprocal does
+    not read back as itself."""
+    for name in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
+        value = getattr(c, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            refuse_hf(c, name, "a positive number")
+    if 1 / (1 / c.logits_scaling) != c.logits_scaling:
+        refuse_hf(
+            c, "logits_scaling", "a number L with 1 / (1 / L) == L (archlab holds 1 / L as model.head.logit_scale)"
+        )
+
+
+def multipliers_from_hf(c: Any, cfg: ModelConfig) -> ModelConfig:
+    """``cfg`` with Granite's multipliers (``check_multipliers`` passed): a score scale of 1/sqrt(head_dim)
+    reads as archlab's default, a null one."""
+    cfg.embedding_multiplier = float(c.embedding_multiplier)
+    cfg.block.residual_multiplier = float(c.residual_multiplier)
+    scale = float(c.attention_multiplier)
+    cfg.attention.scale = None if scale == fixed_head_dim(c) ** -0.5 else scale
+    cfg.head.logit_scale = 1 / c.logits_scaling
+    return cfg
+
+
 class Granite(Llama):
     """GraniteForCausalLM: LLaMA's layers and biases (``attention_bias``, ``mlp_bias``) with embeddings
     times ``embedding_multiplier``, each sublayer's output times ``residual_multiplier``, scores times
@@ -38,40 +80,18 @@ class Granite(Llama):
         return [*super().rules(cfg), head_dim_rule(cfg, self.title)]
 
     def problems(self, cfg: ModelConfig) -> list[Problem]:
-        s = cfg.head.logit_scale
-        found = super().problems(cfg)
-        return found if 1 / (1 / s) == s else [*found, Problem("model.head.logit_scale", s, LOGITS_WANTS)]
+        return super().problems(cfg) + multiplier_problems(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         kwargs = super().to_hf(cfg)
         del kwargs["head_dim"]  # GraniteConfig has none: hidden_size / heads
-        scale = cfg.attention.scale
-        return dict(
-            kwargs,
-            embedding_multiplier=cfg.embedding_multiplier,
-            residual_multiplier=cfg.block.residual_multiplier,
-            attention_multiplier=head_dim(cfg) ** -0.5 if scale is None else scale,
-            logits_scaling=1 / cfg.head.logit_scale,
-        )
+        return dict(kwargs, **multipliers_to_hf(cfg))
 
     def from_hf(self, c: Any) -> ModelConfig:
-        hd = fixed_head_dim(c)
-        for name in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
-            value = getattr(c, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                refuse_hf(c, name, "a positive number")
-        if 1 / (1 / c.logits_scaling) != c.logits_scaling:
-            refuse_hf(
-                c, "logits_scaling", "a number L with 1 / (1 / L) == L (archlab holds 1 / L as model.head.logit_scale)"
-            )
+        check_multipliers(c)
         cfg = super().from_hf(c)
         cfg.attention.head_dim = None
-        cfg.embedding_multiplier = float(c.embedding_multiplier)
-        cfg.block.residual_multiplier = float(c.residual_multiplier)
-        scale = float(c.attention_multiplier)
-        cfg.attention.scale = None if scale == hd**-0.5 else scale
-        cfg.head.logit_scale = 1 / c.logits_scaling
-        return cfg
+        return multipliers_from_hf(c, cfg)
 
 
 GRANITE: dict[str, Family] = {f.model_type: f for f in (Granite(),)}

@@ -12,7 +12,12 @@ from typing import Any
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
-from archlab.interop.families.granite import LOGITS_WANTS
+from archlab.interop.families.granite import (
+    check_multipliers,
+    multiplier_problems,
+    multipliers_from_hf,
+    multipliers_to_hf,
+)
 from archlab.interop.families.granite_variants import GraniteSwa
 from archlab.interop.families.hunyuan import HunYuanDense
 from archlab.interop.families.layered import LAYERS as LAYERED
@@ -204,35 +209,21 @@ class GraniteMoe(_Softmax):
         ]
 
     def problems(self, cfg: ModelConfig) -> list[Problem]:
-        s = cfg.head.logit_scale
-        found = super().problems(cfg)
-        return found if 1 / (1 / s) == s else [*found, Problem("model.head.logit_scale", s, LOGITS_WANTS)]
+        return super().problems(cfg) + multiplier_problems(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         kwargs = super().to_hf(cfg)
         del kwargs["sliding_window"]  # its attention has none
-        scale = cfg.attention.scale
         return dict(
             kwargs,
             attention_bias=cfg.attention.qkv_bias,
             num_local_experts=cfg.mlp.n_experts,
             intermediate_size=expert_width(cfg),
-            embedding_multiplier=cfg.embedding_multiplier,
-            residual_multiplier=cfg.block.residual_multiplier,
-            attention_multiplier=head_dim(cfg) ** -0.5 if scale is None else scale,
-            logits_scaling=1 / cfg.head.logit_scale,
+            **multipliers_to_hf(cfg),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        hd = fixed_head_dim(c)
-        for name in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling"):
-            value = getattr(c, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                refuse_hf(c, name, "a positive number")
-        if 1 / (1 / c.logits_scaling) != c.logits_scaling:
-            refuse_hf(
-                c, "logits_scaling", "a number L with 1 / (1 / L) == L (archlab holds 1 / L as model.head.logit_scale)"
-            )
+        check_multipliers(c)
         mlp = self.moe_from_hf(
             c,
             c.num_local_experts,
@@ -244,12 +235,7 @@ class GraniteMoe(_Softmax):
         cfg = self.causal_from_hf(view(c, sliding_window=None, head_dim=None), mlp)
         bias = bool(c.attention_bias)
         cfg.attention.qkv_bias, cfg.attention.out_bias, cfg.attention.head_dim = bias, bias, None
-        cfg.embedding_multiplier = float(c.embedding_multiplier)
-        cfg.block.residual_multiplier = float(c.residual_multiplier)
-        scale = float(c.attention_multiplier)
-        cfg.attention.scale = None if scale == hd**-0.5 else scale
-        cfg.head.logit_scale = 1 / c.logits_scaling
-        return cfg
+        return multipliers_from_hf(c, cfg)
 
     def shared_from_hf(self, c: Any) -> dict[str, Any]:
         """The MLPConfig fields of the shared experts (none here)."""
