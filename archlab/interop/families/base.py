@@ -420,12 +420,23 @@ def plain_mlp(c: Any, act: str, width: int) -> MLPConfig:
     return MLPConfig(kind=kind, d_ff=width, bias=True, approximate=approximate)
 
 
-def gated_mlp(c: Any, act: str) -> MLPConfig:
-    """down(act(gate(x)) * up(x)) without biases, its activation read from the config key ``act``."""
+def config_head_dim(c: Any) -> int:
+    """A transformers config's head size: its ``head_dim`` where set, else hidden_size / heads."""
+    return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+
+
+def gated_activation(c: Any, act: str = "hidden_act") -> tuple[str, str]:
+    """archlab's (kind, approximate) of a gated MLP's activation, read from the config key ``act``;
+    refused, naming it, where archlab has no such gated kind."""
     name = getattr(c, act)
     if name not in GATED_FROM_HF:
         refuse_hf(c, act, f"one of {sorted(GATED_FROM_HF)}")
-    kind, approximate = GATED_FROM_HF[name]
+    return GATED_FROM_HF[name]
+
+
+def gated_mlp(c: Any, act: str) -> MLPConfig:
+    """down(act(gate(x)) * up(x)) without biases, its activation read from the config key ``act``."""
+    kind, approximate = gated_activation(c, act)
     return MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=False, approximate=approximate)
 
 

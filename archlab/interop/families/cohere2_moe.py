@@ -14,13 +14,13 @@ from torch import Tensor
 from archlab.config import BlockConfig, MLPConfig, ModelConfig, NormConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import (
-    GATED_FROM_HF,
     GATED_TO_HF,
     Family,
     Problem,
     Rule,
     TensorMap,
     Tensors,
+    gated_activation,
     kind_field,
     refuse_hf,
 )
@@ -152,8 +152,7 @@ class Cohere2Moe(_LayeredSparse):
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        if c.hidden_act not in GATED_FROM_HF:
-            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
+        expert, approximate = gated_activation(c)
         if not c.num_experts:
             refuse_hf(c, "num_experts", "at least 1 (archlab's dense layers are kinds of a MoE model)")
         if c.num_shared_experts and c.shared_expert_combination_strategy != "sum":
@@ -171,7 +170,6 @@ class Cohere2Moe(_LayeredSparse):
         mlp_types = list(c.mlp_layer_types)
         if len(mlp_types) != n or set(mlp_types) - {"dense", "sparse"}:
             refuse_hf(c, "mlp_layer_types", f"{n} entries, each 'dense' or 'sparse'", mlp_types)
-        expert, approximate = GATED_FROM_HF[c.hidden_act]
         softmax = c.expert_selection_fn == "softmax"
         mlp = MLPConfig(
             kind="moe",

@@ -10,7 +10,7 @@ from typing import Any
 
 from archlab.config import AttentionConfig, ModelConfig, PositionConfig, n_kv_head
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim, refuse_hf
 from archlab.interop.families.moe import LAYERS, _Sparse, dense_first, pre_norm_tensors, with_dense_first
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.windows import layer_types, uniform_window
@@ -65,7 +65,7 @@ class SigmoidRouted(_Sparse):
             )
         if not c.n_routed_experts:
             refuse_hf(c, "n_routed_experts", "at least 1 (archlab's MoE layers have routed experts)")
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         attention = AttentionConfig(
             n_kv_head=c.num_key_value_heads or c.num_attention_heads,
             head_dim=hd,

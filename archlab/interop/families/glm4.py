@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors
+from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import _LlamaStyle
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
@@ -43,7 +43,7 @@ class Glm4(_LlamaStyle):
         return dict(super().to_hf(cfg), rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)))
 
     def from_hf(self, c: Any) -> ModelConfig:
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         cfg = super().from_hf(view(c, rope_parameters=None))
         cfg.position = rope_from_hf(c, hd, partial=True)
         cfg.position.pairing, cfg.attention.out_bias = "interleaved", False

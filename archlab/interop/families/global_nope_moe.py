@@ -22,13 +22,14 @@ from torch import Tensor
 from archlab.config import MLPConfig, ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import (
-    GATED_FROM_HF,
     GATED_TO_HF,
     Family,
     Problem,
     Rule,
     TensorMap,
     Tensors,
+    config_head_dim,
+    gated_activation,
     kind_field,
     refuse_hf,
 )
@@ -114,7 +115,7 @@ class _GlobalNope(Afmoe):
     def laid_out(self, c: Any, mlp: MLPConfig, dense: list[bool]) -> ModelConfig:
         """archlab's config of the HF config ``c`` (its ``attention_bias`` read, or a ``view`` giving it),
         the MoE ``mlp`` on every layer but those ``dense`` marks: each layer's kind by its type and MLP."""
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         cfg = self.base_from_hf(c, rope_from_hf(c, hd, partial=False), mlp)
         cfg.attention.qk_norm = "head"
         names = [("sliding" if t == SLIDING else "full") + "_dense" * d for t, d in zip(checked_types(c), dense)]
@@ -130,11 +131,9 @@ class _GlobalNope(Afmoe):
     def moe_from_hf(c: Any, **fields: Any) -> MLPConfig:
         """The MoE both read alike: gated experts of ``hidden_act`` without biases, sigmoid scores, the
         top-k renormalised as ``norm_topk_prob`` says; ``fields`` the family's own."""
-        if c.hidden_act not in GATED_FROM_HF:
-            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
+        expert, approximate = gated_activation(c)
         if not c.num_experts:
             refuse_hf(c, "num_experts", "at least 1 (archlab's dense layers are kinds of a MoE model)")
-        expert, approximate = GATED_FROM_HF[c.hidden_act]
         return MLPConfig(
             kind="moe",
             expert=expert,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Rule, TensorMap, refuse_hf
+from archlab.interop.families.base import Family, Rule, TensorMap, config_head_dim, refuse_hf
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import _LlamaStyle
 
@@ -32,7 +32,7 @@ class HunYuanDense(_LlamaStyle):
         ]
 
     def from_hf(self, c: Any) -> ModelConfig:
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         cfg = super().from_hf(view(c, rope_parameters=self._fixed_rope(c, hd)))
         cfg.attention.qk_norm, cfg.attention.qk_norm_after_rope = "head", True
         return cfg

@@ -37,7 +37,6 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.errors import ConfigError
 from archlab.interop.families.base import (
-    GATED_FROM_HF,
     GATED_TO_HF,
     Family,
     Problem,
@@ -45,6 +44,8 @@ from archlab.interop.families.base import (
     TensorMap,
     Tensors,
     bare,
+    config_head_dim,
+    gated_activation,
     kind_field,
     refuse_hf,
 )
@@ -447,7 +448,7 @@ class Exaone4(LayeredFamily, Olmo2):
 
     def hf_layers(self, c: Any) -> list[Layer]:
         types = checked_types(c)
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         rope = rope_of(c, c.rope_parameters, hd)
         hybrid = c.sliding_window is not None
         return [
@@ -512,7 +513,7 @@ class SmolLM3(LayeredFamily, Llama):
         flags = list(c.no_rope_layers or [])
         if len(flags) < n or set(flags[:n]) - {0, 1}:
             refuse_hf(c, "no_rope_layers", f"at least {n} entries, each 1 (RoPE) or 0 (NoPE)", flags)
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         rope = rope_of(c, c.rope_parameters, hd)
         nope = dataclasses.replace(rope, kind="none")
         return [Layer(c.sliding_window if t == SLIDING else None, rope if f else nope) for t, f in zip(types, flags)]
@@ -602,9 +603,7 @@ class Cohere2(LayeredFamily):
         scale = c.logit_scale
         if not (scale > 0 and math.frexp(scale)[0] == 0.5):
             refuse_hf(c, "logit_scale", "a power of two (folded exactly into the final norm's scale)")
-        if c.hidden_act not in GATED_FROM_HF:
-            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
-        kind, approximate = GATED_FROM_HF[c.hidden_act]
+        kind, approximate = gated_activation(c)
         bias = bool(c.attention_bias)
         cfg = ModelConfig(
             dropout=0.0,

@@ -38,14 +38,15 @@ from archlab.config import (
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import shortest_layout
 from archlab.interop.families.base import (
-    GATED_FROM_HF,
     GATED_TO_HF,
     Family,
     Problem,
     Rule,
     TensorMap,
     Tensors,
+    config_head_dim,
     fmt,
+    gated_activation,
     kind_field,
     refuse_hf,
 )
@@ -177,7 +178,7 @@ class _LayeredSparse(Family):
         )
 
     def base_from_hf(self, c: Any, position: PositionConfig, mlp: MLPConfig) -> ModelConfig:
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         bias = bool(c.attention_bias)
         cfg = ModelConfig(
             dropout=0.0,
@@ -272,7 +273,7 @@ class GptOss(_LayeredSparse):
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         rope = dict(c.rope_parameters or {})
         for key in ("mscale", "mscale_all_dim"):
             if rope.get(key):
@@ -504,11 +505,9 @@ class Llama4(_LayeredSparse):
     def from_hf(self, c: Any) -> ModelConfig:
         if c.router_jitter_noise:
             refuse_hf(c, "router_jitter_noise", "0.0 (archlab's router has no input jitter)")
-        if c.hidden_act not in GATED_FROM_HF:
-            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
+        expert, approximate = gated_activation(c)
         n = c.num_hidden_layers
-        expert, approximate = GATED_FROM_HF[c.hidden_act]
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         use_rope = [bool(r) for r in list(c.no_rope_layers)[:n]]
         types = checked_types(c, "chunked_attention")
         moe_layers = set(c.moe_layers)
@@ -688,16 +687,14 @@ class Afmoe(_LayeredSparse):
             refuse_hf(
                 c, "attention_bias", "false (archlab's output gate takes a bias with q/k/v; AFMoE's gate_proj has none)"
             )
-        if c.hidden_act not in GATED_FROM_HF:
-            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
+        expert, approximate = gated_activation(c)
         if not c.num_shared_experts:
             refuse_hf(
                 c, "num_shared_experts", "at least 1 (archlab's shared experts are one MLP of n·moe_intermediate_size)"
             )
         n = c.num_hidden_layers
         types = checked_types(c)
-        expert, approximate = GATED_FROM_HF[c.hidden_act]
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         mlp = MLPConfig(
             kind="moe",
             expert=expert,

@@ -13,7 +13,17 @@ from archlab.config import (
     NormConfig,
     n_kv_head,
 )
-from archlab.interop.families.base import GATED_TO_HF, Family, Problem, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
+from archlab.interop.families.base import (
+    GATED_TO_HF,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    config_head_dim,
+    gated_mlp,
+    refuse_hf,
+)
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import layer_types, sliding_to_hf, uniform_window
 from archlab.nn.attention import head_dim
@@ -83,7 +93,7 @@ class _LlamaStyle(Family):
     def from_hf(self, c: Any) -> ModelConfig:
         if getattr(c, "use_bidirectional_attention", None):
             refuse_hf(c, "use_bidirectional_attention", "false (archlab attention is causal)")
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         bias = bool(getattr(c, "attention_bias", False))
         cfg = ModelConfig(
             dropout=0.0,

@@ -17,7 +17,6 @@ from torch import Tensor
 from archlab.config import MLPConfig, ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import (
-    GATED_FROM_HF,
     GATED_TO_HF,
     Family,
     Problem,
@@ -25,6 +24,8 @@ from archlab.interop.families.base import (
     TensorMap,
     Tensors,
     bare,
+    config_head_dim,
+    gated_activation,
     kind_field,
     refuse_hf,
 )
@@ -103,18 +104,16 @@ class Mellum(_LayeredSparse):
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        if c.hidden_act not in GATED_FROM_HF:
-            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
+        expert, approximate = gated_activation(c)
         if not c.num_experts:
             refuse_hf(c, "num_experts", "at least 1 (archlab's dense layers are kinds of a MoE model)")
         n, types = c.num_hidden_layers, checked_types(c)
         mlp_types = list(c.mlp_layer_types)
         if len(mlp_types) != n or set(mlp_types) - {"dense", "sparse"}:
             refuse_hf(c, "mlp_layer_types", f"{n} entries, each 'dense' or 'sparse'", mlp_types)
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         ropes = per_type_rope(c, types, hd)
         base = ropes[FULL] if FULL in ropes else ropes[SLIDING]
-        expert, approximate = GATED_FROM_HF[c.hidden_act]
         mlp = MLPConfig(
             kind="moe",
             expert=expert,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Rule, refuse_hf
+from archlab.interop.families.base import Family, Rule, config_head_dim, refuse_hf
 from archlab.interop.families.layered import LAYERS, _Windowed, view
 from archlab.interop.families.llama import Mistral
 from archlab.interop.families.rope import rope_from_hf
@@ -82,7 +82,7 @@ class Ministral3(Mistral):
             refuse_hf(c, "rope_parameters.llama_4_scaling_beta", "a number >= 0 (0: queries unscaled)", beta)
         if rope.get("rope_type", rope.get("type")) in ("default", "linear", None):
             rope.pop("original_max_position_embeddings", None)  # the query scale's alone
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         c = view(c, rope_parameters=rope)
         cfg = super().from_hf(view(c, rope_parameters=None))
         cfg.position = rope_from_hf(c, hd, partial=False, scalings=("default", *self.scalings[1:]), yarn_softmax=False)

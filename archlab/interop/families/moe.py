@@ -32,7 +32,6 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig
 from archlab.errors import ConfigError
 from archlab.interop.families.base import (
-    GATED_FROM_HF,
     GATED_TO_HF,
     Family,
     Problem,
@@ -40,6 +39,8 @@ from archlab.interop.families.base import (
     TensorMap,
     Tensors,
     bare,
+    config_head_dim,
+    gated_activation,
     kind_field,
     refuse_hf,
 )
@@ -273,9 +274,7 @@ class _Sparse(Family):
     def moe_from_hf(c: Any, n_experts: int, expert_d_ff: int, **fields: Any) -> MLPConfig:
         """archlab's MoE of the config: bias-free experts of the kind its hidden_act names, ``n_experts``
         of width ``expert_d_ff``, ``num_experts_per_tok`` of them per token; ``fields`` the family's own."""
-        if c.hidden_act not in GATED_FROM_HF:
-            refuse_hf(c, "hidden_act", f"one of {sorted(GATED_FROM_HF)}")
-        expert, approximate = GATED_FROM_HF[c.hidden_act]
+        expert, approximate = gated_activation(c)
         return MLPConfig(
             kind="moe",
             expert=expert,
@@ -340,7 +339,7 @@ class _CausalSparse(_Sparse):
 
     def causal_from_hf(self, c: Any, mlp: MLPConfig) -> ModelConfig:
         """archlab's config of LLaMA-style attention over ``mlp``."""
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         attention = AttentionConfig(
             n_kv_head=c.num_key_value_heads or c.num_attention_heads,
             head_dim=hd,

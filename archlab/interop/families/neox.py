@@ -13,7 +13,16 @@ from archlab.config import (
     embedding_dropout,
     n_kv_head,
 )
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, dropouts, plain_activation, plain_mlp
+from archlab.interop.families.base import (
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    config_head_dim,
+    dropouts,
+    plain_activation,
+    plain_mlp,
+)
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
@@ -148,7 +157,7 @@ class Phi(Family):
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         cfg = ModelConfig(
             **dropouts(c.resid_pdrop, c.embd_pdrop),
             norm=NormConfig(kind="layernorm", bias=True),

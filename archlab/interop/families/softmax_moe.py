@@ -11,7 +11,7 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim, refuse_hf
 from archlab.interop.families.granite import (
     check_multipliers,
     multiplier_problems,
@@ -301,7 +301,7 @@ class HunYuanMoe(_Softmax):
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         rope = HunYuanDense._fixed_rope(c, hd)
         c = view(c, rope_parameters=rope, sliding_window=None, num_experts_per_tok=uniform(c, "moe_topk"))
         mlp = self.moe_from_hf(c, uniform(c, "num_experts"), c.intermediate_size, n_shared_experts=1)
