@@ -29,6 +29,7 @@ from archlab.interop.families.base import Family, Problem, join, split
 from archlab.interop.families.dense import dense_family
 from archlab.interop.families.layered import LayeredFamily
 from archlab.interop.families.moe import sparse_family
+from archlab.interop.families.refused import NOT_DECODER, REFUSED
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
@@ -141,8 +142,6 @@ def reads_as(config: dict[str, Any]) -> list[Family]:
 def _unsupported(model_type: Any, config: dict[str, Any]) -> str:
     """What a refusal of ``model_type`` allows, and why it is refused: the part archlab lacks for a
     family it knows, else the families the config reads as, else the types it converts."""
-    from archlab.interop.families.refused import NOT_DECODER, REFUSED
-
     listed = "a model_type archlab converts (archlab-interop lists them)"
     if model_type in REFUSED:
         r = REFUSED[model_type]
