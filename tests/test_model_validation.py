@@ -26,7 +26,7 @@ CASES = [
         "model.block.kind",
         "one of ['parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
     ),
-    (["model.mlp.kind=mixture"], "model.mlp.kind", "one of ['geglu', 'gelu', 'moe', 'relu', 'relu2', 'swiglu']"),
+    (["model.mlp.kind=mixture"], "model.mlp.kind", "one of ['geglu', 'gelu', 'moe', 'none', 'relu', 'relu2', 'swiglu']"),
     (
         ["model/mlp=moe", "model.mlp.shared_swiglu_limit=-1"],
         "model.mlp.shared_swiglu_limit",
@@ -99,7 +99,7 @@ CASES = [
         "model.position.pairing",
         "one of ['half', 'interleaved']",
     ),
-    (["model.attention.kind=linear"], "model.attention.kind", "one of ['causal', 'gated_deltanet', 'mla']"),
+    (["model.attention.kind=linear"], "model.attention.kind", "one of ['causal', 'gated_deltanet', 'mamba2', 'mla']"),
     (["model.head.kind=bogus"], "model.head.kind", "one of ['linear']"),
     # probabilities
     (["model.dropout=1.0"], "model.dropout", "a probability in [0, 1)"),

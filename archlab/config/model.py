@@ -67,7 +67,8 @@ class PositionConfig:
 class AttentionConfig:
     """``model.attention``: self-attention, its heads and projections (``ATTENTIONS``, archlab/nn/attention.py)."""
 
-    # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head) | mla (latent) | gated_deltanet (recurrent)
+    # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head) | mla (latent) | gated_deltanet, mamba2
+    # (recurrent)
     kind: str = "causal"
     n_head: int = 12
     n_kv_head: Optional[int] = None  # None = n_head (MHA); divides n_head (GQA); 1 (MQA)
@@ -108,8 +109,19 @@ class AttentionConfig:
     # v_head_dim state read and written by the gated delta rule; q, k and v pass a short causal convolution first
     key_heads: Optional[int] = None  # gated_deltanet: query/key heads, each serving n_head/key_heads; None = n_head
     key_head_dim: int = 128  # gated_deltanet: query/key dims per head
-    conv_kernel: int = 4  # gated_deltanet: width of the causal depthwise convolution over q, k and v
-    scan_chunk: int = 64  # gated_deltanet: positions per chunk of the parallel form (speed and memory, not the output)
+    conv_kernel: int = 4  # gated_deltanet, mamba2: width of the causal depthwise convolution (q, k, v | x, B, C)
+    scan_chunk: int = 64  # gated_deltanet, mamba2: positions per chunk of the parallel form (speed and memory only)
+    # mamba2 (Mamba-2's SSD, Dao & Gu 2024): n_head heads of head_dim channels (None: 2·d_model/n_head, expand 2),
+    # each channel a state_size state decayed by exp(dt·A) and written along B, read by C; qkv_bias and out_bias
+    # are the in- and out-projections' biases
+    state_size: int = 128  # mamba2: state dims per channel (N), the width of B and C
+    groups: int = 1  # mamba2: B/C groups, each shared by n_head/groups heads; also the gated norm's groups
+    conv_bias: bool = True  # mamba2: a bias on the causal convolution
+    dt_min: float = 0.001  # mamba2 init: dt log-uniform in [dt_min, dt_max] (floored at dt_init_floor), dt_bias =
+    dt_max: float = 0.1  # softplus⁻¹(dt); init only, not the model
+    dt_init_floor: float = 1e-4
+    dt_limit_min: float = 0.0  # mamba2: dt = softplus(dt + dt_bias) clamped to [dt_limit_min, dt_limit_max]
+    dt_limit_max: Optional[float] = None  # None = no upper bound (transformers' time_step_limit (0, inf))
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Attention variants (``causal``: softmax self-attention with ``n_kv_head`` key/value heads, i.e.
 MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped; ``mla`` lives in latent.py, the
-recurrent ``gated_deltanet`` in deltanet.py), the
+recurrent ``gated_deltanet`` in deltanet.py and ``mamba2`` in mamba2.py), the
 ``Attention`` base they derive from, the head sizes other families ask of them (``head_dim``,
 ``rotary_head_dim``), the softmax scale they share and the KV cache they decode with."""
 
@@ -112,7 +112,7 @@ class KVCache:
     its shared rotated key), allocated on a layer's first update in the shapes it hands over. A global
     layer keeps every position; a sliding-window layer keeps only the last ``window - 1``, all a later
     query can see, and a chunked one the last ``chunk - 1``, which hold its chunk. A recurrent layer
-    (gated_deltanet) keeps instead two tensors of a size constant in the length, which it reads and
+    (gated_deltanet, mamba2) keeps instead two tensors of a size constant in the length, which it reads and
     replaces itself: ``conv_state`` (its convolution's last inputs) and ``recurrent_state`` (its states).
     ``dtype`` (default: the first tensors') is the one they are stored in."""
 
@@ -424,13 +424,13 @@ class CausalSelfAttention(Attention):
                 a.latent_norm_eps,
                 "null for kind causal (latent norms are mla's; its QK-norms use model.norm.eps)",
             )
-        for name, default in _DELTANET_DEFAULTS.items():
+        for name, (default, kinds) in _RECURRENT_DEFAULTS.items():
             if getattr(a, name) != default:
                 raise ConfigError(
                     f"model.attention.{name}",
                     getattr(a, name),
-                    f"{default if default is not None else 'null'} for kind causal (a gated_deltanet field: set it "
-                    "in the layer kind that picks gated_deltanet, model.layers.kinds.<kind>.attention)",
+                    f"{default if default is not None else 'null'} for kind causal (a {kinds} field: set it "
+                    f"in the layer kind that picks {kinds}, model.layers.kinds.<kind>.attention)",
                 )
         if a.head_dim is None:
             if cfg.d_model % a.n_head:
@@ -539,11 +539,17 @@ class CausalSelfAttention(Attention):
         )
 
 
-# the fields only gated_deltanet reads, at their defaults: the causal kind refuses them set otherwise
-_DELTANET_DEFAULTS = {
-    f.name: f.default
+# the fields only the recurrent kinds read, at their defaults, with the kinds that read them: the causal kind
+# refuses them set otherwise
+_RECURRENT_READERS = {"key_heads": "gated_deltanet", "key_head_dim": "gated_deltanet"}
+_RECURRENT_READERS |= dict.fromkeys(("conv_kernel", "scan_chunk"), "gated_deltanet or mamba2")
+_RECURRENT_READERS |= dict.fromkeys(
+    ("state_size", "groups", "conv_bias", "dt_min", "dt_max", "dt_init_floor", "dt_limit_min", "dt_limit_max"), "mamba2"
+)
+_RECURRENT_DEFAULTS = {
+    f.name: (f.default, _RECURRENT_READERS[f.name])
     for f in dataclasses.fields(AttentionConfig)
-    if f.name in ("key_heads", "key_head_dim", "conv_kernel", "scan_chunk")
+    if f.name in _RECURRENT_READERS
 }
 
 

@@ -10,7 +10,7 @@ from archlab import checks
 from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, build_attention
 from archlab.nn.component import LayerPart
-from archlab.nn.mlp import build_mlp
+from archlab.nn.mlp import MLPS, build_mlp
 from archlab.nn.norms import NORMS, build_norm
 from archlab.nn.positions import Rotation
 from archlab.registry import Registry
@@ -20,19 +20,20 @@ class Block(LayerPart, nn.Module):
     """Holds a block's parts; subclasses say how they are wired into the residual stream. Built per
     layer as ``Entry(cfg, layer)``; its own parameters are its norms (``num_params``), its attention and
     MLP count as theirs. Every wiring multiplies what a sublayer adds to the residual stream by
-    ``residual_multiplier`` (``into_residual``). Beside the Component members: ``norms_per_block`` and
-    ``final_norm``."""
+    ``residual_multiplier`` (``into_residual``). Where the MLP entry is not ``present`` (kind none) the
+    block holds no MLP and none of the norms before or after it, and its MLP step adds nothing. Beside
+    the Component members: ``norms_per_block`` and ``final_norm``."""
 
     final_norm: ClassVar[bool] = True  # does the model need a norm after the last block?
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.layer = layer
-        names = self.norm_names(cfg)
+        names = self.held_norms(cfg)
         self.attn_norm = build_norm(cfg) if "attn_norm" in names else None  # before attention (or after, post)
         self.attn = build_attention(cfg, layer)
         self.mlp_norm = build_norm(cfg) if "mlp_norm" in names else None
-        self.mlp = build_mlp(cfg, layer)
+        self.mlp = build_mlp(cfg, layer) if MLPS.get(cfg.mlp.kind).present else None  # None: mlp kind none
         self.attn_out_norm = build_norm(cfg) if "attn_out_norm" in names else None  # on attention's output
         self.mlp_out_norm = build_norm(cfg) if "mlp_out_norm" in names else None
         self.drop = nn.Dropout(cfg.dropout)
@@ -51,9 +52,16 @@ class Block(LayerPart, nn.Module):
         return ("attn_norm", "mlp_norm")
 
     @classmethod
+    def held_norms(cls, cfg: ModelConfig) -> tuple[str, ...]:
+        """The norms a block of this wiring builds: ``norm_names``, less the MLP's where the MLP entry is
+        not ``present``."""
+        names = cls.norm_names(cfg)
+        return names if MLPS.get(cfg.mlp.kind).present else tuple(n for n in names if not n.startswith("mlp_"))
+
+    @classmethod
     def norms_per_block(cls, cfg: ModelConfig) -> int:
         """How many norms one block holds (beyond any inside its attention and MLP)."""
-        return len(cls.norm_names(cfg))
+        return len(cls.held_norms(cfg))
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
@@ -82,8 +90,11 @@ class PreNorm(Block):
     """``x + attn(norm(x))`` then ``x + mlp(norm(x))``, final norm after the last block (GPT-2, LLaMA)."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
-        assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
+        assert self.attn_norm is not None  # built: this wiring's norm_names
         x = x + self.into_residual(self.attend(self.attn_norm(x), rotary, mask, cache))
+        if self.mlp is None:
+            return x
+        assert self.mlp_norm is not None
         return x + self.into_residual(self.drop(self.mlp(self.mlp_norm(x))))
 
 
@@ -94,8 +105,11 @@ class PostNorm(Block):
     final_norm = False
 
     def forward(self, x, rotary=None, mask=None, cache=None):
-        assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
+        assert self.attn_norm is not None  # built: this wiring's norm_names
         x = self.attn_norm(x + self.into_residual(self.attend(x, rotary, mask, cache)))
+        if self.mlp is None:
+            return x
+        assert self.mlp_norm is not None
         return self.mlp_norm(x + self.into_residual(self.drop(self.mlp(x))))
 
 
@@ -106,9 +120,11 @@ class Parallel(Block):
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_norm is not None  # built: this wiring's norm_names
         h = self.attn_norm(x)
+        attended = self.attend(h, rotary, mask, cache)
+        if self.mlp is None:
+            return x + self.into_residual(attended)
         h_mlp = h if self.mlp_norm is None else self.mlp_norm(x)
-        attended, mixed = self.attend(h, rotary, mask, cache), self.drop(self.mlp(h_mlp))
-        return x + self.into_residual(attended) + self.into_residual(mixed)
+        return x + self.into_residual(attended) + self.into_residual(self.drop(self.mlp(h_mlp)))
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
@@ -125,8 +141,11 @@ class PostSublayerNorm(Block):
     residual add, and a final norm follows the last block (OLMo 2)."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
-        assert self.attn_out_norm is not None and self.mlp_out_norm is not None  # built: this wiring's norm_names
+        assert self.attn_out_norm is not None  # built: this wiring's norm_names
         x = x + self.into_residual(self.drop(self.attn_out_norm(self.attn(x, rotary, mask, cache, self.layer))))
+        if self.mlp is None:
+            return x
+        assert self.mlp_out_norm is not None
         return x + self.into_residual(self.drop(self.mlp_out_norm(self.mlp(x))))
 
     @staticmethod
@@ -140,11 +159,13 @@ class SandwichNorm(Block):
     sublayer, and a final norm (Gemma 2)."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
-        assert self.attn_norm is not None and self.mlp_norm is not None  # built: this wiring's norm_names
-        assert self.attn_out_norm is not None and self.mlp_out_norm is not None
+        assert self.attn_norm is not None and self.attn_out_norm is not None  # built: this wiring's norm_names
         x = x + self.into_residual(
             self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), rotary, mask, cache, self.layer)))
         )
+        if self.mlp is None:
+            return x
+        assert self.mlp_norm is not None and self.mlp_out_norm is not None
         return x + self.into_residual(self.drop(self.mlp_out_norm(self.mlp(self.mlp_norm(x)))))
 
     @staticmethod

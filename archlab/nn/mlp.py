@@ -1,5 +1,5 @@
-"""Feed-forward layers: ``gelu``, ``relu``, ``relu2`` (two matrices), ``swiglu``, ``geglu`` (gated, three) and
-``moe``, a mixture of experts of one of those kinds (archlab/nn/moe.py).
+"""Feed-forward layers: ``gelu``, ``relu``, ``relu2`` (two matrices), ``swiglu``, ``geglu`` (gated, three),
+``moe``, a mixture of experts of one of those kinds (archlab/nn/moe.py), and ``none``, no MLP at all.
 
 Hidden width: ``d_ff`` if set, else ``int(multiplier * d_model)``, else 4·d_model for plain MLPs and
 the LLaMA rule for gated ones: ``int(2·4d/3)``, times ``ffn_dim_multiplier``, rounded up to
@@ -31,7 +31,10 @@ from archlab.registry import Registry
 
 class MLP(LayerPart, nn.Module):
     """An MLP entry, built per layer as ``Entry(cfg, layer)`` and called as ``mlp(x)``. Beside the
-    Component members: ``gated(cfg)``, whether the gated width rule applies."""
+    Component members: ``gated(cfg)``, whether the gated width rule applies, and ``present``, whether a
+    block holds it (and its norm) at all."""
+
+    present: ClassVar[bool] = True  # False: the blocks hold no MLP and no norm before or after it (kind none)
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
@@ -306,6 +309,27 @@ class GeGLU(GatedMLP):
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Gate:
         return Gate("gelu" if cfg.mlp.approximate == "none" else "gelu_tanh")
+
+
+@MLPS.register("none")
+class NoMLP(MLP):
+    """No feed-forward at all: blocks of a model whose mixer does the work alone (pure Mamba-2) hold
+    neither an MLP nor its norm (``present`` False, which the block reads); no parameters, no FLOPs."""
+
+    present = False
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Nothing to add to the residual stream (a block never builds it; here for the interface)."""
+        return torch.zeros_like(x)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        return "none"
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        """None of model.mlp's fields: any set away from its default is reported ignored."""
+        return frozenset()
 
 
 def dense_kind(name: str) -> type[DenseMLP]:

@@ -1,0 +1,298 @@
+"""Mamba-2, ``mamba2`` (Dao and Gu 2024, *Transformers are SSMs*, arXiv:2405.21060), as Mamba2ForCausalLM,
+Bamba and Nemotron-H use it: a token mixer in attention's slot whose memory is one ``head_dim × state_size``
+state per head, decayed by a scalar per head and token and written along an input-dependent B, so its
+decoding state is constant in the context.
+
+Per head ``h`` (of group ``g``, whose B and C it shares) and token ``t``: ``S_t = exp(dt_t·A_h)·S_{t−1} +
+dt_t·x_t·B_tᵀ``, ``y_t = S_t·C_t + D_h·x_t``, with ``dt_t = clamp(softplus(dt_raw + dt_bias))`` and ``A_h =
+−exp(A_log_h)``. Training and prefill run the chunked parallel form, SSD (``chunked_ssd``), decoding the
+recurrence itself (``recurrent_ssd``); both in float32."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from archlab import checks
+from archlab.config import ModelConfig
+from archlab.errors import ConfigError
+from archlab.nn.attention import ATTENTIONS, Attention, KVCache
+from archlab.nn.component import residual_projection
+
+# fields of the softmax kinds that mamba2 refuses, with why
+_REFUSED = {
+    "n_kv_head": (None, "null for kind mamba2 (its B and C are shared per group: model.attention.groups)"),
+    "dropout": (0.0, "0 for kind mamba2 (it has no attention weights to drop)"),
+    "qk_norm": ("none", "none for kind mamba2 (it has no queries or keys to norm)"),
+    "qk_norm_after_rope": (False, "false for kind mamba2 (no QK-norm, no rotation)"),
+    "qk_norm_per_head_scale": (False, "false for kind mamba2 (no QK-norm)"),
+    "qk_norm_bias": (None, "null for kind mamba2 (no QK-norm)"),
+    "clip_qkv": (None, "null for kind mamba2 (clipping q, k and v is the causal kind's)"),
+    "scale": (None, "null for kind mamba2 (it has no scores to scale)"),
+    "softcap": (None, "null for kind mamba2 (it has no scores to cap)"),
+    "window": (None, "null for kind mamba2 (its state holds the whole past)"),
+    "chunk": (None, "null for kind mamba2 (its state holds the whole past; its scan: scan_chunk)"),
+    "sinks": (False, "false for kind mamba2 (it has no softmax to sink)"),
+    "gate": ("none", "none for kind mamba2 (its output is gated by its own z projection)"),
+    "query_scale_beta": (None, "null for kind mamba2 (query scaling is the causal kind's)"),
+    "latent_norm_eps": (None, "null for kind mamba2 (latent norms are mla's)"),
+}
+
+
+def chunked_ssd(
+    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk: int, state: Optional[Tensor] = None
+) -> tuple[Tensor, Tensor]:
+    """The SSD scan over ``T`` positions, ``chunk`` at a time: outputs ``[b, T, H, P]`` (without the D skip)
+    and the final state ``[b, H, P, N]`` from inputs ``x`` ``[b, T, H, P]``, time steps ``dt`` ``[b, T, H]``,
+    decay rates ``A`` ``[H]`` (negative), ``B`` and ``C`` ``[b, T, G, N]`` (head h reads group h·G/H) and an
+    initial ``state`` (None: zeros).
+
+    Within a chunk, with L_t = Σ_{s≤t} dt_s·A: ``y_t = Σ_{s≤t} exp(L_t − L_s)·(C_t·B_s)·dt_s·x_s +
+    exp(L_t)·S₀·C_t`` and the next state ``exp(L_C)·S₀ + Σ_s exp(L_C − L_s)·dt_s·x_s·B_sᵀ``: every chunk's
+    quadratic part and its own contribution to the state at once, then only the states pass from chunk
+    to chunk. A sequence shorter than ``chunk`` is one chunk of its own length; a longer one is padded at
+    the end with positions of dt = 0, which neither decay nor write."""
+    b, T, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    r = H // G
+    L = min(chunk, T)
+    pad = -T % L
+    if pad:
+        x, dt, B, C = (F.pad(t, (0, 0) * (t.ndim - 2) + (0, pad)) for t in (x, dt, B, C))
+    n = (T + pad) // L
+    # heads as [group, head within it], positions as [chunk, position within it]
+    xs = x.view(b, n, L, G, r, P).permute(0, 3, 4, 1, 2, 5)  # [b, G, r, n, L, P]
+    dts = dt.view(b, n, L, G, r).permute(0, 3, 4, 1, 2)  # [b, G, r, n, L]
+    Bs, Cs = (t.view(b, n, L, G, N).permute(0, 3, 1, 2, 4) for t in (B, C))  # [b, G, n, L, N]
+    log_decay = (dts * A.view(G, r, 1, 1)).cumsum(-1)  # L_t within each chunk
+    causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+    # exp(L_t − L_s) for s <= t, 0 above the diagonal (masked before exp: the differences there are positive)
+    decay = (log_decay[..., :, None] - log_decay[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    scores = (Cs @ Bs.transpose(-1, -2))[:, :, None] * decay * dts[..., None, :]  # [b, G, r, n, L, L]
+    y = scores @ xs
+    to_end = (log_decay[..., -1:] - log_decay).exp() * dts  # each position's weight in the chunk's final state
+    written = (xs * to_end[..., None]).transpose(-1, -2) @ Bs[:, :, None]  # [b, G, r, n, P, N]
+    chunk_decay = log_decay[..., -1].exp()[..., None, None]  # [b, G, r, n, 1, 1]
+    S = x.new_zeros(b, G, r, P, N) if state is None else state.view(b, G, r, P, N)
+    starts = []
+    for i in range(n):
+        starts.append(S)
+        S = S * chunk_decay[:, :, :, i] + written[:, :, :, i]
+    start = torch.stack(starts, dim=3)  # [b, G, r, n, P, N]: the state each chunk begins from
+    y = y + (Cs[:, :, None] @ start.transpose(-1, -2)) * log_decay.exp()[..., None]
+    y = y.permute(0, 3, 4, 1, 2, 5).reshape(b, n * L, H, P)[:, :T]
+    return y, S.reshape(b, H, P, N)
+
+
+def recurrent_ssd(
+    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Optional[Tensor] = None
+) -> tuple[Tensor, Tensor]:
+    """The SSD recurrence one position at a time (decoding), with ``chunked_ssd``'s arguments and results:
+    decay the state by exp(dt·A), write dt·x·Bᵀ, read it with C."""
+    b, T, H, P = x.shape
+    G, N = B.shape[2], B.shape[3]
+    B, C = (t.repeat_interleave(H // G, dim=2) for t in (B, C))  # [b, T, H, N]
+    S = x.new_zeros(b, H, P, N) if state is None else state
+    out = []
+    for t in range(T):
+        step = dt[:, t, :, None, None]  # [b, H, 1, 1]
+        S = S * (step * A[:, None, None]).exp() + step * x[:, t, :, :, None] * B[:, t, :, None, :]
+        out.append((S * C[:, t, :, None, :]).sum(-1))
+    return torch.stack(out, dim=1), S
+
+
+def head_dim(cfg: ModelConfig) -> int:
+    """Channels per head: ``attention.head_dim``, else 2·d_model / n_head (Mamba's expand 2)."""
+    a = cfg.attention
+    return a.head_dim if a.head_dim is not None else 2 * cfg.d_model // a.n_head
+
+
+def inner(cfg: ModelConfig) -> int:
+    """The inner width n_head·head_dim (transformers' intermediate_size, expand·hidden_size)."""
+    return cfg.attention.n_head * head_dim(cfg)
+
+
+def conv_channels(cfg: ModelConfig) -> int:
+    """Channels of the convolution: x, B and C, inner + 2·groups·state_size."""
+    a = cfg.attention
+    return inner(cfg) + 2 * a.groups * a.state_size
+
+
+@ATTENTIONS.register("mamba2")
+class Mamba2(Attention):
+    """One in-projection to z (the gate, inner wide), x, B, C (through a causal depthwise convolution of
+    ``conv_kernel``, with an optional bias, and SiLU) and dt (one per head); the SSD scan over ``n_head``
+    states plus the D skip; the gated RMSNorm ``norm(y·silu(z))`` over ``groups`` groups of inner/groups
+    channels with one inner-wide scale (transformers' MambaRMSNormGated, eps model.norm.eps); the output
+    projection. No position reaches it: the recurrence orders the tokens. Its ``mask`` is the padding of
+    the new positions ``[B, T]`` (True: a token): padded positions enter the convolution as zeros and
+    have dt = 0, so they neither decay nor write the state and a left-padded row computes what it would
+    alone. The KV cache keeps, per such layer, the last ``conv_kernel − 1`` convolution inputs ``[B,
+    channels, conv_kernel − 1]`` and the states ``[B, n_head, head_dim, state_size]``."""
+
+    recurrent = True
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
+        super().__init__(cfg, layer)
+        a, d = cfg.attention, cfg.d_model
+        self.n_head, self.head_dim, self.groups, self.state_size = a.n_head, head_dim(cfg), a.groups, a.state_size
+        self.inner, self.channels = inner(cfg), conv_channels(cfg)
+        self.kernel, self.scan_chunk = a.conv_kernel, a.scan_chunk
+        self.dt_limit = (a.dt_limit_min, math.inf if a.dt_limit_max is None else a.dt_limit_max)
+        self.dt_init = (a.dt_min, a.dt_max, a.dt_init_floor)
+        self.in_proj = nn.Linear(d, self.inner + self.channels + a.n_head, bias=a.qkv_bias)
+        self.conv_weight = nn.Parameter(torch.empty(self.channels, a.conv_kernel))
+        self.conv_bias = nn.Parameter(torch.empty(self.channels)) if a.conv_bias else None
+        self.dt_bias = nn.Parameter(torch.empty(a.n_head))
+        self.A_log = nn.Parameter(torch.empty(a.n_head))
+        self.D = nn.Parameter(torch.empty(a.n_head))
+        self.norm_weight = nn.Parameter(torch.empty(self.inner))
+        self.norm_eps = cfg.norm.eps
+        self.proj = residual_projection(nn.Linear(self.inner, d, bias=a.out_bias))
+
+    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
+        b, T, _ = x.shape
+        H, P, G, N = self.n_head, self.head_dim, self.groups, self.state_size
+        z, xBC, dt = self.in_proj(x).split((self.inner, self.channels, H), dim=-1)
+        if mask is not None:
+            xBC = xBC * mask[..., None].to(xBC.dtype)
+        xBC = self.convolve(xBC.transpose(1, 2), cache, layer).transpose(1, 2)
+        xs, B, C = xBC.float().split((self.inner, G * N, G * N), dim=-1)
+        xs, B, C = xs.unflatten(-1, (H, P)), B.unflatten(-1, (G, N)), C.unflatten(-1, (G, N))
+        dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.dt_limit)
+        if mask is not None:  # a padded position keeps the state as it is: no decay, no write
+            dt = dt * mask[..., None]
+        A = -self.A_log.float().exp()
+        state = None if cache is None else cache.recurrent_state[layer]
+        state = None if state is None else state.float()
+        if T == 1:
+            y, state = recurrent_ssd(xs, dt, A, B, C, state)
+        else:
+            y, state = chunked_ssd(xs, dt, A, B, C, self.scan_chunk, state)
+        if cache is not None:
+            cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
+        y = (y + xs * self.D.float()[:, None]).flatten(2) * F.silu(z.float())
+        y = y.unflatten(-1, (G, self.inner // G))
+        y = (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm_eps)).flatten(2) * self.norm_weight.float()
+        return self.proj(y.to(x.dtype))
+
+    def convolve(self, xBC: Tensor, cache: Optional[KVCache], layer: int) -> Tensor:
+        """SiLU of the causal depthwise convolution (and its bias) of ``xBC`` ``[B, channels, T]``, continuing
+        after the cached inputs (zeros without a cache); the cache then keeps the last ``conv_kernel − 1``."""
+        past = None if cache is None else cache.conv_state[layer]
+        if past is None:
+            past = xBC.new_zeros(xBC.shape[0], self.channels, self.kernel - 1)
+        inputs = torch.cat((past.to(xBC.dtype), xBC), dim=-1)
+        if cache is not None:
+            cache.conv_state[layer] = inputs[:, :, inputs.shape[-1] - (self.kernel - 1) :].to(cache.dtype or xBC.dtype)
+        bias = None if self.conv_bias is None else self.conv_bias.to(inputs.dtype)
+        return F.silu(F.conv1d(inputs, self.conv_weight[:, None].to(inputs.dtype), bias, groups=self.channels))
+
+    @torch.no_grad()
+    def init_parameters(self, std: float, residual_std: float) -> None:
+        """What no Linear holds (``Decoder.init_weights`` calls it), as transformers and mamba_ssm initialise
+        it: the convolution as nn.Conv1d (uniform within 1/sqrt(conv_kernel)), its bias 0; dt_bias the
+        inverse softplus of dt, log-uniform in [dt_min, dt_max] and at least dt_init_floor; A_log = log(1..H),
+        so the heads decay at rates 1 to H; D 1; the norm's scale 1."""
+        nn.init.kaiming_uniform_(self.conv_weight[:, None], a=math.sqrt(5))
+        if self.conv_bias is not None:
+            nn.init.zeros_(self.conv_bias)
+        lo, hi, floor = self.dt_init
+        u = torch.rand(self.n_head, dtype=torch.float32, device=self.dt_bias.device)
+        dt = (u * (math.log(hi) - math.log(lo)) + math.log(lo)).exp().clamp(min=floor)
+        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
+        self.A_log.copy_(torch.arange(1, self.n_head + 1, dtype=torch.float32, device=self.A_log.device).log())
+        nn.init.ones_(self.D)
+        nn.init.ones_(self.norm_weight)
+
+    @staticmethod
+    def qk_head_dim(cfg: ModelConfig) -> int:
+        """``state_size``: what C and B multiply over."""
+        return cfg.attention.state_size
+
+    @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        """In-projection d·(2·I + 2·G·N + H) (z, x, B, C, dt; + as many biases with qkv_bias), the
+        convolution (I + 2·G·N)·K (+ I + 2·G·N with conv_bias), dt_bias, A_log and D H each, the gated
+        norm's scale I, the output projection I·d (+ d with out_bias); I = n_head·head_dim."""
+        a, d, H, width = cfg.attention, cfg.d_model, cfg.attention.n_head, inner(cfg)
+        channels = conv_channels(cfg)
+        in_proj = (d + a.qkv_bias) * (width + channels + H)
+        conv = channels * (a.conv_kernel + a.conv_bias)
+        return in_proj + conv + 3 * H + width + width * d + a.out_bias * d
+
+    @staticmethod
+    def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
+        """A constant, whatever ``length``: the last conv_kernel − 1 convolution inputs of every channel and
+        n_head states of head_dim × state_size."""
+        a = cfg.attention
+        return conv_channels(cfg) * (a.conv_kernel - 1) + a.n_head * head_dim(cfg) * a.state_size
+
+    @staticmethod
+    def extra_flops(cfg: ModelConfig, seq_len: int, layer: int) -> int:
+        """The recurrence's cost per token, at any length: two products with each head's head_dim ×
+        state_size state (written along B, read by C), 2·P·N FLOPs each, forward and backward: 12·H·P·N.
+        The convolution's weights count among the parameters; the chunked form's work within a chunk, a
+        way of computing the same recurrence, is not counted."""
+        a = cfg.attention
+        return 12 * a.n_head * head_dim(cfg) * a.state_size
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        a = cfg.attention
+        for name, (wanted, allowed) in _REFUSED.items():
+            if getattr(a, name) != wanted:
+                raise ConfigError(f"model.attention.{name}", getattr(a, name), allowed)
+        checks.integer("model.attention.n_head", a.n_head, 1, "a positive integer (heads, one state each)")
+        if a.head_dim is None:
+            if (2 * cfg.d_model) % a.n_head:
+                raise ConfigError(
+                    "model.attention.n_head",
+                    a.n_head,
+                    f"a divisor of 2·model.d_model={2 * cfg.d_model} (head_dim null: expand 2), or set head_dim",
+                )
+        else:
+            checks.integer("model.attention.head_dim", a.head_dim, 1, "a positive integer, or null (2·d_model/n_head)")
+        checks.integer("model.attention.groups", a.groups, 1)
+        if a.n_head % a.groups:
+            raise ConfigError(
+                "model.attention.groups",
+                a.groups,
+                f"a divisor of model.attention.n_head={a.n_head} (each group's B and C serve n_head/groups heads)",
+            )
+        for name in ("state_size", "conv_kernel", "scan_chunk"):
+            checks.integer(f"model.attention.{name}", getattr(a, name), 1)
+        for name in ("qkv_bias", "out_bias", "conv_bias"):
+            checks.choice(f"model.attention.{name}", getattr(a, name), (True, False))
+        checks.positive("model.attention.dt_min", a.dt_min)
+        if not a.dt_min <= a.dt_max < math.inf:
+            raise ConfigError("model.attention.dt_max", a.dt_max, f"a number >= model.attention.dt_min={a.dt_min}")
+        if not 0 <= a.dt_init_floor < math.inf:
+            raise ConfigError("model.attention.dt_init_floor", a.dt_init_floor, "a number >= 0")
+        if not 0 <= a.dt_limit_min < math.inf:
+            raise ConfigError("model.attention.dt_limit_min", a.dt_limit_min, "a number >= 0")
+        if a.dt_limit_max is not None and not a.dt_limit_min < a.dt_limit_max < math.inf:
+            raise ConfigError(
+                "model.attention.dt_limit_max",
+                a.dt_limit_max,
+                f"a number > model.attention.dt_limit_min={a.dt_limit_min}, or null (no upper bound)",
+            )
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """``mamba2 <H>h x <P>, state <N>, <G> groups, conv <K>``."""
+        a = cfg.attention
+        return f"mamba2 {a.n_head}h x {head_dim(cfg)}, state {a.state_size}, {a.groups} groups, conv {a.conv_kernel}"
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        """Its heads and sizes, biases, convolution, scan and time steps; the softmax kinds' fields it refuses."""
+        return frozenset(
+            {"n_head", "head_dim", "qkv_bias", "out_bias", "state_size", "groups", "conv_kernel", "conv_bias"}
+            | {"scan_chunk", "dt_min", "dt_max", "dt_init_floor", "dt_limit_min", "dt_limit_max"}
+            | set(_REFUSED)
+        )
