@@ -22,7 +22,8 @@ line is checked:
   asks for more CUDA GPUs than this machine has (``trainer=gpu``, ``trainer.devices=8``) is composed and
   must be refused by exactly that check (``trainer.accelerator`` or ``trainer.devices``).
 - ``archlab-bench``: composed, the model validated, the bench's own setting check run, and (with
-  ``compare_hf``) the layout mapped to its Hugging Face config; nothing is timed.
+  ``compare_hf``) the layout mapped to its Hugging Face config; with ``contexts=``, the context sweep's
+  setting check, every variant's model validated; nothing is timed.
 - ``archlab-check``, ``archlab-generate``, ``archlab-prepare``, ``archlab-report``, ``archlab-export``,
   ``archlab-interop``: run for real, in process. Files they read that no earlier line made (nor should have made) are
   stand-ins made here: a tiny model for ``archlab-generate`` and a safetensors ``archlab-export``, a
@@ -411,6 +412,11 @@ def run_bench(argv: list[str], ws: Workspace) -> None:
     from archlab.nn.validation import validate
 
     cfg = compose("bench", argv)
+    if cfg.contexts is not None:  # the context sweep: its settings and every variant's model checked
+        from archlab.bench.context import check_sweep
+
+        check_sweep(cfg)
+        return
     model = validate(to_model_config(cfg.model))
     check_settings(cfg, model.context_length)
     if cfg.compare_hf:

@@ -44,6 +44,30 @@ class BenchConfig:
     )
     checkpointing: bool = setting(True, "also measure activation memory with activation checkpointing on")
     format: str = setting("table", "table or json")
+    # the context sweep (archlab/bench/context.py): set contexts to run it instead of the comparison with HF
+    contexts: Optional[List[int]] = setting(
+        None,
+        "context sweep, e.g. [256,512,1024]: per variant and context the training step's time and peak memory, "
+        "decoding's time per token and state bytes, and the growth exponents; null = archlab against HF",
+    )
+    tokens_per_step: int = setting(
+        8192, "context sweep: tokens per training step, held fixed (batch = tokens_per_step / context)"
+    )
+    variants: Optional[List[str]] = setting(
+        None,
+        "context sweep: of attention (the model as composed), gated_deltanet (model/attention=gated_deltanet), "
+        "hybrid_3_1 (model/layers=deltanet_3_1), mamba2 (model/attention=mamba2); null = every one archlab has",
+    )
+    decode_tokens: int = setting(
+        16, "context sweep: tokens decoded one at a time after each prefill (the model's context grows to fit)"
+    )
+    fit_from: int = setting(1024, "context sweep: the least-squares growth exponent is fitted over contexts >= this")
+    memory_cap_mib: Optional[int] = setting(
+        None,
+        "context sweep: skip a variant's context whose step would exceed this many MiB (by its smaller "
+        "contexts' trend) or did; null = 90% of the device's free memory",
+    )
+    plot: Optional[str] = setting(None, "context sweep: the PNG to draw its curves into; null = none")
 
 
 @dataclass
