@@ -111,10 +111,10 @@ def hf_mixer(bias: bool, limit=(0.0, float("inf"))):
 
 
 def load_from_hf(ours: Mamba2, hf) -> None:
-    """The same tensors: in_proj [z | x, B, C | dt] in both, the convolution's [channels, 1, K] as [channels, K]."""
+    """The same tensors: in_proj [z | x, B, C | dt] in both, the convolution's weight [channels, 1, K]."""
     with torch.no_grad():
         ours.in_proj.weight.copy_(hf.in_proj.weight)
-        ours.conv_weight.copy_(hf.conv1d.weight[:, 0])
+        ours.conv_weight.copy_(hf.conv1d.weight)
         for name in ("dt_bias", "A_log", "D"):
             getattr(ours, name).copy_(getattr(hf, name))
         ours.norm_weight.copy_(hf.norm.weight)

@@ -145,7 +145,7 @@ class Mamba2(Attention):
         self.dt_limit = (a.dt_limit_min, math.inf if a.dt_limit_max is None else a.dt_limit_max)
         self.dt_init = (a.dt_min, a.dt_max, a.dt_init_floor)
         self.in_proj = nn.Linear(d, self.inner + self.channels + a.n_head, bias=a.qkv_bias)
-        self.conv_weight = nn.Parameter(torch.empty(self.channels, a.conv_kernel))
+        self.conv_weight = nn.Parameter(torch.empty(self.channels, 1, a.conv_kernel))  # nn.Conv1d's depthwise shape
         self.conv_bias = nn.Parameter(torch.empty(self.channels)) if a.conv_bias else None
         self.dt_bias = nn.Parameter(torch.empty(a.n_head))
         self.A_log = nn.Parameter(torch.empty(a.n_head))
@@ -190,7 +190,7 @@ class Mamba2(Attention):
         if cache is not None:
             cache.conv_state[layer] = inputs[:, :, inputs.shape[-1] - (self.kernel - 1) :].to(cache.dtype or xBC.dtype)
         bias = None if self.conv_bias is None else self.conv_bias.to(inputs.dtype)
-        return F.silu(F.conv1d(inputs, self.conv_weight[:, None].to(inputs.dtype), bias, groups=self.channels))
+        return F.silu(F.conv1d(inputs, self.conv_weight.to(inputs.dtype), bias, groups=self.channels))
 
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:
@@ -198,7 +198,7 @@ class Mamba2(Attention):
         it: the convolution as nn.Conv1d (uniform within 1/sqrt(conv_kernel)), its bias 0; dt_bias the
         inverse softplus of dt, log-uniform in [dt_min, dt_max] and at least dt_init_floor; A_log = log(1..H),
         so the heads decay at rates 1 to H; D 1; the norm's scale 1."""
-        nn.init.kaiming_uniform_(self.conv_weight[:, None], a=math.sqrt(5))
+        nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
         if self.conv_bias is not None:
             nn.init.zeros_(self.conv_bias)
         lo, hi, floor = self.dt_init
