@@ -72,6 +72,10 @@ FAMILIES = {
         expert="swiglu", n_experts=4, top_k=1, expert_d_ff=12, n_shared_experts=1, scoring="sigmoid",
         normalize_top_k=False, weight_input=True,
     ),
+    # one shared expert of twice the routed width, its output times sigmoid(w·x)
+    "qwen3_next": dict(
+        expert="swiglu", n_experts=8, top_k=3, expert_d_ff=12, n_shared_experts=2, shared_expert_gate=True,
+    ),
 }  # fmt: skip
 # Step-3.5 (its block against Hugging Face's: tests/test_hf_step.py): sigmoid top-k with a selection bias,
 # scaled; SwiGLU activations clamped, the shared expert with its own limit
@@ -84,7 +88,7 @@ STEP35 = dict(
 def hand_mlp_params(cfg) -> tuple[int, int]:
     """Total and active MLP parameters over all layers, written from the layer shapes: a dense layer (one of
     ``layers.first``) is one SwiGLU of d_ff; a MoE layer a router E·d (+ E with its bias), E experts of 3·d·f and one shared
-    SwiGLU of n_shared·f (each SwiGLU of width w with biases: + 2·w + d)."""
+    SwiGLU of n_shared·f (each SwiGLU of width w with biases: + 2·w + d), its gate d where shared_expert_gate."""
     m, d = cfg.mlp, cfg.d_model
 
     def swiglu(width):
@@ -97,6 +101,7 @@ def hand_mlp_params(cfg) -> tuple[int, int]:
             active += swiglu(m.d_ff)
             continue
         shared = swiglu(m.n_shared_experts * m.expert_d_ff) if m.n_shared_experts else 0
+        shared += d if m.shared_expert_gate else 0
         common = m.n_experts * (d + m.router_bias) + shared
         total += common + m.n_experts * swiglu(m.expert_d_ff)
         active += common + m.top_k * swiglu(m.expert_d_ff)
@@ -245,7 +250,9 @@ def naive_moe(moe: MoE, cfg, x: torch.Tensor) -> torch.Tensor:
         else:
             y = sum(m.routed_scale * w * expert(e, v) for w, e in zip(weights, chosen))
         if moe.shared is not None:
-            y = y + moe.shared(v[None])[0]  # the dense MLP of mlp.py, itself tested against HF's
+            shared = moe.shared(v[None])[0]  # the dense MLP of mlp.py, itself tested against HF's
+            gate = 1 / (1 + math.exp(-float(moe.shared_gate.weight[0] @ v))) if m.shared_expert_gate else 1.0
+            y = y + gate * shared
         out.append(y)
     return torch.stack(out)
 
@@ -273,6 +280,7 @@ ROUTINGS = {
         n_experts=4, top_k=1, scoring="sigmoid", normalize_top_k=False, weight_input=True, n_shared_experts=1,
     ),
     "weight_input_biases_top2": dict(n_experts=6, top_k=2, weight_input=True, bias=True, routed_scale=1.5),
+    "gated_shared_bias": dict(n_experts=6, top_k=2, bias=True, n_shared_experts=2, shared_expert_gate=True),
 }  # fmt: skip
 
 
@@ -306,7 +314,7 @@ def _hf_block(family: str, cfg):
             num_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, norm_topk_prob=True, **common
         )
         block_cls = tf.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock
-    elif family in ("gpt_oss", "llama4"):
+    elif family in ("gpt_oss", "llama4", "qwen3_next"):
         return _hf_block_2025(family, cfg)
     elif family == "deepseek_v2_lite":
         hf_cfg = tf.DeepseekV2Config(
@@ -343,7 +351,8 @@ def _hf_block(family: str, cfg):
 def _hf_block_2025(family: str, cfg):
     """gpt-oss's MoE MLP (router with a bias; experts [E, d, 2f] with gate and up interleaved along the
     last dim, biases, the clamped SwiGLU) or Llama 4's (top-1 sigmoid router, the score on the expert's
-    input, a shared SwiGLU), with archlab's ``MoE`` whose weights it copies."""
+    input, a shared SwiGLU) or Qwen3-Next's (softmax top-k, a shared SwiGLU times sigmoid of its own gate
+    Linear), with archlab's ``MoE`` whose weights it copies."""
     import transformers as tf
 
     m = cfg.mlp
@@ -351,6 +360,26 @@ def _hf_block_2025(family: str, cfg):
         hidden_size=D, num_attention_heads=2, num_local_experts=m.n_experts, num_experts_per_tok=m.top_k,
         intermediate_size=m.expert_d_ff,
     )  # fmt: skip
+    if family == "qwen3_next":
+        hf_cfg = tf.Qwen3NextConfig(
+            hidden_size=D, num_attention_heads=2, num_experts=m.n_experts, num_experts_per_tok=m.top_k,
+            moe_intermediate_size=m.expert_d_ff, shared_expert_intermediate_size=m.n_shared_experts * m.expert_d_ff,
+            norm_topk_prob=m.normalize_top_k, hidden_act="silu",
+        )  # fmt: skip
+        hf_cfg._experts_implementation = "eager"
+        hf = tf.models.qwen3_next.modeling_qwen3_next.Qwen3NextSparseMoeBlock(hf_cfg).float()
+        ours = MoE(cfg, layer=cfg.n_layer - 1)
+        randomise(ours, 5)
+        f = ours.shared.down.in_features
+        with torch.no_grad():
+            hf.gate.weight.copy_(ours.router.weight)
+            hf.experts.gate_up_proj.copy_(ours.experts.gate_up)
+            hf.experts.down_proj.copy_(ours.experts.down)
+            hf.shared_expert.gate_proj.weight.copy_(ours.shared.gate_up.weight[:f])
+            hf.shared_expert.up_proj.weight.copy_(ours.shared.gate_up.weight[f:])
+            hf.shared_expert.down_proj.weight.copy_(ours.shared.down.weight)
+            hf.shared_expert_gate.weight.copy_(ours.shared_gate.weight)
+        return hf, ours
     if family == "gpt_oss":
         hf_cfg = tf.GptOssConfig(swiglu_limit=m.swiglu_limit, **common)
         hf_cfg.swiglu_alpha = m.swiglu_alpha
@@ -561,6 +590,7 @@ BAD = [
     (dict(n_experts=8, top_k=5, n_groups=4, top_groups=2), "model.mlp.top_k"),  # 2 groups of 2 hold 4
     (dict(expert_d_ff=0), "model.mlp.expert_d_ff"),
     (dict(n_shared_experts=-1), "model.mlp.n_shared_experts"),
+    (dict(shared_expert_gate=True), "model.mlp.shared_expert_gate"),  # no shared experts to gate
     (dict(dense=4), "model.layers.first"),  # more dense layers than the model's 3
     (dict(routed_scale=0.0), "model.mlp.routed_scale"),
     (dict(aux_loss_weight=-0.1), "model.mlp.aux_loss_weight"),

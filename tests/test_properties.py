@@ -90,6 +90,7 @@ def model_configs(draw) -> dict:
             st.sampled_from([g for g in (1, 2, 3) if n_experts % g == 0 and (g == 1 or n_experts >= 2 * g)])
         )
         top_groups = draw(st.integers(1, n_groups))
+        n_shared = draw(st.integers(0, 2))
         mlp |= {
             "kind": "moe",
             "expert": mlp["kind"],
@@ -98,7 +99,8 @@ def model_configs(draw) -> dict:
             "n_groups": n_groups,
             "top_groups": top_groups,
             "expert_d_ff": draw(st.sampled_from([None, 3, 8])),
-            "n_shared_experts": draw(st.integers(0, 2)),
+            "n_shared_experts": n_shared,
+            "shared_expert_gate": n_shared > 0 and draw(st.booleans()),  # Qwen2-MoE, Qwen3-Next
             "scoring": draw(st.sampled_from(["softmax", "sigmoid"])),
             "normalize_top_k": draw(st.booleans()),
             "correction_bias": draw(st.booleans()),

@@ -149,6 +149,8 @@ class MLPConfig:
     top_k: int = 2  # moe: routed experts each token goes through
     expert_d_ff: Optional[int] = None  # moe: a routed expert's hidden width; None = the d_ff rules above
     n_shared_experts: int = 0  # moe: experts every token goes through, as one MLP of n·expert_d_ff (DeepSeek)
+    # moe: the shared experts' output times sigmoid(w·x), one bias-free scalar per token (Qwen2-MoE, Qwen3-Next)
+    shared_expert_gate: bool = False
     scoring: str = choice("softmax", "sigmoid")  # moe: router scores (DeepSeek-V3: sigmoid)
     normalize_top_k: bool = True  # moe: the top-k weights renormalised to sum to 1 (Mixtral, Qwen3-MoE)
     n_groups: int = 1  # moe: experts in this many groups; a token picks from the top_groups best (DeepSeek-V3: 8)

@@ -1,6 +1,7 @@
 """Mixture of experts, ``model.mlp.kind: moe``: a router sends each token to ``top_k`` of ``n_experts``
 MLPs of kind ``expert`` (Shazeer et al. 2017), beside ``n_shared_experts`` every token goes through
-(DeepSeekMoE, Dai et al. 2024). Dense layers among MoE ones (DeepSeek's first layers) are layer kinds
+(DeepSeekMoE, Dai et al. 2024), their output times ``sigmoid(w·x)`` with ``shared_expert_gate`` (Qwen2-MoE,
+Qwen3-Next: one bias-free scalar per token). Dense layers among MoE ones (DeepSeek's first layers) are layer kinds
 setting ``mlp.kind`` to the experts' kind (``model.layers``).
 SwiGLU experts clamp at ``swiglu_limit``, the shared ones at ``shared_swiglu_limit`` where it is set
 (Step-3.5 bounds the two apart; 0: no clamp).
@@ -106,7 +107,7 @@ class Experts(nn.Module):
 
 _OWN_FIELDS = frozenset(  # the fields of model.mlp that only a mixture of experts reads
     "expert n_experts top_k expert_d_ff n_shared_experts scoring normalize_top_k n_groups top_groups "
-    "routed_scale correction_bias router_bias weight_input aux_loss_weight z_loss_weight".split()
+    "routed_scale correction_bias router_bias weight_input aux_loss_weight z_loss_weight shared_expert_gate".split()
 )
 
 
@@ -143,6 +144,7 @@ class MoE(MLP):
         self.experts = Experts(cfg, f)
         width = m.n_shared_experts * f
         self.shared = dense_kind(m.expert)(shared_config(cfg), layer, width=width) if width else None
+        self.shared_gate = nn.Linear(d, 1, bias=False) if m.shared_expert_gate else None
         self.aux_losses: dict[str, tuple[float, Tensor]] = {}
 
     def forward(self, x: Tensor) -> Tensor:
@@ -151,7 +153,8 @@ class MoE(MLP):
         self.aux_losses = self.auxiliary(logits, indices) if self.training else {}
         y = self.routed(flat, weights, indices)
         if self.shared is not None:
-            y = y + self.shared(flat)
+            shared = self.shared(flat)
+            y = y + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
         return y.view(*x.shape[:-1], y.shape[-1])
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -238,10 +241,11 @@ class MoE(MLP):
 
     @staticmethod
     def params(cfg: ModelConfig, routed: int) -> int:
-        """Parameters of one MoE layer counting ``routed`` of its routed experts."""
+        """Parameters of one MoE layer counting ``routed`` of its routed experts; the shared experts' gate d."""
         m, entry = cfg.mlp, dense_kind(cfg.mlp.expert)
         f = expert_width(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
+        shared += cfg.d_model if m.shared_expert_gate else 0
         return m.n_experts * (cfg.d_model + m.router_bias) + routed * entry.params_at(cfg, f) + shared
 
     @classmethod
@@ -250,7 +254,8 @@ class MoE(MLP):
 
     @classmethod
     def active_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        """The router (its bias too), the top_k routed experts a token goes through and the shared experts."""
+        """The router (its bias too), the top_k routed experts a token goes through and the shared experts
+        (their gate too)."""
         return cls.params(cfg, cfg.mlp.top_k)
 
     @classmethod
@@ -294,6 +299,12 @@ class MoE(MLP):
         if m.expert_d_ff is not None:
             checks.integer("model.mlp.expert_d_ff", m.expert_d_ff, allowed="a positive integer or null")
         checks.integer("model.mlp.n_shared_experts", m.n_shared_experts, minimum=0)
+        if m.shared_expert_gate and not m.n_shared_experts:
+            raise ConfigError(
+                "model.mlp.shared_expert_gate",
+                m.shared_expert_gate,
+                "false, or true with n_shared_experts >= 1 (it gates the shared experts' output)",
+            )
         limit = m.shared_swiglu_limit
         if limit is not None and not (isinstance(limit, (int, float)) and 0 <= limit < math.inf):
             raise ConfigError(
@@ -311,6 +322,7 @@ class MoE(MLP):
         d_ff=14336``; ``, router bias``, ``, weighted inputs`` (Llama 4) where set."""
         f = cfg.mlp
         shared = f" + {f.n_shared_experts} shared" if f.n_shared_experts else ""
+        shared += " (sigmoid-gated)" if f.shared_expert_gate else ""
         if f.shared_swiglu_limit is not None and "shared_swiglu_limit" in (MoE.reads(cfg) or ()):
             shared += f" (limit={f.shared_swiglu_limit or None})"
         form = dense_kind(f.expert).form(cfg)

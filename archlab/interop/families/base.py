@@ -80,6 +80,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.layers.pattern": ([], "every layer the same parts"),
     "model.mlp.swiglu_limit": (None, "no SwiGLU clamp"),
     "model.mlp.shared_swiglu_limit": (None, "shared experts clamped as the routed ones"),
+    "model.mlp.shared_expert_gate": (False, "shared experts added ungated"),
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),
     "model.mlp.router_bias": (False, "no router bias"),

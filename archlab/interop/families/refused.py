@@ -319,7 +319,7 @@ REFUSED: dict[str, Refused] = {
     "qwen2_moe": Refused(
         "Qwen2-MoE",
         "Qwen2MoeForCausalLM",
-        "a sigmoid gate on the shared expert (`shared_expert_gate`): archlab's shared experts are ungated",
+        "no archlab record yet (holdable: its gated shared expert is `model.mlp.shared_expert_gate`)",
     ),
     "phimoe": Refused(
         "PhiMoE",
