@@ -109,6 +109,18 @@ def test_nano_matches_gpt2_closed_form_and_hf():
     assert hf_meta_count(cfg) == expected
 
 
+def test_mamba_codestral_7b_breakdown_by_hand():
+    """Mamba-Codestral written out from transformers' Mamba2Mixer tensor shapes: in_proj to z, x, B, C and dt,
+    the depthwise conv1d and its bias over x, B and C, dt_bias, A_log and D, the gated norm, out_proj; one
+    RMSNorm a layer, no MLP; the final norm and an untied head."""
+    V, L, d, H, P, G, N, K = 32768, 64, 4096, 128, 64, 8, 128, 4
+    inner, channels = H * P, H * P + 2 * G * N
+    mixer = d * (inner + channels + H) + channels * (K + 1) + 3 * H + inner + inner * d
+    counts = count_params(compose_model(["model=mamba-codestral-7b"]))
+    assert counts["attention"] == L * mixer and counts["mlp"] == 0 and counts["norms"] == L * d
+    assert counts["total"] == 2 * V * d + L * (mixer + d) + d == PUBLISHED["mamba-codestral-7b"]
+
+
 def test_every_published_preset_has_its_reference_and_nano_none():
     from archlab.cli.check import REFERENCE_COUNTS, presets
 
@@ -146,3 +158,23 @@ def test_llama2_70b_breakdown_by_hand():
         "final_norm": d,
         "head": V * d,
     }
+
+
+def test_qwen3_next_80b_a3b_breakdown_by_hand():
+    """Qwen3-Next's two layer kinds written out from transformers' tensor shapes: a gated attention layer's
+    q_proj doubled (query and gate), k/v, o and two (1 + w) QK-norms of one head; a Gated DeltaNet layer's
+    in_proj_qkvz and in_proj_ba, depthwise conv1d, A_log and dt_bias, the gated norm, out_proj; every MoE
+    its router, 512 experts, the shared expert and its one-output gate; two norms a layer."""
+    V, L, d, E, k, f = 151936, 48, 2048, 512, 10, 512
+    H, KV, hd = 16, 2, 256  # attention layers: 12 of 48
+    Hv, Hk, dk, dv, K = 32, 16, 128, 128, 4  # Gated DeltaNet layers: 36
+    attention = 2 * d * H * hd + 2 * d * KV * hd + H * hd * d + 2 * hd
+    channels = 2 * Hk * dk + Hv * dv
+    deltanet = d * (channels + Hv * dv + 2 * Hv) + channels * K + 2 * Hv + dv + Hv * dv * d
+    moe = E * d + E * 3 * d * f + 3 * d * f + d
+    counts = count_params(compose_model(["model=qwen3-next-80b-a3b"]))
+    assert counts["attention"] == 12 * attention + 36 * deltanet
+    assert counts["mlp"] == L * moe
+    total = 2 * V * d + 12 * attention + 36 * deltanet + L * (moe + 2 * d) + d
+    assert counts["total"] == total == PUBLISHED["qwen3-next-80b-a3b"]
+    assert counts["active"] == total - L * (E - k) * 3 * d * f == ACTIVE["qwen3-next-80b-a3b"]

@@ -82,7 +82,9 @@ REFERENCE_COUNTS = {
     "step-3.5-flash": 196_956_118_272,  # stepfun-ai/Step-3.5-Flash: Step3p7TextModel + LM head, no MTP layers
     "gpt-oss-20b": 20_914_757_184,  # openai/gpt-oss-20b (GptOssForCausalLM)
     "gpt-oss-120b": 116_829_156_672,  # openai/gpt-oss-120b
+    "mamba-codestral-7b": 7_285_403_648,  # Mamba2Config() defaults (Mamba-Codestral-7B-v0.1): Mamba2ForCausalLM
     "llama4-scout-17b-16e": 107_769_861_120,  # Llama4TextConfig() defaults: the text stack, no vision tower
+    "qwen3-next-80b-a3b": 79_674_391_296,  # Qwen/Qwen3-Next-80B-A3B-Instruct: Qwen3NextForCausalLM, no MTP layer
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every
@@ -98,6 +100,7 @@ ACTIVE_COUNTS = {
     "gpt-oss-20b": 4_187_440_704,  # card: 3.6B active, without the input embedding (201,088 x 2,880)
     "gpt-oss-120b": 5_711_982_912,  # card: 5.1B active, likewise
     "llama4-scout-17b-16e": 17_172_894_720,  # card: 17B active
+    "qwen3-next-80b-a3b": 3_874_929_408,  # card: 80B total, 3B active
 }
 
 register_configs()

@@ -63,7 +63,9 @@ PUBLISHED = {
     "step-3.5-flash": 196_956_118_272,
     "gpt-oss-20b": 20_914_757_184,
     "gpt-oss-120b": 116_829_156_672,
+    "mamba-codestral-7b": 7_285_403_648,
     "llama4-scout-17b-16e": 107_769_861_120,
+    "qwen3-next-80b-a3b": 79_674_391_296,
 }
 
 ACTIVE = {
@@ -75,6 +77,7 @@ ACTIVE = {
     "gpt-oss-20b": 4_187_440_704,
     "gpt-oss-120b": 5_711_982_912,
     "llama4-scout-17b-16e": 17_172_894_720,
+    "qwen3-next-80b-a3b": 3_874_929_408,
 }
 
 _PYTHIA = dict(
@@ -523,6 +526,36 @@ STEP35 = dict(
 
 # preset -> (transformers model class, its config class, the published config's keys, parameters the class
 # leaves out: Step3p7TextModel is the text stack without its untied LM head, vocab_size x hidden_size)
+QWEN3_NEXT = dict(
+    vocab_size=151936,
+    hidden_size=2048,
+    intermediate_size=5120,
+    num_hidden_layers=48,
+    num_attention_heads=16,
+    num_key_value_heads=2,
+    head_dim=256,
+    hidden_act="silu",
+    max_position_embeddings=262144,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+    attention_bias=False,
+    linear_conv_kernel_dim=4,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_num_key_heads=16,
+    linear_num_value_heads=32,
+    decoder_sparse_step=1,
+    moe_intermediate_size=512,
+    shared_expert_intermediate_size=512,
+    num_experts_per_tok=10,
+    num_experts=512,
+    norm_topk_prob=True,
+    router_aux_loss_coef=0.001,
+    mlp_only_layers=[],
+    layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 12,  # full_attention_interval 4
+)
+
 LAYOUT_CONFIGS = {
     # google/gemma-3-1b-pt
     "gemma3-1b": (
@@ -577,4 +610,7 @@ LAYOUT_CONFIGS = {
     "gpt-oss-120b": ("GptOssForCausalLM", "GptOssConfig", {}, 0),
     # Llama4TextConfig()'s defaults (checkpoint meta-llama/Llama-4-Scout-17B-16E), the text stack alone
     "llama4-scout-17b-16e": ("Llama4ForCausalLM", "Llama4TextConfig", {}, 0),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (its multi-token-prediction layer, mtp.*, is not part of
+    # Qwen3NextForCausalLM); transformers' Qwen3NextConfig() defaults hold the same sizes
+    "qwen3-next-80b-a3b": ("Qwen3NextForCausalLM", "Qwen3NextConfig", QWEN3_NEXT, 0),
 }
