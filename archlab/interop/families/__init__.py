@@ -1,7 +1,7 @@
 """The Hugging Face families archlab converts, one record (a ``base.Family``) each, a module per group:
 ``gpt`` (GPT-2, GPT-J), ``neox`` (GPT-NeoX, Phi), ``llama`` (LLaMA and its relatives), ``moe`` (Mixtral,
 Qwen3-MoE, DeepSeek), ``layered`` (dense families whose layers differ), ``layered_moe`` (gpt-oss, Llama 4,
-AFMoE), ``step`` (Step-3.5), ``falcon``, ``starcoder2`` (StarCoder 2), ``stablelm``. ``FAMILIES`` holds them
+AFMoE), ``step`` (Step-3.5), ``falcon``, ``starcoder2`` (StarCoder 2), ``stablelm``, ``mamba`` (Mamba-2). ``FAMILIES`` holds them
 all by ``model_type``; adding a family is a record in its module (its config keys copied as they are in
 ``keys``, the rest computed in ``to_hf`` and ``from_hf``; its tensor names in ``tensors``), a line here, and
 its tests. Shared parts: ``base`` (the record, tensor maps, ``FEATURES``), ``rope`` and ``windows`` (RoPE and
@@ -32,6 +32,7 @@ from archlab.interop.families.granite_variants import GRANITE_VARIANTS
 from archlab.interop.families.hunyuan import HUNYUAN
 from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
+from archlab.interop.families.mamba import MAMBA
 from archlab.interop.families.mellum import MELLUM
 from archlab.interop.families.minicpm3 import MINICPM3
 from archlab.interop.families.minimax import MINIMAX
@@ -98,4 +99,5 @@ FAMILIES: dict[str, Family] = {
     **MINICPM3,
     **MELLUM,
     **COHERE2_MOE,
+    **MAMBA,
 }

@@ -59,9 +59,6 @@ REFUSED: dict[str, Refused] = {
         "FalconMambaForCausalLM",
         "Mamba-1 SSM mixer with RMS-normed B, C and Δ (`mixer_rms_eps`): no archlab mixer",
     ),
-    "mamba2": Refused(
-        "Mamba-2", "Mamba2ForCausalLM", "Mamba-2 SSM mixer (`Mamba2Mixer`, `n_groups`): no archlab mixer"
-    ),
     "falcon_h1": Refused(
         "Falcon-H1",
         "FalconH1ForCausalLM",

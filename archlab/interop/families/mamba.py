@@ -1,0 +1,120 @@
+"""Mamba-2 (Mamba2ForCausalLM): every block an RMSNorm and a Mamba-2 mixer (``attention.kind: mamba2``), no
+MLP, no positions."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from archlab.config import AttentionConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, PositionConfig
+from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
+from archlab.nn.mamba2 import head_dim, inner
+
+MAMBA2_FIELDS = frozenset(
+    f"model.attention.{name}"
+    for name in ("state_size", "groups", "conv_bias", "dt_min", "dt_max", "dt_init_floor", "dt_limit_min")
+) | {"model.attention.dt_limit_max"}
+
+
+class Mamba2(Family):
+    """Mamba2ForCausalLM (Mamba-Codestral, state-spaces/mamba2-*): pre-norm blocks of an RMSNorm and
+    ``Mamba2Mixer``, whose in-projection [z | x, B, C | dt], convolution, dt_bias, A_log, D, gated norm and
+    out-projection archlab's ``mamba2`` holds as they are; one ``use_bias`` for both projections; a final
+    RMSNorm; the head tied or not. transformers keeps the residual stream in float32 (``residual_in_fp32``);
+    archlab in the model's dtype, the same in float32."""
+
+    parts = "pre-norm RMSNorm, Mamba-2 mixer (SSD, grouped B/C, gated RMSNorm), no MLP, no positions"
+
+    model_type, title, model_class, config_class = "mamba2", "Mamba-2", "Mamba2ForCausalLM", "Mamba2Config"
+    prefix = "backbone."
+    attention_kind = "mamba2"
+    position_kind = "none"
+    position_why = " (Mamba-2 has no positions: its recurrence orders the tokens)"
+    features = MAMBA2_FIELDS
+    renames = {"backbone.embedding.": "backbone.embeddings."}  # mamba_ssm's name, which transformers renames too
+    keys = {
+        "vocab_size": "vocab_size",
+        "hidden_size": "d_model",
+        "num_hidden_layers": "n_layer",
+        "layer_norm_epsilon": "norm.eps",
+        "initializer_range": "init_std",
+        "num_heads": "attention.n_head",
+        "state_size": "attention.state_size",
+        "n_groups": "attention.groups",
+        "conv_kernel": "attention.conv_kernel",
+        "use_conv_bias": "attention.conv_bias",
+        "chunk_size": "attention.scan_chunk",
+        "time_step_min": "attention.dt_min",
+        "time_step_max": "attention.dt_max",
+        "time_step_floor": "attention.dt_init_floor",
+        "tie_word_embeddings": "head.tied",
+    }
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        a, d = cfg.attention, cfg.d_model
+        # transformers' inner width is expand·hidden_size, expand an integer: head sizes that give one
+        whole = [d * k // a.n_head for k in range(1, 5) if d * k % a.n_head == 0]
+        return [
+            ("model.norm.kind", ("rmsnorm",), ""),
+            ("model.block.kind", ("pre",), ""),
+            ("model.mlp.kind", ("none",), " (a Mamba-2 block is its mixer alone)"),
+            ("model.attention.out_bias", (a.qkv_bias,), " (one use_bias flag sets both projections' biases)"),
+            ("model.head.bias", (False,), ""),
+            (
+                "model.attention.head_dim",
+                (a.head_dim,) if inner(cfg) % d == 0 else tuple(whole),
+                f" (n_head·head_dim is transformers' expand·hidden_size: a multiple of d_model={d})",
+            ),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        a = cfg.attention
+        return dict(
+            self.keys_to_hf(cfg),
+            head_dim=head_dim(cfg),
+            expand=inner(cfg) // cfg.d_model,
+            use_bias=a.qkv_bias,
+            hidden_act="silu",
+            time_step_limit=(a.dt_limit_min, math.inf if a.dt_limit_max is None else a.dt_limit_max),
+            residual_in_fp32=True,
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.hidden_act != "silu":
+            refuse_hf(c, "hidden_act", "silu (archlab's mamba2 convolves through SiLU)")
+        low, high = c.time_step_limit
+        cfg = ModelConfig(
+            norm=NormConfig(kind="rmsnorm"),
+            position=PositionConfig(kind="none"),
+            attention=AttentionConfig(
+                kind="mamba2",
+                head_dim=c.head_dim,
+                qkv_bias=c.use_bias,
+                out_bias=c.use_bias,
+                dt_limit_min=float(low),
+                dt_limit_max=None if math.isinf(high) else float(high),
+            ),
+            mlp=MLPConfig(kind="none"),
+            head=HeadConfig(bias=False),
+        )
+        return self.keys_from_hf(c, cfg)
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t, a = Tensors(cfg), cfg.attention
+        t.add("tok_emb", "backbone.embeddings")
+        for i in range(cfg.n_layer):
+            b, h = f"blocks.{i}", f"backbone.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.norm")
+            t.add(f"{b}.attn.in_proj", f"{h}.mixer.in_proj", a.qkv_bias)
+            t.maps.append(TensorMap(f"{b}.attn.conv_weight", (f"{h}.mixer.conv1d.weight",)))
+            if a.conv_bias:
+                t.maps.append(TensorMap(f"{b}.attn.conv_bias", (f"{h}.mixer.conv1d.bias",)))
+            for name in ("dt_bias", "A_log", "D"):
+                t.maps.append(TensorMap(f"{b}.attn.{name}", (f"{h}.mixer.{name}",)))
+            t.maps.append(TensorMap(f"{b}.attn.norm_weight", (f"{h}.mixer.norm.weight",)))
+            t.add(f"{b}.attn.proj", f"{h}.mixer.out_proj", a.qkv_bias)
+        t.add("final_norm", "backbone.norm_f")
+        return t.head()
+
+
+MAMBA: dict[str, Family] = {f.model_type: f for f in (Mamba2(),)}
