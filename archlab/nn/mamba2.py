@@ -64,18 +64,18 @@ def chunked_ssd(
     if pad:
         x, dt, B, C = (F.pad(t, (0, 0) * (t.ndim - 2) + (0, pad)) for t in (x, dt, B, C))
     n = (T + pad) // L
-    # heads as [group, head within it], positions as [chunk, position within it]
-    xs = x.view(b, n, L, G, r, P).permute(0, 3, 4, 1, 2, 5)  # [b, G, r, n, L, P]
+    # heads as [group, head within it], positions as [chunk, position within it]; dt·x made contiguous in
+    # that layout once (every product below reads it)
     dts = dt.view(b, n, L, G, r).permute(0, 3, 4, 1, 2)  # [b, G, r, n, L]
+    xdt = (x.view(b, n, L, G, r, P).permute(0, 3, 4, 1, 2, 5) * dts[..., None]).contiguous()  # [b, G, r, n, L, P]
     Bs, Cs = (t.view(b, n, L, G, N).permute(0, 3, 1, 2, 4) for t in (B, C))  # [b, G, n, L, N]
     log_decay = (dts * A.view(G, r, 1, 1)).cumsum(-1)  # L_t within each chunk
     causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
     # exp(L_t − L_s) for s <= t, 0 above the diagonal (masked before exp: the differences there are positive)
-    decay = (log_decay[..., :, None] - log_decay[..., None, :]).masked_fill(~causal, float("-inf")).exp()
-    scores = (Cs @ Bs.transpose(-1, -2))[:, :, None] * decay * dts[..., None, :]  # [b, G, r, n, L, L]
-    y = scores @ xs
-    to_end = (log_decay[..., -1:] - log_decay).exp() * dts  # each position's weight in the chunk's final state
-    written = (xs * to_end[..., None]).transpose(-1, -2) @ Bs[:, :, None]  # [b, G, r, n, P, N]
+    decay = (log_decay[..., :, None] - log_decay[..., None, :]).masked_fill_(~causal, float("-inf")).exp_()
+    y = ((Cs @ Bs.transpose(-1, -2))[:, :, None] * decay) @ xdt  # C_t·B_s per group, decayed per head
+    to_end = (log_decay[..., -1:] - log_decay).exp()  # each position's decay to the chunk's end
+    written = (xdt * to_end[..., None]).transpose(-1, -2) @ Bs[:, :, None]  # [b, G, r, n, P, N]
     chunk_decay = log_decay[..., -1].exp()[..., None, None]  # [b, G, r, n, 1, 1]
     S = x.new_zeros(b, G, r, P, N) if state is None else state.view(b, G, r, P, N)
     starts = []
