@@ -151,3 +151,39 @@ def test_bad_settings_name_the_field(kwargs, field):
     with pytest.raises(ConfigError) as err:
         MQARDataModule(**kwargs)
     assert err.value.field == field
+
+
+def test_train_pairs_mix_counts_per_batch_and_val_pairs_score_each_count():
+    dm = MQARDataModule(num_pairs=2, num_queries=3, num_keys=12, num_values=10, train_pairs=[2, 5, 9], val_pairs=[5, 9])
+    dm.setup()
+    assert dm.val_names == ["val", "val_p5", "val_p9"] and dm.max_seq_len == 2 * (9 + 3) - 1
+    assert [x.shape[1] for x, _ in dm.val_sets] == [2 * (n + 3) - 1 for n in (2, 5, 9)]
+    stream = iter(dm.train_dataloader())
+    seen = {}
+    for _ in range(60):
+        x, y = next(stream)
+        pairs = (x.shape[1] + 1) // 2 - 3  # the batch's count, from its length
+        seen[pairs] = seen.get(pairs, 0) + 1
+        for inputs, targets in zip(x.tolist(), y.tolist()):
+            context, scored = read_sequence(inputs, targets, pairs)
+            assert len(context) == pairs and scored == [2 * pairs + 2 * j for j in range(3)]
+            assert all(targets[t] == context[inputs[t]] for t in scored)
+    # every count drawn, each about a third of 60 batches (binomial sd 3.7)
+    assert set(seen) == {2, 5, 9} and all(8 <= c <= 32 for c in seen.values())
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"train_pairs": []}, "data.train_pairs"),
+        ({"train_pairs": [4, 4]}, "data.train_pairs"),
+        ({"val_pairs": [0]}, "data.val_pairs"),
+        ({"val_pairs": [4], "eval_num_pairs": 4}, "data.eval_num_pairs"),
+        ({"train_pairs": [4, 40]}, "data.num_keys"),  # 40 distinct keys from 32
+        ({"val_pairs": [40]}, "data.num_keys"),
+    ],
+)
+def test_bad_pair_lists_name_the_field(kwargs, field):
+    with pytest.raises(ConfigError) as err:
+        MQARDataModule(num_pairs=4, **kwargs)
+    assert err.value.field == field
