@@ -64,9 +64,9 @@ def test_docs_hold_the_listing_as_the_command_prints_it():
 
 
 def test_a_family_archlab_lacks_is_refused_naming_the_part_it_needs():
-    refused = REFUSED["qwen3_next"]
-    with pytest.raises(ConfigError, match="model_type='qwen3_next'") as e:
-        config_from_hf(transformers.Qwen3NextConfig())
+    refused = REFUSED["kimi_linear"]
+    with pytest.raises(ConfigError, match="model_type='kimi_linear'") as e:
+        config_from_hf(transformers.KimiLinearConfig())
     assert refused.missing in str(e.value) and refused.title in str(e.value)
 
 

@@ -215,7 +215,7 @@ def archlab_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None =
     cfg = validate(to_model_config(cfg))
     out = {}
     for m in _family(family, cfg).tensors(cfg):
-        out.update(zip(m.hf, split(m, state[m.archlab])))
+        out.update(zip(m.hf, split(m, state[m.archlab], tuple(state[name] for name in m.others))))
     return out
 
 

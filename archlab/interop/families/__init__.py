@@ -47,6 +47,7 @@ from archlab.interop.families.openai_gpt import OPENAI_GPT
 from archlab.interop.families.opt import OPT
 from archlab.interop.families.persimmon import PERSIMMON
 from archlab.interop.families.phi3 import PHI3
+from archlab.interop.families.qwen3_next import QWEN3_NEXT
 from archlab.interop.families.relatives import RELATIVES
 from archlab.interop.families.sigmoid_moe import SIGMOID_MOE
 from archlab.interop.families.softmax_moe import SOFTMAX_MOE
@@ -100,4 +101,5 @@ FAMILIES: dict[str, Family] = {
     **MELLUM,
     **COHERE2_MOE,
     **MAMBA,
+    **QWEN3_NEXT,
 }

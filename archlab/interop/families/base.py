@@ -164,12 +164,21 @@ class TensorMap(NamedTuple):
     archlab's, the rows before them, which no token reads, written as zeros); ``qvk_sharded`` (CodeGen's fused
     qkv_proj: ``sizes[0]`` shards, each its slice of q, then of v, then of k); ``stacked_half_negated``
     (``stacked`` q, k, v of ``sizes[:3]`` rows, the second half of each q and k head's ``sizes[3]`` rows
-    negated: NanoChat's RoPE turns the other way, which archlab's holds with those rows' signs flipped)."""
+    negated: NanoChat's RoPE turns the other way, which archlab's holds with those rows' signs flipped);
+    ``gated_queries`` (Qwen3-Next's q_proj [H·2·hd] holds per head its query rows, then its output gate's:
+    archlab's q/k/v from the query rows, k_proj and v_proj, ``sizes`` = (n_head, head_dim); written back
+    with the gate's rows from ``others``, archlab's gate) and ``gated_queries_gate`` (archlab's gate, read
+    from the gate rows; written by the ``gated_queries`` map); ``deltanet_grouped`` (Qwen3-Next's Gated
+    DeltaNet in_proj_qkvz holds per key head g its q_g, k_g, then the v and z rows of the value heads it
+    serves, and in_proj_ba per key head their b, then their a; archlab's in_proj holds every q, k, v, z, b,
+    then a; ``sizes`` = (key_heads, key_head_dim, n_head, v_head_dim)); ``depthwise_conv`` (nn.Conv1d's
+    depthwise weight [C, 1, K], archlab's [C, K])."""
 
     archlab: str
     hf: tuple[str, ...]
     layout: str = "same"
     sizes: tuple[int, ...] = ()
+    others: tuple[str, ...] = ()  # further archlab tensors the HF tensors hold, which ``split`` reads too
 
 
 def _negate_halves(x: Tensor, rows: int, hd: int) -> Tensor:
@@ -211,11 +220,23 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
         return torch.cat([p.unflatten(0, (m.sizes[0], -1)) for p in parts], dim=1)
     if m.layout == "experts_flat_transposed":  # DBRX's w2 [E·f, d]: archlab's down [E, d, f]
         return parts[0].unflatten(0, (m.sizes[0], -1)).transpose(1, 2).contiguous()
+    if m.layout in ("gated_queries", "gated_queries_gate"):
+        H, hd = m.sizes
+        rows = parts[0].unflatten(0, (H, 2, hd))[:, int(m.layout == "gated_queries_gate")].flatten(0, 1)
+        return torch.cat((rows, *parts[1:])) if m.layout == "gated_queries" else rows.clone()
+    if m.layout == "deltanet_grouped":
+        Hk, dk, H, dv = m.sizes
+        r = H // Hk  # value heads per key head
+        q, k, v, z = parts[0].unflatten(0, (Hk, -1)).split((dk, dk, r * dv, r * dv), dim=1)
+        b, a = parts[1].unflatten(0, (Hk, 2 * r)).split((r, r), dim=1)
+        return torch.cat([x.flatten(0, 1) for x in (q, k, v, z, b, a)])
+    if m.layout == "depthwise_conv":
+        return parts[0][:, 0].clone()
     return parts[0].detach().clone() if copy else parts[0]
 
 
-def split(m: TensorMap, tensor: Tensor) -> list[Tensor]:
-    """The HF tensors of ``m`` from the archlab one (the inverse of ``join``)."""
+def split(m: TensorMap, tensor: Tensor, others: tuple[Tensor, ...] = ()) -> list[Tensor]:
+    """The HF tensors of ``m`` from the archlab one and the ``others`` it names (the inverse of ``join``)."""
     if m.layout == "stacked":
         return [part.clone() for part in tensor.split(m.sizes)]
     if m.layout == "transposed":
@@ -247,6 +268,19 @@ def split(m: TensorMap, tensor: Tensor) -> list[Tensor]:
         return [x.flatten(0, 1).contiguous() for x in tensor.chunk(len(m.hf), dim=1)]
     if m.layout == "experts_flat_transposed":
         return [tensor.transpose(1, 2).flatten(0, 1).contiguous()]
+    if m.layout == "gated_queries":
+        H, hd = m.sizes
+        q, kv = tensor.split((H * hd, tensor.shape[0] - H * hd))
+        rows = torch.stack((q.unflatten(0, (H, hd)), others[0].unflatten(0, (H, hd))), dim=1).flatten(0, 2)
+        return [rows.contiguous(), *(part.clone() for part in kv.chunk(2))]
+    if m.layout == "gated_queries_gate":
+        return []  # the gated_queries map writes q_proj, gate rows included
+    if m.layout == "deltanet_grouped":
+        Hk, dk, H, dv = m.sizes
+        q, k, v, z, b, a = (x.unflatten(0, (Hk, -1)) for x in tensor.split((Hk * dk, Hk * dk, H * dv, H * dv, H, H)))
+        return [torch.cat((q, k, v, z), dim=1).flatten(0, 1), torch.cat((b, a), dim=1).flatten(0, 1)]
+    if m.layout == "depthwise_conv":
+        return [tensor[:, None].clone()]
     return [tensor]
 
 

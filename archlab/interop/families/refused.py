@@ -27,7 +27,6 @@ _GDN = "`layer_types` 'linear_attention' (Gated DeltaNet): no archlab mixer"
 
 REFUSED: dict[str, Refused] = {
     # linear-attention, state-space, recurrent and convolution mixers
-    "qwen3_next": Refused("Qwen3-Next", "Qwen3NextForCausalLM", _GDN),
     "qwen3_5_text": Refused("Qwen3.5", "Qwen3_5ForCausalLM", _GDN),
     "qwen3_5": Refused("Qwen3.5 (vision-language)", "Qwen3_5ForCausalLM", _GDN + ", and a vision tower"),
     "qwen3_5_moe_text": Refused("Qwen3.5-MoE", "Qwen3_5MoeForCausalLM", _GDN),

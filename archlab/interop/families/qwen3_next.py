@@ -1,0 +1,313 @@
+"""Qwen3-Next (``Qwen3NextForCausalLM``): pre-norm layers of (1 + w) RMSNorms, each mixing tokens by gated
+attention or by Gated DeltaNet as ``layer_types`` says, then a softmax top-k MoE beside a shared expert times
+``sigmoid(shared_expert_gate(x))`` (or a dense SwiGLU on ``mlp_only_layers`` and off ``decoder_sparse_step``).
+
+Its attention (``full_attention``) is Qwen3's (GQA, per-head QK-norm, here (1 + w) as every norm) with
+half-paired partial RoPE and an elementwise output gate: ``q_proj`` holds per head its query rows, then its
+gate's, which archlab holds in ``attn.gate`` (the ``gated_queries`` layouts). Its Gated DeltaNet
+(``linear_attention``) is archlab's ``gated_deltanet``; ``in_proj_qkvz`` and ``in_proj_ba`` hold per key
+head its q, k and the v, z, b, a rows of the value heads it serves, which archlab's one ``in_proj`` holds kind
+by kind (the ``deltanet_grouped`` layout); its gated norm is a plain w. In archlab the model's own parts are
+the attention layers' and each layer is of a kind, ``model.layers``: ``deltanet`` (the causal fields
+gated_deltanet refuses reset, as ``model/layers=deltanet_3_1``, and the linear sizes), ``attention``, and
+``_dense`` beside either for a dense layer; the first layers in ``first`` and the rest in a cycled
+``pattern``, the shortest pair that gives every layer its kind. A checkpoint's multi-token-prediction layer
+(``mtp.*``) is no part of the causal LM: left out on loading, as transformers leaves it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch import Tensor
+
+from archlab.config import AttentionConfig, BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config.layers import layer_configs, layer_kind
+from archlab.config.model import LayersConfig, shortest_layout
+from archlab.interop.families.base import (
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    bare,
+    config_head_dim,
+    kind_field,
+    refuse_hf,
+)
+from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.moe import dense_tensors, stack_saved_experts
+from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.nn.attention import head_dim
+from archlab.nn.deltanet import key_heads
+from archlab.nn.mlp import d_ff
+from archlab.nn.moe import expert_width
+
+LINEAR, FULL = "linear_attention", "full_attention"
+DELTANET, ATTENTION, DENSE = "deltanet", "attention", "_dense"
+# the causal fields gated_deltanet refuses, reset in the deltanet kind as conf/model/layers/deltanet_3_1.yaml does
+DELTANET_RESET = dict(
+    kind="gated_deltanet",
+    n_kv_head=None,
+    head_dim=None,
+    qkv_bias=False,
+    out_bias=False,
+    dropout=0.0,
+    qk_norm="none",
+    window=None,
+    gate="none",
+)
+
+
+def is_deltanet(lc: ModelConfig) -> bool:
+    return lc.attention.kind == "gated_deltanet"
+
+
+class Qwen3Next(Family):
+    """Qwen3NextForCausalLM: see the module docstring."""
+
+    model_type, title, model_class, config_class = "qwen3_next", "Qwen3-Next", "Qwen3NextForCausalLM", "Qwen3NextConfig"
+    prefix = "model."
+    parts = (
+        "gated attention (partial RoPE, (1 + w) QK-norm) and Gated DeltaNet layers, (1 + w) RMSNorms, softmax MoE "
+        "with a sigmoid-gated shared expert, dense layers by a kind"
+    )
+    features = frozenset(
+        {
+            "model.norm.unit_offset",
+            "model.attention.qk_norm",
+            "model.attention.gate",
+            "model.mlp.shared_expert_gate",
+            "model.layers.first",
+            "model.layers.pattern",
+        }
+    )
+    keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps"}
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.norm.kind", ("rmsnorm",), ""),
+            ("model.norm.unit_offset", (True,), " (Qwen3NextRMSNorm scales by 1 + w)"),
+            ("model.block.kind", ("pre",), ""),
+            ("model.head.bias", (False,), ""),
+            ("model.position.pairing", ("half",), ""),
+            ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
+            ("model.attention.gate", ("elementwise",), " (q_proj holds each head's query and its output gate)"),
+            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            ("model.mlp.kind", ("moe",), ""),
+            ("model.mlp.expert", ("swiglu",), " (hidden_act, silu, is also its linear layers' convolution's)"),
+            ("model.mlp.bias", (False,), " (its experts have no biases)"),
+            ("model.mlp.scoring", ("softmax",), ""),
+            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.shared_expert_gate", (True,), " (its shared expert is always gated)"),
+        ]
+
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        """``Family.problems`` of the model's own parts (its attention layers'), then what its layer kinds
+        set that Qwen3-Next cannot hold: a linear layer whose sizes differ from the first one's, an attention
+        layer whose attention or RoPE differs from the model's, a MoE layer whose MLP differs from the model's,
+        a dense layer of another kind than the experts' (each named as the layer's kind sets it)."""
+        found = super().problems(cfg)
+        if cfg.mlp.n_shared_experts < 1:
+            why = " (its MoE layers always have a shared expert)"
+            found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
+        lcs = layer_configs(cfg)
+        linear = next((lc.attention for lc in lcs if is_deltanet(lc)), None)
+        dense_mlp = dataclasses.replace(cfg.mlp, kind=cfg.mlp.expert)
+        layered: list[Problem] = []
+        for i, lc in enumerate(lcs):
+            kind = layer_kind(cfg, i)
+            if kind is None:
+                continue
+            wanted: list[tuple[str, Any, Any, str]]
+            if is_deltanet(lc):
+                wanted = [("attention", lc.attention, linear, "one set of linear-attention sizes for every such layer")]
+            else:
+                why = "one attention and RoPE for every attention layer"
+                wanted = [("attention", lc.attention, cfg.attention, why), ("position", lc.position, cfg.position, why)]
+            dense = lc.mlp.kind != "moe"
+            why = "dense layers of its experts' kind and d_ff" if dense else "one MoE for every MoE layer"
+            wanted.append(("mlp", lc.mlp, dense_mlp if dense else cfg.mlp, why))
+            for section, have, want, why in wanted:
+                for f in dataclasses.fields(have):
+                    value, expected = getattr(have, f.name), getattr(want, f.name)
+                    if value != expected:
+                        field = kind_field(cfg, kind, f"model.{section}.{f.name}")
+                        layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
+        first: dict[str, Problem] = {}
+        for p in layered:
+            first.setdefault(p.field, p)
+        return found + list(first.values())
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        lcs = layer_configs(cfg)
+        m, width = cfg.mlp, expert_width(cfg)
+        out = dict(
+            self.keys_to_hf(cfg),
+            intermediate_size=d_ff(cfg),
+            num_key_value_heads=n_kv_head(cfg),
+            head_dim=head_dim(cfg),
+            hidden_act="silu",
+            rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)),
+            attention_bias=cfg.attention.qkv_bias,
+            attention_dropout=cfg.attention.dropout,
+            decoder_sparse_step=1,
+            mlp_only_layers=[i for i, lc in enumerate(lcs) if lc.mlp.kind != "moe"],
+            num_experts=m.n_experts,
+            num_experts_per_tok=m.top_k,
+            moe_intermediate_size=width,
+            shared_expert_intermediate_size=m.n_shared_experts * width,
+            norm_topk_prob=m.normalize_top_k,
+            router_aux_loss_coef=m.aux_loss_weight,
+            layer_types=[LINEAR if is_deltanet(lc) else FULL for lc in lcs],
+        )
+        linear = next((lc for lc in lcs if is_deltanet(lc)), None)
+        if linear is not None:  # else the class defaults, which no layer reads
+            a = linear.attention
+            out.update(
+                linear_num_value_heads=a.n_head,
+                linear_num_key_heads=key_heads(linear),
+                linear_key_head_dim=a.key_head_dim,
+                linear_value_head_dim=a.v_head_dim,
+                linear_conv_kernel_dim=a.conv_kernel,
+            )
+        return out
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.hidden_act != "silu":
+            refuse_hf(c, "hidden_act", "'silu' (archlab's SwiGLU experts; its linear layers' convolution is SiLU'd)")
+        if c.num_experts < 1:
+            refuse_hf(c, "num_experts", "at least 1 (archlab's Qwen3-Next layers are MoE but for dense kinds)")
+        f, shared = c.moe_intermediate_size, c.shared_expert_intermediate_size
+        if shared < f or shared % f:
+            refuse_hf(
+                c,
+                "shared_expert_intermediate_size",
+                f"a positive multiple of moe_intermediate_size={f} (archlab's shared experts: n·expert_d_ff)",
+            )
+        types = list(c.layer_types)
+        if len(types) != c.num_hidden_layers or set(types) - {LINEAR, FULL}:
+            refuse_hf(c, "layer_types", f"num_hidden_layers entries, each '{LINEAR}' or '{FULL}'", types)
+        if LINEAR in types and c.linear_num_value_heads % c.linear_num_key_heads:
+            refuse_hf(c, "linear_num_key_heads", "a divisor of linear_num_value_heads (each serves a group of them)")
+        hd, bias = config_head_dim(c), bool(c.attention_bias)
+        mlp = MLPConfig(
+            kind="moe",
+            expert="swiglu",
+            approximate="none",
+            bias=False,
+            d_ff=c.intermediate_size,
+            n_experts=c.num_experts,
+            top_k=c.num_experts_per_tok,
+            expert_d_ff=f,
+            n_shared_experts=shared // f,
+            shared_expert_gate=True,
+            normalize_top_k=bool(c.norm_topk_prob),
+            aux_loss_weight=float(c.router_aux_loss_coef),
+        )
+        attention = AttentionConfig(
+            n_kv_head=c.num_key_value_heads,
+            head_dim=hd,
+            qkv_bias=bias,
+            out_bias=bias,
+            dropout=float(c.attention_dropout),
+            qk_norm="head",
+            gate="elementwise",
+        )
+        cfg = ModelConfig(
+            dropout=0.0,
+            norm=NormConfig(kind="rmsnorm", unit_offset=True),
+            block=BlockConfig(kind="pre"),
+            position=rope_from_hf(c, hd, partial=True, scalings=("default",)),
+            attention=attention,
+            mlp=mlp,
+            head=HeadConfig(bias=False),
+        )
+        cfg = self.keys_from_hf(c, cfg)
+        only = set(c.mlp_only_layers)
+        names = [
+            (DELTANET if t == LINEAR else ATTENTION) + (DENSE if i in only or (i + 1) % c.decoder_sparse_step else "")
+            for i, t in enumerate(types)
+        ]
+        if set(names) != {ATTENTION}:
+            linear = dict(
+                DELTANET_RESET,
+                n_head=c.linear_num_value_heads,
+                key_heads=c.linear_num_key_heads,
+                key_head_dim=c.linear_key_head_dim,
+                v_head_dim=c.linear_value_head_dim,
+                conv_kernel=c.linear_conv_kernel_dim,
+            )
+            kinds: dict[str, dict[str, Any]] = {}
+            for name in dict.fromkeys(names):
+                kinds[name] = {"attention": dict(linear)} if name.startswith(DELTANET) else {}
+                if name.endswith(DENSE):
+                    kinds[name]["mlp"] = {"kind": "swiglu"}
+            first, pattern = shortest_layout(names)
+            cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
+        return cfg
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "model.embed_tokens")
+        for i, lc in enumerate(layer_configs(cfg)):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
+            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+            if is_deltanet(lc):
+                self.deltanet_tensors(t, lc, f"{b}.attn", f"{h}.linear_attn")
+            else:
+                self.attention_tensors(t, lc, f"{b}.attn", f"{h}.self_attn")
+            if lc.mlp.kind == "moe":
+                self.moe_tensors(t, lc, f"{b}.mlp", f"{h}.mlp")
+            else:
+                dense_tensors(t, lc, f"{b}.mlp", f"{h}.mlp")
+        t.add("final_norm", "model.norm")
+        return t.head()
+
+    @staticmethod
+    def attention_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+        """q_proj (query and gate rows per head), k_proj, v_proj as archlab's qkv and gate; QK-norms, o_proj."""
+        a, sizes = lc.attention, (lc.attention.n_head, head_dim(lc))
+        for kind in ("weight", "bias") if a.qkv_bias else ("weight",):
+            qkv = tuple(f"{hf}.{x}_proj.{kind}" for x in "qkv")
+            gate = f"{archlab}.gate.{kind}"
+            t.maps.append(TensorMap(f"{archlab}.qkv.{kind}", qkv, "gated_queries", sizes, others=(gate,)))
+            t.maps.append(TensorMap(gate, qkv[:1], "gated_queries_gate", sizes))
+        t.add(f"{archlab}.q_norm", f"{hf}.q_norm")
+        t.add(f"{archlab}.k_norm", f"{hf}.k_norm")
+        t.add(f"{archlab}.proj", f"{hf}.o_proj", a.out_bias)
+
+    @staticmethod
+    def deltanet_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+        """in_proj_qkvz and in_proj_ba as archlab's one in_proj; conv1d, A_log, dt_bias, the gated norm, out_proj."""
+        a = lc.attention
+        sizes = (key_heads(lc), a.key_head_dim, a.n_head, a.v_head_dim)
+        parts = (f"{hf}.in_proj_qkvz.weight", f"{hf}.in_proj_ba.weight")
+        t.maps.append(TensorMap(f"{archlab}.in_proj.weight", parts, "deltanet_grouped", sizes))
+        t.maps.append(TensorMap(f"{archlab}.conv_weight", (f"{hf}.conv1d.weight",), "depthwise_conv"))
+        t.maps.append(TensorMap(f"{archlab}.A_log", (f"{hf}.A_log",)))
+        t.maps.append(TensorMap(f"{archlab}.dt_bias", (f"{hf}.dt_bias",)))
+        t.maps.append(TensorMap(f"{archlab}.norm_weight", (f"{hf}.norm.weight",)))
+        t.add(f"{archlab}.proj", f"{hf}.out_proj")
+
+    @staticmethod
+    def moe_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+        """The router (``gate``), the stacked experts, the shared expert and its gate."""
+        width = lc.mlp.n_shared_experts * expert_width(lc)
+        t.add(f"{archlab}.router", f"{hf}.gate")
+        t.maps.append(TensorMap(f"{archlab}.experts.gate_up", (f"{hf}.experts.gate_up_proj",)))
+        t.maps.append(TensorMap(f"{archlab}.experts.down", (f"{hf}.experts.down_proj",)))
+        shared = f"{hf}.shared_expert"
+        t.stacked(f"{archlab}.shared.gate_up", [f"{shared}.gate_proj", f"{shared}.up_proj"], False, (width, width))
+        t.add(f"{archlab}.shared.down", f"{shared}.down_proj")
+        t.add(f"{archlab}.shared_gate", f"{hf}.shared_expert_gate")
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The multi-token-prediction layer (``mtp.*``) left out; each MoE layer's saved experts stacked."""
+        return stack_saved_experts(cfg, {k: v for k, v in state.items() if not k.startswith("mtp.")})
+
+
+QWEN3_NEXT: dict[str, Family] = {"qwen3_next": Qwen3Next()}
