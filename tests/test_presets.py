@@ -178,3 +178,15 @@ def test_qwen3_next_80b_a3b_breakdown_by_hand():
     total = 2 * V * d + 12 * attention + 36 * deltanet + L * (moe + 2 * d) + d
     assert counts["total"] == total == PUBLISHED["qwen3-next-80b-a3b"]
     assert counts["active"] == total - L * (E - k) * 3 * d * f == ACTIVE["qwen3-next-80b-a3b"]
+
+
+def test_bamba_9b_breakdown_by_hand():
+    """Bamba-9B written out from transformers' BambaMixer and BambaMLP tensor shapes: in_proj to z, x, B, C
+    and dt, the depthwise conv1d and its bias over x, B and C, dt_bias, A_log and D, the gated norm, out_proj;
+    gate, up and down projections; two RMSNorms a layer; the final norm and an untied head."""
+    V, L, d, f, H, P, G, N, K = 128000, 32, 4096, 14336, 128, 64, 1, 256, 4
+    inner, channels = H * P, H * P + 2 * G * N
+    mixer = d * (inner + channels + H) + channels * (K + 1) + 3 * H + inner + inner * d
+    counts = count_params(compose_model(["model=bamba-9b"]))
+    assert counts["attention"] == L * mixer and counts["mlp"] == L * 3 * d * f and counts["norms"] == L * 2 * d
+    assert counts["total"] == 2 * V * d + L * (mixer + 3 * d * f + 2 * d) + d == PUBLISHED["bamba-9b"]

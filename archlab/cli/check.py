@@ -85,6 +85,7 @@ REFERENCE_COUNTS = {
     "mamba-codestral-7b": 7_285_403_648,  # Mamba2Config() defaults (Mamba-Codestral-7B-v0.1): Mamba2ForCausalLM
     "llama4-scout-17b-16e": 107_769_861_120,  # Llama4TextConfig() defaults: the text stack, no vision tower
     "qwen3-next-80b-a3b": 79_674_391_296,  # Qwen/Qwen3-Next-80B-A3B-Instruct: Qwen3NextForCausalLM, no MTP layer
+    "bamba-9b": 9_992_765_440,  # BambaConfig() defaults: BambaForCausalLM, every layer Mamba-2
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every

@@ -66,6 +66,7 @@ PUBLISHED = {
     "mamba-codestral-7b": 7_285_403_648,
     "llama4-scout-17b-16e": 107_769_861_120,
     "qwen3-next-80b-a3b": 79_674_391_296,
+    "bamba-9b": 9_992_765_440,
 }
 
 ACTIVE = {
@@ -613,4 +614,6 @@ LAYOUT_CONFIGS = {
     # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json (its multi-token-prediction layer, mtp.*, is not part of
     # Qwen3NextForCausalLM); transformers' Qwen3NextConfig() defaults hold the same sizes
     "qwen3-next-80b-a3b": ("Qwen3NextForCausalLM", "Qwen3NextConfig", QWEN3_NEXT, 0),
+    # BambaConfig()'s defaults (every layer Mamba-2: attn_layer_indices null)
+    "bamba-9b": ("BambaForCausalLM", "BambaConfig", {}, 0),
 }
