@@ -23,6 +23,7 @@ from safetensors.torch import load_file, save_file
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config.layers import layer_configs
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, to_hf
+from archlab.nn.validation import ignored
 
 transformers = pytest.importorskip("transformers")
 
@@ -83,8 +84,10 @@ def test_logits_match_hf_and_convert_back_bit_for_bit(case):
 
 def test_the_layer_kinds_read_from_the_config():
     """layer_types and mlp_only_layers become kinds: deltanet / attention, _dense where the layer is dense;
-    decoder_sparse_step 2 makes layers 0 and 2 dense (HF: MoE where (i + 1) % step == 0)."""
+    decoder_sparse_step 2 makes layers 0 and 2 dense (HF: MoE where (i + 1) % step == 0). No field is set
+    that its part does not read."""
     cfg = from_hf(hf_model("mixed")).cfg
+    assert ignored(cfg) == []
     assert (cfg.layers.first, cfg.layers.pattern) == (["deltanet_dense"], ["attention", "deltanet"])
     linear = cfg.layers.kinds["deltanet"]["attention"]
     assert (linear["n_head"], linear["key_heads"], linear["key_head_dim"], linear["v_head_dim"]) == (4, 2, 8, 12)
