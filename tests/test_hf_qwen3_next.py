@@ -188,6 +188,9 @@ def test_published_config_loads_as_the_preset_and_back():
         (dict(shared_expert_intermediate_size=0), "Qwen3NextConfig.shared_expert_intermediate_size"),
         (dict(rope_parameters=dict(rope_type="linear", rope_theta=100.0, factor=2.0)), "Qwen3NextConfig.rope_parameters.rope_type"),
         (dict(linear_num_key_heads=3), "Qwen3NextConfig.linear_num_key_heads"),
+        (dict(decoder_sparse_step=0), "Qwen3NextConfig.decoder_sparse_step"),
+        (dict(num_experts=0), "Qwen3NextConfig.num_experts"),
+        (dict(layer_types=[LINEAR, FULL, "sliding_attention", FULL]), "Qwen3NextConfig.layer_types"),
     ],
 )  # fmt: skip
 def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):

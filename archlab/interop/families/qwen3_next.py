@@ -180,6 +180,8 @@ class Qwen3Next(Family):
             refuse_hf(c, "hidden_act", "'silu' (archlab's SwiGLU experts; its linear layers' convolution is SiLU'd)")
         if c.num_experts < 1:
             refuse_hf(c, "num_experts", "at least 1 (archlab's Qwen3-Next layers are MoE but for dense kinds)")
+        if not isinstance(c.decoder_sparse_step, int) or c.decoder_sparse_step < 1:
+            refuse_hf(c, "decoder_sparse_step", "a positive integer (layer i is MoE where (i + 1) % step == 0)")
         f, shared = c.moe_intermediate_size, c.shared_expert_intermediate_size
         if shared < f or shared % f:
             refuse_hf(
