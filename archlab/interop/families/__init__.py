@@ -1,16 +1,18 @@
 """The Hugging Face families archlab converts, one record (a ``base.Family``) each, a module per group:
 ``gpt`` (GPT-2, GPT-J), ``neox`` (GPT-NeoX, Phi), ``llama`` (LLaMA and its relatives), ``moe`` (Mixtral,
 Qwen3-MoE, DeepSeek), ``layered`` (dense families whose layers differ), ``layered_moe`` (gpt-oss, Llama 4,
-AFMoE), ``step`` (Step-3.5), ``falcon``, ``starcoder2`` (StarCoder 2), ``stablelm``, ``mamba`` (Mamba-2). ``FAMILIES`` holds them
-all by ``model_type``; adding a family is a record in its module (its config keys copied as they are in
-``keys``, the rest computed in ``to_hf`` and ``from_hf``; its tensor names in ``tensors``), a line here, and
-its tests. Shared parts: ``base`` (the record, tensor maps, ``FEATURES``), ``rope`` and ``windows`` (RoPE and
-sliding windows both ways), ``dense`` (the table that routes a layout)."""
+AFMoE), ``step`` (Step-3.5), ``falcon``, ``starcoder2`` (StarCoder 2), ``stablelm``, ``mamba`` (Mamba-2),
+``bamba`` (Bamba). ``FAMILIES`` holds them all by ``model_type``; adding a family is a record in its module
+(its config keys copied as they are in ``keys``, the rest computed in ``to_hf`` and ``from_hf``; its tensor
+names in ``tensors``), a line here, and its tests. Shared parts: ``base`` (the record, tensor maps,
+``FEATURES``), ``rope`` and ``windows`` (RoPE and sliding windows both ways), ``dense`` (the table that routes
+a layout)."""
 
 from __future__ import annotations
 
 from archlab.interop.families.aliases import ALIASES
 from archlab.interop.families.arcee import ARCEE
+from archlab.interop.families.bamba import BAMBA
 from archlab.interop.families.base import Family
 from archlab.interop.families.bigcode import BIGCODE
 from archlab.interop.families.biogpt import BIOGPT
@@ -102,4 +104,5 @@ FAMILIES: dict[str, Family] = {
     **COHERE2_MOE,
     **MAMBA,
     **QWEN3_NEXT,
+    **BAMBA,
 }

@@ -66,9 +66,6 @@ REFUSED: dict[str, Refused] = {
     "jamba": Refused(
         "Jamba", "JambaForCausalLM", "Mamba-1 mixer layers (all but every `attn_layer_period`-th): no archlab mixer"
     ),
-    "bamba": Refused(
-        "Bamba", "BambaForCausalLM", "Mamba-2 mixer layers (all but `attn_layer_indices`): no archlab mixer"
-    ),
     "zamba": Refused(
         "Zamba",
         "ZambaForCausalLM",

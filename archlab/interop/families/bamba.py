@@ -1,0 +1,257 @@
+"""Bamba (``BambaForCausalLM``, IBM's Mamba-2 hybrid): pre-norm layers of two RMSNorms, each mixing tokens by
+Mamba-2 (``BambaMixer``, archlab's ``mamba2``) or, at ``attn_layer_indices``, by GQA attention with RoPE on
+half of each head (transformers hard-codes ``partial_rotary_factor`` 0.5), then a SwiGLU MLP.
+
+In archlab the model's own parts are the attention layers' and the Mamba-2 layers are a kind,
+``model.layers``: ``mamba2`` (the causal fields mamba2 refuses reset, as ``model/layers=mamba2_all``, and
+the ``mamba_*`` sizes) and, where some layers attend, ``attention`` (overriding nothing); the first layers
+in ``first`` and the rest in a cycled ``pattern``, the shortest pair that gives every layer its kind. A
+layout with no Mamba-2 layer is an attention family's, not Bamba's. ``z_loss_coefficient`` (a training
+loss) and ``num_logits_to_keep`` (generation) change no logits and are not read."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from archlab.config import AttentionConfig, BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config.layers import layer_configs, layer_kind
+from archlab.config.model import LayersConfig, shortest_layout
+from archlab.interop.families.base import (
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    bare,
+    config_head_dim,
+    kind_field,
+    refuse_hf,
+)
+from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.attention import head_dim
+from archlab.nn.mamba2 import head_dim as mamba_head_dim
+from archlab.nn.mamba2 import inner
+from archlab.nn.mlp import d_ff
+from archlab.nn.rope import rotary_dim
+
+MAMBA, ATTENTION = "mamba2", "attention"
+# the causal fields mamba2 refuses, reset in the mamba2 kind as conf/model/layers/mamba2_all.yaml does
+MAMBA_RESET = dict(
+    kind="mamba2",
+    n_kv_head=None,
+    head_dim=None,
+    qkv_bias=False,
+    out_bias=False,
+    dropout=0.0,
+    qk_norm="none",
+    window=None,
+    gate="none",
+)
+# the Mamba-2 fields a Bamba config holds (mamba_*, time_step_limit); out_bias follows qkv_bias (one flag)
+HELD = ("n_head", "head_dim", "state_size", "groups", "conv_kernel", "conv_bias", "scan_chunk", "qkv_bias")
+HELD += ("dt_limit_min", "dt_limit_max")
+
+
+def is_mamba(lc: ModelConfig) -> bool:
+    return lc.attention.kind == "mamba2"
+
+
+def mamba_kind(a: AttentionConfig, d_model: int) -> dict[str, Any]:
+    """The fields of the ``mamba2`` kind of Mamba-2 attention ``a``: the reset, then what a Bamba config
+    holds; head_dim only where it is not 2·d_model/n_head and the time-step clamp only where set (the
+    values a kind leaves out), so ``BambaConfig()`` reads as the ``bamba-9b`` preset writes it."""
+    out = dict(MAMBA_RESET, **{name: getattr(a, name) for name in HELD}, out_bias=a.qkv_bias)
+    if a.head_dim is not None and a.head_dim * a.n_head == 2 * d_model:
+        out["head_dim"] = None
+    if a.dt_limit_min == 0.0 and a.dt_limit_max is None:
+        del out["dt_limit_min"], out["dt_limit_max"]
+    return out
+
+
+class Bamba(Family):
+    """BambaForCausalLM: see the module docstring."""
+
+    model_type, title, model_class, config_class = "bamba", "Bamba", "BambaForCausalLM", "BambaConfig"
+    prefix = "model."
+    parts = "Mamba-2 layers and GQA layers with RoPE on half of each head, SwiGLU MLPs, pre-norm RMSNorm"
+    features = frozenset({"model.layers.first", "model.layers.pattern"})
+    keys = {
+        **LLAMA_KEYS,
+        "rms_norm_eps": "norm.eps",
+        "attention_dropout": "attention.dropout",
+    }
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        a, d, H = cfg.attention, cfg.d_model, cfg.attention.n_head
+        return [
+            ("model.norm.kind", ("rmsnorm",), ""),
+            ("model.block.kind", ("pre",), ""),
+            ("model.head.bias", (False,), ""),
+            ("model.position.pairing", ("half",), ""),
+            ("model.attention.head_dim", (None, d // H), f" ({self.title}'s attention uses d_model / n_head)"),
+            ("model.attention.out_bias", (a.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            ("model.mlp.kind", ("swiglu",), " (hidden_act, silu, is also its Mamba-2 convolution's)"),
+        ]
+
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        """``Family.problems`` of the model's own parts (its attention layers'), RoPE on half of each head, at
+        least one Mamba-2 layer, then what its layer kinds set that Bamba cannot hold: a Mamba-2 layer whose
+        sizes differ from the first one's or that sets a field a Bamba config has no key for, an attention
+        layer whose attention or RoPE differs from the model's, an MLP that differs from the model's (each
+        named as the layer's kind sets it)."""
+        found = super().problems(cfg)
+        half = head_dim(cfg) // 2
+        if rotary_dim(cfg) != half:
+            field, value = (
+                ("model.position.rotary_dim", cfg.position.rotary_dim)
+                if cfg.position.rotary_dim is not None
+                else ("model.position.rotary_fraction", cfg.position.rotary_fraction)
+            )
+            why = f" ({self.title} rotates half of each head: partial_rotary_factor 0.5, hard-coded)"
+            found.append(Problem(field, value, f"0.5 (rotary_fraction) or {half} (rotary_dim)", why))
+        lcs = layer_configs(cfg)
+        first = next((lc for lc in lcs if is_mamba(lc)), None)
+        if first is None:
+            why = f" ({self.title} is a Mamba-2 hybrid: a layout without Mamba-2 layers is an attention family's)"
+            found.append(Problem("model.layers.pattern", list(cfg.layers.pattern), "a kind of mamba2 attention", why))
+            return found
+        mamba = dataclasses.replace(cfg.attention, **mamba_kind(first.attention, cfg.d_model))
+        mamba.head_dim = first.attention.head_dim
+        kind = layer_kind(cfg, lcs.index(first))
+        if inner(first) % cfg.d_model:
+            whole = [cfg.d_model * k // mamba.n_head for k in range(1, 5) if cfg.d_model * k % mamba.n_head == 0]
+            why = f" (n_head·head_dim is mamba_expand·hidden_size: a multiple of d_model={cfg.d_model})"
+            field = kind_field(cfg, kind, "model.attention.head_dim")
+            found.append(Problem(field, mamba_head_dim(first), " or ".join(map(str, whole)), why))
+        layered: list[Problem] = []
+        for i, lc in enumerate(lcs):
+            kind = layer_kind(cfg, i)
+            if kind is None:
+                continue
+            wanted = [
+                ("attention", lc.attention, mamba, "one set of Mamba-2 sizes for every such layer, no dt init range")
+                if is_mamba(lc)
+                else ("attention", lc.attention, cfg.attention, "one attention for every attention layer"),
+                ("position", lc.position, cfg.position, "one RoPE for every layer"),
+                ("mlp", lc.mlp, cfg.mlp, "one MLP for every layer"),
+            ]
+            for section, have, want, why in wanted:
+                for f in dataclasses.fields(have):
+                    value, expected = getattr(have, f.name), getattr(want, f.name)
+                    if value != expected:
+                        field = kind_field(cfg, kind, f"model.{section}.{f.name}")
+                        layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
+        seen: dict[str, Problem] = {}
+        for p in layered:
+            seen.setdefault(p.field, p)
+        return found + list(seen.values())
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        lcs = layer_configs(cfg)
+        a = next(lc for lc in lcs if is_mamba(lc))
+        m = a.attention
+        attention = [i for i, lc in enumerate(lcs) if not is_mamba(lc)]
+        return dict(
+            self.keys_to_hf(cfg),
+            intermediate_size=d_ff(cfg),
+            num_key_value_heads=n_kv_head(cfg),
+            hidden_act="silu",
+            attention_bias=cfg.attention.qkv_bias,
+            mlp_bias=cfg.mlp.bias,
+            rope_parameters=rope_to_hf(cfg, 0.5),
+            attn_layer_indices=attention or None,
+            mamba_n_heads=m.n_head,
+            mamba_d_head=mamba_head_dim(a),
+            mamba_expand=inner(a) // cfg.d_model,
+            mamba_n_groups=m.groups,
+            mamba_d_state=m.state_size,
+            mamba_d_conv=m.conv_kernel,
+            mamba_chunk_size=m.scan_chunk,
+            mamba_conv_bias=m.conv_bias,
+            mamba_proj_bias=m.qkv_bias,
+            time_step_limit=(m.dt_limit_min, math.inf if m.dt_limit_max is None else m.dt_limit_max),
+        )
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.hidden_act != "silu":
+            refuse_hf(c, "hidden_act", "'silu' (archlab's SwiGLU; its Mamba-2 convolution is SiLU'd too)")
+        n = c.num_hidden_layers
+        indices = list(c.attn_layer_indices or [])
+        if any(not isinstance(i, int) or not 0 <= i < n for i in indices):
+            refuse_hf(c, "attn_layer_indices", f"layer indices in [0, num_hidden_layers={n})", indices)
+        hd, bias = config_head_dim(c), bool(c.attention_bias)
+        cfg = ModelConfig(
+            dropout=0.0,
+            norm=NormConfig(kind="rmsnorm"),
+            block=BlockConfig(kind="pre"),
+            position=rope_from_hf(c, hd, partial=True, scalings=("default",)),
+            attention=AttentionConfig(n_kv_head=c.num_key_value_heads, qkv_bias=bias, out_bias=bias),
+            mlp=MLPConfig(kind="swiglu", approximate="none", bias=bool(c.mlp_bias)),
+            head=HeadConfig(bias=False),
+        )
+        cfg = self.keys_from_hf(c, cfg)
+        cfg.mlp.d_ff = c.intermediate_size
+        cfg.attention.dropout = float(cfg.attention.dropout)
+        names = [ATTENTION if i in indices else MAMBA for i in range(n)]
+        if MAMBA not in names:
+            return cfg  # every layer attention: the model's own parts
+        low, high = c.time_step_limit
+        proj_bias = bool(c.mamba_proj_bias)
+        mamba = AttentionConfig(
+            kind="mamba2",
+            n_head=c.mamba_n_heads,
+            n_kv_head=None,
+            head_dim=c.mamba_d_head,
+            qkv_bias=proj_bias,
+            out_bias=proj_bias,
+            state_size=c.mamba_d_state,
+            groups=c.mamba_n_groups,
+            conv_kernel=c.mamba_d_conv,
+            conv_bias=bool(c.mamba_conv_bias),
+            scan_chunk=c.mamba_chunk_size,
+            dt_limit_min=float(low),
+            dt_limit_max=None if math.isinf(high) else float(high),
+        )
+        kinds: dict[str, dict[str, Any]] = {MAMBA: {"attention": mamba_kind(mamba, c.hidden_size)}}
+        if ATTENTION in names:
+            kinds[ATTENTION] = {}
+        first, pattern = shortest_layout(names)
+        cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
+        return cfg
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "model.embed_tokens")
+        for i, lc in enumerate(layer_configs(cfg)):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
+            t.add(f"{b}.mlp_norm", f"{h}.pre_ff_layernorm")
+            if is_mamba(lc):
+                mamba_tensors(t, lc, f"{b}.attn", f"{h}.mamba")
+            else:
+                t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", lc.attention.qkv_bias)
+                t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", lc.attention.out_bias)
+            t.gate_up(f"{b}.mlp.gate_up", f"{h}.feed_forward", lc.mlp.bias)
+            t.add(f"{b}.mlp.down", f"{h}.feed_forward.down_proj", lc.mlp.bias)
+        t.add("final_norm", "model.final_layernorm")
+        return t.head()
+
+
+def mamba_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+    """A Mamba-2 mixer's tensors, each as it is: in_proj [z | x, B, C | dt], conv1d, dt_bias, A_log, D, the
+    gated norm, out_proj."""
+    a = lc.attention
+    t.add(f"{archlab}.in_proj", f"{hf}.in_proj", a.qkv_bias)
+    t.maps.append(TensorMap(f"{archlab}.conv_weight", (f"{hf}.conv1d.weight",)))
+    if a.conv_bias:
+        t.maps.append(TensorMap(f"{archlab}.conv_bias", (f"{hf}.conv1d.bias",)))
+    for name in ("dt_bias", "A_log", "D"):
+        t.maps.append(TensorMap(f"{archlab}.{name}", (f"{hf}.{name}",)))
+    t.maps.append(TensorMap(f"{archlab}.norm_weight", (f"{hf}.norm.weight",)))
+    t.add(f"{archlab}.proj", f"{hf}.out_proj", a.out_bias)
+
+
+BAMBA: dict[str, Family] = {"bamba": Bamba()}
