@@ -174,3 +174,11 @@ def test_a_config_with_another_activation_is_refused():
     with pytest.raises(ConfigError) as error:
         config_from_hf(transformers.Mamba2Config(**SMALL, hidden_act="gelu"))
     assert error.value.field == "Mamba2Config.hidden_act"
+
+
+@pytest.mark.parametrize("preset", ["llama2-7b", "gpt2", "qwen3-30b-a3b"])
+def test_every_family_but_mamba2_refuses_a_model_without_mlps(preset):
+    """``mlp.kind: none`` on a dense, a learned-position and a MoE layout: each family names model.mlp.kind."""
+    cfg = compose_model([f"model={preset}", "model.n_layer=2", "model/mlp=none"])
+    holding = {name for name, f in FAMILIES.items() if "model.mlp.kind" not in {p.field for p in f.problems(cfg)}}
+    assert holding == {"mamba2"}
