@@ -59,16 +59,117 @@ def is_mamba(lc: ModelConfig) -> bool:
     return lc.attention.kind == "mamba2"
 
 
-def mamba_kind(a: AttentionConfig, d_model: int) -> dict[str, Any]:
-    """The fields of the ``mamba2`` kind of Mamba-2 attention ``a``: the reset, then what a Bamba config
+def mamba_kind(a: AttentionConfig, d_model: int, reset: dict[str, Any] = MAMBA_RESET) -> dict[str, Any]:
+    """The fields of the ``mamba2`` kind of Mamba-2 attention ``a``: ``reset``, then what a Bamba config
     holds; head_dim only where it is not 2·d_model/n_head and the time-step clamp only where set (the
     values a kind leaves out), so ``BambaConfig()`` reads as the ``bamba-9b`` preset writes it."""
-    out = dict(MAMBA_RESET, **{name: getattr(a, name) for name in HELD}, out_bias=a.qkv_bias)
+    out = dict(reset, **{name: getattr(a, name) for name in HELD}, out_bias=a.qkv_bias)
     if a.head_dim is not None and a.head_dim * a.n_head == 2 * d_model:
         out["head_dim"] = None
     if a.dt_limit_min == 0.0 and a.dt_limit_max is None:
         del out["dt_limit_min"], out["dt_limit_max"]
     return out
+
+
+def hybrid_problems(cfg: ModelConfig, title: str, reset: dict[str, Any] = MAMBA_RESET) -> list[Problem]:
+    """What the layer kinds of a Mamba-2 hybrid (Bamba, GraniteMoeHybrid) set that its config cannot hold:
+    no Mamba-2 layer, an inner width that is not a multiple of d_model, a Mamba-2 layer whose sizes differ
+    from the first one's or that sets a field the config has no key for (the kind is ``reset`` plus the
+    ``mamba_*`` sizes), an attention layer whose attention or RoPE differs from the model's, an MLP that
+    differs from the model's (each named as the layer's kind sets it)."""
+    found: list[Problem] = []
+    lcs = layer_configs(cfg)
+    first = next((lc for lc in lcs if is_mamba(lc)), None)
+    if first is None:
+        why = f" ({title} is a Mamba-2 hybrid: a layout without Mamba-2 layers is an attention family's)"
+        return [Problem("model.layers.pattern", list(cfg.layers.pattern), "a kind of mamba2 attention", why)]
+    mamba = dataclasses.replace(cfg.attention, **mamba_kind(first.attention, cfg.d_model, reset))
+    mamba.head_dim = first.attention.head_dim
+    kind = layer_kind(cfg, lcs.index(first))
+    if inner(first) % cfg.d_model:
+        whole = [cfg.d_model * k // mamba.n_head for k in range(1, 5) if cfg.d_model * k % mamba.n_head == 0]
+        why = f" (n_head·head_dim is mamba_expand·hidden_size: a multiple of d_model={cfg.d_model})"
+        field = kind_field(cfg, kind, "model.attention.head_dim")
+        found.append(Problem(field, mamba_head_dim(first), " or ".join(map(str, whole)), why))
+    layered: list[Problem] = []
+    for i, lc in enumerate(lcs):
+        kind = layer_kind(cfg, i)
+        if kind is None:
+            continue
+        wanted = [
+            ("attention", lc.attention, mamba, "one set of Mamba-2 sizes for every such layer, no dt init range")
+            if is_mamba(lc)
+            else ("attention", lc.attention, cfg.attention, "one attention for every attention layer"),
+            ("position", lc.position, cfg.position, "one RoPE for every layer"),
+            ("mlp", lc.mlp, cfg.mlp, "one MLP for every layer"),
+        ]
+        for section, have, want, why in wanted:
+            for f in dataclasses.fields(have):
+                value, expected = getattr(have, f.name), getattr(want, f.name)
+                if value != expected:
+                    field = kind_field(cfg, kind, f"model.{section}.{f.name}")
+                    layered.append(Problem(field, value, bare(expected), f" ({title} has {why})"))
+    seen: dict[str, Problem] = {}
+    for p in layered:
+        seen.setdefault(p.field, p)
+    return found + list(seen.values())
+
+
+def mamba_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """The ``mamba_*`` keys and ``time_step_limit`` of the first Mamba-2 layer (every one alike)."""
+    lc = next(lc for lc in layer_configs(cfg) if is_mamba(lc))
+    m = lc.attention
+    return dict(
+        mamba_n_heads=m.n_head,
+        mamba_d_head=mamba_head_dim(lc),
+        mamba_expand=inner(lc) // cfg.d_model,
+        mamba_n_groups=m.groups,
+        mamba_d_state=m.state_size,
+        mamba_d_conv=m.conv_kernel,
+        mamba_chunk_size=m.scan_chunk,
+        mamba_conv_bias=m.conv_bias,
+        mamba_proj_bias=m.qkv_bias,
+        time_step_limit=(m.dt_limit_min, math.inf if m.dt_limit_max is None else m.dt_limit_max),
+    )
+
+
+def hybrid_layers(c: Any, names: list[str], reset: dict[str, Any] = MAMBA_RESET) -> LayersConfig:
+    """The layout of layers ``names`` (``mamba2`` or ``attention`` each): the ``mamba2`` kind of the config's
+    ``mamba_*`` keys and ``time_step_limit``, an ``attention`` kind overriding nothing where a layer attends,
+    the shortest ``first`` and ``pattern``; none where every layer attends."""
+    if MAMBA not in names:
+        return LayersConfig()
+    low, high = c.time_step_limit
+    proj_bias = bool(c.mamba_proj_bias)
+    mamba = AttentionConfig(
+        kind="mamba2",
+        n_head=c.mamba_n_heads,
+        n_kv_head=None,
+        head_dim=c.mamba_d_head,
+        qkv_bias=proj_bias,
+        out_bias=proj_bias,
+        state_size=c.mamba_d_state,
+        groups=c.mamba_n_groups,
+        conv_kernel=c.mamba_d_conv,
+        conv_bias=bool(c.mamba_conv_bias),
+        scan_chunk=c.mamba_chunk_size,
+        dt_limit_min=float(low),
+        dt_limit_max=None if math.isinf(high) else float(high),
+    )
+    kinds: dict[str, dict[str, Any]] = {MAMBA: {"attention": mamba_kind(mamba, c.hidden_size, reset)}}
+    if ATTENTION in names:
+        kinds[ATTENTION] = {}
+    first, pattern = shortest_layout(names)
+    return LayersConfig(kinds=kinds, first=first, pattern=pattern)
+
+
+def hybrid_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+    """A layer's mixer: Mamba-2 at ``<hf>.mamba``, else q/k/v and o_proj at ``<hf>.self_attn``."""
+    if is_mamba(lc):
+        mamba_tensors(t, lc, archlab, f"{hf}.mamba")
+    else:
+        t.qkv(f"{archlab}.qkv", f"{hf}.self_attn", lc.attention.qkv_bias)
+        t.add(f"{archlab}.proj", f"{hf}.self_attn.o_proj", lc.attention.out_bias)
 
 
 class Bamba(Family):
@@ -112,48 +213,10 @@ class Bamba(Family):
             )
             why = f" ({self.title} rotates half of each head: partial_rotary_factor 0.5, hard-coded)"
             found.append(Problem(field, value, f"0.5 (rotary_fraction) or {half} (rotary_dim)", why))
-        lcs = layer_configs(cfg)
-        first = next((lc for lc in lcs if is_mamba(lc)), None)
-        if first is None:
-            why = f" ({self.title} is a Mamba-2 hybrid: a layout without Mamba-2 layers is an attention family's)"
-            found.append(Problem("model.layers.pattern", list(cfg.layers.pattern), "a kind of mamba2 attention", why))
-            return found
-        mamba = dataclasses.replace(cfg.attention, **mamba_kind(first.attention, cfg.d_model))
-        mamba.head_dim = first.attention.head_dim
-        kind = layer_kind(cfg, lcs.index(first))
-        if inner(first) % cfg.d_model:
-            whole = [cfg.d_model * k // mamba.n_head for k in range(1, 5) if cfg.d_model * k % mamba.n_head == 0]
-            why = f" (n_head·head_dim is mamba_expand·hidden_size: a multiple of d_model={cfg.d_model})"
-            field = kind_field(cfg, kind, "model.attention.head_dim")
-            found.append(Problem(field, mamba_head_dim(first), " or ".join(map(str, whole)), why))
-        layered: list[Problem] = []
-        for i, lc in enumerate(lcs):
-            kind = layer_kind(cfg, i)
-            if kind is None:
-                continue
-            wanted = [
-                ("attention", lc.attention, mamba, "one set of Mamba-2 sizes for every such layer, no dt init range")
-                if is_mamba(lc)
-                else ("attention", lc.attention, cfg.attention, "one attention for every attention layer"),
-                ("position", lc.position, cfg.position, "one RoPE for every layer"),
-                ("mlp", lc.mlp, cfg.mlp, "one MLP for every layer"),
-            ]
-            for section, have, want, why in wanted:
-                for f in dataclasses.fields(have):
-                    value, expected = getattr(have, f.name), getattr(want, f.name)
-                    if value != expected:
-                        field = kind_field(cfg, kind, f"model.{section}.{f.name}")
-                        layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
-        seen: dict[str, Problem] = {}
-        for p in layered:
-            seen.setdefault(p.field, p)
-        return found + list(seen.values())
+        return found + hybrid_problems(cfg, self.title)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        lcs = layer_configs(cfg)
-        a = next(lc for lc in lcs if is_mamba(lc))
-        m = a.attention
-        attention = [i for i, lc in enumerate(lcs) if not is_mamba(lc)]
+        attention = [i for i, lc in enumerate(layer_configs(cfg)) if not is_mamba(lc)]
         return dict(
             self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
@@ -163,16 +226,7 @@ class Bamba(Family):
             mlp_bias=cfg.mlp.bias,
             rope_parameters=rope_to_hf(cfg, 0.5),
             attn_layer_indices=attention or None,
-            mamba_n_heads=m.n_head,
-            mamba_d_head=mamba_head_dim(a),
-            mamba_expand=inner(a) // cfg.d_model,
-            mamba_n_groups=m.groups,
-            mamba_d_state=m.state_size,
-            mamba_d_conv=m.conv_kernel,
-            mamba_chunk_size=m.scan_chunk,
-            mamba_conv_bias=m.conv_bias,
-            mamba_proj_bias=m.qkv_bias,
-            time_step_limit=(m.dt_limit_min, math.inf if m.dt_limit_max is None else m.dt_limit_max),
+            **mamba_to_hf(cfg),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
@@ -195,31 +249,7 @@ class Bamba(Family):
         cfg = self.keys_from_hf(c, cfg)
         cfg.mlp.d_ff = c.intermediate_size
         cfg.attention.dropout = float(cfg.attention.dropout)
-        names = [ATTENTION if i in indices else MAMBA for i in range(n)]
-        if MAMBA not in names:
-            return cfg  # every layer attention: the model's own parts
-        low, high = c.time_step_limit
-        proj_bias = bool(c.mamba_proj_bias)
-        mamba = AttentionConfig(
-            kind="mamba2",
-            n_head=c.mamba_n_heads,
-            n_kv_head=None,
-            head_dim=c.mamba_d_head,
-            qkv_bias=proj_bias,
-            out_bias=proj_bias,
-            state_size=c.mamba_d_state,
-            groups=c.mamba_n_groups,
-            conv_kernel=c.mamba_d_conv,
-            conv_bias=bool(c.mamba_conv_bias),
-            scan_chunk=c.mamba_chunk_size,
-            dt_limit_min=float(low),
-            dt_limit_max=None if math.isinf(high) else float(high),
-        )
-        kinds: dict[str, dict[str, Any]] = {MAMBA: {"attention": mamba_kind(mamba, c.hidden_size)}}
-        if ATTENTION in names:
-            kinds[ATTENTION] = {}
-        first, pattern = shortest_layout(names)
-        cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
+        cfg.layers = hybrid_layers(c, [ATTENTION if i in indices else MAMBA for i in range(n)])
         return cfg
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
@@ -229,11 +259,7 @@ class Bamba(Family):
             b, h = f"blocks.{i}", f"model.layers.{i}"
             t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
             t.add(f"{b}.mlp_norm", f"{h}.pre_ff_layernorm")
-            if is_mamba(lc):
-                mamba_tensors(t, lc, f"{b}.attn", f"{h}.mamba")
-            else:
-                t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", lc.attention.qkv_bias)
-                t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", lc.attention.out_bias)
+            hybrid_tensors(t, lc, f"{b}.attn", h)
             t.gate_up(f"{b}.mlp.gate_up", f"{h}.feed_forward", lc.mlp.bias)
             t.add(f"{b}.mlp.down", f"{h}.feed_forward.down_proj", lc.mlp.bias)
         t.add("final_norm", "model.final_layernorm")
