@@ -63,6 +63,11 @@ def is_deltanet(lc: ModelConfig) -> bool:
     return lc.attention.kind == "gated_deltanet"
 
 
+def cfg_types(c: Any) -> list[str]:
+    """A transformers config's ``layer_types`` as a list."""
+    return list(c.layer_types)
+
+
 class Qwen3Next(Family):
     """Qwen3NextForCausalLM: see the module docstring."""
 
@@ -113,9 +118,16 @@ class Qwen3Next(Family):
         if cfg.mlp.n_shared_experts < 1:
             why = " (its MoE layers always have a shared expert)"
             found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
+        dense_mlp = dataclasses.replace(cfg.mlp, kind=cfg.mlp.expert)
+        return found + self.layer_problems(cfg, dense_mlp, "dense layers of its experts' kind and d_ff")
+
+    def layer_problems(self, cfg: ModelConfig, dense_mlp: MLPConfig, dense_why: str) -> list[Problem]:
+        """What its layer kinds set that the family cannot hold, each named as the layer's kind sets it: a
+        linear layer whose sizes differ from the first one's, an attention layer whose attention or RoPE
+        differs from the model's, a MoE layer whose MLP differs from the model's, a dense layer whose MLP
+        differs from ``dense_mlp`` (``dense_why``: why, in the refusal)."""
         lcs = layer_configs(cfg)
         linear = next((lc.attention for lc in lcs if is_deltanet(lc)), None)
-        dense_mlp = dataclasses.replace(cfg.mlp, kind=cfg.mlp.expert)
         layered: list[Problem] = []
         for i, lc in enumerate(lcs):
             kind = layer_kind(cfg, i)
@@ -128,7 +140,7 @@ class Qwen3Next(Family):
                 why = "one attention and RoPE for every attention layer"
                 wanted = [("attention", lc.attention, cfg.attention, why), ("position", lc.position, cfg.position, why)]
             dense = lc.mlp.kind != "moe"
-            why = "dense layers of its experts' kind and d_ff" if dense else "one MoE for every MoE layer"
+            why = dense_why if dense else "one MoE for every MoE layer"
             wanted.append(("mlp", lc.mlp, dense_mlp if dense else cfg.mlp, why))
             for section, have, want, why in wanted:
                 for f in dataclasses.fields(have):
@@ -139,7 +151,7 @@ class Qwen3Next(Family):
         first: dict[str, Problem] = {}
         for p in layered:
             first.setdefault(p.field, p)
-        return found + list(first.values())
+        return list(first.values())
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)
@@ -176,12 +188,34 @@ class Qwen3Next(Family):
         return out
 
     def from_hf(self, c: Any) -> ModelConfig:
-        if c.hidden_act != "silu":
-            refuse_hf(c, "hidden_act", "'silu' (archlab's SwiGLU experts; its linear layers' convolution is SiLU'd)")
+        self.check_hf(c)
         if c.num_experts < 1:
             refuse_hf(c, "num_experts", "at least 1 (archlab's Qwen3-Next layers are MoE but for dense kinds)")
         if not isinstance(c.decoder_sparse_step, int) or c.decoder_sparse_step < 1:
             refuse_hf(c, "decoder_sparse_step", "a positive integer (layer i is MoE where (i + 1) % step == 0)")
+        mlp = self.moe_from_hf(c, bool(c.norm_topk_prob), c.intermediate_size)
+        cfg = self.common_from_hf(c, mlp)
+        only = set(c.mlp_only_layers)
+        self.layers_from_hf(
+            c, cfg, [i in only or bool((i + 1) % c.decoder_sparse_step) for i in range(len(cfg_types(c)))]
+        )
+        return cfg
+
+    def check_hf(self, c: Any) -> None:
+        """Refuse an activation other than SiLU, a layer type other than its two, and key heads that do
+        not divide the value heads."""
+        if c.hidden_act != "silu":
+            refuse_hf(c, "hidden_act", "'silu' (archlab's SwiGLU experts; its linear layers' convolution is SiLU'd)")
+        types = cfg_types(c)
+        if len(types) != c.num_hidden_layers or set(types) - {LINEAR, FULL}:
+            refuse_hf(c, "layer_types", f"num_hidden_layers entries, each '{LINEAR}' or '{FULL}'", types)
+        if LINEAR in types and c.linear_num_value_heads % c.linear_num_key_heads:
+            refuse_hf(c, "linear_num_key_heads", "a divisor of linear_num_value_heads (each serves a group of them)")
+
+    @staticmethod
+    def moe_from_hf(c: Any, normalize: bool, width: int | None) -> MLPConfig:
+        """Its softmax top-k MoE of SwiGLU experts beside a sigmoid-gated shared expert (``width``: the dense
+        layers' d_ff, None where it has none)."""
         f, shared = c.moe_intermediate_size, c.shared_expert_intermediate_size
         if shared < f or shared % f:
             refuse_hf(
@@ -189,26 +223,25 @@ class Qwen3Next(Family):
                 "shared_expert_intermediate_size",
                 f"a positive multiple of moe_intermediate_size={f} (archlab's shared experts: n·expert_d_ff)",
             )
-        types = list(c.layer_types)
-        if len(types) != c.num_hidden_layers or set(types) - {LINEAR, FULL}:
-            refuse_hf(c, "layer_types", f"num_hidden_layers entries, each '{LINEAR}' or '{FULL}'", types)
-        if LINEAR in types and c.linear_num_value_heads % c.linear_num_key_heads:
-            refuse_hf(c, "linear_num_key_heads", "a divisor of linear_num_value_heads (each serves a group of them)")
-        hd, bias = config_head_dim(c), bool(c.attention_bias)
-        mlp = MLPConfig(
+        return MLPConfig(
             kind="moe",
             expert="swiglu",
             approximate="none",
             bias=False,
-            d_ff=c.intermediate_size,
+            d_ff=width,
             n_experts=c.num_experts,
             top_k=c.num_experts_per_tok,
             expert_d_ff=f,
             n_shared_experts=shared // f,
             shared_expert_gate=True,
-            normalize_top_k=bool(c.norm_topk_prob),
+            normalize_top_k=normalize,
             aux_loss_weight=float(c.router_aux_loss_coef),
         )
+
+    def common_from_hf(self, c: Any, mlp: MLPConfig, rope_ignored: frozenset[str] = frozenset()) -> ModelConfig:
+        """The model's own parts (its gated attention, RoPE, (1 + w) norms) beside ``mlp``, and ``keys``
+        (``rope_ignored``: rope_parameters keys that change nothing archlab holds)."""
+        hd, bias = config_head_dim(c), bool(c.attention_bias)
         attention = AttentionConfig(
             n_kv_head=c.num_key_value_heads,
             head_dim=hd,
@@ -222,34 +255,35 @@ class Qwen3Next(Family):
             dropout=0.0,
             norm=NormConfig(kind="rmsnorm", unit_offset=True),
             block=BlockConfig(kind="pre"),
-            position=rope_from_hf(c, hd, partial=True, scalings=("default",)),
+            position=rope_from_hf(c, hd, partial=True, scalings=("default",), ignored=rope_ignored),
             attention=attention,
             mlp=mlp,
             head=HeadConfig(bias=False),
         )
-        cfg = self.keys_from_hf(c, cfg)
-        only = set(c.mlp_only_layers)
-        names = [
-            (DELTANET if t == LINEAR else ATTENTION) + (DENSE if i in only or (i + 1) % c.decoder_sparse_step else "")
-            for i, t in enumerate(types)
-        ]
-        if set(names) != {ATTENTION}:
-            linear = dict(
-                DELTANET_RESET,
-                n_head=c.linear_num_value_heads,
-                key_heads=c.linear_num_key_heads,
-                key_head_dim=c.linear_key_head_dim,
-                v_head_dim=c.linear_value_head_dim,
-                conv_kernel=c.linear_conv_kernel_dim,
-            )
-            kinds: dict[str, dict[str, Any]] = {}
-            for name in dict.fromkeys(names):
-                kinds[name] = {"attention": dict(linear)} if name.startswith(DELTANET) else {}
-                if name.endswith(DENSE):
-                    kinds[name]["mlp"] = {"kind": "swiglu"}
-            first, pattern = shortest_layout(names)
-            cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
-        return cfg
+        return self.keys_from_hf(c, cfg)
+
+    @staticmethod
+    def layers_from_hf(c: Any, cfg: ModelConfig, dense: list[bool]) -> None:
+        """``cfg.layers`` from ``layer_types``: a deltanet or attention kind per layer, ``_dense`` added where
+        ``dense`` says the layer's MLP is the model's dense SwiGLU rather than its MoE."""
+        names = [(DELTANET if t == LINEAR else ATTENTION) + (DENSE if d else "") for t, d in zip(cfg_types(c), dense)]
+        if set(names) == {ATTENTION}:
+            return
+        linear = dict(
+            DELTANET_RESET,
+            n_head=c.linear_num_value_heads,
+            key_heads=c.linear_num_key_heads,
+            key_head_dim=c.linear_key_head_dim,
+            v_head_dim=c.linear_value_head_dim,
+            conv_kernel=c.linear_conv_kernel_dim,
+        )
+        kinds: dict[str, dict[str, Any]] = {}
+        for name in dict.fromkeys(names):
+            kinds[name] = {"attention": dict(linear)} if name.startswith(DELTANET) else {}
+            if name.endswith(DENSE):
+                kinds[name]["mlp"] = {"kind": "swiglu"}
+        first, pattern = shortest_layout(names)
+        cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

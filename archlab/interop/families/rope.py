@@ -103,10 +103,12 @@ def rope_from_hf(
     partial: bool,
     scalings: tuple[str, ...] = ("default", "linear", "llama3"),
     yarn_softmax: bool = True,
+    ignored: frozenset[str] = frozenset(),
 ) -> PositionConfig:
     """archlab's RoPE from transformers' rope_parameters (``partial``: the family rotates part of a head;
     ``scalings``: the rope_types this family converts; ``yarn_softmax``: its YaRN scales the softmax by
-    ``mscale_all_dim`` as DeepSeek's does, else cos and sin alone, as transformers' generic yarn)."""
+    ``mscale_all_dim`` as DeepSeek's does, else cos and sin alone, as transformers' generic yarn;
+    ``ignored``: keys the family reads that change nothing for text, left unread)."""
     rope = dict(getattr(c, "rope_parameters", None) or {})
     if any(isinstance(v, dict) for v in rope.values()):
         refuse_hf(c, "rope_parameters", "one set of RoPE parameters for every layer", rope)
@@ -116,7 +118,7 @@ def rope_from_hf(
         refuse_hf(
             c, "rope_parameters.rope_type", f"one of {names} (the scalings archlab converts for this family)", rope_type
         )
-    for key in sorted(set(rope) - _ROPE_KEYS[rope_type] - {"type"}):
+    for key in sorted(set(rope) - _ROPE_KEYS[rope_type] - {"type"} - ignored):
         refuse_hf(
             c, f"rope_parameters.{key}", f"absent for rope_type={rope_type!r} (archlab has no such setting)", rope[key]
         )
