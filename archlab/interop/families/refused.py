@@ -81,11 +81,6 @@ REFUSED: dict[str, Refused] = {
         "NemotronHForCausalLM",
         "`layers_block_type` 'linear_attention' (Mamba-2 mixer): no archlab mixer",
     ),
-    "granitemoehybrid": Refused(
-        "GraniteMoeHybrid (Granite 4.0)",
-        "GraniteMoeHybridForCausalLM",
-        "`layer_types` 'linear_attention' (Mamba-2 mixer): no archlab mixer",
-    ),
     "lfm2": Refused(
         "LFM2", "Lfm2ForCausalLM", "`layer_types` 'conv' (gated short convolution, `Lfm2ShortConv`): no archlab mixer"
     ),
