@@ -50,6 +50,7 @@ from archlab.interop.families.openai_gpt import OPENAI_GPT
 from archlab.interop.families.opt import OPT
 from archlab.interop.families.persimmon import PERSIMMON
 from archlab.interop.families.phi3 import PHI3
+from archlab.interop.families.qwen3_5 import QWEN3_5
 from archlab.interop.families.qwen3_next import QWEN3_NEXT
 from archlab.interop.families.relatives import RELATIVES
 from archlab.interop.families.sigmoid_moe import SIGMOID_MOE
@@ -105,6 +106,7 @@ FAMILIES: dict[str, Family] = {
     **COHERE2_MOE,
     **MAMBA,
     **QWEN3_NEXT,
+    **QWEN3_5,
     **BAMBA,
     **GRANITEMOEHYBRID,
 }

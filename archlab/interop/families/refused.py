@@ -27,10 +27,16 @@ _GDN = "`layer_types` 'linear_attention' (Gated DeltaNet): no archlab mixer"
 
 REFUSED: dict[str, Refused] = {
     # linear-attention, state-space, recurrent and convolution mixers
-    "qwen3_5_text": Refused("Qwen3.5", "Qwen3_5ForCausalLM", _GDN),
-    "qwen3_5": Refused("Qwen3.5 (vision-language)", "Qwen3_5ForCausalLM", _GDN + ", and a vision tower"),
-    "qwen3_5_moe_text": Refused("Qwen3.5-MoE", "Qwen3_5MoeForCausalLM", _GDN),
-    "qwen3_5_moe": Refused("Qwen3.5-MoE (vision-language)", "Qwen3_5MoeForCausalLM", _GDN + ", and a vision tower"),
+    "qwen3_5": Refused(
+        "Qwen3.5 (vision-language)",
+        "Qwen3_5ForCausalLM",
+        "the vision tower (`vision_config`): its `text_config` (qwen3_5_text) converts alone",
+    ),
+    "qwen3_5_moe": Refused(
+        "Qwen3.5-MoE (vision-language)",
+        "Qwen3_5MoeForCausalLM",
+        "the vision tower (`vision_config`): its `text_config` (qwen3_5_moe_text) converts alone",
+    ),
     "qwen4_exp_text": Refused("Qwen4-Exp", "Qwen4ExpForCausalLM", _GDN + "; n-gram embeddings (`ngram_size`)"),
     "qwen4_exp": Refused("Qwen4-Exp (vision-language)", "Qwen4ExpForCausalLM", _GDN + ", and a vision tower"),
     "olmo_hybrid": Refused("OLMo Hybrid", "OlmoHybridForCausalLM", _GDN),
