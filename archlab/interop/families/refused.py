@@ -23,8 +23,6 @@ class Refused(NamedTuple):
     missing: str  # what archlab lacks, in archlab's terms, naming the HF config field / module that shows it
 
 
-_GDN = "`layer_types` 'linear_attention' (Gated DeltaNet): no archlab mixer"
-
 REFUSED: dict[str, Refused] = {
     # linear-attention, state-space, recurrent and convolution mixers
     "qwen3_5": Refused(
@@ -37,10 +35,26 @@ REFUSED: dict[str, Refused] = {
         "Qwen3_5MoeForCausalLM",
         "the vision tower (`vision_config`): its `text_config` (qwen3_5_moe_text) converts alone",
     ),
-    "qwen4_exp_text": Refused("Qwen4-Exp", "Qwen4ExpForCausalLM", _GDN + "; n-gram embeddings (`ngram_size`)"),
-    "qwen4_exp": Refused("Qwen4-Exp (vision-language)", "Qwen4ExpForCausalLM", _GDN + ", and a vision tower"),
-    "olmo_hybrid": Refused("OLMo Hybrid", "OlmoHybridForCausalLM", _GDN),
-    "lara_mini": Refused("Lara-Mini", "LaraMiniForCausalLM", _GDN),
+    "qwen4_exp_text": Refused(
+        "Qwen4-Exp",
+        "Qwen4ExpForCausalLM",
+        "hyper-connections (`hc_count` residual streams) and per-layer n-gram embeddings (`ngram_size`, `ple_layer_ids`)",
+    ),
+    "qwen4_exp": Refused(
+        "Qwen4-Exp (vision-language)",
+        "Qwen4ExpForCausalLM",
+        "hyper-connections (`hc_count` residual streams), n-gram embeddings (`ngram_size`), and a vision tower",
+    ),
+    "olmo_hybrid": Refused(
+        "OLMo Hybrid",
+        "OlmoHybridForCausalLM",
+        "Gated DeltaNet with β doubled (`linear_allow_neg_eigval`); post-norm attention layers beside pre-norm ones",
+    ),
+    "lara_mini": Refused(
+        "Lara-Mini",
+        "LaraMiniForCausalLM",
+        "no archlab record yet (holdable: Qwen3.5's Gated DeltaNet, RoPE sliding and NoPE full layers, a MoE)",
+    ),
     "kimi_linear": Refused(
         "Kimi-Linear",
         "KimiLinearForCausalLM",
@@ -67,7 +81,7 @@ REFUSED: dict[str, Refused] = {
     "falcon_h1": Refused(
         "Falcon-H1",
         "FalconH1ForCausalLM",
-        "a Mamba-2 mixer beside attention in every layer (`FalconH1Mixer`, `mamba_*`): no archlab mixer",
+        "attention and a Mamba-2 mixer side by side in every layer, outputs summed: an archlab block has one mixer",
     ),
     "jamba": Refused(
         "Jamba", "JambaForCausalLM", "Mamba-1 mixer layers (all but every `attn_layer_period`-th): no archlab mixer"
@@ -80,7 +94,7 @@ REFUSED: dict[str, Refused] = {
     "zamba2": Refused(
         "Zamba2",
         "Zamba2ForCausalLM",
-        "Mamba-2 layers with shared attention blocks at `hybrid_layer_ids`: no archlab mixer",
+        "shared attention blocks fed [x, embeddings] at `hybrid_layer_ids` (`Zamba2HybridLayer`), LoRA per use",
     ),
     "nemotron_h": Refused(
         "Nemotron-H",
