@@ -17,6 +17,7 @@ import pytest
 import torch
 from helpers import hf as parity
 from helpers.hf import EAGER, HF_SIZES, TOL, logits, max_diff, randomize
+from safetensors.torch import load_file, save_file
 
 from archlab import ConfigError, compose_model
 from archlab.interop.families import FAMILIES
@@ -145,10 +146,19 @@ def test_generation_matches_hf_generate(case):
     parity.check_padded_generation(hf, model)
 
 
+def as_published(directory):
+    """The tensors renamed as the published checkpoints hold them (saved from the vision-language model:
+    ``model.language_model.*``), with a vision-tower and a multi-token-prediction tensor beside them."""
+    path = directory / "model.safetensors"
+    state = {k.replace("model.", "model.language_model.", 1): v for k, v in load_file(path).items()}
+    save_file({**state, "model.visual.patch_embed.weight": torch.zeros(4, 4), "mtp.fc.weight": torch.zeros(4, 4)}, path)
+
+
 def test_save_pretrained_directories_read_back(tmp_path):
-    """Qwen3.5: save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained, the same logits.
-    Qwen3.5-MoE (each expert saved apart): save_pretrained -> load_hf_dir, the same logits."""
-    parity.check_directory_round_trip(hf_model("dense", seed=7), tmp_path / "dense", None, None, **EAGER)
+    """Qwen3.5: save_pretrained, renamed as published (``as_published``) -> load_hf_dir -> save_hf_dir ->
+    from_pretrained, the same logits. Qwen3.5-MoE (each expert saved apart): save_pretrained -> load_hf_dir,
+    the same logits."""
+    parity.check_directory_round_trip(hf_model("dense", seed=7), tmp_path / "dense", None, as_published, **EAGER)
     hf = hf_model("moe", seed=7)
     hf.save_pretrained(tmp_path / "moe")
     assert max_diff(logits(load_hf_dir(tmp_path / "moe").eval()), logits(hf)) <= TOL

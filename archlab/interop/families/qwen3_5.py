@@ -5,11 +5,15 @@ renormalised (Qwen3.5-MoE). Their Gated DeltaNet projects q, k, v (``in_proj_qkv
 every key head, then every value head), z, b and a apart, which archlab's one ``in_proj`` holds stacked in
 that order. Their RoPE is multimodal (``mrope_section``): text positions are the same in its three sections,
 so it is plain RoPE and the sections are left unread. A layout Qwen3.5-MoE holds Qwen3-Next holds too, and
-exports there (the same model; Qwen3-Next comes first in ``FAMILIES``)."""
+exports there (the same model; Qwen3-Next comes first in ``FAMILIES``). The published checkpoints are saved
+from the vision-language model: ``model.language_model.*`` is read as ``model.*``, and the vision tower
+(``model.visual.*``) and multi-token-prediction layer (``mtp.*``) are left out, as transformers does."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from torch import Tensor
 
 from archlab.config import MLPConfig, ModelConfig
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
@@ -44,6 +48,11 @@ class Qwen3_5(Qwen3Next):
         "apart), (1 + w) RMSNorms, SwiGLU"
     )
     features = Qwen3Next.features - {"model.mlp.shared_expert_gate"}
+    renames = {"model.language_model.": "model."}  # the published checkpoints, saved from the vision-language model
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The vision tower (``model.visual.*``) left out, as transformers leaves it; then Qwen3-Next's."""
+        return super().from_checkpoint(cfg, {k: v for k, v in state.items() if not k.startswith("model.visual.")})
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         """Qwen3-Next's but its MoE's: a bias-free SwiGLU instead."""
