@@ -436,7 +436,11 @@ def test_per_head_scale_count(norm, per_layer):
             {"model.attention.qk_norm_per_head_scale"},
             {"cohere", "stablelm"},
         ),
-        ({"mlp": {"kind": "relu2"}}, {"model.mlp.kind"}, {"arcee", "nemotron", "jais2", "persimmon", "nanochat"}),
+        (
+            {"mlp": {"kind": "relu2"}},
+            {"model.mlp.kind"},
+            {"arcee", "nemotron", "jais2", "persimmon", "nanochat", "nemotron_h"},
+        ),
         # a dense family refuses the moe kind, a MoE family the experts' kind
         ({"mlp": {"kind": "moe", "expert": "relu2"}}, {"model.mlp.kind", "model.mlp.expert"}, set()),
     ],

@@ -2,11 +2,11 @@
 ``gpt`` (GPT-2, GPT-J), ``neox`` (GPT-NeoX, Phi), ``llama`` (LLaMA and its relatives), ``moe`` (Mixtral,
 Qwen3-MoE, DeepSeek), ``layered`` (dense families whose layers differ), ``layered_moe`` (gpt-oss, Llama 4,
 AFMoE), ``step`` (Step-3.5), ``falcon``, ``starcoder2`` (StarCoder 2), ``stablelm``, ``mamba`` (Mamba-2),
-``bamba`` (Bamba), ``granitemoehybrid`` (Granite 4.0's hybrids). ``FAMILIES`` holds them all by
-``model_type``; adding a family is a record in its module (its config keys copied as they are in ``keys``, the
-rest computed in ``to_hf`` and ``from_hf``; its tensor names in ``tensors``), a line here, and its tests.
-Shared parts: ``base`` (the record, tensor maps, ``FEATURES``), ``rope`` and ``windows`` (RoPE and sliding
-windows both ways), ``dense`` (the table that routes a layout)."""
+``bamba`` (Bamba), ``granitemoehybrid`` (Granite 4.0's hybrids), ``nemotron_h`` (Nemotron-H's dense
+layouts). ``FAMILIES`` holds them all by ``model_type``; adding a family is a record in its module (its config
+keys copied as they are in ``keys``, the rest computed in ``to_hf`` and ``from_hf``; its tensor names in
+``tensors``), a line here, and its tests. Shared parts: ``base`` (the record, tensor maps, ``FEATURES``),
+``rope`` and ``windows`` (RoPE and sliding windows both ways), ``dense`` (the table that routes a layout)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ from archlab.interop.families.moe import SPARSE
 from archlab.interop.families.mpt import MPT
 from archlab.interop.families.nanochat import NANOCHAT
 from archlab.interop.families.nemotron import NEMOTRON
+from archlab.interop.families.nemotron_h import NEMOTRON_H
 from archlab.interop.families.olmo import OLMO
 from archlab.interop.families.openai_gpt import OPENAI_GPT
 from archlab.interop.families.opt import OPT
@@ -109,4 +110,5 @@ FAMILIES: dict[str, Family] = {
     **QWEN3_5,
     **BAMBA,
     **GRANITEMOEHYBRID,
+    **NEMOTRON_H,
 }

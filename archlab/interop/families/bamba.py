@@ -59,11 +59,13 @@ def is_mamba(lc: ModelConfig) -> bool:
     return lc.attention.kind == "mamba2"
 
 
-def mamba_kind(a: AttentionConfig, d_model: int, reset: dict[str, Any] = MAMBA_RESET) -> dict[str, Any]:
-    """The fields of the ``mamba2`` kind of Mamba-2 attention ``a``: ``reset``, then what a Bamba config
-    holds; head_dim only where it is not 2·d_model/n_head and the time-step clamp only where set (the
+def mamba_kind(
+    a: AttentionConfig, d_model: int, reset: dict[str, Any] = MAMBA_RESET, held: tuple[str, ...] = HELD
+) -> dict[str, Any]:
+    """The fields of the ``mamba2`` kind of Mamba-2 attention ``a``: ``reset``, then the fields ``held`` (what a
+    Bamba config holds); head_dim only where it is not 2·d_model/n_head and the time-step clamp only where set (the
     values a kind leaves out), so ``BambaConfig()`` reads as the ``bamba-9b`` preset writes it."""
-    out = dict(reset, **{name: getattr(a, name) for name in HELD}, out_bias=a.qkv_bias)
+    out = dict(reset, **{name: getattr(a, name) for name in held}, out_bias=a.qkv_bias)
     if a.head_dim is not None and a.head_dim * a.n_head == 2 * d_model:
         out["head_dim"] = None
     if a.dt_limit_min == 0.0 and a.dt_limit_max is None:
@@ -71,11 +73,13 @@ def mamba_kind(a: AttentionConfig, d_model: int, reset: dict[str, Any] = MAMBA_R
     return out
 
 
-def hybrid_problems(cfg: ModelConfig, title: str, reset: dict[str, Any] = MAMBA_RESET) -> list[Problem]:
+def hybrid_problems(
+    cfg: ModelConfig, title: str, reset: dict[str, Any] = MAMBA_RESET, held: tuple[str, ...] = HELD
+) -> list[Problem]:
     """What the layer kinds of a Mamba-2 hybrid (Bamba, GraniteMoeHybrid) set that its config cannot hold:
     no Mamba-2 layer, an inner width that is not a multiple of d_model, a Mamba-2 layer whose sizes differ
     from the first one's or that sets a field the config has no key for (the kind is ``reset`` plus the
-    ``mamba_*`` sizes), an attention layer whose attention or RoPE differs from the model's, an MLP that
+    fields ``held``), an attention layer whose attention or RoPE differs from the model's, an MLP that
     differs from the model's (each named as the layer's kind sets it)."""
     found: list[Problem] = []
     lcs = layer_configs(cfg)
@@ -83,7 +87,7 @@ def hybrid_problems(cfg: ModelConfig, title: str, reset: dict[str, Any] = MAMBA_
     if first is None:
         why = f" ({title} is a Mamba-2 hybrid: a layout without Mamba-2 layers is an attention family's)"
         return [Problem("model.layers.pattern", list(cfg.layers.pattern), "a kind of mamba2 attention", why)]
-    mamba = dataclasses.replace(cfg.attention, **mamba_kind(first.attention, cfg.d_model, reset))
+    mamba = dataclasses.replace(cfg.attention, **mamba_kind(first.attention, cfg.d_model, reset, held))
     mamba.head_dim = first.attention.head_dim
     kind = layer_kind(cfg, lcs.index(first))
     if inner(first) % cfg.d_model:

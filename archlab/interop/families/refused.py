@@ -96,11 +96,6 @@ REFUSED: dict[str, Refused] = {
         "Zamba2ForCausalLM",
         "shared attention blocks fed [x, embeddings] at `hybrid_layer_ids` (`Zamba2HybridLayer`), LoRA per use",
     ),
-    "nemotron_h": Refused(
-        "Nemotron-H",
-        "NemotronHForCausalLM",
-        "`layers_block_type` 'linear_attention' (Mamba-2 mixer): no archlab mixer",
-    ),
     "lfm2": Refused(
         "LFM2", "Lfm2ForCausalLM", "`layer_types` 'conv' (gated short convolution, `Lfm2ShortConv`): no archlab mixer"
     ),
