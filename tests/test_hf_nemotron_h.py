@@ -1,16 +1,18 @@
-"""Hugging Face parity of Nemotron-H's dense layouts (NemotronHForCausalLM): tiny random models whose layers
-are Mamba-2, NoPE GQA attention and ReLU² MLP layers, a mixer followed by an MLP or by another mixer (every
-parameter redrawn: biases, norm scales, A_log, dt_bias, D and the convolution's bias 0.5 + N(0, 0.3²)), give
+"""Hugging Face parity of Nemotron-H (NemotronHForCausalLM): tiny random models whose layers are Mamba-2, NoPE
+GQA attention and ReLU² MLP layers or MoE layers (Nemotron 3's: sigmoid top-k with a correction bias, expert
+groups, a routed scale, shared experts), a mixer followed by an MLP or by another mixer (every parameter
+redrawn: biases, norm scales, A_log, dt_bias, D, the convolution's bias 0.5 + N(0, 0.3²), the correction
+bias N(0, 0.3²)), give
 the same float32 logits in archlab (a mixer and the MLP after it one block) and in transformers' torch path;
 greedy and left-padded decoding equal HF ``generate``; archlab -> HF -> archlab gives back every tensor bit
 for bit; a save_pretrained directory (``backbone.`` names) reads back. With ``use_bias`` HF's padded rows
-differ from each prompt alone, as Bamba's (tests/test_hf_bamba.py); ``moe`` layers and an MLP layer after no
-mixer are refused."""
+differ from each prompt alone, as Bamba's (tests/test_hf_bamba.py); an MLP layer after no mixer, and 'mlp'
+beside 'moe' layers, are refused."""
 
 import pytest
 import torch
 from helpers import hf as parity
-from helpers.hf import ATTN, NO_TOKENS, TOL, V, logits, max_diff
+from helpers.hf import EAGER, NO_TOKENS, TOL, V, logits, max_diff
 
 from archlab import ConfigError, build_model
 from archlab.config.layers import layer_kind
@@ -35,23 +37,31 @@ HF_CASES = {
         dict(SMALL, use_bias=True, use_conv_bias=False, layers_block_type=["attention", "mamba", "mlp", "attention"])
         | dict(time_step_min=0.01, time_step_max=0.2, time_step_floor=0.001),
     ),
+    # the same layers with MoE layers: 8 experts of 16 in 2 groups (top 1 group, top 2 experts), x2.5, shared 32
+    "nemotron-h-moe": (
+        "NemotronHForCausalLM",
+        "NemotronHConfig",
+        dict(SMALL, layers_block_type=["mamba", "moe", "attention", "moe", "mamba", "mamba", "moe"], mlp_bias=False)
+        | dict(n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, n_group=2, topk_group=1)
+        | dict(moe_shared_expert_intermediate_size=32, routed_scaling_factor=2.5),
+    ),
 }
 KINDS = ["mamba2", "attention", "mamba2_alone", "mamba2"]
 
 
 def hf_model(case: str, seed: int = 1):
-    return parity.hf_case(HF_CASES, case, seed, **ATTN)
+    return parity.hf_case(HF_CASES, case, seed, **EAGER)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
 def test_from_hf_gives_hf_logits_and_back_bit_for_bit(case):
-    """The logits (measured: 1.4e-6 to 1.7e-6), the family the layout read maps back to, and HF -> archlab ->
+    """The logits (measured: 1.4e-6 to 2.0e-6), the family the layout read maps back to, and HF -> archlab ->
     HF -> archlab with the same config and every tensor bit for bit."""
     hf = hf_model(case)
     model = from_hf(hf)
     assert max_diff(logits(hf), logits(model)) <= TOL
     assert hf_family(model.cfg) == "nemotron_h"
-    parity.check_back_and_again(hf, model, **ATTN)
+    parity.check_back_and_again(hf, model, **EAGER)
 
 
 def test_from_hf_reads_the_parts():
@@ -63,6 +73,11 @@ def test_from_hf_reads_the_parts():
     mamba = from_hf(hf_model("nemotron-h-biases")).cfg.layers.kinds["mamba2"]["attention"]
     assert (mamba["dt_min"], mamba["dt_limit_min"], mamba["dt_max"], mamba["dt_init_floor"]) == (0.01, 0.01, 0.2, 0.001)
     assert (mamba["qkv_bias"], mamba["conv_bias"]) == (True, False)
+    moe = from_hf(hf_model("nemotron-h-moe")).cfg
+    assert [layer_kind(moe, i) for i in range(4)] == KINDS
+    m = moe.mlp
+    assert (m.kind, m.expert, m.n_experts, m.top_k, m.expert_d_ff, m.n_shared_experts) == ("moe", "relu2", 8, 2, 16, 2)
+    assert (m.scoring, m.correction_bias, m.n_groups, m.top_groups, m.routed_scale) == ("sigmoid", True, 2, 1, 2.5)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))
@@ -100,6 +115,17 @@ def test_an_archlab_layout_converts_to_hf_and_back(tmp_path):
     parity.check_directory_round_trip(hf, tmp_path, attn_implementation="eager")
 
 
+def test_a_moe_layout_converts_to_hf_and_back(tmp_path):
+    """The MoE case's layout, its weights redrawn: NemotronHForCausalLM with 'moe' layers, the same logits,
+    back bit for bit; a save_pretrained directory (``backbone.``, each expert saved apart) read back."""
+    model = parity.randomize(build_model(from_hf(hf_model("nemotron-h-moe")).cfg), 2)
+    hf, back = parity.check_to_hf_and_back(
+        model, "NemotronHForCausalLM", attn_implementation="eager", experts_implementation="eager"
+    )
+    assert hf.config.layers_block_type.count("moe") == 3 and back.cfg == model.cfg
+    parity.check_directory_round_trip(hf, tmp_path, attn_implementation="eager", experts_implementation="eager")
+
+
 @pytest.mark.parametrize(
     "overrides, field",
     [
@@ -119,11 +145,18 @@ def test_the_record_refuses_what_nemotron_h_does_not_hold(overrides, field):
 @pytest.mark.parametrize(
     "changes, field",
     [
-        (dict(layers_block_type=["mamba", "moe"]), "NemotronHConfig.layers_block_type"),
+        (dict(layers_block_type=["moe", "mamba"]), "NemotronHConfig.layers_block_type"),
         (dict(layers_block_type=["mlp", "mamba"]), "NemotronHConfig.layers_block_type"),
         (dict(layers_block_type=["mamba", "mlp", "mlp"]), "NemotronHConfig.layers_block_type"),
         (dict(mlp_hidden_act="silu"), "NemotronHConfig.mlp_hidden_act"),
         (dict(sliding_window=4), "NemotronHConfig.sliding_window"),
+        (dict(layers_block_type=["mamba", "mlp", "mamba", "moe"]), "NemotronHConfig.layers_block_type"),
+        (dict(HF_CASES["nemotron-h-moe"][2], moe_latent_size=8), "NemotronHConfig.moe_latent_size"),
+        (dict(HF_CASES["nemotron-h-moe"][2], mlp_bias=True), "NemotronHConfig.mlp_bias"),
+        (
+            dict(HF_CASES["nemotron-h-moe"][2], moe_shared_expert_intermediate_size=24),
+            "NemotronHConfig.moe_shared_expert_intermediate_size",
+        ),
     ],
 )
 def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):

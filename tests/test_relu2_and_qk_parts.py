@@ -441,8 +441,8 @@ def test_per_head_scale_count(norm, per_layer):
             {"model.mlp.kind"},
             {"arcee", "nemotron", "jais2", "persimmon", "nanochat", "nemotron_h"},
         ),
-        # a dense family refuses the moe kind, a MoE family the experts' kind
-        ({"mlp": {"kind": "moe", "expert": "relu2"}}, {"model.mlp.kind", "model.mlp.expert"}, set()),
+        # a dense family refuses the moe kind, a MoE family the experts' kind, but Nemotron-H's (Nemotron 3)
+        ({"mlp": {"kind": "moe", "expert": "relu2"}}, {"model.mlp.kind", "model.mlp.expert"}, {"nemotron_h"}),
     ],
     ids=["clip_qkv", "qk_norm_after_rope", "qk_norm_per_head_scale", "relu2", "relu2-experts"],
 )

@@ -1,22 +1,27 @@
-"""Nemotron-H (``NemotronHForCausalLM``), its dense layouts: every Hugging Face layer is one RMSNorm and one
-mixer, Mamba-2 (``linear_attention``), NoPE GQA attention (``full_attention``) or an up/down MLP (``mlp``,
-ReLU² as published); ``moe`` layers are refused.
+"""Nemotron-H (``NemotronHForCausalLM``, Nemotron 3's MoE layouts too): every Hugging Face layer is one RMSNorm
+and one mixer, Mamba-2 (``linear_attention``), NoPE GQA attention (``full_attention``), an up/down MLP
+(``mlp``, ReLU² as published) or a MoE (``moe``: sigmoid top-k of up/down experts with a selection-only
+correction bias, expert groups and a routed scale, beside shared up/down experts; no latent projection).
 
 archlab's pre-norm block is a token mixer and then an MLP, so a mixer layer and the ``mlp`` layer right after
 it are one archlab block (the two norms its ``attn_norm`` and ``mlp_norm``), and a mixer layer followed by
 another mixer is a block with ``mlp: none`` (neither MLP nor its norm). An ``mlp`` layer that follows no
-mixer (the first layer, or two in a row) has no archlab block: refused, naming ``layers_block_type``. The
-model's own parts are an attention layer's with its MLP; the kinds ``mamba2`` (Mamba-2, Bamba's reset kind,
+mixer (the first layer, or two in a row) has no archlab block: refused, naming ``layers_block_type``; so is a
+model with both ``mlp`` and ``moe`` layers (archlab's model has one MLP). The model's own parts are an
+attention layer's with its MLP (dense, or the MoE); the kinds ``mamba2`` (Mamba-2, Bamba's reset kind,
 with the dt fields set: its mixer clamps dt below at ``time_step_min``, whatever ``time_step_limit`` says,
 so archlab's ``dt_limit_min`` is ``dt_min``), ``mamba2_alone`` and ``attention_alone`` (the MLP none) and
 ``attention`` (overriding nothing), in the shortest ``first`` and ``pattern``. Checkpoints name the base
-model ``backbone.``: renamed on loading, as transformers does."""
+model ``backbone.`` and save each expert apart: renamed and stacked on loading, as transformers does."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from typing import Any
+
+import torch
+from torch import Tensor
 
 from archlab.config import (
     AttentionConfig,
@@ -36,6 +41,7 @@ from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tens
 from archlab.nn.attention import head_dim
 from archlab.nn.mamba2 import head_dim as mamba_head_dim
 from archlab.nn.mlp import d_ff
+from archlab.nn.moe import expert_width
 
 MAMBA_T, ATTN_T, MLP_T, MOE_T = "linear_attention", "full_attention", "mlp", "moe"
 KINDS = {
@@ -61,7 +67,7 @@ class NemotronH(Family):
     position_kind = "none"
     position_why = " (its attention layers have no position encoding)"
     renames = {"backbone.": "model."}
-    parts = "Mamba-2, NoPE GQA and ReLU² MLP layers, a mixer and the MLP after it as one block (no MoE)"
+    parts = "Mamba-2, NoPE GQA and ReLU² MLP or sigmoid-MoE layers, a mixer and the MLP after it as one block"
     features = frozenset({"model.layers.first", "model.layers.pattern"})
     keys = {
         "vocab_size": "vocab_size",
@@ -73,6 +79,15 @@ class NemotronH(Family):
         "attention_dropout": "attention.dropout",
         "mlp_bias": "mlp.bias",
     }
+    moe_keys = {
+        "n_routed_experts": "n_experts",
+        "num_experts_per_tok": "top_k",
+        "moe_intermediate_size": "expert_d_ff",
+        "n_group": "n_groups",
+        "topk_group": "top_groups",
+        "norm_topk_prob": "normalize_top_k",
+        "routed_scaling_factor": "routed_scale",
+    }
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
@@ -82,7 +97,17 @@ class NemotronH(Family):
             ("model.head.tied", (False,), " (its lm_head is never tied, whatever tie_word_embeddings says)"),
             ("model.attention.qkv_bias", (False,), " (its attention has no biases)"),
             ("model.attention.out_bias", (False,), " (its attention has no biases)"),
-            ("model.mlp.kind", UP_DOWN_KINDS, " (its MLP is up_proj, then down_proj, without a gate)"),
+            ("model.mlp.kind", (*UP_DOWN_KINDS, "moe"), " (its MLP is up_proj, then down_proj, without a gate)"),
+            *(self.moe_rules() if cfg.mlp.kind == "moe" else []),
+        ]
+
+    @staticmethod
+    def moe_rules() -> list[Rule]:
+        return [
+            ("model.mlp.expert", UP_DOWN_KINDS, " (its experts are up_proj, then down_proj, without a gate)"),
+            ("model.mlp.bias", (False,), " (its experts have no biases; mlp_bias sets the shared experts')"),
+            ("model.mlp.scoring", ("sigmoid",), ""),
+            ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
         ]
 
     def problems(self, cfg: ModelConfig) -> list[Problem]:
@@ -108,6 +133,9 @@ class NemotronH(Family):
             why = " (its Mamba-2 mixer clamps dt below at time_step_min, the dt initialisation's minimum)"
             field = kind_field(cfg, kind, "model.attention.dt_limit_min")
             found.append(Problem(field, mamba.dt_limit_min, f"{mamba.dt_min} (dt_min)", why))
+        if cfg.mlp.kind == "moe" and cfg.mlp.n_shared_experts < 1:
+            why = " (its MoE layers always have shared experts)"
+            found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
         seen: dict[str, Problem] = {}
         for p in found:
             seen.setdefault(p.field, p)
@@ -116,15 +144,21 @@ class NemotronH(Family):
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)
         types: list[str] = []
+        m, mlp_t = cfg.mlp, MOE_T if cfg.mlp.kind == "moe" else MLP_T
         for lc in lcs:
-            types += [MAMBA_T if is_mamba(lc) else ATTN_T] + ([MLP_T] if has_mlp(lc) else [])
+            types += [MAMBA_T if is_mamba(lc) else ATTN_T] + ([mlp_t] if has_mlp(lc) else [])
+        moe: dict[str, Any] = {}
+        if m.kind == "moe":
+            moe = {key: getattr(m, field) for key, field in self.moe_keys.items()}
+            moe.update(moe_shared_expert_intermediate_size=m.n_shared_experts * expert_width(cfg), moe_latent_size=None)
         out = dict(
             self.keys_to_hf(cfg),
             layers_block_type=types,
             num_key_value_heads=n_kv_head(cfg),
             head_dim=head_dim(cfg),
             intermediate_size=d_ff(cfg),
-            mlp_hidden_act=UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            mlp_hidden_act=UP_DOWN_TO_HF[(m.expert if m.kind == "moe" else m.kind, m.approximate)],
+            **moe,
             attention_bias=False,
             tie_word_embeddings=False,
             residual_in_fp32=False,
@@ -157,20 +191,22 @@ class NemotronH(Family):
         if c.sliding_window is not None:
             refuse_hf(c, "sliding_window", "null (archlab holds Nemotron-H's attention without a window)")
         types = list(c.layers_block_type)
+        if {MLP_T, MOE_T} <= set(types):
+            refuse_hf(
+                c, "layers_block_type", "'mlp' layers or 'moe' layers, not both (archlab's model has one MLP)", types
+            )
         names: list[str] = []
         for i, t in enumerate(types):
-            if t == MOE_T:
-                refuse_hf(
-                    c, "layers_block_type", "no 'moe' layers (archlab converts Nemotron-H's dense layouts)", types
-                )
-            if t == MLP_T:
+            if t in (MLP_T, MOE_T):
                 if i == 0 or types[i - 1] not in (MAMBA_T, ATTN_T):
-                    why = "an 'mlp' layer only right after a mixer layer (archlab's block: a mixer, then its MLP)"
+                    why = "an 'mlp' or 'moe' layer only right after a mixer layer (archlab's block: a mixer, then its MLP)"
                     refuse_hf(c, "layers_block_type", why, types)
                 continue
-            names.append(KINDS[(t == MAMBA_T, i + 1 < len(types) and types[i + 1] == MLP_T)])
+            names.append(KINDS[(t == MAMBA_T, i + 1 < len(types) and types[i + 1] in (MLP_T, MOE_T))])
         kind, approximate = UP_DOWN_FROM_HF[c.mlp_hidden_act]
         mlp = MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=bool(c.mlp_bias), approximate=approximate)
+        if MOE_T in types:
+            mlp = self.moe_from_hf(c, mlp)
         cfg = ModelConfig(
             dropout=0.0,
             norm=NormConfig(kind="rmsnorm"),
@@ -186,6 +222,9 @@ class NemotronH(Family):
         cfg.n_layer = len(names)
         cfg.attention.dropout = float(cfg.attention.dropout)
         cfg.mlp.bias = bool(cfg.mlp.bias)
+        if cfg.mlp.kind == "moe" and cfg.mlp.bias:
+            why = "false with 'moe' layers (archlab's experts and shared experts share one bias flag)"
+            refuse_hf(c, "mlp_bias", why)
         kinds: dict[str, dict[str, Any]] = {}
         attention: dict[str, Any] = {}
         if any(n.startswith("mamba2") for n in names):
@@ -216,6 +255,43 @@ class NemotronH(Family):
             cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
         return cfg
 
+    def moe_from_hf(self, c: Any, dense: MLPConfig) -> MLPConfig:
+        """The MoE of the config's ``moe`` layers: ``dense``'s activation for its experts, sigmoid scores with
+        the correction bias, the shared experts as n experts of the routed width."""
+        if c.moe_latent_size is not None:
+            refuse_hf(c, "moe_latent_size", "null (archlab's experts read and write d_model: no latent projection)")
+        n, rest = divmod(c.moe_shared_expert_intermediate_size, c.moe_intermediate_size)
+        if rest or n < 1:
+            allowed = "a positive multiple of moe_intermediate_size (archlab's shared experts: n of the routed width)"
+            refuse_hf(c, "moe_shared_expert_intermediate_size", allowed)
+        fields = {field: getattr(c, key) for key, field in self.moe_keys.items()}
+        fields.update(routed_scale=float(fields["routed_scale"]), normalize_top_k=bool(fields["normalize_top_k"]))
+        return MLPConfig(
+            kind="moe",
+            expert=dense.kind,
+            approximate=dense.approximate,
+            d_ff=dense.d_ff,
+            bias=dense.bias,
+            scoring="sigmoid",
+            correction_bias=True,
+            n_shared_experts=n,
+            **fields,
+        )
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Each MoE layer's experts, saved one tensor per expert and matrix (``mixer.experts.e.up_proj.weight``),
+        stacked as transformers holds them (``mixer.experts.up_proj`` [E, f, d]) where every expert is there."""
+        if cfg.mlp.kind != "moe":
+            return state
+        E = cfg.mlp.n_experts
+        layers = {k.split(".mixer.experts.")[0] for k in state if ".mixer.experts." in k}
+        for h in layers:
+            for m in ("up_proj", "down_proj"):
+                names = [f"{h}.mixer.experts.{e}.{m}.weight" for e in range(E)]
+                if all(n in state for n in names):
+                    state[f"{h}.mixer.experts.{m}"] = torch.stack([state.pop(n) for n in names])
+        return state
+
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embeddings")
@@ -232,11 +308,25 @@ class NemotronH(Family):
             if has_mlp(lc):
                 h = f"model.layers.{j}"
                 t.add(f"{b}.mlp_norm", f"{h}.norm")
-                t.add(f"{b}.mlp.fc", f"{h}.mixer.up_proj", lc.mlp.bias)
-                t.add(f"{b}.mlp.proj", f"{h}.mixer.down_proj", lc.mlp.bias)
+                if lc.mlp.kind == "moe":
+                    moe_tensors(t, f"{b}.mlp", f"{h}.mixer")
+                else:
+                    t.add(f"{b}.mlp.fc", f"{h}.mixer.up_proj", lc.mlp.bias)
+                    t.add(f"{b}.mlp.proj", f"{h}.mixer.down_proj", lc.mlp.bias)
                 j += 1
         t.add("final_norm", "model.norm_f")
         return t.head()
+
+
+def moe_tensors(t: Tensors, archlab: str, hf: str) -> None:
+    """A MoE layer: the router (``gate``) and its correction bias, the stacked up/down experts, the shared
+    experts' up_proj and down_proj."""
+    t.add(f"{archlab}.router", f"{hf}.gate")
+    t.maps.append(TensorMap(f"{archlab}.router_bias", (f"{hf}.gate.e_score_correction_bias",)))
+    t.maps.append(TensorMap(f"{archlab}.experts.fc", (f"{hf}.experts.up_proj",)))
+    t.maps.append(TensorMap(f"{archlab}.experts.proj", (f"{hf}.experts.down_proj",)))
+    t.add(f"{archlab}.shared.fc", f"{hf}.shared_experts.up_proj")
+    t.add(f"{archlab}.shared.proj", f"{hf}.shared_experts.down_proj")
 
 
 def _with_mlp(cfg: ModelConfig) -> dict[str, Any]:
