@@ -2,8 +2,8 @@
 ``gpt`` (GPT-2, GPT-J), ``neox`` (GPT-NeoX, Phi), ``llama`` (LLaMA and its relatives), ``moe`` (Mixtral,
 Qwen3-MoE, DeepSeek), ``layered`` (dense families whose layers differ), ``layered_moe`` (gpt-oss, Llama 4,
 AFMoE), ``step`` (Step-3.5), ``falcon``, ``starcoder2`` (StarCoder 2), ``stablelm``, ``mamba`` (Mamba-2),
-``bamba`` (Bamba), ``granitemoehybrid`` (Granite 4.0's hybrids), ``nemotron_h`` (Nemotron-H's dense
-layouts). ``FAMILIES`` holds them all by ``model_type``; adding a family is a record in its module (its config
+``qwen3_next`` (Qwen3-Next), ``qwen3_5`` (Qwen3.5's text decoders), ``lara_mini`` (Lara-Mini), ``bamba``
+(Bamba), ``granitemoehybrid`` (Granite 4.0's hybrids), ``nemotron_h`` (Nemotron-H's dense layouts). ``FAMILIES`` holds them all by ``model_type``; adding a family is a record in its module (its config
 keys copied as they are in ``keys``, the rest computed in ``to_hf`` and ``from_hf``; its tensor names in
 ``tensors``), a line here, and its tests. Shared parts: ``base`` (the record, tensor maps, ``FEATURES``),
 ``rope`` and ``windows`` (RoPE and sliding windows both ways), ``dense`` (the table that routes a layout)."""
@@ -33,6 +33,7 @@ from archlab.interop.families.granite import GRANITE
 from archlab.interop.families.granite_variants import GRANITE_VARIANTS
 from archlab.interop.families.granitemoehybrid import GRANITEMOEHYBRID
 from archlab.interop.families.hunyuan import HUNYUAN
+from archlab.interop.families.lara_mini import LARA_MINI
 from archlab.interop.families.layered import LAYERED
 from archlab.interop.families.layered_moe import LAYERED_SPARSE
 from archlab.interop.families.mamba import MAMBA
@@ -108,6 +109,7 @@ FAMILIES: dict[str, Family] = {
     **MAMBA,
     **QWEN3_NEXT,
     **QWEN3_5,
+    **LARA_MINI,
     **BAMBA,
     **GRANITEMOEHYBRID,
     **NEMOTRON_H,

@@ -50,11 +50,6 @@ REFUSED: dict[str, Refused] = {
         "OlmoHybridForCausalLM",
         "Gated DeltaNet with β doubled (`linear_allow_neg_eigval`); post-norm attention layers beside pre-norm ones",
     ),
-    "lara_mini": Refused(
-        "Lara-Mini",
-        "LaraMiniForCausalLM",
-        "no archlab record yet (holdable: Qwen3.5's Gated DeltaNet, RoPE sliding and NoPE full layers, a MoE)",
-    ),
     "kimi_linear": Refused(
         "Kimi-Linear",
         "KimiLinearForCausalLM",

@@ -1,0 +1,277 @@
+"""Lara-Mini (``LaraMiniForCausalLM``): pre-norm layers of plain RMSNorms, each mixing tokens as ``layer_types``
+says, by Qwen3.5's Gated DeltaNet (``linear_attention``), by Qwen3's attention (GQA, per-head QK-norm) over a
+sliding window with RoPE (``sliding_attention``) or by the same attention over the whole past without
+positions (``full_attention``), then a softmax top-k MoE of SwiGLU experts beside a shared expert added
+ungated, in every layer.
+
+In archlab the model's own attention is the full layers' without the window, its position RoPE; each layer is
+of a kind: ``deltanet`` (Qwen3-Next's reset kind with the linear sizes), ``sliding`` (the window) or ``nope``
+(``position.kind: none``), in the shortest ``first`` and ``pattern``. The published checkpoints fuse the
+Gated DeltaNet's projections into one ``in_proj`` (rows q | k | v | z | b | a, archlab's own order) and name
+its gated norm ``out_norm``: split and renamed on loading, as transformers does."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from archlab.config import AttentionConfig, BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config.layers import layer_configs, layer_kind
+from archlab.config.model import LayersConfig, shortest_layout
+from archlab.interop.families.base import (
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    bare,
+    config_head_dim,
+    kind_field,
+    refuse_hf,
+)
+from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.moe import stack_saved_experts
+from archlab.interop.families.qwen3_5 import Qwen3_5
+from archlab.interop.families.qwen3_next import DELTANET_RESET, is_deltanet
+from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.attention import head_dim
+from archlab.nn.deltanet import conv_channels, key_heads
+from archlab.nn.moe import expert_width
+
+LINEAR, SLIDING, FULL = "linear_attention", "sliding_attention", "full_attention"
+KINDS = {LINEAR: "deltanet", SLIDING: "sliding", FULL: "nope"}
+
+
+class LaraMini(Family):
+    """LaraMiniForCausalLM: see the module docstring."""
+
+    model_type, title, model_class, config_class = "lara_mini", "Lara-Mini", "LaraMiniForCausalLM", "LaraMiniConfig"
+    prefix = "model."
+    position_kind = ("rope", "none")
+    parts = (
+        "Gated DeltaNet (q, k, v, z, b, a projected apart), sliding-window RoPE and NoPE full GQA layers with "
+        "per-head QK-norm, softmax MoE with an ungated shared expert"
+    )
+    features = frozenset(
+        {"model.attention.qk_norm", "model.attention.window", "model.layers.first", "model.layers.pattern"}
+    )
+    keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps"}
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.norm.kind", ("rmsnorm",), ""),
+            ("model.block.kind", ("pre",), ""),
+            ("model.head.bias", (False,), ""),
+            ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
+            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            ("model.mlp.kind", ("moe",), " (every layer is a MoE)"),
+            ("model.mlp.expert", ("swiglu",), " (hidden_act, silu, is also its linear layers' convolution's)"),
+            ("model.mlp.bias", (False,), " (its experts have no biases)"),
+            ("model.mlp.scoring", ("softmax",), ""),
+            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ("model.mlp.routed_scale", (1.0,), ""),
+        ]
+
+    def problems(self, cfg: ModelConfig) -> list[Problem]:
+        """``Family.problems`` of the model's own parts, then each layer's, named as its kind sets them: one
+        set of linear sizes; one attention but for the window, a window on the RoPE layers alone (one size),
+        none on the NoPE ones; one RoPE; the model's MoE in every layer."""
+        found = super().problems(cfg)
+        if cfg.mlp.n_shared_experts < 1:
+            why = " (its MoE layers always have a shared expert)"
+            found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
+        if cfg.position.kind == "rope" and cfg.position.pairing != "half":
+            found.append(Problem("model.position.pairing", cfg.position.pairing, "half"))
+        lcs = layer_configs(cfg)
+        linear = next((lc.attention for lc in lcs if is_deltanet(lc)), None)
+        softmax = [lc for lc in lcs if not is_deltanet(lc)]
+        attention = dataclasses.replace(softmax[0].attention, window=None) if softmax else cfg.attention
+        rope = next((lc.position for lc in softmax if lc.position.kind == "rope"), cfg.position)
+        window = next((lc.attention.window for lc in softmax if lc.attention.window is not None), None)
+        layered: list[Problem] = []
+
+        def differ(kind: str | None, section: str, have: Any, want: Any, why: str) -> None:
+            for f in dataclasses.fields(have):
+                value, expected = getattr(have, f.name), getattr(want, f.name)
+                if value != expected:
+                    field = kind_field(cfg, kind, f"model.{section}.{f.name}")
+                    layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
+
+        for i, lc in enumerate(lcs):
+            kind = layer_kind(cfg, i)
+            if is_deltanet(lc):
+                differ(
+                    kind, "attention", lc.attention, linear, "one set of linear-attention sizes for every such layer"
+                )
+            else:
+                a = lc.attention
+                same = dataclasses.replace(attention, window=window)
+                differ(kind, "attention", dataclasses.replace(a, window=window), same, "one attention for every layer")
+                if a.window is not None and a.window != window:
+                    differ(
+                        kind, "attention", a, dataclasses.replace(a, window=window), "one window for its sliding layers"
+                    )
+                wanted = "rope" if a.window is not None else "none"
+                if lc.position.kind != wanted:
+                    field = kind_field(cfg, kind, "model.position.kind")
+                    why = f" ({self.title}'s sliding layers have RoPE, its full layers no positions)"
+                    layered.append(Problem(field, lc.position.kind, wanted, why))
+                elif wanted == "rope":
+                    differ(kind, "position", lc.position, rope, "one RoPE for every sliding layer")
+            differ(kind, "mlp", lc.mlp, cfg.mlp, "one MoE for every layer")
+        first: dict[str, Problem] = {}
+        for p in layered:
+            first.setdefault(p.field, p)
+        return found + list(first.values())
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        lcs = layer_configs(cfg)
+        m = cfg.mlp
+        softmax = [lc for lc in lcs if not is_deltanet(lc)]
+        rope = next((lc for lc in softmax if lc.position.kind == "rope"), cfg)
+        window = next((lc.attention.window for lc in softmax if lc.attention.window is not None), None)
+        out = dict(
+            self.keys_to_hf(cfg),
+            num_key_value_heads=n_kv_head(cfg),
+            head_dim=head_dim(cfg),
+            hidden_act="silu",
+            rope_parameters=rope_to_hf(rope),
+            attention_bias=cfg.attention.qkv_bias,
+            attention_dropout=cfg.attention.dropout,
+            sliding_window=window if window is not None else cfg.context_length,
+            layer_types=[LINEAR if is_deltanet(lc) else FULL if lc.attention.window is None else SLIDING for lc in lcs],
+            num_experts=m.n_experts,
+            num_experts_per_tok=m.top_k,
+            moe_intermediate_size=expert_width(cfg),
+            shared_expert_intermediate_size=m.n_shared_experts * expert_width(cfg),
+            norm_topk_prob=m.normalize_top_k,
+            router_aux_loss_coef=m.aux_loss_weight,
+        )
+        linear = next((lc for lc in lcs if is_deltanet(lc)), None)
+        if linear is not None:  # else the class defaults, which no layer reads
+            a = linear.attention
+            out.update(
+                linear_num_value_heads=a.n_head,
+                linear_num_key_heads=key_heads(linear),
+                linear_key_head_dim=a.key_head_dim,
+                linear_value_head_dim=a.v_head_dim,
+                linear_conv_kernel_dim=a.conv_kernel,
+            )
+        return out
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.hidden_act != "silu":
+            refuse_hf(c, "hidden_act", "'silu' (archlab's SwiGLU experts; its linear layers' convolution is SiLU'd)")
+        types = list(c.layer_types)
+        if len(types) != c.num_hidden_layers or set(types) - set(KINDS):
+            refuse_hf(c, "layer_types", f"num_hidden_layers entries, each one of {sorted(KINDS)}", types)
+        if c.num_experts < 1:
+            refuse_hf(c, "num_experts", "at least 1 (every Lara-Mini layer is a MoE)")
+        f, shared = c.moe_intermediate_size, c.shared_expert_intermediate_size
+        if shared < f or shared % f:
+            refuse_hf(
+                c,
+                "shared_expert_intermediate_size",
+                f"a positive multiple of moe_intermediate_size={f} (archlab's shared experts: n·expert_d_ff)",
+            )
+        hd, bias = config_head_dim(c), bool(c.attention_bias)
+        mlp = MLPConfig(
+            kind="moe",
+            expert="swiglu",
+            approximate="none",
+            bias=False,
+            n_experts=c.num_experts,
+            top_k=c.num_experts_per_tok,
+            expert_d_ff=f,
+            n_shared_experts=shared // f,
+            normalize_top_k=bool(c.norm_topk_prob),
+            aux_loss_weight=float(c.router_aux_loss_coef),
+        )
+        attention = AttentionConfig(
+            n_kv_head=c.num_key_value_heads,
+            head_dim=hd,
+            qkv_bias=bias,
+            out_bias=bias,
+            dropout=float(c.attention_dropout),
+            qk_norm="head",
+        )
+        cfg = ModelConfig(
+            dropout=0.0,
+            norm=NormConfig(kind="rmsnorm"),
+            block=BlockConfig(kind="pre"),
+            position=rope_from_hf(c, hd, partial=False, scalings=("default",)),
+            attention=attention,
+            mlp=mlp,
+            head=HeadConfig(bias=False),
+        )
+        cfg = self.keys_from_hf(c, cfg)
+        names = [KINDS[t] for t in types]
+        kinds: dict[str, dict[str, Any]] = {}
+        for name in dict.fromkeys(names):
+            if name == "deltanet":
+                if c.linear_num_value_heads % c.linear_num_key_heads:
+                    refuse_hf(c, "linear_num_key_heads", "a divisor of linear_num_value_heads (each serves a group)")
+                kinds[name] = {
+                    "attention": dict(
+                        DELTANET_RESET,
+                        n_head=c.linear_num_value_heads,
+                        key_heads=c.linear_num_key_heads,
+                        key_head_dim=c.linear_key_head_dim,
+                        v_head_dim=c.linear_value_head_dim,
+                        conv_kernel=c.linear_conv_kernel_dim,
+                    )
+                }
+            elif name == "sliding":
+                kinds[name] = {"attention": {"window": c.sliding_window}}
+            else:
+                kinds[name] = {"position": {"kind": "none"}}
+        first, pattern = shortest_layout(names)
+        cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
+        return cfg
+
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        t = Tensors(cfg)
+        t.add("tok_emb", "model.embed_tokens")
+        width = cfg.mlp.n_shared_experts * expert_width(cfg)
+        for i, lc in enumerate(layer_configs(cfg)):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
+            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+            if is_deltanet(lc):
+                Qwen3_5.deltanet_tensors(t, lc, f"{b}.attn", f"{h}.linear_attn")
+            else:
+                t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", lc.attention.qkv_bias)
+                t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_norm")
+                t.add(f"{b}.attn.k_norm", f"{h}.self_attn.k_norm")
+                t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", lc.attention.out_bias)
+            mlp, hf = f"{b}.mlp", f"{h}.mlp"
+            t.add(f"{mlp}.router", f"{hf}.gate")
+            t.maps.append(TensorMap(f"{mlp}.experts.gate_up", (f"{hf}.experts.gate_up_proj",)))
+            t.maps.append(TensorMap(f"{mlp}.experts.down", (f"{hf}.experts.down_proj",)))
+            shared = f"{hf}.shared_expert"
+            t.stacked(f"{mlp}.shared.gate_up", [f"{shared}.gate_proj", f"{shared}.up_proj"], False, (width, width))
+            t.add(f"{mlp}.shared.down", f"{shared}.down_proj")
+        t.add("final_norm", "model.norm")
+        return t.head()
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A checkpoint's fused ``linear_attn.in_proj`` split into in_proj_qkv, _z, _b, _a and its
+        ``out_norm`` read as ``norm``, as transformers loads them; saved experts stacked."""
+        for i, lc in enumerate(layer_configs(cfg)):
+            h = f"model.layers.{i}.linear_attn"
+            if not is_deltanet(lc) or f"{h}.in_proj.weight" not in state:
+                continue
+            a = lc.attention
+            sizes = [conv_channels(lc), a.n_head * a.v_head_dim, a.n_head, a.n_head]
+            parts = torch.split(state.pop(f"{h}.in_proj.weight"), sizes)
+            state.update({f"{h}.in_proj_{x}.weight": p for x, p in zip(("qkv", "z", "b", "a"), parts)})
+            if f"{h}.out_norm.weight" in state:
+                state[f"{h}.norm.weight"] = state.pop(f"{h}.out_norm.weight")
+        return stack_saved_experts(cfg, state)
+
+
+LARA_MINI: dict[str, Family] = {"lara_mini": LaraMini()}
