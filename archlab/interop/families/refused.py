@@ -53,12 +53,12 @@ REFUSED: dict[str, Refused] = {
     "kimi_linear": Refused(
         "Kimi-Linear",
         "KimiLinearForCausalLM",
-        "`layer_types` 'linear_attention' (Kimi Delta Attention): no archlab mixer",
+        "Kimi Delta Attention: the delta rule with a decay per key channel (`KimiLinearForgetGate`), not one per head",
     ),
     "bailing_hybrid": Refused(
         "Bailing (Ling) hybrid",
         "BailingHybridForCausalLM",
-        "`layer_types` 'linear_attention' (Kimi Delta Attention, `BailingHybridDeltaAttention`): no archlab mixer",
+        "Kimi Delta Attention: the delta rule with a decay per key channel (`BailingHybridForgetGate`), not per head",
     ),
     "minimax": Refused(
         "MiniMax-Text-01",
