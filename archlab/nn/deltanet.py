@@ -89,10 +89,13 @@ def chunked_delta_rule(
     chunk_decay = log_gamma[..., -1].exp()[..., None, None]  # [B, H, n, 1, 1]
     S = q.new_zeros(B, H, dk, dv) if state is None else state
     out = []
-    for i in range(n):
-        u = u_free[:, :, i] - w[:, :, i] @ S
-        out.append(q_read[:, :, i] @ S + scores[:, :, i] @ u)
-        S = S * chunk_decay[:, :, i] + k_write[:, :, i].transpose(-1, -2) @ u
+    # chunk by chunk through unbind: its backward stacks the chunks' gradients once, where indexing chunk i
+    # would zero-fill a whole-sequence gradient per chunk (quadratic in the chunks of a sequence)
+    chunks = zip(*(t.unbind(2) for t in (u_free, w, q_read, scores, chunk_decay, k_write)), strict=True)
+    for u_free_i, w_i, q_read_i, scores_i, decay_i, k_write_i in chunks:
+        u = u_free_i - w_i @ S
+        out.append(q_read_i @ S + scores_i @ u)
+        S = S * decay_i + k_write_i.transpose(-1, -2) @ u
     return torch.cat(out, dim=2)[:, :, :T], S
 
 

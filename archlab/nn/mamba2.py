@@ -79,9 +79,9 @@ def chunked_ssd(
     chunk_decay = log_decay[..., -1].exp()[..., None, None]  # [b, G, r, n, 1, 1]
     S = x.new_zeros(b, G, r, P, N) if state is None else state.view(b, G, r, P, N)
     starts = []
-    for i in range(n):
+    for decay_i, written_i in zip(chunk_decay.unbind(3), written.unbind(3), strict=True):  # unbind: see deltanet.py
         starts.append(S)
-        S = S * chunk_decay[:, :, :, i] + written[:, :, :, i]
+        S = S * decay_i + written_i
     start = torch.stack(starts, dim=3)  # [b, G, r, n, P, N]: the state each chunk begins from
     y = y + (Cs[:, :, None] @ start.transpose(-1, -2)) * log_decay.exp()[..., None]
     y = y.permute(0, 3, 4, 1, 2, 5).reshape(b, n * L, H, P)[:, :T]
