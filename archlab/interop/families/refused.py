@@ -66,12 +66,14 @@ REFUSED: dict[str, Refused] = {
         "`layer_types` 'linear_attention' (lightning attention): no archlab mixer",
     ),
     "mamba": Refused(
-        "Mamba", "MambaForCausalLM", "Mamba-1 selective SSM mixer (`MambaMixer`, `state_size`): no archlab mixer"
+        "Mamba",
+        "MambaForCausalLM",
+        "Mamba-1's SSM (`MambaMixer`): a decay A per channel and state, Δ per channel; archlab's mamba2 has one per head",
     ),
     "falcon_mamba": Refused(
         "FalconMamba",
         "FalconMambaForCausalLM",
-        "Mamba-1 SSM mixer with RMS-normed B, C and Δ (`mixer_rms_eps`): no archlab mixer",
+        "Mamba-1's SSM (an A per channel and state, not mamba2's one per head) with RMS-normed B, C and Δ (`mixer_rms_eps`)",
     ),
     "falcon_h1": Refused(
         "Falcon-H1",
@@ -79,12 +81,14 @@ REFUSED: dict[str, Refused] = {
         "attention and a Mamba-2 mixer side by side in every layer, outputs summed: an archlab block has one mixer",
     ),
     "jamba": Refused(
-        "Jamba", "JambaForCausalLM", "Mamba-1 mixer layers (all but every `attn_layer_period`-th): no archlab mixer"
+        "Jamba",
+        "JambaForCausalLM",
+        "Mamba-1 layers (but every `attn_layer_period`-th): an A per channel and state, not archlab mamba2's one per head",
     ),
     "zamba": Refused(
         "Zamba",
         "ZambaForCausalLM",
-        "Mamba-1 layers with a shared attention block fed [x, embeddings] (`ZambaHybridLayer`): no archlab mixer",
+        "a shared attention block fed [x, embeddings] (`ZambaHybridLayer`) beside Mamba-1 layers (an A per channel)",
     ),
     "zamba2": Refused(
         "Zamba2",
