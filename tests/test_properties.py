@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from archlab import build_model
 from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.config import to_model_config
+from archlab.nn import deltanet, mamba2
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -210,10 +211,29 @@ def layouts(draw, n_head: int, position: str, mla: bool, chunk, window, mlp: dic
             kind["position"] = {"kind": draw(st.sampled_from(["rope", "alibi", "none"]))}
         if draw(st.booleans()):
             kind["mlp"] = {"d_ff": draw(st.integers(1, 24))}
+        if not mla and draw(st.booleans()):  # a recurrent mixer in these layers (Qwen3-Next, Bamba)
+            kind["attention"] = draw(mixers(n_head))
         kinds[name] = kind
     names = sorted(kinds)
     first = draw(st.lists(st.sampled_from(names), max_size=1))
     return {"kinds": kinds, "first": first, "pattern": draw(st.lists(st.sampled_from(names), max_size=3))}
+
+
+@st.composite
+def mixers(draw, n_head: int) -> dict:
+    """A layer kind's ``attention``: gated_deltanet or mamba2 at tiny sizes, a scan chunk shorter than the
+    sequence (several chunks, one cut short), with the softmax fields each refuses reset."""
+    divisors = [k for k in range(1, n_head + 1) if n_head % k == 0]
+    common = {"conv_kernel": draw(st.sampled_from([1, 2, 4])), "scan_chunk": draw(st.sampled_from([1, 3, 5]))}
+    if draw(st.booleans()):
+        resets = {name: wanted for name, (wanted, _) in deltanet._REFUSED.items()}
+        sizes = {"key_heads": draw(st.sampled_from([None, *divisors])), "key_head_dim": draw(st.integers(1, 3))}
+        return resets | common | sizes | {"kind": "gated_deltanet", "v_head_dim": draw(st.integers(1, 3))}
+    resets = {name: wanted for name, (wanted, _) in mamba2._REFUSED.items()}
+    sizes = {"head_dim": draw(st.integers(1, 3)), "state_size": draw(st.integers(1, 3))}
+    sizes |= {"groups": draw(st.sampled_from(divisors)), "conv_bias": draw(st.booleans())}
+    sizes |= {"qkv_bias": draw(st.booleans()), "out_bias": draw(st.booleans())}
+    return resets | common | sizes | {"kind": "mamba2", "dt_limit_max": draw(st.sampled_from([None, 0.5]))}
 
 
 @SETTINGS

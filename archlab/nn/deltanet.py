@@ -6,7 +6,7 @@ Per head ``h`` and token ``t`` (``k_t``, ``q_t`` L2-normed, ``q_t`` scaled by 1/
 ``S_t = α_t·S_{t−1} + k_t·u_tᵀ`` with ``u_t = β_t·(v_t − α_t·S_{t−1}ᵀ·k_t)``, output ``o_t = S_tᵀ·q_t``;
 ``α_t = exp(g_t)``, ``g_t = −exp(A_log)·softplus(a_t + dt_bias)``, ``β_t = sigmoid(b_t)``. Training and
 prefill run the chunked parallel form (``chunked_delta_rule``), decoding the recurrence itself
-(``recurrent_delta_rule``); both in float32."""
+(``recurrent_delta_rule``); both in float32 (float64 in a float64 model)."""
 
 from __future__ import annotations
 
@@ -165,24 +165,25 @@ class GatedDeltaNet(Attention):
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape
+        f = torch.promote_types(x.dtype, torch.float32)  # the scan's dtype: float32, or a float64 model's own
         H, Hk, dk, dv = self.n_head, self.key_heads, self.key_dim, self.value_dim
         mixed, z, b, a = self.in_proj(x).split((self.channels, H * dv, H, H), dim=-1)
         if mask is not None:
             mixed = mixed * mask[..., None].to(mixed.dtype)
         mixed = self.convolve(mixed.transpose(1, 2), cache, layer).transpose(1, 2)
-        q, k, v = mixed.float().split((Hk * dk, Hk * dk, H * dv), dim=-1)
+        q, k, v = mixed.to(f).split((Hk * dk, Hk * dk, H * dv), dim=-1)
         q = l2_normalise(q.unflatten(-1, (Hk, dk))) * dk**-0.5
         k = l2_normalise(k.unflatten(-1, (Hk, dk)))
         if Hk != H:  # each query/key head serves H / Hk consecutive value heads
             q, k = q.repeat_interleave(H // Hk, dim=2), k.repeat_interleave(H // Hk, dim=2)
         v = v.unflatten(-1, (H, dv))
-        beta = torch.sigmoid(b.float())
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        beta = torch.sigmoid(b.to(f))
+        g = -self.A_log.to(f).exp() * F.softplus(a.to(f) + self.dt_bias.to(f))
         if mask is not None:  # a padded position keeps the state as it is: no decay (g = 0), no write
             beta, g = beta * mask[..., None], g * mask[..., None]
         q, k, v, beta, g = (t.transpose(1, 2) for t in (q, k, v, beta, g))  # heads first
         state = None if cache is None else cache.recurrent_state[layer]
-        state = None if state is None else state.float()
+        state = None if state is None else state.to(f)
         if T == 1:
             o, state = recurrent_delta_rule(q, k, v, g, beta, state)
         else:
@@ -190,8 +191,8 @@ class GatedDeltaNet(Attention):
         if cache is not None:
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
         o = o.transpose(1, 2)  # [B, T, H, dv]
-        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight.float()
-        o = o * F.silu(z.float().unflatten(-1, (H, dv)))
+        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight.to(f)
+        o = o * F.silu(z.to(f).unflatten(-1, (H, dv)))
         return self.proj(o.to(x.dtype).flatten(2))
 
     def convolve(self, mixed: Tensor, cache: Optional[KVCache], layer: int) -> Tensor:

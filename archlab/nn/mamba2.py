@@ -6,7 +6,7 @@ decoding state is constant in the context.
 Per head ``h`` (of group ``g``, whose B and C it shares) and token ``t``: ``S_t = exp(dt_t·A_h)·S_{t−1} +
 dt_t·x_t·B_tᵀ``, ``y_t = S_t·C_t + D_h·x_t``, with ``dt_t = clamp(softplus(dt_raw + dt_bias))`` and ``A_h =
 −exp(A_log_h)``. Training and prefill run the chunked parallel form, SSD (``chunked_ssd``), decoding the
-recurrence itself (``recurrent_ssd``); both in float32."""
+recurrence itself (``recurrent_ssd``); both in float32 (float64 in a float64 model)."""
 
 from __future__ import annotations
 
@@ -156,28 +156,29 @@ class Mamba2(Attention):
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         b, T, _ = x.shape
+        f = torch.promote_types(x.dtype, torch.float32)  # the scan's dtype: float32, or a float64 model's own
         H, P, G, N = self.n_head, self.head_dim, self.groups, self.state_size
         z, xBC, dt = self.in_proj(x).split((self.inner, self.channels, H), dim=-1)
         if mask is not None:
             xBC = xBC * mask[..., None].to(xBC.dtype)
         xBC = self.convolve(xBC.transpose(1, 2), cache, layer).transpose(1, 2)
-        xs, B, C = xBC.float().split((self.inner, G * N, G * N), dim=-1)
+        xs, B, C = xBC.to(f).split((self.inner, G * N, G * N), dim=-1)
         xs, B, C = xs.unflatten(-1, (H, P)), B.unflatten(-1, (G, N)), C.unflatten(-1, (G, N))
-        dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(*self.dt_limit)
+        dt = F.softplus(dt.to(f) + self.dt_bias.to(f)).clamp(*self.dt_limit)
         if mask is not None:  # a padded position keeps the state as it is: no decay, no write
             dt = dt * mask[..., None]
-        A = -self.A_log.float().exp()
+        A = -self.A_log.to(f).exp()
         state = None if cache is None else cache.recurrent_state[layer]
-        state = None if state is None else state.float()
+        state = None if state is None else state.to(f)
         if T == 1:
             y, state = recurrent_ssd(xs, dt, A, B, C, state)
         else:
             y, state = chunked_ssd(xs, dt, A, B, C, self.scan_chunk, state)
         if cache is not None:
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
-        y = (y + xs * self.D.float()[:, None]).flatten(2) * F.silu(z.float())
+        y = (y + xs * self.D.to(f)[:, None]).flatten(2) * F.silu(z.to(f))
         y = y.unflatten(-1, (G, self.inner // G))
-        y = (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm_eps)).flatten(2) * self.norm_weight.float()
+        y = (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm_eps)).flatten(2) * self.norm_weight.to(f)
         return self.proj(y.to(x.dtype))
 
     def convolve(self, xBC: Tensor, cache: Optional[KVCache], layer: int) -> Tensor:
