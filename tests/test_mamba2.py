@@ -53,7 +53,9 @@ def naive_ssd(x, dt, A, B, C, state):
             S = state[i, h].double().clone()
             for t in range(T):
                 step = dt[i, t, h].double()
-                S = math.exp(step.item() * A[h].item()) * S + step * torch.outer(x[i, t, h].double(), B[i, t, g].double())
+                S = math.exp(step.item() * A[h].item()) * S + step * torch.outer(
+                    x[i, t, h].double(), B[i, t, g].double()
+                )
                 out[i, t, h] = S @ C[i, t, g].double()
             final[i, h] = S
     return out, final
@@ -198,7 +200,9 @@ def test_a_pure_mamba2_model_counts_builds_and_trains():
         assert grad is not None and grad.abs().max() > 0, name
 
 
-@pytest.mark.parametrize("block,norms", [("pre", 1), ("post", 1), ("parallel", 1), ("post_sublayer", 1), ("sandwich", 2)])
+@pytest.mark.parametrize(
+    "block,norms", [("pre", 1), ("post", 1), ("parallel", 1), ("post_sublayer", 1), ("sandwich", 2)]
+)
 def test_mlp_none_leaves_each_wiring_its_attention_norms_alone(block, norms):
     """With ``mlp.kind: none`` every wiring keeps only the norms of its attention (parallel with two norms:
     one), the closed form equal to the built module, and the block's output is its attention step's alone."""

@@ -26,7 +26,11 @@ CASES = [
         "model.block.kind",
         "one of ['parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
     ),
-    (["model.mlp.kind=mixture"], "model.mlp.kind", "one of ['geglu', 'gelu', 'moe', 'none', 'relu', 'relu2', 'swiglu']"),
+    (
+        ["model.mlp.kind=mixture"],
+        "model.mlp.kind",
+        "one of ['geglu', 'gelu', 'moe', 'none', 'relu', 'relu2', 'swiglu']",
+    ),
     (
         ["model/mlp=moe", "model.mlp.shared_swiglu_limit=-1"],
         "model.mlp.shared_swiglu_limit",
