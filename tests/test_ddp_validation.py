@@ -61,6 +61,7 @@ def _validate(devices: int, path: Path) -> dict[str, float]:
     return {**metrics, "scored": json.loads(path.read_text()) if trainer.is_global_zero else None}
 
 
+@pytest.mark.slow  # two processes (about 25 s): -m slow
 def test_two_process_validation_equals_one_process(tmp_path):
     one = _validate(1, tmp_path / "one.json")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}

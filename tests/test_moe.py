@@ -663,6 +663,7 @@ def ddp_run(conf, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow  # two processes (about 55 s with its fixture): -m slow
 def test_ddp_trains_logs_aux_losses_and_resumes_exactly(conf, ddp_run, tmp_path):
     """Resumed from the step-3 checkpoint, the run ends with the uninterrupted run's weights (bit for
     bit) and validation history; the aux losses are logged each step."""
@@ -683,6 +684,7 @@ def test_ddp_trains_logs_aux_losses_and_resumes_exactly(conf, ddp_run, tmp_path)
     assert json.loads((tmp_path / "summary.json").read_text())["metrics"]["history"] == summary["metrics"]["history"]
 
 
+@pytest.mark.slow  # two processes, and the DDP run it compares with: -m slow
 def test_fsdp2_trains_a_moe_like_ddp(conf, ddp_run, tmp_path):
     """FSDP2 (each block sharded, then the root) over the same global batches ends where DDP ended, up
     to the order of the gradient reductions."""

@@ -98,6 +98,7 @@ def test_ddp_spawn_in_process_matches_one_process(conf, tmp_path, single):
     assert not any(json.loads(p.read_text()) for p in records)
 
 
+@pytest.mark.slow  # two processes (about 25 s): -m slow; test_ddp_spawn_in_process_matches_one_process keeps DDP in the default run
 def test_ddp_cpu_cli_matches_one_process(conf, tmp_path, single):
     proc = cli(conf, tmp_path, [*STEPS, "trainer=ddp_cpu", "data.batch_size=4", _ranks(str(tmp_path / "ranks"))])
     assert proc.returncode == 0, proc.stderr[-3000:]
