@@ -106,6 +106,7 @@ def test_ddp_cpu_cli_matches_one_process(conf, tmp_path, single):
     _check_ddp(tmp_path, single)
 
 
+@pytest.mark.slow  # two processes (about 50 s): -m slow
 def test_fsdp_cli_shards_trains_and_resumes_from_its_sharded_checkpoint(conf, tmp_path, single):
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     common = [*STEPS, "trainer=fsdp", "data.batch_size=4", "callbacks.checkpoint.save_top_k=-1"]

@@ -474,6 +474,7 @@ def test_a_bad_setting_fails_its_job_in_one_line_and_the_sweep_runs_the_others(c
     assert "archlab.errors.ConfigError: optim.lr=0.0 is invalid: allowed a positive number" in full.stderr
 
 
+@pytest.mark.slow  # two worker processes (about 30 s): -m slow; test_trackers runs a parallel local sweep by default
 def test_a_parallel_local_sweep_records_a_bad_job_and_runs_the_others(conf, tmp_path):
     """``hydra/launcher=local`` (the studies' launcher) sends each job's result back from a worker process:
     a job's ConfigError must survive that trip, so the sweep goes on and the failure is recorded. The two
