@@ -44,13 +44,6 @@ MEMORY_SHARE = 0.9  # memory_cap_mib=null: this share of the memory free before 
 TARGET_RATIO = 1.2  # issue 28: a linear mixer's step time grows at most this much per doubling of context
 
 
-def available_variants() -> list[str]:
-    """The variants whose config group option archlab ships (``conf/model/<group>/<option>.yaml``)."""
-    from archlab.build import CONF_DIR
-
-    return [name for name, option in VARIANTS.items() if option is None or option_file(CONF_DIR, *option[:2]).is_file()]
-
-
 def selects(name: str) -> str:
     """What variant ``name`` selects, as a command-line override says it."""
     option = VARIANTS[name]
@@ -100,7 +93,7 @@ def check_sweep(cfg) -> list[str]:
     checks.integer("tokens_per_step", cfg.tokens_per_step)
     if any(cfg.tokens_per_step % c for c in contexts):
         raise ConfigError("tokens_per_step", cfg.tokens_per_step, f"a multiple of every context {contexts}")
-    have = available_variants()
+    have = list(VARIANTS)
     names = have if cfg.variants is None else list(cfg.variants)
     if not names or len(set(names)) != len(names) or any(n not in have for n in names):
         raise ConfigError("variants", names, "null, or distinct names among " + ", ".join(have))

@@ -56,7 +56,7 @@ class BenchConfig:
     variants: Optional[List[str]] = setting(
         None,
         "context sweep: of attention (the model as composed), gated_deltanet (model/attention=gated_deltanet), "
-        "hybrid_3_1 (model/layers=deltanet_3_1), mamba2 (model/attention=mamba2); null = every one archlab has",
+        "hybrid_3_1 (model/layers=deltanet_3_1), mamba2 (model/attention=mamba2); null = all four",
     )
     decode_tokens: int = setting(
         16, "context sweep: tokens decoded one at a time after each prefill (the model's context grows to fit)"

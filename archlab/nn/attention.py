@@ -553,6 +553,34 @@ _RECURRENT_DEFAULTS = {
 }
 
 
+# the softmax kinds' fields every recurrent mixer refuses alike: the value it needs, and why
+_NO_SOFTMAX = {
+    "dropout": (0.0, "it has no attention weights to drop"),
+    "qk_norm_after_rope": (False, "no QK-norm, no rotation"),
+    "qk_norm_per_head_scale": (False, "no QK-norm"),
+    "qk_norm_bias": (None, "no QK-norm"),
+    "clip_qkv": (None, "clipping q, k and v is the causal kind's"),
+    "softcap": (None, "it has no scores to cap"),
+    "window": (None, "its state holds the whole past"),
+    "chunk": (None, "its state holds the whole past; its scan: scan_chunk"),
+    "sinks": (False, "it has no softmax to sink"),
+    "gate": ("none", "its output is gated by its own z projection"),
+    "query_scale_beta": (None, "query scaling is the causal kind's"),
+    "latent_norm_eps": (None, "latent norms are mla's"),
+}
+
+
+def recurrent_refusals(kind: str, own: dict[str, tuple[object, str]]) -> dict[str, tuple[object, str]]:
+    """The fields recurrent mixer ``kind`` refuses, each with the value it needs and the allowed text of
+    the ConfigError naming it: those every recurrent kind refuses, then ``own`` (its own, by the same
+    shape: value, why)."""
+
+    def shown(value: object) -> str:
+        return "null" if value is None else "false" if value is False else "0" if value == 0.0 else str(value)
+
+    return {name: (v, f"{shown(v)} for kind {kind} ({why})") for name, (v, why) in (_NO_SOFTMAX | own).items()}
+
+
 def qk_norm_config(cfg: ModelConfig) -> ModelConfig:
     """The config the QK-norms are built from: ``cfg``, its norm's bias replaced by
     ``attention.qk_norm_bias`` where that is set (StableLM 2's per-head LayerNorms have none while its

@@ -19,30 +19,21 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS, Attention, KVCache
+from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals
 from archlab.nn.component import residual_projection
 
 # fields of the softmax kinds that gated_deltanet refuses, with why
-_REFUSED = {
-    "n_kv_head": (None, "null for kind gated_deltanet (its query/key heads: model.attention.key_heads)"),
-    "head_dim": (None, "null for kind gated_deltanet (its head sizes: key_head_dim and v_head_dim)"),
-    "qkv_bias": (False, "false for kind gated_deltanet (Qwen3-Next's projections have no biases)"),
-    "out_bias": (False, "false for kind gated_deltanet (Qwen3-Next's projections have no biases)"),
-    "dropout": (0.0, "0 for kind gated_deltanet (it has no attention weights to drop)"),
-    "qk_norm": ("none", "none for kind gated_deltanet (its queries and keys are L2-normed always)"),
-    "qk_norm_after_rope": (False, "false for kind gated_deltanet (no QK-norm, no rotation)"),
-    "qk_norm_per_head_scale": (False, "false for kind gated_deltanet (no QK-norm)"),
-    "qk_norm_bias": (None, "null for kind gated_deltanet (no QK-norm)"),
-    "clip_qkv": (None, "null for kind gated_deltanet (clipping q, k and v is the causal kind's)"),
-    "scale": (None, "null for kind gated_deltanet (queries are scaled by 1/sqrt(key_head_dim))"),
-    "softcap": (None, "null for kind gated_deltanet (it has no scores to cap)"),
-    "window": (None, "null for kind gated_deltanet (its state holds the whole past)"),
-    "chunk": (None, "null for kind gated_deltanet (its state holds the whole past; its scan: scan_chunk)"),
-    "sinks": (False, "false for kind gated_deltanet (it has no softmax to sink)"),
-    "gate": ("none", "none for kind gated_deltanet (its output is gated by its own z projection)"),
-    "query_scale_beta": (None, "null for kind gated_deltanet (query scaling is the causal kind's)"),
-    "latent_norm_eps": (None, "null for kind gated_deltanet (latent norms are mla's)"),
-}
+_REFUSED = recurrent_refusals(
+    "gated_deltanet",
+    {
+        "n_kv_head": (None, "its query/key heads: model.attention.key_heads"),
+        "head_dim": (None, "its head sizes: key_head_dim and v_head_dim"),
+        "qkv_bias": (False, "Qwen3-Next's projections have no biases"),
+        "out_bias": (False, "Qwen3-Next's projections have no biases"),
+        "qk_norm": ("none", "its queries and keys are L2-normed always"),
+        "scale": (None, "queries are scaled by 1/sqrt(key_head_dim)"),
+    },
+)
 
 
 def l2_normalise(x: Tensor, eps: float = 1e-6) -> Tensor:

@@ -20,27 +20,18 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS, Attention, KVCache
+from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals
 from archlab.nn.component import residual_projection
 
 # fields of the softmax kinds that mamba2 refuses, with why
-_REFUSED = {
-    "n_kv_head": (None, "null for kind mamba2 (its B and C are shared per group: model.attention.groups)"),
-    "dropout": (0.0, "0 for kind mamba2 (it has no attention weights to drop)"),
-    "qk_norm": ("none", "none for kind mamba2 (it has no queries or keys to norm)"),
-    "qk_norm_after_rope": (False, "false for kind mamba2 (no QK-norm, no rotation)"),
-    "qk_norm_per_head_scale": (False, "false for kind mamba2 (no QK-norm)"),
-    "qk_norm_bias": (None, "null for kind mamba2 (no QK-norm)"),
-    "clip_qkv": (None, "null for kind mamba2 (clipping q, k and v is the causal kind's)"),
-    "scale": (None, "null for kind mamba2 (it has no scores to scale)"),
-    "softcap": (None, "null for kind mamba2 (it has no scores to cap)"),
-    "window": (None, "null for kind mamba2 (its state holds the whole past)"),
-    "chunk": (None, "null for kind mamba2 (its state holds the whole past; its scan: scan_chunk)"),
-    "sinks": (False, "false for kind mamba2 (it has no softmax to sink)"),
-    "gate": ("none", "none for kind mamba2 (its output is gated by its own z projection)"),
-    "query_scale_beta": (None, "null for kind mamba2 (query scaling is the causal kind's)"),
-    "latent_norm_eps": (None, "null for kind mamba2 (latent norms are mla's)"),
-}
+_REFUSED = recurrent_refusals(
+    "mamba2",
+    {
+        "n_kv_head": (None, "its B and C are shared per group: model.attention.groups"),
+        "qk_norm": ("none", "it has no queries or keys to norm"),
+        "scale": (None, "it has no scores to scale"),
+    },
+)
 
 
 def chunked_ssd(
