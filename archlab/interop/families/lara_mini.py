@@ -35,10 +35,10 @@ from archlab.interop.families.base import (
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import stack_saved_experts
 from archlab.interop.families.qwen3_5 import Qwen3_5
-from archlab.interop.families.qwen3_next import DELTANET_RESET, is_deltanet
+from archlab.interop.families.qwen3_next import DELTANET_RESET, is_deltanet, linear_keys
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.attention import head_dim
-from archlab.nn.deltanet import conv_channels, key_heads
+from archlab.nn.deltanet import conv_channels
 from archlab.nn.moe import expert_width
 
 LINEAR, SLIDING, FULL = "linear_attention", "sliding_attention", "full_attention"
@@ -151,17 +151,7 @@ class LaraMini(Family):
             norm_topk_prob=m.normalize_top_k,
             router_aux_loss_coef=m.aux_loss_weight,
         )
-        linear = next((lc for lc in lcs if is_deltanet(lc)), None)
-        if linear is not None:  # else the class defaults, which no layer reads
-            a = linear.attention
-            out.update(
-                linear_num_value_heads=a.n_head,
-                linear_num_key_heads=key_heads(linear),
-                linear_key_head_dim=a.key_head_dim,
-                linear_value_head_dim=a.v_head_dim,
-                linear_conv_kernel_dim=a.conv_kernel,
-            )
-        return out
+        return out | linear_keys(lcs)
 
     def from_hf(self, c: Any) -> ModelConfig:
         if c.hidden_act != "silu":

@@ -59,6 +59,22 @@ DELTANET_RESET = dict(
 )
 
 
+def linear_keys(lcs: list[ModelConfig]) -> dict[str, int]:
+    """The ``linear_*`` config keys of the Gated DeltaNet layers among layer configs ``lcs`` (Qwen3-Next's
+    and its descendants' names); none without such a layer (the class defaults, which no layer reads)."""
+    linear = next((lc for lc in lcs if is_deltanet(lc)), None)
+    if linear is None:
+        return {}
+    a = linear.attention
+    return {
+        "linear_num_value_heads": a.n_head,
+        "linear_num_key_heads": key_heads(linear),
+        "linear_key_head_dim": a.key_head_dim,
+        "linear_value_head_dim": a.v_head_dim,
+        "linear_conv_kernel_dim": a.conv_kernel,
+    }
+
+
 def is_deltanet(lc: ModelConfig) -> bool:
     return lc.attention.kind == "gated_deltanet"
 
@@ -175,17 +191,7 @@ class Qwen3Next(Family):
             router_aux_loss_coef=m.aux_loss_weight,
             layer_types=[LINEAR if is_deltanet(lc) else FULL for lc in lcs],
         )
-        linear = next((lc for lc in lcs if is_deltanet(lc)), None)
-        if linear is not None:  # else the class defaults, which no layer reads
-            a = linear.attention
-            out.update(
-                linear_num_value_heads=a.n_head,
-                linear_num_key_heads=key_heads(linear),
-                linear_key_head_dim=a.key_head_dim,
-                linear_value_head_dim=a.v_head_dim,
-                linear_conv_kernel_dim=a.conv_kernel,
-            )
-        return out
+        return out | linear_keys(lcs)
 
     def from_hf(self, c: Any) -> ModelConfig:
         self.check_hf(c)
