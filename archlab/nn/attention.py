@@ -581,6 +581,14 @@ def recurrent_refusals(kind: str, own: dict[str, tuple[object, str]]) -> dict[st
     return {name: (v, f"{shown(v)} for kind {kind} ({why})") for name, (v, why) in (_NO_SOFTMAX | own).items()}
 
 
+def refuse_set(a: AttentionConfig, refused: dict[str, tuple[object, str]]) -> None:
+    """Raise a ConfigError naming the first field of ``refused`` (name: the value a kind needs, the allowed
+    text) that ``model.attention`` holds at another value."""
+    for name, (wanted, allowed) in refused.items():
+        if getattr(a, name) != wanted:
+            raise ConfigError(f"model.attention.{name}", getattr(a, name), allowed)
+
+
 def qk_norm_config(cfg: ModelConfig) -> ModelConfig:
     """The config the QK-norms are built from: ``cfg``, its norm's bias replaced by
     ``attention.qk_norm_bias`` where that is set (StableLM 2's per-head LayerNorms have none while its

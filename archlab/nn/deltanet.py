@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals
+from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
 from archlab.nn.component import residual_projection
 
 # fields of the softmax kinds that gated_deltanet refuses, with why
@@ -242,9 +242,7 @@ class GatedDeltaNet(Attention):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
-        for name, (wanted, allowed) in _REFUSED.items():
-            if getattr(a, name) != wanted:
-                raise ConfigError(f"model.attention.{name}", getattr(a, name), allowed)
+        refuse_set(a, _REFUSED)
         checks.integer("model.attention.n_head", a.n_head, 1, "a positive integer (value heads, one state each)")
         if a.key_heads is not None:
             checks.integer("model.attention.key_heads", a.key_heads, 1, "a positive integer, or null (n_head)")

@@ -18,6 +18,7 @@ from archlab.nn.attention import (
     Attention,
     chunk_of,
     positions_seen,
+    refuse_set,
     softmax_scale,
     validate_shared,
 )
@@ -158,9 +159,7 @@ class MultiHeadLatentAttention(Attention):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
-        for name, (wanted, allowed) in _REFUSED.items():
-            if getattr(a, name) != wanted:
-                raise ConfigError(f"model.attention.{name}", getattr(a, name), allowed)
+        refuse_set(a, _REFUSED)
         if a.q_lora_rank is not None:
             checks.integer("model.attention.q_lora_rank", a.q_lora_rank, 1, "a positive integer, or null")
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):

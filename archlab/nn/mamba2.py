@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals
+from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
 from archlab.nn.component import residual_projection
 
 # fields of the softmax kinds that mamba2 refuses, with why
@@ -236,9 +236,7 @@ class Mamba2(Attention):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
-        for name, (wanted, allowed) in _REFUSED.items():
-            if getattr(a, name) != wanted:
-                raise ConfigError(f"model.attention.{name}", getattr(a, name), allowed)
+        refuse_set(a, _REFUSED)
         checks.integer("model.attention.n_head", a.n_head, 1, "a positive integer (heads, one state each)")
         if a.head_dim is None:
             if (2 * cfg.d_model) % a.n_head:

@@ -27,6 +27,7 @@ from archlab.interop.families.base import (
     bare,
     config_head_dim,
     kind_field,
+    mixer_reset,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -38,18 +39,7 @@ from archlab.nn.mlp import d_ff
 from archlab.nn.rope import rotary_dim
 
 MAMBA, ATTENTION = "mamba2", "attention"
-# the causal fields mamba2 refuses, reset in the mamba2 kind as conf/model/layers/mamba2_all.yaml does
-MAMBA_RESET = dict(
-    kind="mamba2",
-    n_kv_head=None,
-    head_dim=None,
-    qkv_bias=False,
-    out_bias=False,
-    dropout=0.0,
-    qk_norm="none",
-    window=None,
-    gate="none",
-)
+MAMBA_RESET = mixer_reset("mamba2")  # the mamba2 kind's attention before the record sets its sizes
 # the Mamba-2 fields a Bamba config holds (mamba_*, time_step_limit); out_bias follows qkv_bias (one flag)
 HELD = ("n_head", "head_dim", "state_size", "groups", "conv_kernel", "conv_bias", "scan_chunk", "qkv_bias")
 HELD += ("dt_limit_min", "dt_limit_max")

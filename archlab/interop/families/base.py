@@ -463,6 +463,14 @@ def plain_mlp(c: Any, act: str, width: int) -> MLPConfig:
     return MLPConfig(kind=kind, d_ff=width, bias=True, approximate=approximate)
 
 
+def mixer_reset(kind: str) -> dict[str, Any]:
+    """A layer kind's ``attention`` picking recurrent mixer ``kind`` (gated_deltanet, mamba2), with the causal
+    fields such a mixer refuses, or reads otherwise, reset as conf/model/layers/deltanet_3_1.yaml and
+    mamba2_all.yaml reset them; a record sets the mixer's own sizes beside them."""
+    reset = dict(n_kv_head=None, head_dim=None, qkv_bias=False, out_bias=False, dropout=0.0, qk_norm="none")
+    return dict(kind=kind, **reset, window=None, gate="none")
+
+
 def config_head_dim(c: Any) -> int:
     """A transformers config's head size: its ``head_dim`` where set, else hidden_size / heads."""
     return getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

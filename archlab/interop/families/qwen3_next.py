@@ -33,6 +33,7 @@ from archlab.interop.families.base import (
     bare,
     config_head_dim,
     kind_field,
+    mixer_reset,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -45,18 +46,7 @@ from archlab.nn.moe import expert_width
 
 LINEAR, FULL = "linear_attention", "full_attention"
 DELTANET, ATTENTION, DENSE = "deltanet", "attention", "_dense"
-# the causal fields gated_deltanet refuses, reset in the deltanet kind as conf/model/layers/deltanet_3_1.yaml does
-DELTANET_RESET = dict(
-    kind="gated_deltanet",
-    n_kv_head=None,
-    head_dim=None,
-    qkv_bias=False,
-    out_bias=False,
-    dropout=0.0,
-    qk_norm="none",
-    window=None,
-    gate="none",
-)
+DELTANET_RESET = mixer_reset("gated_deltanet")  # the gated_deltanet kind's attention before the record sets its sizes
 
 
 def linear_keys(lcs: list[ModelConfig]) -> dict[str, int]:
