@@ -44,7 +44,7 @@ class ExportPlan:
     out: Path
 
 
-def _run_of(ckpt: Path) -> Optional[Path]:
+def run_of(ckpt: Path) -> Optional[Path]:
     """The run directory a checkpoint lies in: the nearest one above it holding a run's summary or export."""
     return next((d for d in ckpt.resolve().parents if (d / SUMMARY).is_file() or (d / EXPORT).is_file()), None)
 
@@ -52,7 +52,7 @@ def _run_of(ckpt: Path) -> Optional[Path]:
 def _run_tokenizer(ckpt: Path, field: str) -> Any:
     """The tokenizer of the run ``ckpt`` belongs to: the one its export carries, else its data's, the data
     settings its summary records read again (an unfinished run has no export yet); None where neither has one."""
-    run = _run_of(ckpt)
+    run = run_of(ckpt)
     if run is None:
         return None
     if (run / EXPORT).is_file():
@@ -67,8 +67,9 @@ def _run_tokenizer(ckpt: Path, field: str) -> Any:
     return getattr(instantiate_node(data, "data"), "tokenizer", None)
 
 
-def _read_source(source: str, field: str) -> tuple[Path, ModelConfig, Any]:
-    """The weights file ``source`` names, its model config and its tokenizer (None when it has none)."""
+def read_source(source: str, field: str) -> tuple[Path, ModelConfig, Any]:
+    """The weights file ``source`` names (a run directory, a checkpoint or a safetensors file), its model config
+    and its tokenizer (None when it has none); ConfigError naming ``field`` for anything else."""
     path = Path(source).expanduser()
     if not path.exists():
         raise ConfigError(field, source, f"{SOURCES}; nothing is at this path")
@@ -100,7 +101,7 @@ def plan_export(source: str, format: str, out: str) -> ExportPlan:
     """Every check of an export, before any weights are read: ConfigError naming ``source``, ``format``,
     ``out`` or the first model field that blocks the export (the others listed beside it)."""
     checks.choice("format", format, FORMATS)
-    weights, config, tokenizer = _read_source(source, "source")
+    weights, config, tokenizer = read_source(source, "source")
     family, problems = exportability(validate(config))
     if problems:
         first, *rest = problems
@@ -132,17 +133,17 @@ def plan_export(source: str, format: str, out: str) -> ExportPlan:
     return ExportPlan(weights, config, tokenizer, family.model_class, path)
 
 
-def _load(plan: ExportPlan) -> Any:
-    """The archlab Decoder of the plan's weights, on the CPU, in their stored dtype."""
-    if plan.weights.suffix == ".safetensors":
-        return load_weights(plan.weights)
+def load_model(weights: Path, config: ModelConfig, field: str = "source") -> Any:
+    """The archlab Decoder of a weights file ``read_source`` found, on the CPU, in its stored dtype."""
+    if weights.suffix == ".safetensors":
+        return load_weights(weights)
     from archlab.build import build_model
 
-    state = read_checkpoint(plan.weights, "source")["state_dict"]
-    model = build_model(plan.config, device="meta")
-    weights = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
-    model.load_state_dict(weights, strict=True, assign=True)
-    if plan.config.head.tied:  # assign replaced both parameters: make the head the embedding again
+    state = read_checkpoint(weights, field)["state_dict"]
+    model = build_model(config, device="meta")
+    tensors = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    model.load_state_dict(tensors, strict=True, assign=True)
+    if config.head.tied:  # assign replaced both parameters: make the head the embedding again
         model.head.tie(model.tok_emb)
     return model
 
@@ -153,7 +154,7 @@ def export_hf(plan: ExportPlan) -> Path:
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # one small directory: no "Writing model shards" bar
-    hf_model = to_hf(_load(plan).eval())
+    hf_model = to_hf(load_model(plan.weights, plan.config).eval())
     hf_model.save_pretrained(str(plan.out))
     to_hf_tokenizer(plan.tokenizer, plan.config.context_length).save_pretrained(str(plan.out))
     return plan.out
