@@ -50,7 +50,9 @@ def largest_id(path: Path, dtype: np.dtype) -> int:
 class TokensDataModule(WindowDataModule):
     """``train.bin``/``val.bin`` read through ``np.memmap``: nothing is loaded beyond the windows drawn.
     ``vocab_size`` and ``dtype`` come from ``meta.json``; give them only for shards without one
-    (e.g. nanoGPT's own: ``data.vocab_size=50257 data.dtype=uint16``)."""
+    (e.g. nanoGPT's own: ``data.vocab_size=50257 data.dtype=uint16``). ``document_mask`` keeps attention
+    within the documents that ``eos_id`` (meta.json's, or given) separates, and ``reset_positions`` restarts
+    positions at each document: ``documents`` tells the training module."""
 
     def __init__(
         self,
@@ -62,6 +64,9 @@ class TokensDataModule(WindowDataModule):
         vocab_size: Optional[int] = None,
         dtype: Optional[str] = None,
         eval_seq_len: Optional[int] = None,
+        document_mask: bool = False,
+        reset_positions: bool = False,
+        eos_id: Optional[int] = None,
     ):
         super().__init__(seq_len, batch_size, num_workers, seed, eval_seq_len)
         self.dir = Path(dir).expanduser()
@@ -95,6 +100,41 @@ class TokensDataModule(WindowDataModule):
             self.check_counts(meta)
         self.check_splits(self.counts["train"], self.counts["val"], str(self.dir), "data.dir")
         self.check_ids(from_meta=meta is not None)
+        self.documents = self.document_handling(document_mask, reset_positions, eos_id, meta)
+
+    def document_handling(
+        self, mask: Any, reset_positions: Any, eos_id: Optional[int], meta: Optional[dict[str, Any]]
+    ) -> Optional[dict[str, Any]]:
+        """How the training module keeps attention within documents (None: it does not): ``eos_id`` ends
+        each, and ``reset_positions`` restarts positions at each."""
+        for field, value in (("data.document_mask", mask), ("data.reset_positions", reset_positions)):
+            if not isinstance(value, bool):
+                raise ConfigError(field, value, "true or false")
+        if reset_positions and not mask:
+            raise ConfigError(
+                "data.reset_positions",
+                True,
+                "false unless data.document_mask=true (restarted positions with attention across documents "
+                "would put a query before keys it sees)",
+            )
+        said = None if meta is None else meta.get("eos_id")
+        if eos_id is not None:
+            checks.integer("data.eos_id", eos_id, 0, f"null or an id in [0, {self.vocab_size})")
+            if eos_id >= self.vocab_size:
+                raise ConfigError("data.eos_id", eos_id, f"null or an id in [0, {self.vocab_size})")
+            if said is not None and eos_id != said:
+                raise ConfigError("data.eos_id", eos_id, f"null or {said!r}, the value in {self.dir / 'meta.json'}")
+        eos_id = said if eos_id is None else eos_id
+        if not mask:
+            return None
+        if eos_id is None:
+            raise ConfigError(
+                "data.eos_id",
+                None,
+                f"the id separating documents, for data.document_mask=true: {self.dir} has no eos_id in a "
+                "meta.json (archlab-prepare writes it for a tokenizer with an EOS)",
+            )
+        return {"eos_id": eos_id, "reset_positions": reset_positions}
 
     def check_counts(self, meta: dict[str, Any]) -> None:
         """The shards hold as many ids as ``meta.json`` says (a mismatch: another dtype, or a cut-short copy)."""

@@ -20,6 +20,28 @@ from archlab.nn.norms import build_norm
 from archlab.nn.positions import Position, build_position, uninitialised_embedding
 
 
+def document_ids(idx: Tensor, eos_id: int) -> Tensor:
+    """Each token's document within its row ``[B, T]``, counted from 0: an EOS belongs to the document it
+    ends (as OLMo-core and torchtitan mask), and the token after it starts the next one."""
+    eos = (idx == eos_id).long()
+    return eos.cumsum(-1) - eos
+
+
+def document_positions(documents: Tensor) -> Tensor:
+    """Positions restarting at 0 at each document's first token, from ``document_ids``' ``[B, T]`` ids."""
+    index = torch.arange(documents.shape[-1], device=documents.device)
+    starts = torch.ones_like(documents, dtype=torch.bool)
+    starts[..., 1:] = documents[..., 1:] != documents[..., :-1]
+    return index - torch.where(starts, index, 0).cummax(-1).values
+
+
+def document_inputs(idx: Tensor, eos_id: int, reset_positions: bool) -> dict[str, Tensor]:
+    """``Decoder.forward``'s ``document_ids`` for packed rows of documents separated by ``eos_id``, and
+    with ``reset_positions`` its ``position_ids``, restarting at each document."""
+    documents = document_ids(idx, eos_id)
+    return {"document_ids": documents, **({"position_ids": document_positions(documents)} if reset_positions else {})}
+
+
 class Decoder(nn.Module):
     """A decoder-only transformer assembled from the registries named in ``cfg``."""
 
@@ -46,12 +68,26 @@ class Decoder(nn.Module):
         # Recompute each block's activations in backward instead of keeping them: less memory, more compute.
         self.activation_checkpointing = False
 
-    def forward(self, idx: Tensor, cache: Optional[KVCache] = None, attention_mask: Optional[Tensor] = None) -> Tensor:
+    def forward(
+        self,
+        idx: Tensor,
+        cache: Optional[KVCache] = None,
+        attention_mask: Optional[Tensor] = None,
+        document_ids: Optional[Tensor] = None,
+        position_ids: Optional[Tensor] = None,
+    ) -> Tensor:
         """Logits ``[B, T, vocab]`` for tokens ``idx`` ``[B, T]``; with ``cache``, continue after it.
 
         ``attention_mask`` ``[B, cached + T]`` (1 = a token, 0 = padding, as in Hugging Face) hides the
         padding from every query, and numbers each row's positions from its first token, so a
-        left-padded prompt is computed as it would be alone."""
+        left-padded prompt is computed as it would be alone. For packed rows without a cache,
+        ``document_ids`` ``[B, T]`` keeps each query to the keys of its own document, and
+        ``position_ids`` ``[B, T]`` replaces the positions (``document_positions``: restarting per document)."""
+        if (document_ids is not None or position_ids is not None) and cache is not None:
+            raise ValueError("document_ids and position_ids are for whole packed rows, not cached decoding")
+        blocks = cast("Sequence[Block]", self.blocks)  # build_block's, one per layer
+        if document_ids is not None and any(block.attn.recurrent for block in blocks):
+            raise ValueError("document_ids: a recurrent layer carries its state across documents")
         start = cache.length if cache is not None else 0
         T = idx.shape[1]
         limit = self.position.max_positions
@@ -60,7 +96,9 @@ class Decoder(nn.Module):
                 f"position {start + T - 1} is past model.context_length={limit}: learned positions have "
                 "no entry there; shorten the sequence or raise model.context_length"
             )
-        positions = None if attention_mask is None else (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        positions = position_ids
+        if positions is None and attention_mask is not None:
+            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
         q_pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions[:, start:]
         x = self.tok_emb(idx)
         if self.project_in is not None:
@@ -72,7 +110,6 @@ class Decoder(nn.Module):
         if self.cfg.embedding_multiplier != 1.0:  # a Python float, unrounded, as Granite multiplies
             x = x * self.cfg.embedding_multiplier
         x = self.drop(self.position.embed(x, q_pos))
-        blocks = cast("Sequence[Block]", self.blocks)  # build_block's, one per layer
         schemes = {None: self.position, **{k: cast(Position, p) for k, p in self.layer_positions.items()}}
         rotary = {k: p.rotary(q_pos, x.dtype, cached=cache is not None) for k, p in schemes.items()}
         masks: dict[tuple[Optional[int], Optional[int], Optional[str]], Optional[Tensor]] = {}
@@ -80,7 +117,7 @@ class Decoder(nn.Module):
         for w, c, k in {(block.attn.window, block.attn.chunk, k) for block, k in mixers}:
             kept = cache.kept(w or c) if cache is not None else 0  # a chunked layer caches as a window of its chunk
             masks[w, c, k] = self.mask(
-                schemes[k], start, T, kept, w, x.dtype, idx.device, attention_mask, positions, chunk=c
+                schemes[k], start, T, kept, w, x.dtype, idx.device, attention_mask, positions, c, document_ids
             )
         # a recurrent layer's mask: which of its new positions are tokens (None: all of them)
         tokens = None if attention_mask is None else attention_mask[:, start : start + T].bool()
@@ -112,31 +149,36 @@ class Decoder(nn.Module):
         padding: Optional[Tensor] = None,
         positions: Optional[Tensor] = None,
         chunk: Optional[int] = None,
+        documents: Optional[Tensor] = None,
     ) -> Optional[Tensor]:
         """The attention mask (and ``position``'s bias) of layers with this ``window``, for the ``length``
         queries from index ``start`` and the keys such a layer attends to: the ``kept`` cached ones, then
-        the new ones. With ``padding`` (the attention mask, 0 = padding) the mask is per row ``[B, 1, Tq,
-        Tk]``: padded keys are hidden (a padded query sees only itself, so no row is empty) and the bias
-        and the ``chunk`` (keys in the query's chunk of that many positions only) read each row's
-        ``positions``, so a padded row is chunked as it would be alone (as Hugging Face's chunked mask)."""
+        the new ones. With ``padding`` (the attention mask, 0 = padding), ``positions`` or ``documents``
+        (``[B, T]`` ids) the mask is per row ``[B, 1, Tq, Tk]``: padded keys and keys of another document
+        are hidden (a padded query sees only itself, so no row is empty), and the bias and the ``chunk``
+        (keys in the query's chunk of that many positions only) read each row's ``positions``, so a
+        padded row or a document is chunked as it would be alone (as Hugging Face's chunked mask)."""
         first, end = start - kept, start + length
         q_idx = torch.arange(start, end, device=device)
         k_idx = q_idx if kept == 0 else torch.arange(first, end, device=device)
-        if padding is None:
+        if padding is None and positions is None and documents is None:
             bias = position.bias(q_idx, k_idx)
             crossed = chunk is not None and first // chunk != (end - 1) // chunk  # on ints: no device sync
             return attention_mask(
                 q_idx, k_idx, None if bias is None else bias.to(dtype), window, chunk=chunk if crossed else None
             )
         visible = attention_mask(q_idx, k_idx, None, window, always=True)
-        assert visible is not None and positions is not None  # always=True: a mask; forward: positions with padding
-        visible = visible & padding[:, None, None, first:end].bool()
+        assert visible is not None  # always=True: a mask
+        if padding is not None:
+            visible = visible & padding[:, None, None, first:end].bool()
+        if documents is not None:
+            visible = visible & (documents[:, None, start:end, None] == documents[:, None, None, first:end])
+        q_pos, k_pos = (q_idx, k_idx) if positions is None else (positions[:, start:end], positions[:, first:end])
         if chunk is not None:
-            visible = visible & (
-                positions[:, None, start:end, None] // chunk == positions[:, None, None, first:end] // chunk
-            )
+            same = q_pos[..., :, None] // chunk == k_pos[..., None, :] // chunk
+            visible = visible & (same if positions is None else same[:, None])
         visible = visible | (q_idx[:, None] == k_idx[None, :])
-        bias = position.bias(positions[:, start:end], positions[:, first:end])
+        bias = position.bias(q_pos, k_pos)
         return visible if bias is None else bias.to(dtype).masked_fill(~visible, float("-inf"))
 
     def compile_blocks(self) -> None:

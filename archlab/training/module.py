@@ -16,7 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from archlab.build import build_model
 from archlab.config import to_model_config
 from archlab.data.common import IGNORE
-from archlab.nn.model import Decoder
+from archlab.nn.model import Decoder, document_inputs
 from archlab.nn.validation import validate
 from archlab.training.optim import build_optimizer, build_scheduler
 
@@ -45,7 +45,8 @@ class LitModel(L.LightningModule):
 
     Every argument is a plain container (saved as hparams), so a checkpoint loads with
     ``torch.load(weights_only=True)``. The model itself is built in ``configure_model``, where
-    ``trainer=fsdp`` shards it with FSDP2 (``fully_shard`` per block, then the root)."""
+    ``trainer=fsdp`` shards it with FSDP2 (``fully_shard`` per block, then the root). ``documents`` (the
+    datamodule's: ``eos_id``, ``reset_positions``) keeps attention within the documents of packed rows."""
 
     def __init__(
         self,
@@ -55,6 +56,7 @@ class LitModel(L.LightningModule):
         val_names: Sequence[str] = ("val",),
         compile: bool = False,
         activation_checkpointing: bool = False,
+        documents: Optional[dict[str, Any]] = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -111,11 +113,15 @@ class LitModel(L.LightningModule):
         self.model = model
 
     def forward(self, idx: Tensor) -> Tensor:
-        return self.decoder(idx)
+        """Logits for packed rows ``idx``, within documents where the data asks (``documents``)."""
+        documents = self.hparams["documents"]
+        if documents is None:
+            return self.decoder(idx)
+        return self.decoder(idx, **document_inputs(idx, documents["eos_id"], documents["reset_positions"]))
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         inputs, targets = batch
-        loss = next_token_loss(self.decoder(inputs), targets)
+        loss = next_token_loss(self(inputs), targets)
         self.log("train/loss", loss, prog_bar=True)
         # auxiliary losses (a mixture of experts' load balance, router z-loss), logged unweighted
         for name, (weight, aux) in self.decoder.auxiliary_losses().items():
@@ -142,7 +148,7 @@ class LitModel(L.LightningModule):
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         name = self.val_names[dataloader_idx]
         inputs, targets = batch
-        logits = self.decoder(inputs)
+        logits = self(inputs)
         scored = (targets != IGNORE).sum()
         # a batch of padding rows only (see RankPadded) has no loss: weight 0, and 0 rather than NaN
         loss = torch.where(scored > 0, next_token_loss(logits, targets), 0.0)

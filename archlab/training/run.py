@@ -195,6 +195,7 @@ def _run_info(
             "class": type(dm).__name__,
             "val_names": list(dm.val_names),
             "chance_accuracy": getattr(dm, "chance_accuracy", None),
+            "documents": getattr(dm, "documents", None),
         },
         "flops_per_token": count(model_cfg)["flops_per_token"],
         "match": matched,
@@ -231,6 +232,7 @@ def _fit(
             val_names=list(dm.val_names),
             compile=cfg.compile,
             activation_checkpointing=cfg.activation_checkpointing,
+            documents=getattr(dm, "documents", None),
         )
         trainer = instantiate_node(
             cfg.trainer,

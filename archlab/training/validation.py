@@ -10,10 +10,12 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from archlab import checks
-from archlab.config import to_model_config
+from archlab.config import ModelConfig, to_model_config
+from archlab.config.layers import layer_configs
 from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
 from archlab.matching import QUANTITIES
+from archlab.nn.attention import ATTENTIONS
 from archlab.nn.validation import validate
 from archlab.training.outputs import check_keep
 from archlab.training.sweep import in_multirun
@@ -133,8 +135,24 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     _check_checkpoint_callback((cfg.callbacks or {}).get("checkpoint"))
     if cfg.paths.output_dir is not None:
         checks.writable_dir("paths.output_dir", cfg.paths.output_dir)
-    validate(to_model_config(cfg.model))
+    model = validate(to_model_config(cfg.model))
+    _check_documents(cfg.data, model)
     return cfg
+
+
+def _check_documents(data: Any, model: ModelConfig) -> None:
+    """``data.document_mask`` needs every layer to mask attention: a recurrent mixer (gated_deltanet,
+    mamba2) would carry its state from one document into the next."""
+    if data.get("document_mask") is not True:
+        return
+    for layer, c in enumerate(layer_configs(model)):
+        if ATTENTIONS.get(c.attention.kind).recurrent:
+            raise ConfigError(
+                "data.document_mask",
+                True,
+                f"false for this model: layer {layer}'s model.attention.kind={c.attention.kind} is a recurrent "
+                "mixer, whose state is not reset at a document's end",
+            )
 
 
 def _check_optim(o: Any, t: Any) -> None:
