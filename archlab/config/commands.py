@@ -108,13 +108,26 @@ class InteropConfig:
 
 @dataclass
 class PrepareConfig:
-    """``archlab-prepare``: tokenise a text file into shards for ``data=tokens``."""
+    """``archlab-prepare``: tokenise a text file or a corpus into shards for ``data=tokens``."""
 
-    input: str = setting(help="the UTF-8 text file to tokenise (a bare path is taken as input)")
+    input: str = setting(
+        help="a UTF-8 text file, or a corpus: a .jsonl, .jsonl.gz or .parquet file, a directory or glob of them, "
+        "or a datasets save_to_disk directory (a bare path is taken as input)"
+    )
     output: str = setting(help="the directory to write train.bin, val.bin and meta.json into")
-    tokenizer: str = setting("char", "char, byte or bpe")
+    tokenizer: str = setting(
+        "char", "char, byte or bpe (fitted to the input), or a tokenizer.json or a Hugging Face model directory"
+    )
     vocab_size: Optional[int] = setting(None, "bpe only: the vocabulary to train")
-    val_fraction: float = setting(0.1, "the last fraction of the tokens, the validation split")
+    val_fraction: float = setting(
+        0.1, "the validation split: the last fraction of a text's tokens, or that fraction of a corpus's documents"
+    )
+    format: str = setting("auto", "auto (by the input's name), text, jsonl, parquet or datasets")
+    text_field: str = setting("text", "a corpus: the field of each record that holds its text")
+    eos: Optional[str] = setting(None, "a corpus: the token that ends each document; null = the tokenizer's EOS")
+    dtype: Optional[str] = setting(None, "uint16 or uint32; null = the smaller that holds every id")
+    workers: Optional[int] = setting(None, "a corpus: tokenising processes; null = the CPUs available, at most 8")
+    chunk_documents: int = setting(1000, "a corpus: documents per chunk, the unit an interrupted run continues from")
 
 
 @dataclass

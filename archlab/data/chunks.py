@@ -1,0 +1,204 @@
+"""A corpus tokenised into nanoGPT shards chunk by chunk, in worker processes, so that an interrupted run
+continues where it stopped: each chunk of ``chunk_documents`` documents is written to ``partial/`` in the
+output directory with a record of its counts, ``progress.json`` holds the settings that fix the output,
+and the shards are the chunks joined in order (the same bytes for any number of workers)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from fractions import Fraction
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from archlab.data.corpus import Corpus
+from archlab.errors import ConfigError
+
+PARTIAL = "partial"  # the chunks written so far
+PROGRESS = "progress.json"  # the settings of the run the chunks belong to
+SPLITS = ("train", "val")
+PARALLELISM = "TOKENIZERS_PARALLELISM"  # the tokenizers library's switch for its own threads
+IN_FLIGHT = 2  # chunks queued per worker: enough to keep each busy, few enough to bound memory
+
+
+@dataclass
+class Plan:
+    """What the chunks need: where they go, the tokenizer as JSON, the EOS id, the dtype and the split."""
+
+    out: Path
+    tokenizer_json: str
+    eos_id: int
+    dtype: str
+    val_fraction: float
+    chunk_documents: int
+
+
+def validation_documents(documents: int, val_fraction: float) -> int:
+    """How many of ``documents`` validate: ``floor(documents * val_fraction)``, in exact arithmetic."""
+    share = Fraction(repr(val_fraction))
+    return documents * share.numerator // share.denominator
+
+
+def is_validation(index: int, share: Fraction) -> bool:
+    """Document ``index`` validates where ``floor((index + 1) * share)`` steps up: the validation documents
+    are spread evenly through the corpus (one in ten at 0.1: documents 9, 19, 29, ...)."""
+    return (index + 1) * share.numerator // share.denominator > index * share.numerator // share.denominator
+
+
+def begin(out: Path, identity: dict[str, Any]) -> bool:
+    """Record ``identity`` (the settings that fix the output, by field) in ``progress.json``; True when an
+    earlier run with the same settings left chunks to continue from. Settings that differ from that run's
+    are a ConfigError naming the first such field."""
+    progress = out / PROGRESS
+    if progress.is_file():
+        earlier = json.loads(progress.read_text())
+        for field, value in identity.items():
+            if earlier.get(field) != value:
+                raise ConfigError(
+                    field,
+                    value,
+                    f"the setting of the interrupted run that {out} holds ({earlier.get(field)!r}), to continue it; "
+                    f"or another output directory, or {progress} deleted to start afresh",
+                )
+        return True
+    shutil.rmtree(out / PARTIAL, ignore_errors=True)  # chunks without a record of their settings: not ours
+    out.mkdir(parents=True, exist_ok=True)
+    progress.write_text(json.dumps(identity, indent=1))
+    return False
+
+
+_WORKER: dict[str, Any] = {}  # the tokenizer and plan a worker process (or this one) encodes with
+
+
+def start_worker(plan: Plan) -> None:
+    """Load the tokenizer once per process."""
+    from tokenizers import Tokenizer
+
+    _WORKER.update(tok=Tokenizer.from_str(plan.tokenizer_json), plan=plan)
+
+
+@contextlib.contextmanager
+def worker_pool(plan: Plan, workers: int) -> Iterator[ProcessPoolExecutor]:
+    """``workers`` processes, each with the tokenizer loaded and the tokenizers library on one thread (the
+    processes are the parallelism). Forked where the platform allows, so that a worker starts without
+    importing archlab (and torch) again."""
+    method = "fork" if sys.platform == "linux" else "spawn"
+    previous = os.environ.get(PARALLELISM)
+    os.environ[PARALLELISM] = "false"  # read by the library in each new process (and at the fork)
+    try:
+        with ProcessPoolExecutor(workers, get_context(method), initializer=start_worker, initargs=(plan,)) as pool:
+            yield pool
+    finally:
+        if previous is None:
+            os.environ.pop(PARALLELISM, None)
+        else:
+            os.environ[PARALLELISM] = previous
+
+
+def encode_chunk(index: int, texts: list[str], validation: list[bool]) -> tuple[int, dict[str, int]]:
+    """Encode one chunk's documents, each followed by EOS, into its train and val parts in ``partial/``;
+    the record of its counts is written last, so a chunk with a record is whole."""
+    plan: Plan = _WORKER["plan"]
+    ids: dict[bool, list[int]] = {False: [], True: []}
+    for encoding, val in zip(_WORKER["tok"].encode_batch(texts, add_special_tokens=False), validation):
+        ids[val].extend(encoding.ids)
+        ids[val].append(plan.eos_id)
+    partial = plan.out / PARTIAL
+    for split, val in zip(SPLITS, (False, True)):
+        np.asarray(ids[val], dtype=np.dtype(plan.dtype).newbyteorder("<")).tofile(partial / f"{index:06d}.{split}.bin")
+    record = {
+        "train_documents": validation.count(False),
+        "val_documents": validation.count(True),
+        "train_tokens": len(ids[False]),
+        "val_tokens": len(ids[True]),
+    }
+    written = partial / f"{index:06d}.json.tmp"
+    written.write_text(json.dumps(record))
+    os.replace(written, partial / f"{index:06d}.json")
+    return index, record
+
+
+def chunk_tasks(corpus: Corpus, plan: Plan, done: set[int]) -> Iterator[tuple[int, list[str], list[bool]]]:
+    """The chunks not yet done: their index, texts and which documents validate."""
+    share = Fraction(repr(plan.val_fraction))
+    size = plan.chunk_documents
+
+    def chunk(index: int, texts: list[str]) -> tuple[int, list[str], list[bool]]:
+        return index, texts, [is_validation(index * size + i, share) for i in range(len(texts))]
+
+    texts: list[str] = []
+    index = 0
+    for text in corpus.texts():
+        texts.append(text)
+        if len(texts) == size:
+            if index not in done:
+                yield chunk(index, texts)
+            texts, index = [], index + 1
+    if texts and index not in done:
+        yield chunk(index, texts)
+
+
+def write_shards(corpus: Corpus, plan: Plan, workers: int) -> dict[str, int]:
+    """Tokenise the chunks not yet done (in ``workers`` processes), then join every chunk into
+    ``train.bin`` and ``val.bin``; returns the document and token counts of each split."""
+    from tqdm import tqdm
+
+    partial = plan.out / PARTIAL
+    partial.mkdir(parents=True, exist_ok=True)
+    records = {int(p.name.split(".")[0]): json.loads(p.read_text()) for p in partial.glob("*.json")}
+    tasks = chunk_tasks(corpus, plan, set(records))
+    done = sum(r["train_documents"] + r["val_documents"] for r in records.values())
+    with contextlib.ExitStack() as stack:
+        pool = None if workers == 1 else stack.enter_context(worker_pool(plan, workers))
+        bar = stack.enter_context(
+            tqdm(total=corpus.documents, initial=done, unit="doc", desc="tokenising", disable=None)
+        )  # after the pool: forking a process that runs tqdm's monitor thread is unsafe
+
+        def finished(index: int, record: dict[str, int]) -> None:
+            records[index] = record
+            bar.update(record["train_documents"] + record["val_documents"])
+
+        if pool is None:
+            start_worker(plan)
+            for task in tasks:
+                finished(*encode_chunk(*task))
+        else:
+            pending: set[Future] = set()
+            for task in tasks:
+                pending.add(pool.submit(encode_chunk, *task))
+                if len(pending) >= IN_FLIGHT * workers:
+                    complete, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in complete:
+                        finished(*future.result())
+            for future in wait(pending).done:
+                finished(*future.result())
+    for split in SPLITS:
+        joined = plan.out / f"{split}.bin.tmp"
+        with joined.open("wb") as sink:
+            for index in sorted(records):
+                with (partial / f"{index:06d}.{split}.bin").open("rb") as part:
+                    shutil.copyfileobj(part, sink)
+        os.replace(joined, plan.out / f"{split}.bin")
+    keys = ("train_documents", "val_documents", "train_tokens", "val_tokens")
+    return {key: sum(r[key] for r in records.values()) for key in keys}
+
+
+def finish(out: Path) -> None:
+    """The run is complete (shards and meta.json written): drop the chunks and the progress record."""
+    shutil.rmtree(out / PARTIAL, ignore_errors=True)
+    (out / PROGRESS).unlink(missing_ok=True)
+
+
+def default_workers(workers: Optional[int]) -> int:
+    """``workers``, or the CPUs this process may use, at most 8 (tokenising is rarely worth more here)."""
+    if workers is not None:
+        return workers
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))

@@ -1,0 +1,215 @@
+"""archlab-prepare on corpora: JSONL, Parquet and datasets directories tokenised with a pretrained
+tokenizer (a tokenizer.json, a model directory) into shards equal to the tokenizer's own encoding of each
+document followed by EOS; the document split; workers and a continued run give the same bytes; every
+refusal before any work."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import archlab.data.chunks
+from archlab.cli.prepare import PrepareConfig, prepare
+from archlab.errors import ConfigError
+
+EOS = "<|endoftext|>"
+# 20 documents of different lengths (one empty: it is still a document, its EOS alone)
+DOCS = [
+    f"Document {i}: the {'quick ' * (i % 4)}brown fox jumps over the lazy dog {i * 37}." if i != 5 else ""
+    for i in range(20)
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory):
+    """A byte-level BPE of a few hundred merges with an EOS special token, as a tokenizer.json."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<pad>", EOS], initial_alphabet=alphabet)
+    tok.train_from_iterator(["A small text, for merges: the lazy dog and the quick brown fox. " * 3, *DOCS], trainer)
+    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def encoded(tokenizer_file, docs):
+    """The expectation: each document as the tokenizers library encodes it, followed by the EOS id."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_file))
+    eos = tok.token_to_id(EOS)
+    return [i for doc in docs for i in [*tok.encode(doc, add_special_tokens=False).ids, eos]]
+
+
+def write_jsonl(path, docs, field="text"):
+    path.write_text("".join(json.dumps({"id": n, field: d}) + "\n" for n, d in enumerate(docs)), encoding="utf-8")
+    return path
+
+
+def shards(out):
+    return [np.fromfile(out / f"{split}.bin", dtype="<u2").tolist() for split in ("train", "val")]
+
+
+def run(tmp_path, source, out="shards", **settings):
+    cfg = PrepareConfig(input=str(source), output=str(tmp_path / out), workers=1, chunk_documents=3, **settings)
+    return prepare(cfg)
+
+
+def test_jsonl_shards_are_each_document_encoded_then_eos(tmp_path, tokenizer_file):
+    source = write_jsonl(tmp_path / "corpus.jsonl", DOCS)
+    meta = run(tmp_path, source, tokenizer=str(tokenizer_file), val_fraction=0.25)
+    val = [3, 7, 11, 15, 19]  # floor((i + 1) / 4) steps up at every fourth document
+    train_docs = [d for i, d in enumerate(DOCS) if i not in val]
+    expected = [encoded(tokenizer_file, train_docs), encoded(tokenizer_file, [DOCS[i] for i in val])]
+    assert shards(tmp_path / "shards") == expected
+    assert meta["eos_id"] == 1 and meta["eos_token"] == EOS and meta["dtype"] == "uint16"
+    assert (meta["train_documents"], meta["val_documents"]) == (15, 5)
+    assert (meta["train_tokens"], meta["val_tokens"]) == tuple(map(len, expected))
+    sha = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
+    assert meta["tokenizer_file"] == {"path": str(tokenizer_file.resolve()), "sha256": sha}
+    assert meta["sources"] == [str(source.resolve())] and meta["split"] == "documents"
+    assert json.loads((tmp_path / "shards" / "meta.json").read_text()) == meta
+    assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["meta.json", "train.bin", "val.bin"]
+
+
+def test_parquet_files_a_glob_and_a_datasets_directory_give_the_same_shards(tmp_path, tokenizer_file):
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jsonl = run(tmp_path, write_jsonl(tmp_path / "c.jsonl", DOCS), "jsonl", tokenizer=str(tokenizer_file))
+    expected = shards(tmp_path / "jsonl")
+    parts = tmp_path / "parquet"
+    parts.mkdir()
+    for n, (a, b) in enumerate([(0, 8), (8, 20)]):  # two files, read in name order
+        pq.write_table(pa.table({"content": DOCS[a:b], "n": list(range(a, b))}), parts / f"part-{n}.parquet")
+    datasets.Dataset.from_dict({"content": DOCS}).save_to_disk(str(tmp_path / "saved"))
+    for source, fmt in [(parts, "parquet"), (f"{parts}/*.parquet", "parquet"), (tmp_path / "saved", "datasets")]:
+        meta = run(tmp_path, source, fmt, tokenizer=str(tokenizer_file), text_field="content")
+        assert meta["format"] == fmt and shards(tmp_path / fmt) == expected
+        assert meta["train_documents"] + meta["val_documents"] == jsonl["train_documents"] + jsonl["val_documents"]
+
+
+def test_a_model_directory_declares_its_eos(tmp_path, tokenizer_file):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer.json").write_bytes(tokenizer_file.read_bytes())
+    (model / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "<pad>"}}))
+    meta = run(tmp_path, write_jsonl(tmp_path / "c.jsonl", DOCS[:10]), tokenizer=str(model))
+    assert (meta["eos_token"], meta["eos_id"]) == ("<pad>", 0)  # the directory's, not the usual name
+    train = shards(tmp_path / "shards")[0]
+    assert train.count(0) == meta["train_documents"] == 9 and train[-1] == 0
+
+
+def test_a_bpe_fitted_to_a_corpus_gets_an_eos(tmp_path):
+    from tokenizers import Tokenizer
+
+    meta = run(tmp_path, write_jsonl(tmp_path / "c.jsonl", DOCS), tokenizer="bpe", vocab_size=300)
+    saved = tmp_path / "shards" / "tokenizer.json"
+    tok = Tokenizer.from_file(str(saved))
+    assert meta["eos_id"] == tok.token_to_id(EOS) == 0 and 256 < meta["vocab_size"] <= 300
+    val = [9, 19]
+    expected = [encoded(saved, [d for i, d in enumerate(DOCS) if i not in val]), encoded(saved, [DOCS[i] for i in val])]
+    assert shards(tmp_path / "shards") == expected
+
+
+def test_two_workers_write_the_bytes_one_does(tmp_path, tokenizer_file):
+    source = write_jsonl(tmp_path / "c.jsonl", DOCS * 3)
+    run(tmp_path, source, "one", tokenizer=str(tokenizer_file))
+    prepare(PrepareConfig(input=str(source), output=str(tmp_path / "two"), tokenizer=str(tokenizer_file),
+                          workers=2, chunk_documents=3))  # fmt: skip
+    for name in ("train.bin", "val.bin"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+
+
+class Interrupted(Exception):
+    """The run stopped from outside (a kill, Ctrl-C) after some chunks were written."""
+
+
+def test_an_interrupted_run_continues_to_the_same_bytes(tmp_path, tokenizer_file, monkeypatch):
+    source = write_jsonl(tmp_path / "c.jsonl", DOCS)  # 7 chunks of 3 documents (the last of 2)
+    settings = {"tokenizer": str(tokenizer_file)}
+    run(tmp_path, source, "whole", **settings)
+    encode, calls, stop_after = archlab.data.chunks.encode_chunk, [], [3]
+
+    def interrupted(index, *args):
+        if len(calls) == stop_after[0]:
+            raise Interrupted
+        calls.append(index)
+        return encode(index, *args)
+
+    monkeypatch.setattr(archlab.data.chunks, "encode_chunk", interrupted)
+    with pytest.raises(Interrupted):
+        run(tmp_path, source, **settings)
+    out = tmp_path / "shards"
+    assert not (out / "meta.json").exists() and (out / "progress.json").is_file()
+    with pytest.raises(ConfigError) as err:  # other settings would mix two runs' chunks
+        run(tmp_path, source, val_fraction=0.2, **settings)
+    assert err.value.field == "val_fraction"
+    calls.clear()
+    stop_after[0] = -1
+    meta = run(tmp_path, source, **settings)
+    assert calls == [3, 4, 5, 6]  # only the chunks the first run did not finish
+    for name in ("train.bin", "val.bin"):
+        assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
+    assert meta == json.loads((tmp_path / "whole" / "meta.json").read_text())
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "train.bin", "val.bin"]
+
+
+def big_vocabulary(tmp_path):
+    """A word-level tokenizer of 70,000 ids (more than uint16 holds) with an EOS."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {EOS: 0, **{f"w{i}": i + 1 for i in range(69_999)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="w1"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens([EOS])
+    path = tmp_path / "big.json"
+    tok.save(str(path))
+    return path
+
+
+def test_refusals_name_the_field_before_any_work(tmp_path, tokenizer_file):
+    from tokenizers import Tokenizer, models
+
+    good = write_jsonl(tmp_path / "good.jsonl", DOCS)
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n")
+    no_eos = tmp_path / "no_eos.json"
+    Tokenizer(models.BPE()).save(str(no_eos))
+    table = tmp_path / "table.csv"
+    table.write_text("text\nhello\n")
+    import datasets
+
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": DOCS})}).save_to_disk(str(tmp_path / "dd"))
+    tok = str(tokenizer_file)
+    cases = [
+        ({"input": blank, "tokenizer": tok}, "input", "no records"),
+        ({"input": good, "tokenizer": tok, "text_field": "body"}, "text_field", "has ['id', 'text']"),
+        ({"input": good, "tokenizer": str(big_vocabulary(tmp_path)), "dtype": "uint16"}, "dtype", "70000 ids"),
+        ({"input": table, "tokenizer": tok}, "format", ".csv is none"),
+        ({"input": good, "tokenizer": tok, "format": "xml"}, "format", "one of"),
+        ({"input": good, "tokenizer": str(no_eos)}, "eos", "declares no EOS"),
+        ({"input": good, "tokenizer": tok, "eos": "<end>"}, "eos", "a token of the vocabulary"),
+        ({"input": good, "tokenizer": "char"}, "tokenizer", "bpe or a pretrained tokenizer"),
+        ({"input": good, "tokenizer": str(tmp_path)}, "tokenizer", "holds no tokenizer.json"),
+        ({"input": good, "tokenizer": tok, "vocab_size": 512}, "vocab_size", "null for a pretrained"),
+        ({"input": tmp_path / "dd", "tokenizer": tok}, "input", "one split"),
+        ({"input": write_jsonl(tmp_path / "two.jsonl", DOCS[:2]), "tokenizer": tok}, "input", "empty split"),
+        ({"input": good, "tokenizer": tok, "workers": 0}, "workers", "a positive integer"),
+    ]
+    for settings, field, says in cases:
+        settings = {k: str(v) if isinstance(v, Path) else v for k, v in settings.items()}
+        out = tmp_path / "never"
+        with pytest.raises(ConfigError) as err:
+            prepare(PrepareConfig(output=str(out), **settings))
+        assert err.value.field == field and says in str(err.value), (settings, err.value)
+        assert not out.exists()
