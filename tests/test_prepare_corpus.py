@@ -5,6 +5,7 @@ refusal before any work."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_jsonl_shards_are_each_document_encoded_then_eos(tmp_path, tokenizer_fil
     assert sorted(p.name for p in (tmp_path / "shards").iterdir()) == ["meta.json", "train.bin", "val.bin"]
 
 
-def test_parquet_files_a_glob_and_a_datasets_directory_give_the_same_shards(tmp_path, tokenizer_file):
+def test_parquet_files_a_glob_a_datasets_directory_and_gzip_give_the_same_shards(tmp_path, tokenizer_file):
     import datasets
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -92,9 +93,12 @@ def test_parquet_files_a_glob_and_a_datasets_directory_give_the_same_shards(tmp_
     for n, (a, b) in enumerate([(0, 8), (8, 20)]):  # two files, read in name order
         pq.write_table(pa.table({"content": DOCS[a:b], "n": list(range(a, b))}), parts / f"part-{n}.parquet")
     datasets.Dataset.from_dict({"content": DOCS}).save_to_disk(str(tmp_path / "saved"))
-    for source, fmt in [(parts, "parquet"), (f"{parts}/*.parquet", "parquet"), (tmp_path / "saved", "datasets")]:
-        meta = run(tmp_path, source, fmt, tokenizer=str(tokenizer_file), text_field="content")
-        assert meta["format"] == fmt and shards(tmp_path / fmt) == expected
+    gz = tmp_path / "c.jsonl.gz"
+    gz.write_bytes(gzip.compress(write_jsonl(tmp_path / "content.jsonl", DOCS, "content").read_bytes()))
+    sources = [(parts, "parquet"), (f"{parts}/*.parquet", "parquet"), (tmp_path / "saved", "datasets"), (gz, "jsonl")]
+    for n, (source, fmt) in enumerate(sources):
+        meta = run(tmp_path, source, f"out{n}", tokenizer=str(tokenizer_file), text_field="content")
+        assert meta["format"] == fmt and shards(tmp_path / f"out{n}") == expected
         assert meta["train_documents"] + meta["val_documents"] == jsonl["train_documents"] + jsonl["val_documents"]
 
 
