@@ -1,6 +1,6 @@
 """Document masking on packed rows (data.document_mask, data.reset_positions): the mask against a
 hand-built block-diagonal one, a packed row's logits against each document run alone, positions that
-continue across documents against a shifted position table, and the refusals."""
+continue across documents against a shifted position table, the refusals, and a two-step run."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ from archlab import build_model
 from archlab.build import compose
 from archlab.config import to_model_config
 from archlab.data import TokensDataModule
+from archlab.data.windows import ValidationWindows
 from archlab.errors import ConfigError
 from archlab.nn.model import Decoder, document_ids, document_inputs, document_positions
-from archlab.training.module import LitModel
+from archlab.training.module import LitModel, next_token_loss
 from archlab.training.run import train
+from archlab.weights import load_weights
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -218,3 +220,34 @@ def test_the_model_refuses_documents_it_cannot_honour():
     recurrent = build(tiny(attention={"kind": "gated_deltanet", "n_head": 4, "qkv_bias": False, "out_bias": False}))
     with pytest.raises(ValueError, match="recurrent"):
         recurrent(idx, document_ids=document_ids(idx, EOS))
+
+
+def test_a_run_trains_and_validates_within_documents(tmp_path):
+    """Two steps through ``train``: the run's val/loss is the exported model's loss over the validation
+    windows with the documents masked and positions reset, not the loss without them."""
+    shards = write_shards(tmp_path / "eos", {"eos_id": EOS})
+    data = ["data=tokens", f"data.dir={shards}", "data.seq_len=16", "data.batch_size=4", "data.document_mask=true"]
+    model = [
+        "model/position=rope",
+        "model.n_layer=1",
+        "model.d_model=32",
+        "model.attention.n_head=2",
+        "model.init_std=0.5",
+    ]
+    run = ["trainer.max_steps=2", "trainer.precision=32", "scheduler.warmup_steps=1", "trainer.val_check_interval=2"]
+    cfg = compose(
+        "train",
+        [f"paths.output_dir={tmp_path / 'run'}", *data, "data.reset_positions=true", *model, *run]
+        + ["logger=none", "callbacks.samples=null"],
+        return_hydra_config=True,
+    )
+    summary = train(cfg)
+    assert summary["data"]["documents"] == {"eos_id": EOS, "reset_positions": True}
+    exported = load_weights(tmp_path / "run" / "model.safetensors").double()
+    windows = ValidationWindows(np.fromfile(tmp_path / "eos" / "val.bin", dtype="<u2"), 16)
+    inputs, targets = (torch.stack(t) for t in zip(*(windows[i] for i in range(len(windows)))))
+    with torch.no_grad():
+        masked = next_token_loss(exported(inputs, **document_inputs(inputs, EOS, reset_positions=True)), targets)
+        plain = next_token_loss(exported(inputs), targets)
+    logged = summary["metrics"]["final"]["val/loss"]
+    assert logged == pytest.approx(float(masked), rel=1e-6) and logged != pytest.approx(float(plain), rel=1e-2)
