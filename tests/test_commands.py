@@ -15,6 +15,7 @@ import pytest
 from archlab.config.commands import (
     BenchConfig,
     CheckConfig,
+    EvalConfig,
     GenerateConfig,
     InteropConfig,
     PrepareConfig,
@@ -28,6 +29,7 @@ SCHEMAS = {
     "archlab-prepare": PrepareConfig,
     "archlab-report": ReportConfig,
     "archlab-interop": InteropConfig,
+    "archlab-eval": EvalConfig,
 }
 
 
@@ -61,6 +63,7 @@ def test_help_exits_0_and_lists_every_setting(command, tmp_path):
         ("archlab-prepare", ["notes.txt", "output=shards", "tokenizer=word"], "tokenizer"),
         ("archlab-report", ["no-such-sweep"], "sweep_dir"),
         ("archlab-interop", ["format=html"], "format"),
+        ("archlab-eval", ["no-such-run", "tasks=[arc_easy]", "batch_size=0"], "batch_size"),
     ],
 )
 def test_a_bad_setting_is_one_error_line_and_exit_2(command, args, field, tmp_path):

@@ -140,3 +140,130 @@ def test_scoring_from_the_start_without_an_eos_is_refused(exported):
     with pytest.raises(ConfigError) as refused:
         archlab_lm(exported[1]).loglikelihood_rolling([Instance("loglikelihood_rolling", {}, ("abc",), 0)])
     assert refused.value.field == "prefix_token_id"
+
+
+def choice_loglikelihood(model, question, choice):
+    """log p(" " + choice | question) under ``model``, token by token (lm-eval's target delimiter is a space)."""
+    tok = ByteTokenizer()
+    context, continuation = tok.encode(question), tok.encode(" " + choice)
+    ids = torch.tensor([context + continuation])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids[:, :-1]).float()[0], -1)
+    return sum(logprobs[len(context) - 1 + i, t].item() for i, t in enumerate(continuation))
+
+
+def test_the_command_writes_task_metrics_and_perplexity_into_one_results_file(exported, capsys):
+    from archlab.cli.eval import main
+
+    root, model, tasks = exported
+    weights = str(root / "model.safetensors")
+    main([weights, "tasks=[tiny_mc]", f"include_path={tasks}", "limit=3", "batch_size=2", "prefix_token_id=10"])
+    text = root / "held_out.txt"
+    text.write_text("abcdefghij" * 9)
+    main([weights, f"perplexity={text}", "seq_len=32", "stride=16"])
+    assert f"wrote {root / 'eval' / 'results.json'}" in capsys.readouterr().out
+    results = json.loads((root / "eval" / "results.json").read_text())["results"]
+    right = [
+        max(range(len(r["choices"])), key=lambda c: choice_loglikelihood(model, r["question"], r["choices"][c]))
+        == r["answer"]
+        for r in ROWS[:3]  # limit=3
+    ]
+    assert results["tiny_mc"]["acc,none"] == pytest.approx(sum(right) / 3)
+    assert results["perplexity:held_out.txt"]["tokens"] == 89 and results["perplexity:held_out.txt"]["ppl"] > 1
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["tasks=[tiny_mc]", "batch_size=0"], "batch_size"),
+        (["tasks=[tiny_mc]", "limit=0"], "limit"),
+        (["tasks=[tiny_mc]", "limit=2.5"], "limit"),
+        (["tasks=[tiny_mc]", "num_fewshot=-1"], "num_fewshot"),
+        (["tasks=[tiny_mc]", "include_path=no/such/dir"], "include_path"),
+        (["tasks=[tiny_mc]", "seq_len=8"], "seq_len"),
+        (["tasks=[]"], "tasks"),
+        ([], "tasks"),
+        (["tasks=[tiny_mc]", "perplexity=held_out.txt"], "tasks"),
+        (["perplexity=no_such.txt"], "perplexity"),
+        (["perplexity=held_out.txt", "stride=64"], "stride"),
+        (["perplexity=held_out.txt", "seq_len=49"], "seq_len"),
+        (["perplexity=held_out.txt", "document_mask=true"], "document_mask"),
+        (["perplexity=held_out.txt", "limit=3"], "limit"),
+        (["perplexity=held_out.txt", "device=tpu"], "device"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_field_before_any_work(exported, args, field, monkeypatch):
+    from archlab.cli.eval import EvalConfig, run
+    from archlab.cli.settings import parse
+
+    root, _, tasks = exported
+    monkeypatch.chdir(root)
+    (root / "held_out.txt").write_text("abcdefghij" * 9)
+    args = [a.replace("include_path=tasks", f"include_path={tasks}") for a in args]
+    cfg = parse(EvalConfig, [str(root / "model.safetensors"), *args], bare="source")
+    before = sorted(p.name for p in root.rglob("*"))
+    with pytest.raises(ConfigError) as refused:
+        run(cfg)
+    assert refused.value.field == field
+    assert sorted(p.name for p in root.rglob("*")) == before
+
+
+def test_a_missing_or_tokenizerless_model_is_refused(tmp_path):
+    from archlab.cli.eval import EvalConfig, run
+
+    with pytest.raises(ConfigError) as refused:
+        run(EvalConfig(source=str(tmp_path / "none.safetensors"), perplexity="x.txt"))
+    assert refused.value.field == "source"
+    save_weights(build_model(compose_model(LAYOUT)), tmp_path / "bare.safetensors")
+    with pytest.raises(ConfigError, match="tokenizer") as refused:
+        run(EvalConfig(source=str(tmp_path / "bare.safetensors"), perplexity="x.txt"))
+    assert refused.value.field == "source"
+
+
+def hand_nll(model, ids, seq_len, stride, eos_id=None):
+    """The mean over targets t >= 1 of -log p(ids[t] | its context): the tokens from the start of the first
+    window scoring t (the least multiple of ``stride`` at most ``seq_len`` before t), and with ``eos_id``
+    only those of the document of ids[t - 1] (an EOS ends its own document), from position 0."""
+    total = 0.0
+    for t in range(1, len(ids)):
+        start = max(0, -(-(t - seq_len) // stride)) * stride
+        if eos_id is not None:
+            ends = [j for j in range(t - 1) if ids[j] == eos_id]
+            start = max(start, ends[-1] + 1 if ends else 0)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids[start:t]])).float()[0, -1]
+        total -= torch.log_softmax(logits, -1)[ids[t]].item()
+    return total / (len(ids) - 1)
+
+
+@pytest.mark.parametrize("seq_len, stride", [(8, 8), (8, 3), (48, 48)])
+def test_perplexity_of_a_text_is_the_hand_computed_mean_nll(exported, tmp_path, seq_len, stride):
+    from archlab.evaluation.perplexity import perplexity, read_held_out
+
+    _, model, _ = exported
+    (tmp_path / "held_out.txt").write_text("the quick brown fox jumps over the lazy dog")
+    held_out = read_held_out(str(tmp_path / "held_out.txt"), ByteTokenizer(), 256)
+    found = perplexity(model, held_out, seq_len, stride, batch_size=2)
+    expected = hand_nll(model, held_out.ids.tolist(), seq_len, stride)
+    assert found["tokens"] == len(held_out.ids) - 1 and found["nll"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_perplexity_on_shards_keeps_to_documents_as_training_does(exported, tmp_path):
+    """Shards whose meta.json names an EOS: with document_mask and reset_positions each target is predicted
+    from its own document's tokens alone, from position 0."""
+    import numpy as np
+
+    from archlab.evaluation.perplexity import perplexity, read_held_out
+
+    _, model, _ = exported
+    ids = ByteTokenizer().encode("one fish\ntwo fish\nred fish\nblue fish, and a last longer document\n")
+    np.array(ids, dtype=np.uint16).tofile(tmp_path / "val.bin")
+    meta = {"vocab_size": 256, "dtype": "uint16", "tokenizer": ByteTokenizer().to_dict(), "eos_id": 10}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    held_out = read_held_out(str(tmp_path), ByteTokenizer(), 256)
+    assert held_out.name == f"perplexity:{tmp_path.name}/val.bin" and held_out.eos_id == 10
+    found = perplexity(model, held_out, 16, 16, document_mask=True, reset_positions=True)
+    assert found["nll"] == pytest.approx(hand_nll(model, ids, 16, 16, eos_id=10), abs=1e-5)
+    across = perplexity(model, held_out, 16, 16)
+    assert across["nll"] == pytest.approx(hand_nll(model, ids, 16, 16), abs=1e-5)
+    assert abs(across["nll"] - found["nll"]) > 1e-3  # the mask changes what is predicted from

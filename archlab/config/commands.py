@@ -1,5 +1,5 @@
 """Schemas of the commands other than archlab-train: archlab-check, archlab-bench, archlab-generate,
-archlab-export, archlab-interop, archlab-prepare and archlab-report (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
+archlab-export, archlab-interop, archlab-prepare, archlab-report and archlab-eval (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
 Each field's ``help`` is the line ``--help`` prints beside it."""
 
 from __future__ import annotations
@@ -159,4 +159,43 @@ class ReportConfig:
     )
     ignore: Optional[str] = setting(
         None, "override keys, comma-separated, that make no variant (e.g. trainer.accelerator); null = none"
+    )
+
+
+@dataclass
+class EvalConfig:
+    """``archlab-eval``: lm-evaluation-harness tasks, or held-out perplexity, on a trained model."""
+
+    source: str = setting(
+        help="the model: a run directory, a training checkpoint (.ckpt), a safetensors file written by archlab or "
+        "a Hugging Face directory (archlab-export's) (a bare path is taken as source)"
+    )
+    tasks: Optional[List[str]] = setting(
+        None, "lm-eval tasks, e.g. [hellaswag,arc_easy] (they download their data) or local ones in include_path"
+    )
+    include_path: Optional[str] = setting(None, "a directory (or YAML file) of local lm-eval task configs")
+    num_fewshot: Optional[int] = setting(None, "examples before each question; null = each task's own")
+    limit: Optional[float] = setting(
+        None, "per task, the first N examples (an integer) or that fraction of them (below 1); null = all"
+    )
+    batch_size: int = setting(8, "sequences per forward pass")
+    device: str = setting("cpu", "cpu, cuda or cuda:<index>")
+    prefix_token_id: Optional[int] = setting(
+        None, "the id a text scored from its start is conditioned on; null = the tokenizer's EOS"
+    )
+    perplexity: Optional[str] = setting(
+        None, "instead of tasks: held-out perplexity of a UTF-8 text file or a shard directory (its val.bin)"
+    )
+    seq_len: Optional[int] = setting(None, "perplexity: tokens per window; null = model.context_length")
+    stride: Optional[int] = setting(
+        None,
+        "perplexity: tokens between window starts (each token scored once, with up to seq_len before it); "
+        "null = seq_len",
+    )
+    document_mask: bool = setting(
+        False, "perplexity on shards: attention within documents (meta.json's eos_id), as data.document_mask"
+    )
+    reset_positions: bool = setting(False, "perplexity on shards: positions restart per document (document_mask)")
+    out: Optional[str] = setting(
+        None, "the directory results.json goes into; null = the run's eval/ (beside the model outside a run)"
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -22,7 +21,6 @@ from archlab.generate import generate
 from archlab.nn.model import Decoder
 
 MAX_GEN_TOKS = 256  # generate_until's default length, as HFLM's
-PER_TASK = ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "group_subtasks")
 
 
 class ArchlabLM(TemplateLM):
@@ -204,18 +202,3 @@ def evaluate(
     )
     assert found is not None  # None only on processes of rank > 0
     return {k: v for k, v in found.items() if k != "samples"}
-
-
-def write_results(results: dict[str, Any], directory: Path) -> Path:
-    """``results.json`` in ``directory``: these results merged into those already there, task by task (an
-    evaluation of other tasks adds to the file; of the same task, replaces its entry). Written atomically."""
-    file = directory / "results.json"
-    merged = json.loads(file.read_text()) if file.is_file() else {}
-    for key, value in results.items():
-        per_task = key in PER_TASK and isinstance(value, dict) and isinstance(merged.get(key), dict)
-        merged[key] = {**merged[key], **value} if per_task else value
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = file.with_name(file.name + ".tmp")
-    tmp.write_text(json.dumps(merged, indent=2, default=str) + "\n")
-    os.replace(tmp, file)
-    return file

@@ -21,6 +21,7 @@ KEEP = {
     "last": "last.ckpt alone",
     "all": "every checkpoint written, and last.ckpt",
 }
+EVAL_RESULTS = "eval/results.json"  # archlab-eval's results in a run directory: archlab-report's eval columns
 HYDRA_FILES = ".hydra"  # the job's composed config, overrides and Hydra settings, as Hydra names them
 PENDING_HYDRA_FILES = ".hydra.pending"  # where Hydra writes them first: hydra.output_subdir in conf/train.yaml
 

@@ -1,0 +1,107 @@
+"""What ``archlab-eval`` evaluates, found as ``archlab-export`` finds it: a run directory (its
+``model.safetensors``), a training checkpoint (with its run's tokenizer), a safetensors file written by
+archlab, or a Hugging Face directory (``archlab-export``'s output: config.json, weights, tokenizer.json).
+``read_model`` checks the source and reads its config and tokenizer; ``load_model`` reads the weights."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from archlab.config import ModelConfig
+from archlab.errors import ConfigError
+from archlab.interop.export import SOURCES, load_model, read_source, run_of
+from archlab.nn.model import Decoder
+from archlab.tokenizer import BPETokenizer
+from archlab.training.outputs import read_summary
+from archlab.training.summary import SUMMARY
+
+HF_CONFIG = "config.json"  # what marks a Hugging Face directory
+
+
+@dataclass
+class EvalModel:
+    """A checked source: its weights (a file, or a Hugging Face directory), model config, tokenizer, EOS
+    id (None where none is known) and the run directory it belongs to (None for a file outside a run)."""
+
+    weights: Path
+    config: ModelConfig
+    tokenizer: Any
+    eos_id: Optional[int]
+    run: Optional[Path]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _run_eos(run: Optional[Path]) -> Optional[int]:
+    """The EOS id the run's data separated documents with: ``data.eos_id``, else its shards' meta.json."""
+    data = ((read_summary(run / SUMMARY) or {}).get("config") or {}).get("data") if run is not None else None
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("eos_id"), int):
+        return data["eos_id"]
+    found = _json(Path(str(data.get("dir"))) / "meta.json").get("eos_id") if data.get("dir") else None
+    return found if isinstance(found, int) else None
+
+
+def _hf_eos(path: Path, tokenizer: Optional[BPETokenizer]) -> Optional[int]:
+    """A Hugging Face directory's EOS: config.json's ``eos_token_id``, else tokenizer_config.json's token."""
+    found = _json(path / HF_CONFIG).get("eos_token_id")
+    found = found[0] if isinstance(found, list) and found else found
+    if isinstance(found, int):
+        return found
+    token = _json(path / "tokenizer_config.json").get("eos_token")
+    token = token.get("content") if isinstance(token, dict) else token
+    return tokenizer.tok.token_to_id(token) if tokenizer is not None and isinstance(token, str) else None
+
+
+def _hf_tokenizer(file: Path, field: str) -> BPETokenizer:
+    """A Hugging Face directory's tokenizer.json as an archlab tokenizer (a ``tokenizers`` Tokenizer)."""
+    from tokenizers import Tokenizer
+
+    try:
+        return BPETokenizer(Tokenizer.from_file(str(file)))
+    except Exception as err:  # the library raises a bare Exception for any file it cannot read
+        raise ConfigError(field, str(file), f"a tokenizer.json the tokenizers library reads ({err})") from None
+
+
+def read_model(source: str, field: str = "source") -> EvalModel:
+    """The checked ``source``: ConfigError naming ``field`` where nothing evaluable is there, or it has no
+    tokenizer (lm-eval's tasks are text)."""
+    path = Path(source).expanduser()
+    if path.is_dir() and (path / HF_CONFIG).is_file():
+        from archlab.interop.hf import config_from_hf, read_hf_config
+
+        config = config_from_hf(read_hf_config(path))
+        file = path / "tokenizer.json"
+        tokenizer = _hf_tokenizer(file, field) if file.is_file() else None
+        found = EvalModel(path, config, tokenizer, _hf_eos(path, tokenizer), None)
+    else:
+        weights, config, tokenizer = read_source(source, field)
+        run = path if path.is_dir() else run_of(weights)
+        found = EvalModel(weights, config, tokenizer, _run_eos(run), run)
+    if found.tokenizer is None:
+        raise ConfigError(
+            field,
+            source,
+            f"{SOURCES}, or a Hugging Face directory, with a tokenizer (a run on text or prepared shards "
+            "writes one): lm-eval's tasks are text",
+        )
+    return found
+
+
+def load(model: EvalModel) -> Decoder:
+    """The Decoder of a checked source, on the CPU, in its stored dtype."""
+    if model.weights.is_dir():
+        from archlab.interop.hf import load_hf_dir
+
+        return load_hf_dir(model.weights)
+    return load_model(model.weights, model.config)
