@@ -307,3 +307,29 @@ def test_the_scaling_curve_is_fitted_to_every_seed_and_passes_through_their_loss
 )
 def test_a_difference_is_signed_unless_it_rounds_to_zero(mean, spread, text):
     assert difference(mean, spread) == text
+
+
+def test_archlab_evals_metrics_are_columns_beside_the_validation_loss(mlp_sweep, tmp_path):
+    """Each run's eval/results.json (lm-eval's results, a perplexity entry): the mean over seeds of each
+    metric is a column of report.csv and of report.md's table, standard errors and counts left out."""
+    import json
+
+    acc = {"model/mlp=gelu": [0.25, 0.5, 0.75], "model/mlp=swiglu": [0.5, 0.5, 1.0]}
+    for run in sorted(mlp_sweep.iterdir()):
+        mlp, seed = json.loads((run / ".hydra" / "overrides.yaml").read_text())
+        value = acc[mlp][int(seed.split("=")[1])]
+        results = {
+            "tiny_mc": {"alias": "tiny_mc", "acc,none": value, "acc_stderr,none": 0.1, "sample_len": 4},
+            "perplexity:val.bin": {"nll": 2 * value, "ppl": math.exp(2 * value), "tokens": 99, "windows": 3},
+        }
+        (run / "eval").mkdir()
+        (run / "eval" / "results.json").write_text(json.dumps({"results": results}))
+    paths = write_report(mlp_sweep, tmp_path / "out")
+    by_mlp = {f"model/mlp={r['model/mlp']}": r for r in rows(paths["csv"])}
+    for mlp, values in acc.items():
+        assert float(by_mlp[mlp]["eval tiny_mc acc mean"]) == pytest.approx(statistics.fmean(values))
+        assert float(by_mlp[mlp]["eval perplexity:val.bin nll mean"]) == pytest.approx(2 * statistics.fmean(values))
+    header = rows(paths["csv"])[0].keys()
+    assert not any("stderr" in h or "tokens" in h or "sample_len" in h for h in header)
+    table = [line for line in paths["markdown"].read_text().splitlines() if line.startswith("|")]
+    assert "| final val/loss |" in table[0] and "| eval tiny_mc acc |" in table[0]

@@ -4,12 +4,17 @@ only in seed), and the figures read from each run's summary.json."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
+
+from archlab.training.outputs import EVAL_RESULTS
+
+PERPLEXITY_FIGURES = ("nll", "ppl")  # of a perplexity entry: its counts are no figure to compare
 
 
 @dataclass
@@ -109,6 +114,23 @@ def run_figures(run: Run) -> dict[str, float]:
     if match:
         out[f"matched {match['field']}"] = float(match["value"])
         out["match residual"] = float(match["relative_difference"])
+    return {**out, **eval_figures(run.path)}
+
+
+def eval_figures(run_dir: Path) -> dict[str, float]:
+    """``eval <task> <metric>`` of each metric archlab-eval wrote into the run (``acc`` for lm-eval's
+    ``acc,none``; another filter stays named, ``exact_match,strict-match``; standard errors left out), and
+    ``eval perplexity:<file> nll|ppl``; none where the results file is missing or unreadable."""
+    try:
+        results = json.loads((run_dir / EVAL_RESULTS).read_text()).get("results") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for task, metrics in results.items() if isinstance(results, dict) else ():
+        for key, value in metrics.items() if isinstance(metrics, dict) else ():
+            wanted = key in PERPLEXITY_FIGURES if task.startswith("perplexity:") else "," in key
+            if wanted and "_stderr" not in key and finite_number(value) is not None:
+                out[f"eval {task} {key.removesuffix(',none')}"] = float(value)
     return out
 
 

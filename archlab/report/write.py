@@ -191,6 +191,7 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
     order = [primary] if primary in keys else []
     order += sorted(k for k in keys if k.startswith("final ") and k != primary)
     order += sorted(k for k in keys if k.startswith("best "))
+    order += sorted(k for k in keys if k.startswith("eval "))
     order += sorted(k for k in keys if k.startswith("matched ")) + (
         ["match residual"] if "match residual" in keys else []
     )
@@ -235,15 +236,15 @@ TABLE_COSTS = {
 
 
 def table_columns(columns: list[str], stats: list[dict]) -> dict[str, str]:
-    """The markdown table's figures (key -> header): the leading metric, final and best, then parameters
-    (active ones beside them where some variant, a mixture of experts, has fewer active than total),
-    FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
+    """The markdown table's figures (key -> header): the leading metric, final and best, archlab-eval's
+    metrics, then parameters (active ones beside them where some variant, a mixture of experts, has fewer
+    active than total), FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
     primary = next((c[len("final ") :] for c in columns if c.startswith("final ")), None)
     wanted = {f"final {primary}": f"final {primary}", f"best {primary}": f"best {primary}"} if primary else {}
     sparse = any(st.get("params active") != st.get("params total") for st in stats)
     return {
         k: header
-        for k, header in {**wanted, **TABLE_COSTS}.items()
+        for k, header in {**wanted, **{c: c for c in columns if c.startswith("eval ")}, **TABLE_COSTS}.items()
         if k in columns and (k != "params active" or sparse)
     }
 
