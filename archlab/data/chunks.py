@@ -86,21 +86,25 @@ def start_worker(plan: Plan) -> None:
 
 
 @contextlib.contextmanager
-def worker_pool(plan: Plan, workers: int) -> Iterator[ProcessPoolExecutor]:
-    """``workers`` processes, each with the tokenizer loaded and the tokenizers library on one thread (the
-    processes are the parallelism). Forked where the platform allows, so that a worker starts without
-    importing archlab (and torch) again."""
-    method = "fork" if sys.platform == "linux" else "spawn"
+def one_thread_each() -> Iterator[None]:
+    """The tokenizers library on one thread in this process and those it starts: ``workers`` alone sets the
+    parallelism (on a busy machine the library's own threads only compete with each other)."""
     previous = os.environ.get(PARALLELISM)
-    os.environ[PARALLELISM] = "false"  # read by the library in each new process (and at the fork)
+    os.environ[PARALLELISM] = "false"  # read by the library at each batch, and at a fork
     try:
-        with ProcessPoolExecutor(workers, get_context(method), initializer=start_worker, initargs=(plan,)) as pool:
-            yield pool
+        yield
     finally:
         if previous is None:
             os.environ.pop(PARALLELISM, None)
         else:
             os.environ[PARALLELISM] = previous
+
+
+def worker_pool(plan: Plan, workers: int) -> ProcessPoolExecutor:
+    """``workers`` processes, each with the tokenizer loaded: forked where the platform allows, so that a
+    worker starts without importing archlab (and torch) again."""
+    method = "fork" if sys.platform == "linux" else "spawn"
+    return ProcessPoolExecutor(workers, get_context(method), initializer=start_worker, initargs=(plan,))
 
 
 def encode_chunk(index: int, texts: list[str], validation: list[bool]) -> tuple[int, dict[str, int]]:
@@ -157,6 +161,7 @@ def write_shards(corpus: Corpus, plan: Plan, workers: int) -> dict[str, int]:
     tasks = chunk_tasks(corpus, plan, set(records))
     done = sum(r["train_documents"] + r["val_documents"] for r in records.values())
     with contextlib.ExitStack() as stack:
+        stack.enter_context(one_thread_each())
         pool = None if workers == 1 else stack.enter_context(worker_pool(plan, workers))
         bar = stack.enter_context(
             tqdm(total=corpus.documents, initial=done, unit="doc", desc="tokenising", disable=None)
