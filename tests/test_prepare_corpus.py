@@ -194,8 +194,19 @@ def test_refusals_name_the_field_before_any_work(tmp_path, tokenizer_file):
     import datasets
 
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": DOCS})}).save_to_disk(str(tmp_path / "dd"))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    numbers = tmp_path / "numbers.parquet"
+    pq.write_table(pa.table({"text": [1, 2, 3]}), numbers)
+    fake = tmp_path / "fake.parquet"
+    fake.write_text("not parquet")
+    nulls = write_jsonl(tmp_path / "nulls.jsonl", [None, "x"])
     tok = str(tokenizer_file)
     cases = [
+        ({"input": numbers, "tokenizer": tok}, "text_field", "a column of text: in"),
+        ({"input": fake, "tokenizer": tok}, "input", "a parquet file pyarrow reads"),
+        ({"input": nulls, "tokenizer": tok}, "text_field", "(its first record) holds None"),
         ({"input": blank, "tokenizer": tok}, "input", "no records"),
         ({"input": good, "tokenizer": tok, "text_field": "body"}, "text_field", "has ['id', 'text']"),
         ({"input": good, "tokenizer": str(big_vocabulary(tmp_path)), "dtype": "uint16"}, "dtype", "70000 ids"),

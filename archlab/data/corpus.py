@@ -166,17 +166,22 @@ def dataset_files(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.arrow"))
 
 
-def _columns(file: Path, fmt: str) -> tuple[list[str], int]:
-    """The column names and the row count of a Parquet or Arrow file, from its metadata."""
+def _columns(file: Path, fmt: str) -> tuple[dict[str, Any], int]:
+    """The column types by name and the row count of a Parquet or Arrow file, from its metadata."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if fmt == "parquet":
-        meta = pq.ParquetFile(file).metadata
-        return list(meta.schema.names), meta.num_rows
-    with pa.memory_map(str(file)) as source:
-        reader = pa.ipc.open_stream(source)
-        return list(reader.schema.names), sum(batch.num_rows for batch in reader)
+    try:
+        if fmt == "parquet":
+            parquet = pq.ParquetFile(file)
+            schema, rows = parquet.schema_arrow, parquet.metadata.num_rows
+        else:
+            with pa.memory_map(str(file)) as source:
+                reader = pa.ipc.open_stream(source)
+                schema, rows = reader.schema, sum(batch.num_rows for batch in reader)
+    except (pa.ArrowException, OSError) as err:
+        raise ConfigError("input", str(file), f"a {fmt} file pyarrow reads ({err})") from None
+    return {name: schema.field(name).type for name in schema.names}, rows
 
 
 def _check_jsonl(files: list[Path], field: str) -> int:
@@ -197,6 +202,7 @@ def _check_jsonl(files: list[Path], field: str) -> int:
                             raise ConfigError(
                                 "text_field", field, f"a field of the records: the first record of {file} has {has}"
                             )
+                        _text(first[field], file, "(its first record)", field)
     return count
 
 
@@ -211,15 +217,17 @@ def open_corpus(path: str, fmt: str, field: str) -> Corpus:
         documents = _check_jsonl(files, field)
     else:
         try:
-            import pyarrow  # noqa: F401
+            import pyarrow
         except ImportError:
             raise ConfigError("format", fmt, "jsonl or text here: reading Parquet and Arrow needs pyarrow "
                               "(pip install 'archlab[corpus]')") from None  # fmt: skip
         documents = 0
         for file in files:
-            names, rows = _columns(file, fmt)
-            if field not in names:
-                raise ConfigError("text_field", field, f"a column of {file}: it has {names}")
+            types, rows = _columns(file, fmt)
+            if field not in types:
+                raise ConfigError("text_field", field, f"a column of {file}: it has {list(types)}")
+            if not (pyarrow.types.is_string(types[field]) or pyarrow.types.is_large_string(types[field])):
+                raise ConfigError("text_field", field, f"a column of text: in {file} it holds {types[field]}")
             documents += rows
     if documents == 0:
         raise ConfigError("input", path, f"a corpus with documents ({len(files)} {fmt} file(s), no records)")
