@@ -14,8 +14,10 @@ SCRIPT = """
 import torch
 from torch import Tensor
 from archlab.config import ModelConfig
+from archlab.nn.component import Role
 from archlab.nn.positions import POSITIONS, Position, uninitialised_embedding
 from archlab import build_model, compose_model, count_params
+from archlab.training.parametrization import roles
 
 {example}
 
@@ -28,6 +30,7 @@ bias = model.position.bias(torch.arange(5), torch.arange(5))
 table = model.position.table.weight
 assert bias.shape == (4, 5, 5)
 assert all(torch.equal(bias[h, i, j], table[i - j, h]) for h in range(4) for i in range(5) for j in range(i + 1))
+assert roles(model)[id(table)] is Role.VECTOR  # param=mup can scale it
 print("ok")
 """
 

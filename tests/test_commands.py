@@ -15,6 +15,7 @@ import pytest
 from archlab.config.commands import (
     BenchConfig,
     CheckConfig,
+    CoordConfig,
     EvalConfig,
     GenerateConfig,
     InteropConfig,
@@ -25,6 +26,7 @@ from archlab.config.commands import (
 SCHEMAS = {
     "archlab-check": CheckConfig,
     "archlab-bench": BenchConfig,
+    "archlab-coord": CoordConfig,
     "archlab-generate": GenerateConfig,
     "archlab-prepare": PrepareConfig,
     "archlab-report": ReportConfig,
@@ -49,6 +51,8 @@ def test_help_exits_0_and_lists_every_setting(command, tmp_path):
                 # the group's line and the indented lines its options wrap onto
                 listed = re.search(rf"^  {group} +(.*(?:\n {{4,}}\S.*)*)", proc.stdout, re.M)
                 assert listed and re.search(rf"\b{option}\b", listed.group(1)), group
+        elif f.name == "param":  # a config group too: its options
+            assert re.search(r"^  param +completep, mup\*, sp$", proc.stdout, re.M)
         else:  # the setting, what it is, and its default
             assert re.search(rf"^  {f.name}\s+\S.*\((default .+|required)\)$", proc.stdout, re.M), f.name
     assert list(tmp_path.iterdir()) == []  # help writes nothing
@@ -59,6 +63,7 @@ def test_help_exits_0_and_lists_every_setting(command, tmp_path):
     [
         ("archlab-check", ["model.attention.n_head=5"], "model.attention.n_head"),
         ("archlab-bench", ["warmup=-3"], "warmup"),
+        ("archlab-coord", ["widths=[64]"], "widths"),
         ("archlab-generate", ["model.safetensors", "max_new_tokens=abc"], "max_new_tokens"),
         ("archlab-prepare", ["notes.txt", "output=shards", "tokenizer=word"], "tokenizer"),
         ("archlab-report", ["no-such-sweep"], "sweep_dir"),

@@ -35,6 +35,11 @@ line is checked:
   ``ConfigError`` naming that field.
 - A line choosing an option that the document's own worked example adds (a ```yaml block headed
   ``# model/<family>=<name>`` for an option archlab does not ship) is left to that example's test.
+- ``archlab-eval``: run for real, in process, on the tasks of its ``include_path`` and on perplexity; a
+  task of lm-eval's own (which downloads its data) must be one of lm-eval's task configs, and the line's
+  settings and model are checked without running it.
+- A code block whose first line reads ``# file: <path>`` (a task config, its data) is written to that path
+  in the working directory, less that line, before the document's lines run.
 - ``make <target>`` needs that target in the Makefile, ``python3 scripts/bootstrap.py <cmd>`` that
   command in the script; ``python -c`` lines are executed; ``curl -o FILE`` writes a stand-in text.
 
@@ -73,6 +78,7 @@ COMMANDS = (
     "archlab-report",
     "archlab-export",
     "archlab-interop",
+    "archlab-eval",
 )
 GPU_FIELDS = ("trainer.accelerator", "trainer.devices")
 STAND_IN_TEXT = (
@@ -125,6 +131,14 @@ def words(line: Line) -> tuple[dict[str, str], list[str]]:
             key, _, value = word.partition("=")
             env[key] = value
     return env, argv
+
+
+FILE_BLOCK = re.compile(r"^```\w*\n# file: (\S+)\n(.*?)^```", re.M | re.S)
+
+
+def files_shown(doc: Path) -> dict[str, str]:
+    """The files a document shows whole: each code block headed ``# file: <path>``, that line left out."""
+    return dict(FILE_BLOCK.findall(doc.read_text(encoding="utf-8")))
 
 
 def options_added_by(doc: Path) -> set[str]:
@@ -425,6 +439,12 @@ def run_bench(argv: list[str], ws: Workspace) -> None:
         config_to_hf(model)
 
 
+def run_coord(argv: list[str], ws: Workspace) -> None:
+    from archlab.training.coordcheck import check_settings
+
+    check_settings(compose("coord", argv))
+
+
 _CHECKS: dict[tuple[str, ...], str] = {}  # the preset table takes seconds: once per distinct command
 
 
@@ -494,6 +514,45 @@ def run_export(argv: list[str], ws: Workspace) -> None:
     run_exiting(main, [ws.localize(a) for a in argv])
 
 
+TASK_NAME = re.compile(r"^(?:task|group):\s*(\S+)\s*$", re.M)
+
+
+def task_names(directory: Path) -> set[str]:
+    """The lm-eval task and group names the YAML configs under ``directory`` declare."""
+    return {name for path in directory.rglob("*.yaml") for name in TASK_NAME.findall(path.read_text(errors="ignore"))}
+
+
+def run_eval(argv: list[str], ws: Workspace) -> None:
+    from unittest import mock
+
+    from archlab.cli.eval import check, main
+    from archlab.cli.settings import parse
+    from archlab.config.commands import EvalConfig
+    from archlab.evaluation.models import read_model
+
+    argv = [ws.localize(a) for a in argv]
+    source = bare_or_setting(argv, "source")
+    if source is not None and source.endswith(".safetensors"):
+        ws.model_file(source, with_tokenizer=True)
+    cfg = parse(EvalConfig, argv, bare="source")
+    local = (
+        task_names(ws.path / cfg.include_path) if cfg.include_path and (ws.path / cfg.include_path).exists() else set()
+    )
+    downloaded = [task for task in cfg.tasks or [] if task not in local]
+    if downloaded:  # lm-eval's own tasks: known to it, the settings and the model checked, not run
+        import lm_eval
+
+        known = task_names(Path(lm_eval.__file__).parent / "tasks")
+        assert set(downloaded) <= known, f"not tasks of lm-eval: {sorted(set(downloaded) - known)}"
+        check(cfg)
+        read_model(cfg.source)
+        return
+    import datasets
+
+    with mock.patch.object(datasets.config, "HF_DATASETS_CACHE", str(ws.path / ".datasets")):
+        run_exiting(main, argv)
+
+
 def run_interop(argv: list[str], ws: Workspace) -> None:
     from archlab.cli.interop import main
 
@@ -509,12 +568,14 @@ def run_help(command: str) -> None:
 RULES: dict[str, Callable[[list[str], Workspace], None]] = {
     "archlab-train": run_train,
     "archlab-bench": run_bench,
+    "archlab-coord": run_coord,
     "archlab-check": run_check,
     "archlab-generate": run_generate,
     "archlab-prepare": run_prepare,
     "archlab-report": run_report,
     "archlab-export": run_export,
     "archlab-interop": run_interop,
+    "archlab-eval": run_eval,
 }
 
 
@@ -587,6 +648,9 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-
 def test_documented_commands_run(doc, tmp_path, monkeypatch):
     lines = bash_lines(doc)
     ws = Workspace(tmp_path, options_added_by(doc))
+    for name, text in files_shown(doc).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     failures = []
     read_later = consumed(lines)

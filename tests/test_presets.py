@@ -11,6 +11,7 @@ from helpers.published import ACTIVE, LAYOUT_CONFIGS, PUBLISHED
 from archlab import build_model, compose_model, count_params
 from archlab.accounting import built_counts
 from archlab.nn.validation import ignored
+from archlab.training.parametrization import roles
 
 # Closed forms (f = d_ff), each returning (parameters per block, total); docs/reference.md gives the GPT-2 one.
 
@@ -65,6 +66,7 @@ def test_preset_on_meta_matches_published_count(preset):
     assert all(p.is_meta for p in model.parameters())  # nothing allocated
     assert built_counts(model)["total"] == PUBLISHED[preset]
     assert sum(p.numel() for p in model.parameters()) == PUBLISHED[preset]
+    assert set(roles(model)) == {id(p) for p in model.parameters()}  # param=mup|completep can scale each
 
 
 @pytest.mark.parametrize("preset", ACTIVE)

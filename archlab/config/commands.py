@@ -9,6 +9,7 @@ from typing import List, Optional
 
 from archlab.config.fields import setting
 from archlab.config.model import ModelConfig
+from archlab.config.train import ParamConfig
 
 
 @dataclass
@@ -68,6 +69,24 @@ class BenchConfig:
         "contexts' trend) or did; null = 90% of the device's free memory",
     )
     plot: Optional[str] = setting(None, "context sweep: the PNG to draw its curves into; null = none")
+
+
+@dataclass
+class CoordConfig:
+    """``archlab-coord``: the coordinate check of a parametrisation, one composed model at several sizes."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    param: ParamConfig = field(default_factory=ParamConfig)
+    widths: Optional[List[int]] = field(
+        default_factory=lambda: [32, 64, 128, 256], metadata={"help": "the d_model values to train; null = none"}
+    )
+    depths: Optional[List[int]] = setting(None, "also the n_layer values to train at model.d_model, e.g. [2,4,8,16]")
+    steps: int = setting(4, "AdamW steps on one fixed batch of random tokens")
+    lr: float = setting(1e-2, "AdamW's learning rate (large: the growth under sp shows within a few steps)")
+    batch_size: int = setting(8, "sequences in the batch")
+    seq_len: int = setting(64, "tokens per sequence")
+    plot: Optional[str] = setting(None, "a PNG of RMS against width (and <name>_depth.png against depth); null = none")
+    format: str = setting("table", "table or json")
 
 
 @dataclass

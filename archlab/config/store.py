@@ -6,17 +6,18 @@ from __future__ import annotations
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from archlab.config.commands import BenchConfig, CheckConfig
+from archlab.config.commands import BenchConfig, CheckConfig, CoordConfig
 from archlab.config.train import TrainConfig, sweep_dir_or, world_size
 
 
 def register_configs() -> None:
-    """Store ``check_schema``, ``bench_schema`` and ``train_schema`` (each conf/<command>.yaml lists its
+    """Store ``check_schema``, ``bench_schema``, ``coord_schema`` and ``train_schema`` (each conf/<command>.yaml lists its
     schema first), the ``archlab.world_size`` resolver the fsdp trainer sizes its mesh with and the
     ``archlab.sweep_dir_or`` one that puts a sweep's MLflow store in the sweep's directory."""
     cs = ConfigStore.instance()
     cs.store(name="check_schema", node=CheckConfig)
     cs.store(name="bench_schema", node=BenchConfig)
+    cs.store(name="coord_schema", node=CoordConfig)
     cs.store(name="train_schema", node=TrainConfig)
     OmegaConf.register_new_resolver("archlab.world_size", world_size, replace=True)
     OmegaConf.register_new_resolver("archlab.sweep_dir_or", sweep_dir_or, replace=True)

@@ -55,6 +55,17 @@ class OptimConfig:
 
 
 @dataclass
+class ParamConfig:
+    """The parametrisation (``archlab.training.parametrization``): ``kind`` sp | mup | completep, and the
+    proxy the rules scale from (mup: its width; completep: its width and depth)."""
+
+    kind: str = "sp"
+    base_d_model: Optional[int] = None  # mup, completep: the proxy's d_model (width multiplier d_model / this)
+    base_n_layer: Optional[int] = None  # completep: the proxy's n_layer (residual branches × this / n_layer)
+    base_head_dim: Optional[int] = None  # mup, completep: the proxy's head dim; null = the model's at base_d_model
+
+
+@dataclass
 class SchedulerConfig:
     """Warm-up, then ``kind``: cosine | linear (to ``min_lr_ratio * lr`` at ``decay_steps``), constant, or
     wsd (the peak, then a 1-sqrt decay over the last ``decay_fraction`` of the steps)."""
@@ -89,6 +100,7 @@ class TrainConfig:
     data: Dict[str, Any] = field(default_factory=dict)  # a LightningDataModule node with _target_
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    param: ParamConfig = field(default_factory=ParamConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     logger: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Logger node with _target_
     callbacks: Optional[Dict[str, Any]] = field(default_factory=dict)  # name -> Callback node with _target_
@@ -103,6 +115,9 @@ class TrainConfig:
         default_factory=MatchConfig, metadata={"help": "size match.field so the model has a reference's parameters"}
     )
     objective: Optional[str] = setting(None, "the final metric a sweeper optimises (null: the first val loss)")
+    lr_from: Optional[str] = setting(
+        None, "a proxy's sweep over optim.lr: take its best rate (by objective) for this run (tune small, train large)"
+    )
 
 
 def world_size(devices: Any, num_nodes: Any) -> int:

@@ -19,7 +19,7 @@ from archlab.config import AttentionConfig, ModelConfig, n_kv_head
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.nn import cpu_attention
-from archlab.nn.component import LayerPart, residual_projection
+from archlab.nn.component import LayerPart, Role, residual_projection
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import POSITIONS, Rotation
 from archlab.registry import Registry
@@ -312,6 +312,16 @@ class CausalSelfAttention(Attention):
             q_heads, k_heads = q.shape[-2:], k.shape[-2:]
             return self.q_norm(q.flatten(-2)).unflatten(-1, q_heads), self.k_norm(k.flatten(-2)).unflatten(-1, k_heads)
         return q, k
+
+    def param_roles(self) -> dict[str, Role]:
+        # a gate per head reads the width into one value per head: an output; a gate per value dim is hidden
+        gate = Role.OUTPUT if self.gate is not None and self.gate.out_features == self.n_head else Role.HIDDEN
+        projections = {"qkv": Role.HIDDEN, "proj": Role.HIDDEN, "gate": gate}
+        return {
+            **{f"{n}.weight": r for n, r in projections.items()},
+            **{f"{n}.bias": Role.VECTOR for n in projections},
+            "sinks": Role.VECTOR,
+        }
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.nn.attention import KVCache, build_attention
-from archlab.nn.component import LayerPart
+from archlab.nn.component import LayerPart, Role
 from archlab.nn.mlp import MLPS, build_mlp
 from archlab.nn.norms import NORMS, build_norm
 from archlab.nn.positions import Rotation
@@ -38,6 +38,9 @@ class Block(LayerPart, nn.Module):
         self.mlp_out_norm = build_norm(cfg) if "mlp_out_norm" in names else None
         self.drop = nn.Dropout(cfg.dropout)
         self.residual_multiplier = cfg.block.residual_multiplier
+
+    def param_roles(self) -> dict[str, Role]:
+        return {}  # its norms, attention and MLP are entries that answer for their own
 
     def into_residual(self, y: Tensor) -> Tensor:
         """A sublayer's output as it joins the residual stream: times ``residual_multiplier`` (Granite)."""

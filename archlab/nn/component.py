@@ -7,11 +7,13 @@ Every member is a closed form of the config alone, never of a module: ``archlab.
 without building anything. Each family's base class (``Norm``, ``Position``, ``Attention``, ``MLP``,
 ``Block``, ``Head``) adds what its callers ask of it, and its registry refuses a class not derived from it.
 Entries mark their projections into the residual stream with ``residual_projection``, which
-``Decoder.init_weights`` reads (``is_residual_projection``).
+``Decoder.init_weights`` reads (``is_residual_projection``), and declare each parameter's role under μP
+(``param_roles``), which ``archlab.training.parametrization`` reads.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Optional
 
 from torch import nn
@@ -30,8 +32,27 @@ def is_residual_projection(module: nn.Module) -> bool:
     return getattr(module, "residual", False)
 
 
+class Role(str, Enum):
+    """How a parameter's shape grows with the model's width, which sets its μP rule (Yang et al. 2022,
+    Table 3, for Adam): ``input`` (a table whose rows are width-sized: token and position embeddings, and
+    the head's matrix, whose output multiplier is ``model.head.logit_scale``), ``hidden`` (fan-in and
+    fan-out both grow: the projections), ``output`` (the fan-in grows, the fan-out does not: a router, a
+    gate per head), ``vector`` (biases, norm scales, one value per channel or per head)."""
+
+    INPUT = "input"
+    HIDDEN = "hidden"
+    OUTPUT = "output"
+    VECTOR = "vector"
+
+
 class Component:
     """What every entry answers: its checks, a short description and the fields it uses."""
+
+    def param_roles(self) -> Optional[dict[str, Role]]:
+        """The ``Role`` of each parameter the entry holds itself, by its name relative to the entry (the
+        entries it holds, norms inside attention, answer for theirs); None: it declares none, and
+        ``param=mup|completep`` refuses it."""
+        return None
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:

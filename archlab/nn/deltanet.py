@@ -20,7 +20,7 @@ from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
-from archlab.nn.component import residual_projection
+from archlab.nn.component import Role, residual_projection
 
 # fields of the softmax kinds that gated_deltanet refuses, with why
 _REFUSED = recurrent_refusals(
@@ -153,6 +153,12 @@ class GatedDeltaNet(Attention):
         self.norm_weight = nn.Parameter(torch.empty(a.v_head_dim))
         self.norm_eps = cfg.norm.eps
         self.proj = residual_projection(nn.Linear(a.n_head * a.v_head_dim, d, bias=False))
+
+    def param_roles(self) -> dict[str, Role]:
+        # in_proj also holds the per-head decay and write-strength rows (outputs by shape): one matrix, one
+        # rule; under Adam the two rules share the learning rate and differ in the init only
+        per_channel = ("conv_weight", "A_log", "dt_bias", "norm_weight")
+        return {"in_proj.weight": Role.HIDDEN, "proj.weight": Role.HIDDEN, **{n: Role.VECTOR for n in per_channel}}
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import ModelPart
+from archlab.nn.component import ModelPart, Role
 from archlab.registry import Registry
 
 
@@ -51,6 +51,11 @@ class LinearHead(Head, nn.Linear):
     def __init__(self, cfg: ModelConfig):
         nn.Linear.__init__(self, embedding_width(cfg), cfg.vocab_size, bias=cfg.head.bias)
         self.tied, self.softcap, self.logit_scale = cfg.head.tied, cfg.head.softcap, cfg.head.logit_scale
+
+    def param_roles(self) -> dict[str, Role]:
+        # μP's output rule is the multiplier form here (logit_scale carries 1/width), since a tied matrix is
+        # also the embedding: the matrix itself trains as an input table (Cerebras' and nanoGPT-mup's μP)
+        return {"weight": Role.INPUT, "bias": Role.VECTOR}
 
     def forward(self, input: Tensor) -> Tensor:  # nn.Linear's parameter name
         logits = super().forward(input)

@@ -22,7 +22,7 @@ from archlab.nn.attention import (
     softmax_scale,
     validate_shared,
 )
-from archlab.nn.component import residual_projection
+from archlab.nn.component import Role, residual_projection
 from archlab.nn.norms import NORMS
 
 # fields of the causal kind that mla refuses, with why
@@ -85,6 +85,10 @@ class MultiHeadLatentAttention(Attention):
         self.kv_norm = norm(latent_cfg, self.rank)
         self.kv_up = nn.Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)
         self.proj = residual_projection(nn.Linear(self.n_head * self.v_dim, d, bias=False))
+
+    def param_roles(self) -> dict[str, Role]:
+        # the low-rank projections too: their ranks are widths a width sweep grows with d_model
+        return {f"{n}.weight": Role.HIDDEN for n in ("q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj")}
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         B, T, _ = x.shape

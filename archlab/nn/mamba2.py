@@ -21,7 +21,7 @@ from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
-from archlab.nn.component import residual_projection
+from archlab.nn.component import Role, residual_projection
 
 # fields of the softmax kinds that mamba2 refuses, with why
 _REFUSED = recurrent_refusals(
@@ -144,6 +144,12 @@ class Mamba2(Attention):
         self.norm_weight = nn.Parameter(torch.empty(self.inner))
         self.norm_eps = cfg.norm.eps
         self.proj = residual_projection(nn.Linear(self.inner, d, bias=a.out_bias))
+
+    def param_roles(self) -> dict[str, Role]:
+        # in_proj also holds B, C and dt's rows (the state size and heads stay fixed as the width grows):
+        # one matrix, one rule, as Gated DeltaNet's
+        per_channel = ("conv_weight", "conv_bias", "dt_bias", "A_log", "D", "norm_weight", "in_proj.bias", "proj.bias")
+        return {"in_proj.weight": Role.HIDDEN, "proj.weight": Role.HIDDEN, **{n: Role.VECTOR for n in per_channel}}
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
         b, T, _ = x.shape

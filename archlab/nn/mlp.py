@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import LayerPart, residual_projection
+from archlab.nn.component import LayerPart, Role, residual_projection
 from archlab.nn.fused import glu
 from archlab.registry import Registry
 
@@ -99,6 +99,10 @@ class DenseMLP(MLP):
 
     def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
         super().__init__(cfg, layer)
+
+    def param_roles(self) -> dict[str, Role]:
+        # fc/proj (plain) or gate_up/down (gated): matrices between two widths, and their biases
+        return {n: Role.HIDDEN if n.endswith("weight") else Role.VECTOR for n, _ in self.named_parameters()}
 
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:

@@ -14,7 +14,7 @@ from archlab.config import ModelConfig, embedding_dropout
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.attention import KVCache, attention_mask
 from archlab.nn.block import BLOCKS, Block, build_block
-from archlab.nn.component import is_residual_projection
+from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import Position, build_position, uninitialised_embedding
@@ -192,14 +192,20 @@ class Decoder(nn.Module):
         """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` positions."""
         return KVCache(self.cfg, batch_size, max_len or self.cfg.context_length, self.tok_emb.weight.dtype)
 
+    def param_roles(self) -> dict[str, Role]:
+        """The μP roles of the parameters no entry holds (``Component.param_roles``)."""
+        return {"tok_emb.weight": Role.INPUT, "project_in.weight": Role.HIDDEN, "project_out.weight": Role.HIDDEN}
+
     @torch.no_grad()
-    def init_weights(self) -> None:
+    def init_weights(self, residual_depth: Optional[int] = None) -> None:
         """GPT-2 init: N(0, init_std) for matrices and tables, zero biases, unit norm scales, and
-        residual output projections scaled by 1/sqrt(2·n_layer) (Radford et al. 2019)."""
+        residual output projections scaled by 1/sqrt(2·n_layer) (Radford et al. 2019), or by
+        1/sqrt(2·``residual_depth``) (CompleteP: the proxy's depth, its residual branches scaled instead)."""
         std = self.cfg.init_std
+        depth = residual_depth if residual_depth is not None else self.cfg.n_layer
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if is_residual_projection(module) else 1.0
+                scale = 1 / math.sqrt(2 * depth) if is_residual_projection(module) else 1.0
                 nn.init.normal_(module.weight, 0.0, std * scale)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
@@ -208,7 +214,7 @@ class Decoder(nn.Module):
             elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.reset_parameters()
             elif (init := getattr(module, "init_parameters", None)) is not None:
-                init(std, std / math.sqrt(2 * self.cfg.n_layer))  # parameters held outside any Linear (stacked experts)
+                init(std, std / math.sqrt(2 * depth))  # parameters held outside any Linear (stacked experts)
 
     def auxiliary_losses(self) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary training losses the layers computed in the latest

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.nn.component import Role
 from archlab.nn.mlp import MLP, MLPS, d_ff, dense_kind
 
 _P = ParamSpec("_P")
@@ -146,6 +147,19 @@ class MoE(MLP):
         self.shared = dense_kind(m.expert)(shared_config(cfg), layer, width=width) if width else None
         self.shared_gate = nn.Linear(d, 1, bias=False) if m.shared_expert_gate else None
         self.aux_losses: dict[str, tuple[float, Tensor]] = {}
+
+    def param_roles(self) -> dict[str, Role]:
+        # the experts' stacked matrices are hidden; the router and the shared experts' gate read the width
+        # into a value per expert (or one): outputs; the shared experts answer for their own
+        return {
+            "experts.gate_up": Role.HIDDEN,
+            "experts.down": Role.HIDDEN,
+            "experts.gate_up_bias": Role.VECTOR,
+            "experts.down_bias": Role.VECTOR,
+            "router.weight": Role.OUTPUT,
+            "router.bias": Role.VECTOR,
+            "shared_gate.weight": Role.OUTPUT,
+        }
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.shape[-1])

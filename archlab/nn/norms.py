@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import Component
+from archlab.nn.component import Component, Role
 from archlab.nn.fused import rms_norm
 from archlab.registry import Registry
 
@@ -36,6 +36,9 @@ class Norm(Component, nn.Module):
         ``q_norm`` of weight [H, hd]; StableLM 2's one LayerNorm per head). Statistics in at least
         float32; the result in ``x``'s dtype."""
         raise NotImplementedError
+
+    def param_roles(self) -> dict[str, Role]:
+        return {name: Role.VECTOR for name, _ in self.named_parameters()}  # a scale, and LayerNorm's shift
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.component import ModelPart
+from archlab.nn.component import ModelPart, Role
 from archlab.registry import Registry
 
 
@@ -71,6 +71,9 @@ class Position(ModelPart, nn.Module):
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Optional[Tensor]:
         return None
 
+    def param_roles(self) -> dict[str, Role]:
+        return {}  # none, rotary or a fixed bias: no parameters
+
     @staticmethod
     def softmax_factor(cfg: ModelConfig) -> float:
         """What the scheme multiplies attention's softmax scale by (1: it leaves the scale alone)."""
@@ -104,6 +107,9 @@ class Learned(Position):
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
         return x + self.table(pos)
+
+    def param_roles(self) -> dict[str, Role]:
+        return {"table.weight": Role.INPUT}
 
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:

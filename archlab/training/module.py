@@ -19,6 +19,7 @@ from archlab.data.common import IGNORE
 from archlab.nn.model import Decoder, document_inputs
 from archlab.nn.validation import validate
 from archlab.training.optim import build_optimizer, build_scheduler
+from archlab.training.parametrization import initialise
 
 
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
@@ -57,11 +58,13 @@ class LitModel(L.LightningModule):
         compile: bool = False,
         activation_checkpointing: bool = False,
         documents: Optional[dict[str, Any]] = None,
+        param: Optional[dict[str, Any]] = None,
     ):
         super().__init__()
         self.save_hyperparameters()
         self.model_cfg = validate(to_model_config(model))
         self.model: Optional[Decoder] = None
+        self.param = param or {"kind": "sp"}  # checkpoints of earlier versions have none: sp
         self.val_names = list(val_names)
         V = self.model_cfg.vocab_size
         # a NaN batch loss makes the mean NaN (torchmetrics' default drops it and averages the rest)
@@ -100,6 +103,7 @@ class LitModel(L.LightningModule):
         if self.model is not None:
             return
         model = build_model(self.model_cfg)
+        initialise(model, self.param)
         model.activation_checkpointing = self.hparams["activation_checkpointing"]
         if self.hparams["compile"]:
             model.compile_blocks()
@@ -174,7 +178,9 @@ class LitModel(L.LightningModule):
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         mixed = str(self.trainer.precision).endswith("-mixed")
-        optimizer = build_optimizer(self.decoder, self.hparams["optim"], self.device, mixed_precision=mixed)
+        optimizer = build_optimizer(
+            self.decoder, self.hparams["optim"], self.device, mixed_precision=mixed, param=self.param
+        )
         scheduler = build_scheduler(optimizer, self.hparams["scheduler"], self.trainer.max_steps)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

@@ -4,13 +4,15 @@ on the blocks' hidden matrices with AdamW on the rest; and the warm-up that must
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Optional, overload
+from typing import Any, Callable, Optional, cast, overload
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from archlab.errors import ConfigError
+from archlab.nn.model import Decoder
+from archlab.training import parametrization
 from archlab.training.schedules import build_scheduler, lr_factor, warmup_limit
 
 __all__ = ["build_optimizer", "build_scheduler", "lr_factor", "param_groups", "muon_groups", "MuonAdamW", "fit_warmup"]
@@ -102,7 +104,11 @@ class MuonAdamW(torch.optim.Optimizer):
 
 
 def build_optimizer(
-    model: nn.Module, optim: dict[str, Any], device: torch.device, mixed_precision: bool = False
+    model: nn.Module,
+    optim: dict[str, Any],
+    device: torch.device,
+    mixed_precision: bool = False,
+    param: Optional[dict[str, Any]] = None,
 ) -> torch.optim.Optimizer:
     """The optimizer ``optim`` names (no ``kind``: adamw, as earlier versions recorded it). AdamW and SGD
     use fused kernels on CUDA and CPU (one pass over each tensor per step instead of a dozen foreach
@@ -114,6 +120,9 @@ def build_optimizer(
     lr, decay = optim["lr"], optim["weight_decay"]
     # betas and eps as given; records of earlier versions may lack them (torch's defaults then)
     adamw = {"lr": lr, **{k: tuple(optim[k]) if k == "betas" else optim[k] for k in ("betas", "eps") if k in optim}}
+    if kind == "adamw" and param is not None and param["kind"] != "sp":  # μP's groups (validated: adamw only)
+        groups = parametrization.param_groups(cast(Decoder, model), _trainable(model), optim, param)
+        return torch.optim.AdamW(groups, **adamw, fused=fused)
     if kind == "adamw":
         return torch.optim.AdamW(param_groups(model, decay), **adamw, fused=fused)
     if kind == "sgd":

@@ -25,11 +25,14 @@ from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.nn.validation import validate
 from archlab.precision import resolve_precision
+from archlab.report.transfer import transferred
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.instantiate import instantiate_group, instantiate_node
 from archlab.training.loggers import CSVLogger, log_config, log_summary
 from archlab.training.module import LitModel
 from archlab.training.outputs import check_fresh, completed_summary, newest_checkpoint, output_dir, settle_hydra_files
+from archlab.training.parametrization import describe as describe_param
+from archlab.training.parametrization import parametrize
 from archlab.training.recorder import RunRecorder
 from archlab.training.summary import SUMMARY, metric_names, write_summary
 from archlab.training.sweep import apply_match, check_objective, ignored_settings, variant_choices
@@ -43,6 +46,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     start = time.time()
     _single_console()
     validate_train(cfg)
+    _transfer_lr(cfg)
     precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     log.info("precision: %s (%s)", *precision)
     out, out_field = output_dir(cfg)
@@ -81,6 +85,23 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
+def _transfer_lr(cfg: DictConfig) -> None:
+    """With ``lr_from``, set ``optim.lr`` to the best rate of that proxy sweep (by ``objective``, default the
+    validation loss), which must have run under this run's parametrisation; log where it came from."""
+    if cfg.lr_from is None:
+        return
+    found = transferred(cfg.lr_from, "optim.lr", cfg.objective or "val/loss", "lr_from")
+    mine = plain_dict(cfg.param, resolve=True)
+    if any(found.param.get(k) != v for k, v in mine.items()):
+        raise ConfigError(
+            "lr_from",
+            cfg.lr_from,
+            f"a proxy sweep run under this run's parametrisation (it ran param={found.param}; this run: param={mine})",
+        )
+    cfg.optim.lr = float(found.value)
+    log.info("lr_from=%s: %s", cfg.lr_from, found.text)
+
+
 def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
     """``ckpt_path`` as given, or with ``resume=auto`` the newest checkpoint of this run directory."""
     if cfg.ckpt_path is not None:  # recorded in summary.json: absolute, like every path there, and as given
@@ -115,7 +136,9 @@ def _model_for_data(cfg: DictConfig, dm: Any) -> tuple[ModelConfig, Optional[dic
     )
     for line in ignored_settings(cfg, model_cfg):
         log.warning(line)
-    return model_cfg, matched
+    if (line := describe_param(cfg.param, model_cfg)) is not None:
+        log.info(line)
+    return parametrize(model_cfg, cfg.param), matched
 
 
 def _resume_point(
@@ -229,6 +252,7 @@ def _fit(
             model=model_config_dict(model_cfg),
             optim=plain_dict(cfg.optim, resolve=True),
             scheduler=plain_dict(cfg.scheduler, resolve=True),
+            param=plain_dict(cfg.param, resolve=True),
             val_names=list(dm.val_names),
             compile=cfg.compile,
             activation_checkpointing=cfg.activation_checkpointing,

@@ -11,13 +11,16 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from archlab import checks
 from archlab.config import ModelConfig, to_model_config
+from archlab.config.fields import plain_dict
 from archlab.config.layers import layer_configs
 from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
 from archlab.matching import QUANTITIES
 from archlab.nn.attention import ATTENTIONS
 from archlab.nn.validation import validate
+from archlab.training.optim import command_line_sets
 from archlab.training.outputs import check_keep
+from archlab.training.parametrization import check_param
 from archlab.training.sweep import in_multirun
 
 PRECISIONS = ("32", "32-true", "bf16-mixed", "bf16-true", "16-mixed", "auto")
@@ -137,6 +140,9 @@ def validate_train(cfg: DictConfig) -> DictConfig:
         checks.writable_dir("paths.output_dir", cfg.paths.output_dir)
     model = validate(to_model_config(cfg.model))
     _check_documents(cfg.data, model)
+    check_param(plain_dict(cfg.param), model, cfg.optim.kind)
+    if cfg.lr_from is not None and command_line_sets(cfg, "optim.lr"):
+        raise ConfigError("lr_from", cfg.lr_from, "null when optim.lr is set on the command line (it sets optim.lr)")
     return cfg
 
 

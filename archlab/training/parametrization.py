@@ -1,0 +1,173 @@
+"""Parametrisations (``param.kind``): ``sp``, the model and optimizer as configured; ``mup``, μP for width
+(Yang et al. 2022, "Tensor Programs V", Table 3 for Adam, in the multiplier form of Cerebras' and
+nanoGPT-mup's implementations); ``completep``, μP plus CompleteP's depth rule (Dey et al. 2025, α = 1).
+
+Each rule is relative to a proxy of width ``param.base_d_model`` (and depth ``param.base_n_layer``): at
+the proxy's own size every multiplier is 1 and the run is the ``sp`` run. With m = d_model / base_d_model
+and l = n_layer / base_n_layer:
+
+- the model (``parametrize``): logits × 1/m (``model.head.logit_scale``), attention scores × sqrt(base
+  head dim / head dim) (1/head_dim scaling), and under completep each residual branch × 1/l
+  (``model.block.residual_multiplier``). They are model fields, so checkpoints, generation and exports
+  carry them.
+- the init (``initialise``): hidden matrices' std × 1/sqrt(m), output matrices' × 1/m; under completep the
+  residual projections' GPT-2 factor counts the proxy's depth, not the model's.
+- AdamW (``param_groups``): hidden and output matrices' learning rate × 1/m, Adam's eps × 1/m (× 1/l
+  more inside the blocks under completep), and under completep their weight decay × m (η·λ independent
+  of width); inputs and vectors keep the learning rate.
+
+Every width is taken to grow with d_model (d_ff, heads × head dim, ranks), as a width sweep that sets only
+d_model does. Each parameter's role comes from the part that holds it (``Component.param_roles``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Iterator, Optional, cast
+
+import torch
+from torch import nn
+
+from archlab import checks
+from archlab.config import ModelConfig
+from archlab.errors import ConfigError
+from archlab.nn.attention import ATTENTIONS, head_dim
+from archlab.nn.component import Component, Role
+from archlab.nn.model import Decoder
+
+KINDS = ("sp", "mup", "completep")
+WIDTH_RULES = ("mup", "completep")
+
+
+def width_ratio(model: ModelConfig, param: Any) -> float:
+    """m: the model's width over the proxy's (1 under sp)."""
+    return model.d_model / param["base_d_model"] if param["kind"] in WIDTH_RULES else 1.0
+
+
+def depth_ratio(model: ModelConfig, param: Any) -> float:
+    """l: the model's depth over the proxy's (1 unless completep)."""
+    return model.n_layer / param["base_n_layer"] if param["kind"] == "completep" else 1.0
+
+
+def check_param(param: Any, model: ModelConfig, optim_kind: str) -> None:
+    """Raise ConfigError for the first setting of ``param`` that cannot be honoured, before any work: the
+    kind, the base sizes it needs (and none it does not read), AdamW, and a role for every parameter."""
+    checks.choice("param.kind", param["kind"], KINDS)
+    kind = param["kind"]
+    needs = {"sp": (), "mup": ("base_d_model",), "completep": ("base_d_model", "base_n_layer")}[kind]
+    reads = needs + (("base_head_dim",) if kind in WIDTH_RULES else ())
+    for name in ("base_d_model", "base_n_layer", "base_head_dim"):
+        value = param[name]
+        if value is None and name in needs:
+            raise ConfigError(f"param.{name}", None, f"a positive integer: param.kind={kind} scales from the proxy's")
+        if value is not None and name not in reads:
+            users = "completep" if name == "base_n_layer" else "mup or completep"
+            raise ConfigError(f"param.{name}", value, f"null: param.kind={kind} does not read it ({users} does)")
+        if value is not None:
+            checks.integer(f"param.{name}", value)
+            checks.positive(f"param.{name}", value)
+    if kind == "sp":
+        return
+    if optim_kind != "adamw":
+        raise ConfigError(
+            "optim.kind",
+            optim_kind,
+            f"adamw under param.kind={kind} (its rules are Adam's; sgd and muon have none here)",
+        )
+    with torch.device("meta"):
+        roles(Decoder(model), kind)
+
+
+def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
+    """``model`` with the parametrisation's forward multipliers (``model`` itself under sp)."""
+    if param["kind"] not in WIDTH_RULES:
+        return model
+    m, depth = width_ratio(model, param), depth_ratio(model, param)
+    head = dataclasses.replace(model.head, logit_scale=model.head.logit_scale / m)
+    block = dataclasses.replace(model.block, residual_multiplier=model.block.residual_multiplier / depth)
+    attention = model.attention
+    hd = head_dim(model)
+    base = param["base_head_dim"] or head_dim(dataclasses.replace(model, d_model=param["base_d_model"]))
+    reads = ATTENTIONS.get(attention.kind).reads(model)
+    if hd != base and (reads is None or "scale" in reads):
+        scale = attention.scale if attention.scale is not None else 1 / math.sqrt(hd)
+        attention = dataclasses.replace(attention, scale=scale * math.sqrt(base / hd))
+    return dataclasses.replace(model, head=head, block=block, attention=attention)
+
+
+def _own_parameters(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Parameter]]:
+    """The parameters ``module`` holds itself: its own and those of the children that are no entries."""
+    for name, p in module.named_parameters(recurse=False):
+        yield prefix + name, p
+    for name, child in module.named_children():
+        if not isinstance(child, Component):
+            yield from _own_parameters(child, f"{prefix}{name}.")
+
+
+def roles(model: Decoder, kind: str = "mup") -> dict[int, Role]:
+    """id(parameter) -> its declared Role, for every parameter of ``model``; ConfigError naming the part
+    (and parameter) that declares none."""
+    found: dict[int, Role] = {}
+    for path, module in model.named_modules():
+        if not isinstance(module, (Component, Decoder)):  # a Linear or a container: its entry answers for it
+            continue
+        declared = module.param_roles()
+        part = f"{type(module).__name__} ({path or 'the decoder'})"
+        if declared is None:
+            raise ConfigError("param.kind", kind, f"sp: {part} declares no μP roles (Component.param_roles)")
+        for name, p in _own_parameters(cast(nn.Module, module)):  # every entry is a Module too
+            if name not in declared:
+                raise ConfigError("param.kind", kind, f"sp: {part} declares no μP role for its parameter {name}")
+            found[id(p)] = declared[name]
+    return found
+
+
+def initialise(model: Decoder, param: Any) -> None:
+    """Redraw ``model``'s init under the parametrisation (nothing under sp): GPT-2's, with completep's
+    residual factor at the proxy's depth, then hidden matrices × 1/sqrt(m) and output ones × 1/m."""
+    if param["kind"] not in WIDTH_RULES:
+        return
+    cfg = model.cfg
+    model.init_weights(residual_depth=param["base_n_layer"] if param["kind"] == "completep" else None)
+    m = width_ratio(cfg, param)
+    factor = {Role.HIDDEN: 1 / math.sqrt(m), Role.OUTPUT: 1 / m}
+    by_id = roles(model, param["kind"])
+    for p in {id(p): p for p in model.parameters()}.values():
+        if by_id[id(p)] in factor:
+            p.data.mul_(factor[by_id[id(p)]])
+
+
+def param_groups(
+    model: Decoder, named: list[tuple[str, nn.Parameter]], optim: dict[str, Any], param: Any
+) -> list[dict[str, Any]]:
+    """AdamW's parameter groups under the parametrisation: ``named`` (the trainable parameters, each
+    once) grouped by learning rate, weight decay and eps, in order of first appearance."""
+    cfg, kind = model.cfg, param["kind"]
+    m, depth = width_ratio(cfg, param), depth_ratio(cfg, param)
+    lr, decay = optim["lr"], optim["weight_decay"]
+    eps = optim.get("eps") or 1e-8  # torch's default where a recorded config has none
+    by_id = roles(model, kind)
+    groups: dict[tuple[float, float, float], list[nn.Parameter]] = {}
+    for name, p in named:
+        role, in_block = by_id[id(p)], name.startswith("blocks.")
+        matrix = role in (Role.HIDDEN, Role.OUTPUT)
+        decays = p.dim() >= 2 and not name.endswith("bias")
+        key = (
+            lr / m if matrix else lr,
+            (decay * (m if kind == "completep" and matrix else 1.0)) if decays else 0.0,
+            eps / m / (depth if in_block else 1.0),
+        )
+        groups.setdefault(key, []).append(p)
+    return [{"params": ps, "lr": g_lr, "weight_decay": wd, "eps": g_eps} for (g_lr, wd, g_eps), ps in groups.items()]
+
+
+def describe(param: Any, model: ModelConfig) -> Optional[str]:
+    """One line for the run's log: the ratios and what they set (None under sp)."""
+    if param["kind"] not in WIDTH_RULES:
+        return None
+    m, depth = width_ratio(model, param), depth_ratio(model, param)
+    text = f"param={param['kind']}: width ×{m:g} of base_d_model={param['base_d_model']}"
+    if param["kind"] == "completep":
+        text += f", depth ×{depth:g} of base_n_layer={param['base_n_layer']} (residual branches ×{1 / depth:g})"
+    return text + f"; logits ×{1 / m:g}, hidden learning rates ×{1 / m:g}"
