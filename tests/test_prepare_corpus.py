@@ -228,3 +228,16 @@ def test_refusals_name_the_field_before_any_work(tmp_path, tokenizer_file):
             prepare(PrepareConfig(output=str(out), **settings))
         assert err.value.field == field and says in str(err.value), (settings, err.value)
         assert not out.exists()
+
+
+def test_a_text_file_with_a_pretrained_tokenizer_splits_by_tokens_without_eos(tmp_path, tokenizer_file):
+    from tokenizers import Tokenizer
+
+    text = " ".join(DOCS)
+    source = tmp_path / "plain.txt"
+    source.write_text(text, encoding="utf-8")
+    meta = run(tmp_path, source, tokenizer=str(tokenizer_file))
+    ids = Tokenizer.from_file(str(tokenizer_file)).encode(text).ids
+    cut = int(len(ids) * 0.9)  # the text file's split, by tokens
+    assert shards(tmp_path / "shards") == [ids[:cut], ids[cut:]] and "eos_id" not in meta
+    assert meta["tokenizer_file"]["sha256"] == hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
