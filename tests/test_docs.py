@@ -528,6 +528,7 @@ def run_eval(argv: list[str], ws: Workspace) -> None:
     from archlab.cli.eval import check, main
     from archlab.cli.settings import parse
     from archlab.config.commands import EvalConfig
+    from archlab.errors import ConfigError
     from archlab.evaluation.models import read_model
 
     argv = [ws.localize(a) for a in argv]
@@ -544,6 +545,11 @@ def run_eval(argv: list[str], ws: Workspace) -> None:
 
         known = task_names(Path(lm_eval.__file__).parent / "tasks")
         assert set(downloaded) <= known, f"not tasks of lm-eval: {sorted(set(downloaded) - known)}"
+        if cfg.device.startswith("cuda") and not torch.cuda.is_available():  # refused by exactly that check
+            with pytest.raises(ConfigError) as refused:
+                check(cfg)
+            assert refused.value.field == "device", f"refused for another reason: {refused.value}"
+            cfg.device = "cpu"
         check(cfg)
         read_model(cfg.source)
         return
