@@ -50,6 +50,7 @@ pytest, iconv, ...) are not run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -517,6 +518,7 @@ def run_export(argv: list[str], ws: Workspace) -> None:
 TASK_NAME = re.compile(r"^(?:task|group):\s*(\S+)\s*$", re.M)
 
 
+@functools.cache  # lm-eval's own configs, once: about 12,000 names, a second to read
 def task_names(directory: Path) -> set[str]:
     """The lm-eval task and group names the YAML configs under ``directory`` declare."""
     return {name for path in directory.rglob("*.yaml") for name in TASK_NAME.findall(path.read_text(errors="ignore"))}

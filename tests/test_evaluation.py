@@ -267,3 +267,24 @@ def test_perplexity_on_shards_keeps_to_documents_as_training_does(exported, tmp_
     across = perplexity(model, held_out, 16, 16)
     assert across["nll"] == pytest.approx(hand_nll(model, ids, 16, 16), abs=1e-5)
     assert abs(across["nll"] - found["nll"]) > 1e-3  # the mask changes what is predicted from
+
+
+def test_an_exported_directory_is_evaluated_as_the_model_it_came_from(exported, tmp_path):
+    from archlab.cli.eval import main
+
+    root, _, _ = exported
+    (tmp_path / "held_out.txt").write_text("exported and evaluated again " * 3)
+    for name, source in (("file", root / "model.safetensors"), ("hf", root / "hf")):
+        main([str(source), f"perplexity={tmp_path / 'held_out.txt'}", f"out={tmp_path / name}"])
+    file, hf = ((json.loads((tmp_path / n / "results.json").read_text())["results"]) for n in ("file", "hf"))
+    assert hf["perplexity:held_out.txt"]["nll"] == pytest.approx(file["perplexity:held_out.txt"]["nll"], abs=1e-5)
+
+
+@pytest.mark.slow  # indexing lm-eval's own 14,000 task configs takes about 17 s
+def test_an_unknown_task_is_refused_with_the_local_and_the_closest_names(exported):
+    from archlab.evaluation.harness import task_manager
+
+    _, _, tasks = exported
+    with pytest.raises(ConfigError, match=r"tiny_mc.*hellaswag") as refused:
+        task_manager(["hellaswg"], str(tasks))
+    assert refused.value.field == "tasks"
