@@ -269,15 +269,28 @@ def test_perplexity_on_shards_keeps_to_documents_as_training_does(exported, tmp_
     assert abs(across["nll"] - found["nll"]) > 1e-3  # the mask changes what is predicted from
 
 
-def test_an_exported_directory_is_evaluated_as_the_model_it_came_from(exported, tmp_path):
+def test_an_export_and_a_checkpoint_are_evaluated_as_the_model_they_hold(exported, tmp_path):
+    """An archlab-export directory, and a training checkpoint in the run (its tokenizer the run's), give
+    the perplexity of the safetensors file they came from."""
     from archlab.cli.eval import main
+    from archlab.config.model import model_config_dict
 
-    root, _, _ = exported
+    root, model, _ = exported
+    (root / "checkpoints").mkdir(exist_ok=True)
+    state = {f"model.{k}": v for k, v in model.state_dict().items()}
+    torch.save(
+        {"hyper_parameters": {"model": model_config_dict(model.cfg)}, "state_dict": state},
+        root / "checkpoints" / "last.ckpt",
+    )
     (tmp_path / "held_out.txt").write_text("exported and evaluated again " * 3)
-    for name, source in (("file", root / "model.safetensors"), ("hf", root / "hf")):
+    sources = {"file": root / "model.safetensors", "hf": root / "hf", "ckpt": root / "checkpoints" / "last.ckpt"}
+    for name, source in sources.items():
         main([str(source), f"perplexity={tmp_path / 'held_out.txt'}", f"out={tmp_path / name}"])
-    file, hf = ((json.loads((tmp_path / n / "results.json").read_text())["results"]) for n in ("file", "hf"))
-    assert hf["perplexity:held_out.txt"]["nll"] == pytest.approx(file["perplexity:held_out.txt"]["nll"], abs=1e-5)
+    nll = {
+        n: json.loads((tmp_path / n / "results.json").read_text())["results"]["perplexity:held_out.txt"]["nll"]
+        for n in sources
+    }
+    assert nll["hf"] == pytest.approx(nll["file"], abs=1e-5) and nll["ckpt"] == pytest.approx(nll["file"], abs=1e-6)
 
 
 @pytest.mark.slow  # indexing lm-eval's own 14,000 task configs takes about 17 s
