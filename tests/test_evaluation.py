@@ -46,11 +46,27 @@ metric_list:
 """
 
 
+ROLLING = """task: tiny_rolling
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{question}}}}"
+metric_list:
+  - metric: bits_per_byte
+"""
+
+
 def write_task(directory):
-    """A local multiple-choice task: tiny_mc.yaml over tiny_mc.jsonl, in ``directory``."""
+    """Local tasks over tiny_mc.jsonl, in ``directory``: multiple choice (tiny_mc.yaml) and the questions'
+    rolling log-likelihoods (tiny_rolling.yaml)."""
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "tiny_mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     (directory / "tiny_mc.yaml").write_text(TASK.format(data=directory / "tiny_mc.jsonl"))
+    (directory / "tiny_rolling.yaml").write_text(ROLLING.format(data=directory / "tiny_mc.jsonl"))
     return directory
 
 
@@ -157,7 +173,8 @@ def test_the_command_writes_task_metrics_and_perplexity_into_one_results_file(ex
 
     root, model, tasks = exported
     weights = str(root / "model.safetensors")
-    main([weights, "tasks=[tiny_mc]", f"include_path={tasks}", "limit=3", "batch_size=2", "prefix_token_id=10"])
+    main([weights, "tasks=[tiny_mc]", f"include_path={tasks}", "limit=3", "batch_size=2"])
+    main([weights, "tasks=[tiny_rolling]", f"include_path={tasks}", "prefix_token_id=10"])
     text = root / "held_out.txt"
     text.write_text("abcdefghij" * 9)
     main([weights, f"perplexity={text}", "seq_len=32", "stride=16"])
@@ -170,6 +187,7 @@ def test_the_command_writes_task_metrics_and_perplexity_into_one_results_file(ex
     ]
     assert results["tiny_mc"]["acc,none"] == pytest.approx(sum(right) / 3)
     assert results["perplexity:held_out.txt"]["tokens"] == 89 and results["perplexity:held_out.txt"]["ppl"] > 1
+    assert results["tiny_rolling"]["bits_per_byte,none"] > 0  # the rolling task ran with the prefix given
 
 
 @pytest.mark.parametrize(
@@ -190,6 +208,7 @@ def test_the_command_writes_task_metrics_and_perplexity_into_one_results_file(ex
         (["perplexity=held_out.txt", "document_mask=true"], "document_mask"),
         (["perplexity=held_out.txt", "limit=3"], "limit"),
         (["perplexity=held_out.txt", "device=tpu"], "device"),
+        (["tasks=[tiny_rolling]", "include_path=tasks"], "prefix_token_id"),  # the byte tokenizer has no EOS
     ],
 )
 def test_bad_settings_are_refused_naming_the_field_before_any_work(exported, args, field, monkeypatch):

@@ -84,9 +84,17 @@ def run(cfg: EvalConfig) -> tuple[Path, dict[str, Any]]:
         results: dict[str, Any] = {"results": {held_out.name: figures}}
     else:
         assert cfg.tasks is not None  # check: tasks or perplexity
-        from archlab.evaluation.harness import ArchlabLM, evaluate, task_manager
+        from archlab.evaluation.harness import ArchlabLM, evaluate, rolling_tasks, task_manager
 
         manager = task_manager(cfg.tasks, cfg.include_path)
+        rolling = rolling_tasks(manager, cfg.tasks) if found.eos_id is None and cfg.prefix_token_id is None else []
+        if rolling:
+            raise ConfigError(
+                "prefix_token_id",
+                None,
+                f"a token id: {', '.join(rolling)} score texts from their start, conditioned on it, and this "
+                "model's tokenizer has no EOS to take",
+            )
         lm = ArchlabLM(load(found), found.tokenizer, cfg.batch_size, cfg.device, found.eos_id, cfg.prefix_token_id)
         results = evaluate(lm, cfg.tasks, manager, cfg.num_fewshot, cfg.limit)
     return write_results(results, directory), results["results"]

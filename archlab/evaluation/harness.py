@@ -202,3 +202,14 @@ def evaluate(
     )
     assert found is not None  # None only on processes of rank > 0
     return {k: v for k, v in found.items() if k != "samples"}
+
+
+def rolling_tasks(manager: Any, tasks: list[str]) -> list[str]:
+    """Of ``tasks``, those that score whole texts from their start (lm-eval's ``loglikelihood_rolling``,
+    e.g. wikitext), which need a prefix token; read from the task index, before any data is loaded (a
+    group's members are not looked into: such a member asks for the prefix when it runs)."""
+    return [
+        task
+        for task in tasks
+        if (getattr(manager.task_index.get(task), "cfg", None) or {}).get("output_type") == "loglikelihood_rolling"
+    ]
