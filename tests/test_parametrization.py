@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from helpers.report_runs import job
 from helpers.training import cli, compose_train
 
 from archlab import compose_model
@@ -19,9 +20,11 @@ from archlab.errors import ConfigError
 from archlab.nn.attention import CausalSelfAttention
 from archlab.nn.component import Role
 from archlab.nn.model import Decoder
+from archlab.report.transfer import transferred
 from archlab.training.coordcheck import coordinate_check
 from archlab.training.optim import build_optimizer, param_groups
 from archlab.training.parametrization import check_param, initialise, parametrize, roles
+from archlab.training.run import transfer_lr
 from archlab.training.validation import validate_train
 from archlab.weights import load_weights
 
@@ -252,3 +255,38 @@ def test_completep_under_ddp_and_fsdp2_matches_one_process_and_resumes(conf, tmp
         assert proc.returncode == 0, proc.stderr[-3000:]
         again = load_weights(tmp_path / f"{strategy}_resumed" / "model.safetensors").state_dict()
         assert all(torch.equal(again[k], weights[k]) for k in weights), strategy
+
+
+def _proxy(root, param: dict, losses: dict[str, list[float]]):
+    """A hand-built proxy sweep: per learning rate, one run per seed with that final val/loss."""
+    for lr, per_seed in losses.items():
+        for seed, loss in enumerate(per_seed):
+            job(root, [f"optim.lr={lr}", f"seed={seed}"], [loss + 1, loss], config={"param": param})
+
+
+def test_lr_from_takes_the_proxys_best_mean_rate_and_warns_at_the_grid_edge(tmp_path):
+    mup = _param("mup", 64)
+    _proxy(tmp_path / "mid", mup, {"1e-3": [2.0, 2.2], "3e-3": [1.9, 2.0], "1e-2": [2.1, 1.8]})
+    found = transferred(tmp_path / "mid", "optim.lr", "val/loss", "lr_from")
+    assert (found.value, found.mean, found.seeds, found.edge) == ("3e-3", pytest.approx(1.95), 2, None)
+    assert found.param == mup
+    _proxy(tmp_path / "edge", mup, {"1e-3": [2.0, 2.2], "3e-3": [1.9, 2.0], "1e-2": [1.7, 1.8]})
+    edge = transferred(tmp_path / "edge", "optim.lr", "val/loss", "lr_from")
+    assert edge.value == "1e-2" and edge.edge is not None and "highest" in edge.text
+
+
+def test_lr_from_sets_the_rate_and_refuses_another_parametrisation_or_axis(tmp_path):
+    _proxy(tmp_path / "proxy", _param("mup", 64), {"1e-3": [2.0], "3e-3": [1.9]})
+    cfg = compose("train", ["param=mup", "model.d_model=256", f"lr_from={tmp_path / 'proxy'}"])
+    transfer_lr(cfg)
+    assert cfg.optim.lr == 3e-3
+    with pytest.raises(ConfigError, match="parametrisation") as caught:
+        transfer_lr(compose("train", ["param=sp", f"lr_from={tmp_path / 'proxy'}"]))
+    assert caught.value.field == "lr_from"
+    job(tmp_path / "proxy", ["optim.lr=1e-3", "seed=0", "model.d_model=32"], [2.0], config={"param": _param("mup", 64)})
+    with pytest.raises(ConfigError, match="model.d_model") as caught:
+        transfer_lr(compose("train", ["param=mup", f"lr_from={tmp_path / 'proxy'}"]))
+    assert caught.value.field == "lr_from"
+    with pytest.raises(ConfigError) as caught:  # both would set the rate
+        validate_train(compose("train", ["optim.lr=1e-3", f"lr_from={tmp_path / 'proxy'}"]))
+    assert caught.value.field == "lr_from"

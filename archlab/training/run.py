@@ -46,7 +46,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     start = time.time()
     _single_console()
     validate_train(cfg)
-    _transfer_lr(cfg)
+    transfer_lr(cfg)
     precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     log.info("precision: %s (%s)", *precision)
     out, out_field = output_dir(cfg)
@@ -85,7 +85,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     return summary
 
 
-def _transfer_lr(cfg: DictConfig) -> None:
+def transfer_lr(cfg: DictConfig) -> None:
     """With ``lr_from``, set ``optim.lr`` to the best rate of that proxy sweep (by ``objective``, default the
     validation loss), which must have run under this run's parametrisation; log where it came from."""
     if cfg.lr_from is None:
