@@ -20,7 +20,7 @@ from archlab.errors import ConfigError
 from archlab.nn.attention import CausalSelfAttention
 from archlab.nn.component import Role
 from archlab.nn.model import Decoder
-from archlab.report.transfer import transferred
+from archlab.report.proxy import transferred
 from archlab.training.coordcheck import coordinate_check
 from archlab.training.optim import build_optimizer, param_groups
 from archlab.training.parametrization import check_param, initialise, parametrize, roles

@@ -4,6 +4,7 @@ fits with compute multipliers, and the refusals of bad options before anything i
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
@@ -333,3 +334,64 @@ def test_archlab_evals_metrics_are_columns_beside_the_validation_loss(mlp_sweep,
     assert not any("stderr" in h or "tokens" in h or "sample_len" in h for h in header)
     table = [line for line in paths["markdown"].read_text().splitlines() if line.startswith("|")]
     assert "| final val/loss |" in table[0] and "| eval tiny_mc acc |" in table[0]
+
+
+LRS = ["1e-3", "2e-3", "4e-3", "8e-3", "1.6e-2"]
+
+
+def _transfer_sweep(root: Path, params=("sp", "mup"), widths=(32, 64, 128), seeds=(0, 1)) -> Path:
+    """``param=sp,mup model.d_model=32,64,128 optim.lr=LRS seed=0,1``: final loss 2 + 0.1 (log2 lr - c)^2
+    with c the log2 of 4e-3 at width 64, under sp halving as the width doubles (drift -1), under mup
+    fixed (drift 0); seed 1's optimum 0.1 higher in log2 everywhere."""
+    for param in params:
+        for width in widths:
+            for lr in LRS:
+                for seed in seeds:
+                    c = math.log2(4e-3) - (math.log2(width / 64) if param == "sp" else 0) + 0.1 * seed
+                    loss = 2 + 0.1 * (math.log2(float(lr)) - c) ** 2
+                    job(
+                        root,
+                        [f"param={param}", f"model.d_model={width}", f"optim.lr={lr}", f"seed={seed}"],
+                        [3.0, loss],
+                    )
+    return root
+
+
+def test_transfer_follows_the_best_rate_along_the_width(tmp_path):
+    from archlab.report.transfer import record, transfers
+    from archlab.report.write import group_variants, load_runs, swept_axes
+
+    runs = load_runs(_transfer_sweep(tmp_path / "sweep"))
+    found = record(transfers(group_variants(runs, swept_axes(runs)), "optim.lr", "model.d_model", "64", "val/loss"))
+    sp, mup = (next(t for t in found if t["settings"] == {"param": p}) for p in ("sp", "mup"))
+    assert sp["drift"]["mean"] == pytest.approx(-1.0, abs=1e-9) and mup["drift"]["mean"] == pytest.approx(0.0, abs=1e-9)
+    assert sp["proxy_best"] == mup["proxy_best"] == "4e-3"
+    at_128 = next(p for p in sp["points"] if p["value"] == "128")
+    # the parabola's vertex, seed by seed: log2(2e-3) and 0.1 above it
+    assert at_128["best"] == "2e-3" and at_128["log2_optimum"]["mean"] == pytest.approx(math.log2(2e-3) + 0.05)
+    # at the proxy's 4e-3: 0.1 * 1^2 - 0 (seed 0) and 0.1 * 0.9^2 - 0.1 * 0.1^2 (seed 1)
+    assert at_128["cost"]["mean"] == pytest.approx((0.1 + 0.08) / 2)
+    assert all(p["cost"]["mean"] == pytest.approx(0.0, abs=1e-12) for p in mup["points"])
+
+
+def test_transfer_writes_its_section_and_figure(tmp_path):
+    root = _transfer_sweep(tmp_path / "sweep", params=("sp",), widths=(64, 128), seeds=(0,))
+    written = write_report(root, tmp_path / "out", best_over="optim.lr", transfer="model.d_model=64")
+    md = written["markdown"].read_text()
+    assert "## Transfer of optim.lr across model.d_model" in md and "| 64 (proxy) | 4e-3 |" in md
+    assert written["transfer"].exists() and json.loads(written["json"].read_text())["transfer"][0]["proxy"] == "64"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"transfer": "model.d_model"}, {"best_over": "optim.lr", "transfer": "model.d_model=48"}],
+    ids=["without best_over", "a proxy not swept"],
+)
+def test_transfer_is_refused_without_best_over_or_with_a_proxy_not_swept(tmp_path, options):
+    root = tmp_path / "sweep"
+    for width in (32, 64):
+        for lr in ("1e-3", "2e-3"):
+            job(root, [f"model.d_model={width}", f"optim.lr={lr}", "seed=0"], [2.0])
+    with pytest.raises(ConfigError) as caught:
+        write_report(root, tmp_path / "out", **options)
+    assert caught.value.field == "transfer" and not (tmp_path / "out").exists()

@@ -5,6 +5,7 @@ archlab-report multirun/pos_mlp out=reports/pos_mlp metric=val/loss
 archlab-report multirun/pos_mlp baseline=model/mlp=gelu          # each variant minus gelu, paired by seed
 archlab-report multirun/lr best_over=optim.lr                    # each variant at its best learning rate
 archlab-report multirun/sizes scaling=model.d_model baseline=model/mlp=gelu   # L(C), L(N) fits, compute multiplier
+archlab-report multirun/widths best_over=optim.lr transfer=model.d_model=64   # does the best lr move with the width?
 archlab-report multirun/lr spike_factor=1.5 lr_tolerance=0.02    # stability: spikes, the largest lr within 2%
 archlab-report multirun/lr ignore=trainer.accelerator            # runs on a GPU and on a CPU pooled as one grid
 """
@@ -33,6 +34,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         cfg.baseline,
         cfg.best_over,
         cfg.scaling,
+        cfg.transfer,
         cfg.spike_factor,
         cfg.spike_window,
         cfg.lr_tolerance,

@@ -169,6 +169,11 @@ class ReportConfig:
     scaling: Optional[str] = setting(
         None, "a swept size axis, e.g. model.d_model: fit L = a*X^-b + e against FLOPs and parameters; null = none"
     )
+    transfer: Optional[str] = setting(
+        None,
+        "with best_over, a swept axis and its proxy, e.g. model.d_model=64: how the best value moves along it, "
+        "and the cost of the proxy's; null = none",
+    )
     spike_factor: float = setting(
         1.2, "a loss spike: a logged training loss above this many times the median of those before it"
     )

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 from archlab.errors import ConfigError
 from archlab.report import compare
 from archlab.report import scaling as scaling_fits
+from archlab.report import transfer as transfer_along
 from archlab.report.best import EdgeWarning, grid_edges
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ class Analysis:
     baseline: Optional[tuple[str, str]] = None
     comparisons: list[compare.Comparison] = field(default_factory=list)
     by_value: list[compare.Comparison] = field(default_factory=list)  # with best_over: at each of its values
+    transfer: Optional[tuple[str, str]] = None  # (best_over's axis, the axis it is followed along)
+    transfers: list[transfer_along.Transfer] = field(default_factory=list)
     scaling: Optional[str] = None
     fits: list[scaling_fits.ScalingFit] = field(default_factory=list)
     multipliers: list[scaling_fits.Multiplier] = field(default_factory=list)
@@ -40,12 +43,13 @@ def analyse(
     baseline: Optional[str] = None,
     best_over: Optional[str] = None,
     scaling: Optional[str] = None,
+    transfer: Optional[str] = None,
 ) -> Analysis:
     """Check the options against the sweep (one ConfigError naming the first bad one) and compute them:
     best_over first (each variant at its best value), then the baseline comparisons and the scaling fits
     on the variants so chosen. ``metric``: the report's leading metric, None where no run completed."""
     found = Analysis(metric, tuned=best_over, scaling=scaling)
-    given = {"best_over": best_over, "scaling": scaling, "baseline": baseline}
+    given = {"best_over": best_over, "scaling": scaling, "baseline": baseline, "transfer": transfer}
     if metric is None:  # nothing to compare: no option may be given
         if any(given.values()):
             option = next(k for k, v in given.items() if v)
@@ -60,6 +64,11 @@ def analyse(
         found.baseline = compare.parse_baseline(baseline, axes, variants, taken)
     if scaling is not None:
         scaling_fits.check_scaling(scaling, variants, metric)
+    if transfer is not None:
+        axis, proxy = transfer_along.parse(transfer, axes, variants, best_over)
+        assert best_over is not None  # parse refuses transfer without it
+        found.transfer = (best_over, axis)
+        found.transfers = transfer_along.transfers(variants, best_over, axis, proxy, metric)
     chosen = variants
     if best_over is not None:
         found.choices = compare.choose_best(variants, best_over, metric)

@@ -22,6 +22,7 @@ import yaml
 from archlab.errors import ConfigError
 from archlab.report import best, compare, stability
 from archlab.report import scaling as scaling_fits
+from archlab.report import transfer as transfer_along
 from archlab.report.analysis import Analysis, analyse
 from archlab.report.plots import SINGLE_PANEL, Line, Point, final_figure, save_figure, small_multiples
 from archlab.report.runs import Run, Variant, finite_number, run_figures
@@ -299,6 +300,7 @@ def write_report(
     baseline: Optional[str] = None,
     best_over: Optional[str] = None,
     scaling: Optional[str] = None,
+    transfer: Optional[str] = None,
     spike_factor: float = stability.SPIKE_FACTOR,
     spike_window: int = stability.SPIKE_WINDOW,
     lr_tolerance: float = stability.LR_TOLERANCE,
@@ -331,7 +333,7 @@ def write_report(
         raise ConfigError("metric", metric, f"a final metric of these runs: {', '.join(finals)}")
     columns = metric_columns(variants, metric)
     leading = next((c.removeprefix("final ") for c in columns if c.startswith("final ")), None)
-    analysis = analyse(variants, axes, leading, baseline, best_over, scaling)
+    analysis = analyse(variants, axes, leading, baseline, best_over, scaling, transfer)
     found = stability.assess(variants, leading, spike_factor, spike_window, lr_tolerance)
     winners = best.best_runs(variants, leading, analysis.tuned) if leading else []
     out.mkdir(parents=True, exist_ok=True)
@@ -351,6 +353,7 @@ def write_report(
             for w in analysis.edges
         ],
         "stability": found.record(),
+        **({"transfer": transfer_along.record(analysis.transfers)} if analysis.transfer else {}),
     }
     json_path.write_text(json.dumps(record, indent=2) + "\n")
     written = {"markdown": out / "report.md", "csv": csv_path, "json": json_path}
@@ -361,6 +364,8 @@ def write_report(
     # unless a run completed: leading is known
     if leading and analysis.tuned and analysis.choices:
         plots["sensitivity"] = compare.plot_sensitivity(analysis.choices, analysis.tuned, leading, out)
+    if leading and analysis.transfer and analysis.transfers:
+        plots["transfer"] = transfer_along.plot_transfer(analysis.transfers, *analysis.transfer, leading, out)
     if leading and analysis.scaling and analysis.fits:
         plots["scaling"] = scaling_fits.plot_scaling(analysis.fits, analysis.scaling, leading, out)
         written["scaling csv"] = scaling_fits.write_scaling_csv(
@@ -392,6 +397,10 @@ def write_report(
             md += compare.baseline_section(analysis.comparisons, name, leading, analysis.tuned)
             if analysis.tuned:
                 md += compare.baseline_by_value_section(analysis.by_value, name, leading, analysis.tuned)
+        if analysis.transfer:
+            md += transfer_along.transfer_section(
+                analysis.transfers, *analysis.transfer, leading, plots.get("transfer")
+            )
         if analysis.scaling:
             md += scaling_fits.scaling_section(
                 analysis.fits, analysis.multipliers, analysis.scaling, leading, plots.get("scaling")

@@ -25,7 +25,7 @@ from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.nn.validation import validate
 from archlab.precision import resolve_precision
-from archlab.report.transfer import transferred
+from archlab.report.proxy import transferred
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.instantiate import instantiate_group, instantiate_node
 from archlab.training.loggers import CSVLogger, log_config, log_summary
