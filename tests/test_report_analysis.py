@@ -361,7 +361,9 @@ def test_transfer_follows_the_best_rate_along_the_width(tmp_path):
     from archlab.report.transfer import record, transfers
     from archlab.report.write import group_variants, load_runs, swept_axes
 
-    runs = load_runs(_transfer_sweep(tmp_path / "sweep"))
+    root = _transfer_sweep(tmp_path / "sweep")
+    failed(root, ["param=sp", "model.d_model=128", "optim.lr=3.2e-2", "seed=0"])  # diverged: the worst, not a gap
+    runs = load_runs(root)
     found = record(transfers(group_variants(runs, swept_axes(runs)), "optim.lr", "model.d_model", "64", "val/loss"))
     sp, mup = (next(t for t in found if t["settings"] == {"param": p}) for p in ("sp", "mup"))
     assert sp["drift"]["mean"] == pytest.approx(-1.0, abs=1e-9) and mup["drift"]["mean"] == pytest.approx(0.0, abs=1e-9)

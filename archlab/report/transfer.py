@@ -60,18 +60,21 @@ def parse(option: str, axes: list[str], variants: list[Variant], tuned: Optional
     return axis, proxy or None
 
 
-def _log_optimum(xs: list[float], ys: list[float]) -> tuple[float, bool]:
+def _log_optimum(xs: list[float], ys: list[float]) -> Optional[float]:
     """The minimum of ``ys`` over ``xs`` (log2 of the tuned values): the vertex of the parabola through the
-    best point and its two neighbours, kept between them; at the grid's edge, the edge (and True)."""
+    best point and its two neighbours, kept between them; the best point itself at the grid's edge or
+    beside a run that did not complete (inf); None where no run completed."""
     i = min(range(len(ys)), key=lambda k: ys[k])
-    if i in (0, len(ys) - 1):
-        return xs[i], True
+    if not math.isfinite(ys[i]):
+        return None
+    if i in (0, len(ys) - 1) or not all(math.isfinite(y) for y in ys[i - 1 : i + 2]):
+        return xs[i]
     (x0, x1, x2), (y0, y1, y2) = xs[i - 1 : i + 2], ys[i - 1 : i + 2]
     denominator = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0)
     if denominator == 0:
-        return x1, False
+        return x1
     vertex = x1 - 0.5 * ((x1 - x0) ** 2 * (y1 - y2) - (x1 - x2) ** 2 * (y1 - y0)) / denominator
-    return min(max(vertex, x0), x2), False
+    return min(max(vertex, x0), x2)
 
 
 def _slope(xs: list[float], ys: list[float]) -> float:
@@ -105,10 +108,11 @@ def transfers(variants: list[Variant], tuned: str, axis: str, proxy: Optional[st
             seeds = sorted({s for by_seed in per_seed.values() for s in by_seed})
             xs = [math.log2(float(t)) for t in grid]
             # per seed, what to minimise at each grid point; a seed with no completed run there: the worst
-            optima[value] = {
-                s: _log_optimum(xs, [sign * per_seed[t][s] if s in per_seed[t] else math.inf for t in grid])[0]
+            found_optima = {
+                s: _log_optimum(xs, [sign * per_seed[t][s] if s in per_seed[t] else math.inf for t in grid])
                 for s in seeds
             }
+            optima[value] = {s: o for s, o in found_optima.items() if o is not None}
             at_edge = best in (grid[0], grid[-1]) and len(grid) > 1
             points.append(Point(value, best, t_interval(optima[value].values()), at_edge, None))
         proxy_best = next((p.best for p in points if p.value == proxy_value), None)
