@@ -80,6 +80,7 @@ COMMANDS = (
     "archlab-export",
     "archlab-interop",
     "archlab-eval",
+    "archlab-coord",
 )
 GPU_FIELDS = ("trainer.accelerator", "trainer.devices")
 STAND_IN_TEXT = (

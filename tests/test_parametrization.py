@@ -15,7 +15,7 @@ from helpers.report_runs import job
 from helpers.training import cli, compose_train
 
 from archlab import compose_model
-from archlab.build import compose
+from archlab.build import build_model, compose
 from archlab.errors import ConfigError
 from archlab.nn.attention import CausalSelfAttention
 from archlab.nn.component import Role
@@ -53,10 +53,9 @@ def test_at_the_proxys_own_size_mup_and_completep_are_sp():
     for param in (_param("mup", 64), _param("completep", 64, 3)):
         assert parametrize(cfg, param) == cfg
         torch.manual_seed(0)
-        reference = Decoder(cfg)
-        reference.init_weights()
+        reference = build_model(cfg)
         torch.manual_seed(0)
-        model = Decoder(cfg)
+        model = build_model(parametrize(cfg, param))  # as training builds it: GPT-2's init, then the rules
         initialise(model, param)
         for (name, a), b in zip(reference.state_dict().items(), model.state_dict().values()):
             assert torch.equal(a, b), name
@@ -115,7 +114,7 @@ def test_init_scales_each_role_by_its_rule():
     cfg = _model("model.d_model=256", "model.n_layer=4", "model.attention.n_head=4", "model/mlp=moe")
     cfg = parametrize(cfg, _param("completep", 64, 1))
     torch.manual_seed(0)
-    model = Decoder(cfg)
+    model = build_model(cfg)
     initialise(model, _param("completep", 64, 1))
     std = {n: p.std().item() for n, p in model.named_parameters()}
     assert std["tok_emb.weight"] == pytest.approx(0.02, rel=0.05)
@@ -214,7 +213,7 @@ def test_the_optimizer_state_round_trips_through_its_state_dict():
         optimizer.step()
 
     torch.manual_seed(0)
-    model = Decoder(cfg)
+    model = build_model(cfg)
     initialise(model, param)
     optimizer = build_optimizer(model, OPTIM, CPU, param=param)
     step(model, optimizer)

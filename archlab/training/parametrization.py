@@ -124,18 +124,22 @@ def roles(model: Decoder, kind: str = "mup") -> dict[int, Role]:
 
 
 def initialise(model: Decoder, param: Any) -> None:
-    """Redraw ``model``'s init under the parametrisation (nothing under sp): GPT-2's, with completep's
-    residual factor at the proxy's depth, then hidden matrices × 1/sqrt(m) and output ones × 1/m."""
+    """Rescale ``model``'s GPT-2 init (``build_model``'s) under the parametrisation, in place: hidden
+    matrices × 1/sqrt(m), output ones × 1/m; under completep at another depth than the proxy's, first a
+    fresh init whose residual factor counts the proxy's depth. At the proxy's size nothing changes, so the
+    run is the sp run; under sp nothing at all."""
     if param["kind"] not in WIDTH_RULES:
         return
     cfg = model.cfg
-    model.init_weights(residual_depth=param["base_n_layer"] if param["kind"] == "completep" else None)
+    if depth_ratio(cfg, param) != 1.0:
+        model.init_weights(residual_depth=param["base_n_layer"])
     m = width_ratio(cfg, param)
     factor = {Role.HIDDEN: 1 / math.sqrt(m), Role.OUTPUT: 1 / m}
     by_id = roles(model, param["kind"])
-    for p in {id(p): p for p in model.parameters()}.values():
-        if by_id[id(p)] in factor:
-            p.data.mul_(factor[by_id[id(p)]])
+    with torch.no_grad():
+        for p in {id(p): p for p in model.parameters()}.values():
+            if by_id[id(p)] in factor:
+                p.mul_(factor[by_id[id(p)]])
 
 
 def param_groups(
