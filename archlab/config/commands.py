@@ -78,14 +78,16 @@ class CoordConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     param: ParamConfig = field(default_factory=ParamConfig)
     widths: Optional[List[int]] = field(
-        default_factory=lambda: [32, 64, 128, 256], metadata={"help": "the d_model values to train; null = none"}
+        default_factory=lambda: [64, 128, 256, 512], metadata={"help": "the d_model values to train; null = none"}
     )
     depths: Optional[List[int]] = setting(None, "also the n_layer values to train at model.d_model, e.g. [2,4,8,16]")
     steps: int = setting(4, "AdamW steps on one fixed batch of random tokens")
     lr: float = setting(1e-2, "AdamW's learning rate (large: the growth under sp shows within a few steps)")
     batch_size: int = setting(8, "sequences in the batch")
     seq_len: int = setting(64, "tokens per sequence")
-    plot: Optional[str] = setting(None, "a PNG of RMS against width (and <name>_depth.png against depth); null = none")
+    plot: Optional[str] = setting(
+        None, "a PNG of RMS against width, or depth (with both: <name>_depth.png against depth); null = none"
+    )
     format: str = setting("table", "table or json")
 
 

@@ -166,6 +166,7 @@ def run_coord(model: ModelConfig, param: dict[str, Any], settings: Any, plot: Op
             )
             if plot is not None:
                 target = Path(plot).expanduser()
-                target = target if axis == "d_model" else target.with_name(f"{target.stem}_depth{target.suffix}")
+                if axis == "n_layer" and settings.widths:  # both checks: the depth one beside the width one
+                    target = target.with_name(f"{target.stem}_depth{target.suffix}")
                 out[axis]["plot"] = str(draw(out[axis], target))
     return out
