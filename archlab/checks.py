@@ -67,3 +67,12 @@ def writable_dir(field: str, value: str | Path) -> Path:
         why = "is not writable" if existing.is_dir() else "is a file"
         raise ConfigError(field, str(value), f"a directory this user can create or write into ({existing} {why})")
     return path
+
+
+def png_file(field: str, value: Any) -> None:
+    """A figure to write, or None: a path ending in .png in a directory this process can write into."""
+    if value is None:
+        return
+    if not str(value).endswith(".png"):
+        raise ConfigError(field, value, "null or a path ending in .png")
+    writable_dir(field, Path(value).expanduser().parent)

@@ -103,10 +103,7 @@ def check_sweep(cfg) -> list[str]:
     for name in ("threads", "memory_cap_mib"):
         if getattr(cfg, name) is not None:
             checks.integer(name, getattr(cfg, name), 1, "null or a positive integer")
-    if cfg.plot is not None:
-        if not str(cfg.plot).endswith(".png"):
-            raise ConfigError("plot", cfg.plot, "null or a path ending in .png")
-        checks.writable_dir("plot", Path(cfg.plot).expanduser().parent)
+    checks.png_file("plot", cfg.plot)
     if cfg.compile:
         raise ConfigError("compile", cfg.compile, "false with contexts (the sweep times eager steps)")
     checks.choice("precision", cfg.precision, PRECISIONS)
@@ -132,8 +129,7 @@ def growth_exponents(contexts: Sequence[int], values: Sequence[Optional[float]],
     fit = [(math.log2(c), math.log2(v)) for c, v in points if c >= fit_from]
     exponent = None
     if len(fit) >= 2:
-        mx, my = statistics.fmean(x for x, _ in fit), statistics.fmean(y for _, y in fit)
-        exponent = sum((x - mx) * (y - my) for x, y in fit) / sum((x - mx) ** 2 for x, _ in fit)
+        exponent = statistics.linear_regression([x for x, _ in fit], [y for _, y in fit]).slope
     return {
         "exponent": exponent,
         "ratio_per_doubling": None if exponent is None else 2.0**exponent,

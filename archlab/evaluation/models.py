@@ -63,16 +63,6 @@ def _hf_eos(path: Path, tokenizer: Optional[BPETokenizer]) -> Optional[int]:
     return tokenizer.tok.token_to_id(token) if tokenizer is not None and isinstance(token, str) else None
 
 
-def _hf_tokenizer(file: Path, field: str) -> BPETokenizer:
-    """A Hugging Face directory's tokenizer.json as an archlab tokenizer (a ``tokenizers`` Tokenizer)."""
-    from tokenizers import Tokenizer
-
-    try:
-        return BPETokenizer(Tokenizer.from_file(str(file)))
-    except Exception as err:  # the library raises a bare Exception for any file it cannot read
-        raise ConfigError(field, str(file), f"a tokenizer.json the tokenizers library reads ({err})") from None
-
-
 def read_model(source: str, field: str = "source") -> EvalModel:
     """The checked ``source``: ConfigError naming ``field`` where nothing evaluable is there, or it has no
     tokenizer (lm-eval's tasks are text)."""
@@ -82,7 +72,7 @@ def read_model(source: str, field: str = "source") -> EvalModel:
 
         config = config_from_hf(read_hf_config(path))
         file = path / "tokenizer.json"
-        tokenizer = _hf_tokenizer(file, field) if file.is_file() else None
+        tokenizer = BPETokenizer.load(file, field) if file.is_file() else None
         found = EvalModel(path, config, tokenizer, _hf_eos(path, tokenizer), None)
     else:
         weights, config, tokenizer = read_source(source, field)

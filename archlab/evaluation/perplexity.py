@@ -20,10 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from archlab import checks
-from archlab.config.layers import layer_configs
 from archlab.data.tokens import read_meta
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS
+from archlab.nn.attention import recurrent_layer
 from archlab.nn.model import Decoder, document_inputs
 
 VAL = "val.bin"  # the split of a shard directory that perplexity reads
@@ -120,7 +119,7 @@ def perplexity(
     reset_positions: bool = False,
 ) -> dict[str, float]:
     """The mean negative log-likelihood per scored token (nats), its exponential, and the counts."""
-    if document_mask and any(ATTENTIONS.get(c.attention.kind).recurrent for c in layer_configs(model.cfg)):
+    if document_mask and recurrent_layer(model.cfg) is not None:
         raise ConfigError(
             "document_mask", True, "false for this model: a recurrent mixer carries its state across documents"
         )

@@ -591,6 +591,13 @@ def recurrent_refusals(kind: str, own: dict[str, tuple[object, str]]) -> dict[st
     return {name: (v, f"{shown(v)} for kind {kind} ({why})") for name, (v, why) in (_NO_SOFTMAX | own).items()}
 
 
+def recurrent_layer(cfg: ModelConfig) -> Optional[tuple[int, str]]:
+    """The first layer whose mixer is recurrent (gated_deltanet, mamba2: a state carried from token to
+    token, across any document boundary) and its kind; None where every layer masks by scores."""
+    kinds = (c.attention.kind for c in layer_configs(cfg))
+    return next(((i, kind) for i, kind in enumerate(kinds) if ATTENTIONS.get(kind).recurrent), None)
+
+
 def refuse_set(a: AttentionConfig, refused: dict[str, tuple[object, str]]) -> None:
     """Raise a ConfigError naming the first field of ``refused`` (name: the value a kind needs, the allowed
     text) that ``model.attention`` holds at another value."""

@@ -15,7 +15,7 @@ from archlab.report.write import group_variants, load_runs, swept_axes
 
 
 @dataclass
-class Transfer:
+class ProxyBest:
     """The value a proxy's sweep hands on for ``axis``: the one with the best mean final ``metric`` over
     its seeds, the grid it was chosen from, and the proxy's parametrisation (summary ``config.param``)."""
 
@@ -37,7 +37,7 @@ class Transfer:
         return line if self.edge is None else f"{line}; warning: {self.edge.text}"
 
 
-def transferred(sweep_dir: str | Path, axis: str, metric: str, field: str) -> Transfer:
+def transferred(sweep_dir: str | Path, axis: str, metric: str, field: str) -> ProxyBest:
     """What ``sweep_dir``, a proxy's sweep over ``axis`` (and seeds) alone, hands on; ConfigError naming
     ``field`` where it is no such sweep or no run completed."""
     try:
@@ -59,7 +59,7 @@ def transferred(sweep_dir: str | Path, axis: str, metric: str, field: str) -> Tr
     interval = choice.tried[choice.chosen.settings[axis]]
     edges = grid_edges(choices, axis)
     param = ((choice.chosen.completed[0].summary or {}).get("config") or {}).get("param") or {"kind": "sp"}
-    return Transfer(
+    return ProxyBest(
         axis,
         choice.chosen.settings[axis],
         metric,

@@ -7,6 +7,7 @@ Yang et al. 2022's Fig. 1 is this figure."""
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -77,11 +78,6 @@ def _log_optimum(xs: list[float], ys: list[float]) -> Optional[float]:
     return min(max(vertex, x0), x2)
 
 
-def _slope(xs: list[float], ys: list[float]) -> float:
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-
-
 def transfers(variants: list[Variant], tuned: str, axis: str, proxy: Optional[str], metric: str) -> list[Transfer]:
     """Per group of the settings other than ``tuned`` and ``axis``: how the best ``tuned`` value moves
     along ``axis`` by the final ``metric`` (a diverged run counts as the worst)."""
@@ -128,7 +124,7 @@ def transfers(variants: list[Variant], tuned: str, axis: str, proxy: Optional[st
         for s in seeds:
             pts = [(math.log2(float(v)), o[s]) for v, o in optima.items() if s in o]
             if len(pts) > 1:
-                slopes.append(_slope([x for x, _ in pts], [y for _, y in pts]))
+                slopes.append(statistics.linear_regression([x for x, _ in pts], [y for _, y in pts]).slope)
         drift = t_interval(slopes) if slopes else None
         found.append(Transfer(dict(rest), proxy_value, proxy_best, points, drift, curves))
     return found

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from pathlib import Path
 from typing import Any, Optional
 
@@ -67,9 +68,7 @@ def activation_rms(model: ModelConfig, param: dict[str, Any], batch: Tensor, ste
 
 def slope(sizes: list[int], values: list[float]) -> float:
     """The least-squares slope of log(value) against log(size): 0 flat, 1 proportional."""
-    xs, ys = [math.log(s) for s in sizes], [math.log(v) for v in values]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return statistics.linear_regression([math.log(s) for s in sizes], [math.log(v) for v in values]).slope
 
 
 def coordinate_check(
@@ -150,10 +149,7 @@ def check_settings(cfg: Any) -> None:
     if cfg.seq_len > model.context_length:
         raise ConfigError("seq_len", cfg.seq_len, f"at most model.context_length={model.context_length}")
     checks.choice("format", cfg.format, ("table", "json"))
-    if cfg.plot is not None:
-        if not str(cfg.plot).endswith(".png"):
-            raise ConfigError("plot", cfg.plot, "null or a path ending in .png")
-        checks.writable_dir("plot", Path(cfg.plot).expanduser().parent)
+    checks.png_file("plot", cfg.plot)
 
 
 def run_coord(model: ModelConfig, param: dict[str, Any], settings: Any, plot: Optional[str]) -> dict[str, Any]:

@@ -121,7 +121,7 @@ def build_optimizer(
     # betas and eps as given; records of earlier versions may lack them (torch's defaults then)
     adamw = {"lr": lr, **{k: tuple(optim[k]) if k == "betas" else optim[k] for k in ("betas", "eps") if k in optim}}
     if kind == "adamw" and param is not None and param["kind"] != "sp":  # μP's groups (validated: adamw only)
-        groups = parametrization.param_groups(cast(Decoder, model), _trainable(model), optim, param)
+        groups = parametrization.scale_groups(cast(Decoder, model), param_groups(model, decay), optim, param)
         return torch.optim.AdamW(groups, **adamw, fused=fused)
     if kind == "adamw":
         return torch.optim.AdamW(param_groups(model, decay), **adamw, fused=fused)

@@ -12,7 +12,7 @@ and l = n_layer / base_n_layer:
   carry them.
 - the init (``initialise``): hidden matrices' std × 1/sqrt(m), output matrices' × 1/m; under completep the
   residual projections' GPT-2 factor counts the proxy's depth, not the model's.
-- AdamW (``param_groups``): hidden and output matrices' learning rate × 1/m, Adam's eps × 1/m (× 1/l
+- AdamW (``scale_groups``): hidden and output matrices' learning rate × 1/m, Adam's eps × 1/m (× 1/l
   more inside the blocks under completep), and under completep their weight decay × m (η·λ independent
   of width); inputs and vectors keep the learning rate.
 
@@ -137,33 +137,34 @@ def initialise(model: Decoder, param: Any) -> None:
     factor = {Role.HIDDEN: 1 / math.sqrt(m), Role.OUTPUT: 1 / m}
     by_id = roles(model, param["kind"])
     with torch.no_grad():
-        for p in {id(p): p for p in model.parameters()}.values():
+        for p in model.parameters():  # a tied table once
             if by_id[id(p)] in factor:
                 p.mul_(factor[by_id[id(p)]])
 
 
-def param_groups(
-    model: Decoder, named: list[tuple[str, nn.Parameter]], optim: dict[str, Any], param: Any
+def scale_groups(
+    model: Decoder, groups: list[dict[str, Any]], optim: dict[str, Any], param: Any
 ) -> list[dict[str, Any]]:
-    """AdamW's parameter groups under the parametrisation: ``named`` (the trainable parameters, each
-    once) grouped by learning rate, weight decay and eps, in order of first appearance."""
+    """AdamW's parameter groups under the parametrisation: each of ``groups`` (``training.optim.param_groups``'
+    split into decaying and non-decaying parameters) split again by learning rate, weight decay and eps,
+    in order of first appearance."""
     cfg, kind = model.cfg, param["kind"]
     m, depth = width_ratio(cfg, param), depth_ratio(cfg, param)
-    lr, decay = optim["lr"], optim["weight_decay"]
+    lr = optim["lr"]
     eps = optim.get("eps") or 1e-8  # torch's default where a recorded config has none
     by_id = roles(model, kind)
-    groups: dict[tuple[float, float, float], list[nn.Parameter]] = {}
-    for name, p in named:
-        role, in_block = by_id[id(p)], name.startswith("blocks.")
-        matrix = role in (Role.HIDDEN, Role.OUTPUT)
-        decays = p.dim() >= 2 and not name.endswith("bias")
-        key = (
-            lr / m if matrix else lr,
-            (decay * (m if kind == "completep" and matrix else 1.0)) if decays else 0.0,
-            eps / m / (depth if in_block else 1.0),
-        )
-        groups.setdefault(key, []).append(p)
-    return [{"params": ps, "lr": g_lr, "weight_decay": wd, "eps": g_eps} for (g_lr, wd, g_eps), ps in groups.items()]
+    in_block = {id(p) for name, p in model.named_parameters() if name.startswith("blocks.")}
+    scaled: dict[tuple[float, float, float], list[nn.Parameter]] = {}
+    for group in groups:
+        for p in group["params"]:
+            matrix = by_id[id(p)] in (Role.HIDDEN, Role.OUTPUT)
+            key = (
+                lr / m if matrix else lr,
+                group["weight_decay"] * (m if kind == "completep" and matrix else 1.0),
+                eps / m / (depth if id(p) in in_block else 1.0),
+            )
+            scaled.setdefault(key, []).append(p)
+    return [{"params": ps, "lr": g_lr, "weight_decay": wd, "eps": g_eps} for (g_lr, wd, g_eps), ps in scaled.items()]
 
 
 def describe(param: Any, model: ModelConfig) -> Optional[str]:

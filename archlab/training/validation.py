@@ -12,11 +12,10 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from archlab import checks
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.fields import plain_dict
-from archlab.config.layers import layer_configs
 from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
 from archlab.matching import QUANTITIES
-from archlab.nn.attention import ATTENTIONS
+from archlab.nn.attention import recurrent_layer
 from archlab.nn.validation import validate
 from archlab.training.optim import command_line_sets
 from archlab.training.outputs import check_keep
@@ -149,16 +148,15 @@ def validate_train(cfg: DictConfig) -> DictConfig:
 def _check_documents(data: Any, model: ModelConfig) -> None:
     """``data.document_mask`` needs every layer to mask attention: a recurrent mixer (gated_deltanet,
     mamba2) would carry its state from one document into the next."""
-    if data.get("document_mask") is not True:
+    if data.get("document_mask") is not True or (found := recurrent_layer(model)) is None:
         return
-    for layer, c in enumerate(layer_configs(model)):
-        if ATTENTIONS.get(c.attention.kind).recurrent:
-            raise ConfigError(
-                "data.document_mask",
-                True,
-                f"false for this model: layer {layer}'s model.attention.kind={c.attention.kind} is a recurrent "
-                "mixer, whose state is not reset at a document's end",
-            )
+    layer, kind = found
+    raise ConfigError(
+        "data.document_mask",
+        True,
+        f"false for this model: layer {layer}'s model.attention.kind={kind} is a recurrent "
+        "mixer, whose state is not reset at a document's end",
+    )
 
 
 def _check_optim(o: Any, t: Any) -> None:
