@@ -5,8 +5,9 @@ head, decayed and corrected by the gated delta rule, so its decoding state is co
 Per head ``h`` and token ``t`` (``k_t``, ``q_t`` L2-normed, ``q_t`` scaled by 1/sqrt(key_head_dim)):
 ``S_t = α_t·S_{t−1} + k_t·u_tᵀ`` with ``u_t = β_t·(v_t − α_t·S_{t−1}ᵀ·k_t)``, output ``o_t = S_tᵀ·q_t``;
 ``α_t = exp(g_t)``, ``g_t = −exp(A_log)·softplus(a_t + dt_bias)``, ``β_t = sigmoid(b_t)``. Training and
-prefill run the chunked parallel form (``chunked_delta_rule``), decoding the recurrence itself
-(``recurrent_delta_rule``); both in float32 (float64 in a float64 model)."""
+prefill run the chunked parallel form (``chunked_delta_rule``; on a GPU flash-linear-attention's kernel
+where installed, nn/kernels.py), decoding the recurrence itself (``recurrent_delta_rule``); both in
+float32 (float64 in a float64 model)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.nn import kernels
 from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
 from archlab.nn.component import Role, residual_projection
 
@@ -183,6 +185,8 @@ class GatedDeltaNet(Attention):
         state = None if state is None else state.to(f)
         if T == 1:
             o, state = recurrent_delta_rule(q, k, v, g, beta, state)
+        elif kernels.delta_rule_applies(q):
+            o, state = kernels.delta_rule(q, k, v, g, beta, state)
         else:
             o, state = chunked_delta_rule(q, k, v, g, beta, self.scan_chunk, state)
         if cache is not None:

@@ -5,8 +5,9 @@ decoding state is constant in the context.
 
 Per head ``h`` (of group ``g``, whose B and C it shares) and token ``t``: ``S_t = exp(dt_t·A_h)·S_{t−1} +
 dt_t·x_t·B_tᵀ``, ``y_t = S_t·C_t + D_h·x_t``, with ``dt_t = clamp(softplus(dt_raw + dt_bias))`` and ``A_h =
-−exp(A_log_h)``. Training and prefill run the chunked parallel form, SSD (``chunked_ssd``), decoding the
-recurrence itself (``recurrent_ssd``); both in float32 (float64 in a float64 model)."""
+−exp(A_log_h)``. Training and prefill run the chunked parallel form, SSD (``chunked_ssd``; on a GPU mamba_ssm's
+kernel where installed, nn/kernels.py), decoding the recurrence itself (``recurrent_ssd``); both in float32
+(float64 in a float64 model)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.nn import kernels
 from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
 from archlab.nn.component import Role, residual_projection
 
@@ -169,6 +171,8 @@ class Mamba2(Attention):
         state = None if state is None else state.to(f)
         if T == 1:
             y, state = recurrent_ssd(xs, dt, A, B, C, state)
+        elif kernels.ssd_applies(xs):
+            y, state = kernels.ssd(xs, dt, A, B, C, self.scan_chunk, state)
         else:
             y, state = chunked_ssd(xs, dt, A, B, C, self.scan_chunk, state)
         if cache is not None:
