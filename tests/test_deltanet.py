@@ -265,7 +265,10 @@ REFUSED = [
     ({"attention": GDN | {"v_head_dim": 0}}, "model.attention.v_head_dim"),
     ({"attention": GDN | {"conv_kernel": 0}}, "model.attention.conv_kernel"),
     ({"attention": GDN | {"scan_chunk": 0}}, "model.attention.scan_chunk"),
+    ({"attention": GDN | {"dt_bias_init": float("nan")}}, "model.attention.dt_bias_init"),
+    ({"attention": GDN | {"dt_bias_init": None, "dt_min": 0.0}}, "model.attention.dt_min"),
     ({"attention": {"key_heads": 2}}, "model.attention.key_heads"),  # the causal kind refuses its fields
+    ({"attention": {"dt_bias_init": None}}, "model.attention.dt_bias_init"),
     ({"attention": {"conv_kernel": 2}}, "model.attention.conv_kernel"),
     (HYBRID | {"layers": {"kinds": {"d": {"attention": GDN | {"scan_chunk": -1}}}, "pattern": ["d"]}},
      "model.layers.kinds.d.attention.scan_chunk"),
@@ -277,3 +280,28 @@ def test_each_refused_setting_names_its_field(overrides, field):
     with pytest.raises(ConfigError) as error:
         validate(tiny(**overrides))
     assert error.value.field == field
+
+
+def test_dt_bias_starts_at_its_value_or_is_drawn_as_mamba2s():
+    """transformers' Qwen3-Next init by default (dt_bias 1 in every head); with dt_bias_init null, softplus(dt_bias)
+    = dt log-uniform in [dt_min, dt_max] (flash-linear-attention's GatedDeltaNet), floored at dt_init_floor; the
+    mamba2 fields are then read, and ignored (reported) otherwise."""
+    torch.manual_seed(0)
+    fixed = build_model(tiny(attention=GDN | {"n_head": 64, "key_heads": 64, "dt_bias_init": 0.5}))
+    assert all(torch.equal(m.dt_bias, torch.full((64,), 0.5)) for m in fixed.modules() if isinstance(m, GatedDeltaNet))
+    drawn_cfg = tiny(
+        attention=GDN | {"n_head": 64, "key_heads": 64, "dt_bias_init": None, "dt_min": 0.01, "dt_max": 0.2}
+    )
+    dts = [
+        torch.nn.functional.softplus(m.dt_bias)
+        for m in build_model(drawn_cfg).modules()
+        if isinstance(m, GatedDeltaNet)
+    ]
+    dt = torch.cat(dts)
+    assert 0.01 - 1e-6 <= dt.min() and dt.max() <= 0.2 + 1e-6 and dt.log().std() > 0.5  # spread over the log range
+    floored = tiny(attention=GDN | {"dt_bias_init": None, "dt_min": 1e-4, "dt_max": 2e-4, "dt_init_floor": 0.05})
+    for m in build_model(floored).modules():
+        if isinstance(m, GatedDeltaNet):
+            torch.testing.assert_close(torch.nn.functional.softplus(m.dt_bias), torch.full((4,), 0.05))
+    assert [i.field for i in ignored(tiny(attention=GDN | {"dt_min": 0.01}))] == ["model.attention.dt_min"]
+    assert ignored(drawn_cfg) == []

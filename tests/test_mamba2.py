@@ -318,6 +318,7 @@ REFUSED = [
     ({"attention": M2 | {"dt_init_floor": -1.0}}, "model.attention.dt_init_floor"),
     ({"attention": M2 | {"dt_limit_min": -1.0}}, "model.attention.dt_limit_min"),
     ({"attention": M2 | {"dt_limit_min": 0.5, "dt_limit_max": 0.5}}, "model.attention.dt_limit_max"),
+    ({"attention": M2 | {"dt_bias_init": None}}, "model.attention.dt_bias_init"),  # gated_deltanet's field
     ({"attention": {"state_size": 16}}, "model.attention.state_size"),  # the causal kind refuses its fields
     ({"attention": {"groups": 2}}, "model.attention.groups"),
     ({"attention": {"dt_limit_max": 1.0}}, "model.attention.dt_limit_max"),

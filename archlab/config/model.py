@@ -111,13 +111,16 @@ class AttentionConfig:
     key_head_dim: int = 128  # gated_deltanet: query/key dims per head
     conv_kernel: int = 4  # gated_deltanet, mamba2: width of the causal depthwise convolution (q, k, v | x, B, C)
     scan_chunk: int = 64  # gated_deltanet, mamba2: positions per chunk of the parallel form (speed and memory only)
+    # gated_deltanet init: dt_bias starts at this value (1.0: transformers' Qwen3-Next); None: softplus⁻¹ of a dt
+    # drawn as mamba2's (dt_min, dt_max, dt_init_floor), as flash-linear-attention's GatedDeltaNet; init only
+    dt_bias_init: Optional[float] = 1.0
     # mamba2 (Mamba-2's SSD, Dao & Gu 2024): n_head heads of head_dim channels (None: 2·d_model/n_head, expand 2),
     # each channel a state_size state decayed by exp(dt·A) and written along B, read by C; qkv_bias and out_bias
     # are the in- and out-projections' biases
     state_size: int = 128  # mamba2: state dims per channel (N), the width of B and C
     groups: int = 1  # mamba2: B/C groups, each shared by n_head/groups heads; also the gated norm's groups
     conv_bias: bool = True  # mamba2: a bias on the causal convolution
-    dt_min: float = 0.001  # mamba2 init: dt log-uniform in [dt_min, dt_max] (floored at dt_init_floor), dt_bias =
+    dt_min: float = 0.001  # mamba2 (and gated_deltanet's dt_bias_init None) init: dt log-uniform in [dt_min, dt_max] (floored at dt_init_floor), dt_bias =
     dt_max: float = 0.1  # softplus⁻¹(dt); init only, not the model
     dt_init_floor: float = 1e-4
     dt_limit_min: float = 0.0  # mamba2: dt = softplus(dt + dt_bias) clamped to [dt_limit_min, dt_limit_max]

@@ -551,11 +551,11 @@ class CausalSelfAttention(Attention):
 
 # the fields only the recurrent kinds read, at their defaults, with the kinds that read them: the causal kind
 # refuses them set otherwise
-_RECURRENT_READERS = {"key_heads": "gated_deltanet", "key_head_dim": "gated_deltanet"}
-_RECURRENT_READERS |= dict.fromkeys(("conv_kernel", "scan_chunk"), "gated_deltanet or mamba2")
+_RECURRENT_READERS = dict.fromkeys(("key_heads", "key_head_dim", "dt_bias_init"), "gated_deltanet")
 _RECURRENT_READERS |= dict.fromkeys(
-    ("state_size", "groups", "conv_bias", "dt_min", "dt_max", "dt_init_floor", "dt_limit_min", "dt_limit_max"), "mamba2"
+    ("conv_kernel", "scan_chunk", "dt_min", "dt_max", "dt_init_floor"), "gated_deltanet or mamba2"
 )
+_RECURRENT_READERS |= dict.fromkeys(("state_size", "groups", "conv_bias", "dt_limit_min", "dt_limit_max"), "mamba2")
 _RECURRENT_DEFAULTS = {
     f.name: (f.default, _RECURRENT_READERS[f.name])
     for f in dataclasses.fields(AttentionConfig)

@@ -11,6 +11,7 @@ float32 (float64 in a float64 model)."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -23,6 +24,7 @@ from archlab.errors import ConfigError
 from archlab.nn import kernels
 from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
 from archlab.nn.component import Role, residual_projection
+from archlab.nn.mamba2 import check_dt_init, drawn_dt_bias
 
 # fields of the softmax kinds that gated_deltanet refuses, with why
 _REFUSED = recurrent_refusals(
@@ -154,6 +156,7 @@ class GatedDeltaNet(Attention):
         self.dt_bias = nn.Parameter(torch.empty(a.n_head))
         self.norm_weight = nn.Parameter(torch.empty(a.v_head_dim))
         self.norm_eps = cfg.norm.eps
+        self.dt_init = (a.dt_bias_init, a.dt_min, a.dt_max, a.dt_init_floor)
         self.proj = residual_projection(nn.Linear(a.n_head * a.v_head_dim, d, bias=False))
 
     def param_roles(self) -> dict[str, Role]:
@@ -212,10 +215,15 @@ class GatedDeltaNet(Attention):
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:
         """What no Linear holds (``Decoder.init_weights`` calls it), as Qwen3-Next initialises it: the
-        convolution N(0, std), dt_bias 1, A_log the log of U(0.01, 16) (decays from gentle to near-total),
-        the norm's scale 1."""
+        convolution N(0, std), dt_bias ``dt_bias_init`` (transformers' 1) or, where that is None, drawn as
+        Mamba-2's (flash-linear-attention's GatedDeltaNet), A_log the log of U(0.01, 16), the norm's scale 1.
+        With dt_bias 1 a head of A = 16 keeps exp(−16·softplus(1)) ≈ 1e-9 of its state per token at a = 0."""
         nn.init.normal_(self.conv_weight, 0.0, std)
-        nn.init.ones_(self.dt_bias)
+        start, *drawn = self.dt_init
+        if start is None:
+            self.dt_bias.copy_(drawn_dt_bias(self.n_head, *drawn, self.dt_bias.device))
+        else:
+            nn.init.constant_(self.dt_bias, start)
         self.A_log.copy_(torch.empty_like(self.A_log).uniform_(0.01, 16).log())
         nn.init.ones_(self.norm_weight)
 
@@ -264,6 +272,12 @@ class GatedDeltaNet(Attention):
                 )
         for name in ("key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
+        if a.dt_bias_init is None:
+            check_dt_init(a)
+        elif math.isnan(checks.finite(a.dt_bias_init)):
+            raise ConfigError(
+                "model.attention.dt_bias_init", a.dt_bias_init, "a number, or null (drawn as mamba2's dt)"
+            )
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
@@ -273,7 +287,10 @@ class GatedDeltaNet(Attention):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """Its heads and sizes, its convolution and scan; the softmax kinds' fields it refuses."""
+        """Its heads and sizes, its convolution and scan, its dt_bias init; the softmax kinds' fields it refuses."""
+        drawn = {"dt_min", "dt_max", "dt_init_floor"} if cfg.attention.dt_bias_init is None else set()
         return frozenset(
-            {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk"} | set(_REFUSED)
+            {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk", "dt_bias_init"}
+            | drawn
+            | set(_REFUSED)
         )

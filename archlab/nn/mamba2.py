@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig
+from archlab.config import AttentionConfig, ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn import kernels
 from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
@@ -32,6 +32,7 @@ _REFUSED = recurrent_refusals(
         "n_kv_head": (None, "its B and C are shared per group: model.attention.groups"),
         "qk_norm": ("none", "it has no queries or keys to norm"),
         "scale": (None, "it has no scores to scale"),
+        "dt_bias_init": (1.0, "its dt_bias is drawn from dt_min, dt_max and dt_init_floor"),
     },
 )
 
@@ -96,6 +97,22 @@ def recurrent_ssd(
         S = S * (step * A[:, None, None]).exp() + step * x[:, t, :, :, None] * B[:, t, :, None, :]
         out.append((S * C[:, t, :, None, :]).sum(-1))
     return torch.stack(out, dim=1), S
+
+
+def drawn_dt_bias(n_head: int, dt_min: float, dt_max: float, floor: float, device: torch.device) -> Tensor:
+    """Mamba's dt_bias init, one per head: softplus⁻¹ of a dt log-uniform in [dt_min, dt_max], at least ``floor``."""
+    u = torch.rand(n_head, dtype=torch.float32, device=device)
+    dt = (u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).exp().clamp(min=floor)
+    return dt + torch.log(-torch.expm1(-dt))  # softplus⁻¹(dt)
+
+
+def check_dt_init(a: AttentionConfig) -> None:
+    """``drawn_dt_bias``'s fields: 0 < dt_min <= dt_max, dt_init_floor >= 0, all finite."""
+    checks.positive("model.attention.dt_min", a.dt_min)
+    if not a.dt_min <= a.dt_max < math.inf:
+        raise ConfigError("model.attention.dt_max", a.dt_max, f"a number >= model.attention.dt_min={a.dt_min}")
+    if not 0 <= a.dt_init_floor < math.inf:
+        raise ConfigError("model.attention.dt_init_floor", a.dt_init_floor, "a number >= 0")
 
 
 def head_dim(cfg: ModelConfig) -> int:
@@ -203,10 +220,7 @@ class Mamba2(Attention):
         nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
         if self.conv_bias is not None:
             nn.init.zeros_(self.conv_bias)
-        lo, hi, floor = self.dt_init
-        u = torch.rand(self.n_head, dtype=torch.float32, device=self.dt_bias.device)
-        dt = (u * (math.log(hi) - math.log(lo)) + math.log(lo)).exp().clamp(min=floor)
-        self.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # softplus⁻¹(dt)
+        self.dt_bias.copy_(drawn_dt_bias(self.n_head, *self.dt_init, self.dt_bias.device))
         self.A_log.copy_(torch.arange(1, self.n_head + 1, dtype=torch.float32, device=self.A_log.device).log())
         nn.init.ones_(self.D)
         nn.init.ones_(self.norm_weight)
@@ -268,11 +282,7 @@ class Mamba2(Attention):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
         for name in ("qkv_bias", "out_bias", "conv_bias"):
             checks.choice(f"model.attention.{name}", getattr(a, name), (True, False))
-        checks.positive("model.attention.dt_min", a.dt_min)
-        if not a.dt_min <= a.dt_max < math.inf:
-            raise ConfigError("model.attention.dt_max", a.dt_max, f"a number >= model.attention.dt_min={a.dt_min}")
-        if not 0 <= a.dt_init_floor < math.inf:
-            raise ConfigError("model.attention.dt_init_floor", a.dt_init_floor, "a number >= 0")
+        check_dt_init(a)
         if not 0 <= a.dt_limit_min < math.inf:
             raise ConfigError("model.attention.dt_limit_min", a.dt_limit_min, "a number >= 0")
         if a.dt_limit_max is not None and not a.dt_limit_min < a.dt_limit_max < math.inf:

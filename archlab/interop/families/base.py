@@ -62,6 +62,10 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.state_size": (128, "no Mamba-2 state of another size (a mamba2 field)"),
     "model.attention.groups": (1, "no Mamba-2 B/C groups (a mamba2 field)"),
     "model.attention.conv_bias": (True, "a mamba2 field, at its default"),
+    "model.attention.dt_bias_init": (
+        1.0,
+        "Gated DeltaNet's dt_bias initialised as transformers' (a gated_deltanet field)",
+    ),
     "model.attention.dt_min": (0.001, "Mamba-2's dt initialised as mamba_ssm (a mamba2 field)"),
     "model.attention.dt_max": (0.1, "Mamba-2's dt initialised as mamba_ssm (a mamba2 field)"),
     "model.attention.dt_init_floor": (1e-4, "Mamba-2's dt initialised as mamba_ssm (a mamba2 field)"),
