@@ -219,9 +219,9 @@ class GatedDeltaNet(Attention):
         Mamba-2's (flash-linear-attention's GatedDeltaNet), A_log the log of U(0.01, 16), the norm's scale 1.
         With dt_bias 1 a head of A = 16 keeps exp(−16·softplus(1)) ≈ 1e-9 of its state per token at a = 0."""
         nn.init.normal_(self.conv_weight, 0.0, std)
-        start, *drawn = self.dt_init
+        start, dt_min, dt_max, floor = self.dt_init
         if start is None:
-            self.dt_bias.copy_(drawn_dt_bias(self.n_head, *drawn, self.dt_bias.device))
+            self.dt_bias.copy_(drawn_dt_bias(self.n_head, dt_min, dt_max, floor, self.dt_bias.device))
         else:
             nn.init.constant_(self.dt_bias, start)
         self.A_log.copy_(torch.empty_like(self.A_log).uniform_(0.01, 16).log())
