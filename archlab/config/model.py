@@ -120,8 +120,8 @@ class AttentionConfig:
     state_size: int = 128  # mamba2: state dims per channel (N), the width of B and C
     groups: int = 1  # mamba2: B/C groups, each shared by n_head/groups heads; also the gated norm's groups
     conv_bias: bool = True  # mamba2: a bias on the causal convolution
-    dt_min: float = 0.001  # mamba2 (and gated_deltanet's dt_bias_init None) init: dt log-uniform in [dt_min, dt_max] (floored at dt_init_floor), dt_bias =
-    dt_max: float = 0.1  # softplus⁻¹(dt); init only, not the model
+    dt_min: float = 0.001  # mamba2 init (gated_deltanet's too where dt_bias_init is None): dt log-uniform in
+    dt_max: float = 0.1  # [dt_min, dt_max] (floored at dt_init_floor), dt_bias = softplus⁻¹(dt); init only
     dt_init_floor: float = 1e-4
     dt_limit_min: float = 0.0  # mamba2: dt = softplus(dt + dt_bias) clamped to [dt_limit_min, dt_limit_max]
     dt_limit_max: Optional[float] = None  # None = no upper bound (transformers' time_step_limit (0, inf))
