@@ -32,6 +32,9 @@ class Problem(NamedTuple):
     why: str = ""  # " (its experts are gated)": appended to the refusal
 
 
+# mamba2 draws dt_bias from these; gated_deltanet too where dt_bias_init is null
+_DT_DRAW = "dt_bias drawn as mamba_ssm draws it, from dt in [0.001, 0.1] floored at 1e-4"
+
 # Optional parts of a layout, at the value that means "absent". A family lists the ones it holds in
 # ``Family.features``; every other one must stay at this value.
 FEATURES: dict[str, tuple[Any, str]] = {
@@ -66,9 +69,9 @@ FEATURES: dict[str, tuple[Any, str]] = {
         1.0,
         "Gated DeltaNet's dt_bias initialised as transformers' (a gated_deltanet field)",
     ),
-    "model.attention.dt_min": (0.001, "Mamba-2's dt initialised as mamba_ssm (a mamba2 field)"),
-    "model.attention.dt_max": (0.1, "Mamba-2's dt initialised as mamba_ssm (a mamba2 field)"),
-    "model.attention.dt_init_floor": (1e-4, "Mamba-2's dt initialised as mamba_ssm (a mamba2 field)"),
+    "model.attention.dt_min": (0.001, _DT_DRAW),
+    "model.attention.dt_max": (0.1, _DT_DRAW),
+    "model.attention.dt_init_floor": (1e-4, _DT_DRAW),
     "model.attention.dt_limit_min": (0.0, "no Mamba-2 time-step clamp (a mamba2 field)"),
     "model.attention.dt_limit_max": (None, "no Mamba-2 time-step clamp (a mamba2 field)"),
     "model.head.softcap": (None, "no logit soft-capping"),
