@@ -14,8 +14,8 @@ from torch import nn
 
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
-from archlab.nn.attention import ATTENTIONS
 from archlab.nn.head import embedding_width
+from archlab.nn.mixers.base import MIXERS
 from archlab.nn.validation import entries, validate
 
 COMPONENTS = (
@@ -91,7 +91,7 @@ def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int 
     cfg = to_model_config(cfg)
     T = length or cfg.context_length
     return bytes_per_value * sum(
-        ATTENTIONS.get(c.attention.kind).kv_cache_values(c, T, i) for i, c in enumerate(layer_configs(cfg))
+        MIXERS.get(c.attention.kind).kv_cache_values(c, T, i) for i, c in enumerate(layer_configs(cfg))
     )
 
 

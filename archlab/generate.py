@@ -10,7 +10,7 @@ from torch import Tensor
 
 from archlab import checks
 from archlab.errors import ConfigError
-from archlab.nn.attention import KVCache
+from archlab.nn.mixers.base import KVCache
 from archlab.nn.model import Decoder
 from archlab.nn.positions import Position
 

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.profiler import ProfilerActivity, profile
 
-import archlab.nn.attention as attention
+import archlab.nn.mixers.attention as attention
 from archlab import build_model, compose_model
 from archlab.bench.harness import attention_paths
 from archlab.generate import generate

@@ -33,7 +33,7 @@ from transformers.models.qwen3_next import modeling_qwen3_next as hf_module
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
 
 from archlab.config import ModelConfig, to_model_config
-from archlab.nn.deltanet import GatedDeltaNet, chunked_delta_rule, l2_normalise
+from archlab.nn.mixers.gated_deltanet import GatedDeltaNet, chunked_delta_rule, l2_normalise
 
 
 def configs(args: argparse.Namespace) -> tuple[ModelConfig, Qwen3NextConfig]:

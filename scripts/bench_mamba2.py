@@ -28,7 +28,7 @@ from transformers import Mamba2Config
 from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
 
 from archlab.config import to_model_config
-from archlab.nn.mamba2 import Mamba2
+from archlab.nn.mixers.mamba2 import Mamba2
 
 
 def layers(args: argparse.Namespace) -> tuple[Mamba2, Mamba2Mixer]:

@@ -13,7 +13,7 @@ import torch
 from helpers.parts import short_fit, tiny
 
 from archlab import ConfigError, build_model, compose_model, count_params
-from archlab.nn import cpu_attention
+from archlab.nn.mixers.ops import cpu_attention
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -118,7 +118,7 @@ def test_sink_gradients_equal_the_formulas(settings):
 
 
 def test_sinks_in_bf16_on_the_cpu_path_match_float64(monkeypatch):
-    """bf16 training on the CPU runs the sink key through the matmul path (``nn/cpu_attention.py``):
+    """bf16 training on the CPU runs the sink key through the matmul path (``nn/mixers/ops/cpu_attention.py``):
     outputs and the sinks' gradient agree with float64 to bf16's precision."""
     cfg = tiny(attention={"sinks": True, "window": 5})
     attn = build(cfg).blocks[0].attn
@@ -197,7 +197,7 @@ def test_a_padded_batch_is_chunked_as_each_prompt_alone():
 
 def test_query_scale_is_llama4s_and_ministral3s():
     """``query_scales`` against the two published forms, past several steps of the floor."""
-    from archlab.nn.attention import query_scales
+    from archlab.nn.mixers.attention import query_scales
 
     for beta, every, offset in ((0.1, 4, 1), (0.25, 3, 0)):
         got = query_scales(0, 30, beta, every, offset, torch.device("cpu")).flatten()

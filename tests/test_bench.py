@@ -35,7 +35,7 @@ from archlab.errors import ConfigError
             ["model.attention.window=64"],
             torch.bfloat16,
             256,
-            "bf16 matmuls and softmax (nn/cpu_attention.py) with a window mask",
+            "bf16 matmuls and softmax (nn/mixers/ops/cpu_attention.py) with a window mask",
         ),
         ([], torch.float32, 256, "SDPA"),
         ([], torch.bfloat16, 1024, "SDPA"),
@@ -45,7 +45,7 @@ from archlab.errors import ConfigError
             ["model.attention.sinks=true"],
             torch.bfloat16,
             256,
-            "bf16 matmuls and softmax (nn/cpu_attention.py), a sink key first",
+            "bf16 matmuls and softmax (nn/mixers/ops/cpu_attention.py), a sink key first",
         ),
         (
             ["model.attention.sinks=true", "model.attention.window=64"],
@@ -59,7 +59,12 @@ from archlab.errors import ConfigError
             256,
             "SDPA with a chunk mask, a sigmoid head output gate",
         ),
-        (["model.attention.chunk=256"], torch.bfloat16, 256, "bf16 matmuls and softmax (nn/cpu_attention.py)"),
+        (
+            ["model.attention.chunk=256"],
+            torch.bfloat16,
+            256,
+            "bf16 matmuls and softmax (nn/mixers/ops/cpu_attention.py)",
+        ),
     ],
 )
 def test_attention_path_names_what_the_step_runs(overrides, precision, seq_len, expected):

@@ -1,4 +1,4 @@
-"""bf16 attention on the CPU as matmuls (archlab/nn/cpu_attention.py): values and all three gradients
+"""bf16 attention on the CPU as matmuls (archlab/nn/mixers/ops/cpu_attention.py): values and all three gradients
 against float64 SDPA on the same bf16-rounded inputs, no further from it than SDPA's own bf16 kernel
 (times a small factor); the model takes this path under bf16 autocast and only there."""
 
@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from archlab import build_model, compose_model
-from archlab.nn import cpu_attention
-from archlab.nn.cpu_attention import matmul_attention
+from archlab.nn.mixers.ops import cpu_attention
+from archlab.nn.mixers.ops.cpu_attention import matmul_attention
 
 BF16, F64 = torch.bfloat16, torch.float64
 

@@ -13,7 +13,7 @@ from archlab.accounting import kv_cache_bytes
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.generate import generate
-from archlab.nn.deltanet import GatedDeltaNet, chunked_delta_rule, l2_normalise, recurrent_delta_rule
+from archlab.nn.mixers.gated_deltanet import GatedDeltaNet, chunked_delta_rule, l2_normalise, recurrent_delta_rule
 from archlab.nn.validation import ignored, validate
 from tests.helpers.parts import short_fit, tiny
 

@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 from archlab import ConfigError, build_model, count_params
 from archlab.config import to_model_config
 from archlab.interop.hf import FAMILIES, config_from_hf, config_to_hf, from_hf, hf_family
-from archlab.nn.attention import CausalSelfAttention
+from archlab.nn.mixers.attention import CausalSelfAttention
 from archlab.nn.norms import LayerNorm
 from archlab.nn.validation import entries, ignored, validate
 

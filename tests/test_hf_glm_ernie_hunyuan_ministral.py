@@ -21,7 +21,7 @@ from helpers.parts import short_fit, tiny
 
 from archlab import ConfigError, build_model, compose_model
 from archlab.interop.hf import FAMILIES, config_from_hf, config_to_hf, from_hf, hf_family
-from archlab.nn.attention import softmax_scale
+from archlab.nn.mixers.attention import softmax_scale
 from archlab.nn.validation import validate
 
 transformers = pytest.importorskip("transformers")

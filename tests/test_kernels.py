@@ -1,4 +1,4 @@
-"""The GPU kernels of nn/kernels.py against the torch forms they replace, within bf16 tolerance: each scan
+"""The GPU kernels of nn/mixers/ops/kernels.py against the torch forms they replace, within bf16 tolerance: each scan
 alone (outputs, final states and every input's gradient, over lengths that are and are not multiples of
 the chunk, from a nonzero state), and a model holding both mixers on the GPU against the same model on
 the CPU. They need a CUDA device and the kernel's package (the fla and mamba extras); without them they
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from archlab import build_model
-from archlab.nn import kernels
-from archlab.nn.deltanet import chunked_delta_rule, l2_normalise
-from archlab.nn.mamba2 import chunked_ssd
+from archlab.nn.mixers.gated_deltanet import chunked_delta_rule, l2_normalise
+from archlab.nn.mixers.mamba2 import chunked_ssd
+from archlab.nn.mixers.ops import kernels
 from tests.helpers.parts import tiny
 from tests.test_deltanet import randomise
 

@@ -15,7 +15,7 @@ from archlab.accounting import kv_cache_bytes
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.generate import generate
-from archlab.nn.mamba2 import Mamba2, chunked_ssd, recurrent_ssd
+from archlab.nn.mixers.mamba2 import Mamba2, chunked_ssd, recurrent_ssd
 from archlab.nn.validation import ignored, validate
 from tests.helpers.parts import short_fit, tiny
 

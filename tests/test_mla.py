@@ -17,8 +17,8 @@ from archlab import build_model, count_params
 from archlab.accounting import check_build, kv_cache_bytes
 from archlab.config import to_model_config
 from archlab.errors import ConfigError
-from archlab.nn.attention import CausalSelfAttention, softmax_scale
-from archlab.nn.latent import MultiHeadLatentAttention
+from archlab.nn.mixers.attention import CausalSelfAttention, softmax_scale
+from archlab.nn.mixers.mla import MultiHeadLatentAttention
 from archlab.nn.rope import RoPE, attention_factor, inverse_frequencies, rotary_dim
 from archlab.nn.validation import validate
 

@@ -17,8 +17,8 @@ from helpers.training import cli, compose_train
 from archlab import compose_model
 from archlab.build import build_model, compose
 from archlab.errors import ConfigError
-from archlab.nn.attention import CausalSelfAttention
 from archlab.nn.component import Role
+from archlab.nn.mixers.attention import CausalSelfAttention
 from archlab.nn.model import Decoder
 from archlab.report.proxy import transferred
 from archlab.training.coordcheck import coordinate_check

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from archlab import build_model
 from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.config import to_model_config
-from archlab.nn import deltanet, mamba2
+from archlab.nn.mixers import gated_deltanet as deltanet
+from archlab.nn.mixers import mamba2
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

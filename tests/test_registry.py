@@ -11,15 +11,15 @@ import pytest
 from torch import nn
 
 from archlab.config import ModelConfig
-from archlab.nn.attention import ATTENTIONS, Attention
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.head import HEADS, Head
+from archlab.nn.mixers.base import MIXERS, Mixer
 from archlab.nn.mlp import MLP, MLPS
 from archlab.nn.norms import NORMS, Norm
 from archlab.nn.positions import POSITIONS, Position
 from archlab.registry import Registry
 
-FAMILIES = [(NORMS, Norm), (POSITIONS, Position), (ATTENTIONS, Attention), (MLPS, MLP), (BLOCKS, Block), (HEADS, Head)]
+FAMILIES = [(NORMS, Norm), (POSITIONS, Position), (MIXERS, Mixer), (MLPS, MLP), (BLOCKS, Block), (HEADS, Head)]
 
 
 class NotANorm(nn.Module):
@@ -45,7 +45,7 @@ def test_registering_a_class_outside_the_family_raises(registry):
 
 def test_an_entry_of_another_family_is_refused():
     with pytest.raises(TypeError, match="model.norm.kind: 'causal' is .*, not a subclass of Norm"):
-        NORMS.register("causal")(ATTENTIONS.get("causal"))
+        NORMS.register("causal")(MIXERS.get("causal"))
 
 
 def test_a_subclass_of_the_base_registers_and_is_found():
@@ -73,10 +73,10 @@ def test_importing_the_positions_module_alone_registers_rope_mla_and_moe():
     code = (
         "import sys\n"
         "from archlab.nn.positions import POSITIONS\n"
-        "print('rope' in POSITIONS, 'archlab.nn.attention' in sys.modules)\n"
-        "from archlab.nn.attention import ATTENTIONS\n"
+        "print('rope' in POSITIONS, 'archlab.nn.mixers.base' in sys.modules)\n"
+        "from archlab.nn.mixers.base import MIXERS\n"
         "from archlab.nn.mlp import MLPS\n"
-        "print('mla' in ATTENTIONS, 'moe' in MLPS)"
+        "print('mla' in MIXERS, 'moe' in MLPS)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["True"] * 4

@@ -14,7 +14,7 @@ from helpers import parts
 from helpers.parts import short_fit
 
 from archlab import ConfigError, build_model, compose_model, count_params
-from archlab.nn.attention import CausalSelfAttention
+from archlab.nn.mixers.attention import CausalSelfAttention
 from archlab.nn.mlp import d_ff, relu_squared
 from archlab.nn.norms import NORMS
 from archlab.nn.rope import RoPE

@@ -64,7 +64,7 @@ def variant_config(model_cfg: Any, name: str, context_length: int) -> Any:
 
     from archlab.build import CONF_DIR
     from archlab.config import to_model_config
-    from archlab.nn.attention import head_dim
+    from archlab.nn.mixers.base import head_dim
     from archlab.nn.validation import validate
 
     option = VARIANTS[name]

@@ -351,7 +351,7 @@ def check_settings(cfg, context_length: int) -> int:
 def attention_path(mcfg, device: torch.device, compute: torch.dtype, seq_len: int) -> str:
     """Which attention code the training step runs (the same choice as ``CausalSelfAttention.forward``),
     with the mask it takes and the output gate it multiplies by."""
-    from archlab.nn import cpu_attention
+    from archlab.nn.mixers.ops import cpu_attention
     from archlab.nn.positions import POSITIONS, Position
 
     a = mcfg.attention
@@ -367,7 +367,7 @@ def attention_path(mcfg, device: torch.device, compute: torch.dtype, seq_len: in
     biased = POSITIONS.get(mcfg.position.kind).bias is not Position.bias  # a float bias (ALiBi) in the mask
     n = seq_len + a.sinks  # the sink's key (and, causal, its first query)
     if cpu_attention.takes(device.type, compute, a.dropout, n, n, True, shared_bool_mask=not biased):
-        return "bf16 matmuls and softmax (nn/cpu_attention.py)" + window + sinks + gate
+        return "bf16 matmuls and softmax (nn/mixers/ops/cpu_attention.py)" + window + sinks + gate
     return "SDPA" + window + sinks + gate
 
 

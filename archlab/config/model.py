@@ -65,7 +65,7 @@ class PositionConfig:
 
 @dataclass
 class AttentionConfig:
-    """``model.attention``: self-attention, its heads and projections (``ATTENTIONS``, archlab/nn/attention.py)."""
+    """``model.attention``: self-attention, its heads and projections (``MIXERS``, archlab/nn/mixers/attention.py)."""
 
     # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head) | mla (latent) | gated_deltanet, mamba2
     # (recurrent)
@@ -370,7 +370,7 @@ def model_config_dict(cfg: ModelConfig) -> dict[str, Any]:
 
 
 # ---- resolved sizes: the config's defaults spelled out, shared by the modules and the formulas ----
-# (sizes that depend on the variant, such as the head size, are its entry's answers: archlab.nn.attention)
+# (sizes that depend on the variant, such as the head size, are its entry's answers: archlab.nn.mixers.base)
 
 
 def embedding_dropout(cfg: ModelConfig) -> float:

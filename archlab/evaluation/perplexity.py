@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from archlab import checks
 from archlab.data.tokens import read_meta
 from archlab.errors import ConfigError
-from archlab.nn.attention import recurrent_layer
+from archlab.nn.mixers.base import recurrent_layer
 from archlab.nn.model import Decoder, document_inputs
 
 VAL = "val.bin"  # the split of a shard directory that perplexity reads

@@ -8,8 +8,8 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
-from archlab.nn.attention import KVCache, build_attention
 from archlab.nn.component import LayerPart, Role
+from archlab.nn.mixers.base import KVCache, build_mixer
 from archlab.nn.mlp import MLPS, build_mlp
 from archlab.nn.norms import NORMS, build_norm
 from archlab.nn.positions import Rotation
@@ -31,7 +31,7 @@ class Block(LayerPart, nn.Module):
         self.layer = layer
         names = self.held_norms(cfg)
         self.attn_norm = build_norm(cfg) if "attn_norm" in names else None  # before attention (or after, post)
-        self.attn = build_attention(cfg, layer)
+        self.attn = build_mixer(cfg, layer)
         self.mlp_norm = build_norm(cfg) if "mlp_norm" in names else None
         self.mlp = build_mlp(cfg, layer) if MLPS.get(cfg.mlp.kind).present else None  # None: mlp kind none
         self.attn_out_norm = build_norm(cfg) if "attn_out_norm" in names else None  # on attention's output

@@ -4,7 +4,7 @@
 over a given width, derive from ``Component`` with ``num_params(cfg, dim)`` (archlab/nn/norms.py).
 
 Every member is a closed form of the config alone, never of a module: ``archlab.accounting`` sums them
-without building anything. Each family's base class (``Norm``, ``Position``, ``Attention``, ``MLP``,
+without building anything. Each family's base class (``Norm``, ``Position``, ``Mixer``, ``MLP``,
 ``Block``, ``Head``) adds what its callers ask of it, and its registry refuses a class not derived from it.
 Entries mark their projections into the residual stream with ``residual_projection``, which
 ``Decoder.init_weights`` reads (``is_residual_projection``), and declare each parameter's role under μP

@@ -12,10 +12,10 @@ from torch.utils.checkpoint import checkpoint
 
 from archlab.config import ModelConfig, embedding_dropout
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.nn.attention import KVCache, attention_mask
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
+from archlab.nn.mixers.base import KVCache, attention_mask
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import Position, build_position, uninitialised_embedding
 

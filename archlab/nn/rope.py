@@ -17,8 +17,8 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig, PositionConfig
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS, rotary_head_dim
 from archlab.nn.fused import rotary_qkv, rotates_as_complex
+from archlab.nn.mixers.base import MIXERS, rotary_head_dim
 from archlab.nn.positions import POSITIONS, Position, Rotation
 
 
@@ -129,7 +129,7 @@ class RoPE(Position):
                     "null unless model.position.scaling is yarn or longrope (the scalings that scale cos and sin)",
                 )
             checks.positive("model.position.attention_factor", p.attention_factor, "a positive number, or null")
-        ATTENTIONS.get(cfg.attention.kind).validate_rotary(cfg)  # what the attention can rotate
+        MIXERS.get(cfg.attention.kind).validate_rotary(cfg)  # what the attention can rotate
         if p.rotary_dim is not None and p.rotary_fraction is not None:
             raise ConfigError(
                 "model.position.rotary_fraction", p.rotary_fraction, "null when rotary_dim is set (give one of them)"

@@ -13,10 +13,10 @@ from archlab import checks
 from archlab.config import ModelConfig
 from archlab.config.layers import check_layers, kind_config, used_kinds
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS, Attention
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
+from archlab.nn.mixers.base import MIXERS, Mixer
 from archlab.nn.mlp import MLP, MLPS
 from archlab.nn.norms import NORMS, Norm
 from archlab.nn.positions import POSITIONS, Position
@@ -25,7 +25,7 @@ from archlab.registry import Lookup
 # model.<family> -> its registry; the family's ``kind`` picks the entry
 # (attention first: the others read the head size it checks)
 FAMILIES: dict[str, Lookup[type[Component]]] = {
-    "attention": ATTENTIONS,
+    "attention": MIXERS,
     "norm": NORMS,
     "block": BLOCKS,
     "position": POSITIONS,
@@ -110,7 +110,7 @@ def _validate_kind(cfg: ModelConfig, name: str) -> None:
 class Entries(NamedTuple):
     """The entry ``cfg`` chooses in each family, in ``FAMILIES``' order."""
 
-    attention: type[Attention]
+    attention: type[Mixer]
     norm: type[Norm]
     block: type[Block]
     position: type[Position]
@@ -121,7 +121,7 @@ class Entries(NamedTuple):
 def entries(cfg: ModelConfig) -> Entries:
     """The registry entries of the kinds ``cfg`` names (``ConfigError`` for an unknown kind)."""
     return Entries(
-        attention=ATTENTIONS.get(cfg.attention.kind),
+        attention=MIXERS.get(cfg.attention.kind),
         norm=NORMS.get(cfg.norm.kind),
         block=BLOCKS.get(cfg.block.kind),
         position=POSITIONS.get(cfg.position.kind),

@@ -32,8 +32,8 @@ from torch import nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.attention import ATTENTIONS, head_dim
 from archlab.nn.component import Component, Role
+from archlab.nn.mixers.base import MIXERS, head_dim
 from archlab.nn.model import Decoder
 
 KINDS = ("sp", "mup", "completep")
@@ -89,7 +89,7 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
     attention = model.attention
     hd = head_dim(model)
     base = param["base_head_dim"] or head_dim(dataclasses.replace(model, d_model=param["base_d_model"]))
-    reads = ATTENTIONS.get(attention.kind).reads(model)
+    reads = MIXERS.get(attention.kind).reads(model)
     if hd != base and (reads is None or "scale" in reads):
         scale = attention.scale if attention.scale is not None else 1 / math.sqrt(hd)
         attention = dataclasses.replace(attention, scale=scale * math.sqrt(base / hd))

@@ -15,7 +15,7 @@ from archlab.config.fields import plain_dict
 from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
 from archlab.matching import QUANTITIES
-from archlab.nn.attention import recurrent_layer
+from archlab.nn.mixers.base import recurrent_layer
 from archlab.nn.validation import validate
 from archlab.training.optim import command_line_sets
 from archlab.training.outputs import check_keep

@@ -32,9 +32,9 @@ from archlab.interop.families.base import (
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
-from archlab.nn.attention import head_dim
-from archlab.nn.mamba2 import head_dim as mamba_head_dim
-from archlab.nn.mamba2 import inner
+from archlab.nn.mixers.base import head_dim
+from archlab.nn.mixers.mamba2 import head_dim as mamba_head_dim
+from archlab.nn.mixers.mamba2 import inner
 from archlab.nn.mlp import d_ff
 from archlab.nn.rope import rotary_dim
 

@@ -16,7 +16,7 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.errors import ConfigError
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.rope import rotary_dim
 

@@ -27,7 +27,7 @@ from archlab.interop.families.base import (
     refuse_hf,
 )
 from archlab.interop.families.gpt import GPT_KEYS
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
 

@@ -24,7 +24,7 @@ from archlab.interop.families.base import (
     no_embedding_dropout,
     refuse_hf,
 )
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
 CONTEXT = 2048  # BLOOM's training length: the context_length of a config that states none (ALiBi has no limit)

@@ -26,7 +26,7 @@ from archlab.interop.families.base import (
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
 

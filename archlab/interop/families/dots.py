@@ -14,7 +14,7 @@ from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tens
 from archlab.interop.families.moe import LAYERS, _Sparse, dense_first, pre_norm_tensors, with_dense_first
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.windows import layer_types, uniform_window
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 

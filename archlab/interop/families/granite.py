@@ -11,7 +11,7 @@ from archlab.config import ModelConfig
 from archlab.interop.families.base import Family, Problem, Rule, refuse_hf
 from archlab.interop.families.llama import Llama
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 
 LOGITS_WANTS = "a scale s with 1 / (1 / s) == s (Granite stores logits_scaling = 1 / s; powers of two and most others)"
 

@@ -16,7 +16,7 @@ from archlab.interop.families.llama import Llama
 from archlab.interop.families.phi3 import fixed_head_dim
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.windows import SLIDING, checked_types, sliding_to_hf
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 
 MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
 

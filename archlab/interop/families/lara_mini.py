@@ -37,8 +37,8 @@ from archlab.interop.families.moe import stack_saved_experts
 from archlab.interop.families.qwen3_5 import Qwen3_5
 from archlab.interop.families.qwen3_next import DELTANET_RESET, is_deltanet, linear_keys
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
-from archlab.nn.attention import head_dim
-from archlab.nn.deltanet import conv_channels
+from archlab.nn.mixers.base import head_dim
+from archlab.nn.mixers.gated_deltanet import conv_channels
 from archlab.nn.moe import expert_width
 
 LINEAR, SLIDING, FULL = "linear_attention", "sliding_attention", "full_attention"

@@ -52,7 +52,7 @@ from archlab.interop.families.base import (
 from archlab.interop.families.llama import LLAMA_KEYS, Gemma2, Llama, Olmo2, Qwen2, Qwen3
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_to_hf, sliding_window
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})

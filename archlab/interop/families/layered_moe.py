@@ -61,7 +61,7 @@ from archlab.interop.families.moe import (
 )
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import checked_types, sliding_to_hf
-from archlab.nn.attention import chunk_of, head_dim
+from archlab.nn.mixers.base import chunk_of, head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 

@@ -26,7 +26,7 @@ from archlab.interop.families.base import (
 )
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import layer_types, sliding_to_hf, uniform_window
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
 # ---- the LLaMA layout and its relatives: RMSNorm, gated MLP, full half-paired RoPE, separate q/k/v

@@ -8,7 +8,7 @@ from typing import Any
 
 from archlab.config import AttentionConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, PositionConfig
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
-from archlab.nn.mamba2 import head_dim, inner
+from archlab.nn.mixers.mamba2 import head_dim, inner
 
 MAMBA2_FIELDS = frozenset(
     f"model.attention.{name}"

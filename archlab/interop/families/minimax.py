@@ -12,7 +12,7 @@ from archlab.config import AttentionConfig, ModelConfig, n_kv_head
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
 from archlab.interop.families.moe import _Sparse, mlp_tensors, pre_norm_tensors
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.moe import expert_width
 
 # Keys of MiniMax's own modeling code (trust_remote_code) that transformers' class fixes: the value it computes.

@@ -12,7 +12,7 @@ from archlab.interop.families.arcee import UP_DOWN_KINDS, UP_DOWN_TO_HF, up_down
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
 

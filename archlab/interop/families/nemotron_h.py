@@ -38,8 +38,8 @@ from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
 from archlab.interop.families.bamba import HELD, hybrid_problems, is_mamba, mamba_kind, mamba_tensors
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, bare, kind_field, refuse_hf
-from archlab.nn.attention import head_dim
-from archlab.nn.mamba2 import head_dim as mamba_head_dim
+from archlab.nn.mixers.base import head_dim
+from archlab.nn.mixers.mamba2 import head_dim as mamba_head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 

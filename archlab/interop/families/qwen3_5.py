@@ -18,7 +18,7 @@ from torch import Tensor
 from archlab.config import MLPConfig, ModelConfig
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
 from archlab.interop.families.qwen3_next import Qwen3Next, cfg_types
-from archlab.nn.deltanet import key_heads
+from archlab.nn.mixers.gated_deltanet import key_heads
 from archlab.nn.mlp import d_ff
 
 MROPE = frozenset({"mrope_section", "mrope_interleaved"})  # the sections of text positions are equal: plain RoPE

@@ -39,8 +39,8 @@ from archlab.interop.families.base import (
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import dense_tensors, stack_saved_experts
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
-from archlab.nn.attention import head_dim
-from archlab.nn.deltanet import key_heads
+from archlab.nn.mixers.base import head_dim
+from archlab.nn.mixers.gated_deltanet import key_heads
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 

@@ -11,7 +11,7 @@ from archlab.config import (
     PositionConfig,
 )
 from archlab.interop.families.base import refuse_hf
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.rope import attention_factor, rotary_dim
 
 # RoPE scalings archlab implements, and the rope_parameters keys each one reads (yarn: as transformers'

@@ -19,7 +19,7 @@ from archlab.interop.families.glm4_moe import Glm4Moe
 from archlab.interop.families.layered import view
 from archlab.interop.families.moe import LAYERS, _Sparse, dense_first, mlp_tensors, pre_norm_tensors, with_dense_first
 from archlab.interop.families.rope import rope_from_hf
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 

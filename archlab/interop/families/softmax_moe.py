@@ -33,7 +33,7 @@ from archlab.interop.families.moe import (
     with_dense_first,
 )
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 

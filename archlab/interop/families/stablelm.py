@@ -15,7 +15,7 @@ from archlab.config import (
 from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
 

@@ -24,7 +24,7 @@ from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, o
 from archlab.interop.families.moe import is_dense, pre_norm_tensors
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, sliding_to_hf
-from archlab.nn.attention import head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width, shared_config
 

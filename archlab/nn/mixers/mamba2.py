@@ -6,7 +6,7 @@ decoding state is constant in the context.
 Per head ``h`` (of group ``g``, whose B and C it shares) and token ``t``: ``S_t = exp(dt_t·A_h)·S_{t−1} +
 dt_t·x_t·B_tᵀ``, ``y_t = S_t·C_t + D_h·x_t``, with ``dt_t = clamp(softplus(dt_raw + dt_bias))`` and ``A_h =
 −exp(A_log_h)``. Training and prefill run the chunked parallel form, SSD (``chunked_ssd``; on a GPU mamba_ssm's
-kernel where installed, nn/kernels.py), decoding the recurrence itself (``recurrent_ssd``); both in float32
+kernel where installed, nn/mixers/ops/kernels.py), decoding the recurrence itself (``recurrent_ssd``); both in float32
 (float64 in a float64 model)."""
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import AttentionConfig, ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn import kernels
-from archlab.nn.attention import ATTENTIONS, Attention, KVCache, recurrent_refusals, refuse_set
 from archlab.nn.component import Role, residual_projection
+from archlab.nn.mixers.attention import recurrent_refusals, refuse_set
+from archlab.nn.mixers.base import MIXERS, KVCache, Mixer
+from archlab.nn.mixers.ops import kernels
+from archlab.nn.mixers.ops.ssd import chunked_ssd, recurrent_ssd
 
 # fields of the softmax kinds that mamba2 refuses, with why
 _REFUSED = recurrent_refusals(
@@ -35,68 +37,6 @@ _REFUSED = recurrent_refusals(
         "dt_bias_init": (1.0, "its dt_bias is drawn from dt_min, dt_max and dt_init_floor"),
     },
 )
-
-
-def chunked_ssd(
-    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, chunk: int, state: Optional[Tensor] = None
-) -> tuple[Tensor, Tensor]:
-    """The SSD scan over ``T`` positions, ``chunk`` at a time: outputs ``[b, T, H, P]`` (without the D skip)
-    and the final state ``[b, H, P, N]`` from inputs ``x`` ``[b, T, H, P]``, time steps ``dt`` ``[b, T, H]``,
-    decay rates ``A`` ``[H]`` (negative), ``B`` and ``C`` ``[b, T, G, N]`` (head h reads group h·G/H) and an
-    initial ``state`` (None: zeros).
-
-    Within a chunk, with L_t = Σ_{s≤t} dt_s·A: ``y_t = Σ_{s≤t} exp(L_t − L_s)·(C_t·B_s)·dt_s·x_s +
-    exp(L_t)·S₀·C_t`` and the next state ``exp(L_C)·S₀ + Σ_s exp(L_C − L_s)·dt_s·x_s·B_sᵀ``: every chunk's
-    quadratic part and its own contribution to the state at once, then only the states pass from chunk
-    to chunk. A sequence shorter than ``chunk`` is one chunk of its own length; a longer one is padded at
-    the end with positions of dt = 0, which neither decay nor write."""
-    b, T, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    r = H // G
-    L = min(chunk, T)
-    pad = -T % L
-    if pad:
-        x, dt, B, C = (F.pad(t, (0, 0) * (t.ndim - 2) + (0, pad)) for t in (x, dt, B, C))
-    n = (T + pad) // L
-    # heads as [group, head within it], positions as [chunk, position within it]; dt·x made contiguous in
-    # that layout once (every product below reads it)
-    dts = dt.view(b, n, L, G, r).permute(0, 3, 4, 1, 2)  # [b, G, r, n, L]
-    xdt = (x.view(b, n, L, G, r, P).permute(0, 3, 4, 1, 2, 5) * dts[..., None]).contiguous()  # [b, G, r, n, L, P]
-    Bs, Cs = (t.view(b, n, L, G, N).permute(0, 3, 1, 2, 4) for t in (B, C))  # [b, G, n, L, N]
-    log_decay = (dts * A.view(G, r, 1, 1)).cumsum(-1)  # L_t within each chunk
-    causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
-    # exp(L_t − L_s) for s <= t, 0 above the diagonal (masked before exp: the differences there are positive)
-    decay = (log_decay[..., :, None] - log_decay[..., None, :]).masked_fill_(~causal, float("-inf")).exp_()
-    y = ((Cs @ Bs.transpose(-1, -2))[:, :, None] * decay) @ xdt  # C_t·B_s per group, decayed per head
-    to_end = (log_decay[..., -1:] - log_decay).exp()  # each position's decay to the chunk's end
-    written = (xdt * to_end[..., None]).transpose(-1, -2) @ Bs[:, :, None]  # [b, G, r, n, P, N]
-    chunk_decay = log_decay[..., -1].exp()[..., None, None]  # [b, G, r, n, 1, 1]
-    S = x.new_zeros(b, G, r, P, N) if state is None else state.view(b, G, r, P, N)
-    starts = []
-    for decay_i, written_i in zip(chunk_decay.unbind(3), written.unbind(3), strict=True):  # unbind: see deltanet.py
-        starts.append(S)
-        S = S * decay_i + written_i
-    start = torch.stack(starts, dim=3)  # [b, G, r, n, P, N]: the state each chunk begins from
-    y = y + (Cs[:, :, None] @ start.transpose(-1, -2)) * log_decay.exp()[..., None]
-    y = y.permute(0, 3, 4, 1, 2, 5).reshape(b, n * L, H, P)[:, :T]
-    return y, S.reshape(b, H, P, N)
-
-
-def recurrent_ssd(
-    x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Optional[Tensor] = None
-) -> tuple[Tensor, Tensor]:
-    """The SSD recurrence one position at a time (decoding), with ``chunked_ssd``'s arguments and results:
-    decay the state by exp(dt·A), write dt·x·Bᵀ, read it with C."""
-    b, T, H, P = x.shape
-    G, N = B.shape[2], B.shape[3]
-    B, C = (t.repeat_interleave(H // G, dim=2) for t in (B, C))  # [b, T, H, N]
-    S = x.new_zeros(b, H, P, N) if state is None else state
-    out = []
-    for t in range(T):
-        step = dt[:, t, :, None, None]  # [b, H, 1, 1]
-        S = S * (step * A[:, None, None]).exp() + step * x[:, t, :, :, None] * B[:, t, :, None, :]
-        out.append((S * C[:, t, :, None, :]).sum(-1))
-    return torch.stack(out, dim=1), S
 
 
 def drawn_dt_bias(n_head: int, dt_min: float, dt_max: float, floor: float, device: torch.device) -> Tensor:
@@ -132,8 +72,8 @@ def conv_channels(cfg: ModelConfig) -> int:
     return inner(cfg) + 2 * a.groups * a.state_size
 
 
-@ATTENTIONS.register("mamba2")
-class Mamba2(Attention):
+@MIXERS.register("mamba2")
+class Mamba2(Mixer):
     """One in-projection to z (the gate, inner wide), x, B, C (through a causal depthwise convolution of
     ``conv_kernel``, with an optional bias, and SiLU) and dt (one per head); the SSD scan over ``n_head``
     states plus the D skip; the gated RMSNorm ``norm(y·silu(z))`` over ``groups`` groups of inner/groups

@@ -13,16 +13,9 @@ from torch import nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.nn.attention import (
-    ATTENTIONS,
-    Attention,
-    chunk_of,
-    positions_seen,
-    refuse_set,
-    softmax_scale,
-    validate_shared,
-)
 from archlab.nn.component import Role, residual_projection
+from archlab.nn.mixers.attention import refuse_set, softmax_scale, validate_shared
+from archlab.nn.mixers.base import MIXERS, Mixer, chunk_of, positions_seen
 from archlab.nn.norms import NORMS
 
 # fields of the causal kind that mla refuses, with why
@@ -53,8 +46,8 @@ def latent_norm_config(cfg: ModelConfig) -> ModelConfig:
     return dataclasses.replace(cfg, norm=dataclasses.replace(cfg.norm, eps=eps))
 
 
-@ATTENTIONS.register("mla")
-class MultiHeadLatentAttention(Attention):
+@MIXERS.register("mla")
+class MultiHeadLatentAttention(Mixer):
     """Queries: ``q_proj``, or with ``q_lora_rank`` the bottleneck ``q_up(q_norm(q_down(x)))``; each head
     is ``[nope | rope]``. Keys and values: ``kv_down`` gives the latent (normed by ``kv_norm``) and the
     shared key's rope part; ``kv_up`` expands the latent into each head's key nope part and value. Both

@@ -1,14 +1,12 @@
-"""Attention variants (``causal``: softmax self-attention with ``n_kv_head`` key/value heads, i.e.
-MHA, GQA or MQA, optionally QK-normed, sliding-window or soft-capped; ``mla`` lives in latent.py, the
-recurrent ``gated_deltanet`` in deltanet.py and ``mamba2`` in mamba2.py), the
-``Attention`` base they derive from, the head sizes other families ask of them (``head_dim``,
-``rotary_head_dim``), the softmax scale they share and the KV cache they decode with."""
+"""Softmax attention, ``causal``: self-attention with ``n_kv_head`` key/value heads (MHA, GQA or MQA),
+optionally QK-normed, sliding-window, chunked, soft-capped, with sinks, an output gate or query
+scaling; and the softmax scale it shares with ``mla``."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import ClassVar, Optional, cast
+from typing import Optional, cast
 
 import torch
 import torch.nn.functional as F
@@ -16,85 +14,12 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import AttentionConfig, ModelConfig, n_kv_head
-from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
-from archlab.nn import cpu_attention
-from archlab.nn.component import LayerPart, Role, residual_projection
+from archlab.nn.component import Role, residual_projection
+from archlab.nn.mixers.base import MIXERS, Mixer, chunk_of, head_dim, positions_seen, visible_keys
+from archlab.nn.mixers.ops import cpu_attention
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import POSITIONS, Rotation
-from archlab.registry import Registry
-
-
-class Attention(LayerPart, nn.Module):
-    """An attention entry, built per layer as ``Entry(cfg, layer)`` (a layer knows its ``window``) and
-    called as ``attn(x, rotary, mask, cache, layer)``. Beside the Component members it answers what the
-    other families ask of attention: its head sizes (``qk_head_dim``, ``rotary_head_dim``), what it needs
-    of a rotary scheme's fields (``validate_rotary``), and the KV cache's size (``kv_cache_values``)."""
-
-    # False: it mixes by scores over the keys and takes the attention mask (with any score bias), or None.
-    # True: a recurrent mixer; its mask is the padding of its new positions, [B, T] bool (True: a token), or None
-    recurrent: ClassVar[bool] = False
-    window: Optional[int] = None  # keys a query sees (None: every earlier one)
-    chunk: Optional[int] = None  # a query sees only the keys of its own chunk of this many positions (None: no chunks)
-
-    def __init__(self, cfg: ModelConfig, layer: int = 0):
-        super().__init__()
-
-    def forward(
-        self,
-        x: Tensor,
-        rotary: Optional[Rotation] = None,
-        mask: Optional[Tensor] = None,
-        cache: Optional[KVCache] = None,
-        layer: int = 0,
-    ) -> Tensor:
-        raise NotImplementedError
-
-    @staticmethod
-    def qk_head_dim(cfg: ModelConfig) -> int:
-        """Query/key dims per head: what a query and a key multiply over, and 1/sqrt of it the default scale."""
-        raise NotImplementedError
-
-    @classmethod
-    def rotary_head_dim(cls, cfg: ModelConfig) -> int:
-        """Dims per head a rotary scheme may rotate: all of them unless the entry says otherwise."""
-        return cls.qk_head_dim(cfg)
-
-    @staticmethod
-    def validate_rotary(cfg: ModelConfig) -> None:
-        """Raise ``ConfigError`` where the rotary scheme's fields ask what this attention cannot rotate
-        (RoPE's ``validate`` calls it)."""
-
-    @staticmethod
-    def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
-        """Values the KV cache of layer ``layer`` holds for one sequence of ``length`` tokens."""
-        raise NotImplementedError
-
-
-ATTENTIONS: Registry[type[Attention]] = Registry("model.attention.kind", base=Attention)
-
-
-def head_dim(cfg: ModelConfig) -> int:
-    """Query/key dims per head of the chosen attention (mla: the un-rotated and the rotated part together)."""
-    return ATTENTIONS.get(cfg.attention.kind).qk_head_dim(cfg)
-
-
-def rotary_head_dim(cfg: ModelConfig) -> int:
-    """Dims per head of the chosen attention that a rotary scheme may rotate: all, or mla's rotated part."""
-    return ATTENTIONS.get(cfg.attention.kind).rotary_head_dim(cfg)
-
-
-def chunk_of(cfg: ModelConfig, layer: int) -> Optional[int]:
-    """The attention chunk of ``layer`` (None: unchunked): ``attention.chunk``."""
-    return cfg.attention.chunk
-
-
-def positions_seen(cfg: ModelConfig, length: int, layer: int) -> int:
-    """Positions the last of ``length`` queries of ``layer`` attends to: all ``length`` in a global layer,
-    at most the window in a sliding one, at most the chunk in a chunked one (what the KV cache holds and
-    the scores cost)."""
-    span = cfg.attention.window or chunk_of(cfg, layer)  # validation allows one of the two
-    return length if span is None else min(span, length)
 
 
 def softmax_scale(cfg: ModelConfig) -> float:
@@ -104,91 +29,6 @@ def softmax_scale(cfg: ModelConfig) -> float:
     a = cfg.attention
     scale = a.scale if a.scale is not None else 1 / math.sqrt(head_dim(cfg))
     return scale * POSITIONS.get(cfg.position.kind).softmax_factor(cfg)
-
-
-class KVCache:
-    """What attention keeps of every layer for a batch, decoded up to ``max_len`` positions: two tensors
-    per layer, ``k`` and ``v``, each ``[B, heads, T, dim]`` (causal: keys and values; mla: its latent and
-    its shared rotated key), allocated on a layer's first update in the shapes it hands over. A global
-    layer keeps every position; a sliding-window layer keeps only the last ``window - 1``, all a later
-    query can see, and a chunked one the last ``chunk - 1``, which hold its chunk. A recurrent layer
-    (gated_deltanet, mamba2) keeps instead two tensors of a size constant in the length, which it reads and
-    replaces itself: ``conv_state`` (its convolution's last inputs) and ``recurrent_state`` (its states).
-    ``dtype`` (default: the first tensors') is the one they are stored in."""
-
-    def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
-        self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
-        # a chunked layer keeps the window of its chunk: with left padding each row's chunks start elsewhere
-        self.windows = [c.attention.window or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
-        self.k: list[Optional[Tensor]] = [None] * cfg.n_layer
-        self.v: list[Optional[Tensor]] = [None] * cfg.n_layer
-        self.conv_state: list[Optional[Tensor]] = [None] * cfg.n_layer
-        self.recurrent_state: list[Optional[Tensor]] = [None] * cfg.n_layer
-        self.length = 0  # positions already seen; advanced by the model after each forward
-
-    def kept(self, window: Optional[int]) -> int:
-        """How many cached positions a layer with this window (or chunk) attends to besides the new ones."""
-        return self.length if window is None else min(self.length, window - 1)
-
-    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store this step's two tensors ``[B, heads, T, dim]`` of ``layer`` after the cached ones; return
-        what this step attends to (for a window or chunked layer: the kept positions, then the new ones)."""
-        end = self.length + k.shape[2]
-        if end > self.max_len:
-            raise ValueError(f"KV cache holds {self.max_len} positions; this step needs {end}")
-        window = self.windows[layer]
-        cached_k, cached_v = self.k[layer], self.v[layer]  # both None until the layer's first update
-        if window is None:
-            if cached_k is None or cached_v is None:
-                cached_k, cached_v = self._empty(k), self._empty(v)
-                self.k[layer], self.v[layer] = cached_k, cached_v
-            cached_k[:, :, self.length : end] = k
-            cached_v[:, :, self.length : end] = v
-            return cached_k[:, :, :end], cached_v[:, :, :end]
-        if cached_k is not None and cached_v is not None:
-            k, v = torch.cat((cached_k, k), dim=2), torch.cat((cached_v, v), dim=2)
-        keep = min(k.shape[2], window - 1)
-        self.k[layer], self.v[layer] = k[:, :, k.shape[2] - keep :], v[:, :, v.shape[2] - keep :]
-        return k, v
-
-    def _empty(self, t: Tensor) -> Tensor:
-        """Room for ``max_len`` positions of tensors shaped like ``t``, zeroed."""
-        shape = (self.batch_size, t.shape[1], self.max_len, t.shape[3])
-        return torch.zeros(shape, device=t.device, dtype=self.dtype or t.dtype)
-
-
-def attention_mask(
-    q_pos: Tensor,
-    k_pos: Tensor,
-    bias: Optional[Tensor],
-    window: Optional[int] = None,
-    always: bool = False,
-    chunk: Optional[int] = None,
-) -> Optional[Tensor]:
-    """What attention needs beyond plain causal masking, for queries at ``q_pos`` and keys at the
-    contiguous positions ``k_pos`` (ending at the last query): None when ``is_causal`` (or one query
-    seeing every key) suffices (unless ``always``), else a boolean mask of visible keys, or ``bias`` with
-    -inf where a key is hidden. A key is hidden when it is later than the query, ``window`` or more
-    positions before it, or in another ``chunk`` (⌊position / chunk⌋ differs: Llama 4; the caller passes
-    a chunk only where the keys span two, as it knows their first position without a device sync)."""
-    cut = window is not None and len(k_pos) > window  # some key lies outside some query's window
-    if bias is None and not (cut or always) and chunk is None and (len(q_pos) == 1 or len(q_pos) == len(k_pos)):
-        return None
-    distance = q_pos[:, None] - k_pos[None, :]
-    visible = distance >= 0
-    if cut and window is not None:  # cut implies a window
-        visible &= distance < window
-    if chunk is not None:
-        visible &= q_pos[:, None] // chunk == k_pos[None, :] // chunk
-    return visible if bias is None else bias.masked_fill(~visible, float("-inf"))
-
-
-def visible_keys(mask: Optional[Tensor], queries: int, keys: int, device: torch.device) -> Tensor:
-    """``mask`` as given, or where it is None (plain causal, the queries ending with the keys) that
-    causal mask as a boolean ``[queries, keys]``."""
-    if mask is not None:
-        return mask
-    return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
 
 
 def sink_key(
@@ -238,8 +78,8 @@ def query_scales_at(p: Tensor, beta: float, every: int, offset: int) -> Tensor:
     return (1 + beta * torch.log1p(torch.floor((p + offset) / every))).view(-1, 1, p.shape[-1], 1)
 
 
-@ATTENTIONS.register("causal")
-class CausalSelfAttention(Attention):
+@MIXERS.register("causal")
+class CausalSelfAttention(Mixer):
     """One fused q/k/v projection (optionally clipped), optional QK-norm and query scaling, scaled dot-product attention over
     the causal (or sliding, or chunked) window, optionally soft-capped or with sinks, an optional output
     gate, one output projection. SDPA runs it unless soft-capping asks for the scores themselves, or bf16
@@ -591,13 +431,6 @@ def recurrent_refusals(kind: str, own: dict[str, tuple[object, str]]) -> dict[st
     return {name: (v, f"{shown(v)} for kind {kind} ({why})") for name, (v, why) in (_NO_SOFTMAX | own).items()}
 
 
-def recurrent_layer(cfg: ModelConfig) -> Optional[tuple[int, str]]:
-    """The first layer whose mixer is recurrent (gated_deltanet, mamba2: a state carried from token to
-    token, across any document boundary) and its kind; None where every layer masks by scores."""
-    kinds = (c.attention.kind for c in layer_configs(cfg))
-    return next(((i, kind) for i, kind in enumerate(kinds) if ATTENTIONS.get(kind).recurrent), None)
-
-
 def refuse_set(a: AttentionConfig, refused: dict[str, tuple[object, str]]) -> None:
     """Raise a ConfigError naming the first field of ``refused`` (name: the value a kind needs, the allowed
     text) that ``model.attention`` holds at another value."""
@@ -632,7 +465,3 @@ def validate_shared(cfg: ModelConfig) -> None:
             raise ConfigError(
                 "model.attention.chunk", a.chunk, "null when model.attention.window is set (one or the other)"
             )
-
-
-def build_attention(cfg: ModelConfig, layer: int = 0) -> Attention:
-    return ATTENTIONS.get(cfg.attention.kind)(cfg, layer)
