@@ -16,7 +16,7 @@ from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
-from archlab.nn.validation import entries, validate
+from archlab.nn.validation import Resolved, entries, resolve
 
 COMPONENTS = (
     "token_embedding",
@@ -39,10 +39,11 @@ def count(cfg: Any) -> dict[str, int]:
     i.e. the parameters that take part in a matmul per token (nanoGPT's convention). ``active`` counts
     what one token's forward pass goes through: everything but the routed experts it is not sent to
     (the embedding in full). FLOPs per token of a training step are 6·active_non_embedding + 12·L·H·Q·T
-    (PaLM, arXiv:2204.02311, appendix B).
+    (PaLM, arXiv:2204.02311, appendix B). A ``Resolved`` config is read as it is, not validated again.
     """
-    cfg = validate(to_model_config(cfg))
-    chosen, layers = entries(cfg), list(enumerate(layer_configs(cfg)))  # each layer by its own config
+    resolved = resolve(cfg if isinstance(cfg, Resolved) else to_model_config(cfg))
+    cfg = resolved.cfg
+    chosen, layers = entries(cfg), list(enumerate(resolved.layers))  # each layer by its own config
     attention = [entries(c).attention.num_params(c, i) for i, c in layers]
     mlp = [entries(c).mlp.num_params(c, i) for i, c in layers]
     block_norms = [entries(c).block.num_params(c, i) for i, c in layers]  # a block's own parameters: its norms
@@ -67,18 +68,20 @@ def count(cfg: Any) -> dict[str, int]:
     counts["active"] = counts["total"] - inactive
     counts["active_non_embedding"] = counts["non_embedding"] - inactive
     counts["per_block"] = attention[-1] + mlp[-1] + block_norms[-1]
-    counts["flops_per_token"] = flops_per_token(cfg, counts["active_non_embedding"])
+    counts["flops_per_token"] = flops_per_token(resolved, counts["active_non_embedding"])
     return counts
 
 
-def flops_per_token(cfg: ModelConfig, active_non_embedding: int, seq_len: int | None = None) -> int:
+def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_len: int | None = None) -> int:
     """Training FLOPs per token at ``seq_len`` (default ``context_length``): 6 per parameter that takes
     part in a matmul for this token, plus what the chosen entries do beyond their weights (attention's
     scores)."""
-    T = seq_len or cfg.context_length
+    layers = cfg.layers if isinstance(cfg, Resolved) else layer_configs(cfg)
+    model = cfg.cfg if isinstance(cfg, Resolved) else cfg
+    T = seq_len or model.context_length
     extra = sum(
         part.extra_flops(c, T, i)
-        for i, c in enumerate(layer_configs(cfg))
+        for i, c in enumerate(layers)
         for part in (entries(c).attention, entries(c).mlp, entries(c).block)
     )
     return 6 * active_non_embedding + extra
@@ -122,7 +125,8 @@ class ParameterMismatch(AssertionError):
 
 
 def check_build(cfg: Any, model: nn.Module) -> dict[str, int]:
-    """Compare every component of ``model`` with ``count(cfg)``; raise naming each that differs."""
+    """Compare every component of ``model`` with ``count(cfg)`` (a ``Resolved`` config: not validated
+    again); raise naming each that differs."""
     analytic, built = count(cfg), built_counts(model)
     wrong = [
         f"{c}: analytic {analytic[c]:,} != built {built[c]:,}"

@@ -12,7 +12,7 @@ from archlab.accounting import check_build, count
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.store import register_configs
 from archlab.nn.model import Decoder
-from archlab.nn.validation import validate
+from archlab.nn.validation import resolve, validate
 
 
 def _conf_dir() -> Path:
@@ -59,11 +59,11 @@ def build_model(
 ) -> Decoder:
     """Build the decoder on the meta device, check it against the formulas, then (unless ``device``
     is ``"meta"``) allocate it on ``device`` and apply the GPT-2 initialisation."""
-    cfg = validate(to_model_config(cfg))
+    resolved = resolve(to_model_config(cfg))  # validated once; counting and building read it
     with torch.device("meta"):
-        model = Decoder(cfg)
+        model = Decoder(resolved.cfg, resolved.layers)
     if check:
-        check_build(cfg, model)
+        check_build(resolved, model)
     if str(device) != "meta":
         model = model.to_empty(device=device)
         model.head.tie(model.tok_emb)  # to_empty gives each module its own storage: tie again

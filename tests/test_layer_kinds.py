@@ -168,3 +168,29 @@ def test_a_layout_trains():
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0]
     assert all(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_build_validates_once_and_merges_each_layer_kind_once(monkeypatch):
+    """``build_model`` validates the model once (each layer kind's checks once, within it) and merges each
+    kind's fields once, though it both counts and builds: counted by spying on the first check every
+    validation makes (``model.vocab_size``) and on the merge (``kind_config``)."""
+    import archlab.checks
+    import archlab.config.layers
+
+    cfg = compose_model(TINY + IROPE)  # two kinds: local and global
+    validations, merges = [], []
+    positive, kind_config = archlab.checks.positive, archlab.config.layers.kind_config
+
+    def spy_positive(field, *args, **kwargs):
+        validations.append(field == "model.vocab_size")
+        return positive(field, *args, **kwargs)
+
+    def spy_kind_config(model, name):
+        merges.append(name)
+        return kind_config(model, name)
+
+    monkeypatch.setattr(archlab.checks, "positive", spy_positive)
+    monkeypatch.setattr(archlab.config.layers, "kind_config", spy_kind_config)
+    build_model(cfg, device="meta")
+    assert sum(validations) == 1 + 2  # the model, then each of its two kinds' configs
+    assert sorted(merges) == ["global", "local"]

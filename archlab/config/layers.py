@@ -48,8 +48,9 @@ def kind_config(cfg: ModelConfig, name: str) -> ModelConfig:
     return dataclasses.replace(cfg, layers=LayersConfig(), **sections)
 
 
-def check_layers(cfg: ModelConfig) -> None:
-    """``first`` and ``pattern`` name defined kinds, ``first`` fits in the model, and every kind merges."""
+def check_layers(cfg: ModelConfig) -> dict[str, ModelConfig]:
+    """``first`` and ``pattern`` name defined kinds, ``first`` fits in the model, and every kind merges;
+    return each kind's config."""
     layers, kinds = cfg.layers, cfg.layers.kinds or {}
     if not isinstance(kinds, dict):
         raise ConfigError("model.layers.kinds", kinds, "null, or a mapping of kind names to overrides")
@@ -65,13 +66,13 @@ def check_layers(cfg: ModelConfig) -> None:
             raise ConfigError(f"model.layers.{field}", list(getattr(layers, field)), allowed)
     if len(layers.first) > cfg.n_layer:
         raise ConfigError("model.layers.first", list(layers.first), f"at most model.n_layer={cfg.n_layer} kinds")
-    for name in names:
-        kind_config(cfg, name)
+    return {name: kind_config(cfg, name) for name in names}
 
 
-def layer_configs(cfg: ModelConfig) -> list[ModelConfig]:
-    """The config of every layer, in order (each kind merged once); the model's own where no kind is given."""
-    by_kind: dict[Optional[str], ModelConfig] = {None: cfg}
+def layer_configs(cfg: ModelConfig, kinds: Optional[dict[str, ModelConfig]] = None) -> list[ModelConfig]:
+    """The config of every layer, in order (each kind merged once, or taken from ``kinds``, the kinds'
+    configs ``check_layers`` returned); the model's own where no kind is given."""
+    by_kind: dict[Optional[str], ModelConfig] = {None: cfg, **(kinds or {})}
     out = []
     for layer in range(cfg.n_layer):
         kind = layer_kind(cfg, layer)

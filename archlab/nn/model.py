@@ -45,7 +45,8 @@ def document_inputs(idx: Tensor, eos_id: int, reset_positions: bool) -> dict[str
 class Decoder(nn.Module):
     """A decoder-only transformer assembled from the registries named in ``cfg``."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layers: Optional[Sequence[ModelConfig]] = None):
+        """``layers``: each layer's config where the caller derived them already (``nn.validation.resolve``)."""
         super().__init__()
         self.cfg = cfg
         width = embedding_width(cfg)
@@ -55,7 +56,7 @@ class Decoder(nn.Module):
         self.embedding_norm = build_norm(cfg) if cfg.embedding_norm else None  # on the looked-up rows (BLOOM)
         self.position = build_position(cfg)
         self.drop = nn.Dropout(embedding_dropout(cfg))  # on the embeddings entering the first block
-        configs = layer_configs(cfg)  # model.layers: a layer's kind overrides the model's parts
+        configs = list(layers) if layers is not None else layer_configs(cfg)  # a layer kind overrides the model's parts
         self.blocks = nn.ModuleList(build_block(c, i) for i, c in enumerate(configs))
         # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module
         own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if c.position != cfg.position}

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, Optional
 
 from archlab import checks
 from archlab.config import ModelConfig
-from archlab.config.layers import check_layers, kind_config, used_kinds
+from archlab.config.layers import check_layers, kind_config, layer_configs, used_kinds
 from archlab.errors import ConfigError
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
@@ -45,8 +45,30 @@ def _check_choices(node: Any, path: str) -> None:
             _check_choices(value, f"{path}.{f.name}")
 
 
+class Resolved(NamedTuple):
+    """A validated model config and each layer's config (its kind's fields merged in), derived once: the
+    one object counting, building and checking read (``resolve``)."""
+
+    cfg: ModelConfig
+    layers: tuple[ModelConfig, ...]
+
+
+def resolve(cfg: ModelConfig | Resolved) -> Resolved:
+    """``cfg`` validated once, with its per-layer configs; a ``Resolved`` is returned as it is."""
+    if isinstance(cfg, Resolved):
+        return cfg
+    kinds = _validate(cfg)
+    return Resolved(cfg, tuple(layer_configs(cfg, kinds)))
+
+
 def validate(cfg: ModelConfig) -> ModelConfig:
     """Raise one ConfigError naming the first inconsistent field; return the config unchanged."""
+    _validate(cfg)
+    return cfg
+
+
+def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
+    """``validate``'s checks; return each layer kind's config, merged once."""
     for name in ("vocab_size", "context_length", "n_layer", "d_model"):
         checks.positive(f"model.{name}", getattr(cfg, name))
     checks.probability("model.dropout", cfg.dropout)
@@ -78,16 +100,15 @@ def validate(cfg: ModelConfig) -> ModelConfig:
     _check_choices(cfg, "model")
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
-    check_layers(cfg)
+    kinds = check_layers(cfg)
     for name in sorted(used_kinds(cfg)):
-        _validate_kind(cfg, name)
-    return cfg
+        _validate_kind(cfg, name, kinds[name])
+    return kinds
 
 
-def _validate_kind(cfg: ModelConfig, name: str) -> None:
-    """A layer kind's config passes every check, naming the kind's own field where it set the one
+def _validate_kind(cfg: ModelConfig, name: str, layer: ModelConfig) -> None:
+    """A layer kind's config ``layer`` passes every check, naming the kind's own field where it set the one
     refused; a position scheme may differ per layer only between schemes that act inside attention."""
-    layer = kind_config(cfg, name)
     overrides = cfg.layers.kinds[name]
     try:
         validate(layer)
