@@ -194,3 +194,26 @@ def test_a_build_validates_once_and_merges_each_layer_kind_once(monkeypatch):
     build_model(cfg, device="meta")
     assert sum(validations) == 1 + 2  # the model, then each of its two kinds' configs
     assert sorted(merges) == ["global", "local"]
+
+
+def test_mup_gives_each_layer_kind_its_own_mixers_temperature():
+    """param=mup scales the score multiplier of softmax layers by sqrt(base head_dim / head_dim) and leaves a
+    recurrent layer kind without one: a Gated DeltaNet hybrid at twice the proxy's width builds (it was
+    refused: the deltanet kind inherited the model's new scale), its attention layers at the hand-worked
+    temperature, its deltanet layers at none; a causal kind of another head size gets its own."""
+    from archlab.training.parametrization import parametrize
+
+    hybrid = ["model=nano", "model.vocab_size=32", "model.context_length=16", "model/layers=deltanet_3_1"]
+    hybrid += ["model.n_layer=4", "model.d_model=128", "model.attention.n_head=4"]
+    hybrid += ["+model.layers.kinds.deltanet.attention.key_head_dim=16"]
+    hybrid += ["+model.layers.kinds.deltanet.attention.v_head_dim=16"]
+    hybrid += ["+model.layers.kinds.wide={attention: {head_dim: 64}}", "model.layers.pattern=[deltanet,attention,wide]"]
+    param = {"kind": "mup", "base_d_model": 64, "base_n_layer": None, "base_head_dim": 16}
+    scaled = parametrize(compose_model(hybrid), param)
+    model = build_model(scaled, device="meta")
+    # head_dim 128 / 4 = 32 against the proxy's 16: (1/sqrt(32))·sqrt(16/32) = 1/8; the wide kind's 64 against
+    # 16: (1/sqrt(64))·sqrt(16/64) = 1/16
+    scales = [getattr(block.attn, "scale", None) for block in model.blocks]
+    assert [c.attention.kind for c in layer_configs(scaled)] == ["gated_deltanet", "causal", "causal", "gated_deltanet"]
+    assert [c.attention.scale for c in layer_configs(scaled)] == [None, 1 / 8, 1 / 16, None]
+    assert scales[1:3] == [pytest.approx(1 / 8), pytest.approx(1 / 16)]

@@ -31,6 +31,7 @@ from torch import nn
 
 from archlab import checks
 from archlab.config import ModelConfig
+from archlab.config.layers import kind_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Component, Role
 from archlab.nn.mixers.base import MIXERS, head_dim
@@ -87,13 +88,38 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
     head = dataclasses.replace(model.head, logit_scale=model.head.logit_scale / m)
     block = dataclasses.replace(model.block, residual_multiplier=model.block.residual_multiplier / depth)
     attention = model.attention
+    scale = _temperature(model, param)
+    if scale is not None:
+        attention = dataclasses.replace(attention, scale=scale)
+    scaled = dataclasses.replace(model, head=head, block=block, attention=attention)
+    kinds = {}
+    for name, overrides in (model.layers.kinds or {}).items():
+        own = dict(overrides.get("attention") or {})
+        if "scale" not in own:  # a kind's own score multiplier stays as set
+            # the layer would inherit the model's new scale: it gets its own mixer's temperature instead, at
+            # its own head size, and keeps the scale it had where its mixer reads none (a recurrent mixer)
+            layer = kind_config(model, name)
+            temperature = _temperature(layer, param)
+            wanted = layer.attention.scale if temperature is None else temperature
+            if wanted != attention.scale:
+                own["scale"] = wanted
+        kinds[name] = {**overrides, "attention": own} if own else dict(overrides)
+    if kinds:
+        scaled = dataclasses.replace(scaled, layers=dataclasses.replace(model.layers, kinds=kinds))
+    return scaled
+
+
+def _temperature(model: ModelConfig, param: Any) -> Optional[float]:
+    """μP's score multiplier for the mixer of ``model`` (a model's or a layer's config): its scale (else
+    1/sqrt(head_dim)) times sqrt(base head_dim / head_dim), 1/head_dim attention at the proxy's scale;
+    None where the head size is the proxy's or the mixer reads no score multiplier."""
     hd = head_dim(model)
     base = param["base_head_dim"] or head_dim(dataclasses.replace(model, d_model=param["base_d_model"]))
-    reads = MIXERS.get(attention.kind).reads(model)
-    if hd != base and (reads is None or "scale" in reads):
-        scale = attention.scale if attention.scale is not None else 1 / math.sqrt(hd)
-        attention = dataclasses.replace(attention, scale=scale * math.sqrt(base / hd))
-    return dataclasses.replace(model, head=head, block=block, attention=attention)
+    reads = MIXERS.get(model.attention.kind).reads(model)
+    if hd == base or not (reads is None or "scale" in reads):
+        return None
+    scale = model.attention.scale if model.attention.scale is not None else 1 / math.sqrt(hd)
+    return scale * math.sqrt(base / hd)
 
 
 def _own_parameters(module: nn.Module, prefix: str = "") -> Iterator[tuple[str, nn.Parameter]]:
