@@ -5,6 +5,7 @@ refusals, and what is reported as ignored."""
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.accounting import kv_cache_bytes
 from archlab.build import CONF_DIR
+from archlab.config import to_model_config
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.generate import generate
 from archlab.nn.validation import ignored, without_ignored
@@ -217,3 +219,58 @@ def test_mup_gives_each_layer_kind_its_own_mixers_temperature():
     assert [c.attention.kind for c in layer_configs(scaled)] == ["gated_deltanet", "causal", "causal", "gated_deltanet"]
     assert [c.attention.scale for c in layer_configs(scaled)] == [None, 1 / 8, 1 / 16, None]
     assert scales[1:3] == [pytest.approx(1 / 8), pytest.approx(1 / 16)]
+
+
+# a recurrent mixer whose "head" is one dim wide (mamba2's state_size, gated_deltanet's key_head_dim), without
+# biases, and its parameters by hand: mamba2's in-projection d·(I + C + H) for inner I = 1 and conv channels
+# C = I + 2·groups·state_size = 3, its convolution C·K, dt_bias, A_log and D, norm I, out I·d; gated_deltanet's
+# in-projection d·(2·dk + 2·dv + 2) (q, k, v, z, b, a), convolution (2·dk + dv)·K, A_log and dt_bias, norm dv,
+# out dv·d
+ONE_WIDE = {
+    "mamba2": ({"head_dim": 1, "state_size": 1, "conv_bias": False, "qkv_bias": False, "out_bias": False}, 22),
+    "gated_deltanet": ({"key_head_dim": 1, "v_head_dim": 1}, 2 * (2 + 2 + 2) + 3 * 2 + 2 + 1 + 2),
+}
+
+
+def _recurrent_hybrid(mixer: str, position: dict, other: dict) -> dict:
+    """d_model 2, one head of 2, RoPE, two layers: kind ``a`` with the one-wide ``mixer`` (conv 2), then kind
+    ``b``, causal with the ``other`` attention fields; no MLP, no biases in the causal layer."""
+    module = importlib.import_module(f"archlab.nn.mixers.{mixer}")
+    resets = {name: wanted for name, (wanted, _) in module._REFUSED.items()}
+    kind_a = resets | {"kind": mixer, "conv_kernel": 2} | ONE_WIDE[mixer][0]
+    return {
+        "vocab_size": 8,
+        "context_length": 8,
+        "n_layer": 2,
+        "d_model": 2,
+        "position": {"kind": "rope"} | position,
+        "attention": {"n_head": 1, "qkv_bias": False, "out_bias": False},
+        "mlp": {"kind": "none"},
+        "layers": {"kinds": {"a": {"attention": kind_a}, "b": {"attention": other}}, "pattern": ["a", "b"]},
+    }
+
+
+@pytest.mark.parametrize("position", [{}, {"rotary_dim": 2}], ids=["whole-heads", "rotary_dim-2"])
+@pytest.mark.parametrize("mixer", sorted(ONE_WIDE))
+def test_rope_fits_no_head_to_a_recurrent_layer_kind_but_still_to_a_causal_one(mixer, position):
+    """The property tests drew d_model 2, one head, RoPE and a layer kind of a recurrent mixer one dim
+    wide: ``count`` refused it (model.position.rotary_dim=1 against head_dim=1, in layer kind a), though no
+    rotation reaches that mixer. It builds, and counts by hand: the embedding 8·2 (tied), the recurrent
+    layer, the causal one 4·2·2, a LayerNorm per block and the final one 2·2 each. A causal kind of heads
+    that narrow is still refused, naming what its RoPE cannot rotate."""
+    cfg = to_model_config(_recurrent_hybrid(mixer, position, {}))
+    assert [c.attention.kind for c in layer_configs(cfg)] == [mixer, "causal"]
+    total = 8 * 2 + ONE_WIDE[mixer][1] + 4 * 2 * 2 + 3 * 2 * 2
+    assert count_params(cfg)["total"] == total
+    model = build_model(cfg)  # compares each component with the closed form
+    assert sum(p.numel() for p in model.parameters()) == total
+    assert model(torch.zeros(1, 8, dtype=torch.long)).shape == (1, 8, 8)
+
+    narrow = _recurrent_hybrid(mixer, position, {"head_dim": 1})  # the causal kind b: one head of 1
+    with pytest.raises(ConfigError) as refused:
+        count_params(to_model_config(narrow))
+    if position:  # 2 rotated dims do not fit a head of 1
+        assert refused.value.field == "model.position.rotary_dim" and refused.value.value == 2
+        assert "head_dim=1" in refused.value.allowed and "(in layer kind b)" in refused.value.allowed
+    else:  # a whole head of 1 is no pair
+        assert refused.value.field == "model.layers.kinds.b.attention.head_dim" and refused.value.value == 1

@@ -106,7 +106,7 @@ class RoPE(Position):
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
-        p, hd = cfg.position, rotary_head_dim(cfg)
+        p = cfg.position
         checks.positive("model.position.theta", p.theta)
         if p.scaling != "none":
             checks.positive("model.position.factor", p.factor)
@@ -129,14 +129,27 @@ class RoPE(Position):
                     "null unless model.position.scaling is yarn or longrope (the scalings that scale cos and sin)",
                 )
             checks.positive("model.position.attention_factor", p.attention_factor, "a positive number, or null")
-        MIXERS.get(cfg.attention.kind).validate_rotary(cfg)  # what the attention can rotate
         if p.rotary_dim is not None and p.rotary_fraction is not None:
             raise ConfigError(
                 "model.position.rotary_fraction", p.rotary_fraction, "null when rotary_dim is set (give one of them)"
             )
+        if p.rotary_fraction is not None and not 0 < p.rotary_fraction <= 1:
+            raise ConfigError("model.position.rotary_fraction", p.rotary_fraction, "a fraction in (0, 1]")
+        mixer = MIXERS.get(cfg.attention.kind)
+        # a recurrent mixer takes no rotation: no head of it for the rotated dims to fit (a layer kind whose
+        # mixer rotates is checked against its own heads)
+        if not mixer.takes_rotary():
+            even = "an even number of dims >= 2, or null"
+            if p.rotary_dim is not None:
+                checks.integer("model.position.rotary_dim", p.rotary_dim, 2, even)
+                if p.rotary_dim % 2:
+                    raise ConfigError("model.position.rotary_dim", p.rotary_dim, even)
+            if p.scaling == "longrope":
+                _validate_longrope(p, None)
+            return
+        mixer.validate_rotary(cfg)  # what the attention can rotate
+        hd = rotary_head_dim(cfg)
         if p.rotary_fraction is not None:
-            if not 0 < p.rotary_fraction <= 1:
-                raise ConfigError("model.position.rotary_fraction", p.rotary_fraction, "a fraction in (0, 1]")
             dims = p.rotary_fraction * hd
             if abs(dims - round(dims)) > 1e-6 or round(dims) % 2:
                 raise ConfigError(
@@ -151,21 +164,25 @@ class RoPE(Position):
             _validate_longrope(p, r)
 
 
-def _validate_longrope(p: PositionConfig, rotated: int) -> None:
+def _validate_longrope(p: PositionConfig, rotated: Optional[int]) -> None:
     """LongRoPE's fields: the context it extends (``original_context``), a ``factor`` >= 1 (its attention
-    factor reads it) and ``short_factor`` and ``long_factor`` lists of one positive number per rotated pair."""
+    factor reads it) and ``short_factor`` and ``long_factor`` lists of one positive number per rotated pair
+    (of any length where ``rotated`` is None: a mixer that takes no rotation)."""
     checks.integer("model.position.original_context", p.original_context, 1,
                    "a positive integer for scaling=longrope (the context the model was trained at)")  # fmt: skip
     if not checks.finite(p.factor) >= 1:
         raise ConfigError("model.position.factor", p.factor, "a number >= 1 for scaling=longrope (how much longer)")
     for name in ("short_factor", "long_factor"):
         factors = getattr(p, name)
-        ok = isinstance(factors, Sequence) and not isinstance(factors, str) and len(factors) == rotated // 2
+        ok = isinstance(factors, Sequence) and not isinstance(factors, str)
+        ok = ok and (rotated is None or len(factors) == rotated // 2)
         if not ok or not all(isinstance(f, (int, float)) and checks.finite(f) > 0 for f in factors):
             raise ConfigError(
                 f"model.position.{name}",
                 factors,
-                f"a list of {rotated // 2} positive numbers for scaling=longrope (one per rotated pair: "
+                "a list of positive numbers for scaling=longrope (one per rotated pair)"
+                if rotated is None
+                else f"a list of {rotated // 2} positive numbers for scaling=longrope (one per rotated pair: "
                 f"rotary dims {rotated} / 2)",
             )
 

@@ -20,8 +20,9 @@ from archlab.registry import Registry
 class Mixer(LayerPart, nn.Module):
     """A token mixer, built per layer as ``Entry(cfg, layer)`` (a layer knows its ``window``) and
     called as ``attn(x, rotary, mask, cache, layer)``. Beside the Component members it answers what the
-    other families ask of a mixer: its head sizes (``qk_head_dim``, ``rotary_head_dim``), what it needs
-    of a rotary scheme's fields (``validate_rotary``), and the KV cache's size (``kv_cache_values``)."""
+    other families ask of a mixer: its head sizes (``qk_head_dim``, ``rotary_head_dim``), whether a rotary
+    scheme acts in it (``takes_rotary``) and what it needs of the scheme's fields (``validate_rotary``), and
+    the KV cache's size (``kv_cache_values``)."""
 
     # False: it mixes by scores over the keys and takes the attention mask (with any score bias), or None.
     # True: a recurrent mixer; its mask is the padding of its new positions, [B, T] bool (True: a token), or None
@@ -56,6 +57,12 @@ class Mixer(LayerPart, nn.Module):
     def validate_rotary(cfg: ModelConfig) -> None:
         """Raise ``ConfigError`` where the rotary scheme's fields ask what this attention cannot rotate
         (RoPE's ``validate`` calls it)."""
+
+    @classmethod
+    def takes_rotary(cls) -> bool:
+        """Whether a rotary scheme rotates this mixer's queries and keys: not a recurrent mixer's (the
+        recurrence orders its tokens, no position reaches it), so RoPE fits its dims to no head of it."""
+        return not cls.recurrent
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
