@@ -357,14 +357,18 @@ def tiny(overrides: list[str]) -> list[str]:
 
 
 def train_for_real(overrides: list[str], ws: Workspace) -> None:
-    """One documented run trained in tiny form, in process; ``hydra.run.dir`` is its output directory."""
+    """One documented run trained in tiny form, in process, as archlab-train runs it (an ``lr_from`` resolved
+    first); ``hydra.run.dir`` is its output directory."""
+    from archlab.report.proxy import transfer_lr
     from archlab.training.run import train
 
     for key, value in settings(overrides).items():
         if key == "data.path":
             ws.text_file(value)
     run_dir = [f"paths.output_dir={o.split('=', 1)[1]}" for o in overrides if o.startswith("hydra.run.dir=")]
-    train(compose("train", tiny([o for o in overrides if not o.startswith("hydra.run.dir=")] + run_dir)))
+    cfg = compose("train", tiny([o for o in overrides if not o.startswith("hydra.run.dir=")] + run_dir))
+    transfer_lr(cfg)
+    train(cfg)
 
 
 _SWEEPS: dict[tuple[str, ...], Path] = {}  # a sweep run for real, by its command: README and sweeps.md share one

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from helpers.training import compose_train
 
 from archlab import build_model, compose_model
 from archlab.cli.export import main
+from archlab.run_files import SHARDED_METADATA
 from archlab.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
 from archlab.weights import TOKENIZER_KEY, load_weights, save_weights
 
@@ -176,3 +179,19 @@ def test_help_lists_the_settings(capsys):
     main(["--help"])
     out = capsys.readouterr().out
     assert out.startswith("usage: archlab-export [source=]<path>") and "out " in out and "format " in out
+
+
+def test_importing_the_export_loads_no_lightning():
+    """The export reads a run's files through archlab.run_files, not training/: a fresh process importing it
+    has no Lightning loaded."""
+    code = (
+        "import sys, archlab.interop.export; print([m for m in ('lightning', 'pytorch_lightning') if m in sys.modules])"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]
+
+
+def test_a_sharded_checkpoints_metadata_is_read_by_lightnings_name():
+    from lightning.fabric.utilities.load import _METADATA_FILENAME
+
+    assert SHARDED_METADATA == _METADATA_FILENAME

@@ -1,8 +1,10 @@
 """The package keeps the layers docs/architecture.md draws. Its table under "## The layers" (rows
-``| N. name | modules | what it holds |``) places every module of archlab in one numbered layer; imports
-may go to the same layer or a lower-numbered one (config -> nn -> build/accounting -> training, interop,
-bench, report -> cli), never up, and close no cycle. Every import statement is walked with ast
-(function-level imports included), from the source tree, without importing archlab."""
+``| N. name | modules | what it holds |``, or ``| Na. name | ...`` for floor a of layer N) places every
+module of archlab in one numbered layer or floor; imports may go to the same one or a lower one (config ->
+nn -> build/accounting -> 4a what the uses share -> 4b training, report -> 4c interop, evaluation -> 4d
+bench -> cli; floors in the order of their letters), never up, and close no cycle; training and the
+report import nothing of each other. Every import statement is walked with ast (function-level imports
+included), from the source tree, without importing archlab."""
 
 from __future__ import annotations
 
@@ -90,22 +92,23 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 # ---------------------------------------------------------------- the table of docs/architecture.md
 
 
-def layer_table(text: str) -> dict[str, int]:
-    """The table of the "## The layers" section: each entry of a row's modules column -> the row's number.
+def layer_table(text: str) -> dict[str, str]:
+    """The table of the "## The layers" section: each entry of a row's modules column -> the row's layer,
+    its number and any floor letter (``"3"``, ``"4b"``).
 
     Entries are the backticked paths relative to the package directory: ``x.py`` is the module
     ``archlab.x`` (``__init__.py`` the package itself), ``dir/`` the package ``archlab.dir`` with every
     module under it, ``dir/x.py`` the module ``archlab.dir.x``."""
     section = text.split("\n## The layers\n", 1)[1].split("\n## ", 1)[0]
-    table: dict[str, int] = {}
+    table: dict[str, str] = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.lstrip().startswith("|") else []
-        number = re.match(r"(\d+)\.\s", cells[0]) if len(cells) >= 3 else None
+        number = re.match(r"(\d+[a-z]?)\.\s", cells[0]) if len(cells) >= 3 else None
         if not number:
             continue
         for entry in re.findall(r"`([^`]+)`", cells[1]):
             assert entry not in table, f"{entry} is in two rows of the layer table"
-            table[entry] = int(number.group(1))
+            table[entry] = number.group(1)
     assert table, "no layer table under '## The layers'"
     return table
 
@@ -121,7 +124,14 @@ def covers(entry: str, module: str) -> bool:
     return module == name or (entry.endswith("/") and module.startswith(name + "."))
 
 
-def layers(edges: dict[str, set[str]], table: dict[str, int]) -> dict[str, int]:
+def order(layer: str) -> tuple[int, str]:
+    """Where a layer stands: by its number, then by its floor letter (``4a`` below ``4b``, both below ``5``)."""
+    number = re.match(r"\d+", layer)
+    assert number, layer
+    return int(number.group()), layer[number.end() :]
+
+
+def layers(edges: dict[str, set[str]], table: dict[str, str]) -> dict[str, str]:
     """Module -> its layer, for every module of ``edges``; fails naming each module that no entry or
     more than one entry of the table places, and each entry that names no module."""
     placed = {m: [e for e in table if covers(e, m)] for m in edges}
@@ -134,14 +144,37 @@ def layers(edges: dict[str, set[str]], table: dict[str, int]) -> dict[str, int]:
     return {m: table[found[0]] for m, found in placed.items()}
 
 
-def upward_imports(edges: dict[str, set[str]], layer: dict[str, int]) -> list[str]:
-    """Every import from a module to one of a higher-numbered layer, as ``a (N) imports b (M)``."""
+def upward_imports(edges: dict[str, set[str]], layer: dict[str, str]) -> list[str]:
+    """Every import from a module to one of a higher layer or floor, as ``a (N) imports b (M)``."""
     return [
         f"{m} ({layer[m]}) imports {t} ({layer[t]})"
         for m in sorted(edges)
         for t in sorted(edges[m])
-        if layer[t] > layer[m]
+        if order(layer[t]) > order(layer[m])
     ]
+
+
+def imports_between(edges: dict[str, set[str]], a: str, b: str) -> list[str]:
+    """Every import from a module of package ``a`` to one of package ``b``, or back, as ``x imports y``."""
+
+    def within(module: str, package: str) -> bool:
+        return module == package or module.startswith(package + ".")
+
+    return [
+        f"{m} imports {t}"
+        for m in sorted(edges)
+        for t in sorted(edges[m])
+        if (within(m, a) and within(t, b)) or (within(m, b) and within(t, a))
+    ]
+
+
+def numbered_in_order(layers: set[str]) -> bool:
+    """Layers numbered 0, 1, 2, ...; a number split into floors has them lettered a, b, c, ... alone."""
+    numbers = sorted({order(x)[0] for x in layers})
+    floors = {n: sorted(order(x)[1] for x in layers if order(x)[0] == n) for n in numbers}
+    return numbers == list(range(len(numbers))) and all(
+        f == [""] or f == [chr(ord("a") + i) for i in range(len(f))] for f in floors.values()
+    )
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -193,7 +226,7 @@ def toy_package(tmp_path: Path) -> Path:
 
 def test_the_table_is_read_from_its_section_and_its_modules_column():
     table = layer_table(TOY_DOC)
-    assert table == {"__init__.py": 0, "errors.py": 0, "config.py": 1, "nn/": 2}
+    assert table == {"__init__.py": "0", "errors.py": "0", "config.py": "1", "nn/": "2"}
     assert [entry_module(e) for e in table] == ["archlab", "archlab.errors", "archlab.config", "archlab.nn"]
     assert covers("nn/", "archlab.nn.norms") and covers("nn/", "archlab.nn") and not covers("nn/", "archlab.nnx")
     assert not covers("config.py", "archlab.config.model")
@@ -202,7 +235,13 @@ def test_the_table_is_read_from_its_section_and_its_modules_column():
 def test_an_import_from_a_lower_layer_to_a_higher_one_is_found(tmp_path):
     edges = graph(toy_package(tmp_path))
     layer = layers(edges, layer_table(TOY_DOC))
-    assert layer == {"archlab": 0, "archlab.errors": 0, "archlab.config": 1, "archlab.nn": 2, "archlab.nn.norms": 2}
+    assert layer == {
+        "archlab": "0",
+        "archlab.errors": "0",
+        "archlab.config": "1",
+        "archlab.nn": "2",
+        "archlab.nn.norms": "2",
+    }
     assert cycles(edges) == []
     assert upward_imports(edges, layer) == [  # importing archlab.nn.norms runs the package archlab.nn too
         "archlab.config (1) imports archlab.nn (2)",
@@ -217,17 +256,55 @@ def test_a_module_missing_from_the_table_or_a_stale_entry_fails(tmp_path):
         layers(graph(pkg), layer_table(TOY_DOC))
     (pkg / "peak_flops.py").unlink()
     with pytest.raises(AssertionError, match=r"name no module .*\['bench/peak_flops.py'\]"):
-        layers(graph(pkg), {**layer_table(TOY_DOC), "bench/peak_flops.py": 1})
+        layers(graph(pkg), {**layer_table(TOY_DOC), "bench/peak_flops.py": "1"})
     with pytest.raises(AssertionError, match="more than one entry"):
-        layers(graph(pkg), {**layer_table(TOY_DOC), "nn/norms.py": 2})
+        layers(graph(pkg), {**layer_table(TOY_DOC), "nn/norms.py": "2"})
+
+
+FLOORS_DOC = """# Toy, in floors
+
+## The layers
+
+| layer | modules | what it holds |
+|---|---|---|
+| 0. basics | `__init__.py`, `errors.py` | the facade, `ConfigError` |
+| 1a. config | `config.py` | schemas |
+| 1b. components | `nn/` | modules |
+| 2. commands | `cli.py` | commands |
+"""
+
+
+def test_floors_are_ordered_by_their_letters_below_the_next_number(tmp_path):
+    pkg = toy_package(tmp_path)  # config (1a) imports nn.norms (1b): up a floor
+    (pkg / "cli.py").write_text("from archlab.nn.norms import NORMS\n")  # 2 imports 1b: down
+    layer = layers(graph(pkg), layer_table(FLOORS_DOC))
+    assert layer["archlab.config"] == "1a" and layer["archlab.nn.norms"] == "1b" and layer["archlab.cli"] == "2"
+    assert upward_imports(graph(pkg), layer) == [
+        "archlab.config (1a) imports archlab.nn (1b)",
+        "archlab.config (1a) imports archlab.nn.norms (1b)",
+    ]
+    assert numbered_in_order({"0", "1a", "1b", "2"}) and numbered_in_order({"0", "1", "2"})
+    assert not numbered_in_order({"0", "1a", "1c", "2"}) and not numbered_in_order({"0", "1", "1a"})
+    assert not numbered_in_order({"0", "2"})
 
 
 def test_every_module_is_in_exactly_one_layer_of_the_architecture_doc():
     layer = layers(graph(), layer_table(DOC.read_text(encoding="utf-8")))
-    assert set(layer.values()) == set(range(max(layer.values()) + 1)), "the layers are numbered 0, 1, 2, ..."
+    assert numbered_in_order(set(layer.values())), "the layers are numbered 0, 1, 2, ..., floors lettered a, b, ..."
 
 
 def test_imports_go_to_the_same_or_a_lower_layer():
     edges = graph()
     upward = upward_imports(edges, layers(edges, layer_table(DOC.read_text(encoding="utf-8"))))
     assert not upward, "imports against the layer table of docs/architecture.md:\n" + "\n".join(upward)
+
+
+def test_training_and_the_report_import_nothing_of_each_other():
+    """What both read of a run (its files, the figures' look) lies below both, in 4a; ``lr_from``, where a run
+    takes a proxy sweep's best rate, is resolved by archlab-train, above both."""
+    toy = {"archlab.training.run": {"archlab.report.proxy"}, "archlab.report.runs": {"archlab.run_files"}}
+    assert imports_between(toy, "archlab.training", "archlab.report") == [
+        "archlab.training.run imports archlab.report.proxy"
+    ]
+    between = imports_between(graph(), "archlab.training", "archlab.report")
+    assert not between, "imports between training and the report:\n" + "\n".join(between)

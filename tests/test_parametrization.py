@@ -20,11 +20,10 @@ from archlab.errors import ConfigError
 from archlab.nn.component import Role
 from archlab.nn.mixers.attention import CausalSelfAttention
 from archlab.nn.model import Decoder
-from archlab.report.proxy import transferred
+from archlab.report.proxy import transfer_lr, transferred
 from archlab.training.coordcheck import coordinate_check
 from archlab.training.optim import build_optimizer, param_groups
 from archlab.training.parametrization import check_param, initialise, parametrize, roles
-from archlab.training.run import transfer_lr
 from archlab.training.validation import validate_train
 from archlab.weights import load_weights
 

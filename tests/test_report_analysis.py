@@ -358,8 +358,8 @@ def _transfer_sweep(root: Path, params=("sp", "mup"), widths=(32, 64, 128), seed
 
 
 def test_transfer_follows_the_best_rate_along_the_width(tmp_path):
+    from archlab.report.runs import group_variants, load_runs, swept_axes
     from archlab.report.transfer import record, transfers
-    from archlab.report.write import group_variants, load_runs, swept_axes
 
     root = _transfer_sweep(tmp_path / "sweep")
     failed(root, ["param=sp", "model.d_model=128", "optim.lr=3.2e-2", "seed=0"])  # diverged: the worst, not a gap

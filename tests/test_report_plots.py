@@ -8,7 +8,8 @@ import itertools
 
 import pytest
 
-from archlab.report.plots import Line, Point, colours, final_figure, pyplot, small_multiples
+from archlab.figures import colours, pyplot
+from archlab.report.plots import Line, Point, final_figure, small_multiples
 
 LRS = ["1e-3", "3e-3", "1e-2", "3e-2"]
 VARIANTS = [

@@ -203,7 +203,7 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     assert sum(int(r["completed"]) for r in rows) == 3
 
     # stopped before the rope jobs started: multirun.yaml still says what the sweep was
-    from archlab.report.write import load_runs, swept_axes
+    from archlab.report.runs import load_runs, swept_axes
 
     rope = [p.parent.parent for p in partial.glob("*/.hydra/overrides.yaml") if "model/position=rope" in p.read_text()]
     assert len(rope) == 4
@@ -322,7 +322,8 @@ def test_a_resumed_job_stays_in_its_variant_and_curves_follow_the_history(sweep,
 
     import yaml
 
-    from archlab.report.write import group_variants, load_runs, swept_axes, validation_curve
+    from archlab.report.runs import group_variants, load_runs, swept_axes
+    from archlab.report.write import validation_curve
 
     copy = tmp_path / "copy"
     shutil.copytree(sweep[0], copy)
@@ -513,7 +514,7 @@ def test_runs_are_read_in_the_order_the_sweep_planned_them(sweep, tmp_path):
     import itertools
     import shutil
 
-    from archlab.report.write import load_runs
+    from archlab.report.runs import load_runs
 
     copy = tmp_path / "renamed"
     shutil.copytree(sweep[0], copy)

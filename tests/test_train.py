@@ -485,7 +485,7 @@ def test_default_config_composes_without_overrides():
         1,
     )
     # Hydra writes each job's config files where archlab-train (and archlab-report) look for them first
-    from archlab.training.outputs import PENDING_HYDRA_FILES
+    from archlab.run_files import PENDING_HYDRA_FILES
 
     hydra = compose("train", ["paths.output_dir=/unused"], return_hydra_config=True).hydra
     assert hydra.output_subdir == PENDING_HYDRA_FILES

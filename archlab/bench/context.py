@@ -373,7 +373,7 @@ def draw(result: dict, path: Path) -> Path:
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-    from archlab.report.plots import PANEL, colours, pyplot, save_figure
+    from archlab.figures import PANEL, colours, pyplot, save_figure
 
     plt = pyplot()
     names = list(result["variants"])

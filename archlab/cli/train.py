@@ -33,6 +33,9 @@ def _app(cfg: DictConfig) -> float | None:
     start = time.time()
     try:
         validate_train(cfg)  # a config mistake fails here, before Lightning is even imported
+        from archlab.report.proxy import transfer_lr
+
+        transfer_lr(cfg)  # lr_from: the proxy sweep's best optim.lr, read as the report reads sweeps
         from archlab.training.run import train
 
         summary = train(cfg)

@@ -14,9 +14,8 @@ from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.interop.export import SOURCES, load_model, read_source, run_of
 from archlab.nn.model import Decoder
+from archlab.run_files import SUMMARY, read_summary
 from archlab.tokenizer import BPETokenizer
-from archlab.training.outputs import read_summary
-from archlab.training.summary import SUMMARY
 
 HF_CONFIG = "config.json"  # what marks a Hugging Face directory
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from archlab.training.outputs import EVAL_RESULTS
+from archlab.run_files import EVAL_RESULTS
 
 RESULTS = Path(EVAL_RESULTS)  # eval/results.json in a run directory
 PER_TASK = ("results", "configs", "versions", "n-shot", "higher_is_better", "n-samples", "group_subtasks")

@@ -23,9 +23,7 @@ from archlab.interop.families.base import bare
 from archlab.interop.hf import exportability, to_hf
 from archlab.interop.hf_tokenizer import to_hf_tokenizer
 from archlab.nn.validation import validate
-from archlab.training.checkpoints import read_checkpoint
-from archlab.training.outputs import read_summary
-from archlab.training.summary import EXPORT, SUMMARY
+from archlab.run_files import EXPORT, SUMMARY, read_checkpoint, read_summary
 from archlab.weights import CONFIG_KEY, TOKENIZER_KEY, load_weights, read_metadata, read_tokenizer
 
 FORMATS = ("hf",)

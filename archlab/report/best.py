@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from archlab.figures import as_numbers
 from archlab.report.runs import finite_number, run_file
 from archlab.report.stats import higher_is_better
-from archlab.report.text import as_numbers, label, number
+from archlab.report.text import label, number
 
 if TYPE_CHECKING:
     from archlab.report.compare import Choice

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from archlab.errors import ConfigError
-from archlab.report.plots import SINGLE_PANEL, Line, save_figure, small_multiples
+from archlab.figures import as_numbers, ordered, save_figure
+from archlab.report.plots import SINGLE_PANEL, Line, small_multiples
 from archlab.report.stats import Interval, best_setting, higher_is_better, paired_difference, t_interval
-from archlab.report.text import as_numbers, difference, label, number, ordered, plus_minus, values_label
+from archlab.report.text import difference, label, number, plus_minus, values_label
 
 if TYPE_CHECKING:
     from archlab.report.runs import Variant

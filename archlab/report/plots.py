@@ -1,64 +1,26 @@
 """The report's figures, drawn to stay readable at dozens of variants: small multiples (one panel per
 variant, the learning rate or another tuned axis as colour), a distinct colour per key, legends outside
-the axes, few tick labels, and a final-value figure sized to its labels. pyplot is imported when a plot
-is drawn (matplotlib costs a second to import), on a file-only backend."""
+the axes, few tick labels, and a final-value figure sized to its labels; in the look every figure of
+archlab shares (``archlab.figures``)."""
 
 from __future__ import annotations
 
 import math
 import textwrap
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
-from typing import Any, Optional
+from typing import Optional
 
-from archlab.report.text import as_numbers, ordered
+from archlab.figures import PANEL, colours, ordered, pyplot
 
-DPI = 120
 SINGLE_PANEL = 8  # up to this many lines share one panel; more get a panel each
 COLUMNS = 4  # panels per row
-PANEL = (3.3, 2.5)  # inches per panel
 SINGLE = (6.0, 4.0)  # inches of a figure's only panel
 ROW = 0.26  # inches per row of the final-value figure
-
-
-def pyplot() -> ModuleType:
-    """``matplotlib.pyplot`` on the Agg backend: reports are files, drawn without a display."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig, path: Path) -> Path:
-    """Lay out ``fig`` (unless it lays itself out), write it to ``path`` as PNG and release it; returns ``path``."""
-    if fig.get_layout_engine() is None:
-        fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
-    pyplot().close(fig)
-    return path
 
 
 def log_scale(values: list[float]) -> bool:
     """A log axis for values that are all positive and span more than 10x (learning rates, sizes)."""
     return min(values) > 0 and max(values) > 10 * min(values)
-
-
-def colours(keys: list[str]) -> dict[str, Any]:
-    """A different colour per key: for numbers (learning rates), a sequential colormap in ascending order,
-    so the colour reads as the value; for names, tab10, tab20, or beyond 20 evenly spaced hues of turbo."""
-    from matplotlib import colormaps
-
-    keys = ordered(keys)
-    n = len(keys)
-    if as_numbers(keys) is not None and n > 1:
-        return {k: colormaps["viridis"](0.9 * i / (n - 1)) for i, k in enumerate(keys)}
-    if n <= 20:
-        table = colormaps["tab10" if n <= 10 else "tab20"]
-        return {k: table(i) for i, k in enumerate(keys)}
-    return {k: colormaps["turbo"](0.05 + 0.9 * i / (n - 1)) for i, k in enumerate(keys)}
 
 
 @dataclass

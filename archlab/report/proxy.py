@@ -1,17 +1,26 @@
 """What a proxy's sweep hands on to a larger run (``archlab-train lr_from=<sweep dir>``): the value of its
-one swept axis with the best mean final metric over its seeds, with the grid-edge warning ``best`` gives."""
+one swept axis with the best mean final metric over its seeds, with the grid-edge warning ``best`` gives.
+
+archlab-train sets the run's ``optim.lr`` with ``transfer_lr`` before it trains: the sweep is read as the
+report reads it, and training imports nothing of the report."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from omegaconf import DictConfig
+
+from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 from archlab.report.best import EdgeWarning, grid_edges
 from archlab.report.compare import choose_best
+from archlab.report.runs import group_variants, load_runs, swept_axes
 from archlab.report.text import number
-from archlab.report.write import group_variants, load_runs, swept_axes
+
+log = logging.getLogger("archlab.train")  # archlab-train's log: the line saying where the rate came from
 
 
 @dataclass
@@ -69,3 +78,20 @@ def transferred(sweep_dir: str | Path, axis: str, metric: str, field: str) -> Pr
         param,
         edges[0] if edges else None,
     )
+
+
+def transfer_lr(cfg: DictConfig) -> None:
+    """With ``lr_from``, set ``optim.lr`` to the best rate of that proxy sweep (by ``objective``, default the
+    validation loss), which must have run under this run's parametrisation; log where it came from."""
+    if cfg.lr_from is None:
+        return
+    found = transferred(cfg.lr_from, "optim.lr", cfg.objective or "val/loss", "lr_from")
+    mine = plain_dict(cfg.param, resolve=True)
+    if any(found.param.get(k) != v for k, v in mine.items()):
+        raise ConfigError(
+            "lr_from",
+            cfg.lr_from,
+            f"a proxy sweep run under this run's parametrisation (it ran param={found.param}; this run: param={mine})",
+        )
+    cfg.optim.lr = float(found.value)
+    log.info("lr_from=%s: %s", cfg.lr_from, found.text)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 
 from archlab.errors import ConfigError
-from archlab.report.plots import pyplot, save_figure
+from archlab.figures import pyplot, save_figure
 from archlab.report.stats import Interval, PowerLaw, compute_multipliers, fit_power_law, geometric_mean, t_interval
 from archlab.report.text import label, plus_minus
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 
 def number(value: float) -> str:
@@ -44,18 +43,3 @@ def label(settings: dict[str, str]) -> str:
 def values_label(settings: dict[str, str]) -> str:
     """A variant by its values alone (``rope, swiglu``), where a figure's title names the axes."""
     return ", ".join(settings.values()) or "all runs"
-
-
-def as_numbers(values: list[str]) -> Optional[list[float]]:
-    """The values as numbers where every one reads as a number (an axis of learning rates, sizes), else None."""
-    try:
-        return [float(v) for v in values]
-    except ValueError:
-        return None
-
-
-def ordered(values: list[str]) -> list[str]:
-    """``values`` in ascending numeric order where every one is a number (3e-3 before 1e-2, whatever order
-    combined sweeps listed them in), as given otherwise."""
-    numeric = as_numbers(values)
-    return [v for _, v in sorted(zip(numeric, values), key=lambda pair: pair[0])] if numeric else list(values)

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from archlab.errors import ConfigError
+from archlab.figures import as_numbers, ordered
 from archlab.report.compare import check_axis
 from archlab.report.stats import Interval, higher_is_better, paired_difference, t_interval
-from archlab.report.text import as_numbers, label, ordered, plus_minus
+from archlab.report.text import label, plus_minus
 
 if TYPE_CHECKING:
     from archlab.report.runs import Variant
@@ -213,7 +214,8 @@ def record(found: list[Transfer]) -> list[dict]:
 def plot_transfer(found: list[Transfer], tuned: str, axis: str, metric: str, out: Path) -> Path:
     """transfer.png: the final ``metric`` against ``tuned``, a panel per group and a line per ``axis`` value
     (mean, 95% interval; ringed: its best), as Yang et al.'s Fig. 1."""
-    from archlab.report.plots import Line, save_figure, small_multiples
+    from archlab.figures import save_figure
+    from archlab.report.plots import Line, small_multiples
 
     lines = []
     for t in found:

@@ -1,7 +1,8 @@
 """Turn a sweep directory into an ablation table (report.md, report.csv) and plots.
 
-Every run is read from its ``summary.json`` and ``.hydra/overrides.yaml``; the swept axes are the
-overrides whose values differ between runs, and runs that differ only in ``seed`` are one variant.
+The runs come from ``archlab.report.runs``, which reads each from its ``summary.json`` and
+``.hydra/overrides.yaml``; the swept axes are the overrides whose values differ between runs, and runs
+that differ only in ``seed`` are one variant.
 Validation curves come from each run's summary history: the optimizer step of every validation, kept
 whole across resumes. The options beyond the table (baseline comparisons, best_over, scaling fits) are
 checked and computed in ``archlab.report.analysis``, written out by ``archlab.report.compare`` and
@@ -12,153 +13,20 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Callable, Optional
 
-import yaml
-
 from archlab.errors import ConfigError
+from archlab.figures import save_figure
 from archlab.report import best, compare, stability
 from archlab.report import scaling as scaling_fits
 from archlab.report import transfer as transfer_along
 from archlab.report.analysis import Analysis, analyse
-from archlab.report.plots import SINGLE_PANEL, Line, Point, final_figure, save_figure, small_multiples
-from archlab.report.runs import Run, Variant, finite_number, run_figures
+from archlab.report.plots import SINGLE_PANEL, Line, Point, final_figure, small_multiples
+from archlab.report.runs import Run, Variant, finite_number, group_variants, load_runs, run_figures, swept_axes
 from archlab.report.stability import Stability
-from archlab.report.text import as_numbers, label, ordered, plus_minus, values_label
-from archlab.training.outputs import HYDRA_FILES, PENDING_HYDRA_FILES, continues_run
-
-SEED_KEYS = ("seed",)
-CONTINUATION_KEYS = ("resume",)  # how a run was continued, not what it is: never a swept axis
-
-
-def _settings(items: list[str], run_dir: Path, cwd: Optional[str] = None) -> dict[str, str]:
-    """``key=value`` overrides as a dict, less Hydra's own and those that only continue a run:
-    ``resume``, and a ``ckpt_path`` inside the run's own directory (a relative one is relative to
-    ``cwd``, where the run was started)."""
-    pairs = ((k.lstrip("+~"), v) for k, v in (item.split("=", 1) for item in items or [] if "=" in item))
-    return {
-        k: v
-        for k, v in pairs
-        if not k.startswith("hydra")
-        and k not in CONTINUATION_KEYS
-        and not (k == "ckpt_path" and continues_run(v, run_dir, cwd))
-    }
-
-
-HYDRA_DIRS = (HYDRA_FILES, PENDING_HYDRA_FILES)  # a job's config files: its own, or those of one killed early
-
-
-def _overrides(run_dir: Path) -> dict[str, str]:
-    """The run's command-line overrides (``.hydra/overrides.yaml``, else the pending copy Hydra wrote
-    for a job that never got as far as its summary)."""
-    for name in HYDRA_DIRS:
-        file = run_dir / name / "overrides.yaml"
-        if file.exists():
-            hydra_file = file.with_name("hydra.yaml")
-            hydra = (yaml.safe_load(hydra_file.read_text()) or {}).get("hydra") if hydra_file.exists() else None
-            cwd = ((hydra or {}).get("runtime") or {}).get("cwd")
-            return _settings(yaml.safe_load(file.read_text()), run_dir, cwd)
-    return {}
-
-
-def planned_jobs(sweep_dir: Path) -> list[list[str]]:
-    """Every job's overrides as Hydra's basic sweeper expands the sweep recorded in ``multirun.yaml``
-    (``hydra.sweeper.params``, then the command line); none for another sweeper (Optuna) or no record."""
-    from omegaconf import OmegaConf
-
-    file = sweep_dir / "multirun.yaml"
-    if not file.is_file():
-        return []
-    try:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        from archlab.hydra_private import BasicSweeper
-
-        hydra = OmegaConf.load(file).hydra
-        if hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":
-            return []
-        params = [f"{k}={v}" for k, v in (hydra.sweeper.get("params") or {}).items()]
-        overrides = OverridesParser.create().parse_overrides([*params, *hydra.overrides.task])
-        return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-    except Exception:  # a record this Hydra cannot read: report the jobs that have directories
-        return []
-
-
-def load_runs(sweep_dir: str | Path) -> list[Run]:
-    """Every job directory under ``sweep_dir``: those with a summary, those Hydra started (``.hydra/``,
-    or ``.hydra.pending/``) that never wrote one (killed or still running), and the jobs the sweep's
-    ``multirun.yaml`` planned that never got a directory; in the order that sweep planned them where it
-    planned them all."""
-    root = Path(sweep_dir)
-    if not root.is_dir():
-        why = "this path is a file" if root.exists() else "nothing is there"
-        raise ConfigError(
-            "sweep_dir", str(root), f"a directory of runs: a Hydra multirun directory or any folder ({why})"
-        )
-    dirs = {p.parent for p in root.rglob("summary.json")}
-    dirs |= {p.parent.parent for name in HYDRA_DIRS for p in root.rglob(f"{name}/overrides.yaml")}
-    runs = []
-    for d in sorted(dirs, key=_natural):
-        summary_file = d / "summary.json"
-        try:
-            summary = json.loads(summary_file.read_text()) if summary_file.exists() else None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ConfigError(
-                "sweep_dir",
-                str(root),
-                f"runs whose summary.json is JSON ({summary_file}: {err}; move that run aside to report the others)",
-            ) from None
-        runs.append(Run(d, _overrides(d), summary))
-    planned = [_settings(job, root) for job in planned_jobs(root)]
-    started = [r.overrides for r in runs]
-    # multirun.yaml is the latest sweep started here: it plans these runs only if it names every one
-    # (Hydra rewrites it before any job, also for a re-run whose jobs are all refused)
-    if all(settings in planned for settings in started):
-        for num, settings in enumerate(planned):
-            if settings not in started:  # planned, but the sweep stopped before Hydra made its directory
-                runs.append(Run(root / f"job {num}", settings, None, started=False))
-        # in the sweep's own order (its first axis outermost), not the directories' names' order
-        runs.sort(key=lambda r: planned.index(r.overrides))
-    return runs
-
-
-def _natural(path: Path) -> list:
-    """A directory's path with its numbers compared as numbers: job 2 before job 10."""
-    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", str(path))]
-
-
-def swept_axes(runs: list[Run], ignore: tuple[str, ...] = ()) -> list[str]:
-    """Override keys whose values differ between runs, the seed and ``ignore`` left out, in first-seen order."""
-    keys: dict[str, set[str]] = {}
-    for run in runs:
-        for k, v in run.overrides.items():
-            keys.setdefault(k, set()).add(v)
-    return [
-        k
-        for k, values in keys.items()
-        if k not in SEED_KEYS and k not in ignore and (len(values) > 1 or any(k not in r.overrides for r in runs))
-    ]
-
-
-def group_variants(runs: list[Run], axes: list[str]) -> list[Variant]:
-    """Runs sharing every swept setting but the seed, as variants; an axis whose values are all numbers
-    has one value per number (``3e-3`` and ``0.003`` from combined sweeps are one) and its variants in
-    ascending order (3e-3, 1e-2, 2e-2), other axes in first-seen order."""
-    values = {k: list(dict.fromkeys(r.overrides.get(k, "(default)") for r in runs)) for k in axes}
-    spelled: dict[str, dict[float, str]] = {}  # per numeric axis: each number as first spelled
-    for k, vs in values.items():
-        for number, v in zip(as_numbers(vs) or [], vs):
-            spelled.setdefault(k, {}).setdefault(number, v)
-    variants: dict[tuple, Variant] = {}
-    for run in runs:
-        settings = {k: run.overrides.get(k, "(default)") for k in axes}
-        settings = {k: spelled[k][float(v)] if k in spelled else v for k, v in settings.items()}
-        variants.setdefault(tuple(settings.items()), Variant(settings)).runs.append(run)
-    order = {k: ordered(list(dict.fromkeys(v.settings[k] for v in variants.values()))) for k in axes}
-    return sorted(variants.values(), key=lambda v: [order[k].index(x) for k, x in v.settings.items()])
+from archlab.report.text import label, plus_minus, values_label
 
 
 def aggregate(variant: Variant) -> dict[str, tuple[float, float, int]]:

@@ -16,7 +16,6 @@ from typing import Any, Optional
 
 import torch
 from lightning.fabric.utilities.cloud_io import _is_local_file_protocol
-from lightning.fabric.utilities.load import _METADATA_FILENAME
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -26,6 +25,7 @@ from torch import Tensor
 from archlab.config import model_config_dict, recorded_model_config, to_model_config
 from archlab.errors import ConfigError
 from archlab.nn.validation import without_ignored
+from archlab.run_files import read_checkpoint
 from archlab.training.outputs import LAST, check_keep
 
 # temporary names never end in ".ckpt", so resume=auto (newest *.ckpt) never picks a partial write
@@ -157,26 +157,6 @@ class AtomicModelParallelStrategy(ModelParallelStrategy):
         if self.global_rank == 0:
             replace_dir(staging, path)
         self.barrier("archlab_ckpt_replaced")
-
-
-def read_checkpoint(path: str | Path, field: str) -> dict[str, Any]:
-    """The checkpoint's non-tensor content (hyperparameters, loop state); tensors stay memory-mapped.
-    A sharded (FSDP) checkpoint is a directory whose ``meta.pt`` holds that part."""
-    path = Path(path)
-    file = path / _METADATA_FILENAME if path.is_dir() else path
-    if not file.is_file():
-        raise ConfigError(
-            field, str(path), f"a checkpoint file, or a sharded checkpoint directory with {_METADATA_FILENAME}"
-        )
-    try:
-        return torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as err:  # truncated, overwritten, not a torch file: torch's message says which
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ConfigError(
-            field,
-            str(path),
-            f"a complete checkpoint written by archlab-train; this one does not load ({type(err).__name__}: {reason})",
-        ) from None
 
 
 def _flatten(d: Any, prefix: str) -> dict[str, Any]:

@@ -107,7 +107,7 @@ def coordinate_check(
 
 def draw(result: dict[str, Any], path: Path) -> Path:
     """RMS against size on log-log axes, one panel per step, one line per measured tensor."""
-    from archlab.report.plots import PANEL, colours, pyplot, save_figure
+    from archlab.figures import PANEL, colours, pyplot, save_figure
 
     plt = pyplot()
     sizes, steps = result["sizes"], result["steps"]

@@ -3,7 +3,6 @@ continued (``resume=auto``, or a ``ckpt_path`` of its own), never started over."
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig
 
 from archlab.errors import ConfigError, DirectoryHoldsRun
-from archlab.training.summary import EXPORT, SUMMARY
+from archlab.run_files import EXPORT, HYDRA_FILES, SUMMARY, continues_run, read_summary
 
 LAST = "last.ckpt"  # the run's newest checkpoint: what resume=auto continues from
 # callbacks.checkpoint.keep: which checkpoints a run keeps beside last.ckpt
@@ -21,9 +20,6 @@ KEEP = {
     "last": "last.ckpt alone",
     "all": "every checkpoint written, and last.ckpt",
 }
-EVAL_RESULTS = "eval/results.json"  # archlab-eval's results in a run directory: archlab-report's eval columns
-HYDRA_FILES = ".hydra"  # the job's composed config, overrides and Hydra settings, as Hydra names them
-PENDING_HYDRA_FILES = ".hydra.pending"  # where Hydra writes them first: hydra.output_subdir in conf/train.yaml
 
 
 def output_dir(cfg: DictConfig) -> tuple[Path, str]:
@@ -63,17 +59,6 @@ def newest_checkpoint(directory: Path) -> Optional[Path]:
     return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name == LAST)) if found else None
 
 
-def read_summary(path: Path) -> Optional[dict[str, Any]]:
-    """The summary at ``path``; None where there is none, ``{}`` where it does not read as one."""
-    if not path.exists():
-        return None
-    try:
-        summary = json.loads(path.read_text())
-        return summary if isinstance(summary, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def has_results(summary_path: Path) -> bool:
     """Whether the summary records results: a completed run or one validation (an unreadable one counts
     too). A run that failed before validating, e.g. on a mistyped setting, has none."""
@@ -95,12 +80,6 @@ def held_results(out: Path) -> list[str]:
     held = [SUMMARY] if has_results(out / SUMMARY) else []
     held += [EXPORT] if (out / EXPORT).exists() else []
     return held + (["checkpoints"] if newest_checkpoint(out / "checkpoints") else [])
-
-
-def continues_run(ckpt_path: str, run_dir: Path, cwd: Optional[str | Path] = None) -> bool:
-    """Whether ``ckpt_path`` (relative to ``cwd``, by default this process's) lies inside ``run_dir``: a
-    checkpoint of that run, so training from it continues the run rather than starting another."""
-    return (Path(cwd or ".") / ckpt_path).resolve().is_relative_to(Path(run_dir).resolve())
 
 
 def check_fresh(cfg: DictConfig, out: Path, field: str) -> None:

@@ -10,7 +10,8 @@ from typing import Any, Optional
 import lightning as L
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from archlab.training.summary import EXPORT, run_summary, write_summary
+from archlab.run_files import EXPORT
+from archlab.training.summary import run_summary, write_summary
 from archlab.weights import TOKENIZER_KEY, save_weights
 
 

@@ -25,7 +25,7 @@ from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.nn.validation import validate
 from archlab.precision import resolve_precision
-from archlab.report.proxy import transferred
+from archlab.run_files import SUMMARY
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.instantiate import instantiate_group, instantiate_node
 from archlab.training.loggers import CSVLogger, log_config, log_summary
@@ -34,7 +34,7 @@ from archlab.training.outputs import check_fresh, completed_summary, newest_chec
 from archlab.training.parametrization import describe as describe_param
 from archlab.training.parametrization import parametrize
 from archlab.training.recorder import RunRecorder
-from archlab.training.summary import SUMMARY, metric_names, write_summary
+from archlab.training.summary import metric_names, write_summary
 from archlab.training.sweep import apply_match, check_objective, ignored_settings, variant_choices
 from archlab.training.validation import validate_train
 
@@ -42,11 +42,11 @@ log = logging.getLogger("archlab.train")
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Fit, evaluate, export and summarise one run; returns the summary (empty off global rank 0)."""
+    """Fit, evaluate, export and summarise one run; returns the summary (empty off global rank 0). An
+    ``lr_from`` is resolved before, into ``optim.lr``, by archlab-train (``archlab.report.proxy.transfer_lr``)."""
     start = time.time()
     _single_console()
     validate_train(cfg)
-    transfer_lr(cfg)
     precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
     log.info("precision: %s (%s)", *precision)
     out, out_field = output_dir(cfg)
@@ -83,23 +83,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     summary = json.loads((out / SUMMARY).read_text())
     report(summary)
     return summary
-
-
-def transfer_lr(cfg: DictConfig) -> None:
-    """With ``lr_from``, set ``optim.lr`` to the best rate of that proxy sweep (by ``objective``, default the
-    validation loss), which must have run under this run's parametrisation; log where it came from."""
-    if cfg.lr_from is None:
-        return
-    found = transferred(cfg.lr_from, "optim.lr", cfg.objective or "val/loss", "lr_from")
-    mine = plain_dict(cfg.param, resolve=True)
-    if any(found.param.get(k) != v for k, v in mine.items()):
-        raise ConfigError(
-            "lr_from",
-            cfg.lr_from,
-            f"a proxy sweep run under this run's parametrisation (it ran param={found.param}; this run: param={mine})",
-        )
-    cfg.optim.lr = float(found.value)
-    log.info("lr_from=%s: %s", cfg.lr_from, found.text)
 
 
 def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:

@@ -14,8 +14,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-SUMMARY = "summary.json"
-EXPORT = "model.safetensors"
+from archlab.run_files import SUMMARY
+
 METRICS = ("loss", "ppl", "acc")  # what each validation set reports (``LitModel.on_validation_epoch_end``)
 
 

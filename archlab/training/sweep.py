@@ -15,8 +15,9 @@ from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 from archlab.matching import match_params, matched_steps
 from archlab.nn.validation import ignored, uses, validate
-from archlab.training.outputs import held_results, read_summary
-from archlab.training.summary import SUMMARY, metric_names, run_summary, write_summary
+from archlab.run_files import SUMMARY, read_summary
+from archlab.training.outputs import held_results
+from archlab.training.summary import metric_names, run_summary, write_summary
 
 
 def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
