@@ -10,12 +10,11 @@ import statistics
 from pathlib import Path
 
 import pytest
-from helpers.report_runs import failed, job, rows
+from helpers.report_runs import failed, job, report, rows
 
 from archlab.errors import ConfigError
 from archlab.report.stats import PowerLaw
 from archlab.report.text import difference
-from archlab.report.write import write_report
 
 T_975_DF2 = 4.30265273  # Student t, 97.5th percentile, 2 degrees of freedom (tables: 4.303)
 
@@ -36,7 +35,7 @@ def mlp_sweep(tmp_path):
 
 
 def test_end_to_end_intervals_and_the_paired_baseline_line(mlp_sweep, tmp_path):
-    written = write_report(mlp_sweep, tmp_path / "out", baseline="model/mlp=gelu")
+    written = report(mlp_sweep, tmp_path / "out", baseline="model/mlp=gelu")
     md = written["markdown"].read_text()
     # the compact table leads, as before: mean ± sample std (gelu: std 0.05)
     assert md.index("| model/mlp | seeds | final val/loss | best val/loss |") < md.index("## 95% confidence")
@@ -70,7 +69,7 @@ def test_only_seeds_both_completed_are_paired_and_one_seed_gives_no_interval(tmp
     failed(root, ["model/mlp=swiglu", "seed=1"])
     job(root, ["model/mlp=geglu", "seed=1"], [2.2])
     job(root, ["model/mlp=geglu", "seed=7"], [2.0])  # no gelu run with seed 7
-    md = write_report(root, tmp_path / "out", baseline="model/mlp=gelu")["markdown"].read_text()
+    md = report(root, tmp_path / "out", baseline="model/mlp=gelu")["markdown"].read_text()
     # seeds 0 and 2: differences -0.10, -0.10 -> no spread: the plain mean
     assert "- model/mlp=swiglu: −0.1 vs model/mlp=gelu (95% CI, 2 seeds, paired): lower (better)" in md
     assert "- model/mlp=geglu: +0.1 vs model/mlp=gelu (1 seed, paired): no interval from one seed" in md
@@ -83,7 +82,7 @@ def test_with_two_axes_each_variant_is_compared_at_the_same_other_settings(tmp_p
         for position, shift in (("learned", 0.0), ("rope", -0.5)):
             job(root, [f"model/position={position}", "model/mlp=gelu", f"seed={seed}"], [2.0 + shift + 0.01 * seed])
             job(root, [f"model/position={position}", "model/mlp=swiglu", f"seed={seed}"], [2.1 + shift + 0.03 * seed])
-    md = write_report(root, tmp_path / "out", baseline="model/mlp=gelu")["markdown"].read_text()
+    md = report(root, tmp_path / "out", baseline="model/mlp=gelu")["markdown"].read_text()
     # +0.10 and +0.12 within each position (the 0.5 between positions never enters)
     for position in ("learned", "rope"):
         line = next(x for x in md.splitlines() if x.startswith(f"- model/position={position}, model/mlp=swiglu: +"))
@@ -101,11 +100,9 @@ def test_ignore_pools_runs_that_differ_only_where_they_ran(tmp_path):
         where = ["trainer.accelerator=gpu"] if seed < 2 else []
         job(root, ["model/mlp=gelu", f"seed={seed}", *where], [GELU[seed]])
         job(root, ["model/mlp=swiglu", f"seed={seed}", *where], [SWIGLU[seed]])
-    split = write_report(root, tmp_path / "split")["markdown"].read_text()
+    split = report(root, tmp_path / "split")["markdown"].read_text()
     assert "swept: model/mlp, trainer.accelerator." in split and "| gelu | gpu | 2/2 |" in split
-    md = write_report(root, tmp_path / "out", baseline="model/mlp=gelu", ignore=("trainer.accelerator",))[
-        "markdown"
-    ].read_text()
+    md = report(root, tmp_path / "out", baseline="model/mlp=gelu", ignore="trainer.accelerator")["markdown"].read_text()
     assert "swept: model/mlp; not a variant (ignore): trainer.accelerator ((default), gpu)." in md
     assert "| gelu | 3/3 | 2.050 ± 0.050 | 2.050 ± 0.050 |" in md
     assert "- model/mlp=swiglu: −0.023 ± 0.014 vs model/mlp=gelu (95% CI, 3 seeds, paired): lower (better)" in md
@@ -115,7 +112,7 @@ def test_a_baseline_naming_no_variant_is_refused_before_anything_is_written(mlp_
     out = tmp_path / "out"
     for bad in ("model/mlp=relu", "model/mlp", "model/norm=rmsnorm", "seed=0"):
         with pytest.raises(ConfigError) as refused:
-            write_report(mlp_sweep, out, baseline=bad)
+            report(mlp_sweep, out, baseline=bad)
         assert refused.value.field == "baseline" and refused.value.value == bad
         assert "model/mlp=gelu|swiglu" in refused.value.allowed
     assert not out.exists()
@@ -139,7 +136,7 @@ def lr_sweep(root: Path) -> None:
 def test_best_over_reports_each_variant_at_its_own_best_value_and_compares_those(tmp_path):
     root = tmp_path / "sweep"
     lr_sweep(root)
-    written = write_report(root, tmp_path / "out", baseline="model/mlp=gelu", best_over="optim.lr")
+    written = report(root, tmp_path / "out", baseline="model/mlp=gelu", best_over="optim.lr")
     md = written["markdown"].read_text()
     assert "## Best optim.lr per variant" in md and "(lower is better)" in md
     table = [line for line in md.split("## Best optim.lr per variant")[1].splitlines() if line.startswith("| ")]
@@ -167,7 +164,7 @@ def test_best_over_of_accuracy_takes_the_highest(tmp_path):
     root = tmp_path / "sweep"
     for lr, acc in (("0.001", 0.7), ("0.01", 0.9), ("0.1", 0.8)):
         job(root, [f"optim.lr={lr}", "seed=0"], [2.0], acc=acc)
-    md = write_report(root, tmp_path / "out", metric="val/acc", best_over="optim.lr")["markdown"].read_text()
+    md = report(root, tmp_path / "out", metric="val/acc", best_over="optim.lr")["markdown"].read_text()
     assert "| 0.01 | 1 | 0.9 | 0.9 | 0.001: 0.7, 0.01: 0.9, 0.1: 0.8 |" in md and "(higher is better)" in md
 
 
@@ -180,7 +177,7 @@ def test_best_over_and_scaling_refuse_axes_the_sweep_does_not_have(mlp_sweep, tm
     ]
     for options, field, allowed in cases:
         with pytest.raises(ConfigError) as refused:
-            write_report(mlp_sweep, tmp_path / "out", **options)
+            report(mlp_sweep, tmp_path / "out", **options)
         assert refused.value.field == field and allowed in refused.value.allowed, refused.value
     assert not (tmp_path / "out").exists()
 
@@ -203,7 +200,7 @@ def test_scaling_fits_recover_the_exponent_and_the_compute_multiplier(tmp_path):
     loss; over swiglu's C range the fifth point (1e16 · 2.1) lies beyond gelu's largest run."""
     root = tmp_path / "sweep"
     scaling_sweep(root)
-    written = write_report(root, tmp_path / "out", scaling="model.d_model", baseline="model/mlp=gelu")
+    written = report(root, tmp_path / "out", scaling="model.d_model", baseline="model/mlp=gelu")
     fits = {(r["model/mlp"], r["X"], r["seed"]): r for r in rows(written["scaling csv"])}
     for seed, k in SCALE.items():
         fit = fits[("gelu", "C", str(seed))]
@@ -238,7 +235,7 @@ def test_scaling_with_one_seed_gives_the_fit_standard_error(tmp_path):
     for i, (d, (n, c)) in enumerate(SIZES.items()):
         noise = (1.002, 0.998, 1.001, 0.999)[i]
         job(root, [f"model.d_model={d}", "seed=0"], [noise * (A_GELU * c**-B + E)], n=n, c=c)
-    written = write_report(root, tmp_path / "out", scaling="model.d_model")
+    written = report(root, tmp_path / "out", scaling="model.d_model")
     row = next(r for r in rows(written["scaling csv"]) if r["X"] == "C" and r["seed"] == "0")
     assert 0 < float(row["b se"]) < 1 and math.isfinite(float(row["a se"]))
     table = [x for x in written["markdown"].read_text().splitlines() if x.startswith("| C | 1 |")]
@@ -249,13 +246,13 @@ def test_scaling_refuses_an_accuracy_and_runs_without_compute(tmp_path):
     root = tmp_path / "sweep"
     scaling_sweep(root, seeds=(0,), mlps=(("gelu", 1.0),))
     with pytest.raises(ConfigError) as refused:
-        write_report(root, tmp_path / "out", metric="val/acc", scaling="model.d_model")
+        report(root, tmp_path / "out", metric="val/acc", scaling="model.d_model")
     assert refused.value.field == "metric" and "a loss or perplexity" in refused.value.allowed
     bare = tmp_path / "bare"
     for d in SIZES:
         job(bare, [f"model.d_model={d}", "seed=0"], [2.0])  # an older summary: no throughput
     with pytest.raises(ConfigError) as refused:
-        write_report(bare, tmp_path / "out", scaling="model.d_model")
+        report(bare, tmp_path / "out", scaling="model.d_model")
     assert refused.value.field == "scaling" and "throughput" in refused.value.allowed
     assert not (tmp_path / "out").exists()
 
@@ -287,7 +284,7 @@ def test_the_scaling_curve_is_fitted_to_every_seed_and_passes_through_their_loss
     for i, (c, losses) in enumerate(STUDY_POINTS.items()):
         for seed, loss in enumerate(losses):
             job(root, [f"model.d_model={32 * 2**i}", f"seed={seed}"], [loss], n=10**i, c=c)
-    written = write_report(root, tmp_path / "out", scaling="model.d_model")
+    written = report(root, tmp_path / "out", scaling="model.d_model")
     fits = {r["seed"]: r for r in rows(written["scaling csv"]) if r["X"] == "C"}
     pooled = PowerLaw(*(float(fits["all"][p]) for p in "abe"))
     mean = PowerLaw(*(statistics.mean(float(fits[s][p]) for s in "012") for p in "abe"))
@@ -325,7 +322,7 @@ def test_archlab_evals_metrics_are_columns_beside_the_validation_loss(mlp_sweep,
         }
         (run / "eval").mkdir()
         (run / "eval" / "results.json").write_text(json.dumps({"results": results}))
-    paths = write_report(mlp_sweep, tmp_path / "out")
+    paths = report(mlp_sweep, tmp_path / "out")
     by_mlp = {f"model/mlp={r['model/mlp']}": r for r in rows(paths["csv"])}
     for mlp, values in acc.items():
         assert float(by_mlp[mlp]["eval tiny_mc acc mean"]) == pytest.approx(statistics.fmean(values))
@@ -378,7 +375,7 @@ def test_transfer_follows_the_best_rate_along_the_width(tmp_path):
 
 def test_transfer_writes_its_section_and_figure(tmp_path):
     root = _transfer_sweep(tmp_path / "sweep", params=("sp",), widths=(64, 128), seeds=(0,))
-    written = write_report(root, tmp_path / "out", best_over="optim.lr", transfer="model.d_model=64")
+    written = report(root, tmp_path / "out", best_over="optim.lr", transfer="model.d_model=64")
     md = written["markdown"].read_text()
     assert "## Transfer of optim.lr across model.d_model" in md and "| 64 (proxy) | 4e-3 |" in md
     assert written["transfer"].exists() and json.loads(written["json"].read_text())["transfer"][0]["proxy"] == "64"
@@ -395,5 +392,5 @@ def test_transfer_is_refused_without_best_over_or_with_a_proxy_not_swept(tmp_pat
         for lr in ("1e-3", "2e-3"):
             job(root, [f"model.d_model={width}", f"optim.lr={lr}", "seed=0"], [2.0])
     with pytest.raises(ConfigError) as caught:
-        write_report(root, tmp_path / "out", **options)
+        report(root, tmp_path / "out", **options)
     assert caught.value.field == "transfer" and not (tmp_path / "out").exists()

@@ -9,11 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers.report_runs import failed, job, rows
+from helpers.report_runs import failed, job, report, rows
 
 from archlab.errors import ConfigError
-from archlab.report.stability import LR_TOLERANCE, SPIKE_FACTOR, SPIKE_WINDOW, loss_spikes
-from archlab.report.write import write_report
+from archlab.report.stability import loss_spikes
 
 # final val/loss per (mlp, lr); seed s adds 0.02·s. gelu: best at the lowest lr; swiglu: at the middle one
 LOSS = {
@@ -51,7 +50,7 @@ def test_best_runs_name_the_directory_checkpoint_and_export_command(tmp_path):
     summary = json.loads((best / "summary.json").read_text())
     summary["paths"] = {"summary": "/old/place/run/summary.json", "checkpoint": "/old/place/run/checkpoints/step1.ckpt"}
     (best / "summary.json").write_text(json.dumps(summary))
-    written = write_report(root, tmp_path / "out", best_over="optim.lr")
+    written = report(root, tmp_path / "out", best_over="optim.lr")
     table = section(written["markdown"].read_text(), "Best runs")
     # gelu's best run: 1e-3 seed 0 (2.00); swiglu's and the overall: 3e-3 seed 0 (1.90)
     gelu = run_of(root, ["model/mlp=gelu", "optim.lr=1e-3", "seed=0"])
@@ -83,7 +82,7 @@ def test_a_best_value_at_the_edge_of_its_grid_is_warned_about(tmp_path):
         job(root, ["model/mlp=geglu", "optim.lr=3e-3", f"seed={seed}"], [2.2])
         job(root, ["model/mlp=geglu", "optim.lr=1e-2", f"seed={seed}"], [2.1])
         failed(root, ["model/mlp=geglu", "optim.lr=3e-2", f"seed={seed}"])
-    written = write_report(root, tmp_path / "out", best_over="optim.lr")
+    written = report(root, tmp_path / "out", best_over="optim.lr")
     text = "the best optim.lr of model/mlp=gelu is the grid's lowest, 1e-3: widen the grid"
     assert section(written["markdown"].read_text(), "Warnings") == [f"- {text}"]
     warnings = json.loads(written["json"].read_text())["warnings"]
@@ -97,7 +96,7 @@ def test_a_best_value_at_the_edge_of_its_grid_is_warned_about(tmp_path):
 def test_the_baseline_is_compared_at_each_value_in_numeric_order_across_combined_sweeps(tmp_path):
     root = tmp_path / "sweep"
     lr_sweep(root, spelled={"3e-3": "0.003"})  # seed 1 at 3e-3 from a sweep that wrote 0.003: the same variant
-    written = write_report(root, tmp_path / "out", baseline="model/mlp=gelu", best_over="optim.lr")
+    written = report(root, tmp_path / "out", baseline="model/mlp=gelu", best_over="optim.lr")
     md = written["markdown"].read_text()
     # swiglu minus gelu, seed by seed at the same rate: +0.20, -0.20, -0.395 (no spread: the seeds shift alike)
     assert section(md, "Against the baseline at each optim.lr") == [
@@ -129,7 +128,7 @@ def test_active_parameters_beside_total_and_no_matched_value_where_nothing_was_m
     job(root, ["model/mlp=moe", "seed=0"], [2.0], parameters={"analytic": counts}, match=None)
     dense = {"total": 2100, "non_embedding": 1100, "active": 2100, "active_non_embedding": 1100}
     job(root, ["model/mlp=swiglu", "seed=0"], [2.1], parameters={"analytic": dense}, match=None)
-    written = write_report(root, tmp_path / "out")
+    written = report(root, tmp_path / "out")
     md = written["markdown"].read_text()
     assert "| model/mlp | seeds | final val/loss | best val/loss | params | active params |" in md
     assert "| moe | 1/1 | 2 | 2 | 5000 | 2000 |" in md and "| swiglu | 1/1 | 2.1 | 2.1 | 2100 | 2100 |" in md
@@ -141,7 +140,7 @@ def test_active_parameters_beside_total_and_no_matched_value_where_nothing_was_m
     dense_only = tmp_path / "dense"
     job(dense_only, ["model/mlp=swiglu", "seed=0"], [2.1], parameters={"analytic": dense})
     job(dense_only, ["model/mlp=gelu", "seed=0"], [2.2], parameters={"analytic": dense})
-    assert "active params" not in write_report(dense_only, tmp_path / "out2")["markdown"].read_text()
+    assert "active params" not in report(dense_only, tmp_path / "out2")["markdown"].read_text()
 
 
 def test_loss_spikes_against_the_running_median():
@@ -165,7 +164,7 @@ def test_stability_per_run_and_per_variant(tmp_path):
             train=train,
             grad_norm={"max": norm, "step": 3},
         )
-    written = write_report(root, tmp_path / "out", spike_window=3)
+    written = report(root, tmp_path / "out", spike_window=3)
     md = written["markdown"].read_text()
     table = section(md, "Stability")
     assert "| model/mlp=geglu, optim.lr=1e-2 | 2 | 1 | 7.25 |" in table
@@ -185,16 +184,12 @@ def test_stability_per_run_and_per_variant(tmp_path):
     }
     geglu = next(r for r in rows(written["csv"]) if r["model/mlp"] == "geglu")
     assert (geglu["loss spikes"], geglu["max grad norm"], geglu["largest stable optim.lr"]) == ("1", "7.25", "1e-2")
-    tight = write_report(root, tmp_path / "tight", lr_tolerance=0.001)["markdown"].read_text()
+    tight = report(root, tmp_path / "tight", lr_tolerance=0.001)["markdown"].read_text()
     assert "| model/mlp=swiglu | 3e-3 | 3e-3 |" in tight  # 1.915 is 0.26% above 1.91
 
 
-def test_stability_settings_are_checked_and_their_defaults_are_the_commands():
-    from archlab.config.commands import ReportConfig
-
-    cfg = ReportConfig(sweep_dir="x")
-    assert (cfg.spike_factor, cfg.spike_window, cfg.lr_tolerance) == (SPIKE_FACTOR, SPIKE_WINDOW, LR_TOLERANCE)
+def test_stability_settings_are_checked():
     for setting, value in (("spike_factor", 1.0), ("spike_window", 0), ("lr_tolerance", -0.1)):
         with pytest.raises(ConfigError) as refused:
-            write_report("nowhere", **{setting: value})
+            report("nowhere", **{setting: value})
         assert refused.value.field == setting

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.report_runs import report
 from helpers.training import cli, compose_train, tiny_config_dir
 
 from archlab.accounting import count
@@ -188,15 +189,13 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     """A job still running (no summary yet) is listed, the others still reported."""
     import shutil
 
-    from archlab.report.write import write_report
-
     partial = tmp_path / "partial"
     shutil.copytree(sweep[0], partial)
     victim = next(
         p.parent for p in sorted(partial.glob("*/summary.json")) if json.loads(p.read_text())["status"] == "completed"
     )
     (victim / "summary.json").unlink()
-    write_report(partial)
+    report(partial)
     md = (partial / "report.md").read_text()
     assert "**missing**" in md and victim.name in md
     rows = list(csv.DictReader((partial / "report.csv").open()))
@@ -212,7 +211,7 @@ def test_report_on_a_partial_sweep(sweep, tmp_path):
     runs = load_runs(partial)
     assert swept_axes(runs) == ["model/position", "model/attention"]
     assert sorted(r.status for r in runs if r.overrides["model/position"] == "rope") == ["not started"] * 4
-    write_report(partial)
+    report(partial)
     assert (partial / "report.md").read_text().count("**not started**") == 4
     # killed while setting up: only the config files Hydra wrote for it, still pending
     pending = rope[0] / ".hydra.pending"
@@ -274,7 +273,6 @@ def test_report_markdown_is_a_compact_table_with_plain_values_for_agreeing_seeds
     """report.md: axes, seeds, the primary metric final and best, params, FLOPs/token, tokens/s; a value
     the seeds agree on (or one seed's) plain, else mean ± std (std to 2 digits, the mean to its decimal
     place), and (n=k) where fewer completed seeds have the figure."""
-    from archlab.report.write import write_report
 
     def job(name, overrides, loss=None, tokens_per_s=None):
         run = tmp_path / "sweep" / name
@@ -299,7 +297,7 @@ def test_report_markdown_is_a_compact_table_with_plain_values_for_agreeing_seeds
     job("3", ["model/mlp=swiglu", "seed=1"])
     job("4", ["model/mlp=geglu", "seed=0"], 2.25, 800.0)
     job("5", ["model/mlp=geglu", "seed=1"], 2.25)  # an older summary, without throughput
-    write_report(tmp_path / "sweep", tmp_path / "out")
+    report(tmp_path / "sweep", tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     assert [line for line in md.splitlines() if line.startswith("|")] == [
         "| model/mlp | seeds | final val/loss | best val/loss | params | FLOPs/token | tokens/s |",

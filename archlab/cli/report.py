@@ -25,21 +25,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     cfg = settings_or_help("archlab-report", __doc__, ReportConfig, sys.argv[1:] if argv is None else argv, "sweep_dir")
     if cfg is None:
         return
-    from archlab.report.write import write_report  # matplotlib and the training modules: only when there is work
+    from archlab.report.write import write_report  # numpy, yaml and the report's modules: only when there is work
 
-    written = write_report(
-        cfg.sweep_dir,
-        cfg.out,
-        cfg.metric,
-        cfg.baseline,
-        cfg.best_over,
-        cfg.scaling,
-        cfg.transfer,
-        cfg.spike_factor,
-        cfg.spike_window,
-        cfg.lr_tolerance,
-        tuple(k.strip() for k in (cfg.ignore or "").split(",") if k.strip()),
-    )
+    written = write_report(cfg)
     for kind, path in written.items():
         print(f"{kind:>11}: {path}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from archlab.config.commands import ReportConfig
 from archlab.errors import ConfigError
 from archlab.report import compare
 from archlab.report import scaling as scaling_fits
@@ -36,18 +37,12 @@ class Analysis:
     multipliers: list[scaling_fits.Multiplier] = field(default_factory=list)
 
 
-def analyse(
-    variants: list[Variant],
-    axes: list[str],
-    metric: Optional[str],
-    baseline: Optional[str] = None,
-    best_over: Optional[str] = None,
-    scaling: Optional[str] = None,
-    transfer: Optional[str] = None,
-) -> Analysis:
-    """Check the options against the sweep (one ConfigError naming the first bad one) and compute them:
-    best_over first (each variant at its best value), then the baseline comparisons and the scaling fits
-    on the variants so chosen. ``metric``: the report's leading metric, None where no run completed."""
+def analyse(variants: list[Variant], axes: list[str], metric: Optional[str], cfg: ReportConfig) -> Analysis:
+    """Check the options ``cfg`` asks (``baseline``, ``best_over``, ``scaling``, ``transfer``) against the
+    sweep (one ConfigError naming the first bad one) and compute them: best_over first (each variant at its
+    best value), then the baseline comparisons and the scaling fits on the variants so chosen. ``metric``:
+    the report's leading metric, None where no run completed."""
+    baseline, best_over, scaling, transfer = cfg.baseline, cfg.best_over, cfg.scaling, cfg.transfer
     found = Analysis(metric, tuned=best_over, scaling=scaling)
     given = {"best_over": best_over, "scaling": scaling, "baseline": baseline, "transfer": transfer}
     if metric is None:  # nothing to compare: no option may be given

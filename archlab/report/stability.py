@@ -1,6 +1,11 @@
 """Training stability, for archlab-report: per run, the loss spikes of its training log and its largest
 gradient norm; per variant, those over its seeds and the largest learning rate whose final metric is
-within a tolerance of the best one (how far the rate can be pushed before quality goes)."""
+within a tolerance of the best one (how far the rate can be pushed before quality goes).
+
+The settings' defaults (``ReportConfig``): a spike is a loss above 1.2 times its running median (healthy
+runs of the committed studies stay within 1.06x of theirs), taken over the 10 logged losses before it
+(500 steps at the default ``trainer.log_every_n_steps`` of 50); a rate is stable within 1% of the best
+metric (0.02 of a loss near 2)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 from archlab import checks
+from archlab.config.commands import ReportConfig
 from archlab.errors import ConfigError
 from archlab.report.compare import choose_best
 from archlab.report.runs import finite_number, training_losses
@@ -19,9 +25,6 @@ if TYPE_CHECKING:
     from archlab.report.runs import Run, Variant
 
 LR_AXIS = "optim.lr"
-SPIKE_FACTOR = 1.2  # healthy runs of the committed studies stay within 1.06x of their running median
-SPIKE_WINDOW = 10  # logged losses: 500 steps at the default trainer.log_every_n_steps of 50
-LR_TOLERANCE = 0.01  # relative: 1% of a loss near 2 is 0.02
 
 
 @dataclass(frozen=True)
@@ -112,21 +115,21 @@ class Stability:
         }
 
 
-def check_settings(spike_factor: float, spike_window: int, lr_tolerance: float) -> None:
+def check_settings(cfg: ReportConfig) -> None:
     """Refuse a spike factor not above 1, a window below one loss, a negative tolerance."""
-    if not checks.finite(spike_factor) > 1:
+    if not checks.finite(cfg.spike_factor) > 1:
         raise ConfigError(
-            "spike_factor", spike_factor, "a number above 1 (a spike is a loss this many times its median)"
+            "spike_factor", cfg.spike_factor, "a number above 1 (a spike is a loss this many times its median)"
         )
-    checks.integer("spike_window", spike_window)
-    checks.non_negative("lr_tolerance", lr_tolerance, "a non-negative fraction of the best metric, e.g. 0.01")
+    checks.integer("spike_window", cfg.spike_window)
+    checks.non_negative("lr_tolerance", cfg.lr_tolerance, "a non-negative fraction of the best metric, e.g. 0.01")
 
 
-def assess(
-    variants: list[Variant], metric: Optional[str], spike_factor: float, spike_window: int, lr_tolerance: float
-) -> Stability:
-    """Every completed run's spikes and gradient norm, and, where ``optim.lr`` is swept and a metric leads,
-    the largest stable rate of each variant."""
+def assess(variants: list[Variant], metric: Optional[str], cfg: ReportConfig) -> Stability:
+    """Every completed run's spikes and gradient norm (``cfg.spike_factor``, ``cfg.spike_window``), and,
+    where ``optim.lr`` is swept and a metric leads, the largest stable rate of each variant (within
+    ``cfg.lr_tolerance`` of its best)."""
+    spike_factor, spike_window, lr_tolerance = cfg.spike_factor, cfg.spike_window, cfg.lr_tolerance
     found = [
         VariantStability(v, [_run_stability(r, spike_factor, spike_window) for r in v.completed]) for v in variants
     ]

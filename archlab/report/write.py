@@ -17,6 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Callable, Optional
 
+from archlab.config.commands import ReportConfig
 from archlab.errors import ConfigError
 from archlab.figures import save_figure
 from archlab.report import best, compare, stability
@@ -161,33 +162,22 @@ def _is_metric(column: str) -> bool:
     return column.startswith(tuple(f"{kind} " for kind in compare.METRIC_KINDS))
 
 
-def write_report(
-    sweep_dir: str | Path,
-    out_dir: str | Path | None = None,
-    metric: Optional[str] = None,
-    baseline: Optional[str] = None,
-    best_over: Optional[str] = None,
-    scaling: Optional[str] = None,
-    transfer: Optional[str] = None,
-    spike_factor: float = stability.SPIKE_FACTOR,
-    spike_window: int = stability.SPIKE_WINDOW,
-    lr_tolerance: float = stability.LR_TOLERANCE,
-    ignore: tuple[str, ...] = (),
-) -> dict[str, Path]:
+def write_report(cfg: ReportConfig) -> dict[str, Path]:
     """Write report.md (a compact table, then the statistics, best runs and stability), report.csv (every
-    figure), report.json (best runs, warnings, stability) and PNG plots for the sweep; return their paths.
-    ``metric`` (e.g. ``val/loss``) leads them and is plotted; default: the runs' primary metric. ``baseline``
-    (``<axis>=<value>``), ``best_over`` and ``scaling`` (swept axes): see ``analyse``; scaling also writes
-    scaling.csv and scaling.png. ``spike_factor``, ``spike_window``, ``lr_tolerance``: see ``stability.assess``.
-    ``ignore``: override keys that do not make variants (where a run ran: ``trainer.accelerator``); the
-    report names them and the values they took."""
-    stability.check_settings(spike_factor, spike_window, lr_tolerance)
+    figure), report.json (best runs, warnings, stability) and PNG plots for the sweep in ``cfg.sweep_dir``,
+    into ``cfg.out`` (default: the sweep's directory); return their paths. ``cfg.metric`` (e.g. ``val/loss``)
+    leads them and is plotted; default: the runs' primary metric. ``baseline``, ``best_over``, ``scaling``
+    and ``transfer``: see ``analyse``; scaling also writes scaling.csv and scaling.png. ``spike_factor``,
+    ``spike_window``, ``lr_tolerance``: see ``stability.assess``. ``ignore``: override keys that do not make
+    variants (where a run ran: ``trainer.accelerator``); the report names them and the values they took."""
+    stability.check_settings(cfg)
+    sweep_dir, ignore = cfg.sweep_dir, _ignored_keys(cfg)
     runs = load_runs(sweep_dir)
     if not runs:
         raise ConfigError(
             "sweep_dir", str(sweep_dir), "a directory holding runs (summary.json or .hydra/overrides.yaml)"
         )
-    out = Path(out_dir or sweep_dir)
+    out = Path(cfg.out or sweep_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(
             "out", str(out), "a directory for report.md, report.csv, report.json and the plots (this path is a file)"
@@ -197,12 +187,12 @@ def write_report(
     pooled = {k: sorted({r.overrides.get(k, "(default)") for r in runs}) for k in ignore}
     stats = [aggregate(v) for v in variants]
     finals = sorted({c.removeprefix("final ") for st in stats for c in st if c.startswith("final ")})
-    if metric and finals and metric not in finals:
-        raise ConfigError("metric", metric, f"a final metric of these runs: {', '.join(finals)}")
-    columns = metric_columns(variants, metric)
+    if cfg.metric and finals and cfg.metric not in finals:
+        raise ConfigError("metric", cfg.metric, f"a final metric of these runs: {', '.join(finals)}")
+    columns = metric_columns(variants, cfg.metric)
     leading = next((c.removeprefix("final ") for c in columns if c.startswith("final ")), None)
-    analysis = analyse(variants, axes, leading, baseline, best_over, scaling, transfer)
-    found = stability.assess(variants, leading, spike_factor, spike_window, lr_tolerance)
+    analysis = analyse(variants, axes, leading, cfg)
+    found = stability.assess(variants, leading, cfg)
     winners = best.best_runs(variants, leading, analysis.tuned) if leading else []
     out.mkdir(parents=True, exist_ok=True)
 
@@ -294,6 +284,11 @@ def write_report(
         md += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots.values()]
     written["markdown"].write_text("\n".join(md) + "\n")
     return {**written, **plots}
+
+
+def _ignored_keys(cfg: ReportConfig) -> tuple[str, ...]:
+    """``cfg.ignore``'s comma-separated override keys, blanks dropped."""
+    return tuple(k.strip() for k in (cfg.ignore or "").split(",") if k.strip())
 
 
 def _plots(

@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from archlab.config.commands import ReportConfig
+from archlab.report.write import write_report
+
 
 def job(
     root: Path,
@@ -54,6 +57,12 @@ def failed(root: Path, overrides: list[str]) -> None:
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "overrides.yaml").write_text(json.dumps(overrides))
     (run / "summary.json").write_text(json.dumps({"status": "failed", "error": "RuntimeError: boom"}))
+
+
+def report(sweep: Path | str, out: Optional[Path] = None, **settings: Any) -> dict[str, Path]:
+    """archlab-report on ``sweep`` with these ``ReportConfig`` settings, written into ``out`` (default: the
+    sweep's directory); the paths it wrote."""
+    return write_report(ReportConfig(sweep_dir=str(sweep), out=None if out is None else str(out), **settings))
 
 
 def rows(path: Path) -> list[dict[str, str]]:
