@@ -369,7 +369,8 @@ MEASURES = (  # (key, panel title, scale to the unit shown)
 
 def draw(result: dict, path: Path) -> Path:
     """The sweep's four curves against the context on log-log axes, one panel per measure, one line per
-    variant labelled with its fitted step-time ratio per doubling; in the report's style."""
+    variant labelled with its fitted step-time ratio per doubling; in the look every archlab figure shares
+    (``archlab.figures``)."""
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
