@@ -72,7 +72,8 @@ def check_layers(cfg: ModelConfig) -> dict[str, ModelConfig]:
 def layer_configs(cfg: ModelConfig, kinds: Optional[dict[str, ModelConfig]] = None) -> list[ModelConfig]:
     """The config of every layer, in order (each kind merged once, or taken from ``kinds``, the kinds'
     configs ``check_layers`` returned); the model's own where no kind is given."""
-    by_kind: dict[Optional[str], ModelConfig] = {None: cfg, **(kinds or {})}
+    by_kind: dict[Optional[str], ModelConfig] = {None: cfg}
+    by_kind.update((name, c) for name, c in (kinds or {}).items())
     out = []
     for layer in range(cfg.n_layer):
         kind = layer_kind(cfg, layer)
