@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The two-command start: ``python3 scripts/bootstrap.py train|test [args]`` (what ``make train`` and
-``make test`` run) sets up ``.venv`` where it is missing or stale, then runs the command in it; ``lint``,
-``format`` and ``typecheck`` (``make lint`` ...) run the developer tools the same way, ``setup`` only sets up.
+``make test`` run) sets up ``.venv`` where it is missing or stale, then runs the command in it; ``explore``
+(the property tests on new random draws), ``lint``, ``format`` and ``typecheck`` (``make explore`` ...) run
+the same way, ``setup`` only sets up.
 
 Standard library only, so it runs on a machine with nothing but Python >= 3.10 and a clone. Each call
 reuses what an earlier one set up: torch is installed only where the venv lacks it, the project only
@@ -67,6 +68,9 @@ LINT = [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
 FORMAT = [["ruff", "format", "."], ["ruff", "check", "--fix", "."]]
 # [tool.basedpyright] of this pyproject.toml, not a pyrightconfig.json of a parent directory
 TYPECHECK = [["basedpyright", "--project", "."]]
+# the property tests under Hypothesis' "explore" profile (tests/conftest.py): new random draws on every run,
+# more of them than make test's fixed ones; one worker per test
+EXPLORE = ["python", "-m", "pytest", "-q", "-n", "3", "--hypothesis-profile=explore", "tests/test_properties.py"]
 
 
 def suite_commands(extra: Sequence[str] = ()) -> list[list[str]]:
@@ -79,6 +83,7 @@ def suite_commands(extra: Sequence[str] = ()) -> list[list[str]]:
 COMMANDS: dict[str, Callable[[Sequence[str]], list[list[str]]]] = {
     "setup": lambda extra: [],
     "test": suite_commands,
+    "explore": lambda extra: [EXPLORE + list(extra)],
     "lint": lambda extra: LINT,
     "format": lambda extra: FORMAT,
     "typecheck": lambda extra: TYPECHECK,

@@ -1,7 +1,22 @@
-"""Shared test fixtures."""
+"""Shared test fixtures, and the Hypothesis profiles the property tests run under."""
+
+import os
 
 import pytest
 import torch
+from hypothesis import settings
+
+# Hypothesis profiles, chosen by HYPOTHESIS_PROFILE (or pytest --hypothesis-profile, which wins). "ci", the
+# default (make test, CI): derandomised, so every run of a commit draws the same examples and the README's
+# command passes or fails wherever it runs; no example database replaying a past failure on one machine
+# only; a failure prints the blob that reproduces it. "explore" (make explore): new random draws on every
+# run, more of them, failures kept in .hypothesis/ and replayed first by the next run; a case it finds
+# becomes an @example of its test. Both from Hypothesis' "default" profile, whatever profile it loaded
+# itself (it loads its own "ci" where it detects a CI service).
+DEFAULT = settings.get_profile("default")
+settings.register_profile("ci", DEFAULT, derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", DEFAULT, derandomize=False, max_examples=200, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="module")

@@ -146,6 +146,16 @@ def test_the_test_command_is_lint_format_typecheck_then_pytest():
     ]
 
 
+def test_the_explore_command_runs_the_property_tests_on_new_draws():
+    """``make explore``: the property tests alone under Hypothesis' "explore" profile (random, more examples),
+    a worker per test, then the caller's pytest arguments; ``make test`` keeps the derandomised default."""
+    assert bootstrap.COMMANDS["explore"](["-k", "kv_cache"]) == [
+        ["python", "-m", "pytest", "-q", "-n", "3", "--hypothesis-profile=explore", "tests/test_properties.py"]
+        + ["-k", "kv_cache"]
+    ]
+    assert not any("--hypothesis-profile" in arg for cmd in bootstrap.suite_commands() for arg in cmd)
+
+
 def _outside_make(**extra: str) -> dict[str, str]:
     """This environment without what a make around the tests passes down (MAKEFLAGS, MAKELEVEL... under
     ``make test``), nor the Makefile's own variables: the commands below run as from a plain shell."""
@@ -162,7 +172,8 @@ def test_make_targets_call_the_script_with_args():
 
     assert dry("train", "ARGS=trainer.max_steps=10") == "python3 scripts/bootstrap.py train trainer.max_steps=10"
     assert dry("test", "ARGS=-k warmup") == "python3 scripts/bootstrap.py test -k warmup"
-    for target in ("test", "setup", "lint", "format", "typecheck"):
+    assert dry("explore", "ARGS=-k kv_cache") == "python3 scripts/bootstrap.py explore -k kv_cache"
+    for target in ("test", "explore", "setup", "lint", "format", "typecheck"):
         assert dry(target) == f"python3 scripts/bootstrap.py {target}"
 
 
@@ -170,12 +181,12 @@ def test_make_targets_call_the_script_with_args():
 def test_make_alone_lists_every_target():
     shown = subprocess.run(["make"], cwd=ROOT, env=_outside_make(), capture_output=True, text=True, check=True).stdout
     targets = [line.split()[1] for line in shown.splitlines()]
-    assert targets == ["help", "train", "test", "setup", "lint", "format", "typecheck"]
+    assert targets == ["help", "train", "test", "explore", "setup", "lint", "format", "typecheck"]
 
 
 def test_each_make_target_is_a_script_command():
     """What the Makefile hands the script, the script knows (and nothing else: it refuses the rest)."""
-    assert set(bootstrap.COMMANDS) | {"train"} == {"setup", "train", "test", "lint", "format", "typecheck"}
+    assert set(bootstrap.COMMANDS) | {"train"} == {"setup", "train", "test", "explore", "lint", "format", "typecheck"}
     assert bootstrap.COMMANDS["lint"]([]) == [["ruff", "check", "."], ["ruff", "format", "--check", "."]]
     assert bootstrap.COMMANDS["typecheck"]([]) == [["basedpyright", "--project", "."]]
     assert bootstrap.main(["deploy"]) == 2

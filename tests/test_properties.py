@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from archlab import build_model
@@ -24,7 +24,15 @@ from archlab.nn.mixers import mamba2
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 CACHE_TOL = dict(rtol=1e-10, atol=1e-10)
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 40 examples per test, the same ones on every run under a derandomised profile ("ci", tests/conftest.py: make
+# test); a random one ("explore": make explore) draws new ones, as many as it asks for. Made at import, once
+# tests/conftest.py or --hypothesis-profile loaded the profile: what is not set here (derandomize, database)
+# is that profile's.
+SETTINGS = settings(
+    max_examples=40 if settings.default.derandomize else settings.default.max_examples,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @st.composite
@@ -237,7 +245,80 @@ def mixers(draw, n_head: int) -> dict:
     return resets | common | sizes | {"kind": "mamba2", "dt_limit_max": draw(st.sampled_from([None, 0.5]))}
 
 
+# Draws that failed, kept as examples whatever the profile draws. This one came from a random run: d_model 4,
+# one head of 2, RoPE over whole heads, its one layer of a kind whose gated_deltanet keys are 1 wide. count
+# refused it (model.position.rotary_dim=1 ... head_dim=1, in layer kind a): RoPE fitted its dims to the keys
+# of a mixer no rotation reaches.
+DRAWN_RECURRENT_KIND = {
+    "vocab_size": 2,
+    "context_length": 4,
+    "n_layer": 1,
+    "d_model": 4,
+    "dropout": 0.0,
+    "init_std": 0.02,
+    "scale_embedding": True,
+    "embedding_multiplier": 1.0,
+    "embedding_norm": False,
+    "embedding_dim": None,
+    "norm": {"kind": "layernorm", "bias": False, "eps": 1e-06, "unit_offset": False},
+    "block": {"kind": "pre", "shared_norm": False, "residual_multiplier": 1.0},
+    "position": {
+        "kind": "rope",
+        "theta": 10.0,
+        "pairing": "half",
+        "scaling": "none",
+        "factor": 2.0,
+        "original_context": 8,
+    },
+    "attention": {
+        "n_head": 1,
+        "n_kv_head": None,
+        "head_dim": 2,
+        "qkv_bias": False,
+        "out_bias": False,
+        "dropout": 0.0,
+        "qk_norm": "none",
+        "qk_norm_after_rope": False,
+        "qk_norm_per_head_scale": False,
+        "clip_qkv": None,
+        "scale": None,
+        "softcap": None,
+        "window": 1,
+        "chunk": None,
+        "sinks": False,
+        "gate": "none",
+        "query_scale_beta": None,
+        "query_scale_length": 1,
+        "query_scale_offset": 0,
+    },
+    "mlp": {"kind": "gelu", "bias": False, "approximate": "none"},
+    "head": {"tied": False, "bias": False, "softcap": None, "logit_scale": 1.0},
+    "layers": {
+        "kinds": {
+            "a": {
+                "attention": {name: wanted for name, (wanted, _) in deltanet._REFUSED.items()}
+                | {"conv_kernel": 1, "scan_chunk": 1, "key_heads": None, "key_head_dim": 1}
+                | {"kind": "gated_deltanet", "v_head_dim": 1}
+            }
+        },
+        "first": [],
+        "pattern": ["a"],
+    },
+}
+# the issue's: d_model 2, one head, RoPE, the kind's mixer mamba2 of one state of 1 (heads of 1)
+MAMBA2_KIND = {name: wanted for name, (wanted, _) in mamba2._REFUSED.items()} | {"conv_kernel": 1, "scan_chunk": 1}
+MAMBA2_KIND |= {"head_dim": 1, "state_size": 1, "groups": 1, "conv_bias": False, "qkv_bias": False, "out_bias": False}
+MAMBA2_KIND |= {"kind": "mamba2", "dt_limit_max": None}
+ISSUE_RECURRENT_KIND = DRAWN_RECURRENT_KIND | {
+    "d_model": 2,
+    "attention": DRAWN_RECURRENT_KIND["attention"] | {"head_dim": None},
+    "layers": {"kinds": {"a": {"attention": MAMBA2_KIND}}, "first": [], "pattern": ["a"]},
+}
+
+
 @SETTINGS
+@example(DRAWN_RECURRENT_KIND)
+@example(ISSUE_RECURRENT_KIND)
 @given(model_configs())
 def test_built_count_equals_analytic_count_per_component(raw):
     cfg = to_model_config(raw)
@@ -300,3 +381,13 @@ def test_kv_cache_decoding_equals_full_forward(raw, seed, data):
         cache = model.new_cache(B, T)
         chunks = [model(idx[:, a:b], cache) for a, b in ((0, p1), (p1, p2), (p2, T)) if b > a]
         torch.testing.assert_close(torch.cat(chunks, dim=1), full, **CACHE_TOL)
+
+
+def test_make_test_draws_the_same_examples_on_every_run():
+    """Under tests/conftest.py's "ci" profile (make test, CI) the property tests are derandomised, with no
+    example database and 40 examples each: a commit that passes somewhere passes everywhere. make explore's
+    profile draws anew by design."""
+    profile = settings.get_current_profile_name()
+    if not profile.startswith("ci"):  # "ci-with-verbose-verbosity" under --hypothesis-verbosity
+        pytest.skip(f"Hypothesis profile {profile!r} draws new examples")
+    assert SETTINGS.derandomize and SETTINGS.database is None and SETTINGS.max_examples == 40
