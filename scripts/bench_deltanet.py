@@ -18,8 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import statistics
-import time
+from statistics import median
 from typing import Callable
 
 os.environ["USE_HUB_KERNELS"] = "0"  # transformers' torch path, before transformers is imported
@@ -32,6 +31,7 @@ from transformers import Qwen3NextConfig
 from transformers.models.qwen3_next import modeling_qwen3_next as hf_module
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextGatedDeltaNet
 
+from archlab.bench.harness import paired_ratio, time_alternating
 from archlab.config import ModelConfig, to_model_config
 from archlab.nn.mixers.gated_deltanet import GatedDeltaNet, chunked_delta_rule, l2_normalise
 
@@ -94,6 +94,10 @@ def hf_kernel(q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, chunk: i
     return hf_module.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta)[0]
 
 
+KERNELS = {"archlab": archlab_kernel, "hf": hf_kernel}
+CPU = torch.device("cpu")
+
+
 def fwd_bwd(fn: Callable[..., Tensor], inputs: tuple, grad: Tensor, params: list[Tensor]) -> Callable[[], None]:
     """One forward and backward of ``fn(*inputs)`` against a fixed output gradient, gradients cleared after."""
 
@@ -103,26 +107,6 @@ def fwd_bwd(fn: Callable[..., Tensor], inputs: tuple, grad: Tensor, params: list
             p.grad = None
 
     return step
-
-
-def race(a: Callable[[], None], b: Callable[[], None], warmup: int, repeats: int) -> tuple[float, float, float]:
-    """Median seconds of ``a`` and ``b`` and the median of the per-round ratios b / a; the order within a
-    round alternates, so a drift in machine speed cancels within the pair."""
-    for _ in range(warmup):
-        a()
-        b()
-    times_a, times_b = [], []
-    for i in range(repeats):
-        pair = []
-        for fn in (a, b) if i % 2 == 0 else (b, a):
-            start = time.perf_counter()
-            fn()
-            pair.append(time.perf_counter() - start)
-        ta, tb = pair if i % 2 == 0 else pair[::-1]
-        times_a.append(ta)
-        times_b.append(tb)
-    ratio = statistics.median(tb / ta for ta, tb in zip(times_a, times_b))
-    return statistics.median(times_a), statistics.median(times_b), ratio
 
 
 def main() -> None:
@@ -162,9 +146,13 @@ def main() -> None:
     for T in args.lengths:
         x = torch.randn(B, T, d, generator=gen, requires_grad=True)
         grad = torch.randn(B, T, d, generator=gen)
-        a = fwd_bwd(ours, (x,), grad, [*ours.parameters(), x])
-        b = fwd_bwd(hf, (x,), grad, [*hf.parameters(), x])
-        ta, tb, ratio = race(a, b, args.warmup, args.repeats)
+        steps = {
+            name: fwd_bwd(layer, (x,), grad, [*layer.parameters(), x])
+            for name, layer in (("archlab", ours), ("hf", hf))
+        }
+        times = time_alternating(steps, args.warmup, args.repeats, CPU)
+        ratio = paired_ratio(times["archlab"], times["hf"])[1]  # HF / archlab, the median of the rounds'
+        ta, tb = median(times["archlab"]), median(times["hf"])
         print(f"| {T} | {ta * 1e3:.0f} ms | {tb * 1e3:.0f} ms | {ratio:.2f} |")
 
     print("\n## The chunked kernels alone, forward + backward (same normed q, k, v, g, β; H value heads)\n")
@@ -179,9 +167,10 @@ def main() -> None:
         inputs = (q, k, v, g, beta, args.chunk)
         with torch.no_grad():
             diff = (archlab_kernel(*inputs) - hf_kernel(*inputs)).abs().max().item()
-        a = fwd_bwd(archlab_kernel, inputs, grad, [q, k, v, g, beta])
-        b = fwd_bwd(hf_kernel, inputs, grad, [q, k, v, g, beta])
-        ta, tb, ratio = race(a, b, args.warmup, args.repeats)
+        steps = {name: fwd_bwd(kernel, inputs, grad, [q, k, v, g, beta]) for name, kernel in KERNELS.items()}
+        times = time_alternating(steps, args.warmup, args.repeats, CPU)
+        ratio = paired_ratio(times["archlab"], times["hf"])[1]
+        ta, tb = median(times["archlab"]), median(times["hf"])
         print(f"| {T} | {ta * 1e3:.0f} ms | {tb * 1e3:.0f} ms | {ratio:.2f} |  (max difference {diff:.1e})")
 
     if args.profile:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
+from statistics import median
 from typing import Callable
 
 os.environ["USE_HUB_KERNELS"] = "0"  # transformers' torch path, before transformers is imported
@@ -27,6 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import Mamba2Config
 from transformers.models.mamba2.modeling_mamba2 import Mamba2Mixer
 
+from archlab.bench.harness import paired_ratio, time_alternating
 from archlab.config import to_model_config
 from archlab.nn.mixers.mamba2 import Mamba2
 
@@ -82,29 +82,6 @@ def forward_backward(layer: torch.nn.Module, x: Tensor, grad: Tensor) -> Callabl
     return step
 
 
-def race(a: Callable[[], None], b: Callable[[], None], warmup: int, repeats: int) -> tuple[float, float, float]:
-    """Median seconds of ``a`` and ``b`` and the median of the per-round ratios b / a; the order within a
-    round alternates, so a drift in machine speed cancels within the pair."""
-    for _ in range(warmup):
-        a()
-        b()
-    times_a, times_b = [], []
-    for i in range(repeats):
-        pair = []
-        for fn in (a, b) if i % 2 == 0 else (b, a):
-            start = time.perf_counter()
-            fn()
-            pair.append(time.perf_counter() - start)
-        ta, tb = pair if i % 2 == 0 else pair[::-1]
-        times_a.append(ta)
-        times_b.append(tb)
-    return (
-        statistics.median(times_a),
-        statistics.median(times_b),
-        statistics.median(b / a for a, b in zip(times_a, times_b)),
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--d-model", type=int, default=1024)
@@ -143,8 +120,10 @@ def main() -> None:
 
         row = [f"{T}"]
         for make in (forward, forward_backward):
-            ta, tb, ratio = race(make(ours, x, grad), make(hf, x, grad), args.warmup, args.repeats)
-            row += [f"{ta * 1e3:.0f} ms", f"{tb * 1e3:.0f} ms", f"{ratio:.2f}"]
+            steps = {"archlab": make(ours, x, grad), "hf": make(hf, x, grad)}
+            times = time_alternating(steps, args.warmup, args.repeats, torch.device("cpu"))
+            ratio = paired_ratio(times["archlab"], times["hf"])[1]  # HF / archlab, the median of the rounds'
+            row += [f"{median(times[name]) * 1e3:.0f} ms" for name in steps] + [f"{ratio:.2f}"]
         print("| " + " | ".join(row) + " |")
 
     if args.profile:

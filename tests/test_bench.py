@@ -1,5 +1,7 @@
 """The benchmark harness's arithmetic (not speed): rates, alternation, FLOP/s, ratios, memory."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -104,11 +106,28 @@ def test_paired_ratio_resists_drift_where_a_ratio_of_medians_does_not():
 
 
 def test_time_alternating_interleaves_and_counts_calls():
+    """Warm-up rounds in order, then the timed rounds in order, reversed, in order: none runs first always."""
     calls = []
-    fns = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
     times = time_alternating(fns, warmup=2, repeats=3, device=torch.device("cpu"))
-    assert calls == ["a", "b"] * 5
-    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3}
+    assert calls == ["a", "b", "c"] * 2 + ["a", "b", "c"] + ["c", "b", "a"] + ["a", "b", "c"]
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
+
+
+def test_time_alternating_files_each_time_under_its_own_function(monkeypatch):
+    """A reversed round still files each call's seconds under its function, round i at index i: on a
+    clock that only the calls move, a takes 1 s and b 2 s in every round."""
+    now = [0.0]
+    monkeypatch.setattr(archlab.bench.harness, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def takes(seconds: float):
+        def call() -> None:
+            now[0] += seconds
+
+        return call
+
+    times = time_alternating({"a": takes(1.0), "b": takes(2.0)}, warmup=1, repeats=4, device=torch.device("cpu"))
+    assert times == {"a": [1.0] * 4, "b": [2.0] * 4}
 
 
 def test_saved_activation_bytes_counts_what_autograd_keeps():

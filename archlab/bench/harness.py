@@ -60,13 +60,15 @@ def time_alternating(
     fns: Mapping[str, Callable[[], object]], warmup: int, repeats: int, device: torch.device
 ) -> dict[str, list[float]]:
     """Seconds per call of each function: ``warmup`` untimed rounds, then ``repeats`` timed rounds,
-    each round calling every function once, in turn."""
+    each round calling every function once, in turn, the order reversed every other timed round: the
+    i-th times of two functions are a pair (``paired_ratio``) whose drift in machine speed cancels, and
+    none of them always runs first."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for i in range(repeats):
+        for name, fn in list(fns.items())[:: -1 if i % 2 else 1]:
             synchronize(device)
             start = time.perf_counter()
             fn()
