@@ -13,6 +13,7 @@ import torch
 from helpers.parts import short_fit
 
 from archlab import build_model, compose_model
+from archlab.config import to_model_config
 from archlab.errors import ConfigError
 from archlab.generate import generate
 from archlab.nn.positions import ALiBi
@@ -203,3 +204,28 @@ def test_each_part_trains(kind, position):
     model = build_model(cfg)
     losses = short_fit(model, cfg.vocab_size, 32)
     assert losses[-1] < 0.9 * losses[0]
+
+
+def test_longrope_fits_its_lists_to_no_recurrent_mixer():
+    """LongRoPE's lists hold one factor per rotated pair of the layers that rotate. A mamba2 layer kind among
+    causal heads of 16 (its state of 6 is no head: no rotation reaches it) leaves them at 8 pairs, where it
+    asked for 3; a model whose own mixer is mamba2 rotates nothing, its lists need only agree in length,
+    and it runs past original_context (the long factors); lists that disagree are still refused."""
+    nano = ["model=nano", "model.n_layer=4", "model.d_model=64", "model.attention.n_head=4"]
+    nano += ["model.context_length=32", "model.vocab_size=64", "model/layers=mamba2_3_1"]
+    hybrid = compose_model([*nano, "+model.layers.kinds.mamba2.attention.state_size=6"])
+    hybrid = dataclasses.replace(hybrid, position=dataclasses.replace(hybrid.position, kind="rope", **LONGROPE))
+    idx = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.isfinite(build_model(hybrid).eval()(idx)).all()
+
+    mamba2 = {"kind": "mamba2", "n_head": 2, "n_kv_head": None, "state_size": 6, "qkv_bias": False}
+    pure = {"vocab_size": 64, "context_length": 32, "n_layer": 2, "d_model": 16, "mlp": {"kind": "none"}}
+    pure |= {"attention": mamba2 | {"out_bias": False, "qk_norm": "none"}}
+    lists = {"short_factor": [1.0, 1.5], "long_factor": [2.0, 3.0]}
+    cfg = to_model_config(pure | {"position": {"kind": "rope", **LONGROPE, **lists}})
+    with torch.no_grad():
+        assert torch.isfinite(build_model(cfg).eval()(idx)).all()
+    refused = to_model_config(pure | {"position": {"kind": "rope", **LONGROPE, **lists, "long_factor": [2.0]}})
+    with pytest.raises(ConfigError, match=r"model.position.long_factor.*long_factor as long as short_factor"):
+        build_model(refused)

@@ -60,6 +60,8 @@ class RoPE(Position):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.dim = rotary_dim(cfg)
+        if cfg.position.scaling == "longrope" and not MIXERS.get(cfg.attention.kind).takes_rotary():
+            self.dim = 2 * len(cfg.position.short_factor or ())  # no head of its mixer: as many pairs as the lists
         self.position_cfg = cfg.position
         self.interleaved = cfg.position.pairing == "interleaved"
         self.attention_factor = attention_factor(cfg.position)
@@ -167,24 +169,25 @@ class RoPE(Position):
 def _validate_longrope(p: PositionConfig, rotated: Optional[int]) -> None:
     """LongRoPE's fields: the context it extends (``original_context``), a ``factor`` >= 1 (its attention
     factor reads it) and ``short_factor`` and ``long_factor`` lists of one positive number per rotated pair
-    (of any length where ``rotated`` is None: a mixer that takes no rotation)."""
+    (``rotated`` None, a mixer that takes no rotation: as many pairs as ``short_factor`` lists, one or more)."""
     checks.integer("model.position.original_context", p.original_context, 1,
                    "a positive integer for scaling=longrope (the context the model was trained at)")  # fmt: skip
     if not checks.finite(p.factor) >= 1:
         raise ConfigError("model.position.factor", p.factor, "a number >= 1 for scaling=longrope (how much longer)")
+    if rotated is None:
+        short = p.short_factor
+        pairs = len(short) if isinstance(short, Sequence) and not isinstance(short, str) else 0
+        allowed = "a non-empty list of positive numbers for scaling=longrope, long_factor as long as short_factor"
+    else:
+        pairs = rotated // 2
+        allowed = (
+            f"a list of {pairs} positive numbers for scaling=longrope (one per rotated pair: rotary dims {rotated} / 2)"
+        )
     for name in ("short_factor", "long_factor"):
         factors = getattr(p, name)
-        ok = isinstance(factors, Sequence) and not isinstance(factors, str)
-        ok = ok and (rotated is None or len(factors) == rotated // 2)
+        ok = isinstance(factors, Sequence) and not isinstance(factors, str) and 0 < len(factors) == pairs
         if not ok or not all(isinstance(f, (int, float)) and checks.finite(f) > 0 for f in factors):
-            raise ConfigError(
-                f"model.position.{name}",
-                factors,
-                "a list of positive numbers for scaling=longrope (one per rotated pair)"
-                if rotated is None
-                else f"a list of {rotated // 2} positive numbers for scaling=longrope (one per rotated pair: "
-                f"rotary dims {rotated} / 2)",
-            )
+            raise ConfigError(f"model.position.{name}", factors, allowed)
 
 
 def _validate_yarn(p: PositionConfig) -> None:
