@@ -112,22 +112,7 @@ def test_decoding_with_a_time_step_clamp_equals_hfs_full_forward_not_its_decodin
     """With ``time_step_limit`` transformers clamps dt in its chunked forward but not in its one-token step
     (as Mamba2ForCausalLM's): archlab's logits through its cache equal HF's full forward at every step, while
     HF's own cached decoding does not (measured: 0.56 away)."""
-    hf = hf_model("bamba-dt-limit")
-    model = from_hf(hf)
-    ids = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(5))
-    with torch.no_grad():
-        full = hf(ids).logits
-        cache, steps = model.new_cache(2, 12), []
-        for start, end in [(0, 5), *((t, t + 1) for t in range(5, 12))]:
-            steps.append(model(ids[:, start:end], cache))
-        out = hf(ids[:, :5], use_cache=True)
-        hf_cache, hf_steps = out.cache, [out.logits]
-        for t in range(5, 12):
-            out = hf(ids[:, t : t + 1], cache=hf_cache, use_cache=True)
-            hf_cache = out.cache
-            hf_steps.append(out.logits)
-    assert max_diff(torch.cat(steps, 1), full) <= TOL
-    assert max_diff(torch.cat(hf_steps, 1), full) > 1e-2
+    parity.check_decoding_equals_hfs_full_forward_not_its_decoding(hf_model("bamba-dt-limit"))
 
 
 def test_left_padding_with_projection_biases_computes_each_prompt_as_alone():

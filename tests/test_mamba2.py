@@ -1,7 +1,7 @@
 """Mamba-2 (``mamba2``) and ``mlp.kind: none``, each against an independent expectation: the SSD recurrence
 written per head and token from the paper's equations, transformers' ``Mamba2Mixer`` with the same weights,
-hand-written counts and cache sizes, the full forward (for the cache), each prompt alone (for padding)
-and the refusals."""
+hand-written counts and cache sizes, and the refusals. What every mixer passes (cached decoding, a
+left-padded batch, gradients, counts, μP roles, a hybrid layout) is test_mixer_contract.py's."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import math
 
 import pytest
 import torch
+from helpers.mixers import randomise
 
 from archlab import build_model, compose_model, count_params
 from archlab.accounting import kv_cache_bytes
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
-from archlab.generate import generate
 from archlab.nn.mixers.mamba2 import Mamba2, chunked_ssd, recurrent_ssd
 from archlab.nn.validation import ignored, validate
 from tests.helpers.parts import short_fit, tiny
@@ -26,15 +26,6 @@ M2 = {"kind": "mamba2", "n_head": 4, "n_kv_head": None, "head_dim": 8, "state_si
 M2 |= {"qkv_bias": False, "out_bias": False, "scan_chunk": 5}
 # a pure Mamba-2 model: no MLP, no positions
 PURE = {"attention": M2, "mlp": {"kind": "none"}}
-
-
-def randomise(module, seed=0):
-    """Every weight random: matrices N(0, 0.3²), vectors (biases, norm scales, A_log, dt_bias, D) in [0.3, 2.3]."""
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.rand_like(p) * 2 + 0.3 if p.ndim == 1 else torch.randn_like(p) * 0.3)
-    return module
 
 
 # ---- the scan: chunked, recurrent and a per-token reference ----
@@ -250,37 +241,6 @@ def test_the_options_compose_on_a_preset(overrides, kinds):
     assert [c.attention.kind for c in layer_configs(cfg)] == kinds
     assert ignored(cfg) == []
     build_model(cfg, device="meta")
-
-
-def test_cached_decoding_equals_the_full_forward():
-    """A prefill of 7 (one whole chunk of 5 and part of one), then one token at a time; greedy generation
-    equals recomputing the whole sequence at every step."""
-    cfg = tiny(**PURE)
-    model = randomise(build_model(cfg)).eval()
-    idx = torch.randint(0, cfg.vocab_size, (2, 18), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        full = model(idx)
-        cache = model.new_cache(2, 18)
-        steps = [model(idx[:, :7], cache)] + [model(idx[:, t : t + 1], cache) for t in range(7, 18)]
-        torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5 * full.abs().max().item())
-        ids = idx[:, :4]
-        for _ in range(10):
-            ids = torch.cat((ids, model(ids)[:, -1].argmax(-1, keepdim=True)), dim=1)
-    assert torch.equal(generate(model, idx[:, :4], 10), ids)
-
-
-def test_a_left_padded_batch_generates_as_each_prompt_alone():
-    """Padding of 5 before a prompt of 2: more than the convolution's 3 cached inputs, and a prompt
-    shorter than them; the padded positions neither decay nor write the states. Projection and
-    convolution biases on, so a padded position's inputs are not zero by themselves."""
-    model = randomise(build_model(tiny(attention=M2 | {"qkv_bias": True, "out_bias": True}, mlp={"kind": "none"})))
-    model = model.eval()
-    short, long = torch.tensor([[5, 9]]), torch.tensor([[7, 1, 3, 3, 8, 4, 2]])
-    batch = torch.cat((torch.cat((torch.full((1, 5), 11), short), dim=1), long))
-    mask = torch.tensor([[0] * 5 + [1] * 2, [1] * 7])
-    together = generate(model, batch, 8, attention_mask=mask)
-    assert torch.equal(together[0, 5:], generate(model, short, 8)[0])
-    assert torch.equal(together[1], generate(model, long, 8)[0])
 
 
 def test_the_cache_of_a_mamba2_layer_is_constant_in_the_context():

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from helpers.mixers import randomise
 from omegaconf import OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
@@ -44,15 +45,6 @@ def tiny(**overrides):
         "head": {"tied": False},
     }
     return to_model_config(OmegaConf.merge(base, overrides))
-
-
-def randomise(module, seed=0):
-    """Every weight random; norm scales in [0.3, 2.3], far from their init of 1."""
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.rand_like(p) * 2 + 0.3 if p.ndim == 1 else torch.randn_like(p) * 0.3)
-    return module
 
 
 # ---- parameter counts ----

@@ -15,9 +15,9 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
-from archlab.nn.mixers.base import KVCache, attention_mask
+from archlab.nn.mixers.base import MIXERS, KVCache, attention_mask, rotary_head_dim
 from archlab.nn.norms import build_norm
-from archlab.nn.positions import Position, build_position, uninitialised_embedding
+from archlab.nn.positions import POSITIONS, Position, build_position, uninitialised_embedding
 
 
 def document_ids(idx: Tensor, eos_id: int) -> Tensor:
@@ -42,6 +42,19 @@ def document_inputs(idx: Tensor, eos_id: int, reset_positions: bool) -> dict[str
     return {"document_ids": documents, **({"position_ids": document_positions(documents)} if reset_positions else {})}
 
 
+def own_position(cfg: ModelConfig, layer: ModelConfig) -> bool:
+    """Whether a layer of config ``layer`` needs a position module of its own rather than the model's: its
+    scheme differs, or the scheme acts inside softmax attention and reads what differs in the layer's
+    attention, its heads (ALiBi's slopes) or the dims it rotates (RoPE's frequencies: an mla layer among
+    causal ones, a layer kind with another head_dim, a causal kind in a model whose own mixer is recurrent).
+    A mixer that takes no rotation (a recurrent one) takes the model's, which it leaves unused."""
+    if layer.position != cfg.position:
+        return True
+    if not MIXERS.get(layer.attention.kind).takes_rotary() or not POSITIONS.get(layer.position.kind).in_attention:
+        return False
+    return (layer.attention.n_head, rotary_head_dim(layer)) != (cfg.attention.n_head, rotary_head_dim(cfg))
+
+
 class Decoder(nn.Module):
     """A decoder-only transformer assembled from the registries named in ``cfg``."""
 
@@ -59,7 +72,7 @@ class Decoder(nn.Module):
         configs = list(layers) if layers is not None else layer_configs(cfg)  # a layer kind overrides the model's parts
         self.blocks = nn.ModuleList(build_block(c, i) for i, c in enumerate(configs))
         # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module
-        own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if c.position != cfg.position}
+        own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if own_position(cfg, c)}
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
         self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
         self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None

@@ -1,7 +1,8 @@
 """What the Hugging Face parity tests (test_hf_*.py) share: the tiny sizes, fully randomised weights,
 logits, the round trips every family passes (HF -> archlab -> HF -> archlab, a shrunk preset to HF and
-back, save_pretrained directories), the check that a part moves the logits, and the two generation checks
-against HF ``generate``. transformers is imported only inside the functions that build its models."""
+back, save_pretrained directories), the check that a part moves the logits, the two generation checks
+against HF ``generate``, and cached decoding against HF's full forward (a Mamba-2 layer's time-step clamp,
+which HF's own decoding step ignores). transformers is imported only inside the functions that build its models."""
 
 from __future__ import annotations
 
@@ -96,6 +97,27 @@ def check_padded_generation(hf, model=None) -> None:
         for start, end in [(0, 7), *((t, t + 1) for t in range(7, 18))]:
             steps.append(model(got[:, start:end], cache, torch.cat((mask, torch.ones(3, end - 7)), 1).long())[:, -1])
     assert max_diff(torch.stack(steps, 1), torch.stack(out.logits, 1)) <= TOL
+
+
+def check_decoding_equals_hfs_full_forward_not_its_decoding(hf) -> None:
+    """A 5-token prefill then one token at a time to 12: the logits through archlab's cache (``from_hf(hf)``)
+    equal HF's full forward at every step, while HF's own cached decoding moves by more than 1e-2 (a
+    Mamba-2 layer's ``time_step_limit``, which transformers' one-token step ignores)."""
+    model = from_hf(hf)
+    ids = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        full = hf(ids).logits
+        cache, steps = model.new_cache(2, 12), []
+        for start, end in [(0, 5), *((t, t + 1) for t in range(5, 12))]:
+            steps.append(model(ids[:, start:end], cache))
+        out = hf(ids[:, :5], use_cache=True)
+        hf_cache, hf_steps = out.cache, [out.logits]
+        for t in range(5, 12):
+            out = hf(ids[:, t : t + 1], cache=hf_cache, use_cache=True)
+            hf_cache = out.cache
+            hf_steps.append(out.logits)
+    assert max_diff(torch.cat(steps, 1), full) <= TOL
+    assert max_diff(torch.cat(hf_steps, 1), full) > 1e-2
 
 
 def changed_cfg(cfg, **fields):

@@ -1,0 +1,106 @@
+"""What the mixer tests share (``test_mixer_contract.py``, the per-mixer files): each registered mixer's
+tiny sizes (``TINY``, one line per kind), the tiny models built from them (every layer the mixer, or a
+hybrid beside another kind), weights drawn far from their init, and decoding a sequence in pieces
+through the KV cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from archlab.config import ModelConfig, to_model_config
+from archlab.nn.mixers.base import MIXERS
+
+# kind -> its model.attention fields at tiny sizes (d_model 32), the softmax fields a kind refuses reset;
+# a newly registered mixer needs its line here (test_mixer_contract.py fails naming the kind until then)
+TINY: dict[str, dict] = {
+    # 4 heads of 8, 2 key/value heads (GQA), both projections' biases
+    "causal": {"n_head": 4, "n_kv_head": 2},
+    # 4 heads of nope 6 + rope 4 (v 5), queries through a rank-8 bottleneck, keys and values from a 16-dim latent
+    "mla": {"n_head": 4, "n_kv_head": None, "qkv_bias": False, "out_bias": False, "q_lora_rank": 8}
+    | {"kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5},
+    # 4 value heads of 6, 2 query/key heads of 8, conv 4, chunks of 5
+    "gated_deltanet": {"n_head": 4, "n_kv_head": None, "qkv_bias": False, "out_bias": False}
+    | {"key_heads": 2, "key_head_dim": 8, "v_head_dim": 6, "scan_chunk": 5},
+    # 4 heads of 8 channels, B and C of 6 in 2 groups, conv 4 with its bias, chunks of 5; projection biases on
+    # (a padded position's inputs are then not zero by themselves)
+    "mamba2": {"n_head": 4, "n_kv_head": None, "head_dim": 8, "state_size": 6, "groups": 2, "scan_chunk": 5},
+}
+
+# the model around the mixer: d_model 32, vocab 48, context 12, RoPE (a left-padded row's positions must be
+# renumbered), RMSNorm, a bias-free SwiGLU of 48, an untied head
+BASE = {
+    "vocab_size": 48,
+    "context_length": 12,
+    "n_layer": 2,
+    "d_model": 32,
+    "norm": {"kind": "rmsnorm", "eps": 1e-5},
+    "position": {"kind": "rope"},
+    "mlp": {"kind": "swiglu", "d_ff": 48, "bias": False},
+    "head": {"tied": False},
+}
+
+
+def tiny_attention(kind: str) -> dict:
+    """``model.attention`` of ``kind`` at its tiny sizes; a registered kind without a line in ``TINY`` fails
+    the calling test, naming it."""
+    if kind not in TINY:
+        pytest.fail(
+            f"mixer {kind!r} is registered in MIXERS but has no tiny sizes: add its line to TINY in "
+            "tests/helpers/mixers.py (its model.attention fields at d_model 32)"
+        )
+    return {"kind": kind, **TINY[kind]}
+
+
+def mixer_config(kind: str, **overrides) -> ModelConfig:
+    """A model whose every layer is mixer ``kind`` at its tiny sizes (2 layers); ``overrides`` merged in."""
+    return to_model_config(OmegaConf.merge(BASE, {"attention": tiny_attention(kind)}, overrides))
+
+
+def partner(kind: str) -> str:
+    """The mixer ``kind`` sits beside in a hybrid: causal attention, or for causal the first other kind."""
+    return "causal" if kind != "causal" else next(k for k in MIXERS.names() if k != "causal")
+
+
+def layered_config(kinds: dict[str, dict], pattern: list[str], **overrides) -> ModelConfig:
+    """A causal model at its tiny sizes whose layers ``model.layers`` gives: ``kinds`` (name -> its fields)
+    cycled by ``pattern``; ``overrides`` merged in."""
+    layers = {"layers": {"kinds": kinds, "pattern": pattern}}
+    return to_model_config(OmegaConf.merge(BASE, {"attention": tiny_attention("causal")}, layers, overrides))
+
+
+def hybrid_config(kind: str) -> ModelConfig:
+    """3 layers: ``kind``, its ``partner``, ``kind`` again, by ``model.layers`` over a causal model; each
+    layer kind sets its mixer's tiny sizes (a recurrent kind resetting the softmax fields it refuses)."""
+    kinds = {"mixer": {"attention": tiny_attention(kind)}, "other": {"attention": tiny_attention(partner(kind))}}
+    return layered_config(kinds, ["mixer", "other"], n_layer=3)
+
+
+def randomise(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Every weight redrawn far from its init: matrices (and convolutions, tables) N(0, 0.3²); vectors
+    (biases, norm scales, A_log, dt_bias, D, sinks) uniform in [0.3, 2.3], away from their 0 or 1; float
+    buffers likewise. Seeds the global generator, so the same ``seed`` draws the same weights."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        tensors = [*module.parameters(), *(b for b in module.buffers() if b.is_floating_point())]
+        for p in tensors:
+            p.copy_(torch.rand_like(p) * 2 + 0.3 if p.ndim <= 1 else torch.randn_like(p) * 0.3)
+    return module
+
+
+def decode_in_pieces(
+    model: torch.nn.Module, idx: torch.Tensor, cuts: Sequence[int], mask: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """The logits of ``idx`` ``[B, T]`` fed through one KV cache in pieces ending at each of ``cuts`` (the
+    last is T): a prefill, then chunks or single tokens; ``mask`` ``[B, T]`` the padding (1: a token)."""
+    cache, start, out = model.new_cache(idx.shape[0], idx.shape[1]), 0, []
+    with torch.no_grad():
+        for end in cuts:
+            out.append(model(idx[:, start:end], cache, None if mask is None else mask[:, :end]))
+            start = end
+    assert cache.length == idx.shape[1]
+    return torch.cat(out, dim=1)

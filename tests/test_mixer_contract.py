@@ -1,0 +1,333 @@
+"""The contract every token mixer passes by being registered in ``MIXERS``: each test runs once per
+registered kind (``MIXERS.names()``, read at collection), at the tiny sizes its line in
+``helpers.mixers.TINY`` gives, and each checks against an independent expectation: cached decoding (a
+prefill, a chunk, then token by token) against the full forward; a left-padded batch against each prompt
+alone; float32 gradients against the float64 model's, and those against central differences; the closed-
+form counts and cache size against the built model and a meta build; the μP roles against every parameter
+held; a hybrid layout beside another mixer (all of the above again), and the mixer given to every layer
+by a layer kind over another mixer's model against the model of it; and tests/test_properties.py's
+generator drawing the kind. Weights are redrawn far from their init (``helpers.mixers.randomise``); models
+run in float64 where two computations must agree to rounding.
+
+A new mixer gets all of this by registering and adding its line to ``TINY``."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers.mixers import (
+    TINY,
+    decode_in_pieces,
+    hybrid_config,
+    layered_config,
+    mixer_config,
+    partner,
+    randomise,
+    tiny_attention,
+)
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis.errors import NoSuchExample
+
+from archlab import build_model
+from archlab.accounting import COMPONENTS, built_counts, count, kv_cache_bytes
+from archlab.config import AttentionConfig, ModelConfig
+from archlab.config.layers import layer_configs, layer_kind
+from archlab.generate import generate
+from archlab.nn.component import Component, Role
+from archlab.nn.mixers.base import MIXERS
+from archlab.nn.validation import validate
+from archlab.training.parametrization import roles
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+KINDS = sorted(MIXERS.names())
+# float64: the cached and the full forward run the same ops in another order, so they agree to rounding
+# (~1e-15 relative); 1e-10 of the logits' scale leaves room and catches any real difference
+TIGHT = 1e-10
+T = 12  # = the context: a prefill of 7 crosses a scan chunk of 5, and 3 + 6 crosses two
+
+
+def model_of(cfg, seed: int = 0, dtype=torch.float64):
+    return randomise(build_model(cfg, dtype=dtype), seed).eval()
+
+
+def ids(batch: int, length: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 48, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def assert_tight(got: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(got, expected, rtol=TIGHT, atol=TIGHT * expected.abs().max().item())
+
+
+def uncached_greedy(model, prompt: torch.Tensor, steps: int) -> torch.Tensor:
+    """Greedy continuation recomputing the whole sequence at every step: no cache, no mask."""
+    with torch.no_grad():
+        for _ in range(steps):
+            prompt = torch.cat((prompt, model(prompt)[:, -1].argmax(-1, keepdim=True)), dim=1)
+    return prompt
+
+
+# ---- what a registered mixer must provide ----
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_registered_mixer_has_its_tiny_sizes(kind):
+    """A kind without a line in TINY fails here (and in every test below), naming the kind."""
+    validate(mixer_config(kind))
+    validate(hybrid_config(kind))
+
+
+def test_the_table_names_only_registered_mixers():
+    assert not set(TINY) - set(KINDS), f"TINY has lines for kinds no longer registered: {set(TINY) - set(KINDS)}"
+
+
+# ---- 1. cached decoding = the full forward ----
+
+
+def check_cached_decoding(model) -> None:
+    """Logits fed through the cache in pieces (a prefill of 7, then one token at a time; a prefill of 3,
+    a chunk of 6, then one at a time) equal the full forward; greedy ``generate`` (the cache) equals
+    greedy decoding recomputing everything."""
+    idx = ids(2, T, seed=1)
+    with torch.no_grad():
+        full = model(idx)
+    assert full.abs().max() > 1  # random weights: logits far from any that a broken model would give too
+    for cuts in ([7, 8, 9, 10, 11, 12], [3, 9, 10, 11, 12]):
+        assert_tight(decode_in_pieces(model, idx, cuts), full)
+    assert torch.equal(generate(model, idx[:, :4], 8), uncached_greedy(model, idx[:, :4], 8))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_cached_decoding_equals_the_full_forward(kind):
+    check_cached_decoding(model_of(mixer_config(kind)))
+
+
+# ---- 2. a left-padded batch = each prompt alone ----
+
+
+def check_padded_batch(model) -> None:
+    """Prompts of 2, 7 and 5 tokens left-padded to 7 with random ids (5 pads: more than a convolution's 3
+    cached inputs, before a prompt shorter than them) and their mask, as ``generate`` takes them: each row
+    generates what its prompt generates alone, and its logits at every position through the cache (the
+    prefill, then the generated tokens one at a time) equal the full forward of its own tokens alone."""
+    lengths, width, new = (2, 7, 5), 7, T - 7
+    prompts = [ids(1, n, seed=10 + n) for n in lengths]
+    batch = torch.cat([torch.cat((ids(1, width - n, seed=20 + n), p), dim=1) for n, p in zip(lengths, prompts)])
+    mask = torch.tensor([[0] * (width - n) + [1] * n for n in lengths])
+    together = generate(model, batch, new, attention_mask=mask)
+    full_mask = torch.cat((mask, torch.ones(len(lengths), new, dtype=torch.long)), dim=1)
+    steps = decode_in_pieces(model, together, [width, *range(width + 1, T + 1)], full_mask)
+    for row, (n, prompt) in enumerate(zip(lengths, prompts)):
+        pad = width - n
+        assert torch.equal(together[row, pad:], generate(model, prompt, new)[0]), f"row {row} (prompt of {n})"
+        with torch.no_grad():
+            alone = model(together[row : row + 1, pad:])[0]
+        assert_tight(steps[row, pad:], alone)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_left_padded_batch_computes_each_prompt_as_alone(kind):
+    check_padded_batch(model_of(mixer_config(kind)))
+
+
+# ---- 3. gradients against a float64 reference ----
+
+
+def loss_of(model, idx: torch.Tensor) -> torch.Tensor:
+    logits = model(idx[:, :-1])
+    return F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_float32_gradients_equal_the_float64_models(kind):
+    """The float32 model's gradient of every parameter equals the same weights' in float64 within float32
+    rounding; every one of them is nonzero (each parameter reaches the loss); and in float64 the gradient
+    of each of the mixer's parameters is the loss's derivative: a central difference along a random
+    direction in that parameter alone."""
+    model32 = model_of(mixer_config(kind), dtype=None).train()
+    model64 = copy.deepcopy(model32).double()
+    idx = ids(2, T + 1, seed=2)
+    loss_of(model32, idx).backward()
+    loss_of(model64, idx).backward()
+    for (name, p32), p64 in zip(model32.named_parameters(), model64.parameters()):
+        assert p32.grad is not None and p64.grad is not None, name
+        g32, g64 = p32.grad.double(), p64.grad
+        scale = g64.abs().max().item()
+        assert scale > 0, f"{name}: no gradient"
+        # float32 rounding through a 2-layer model, of each tensor's largest: measured at most 5e-5 (gated_deltanet,
+        # its chunk's triangular solve), 4e-6 the others; a wrong gradient is off by its own size
+        torch.testing.assert_close(g32, g64, rtol=0, atol=2e-4 * scale, msg=lambda m, n=name: f"{n}: {m}")
+    mixer = model64.blocks[0].attn
+    generator = torch.Generator().manual_seed(3)
+    eps = 1e-6
+    for name, p in mixer.named_parameters():
+        assert p.grad is not None
+        direction = torch.randn(p.shape, generator=generator, dtype=torch.float64)
+        with torch.no_grad():
+            p.add_(eps * direction)
+            up = loss_of(model64, idx).item()
+            p.sub_(2 * eps * direction)
+            down = loss_of(model64, idx).item()
+            p.add_(eps * direction)
+        expected = (up - down) / (2 * eps)
+        got = (p.grad * direction).sum().item()
+        assert got == pytest.approx(expected, rel=1e-6, abs=1e-9), name
+
+
+# ---- 4. the closed-form counts = the built model = a meta build ----
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_closed_form_counts_equal_the_built_and_the_meta_model(kind):
+    """``count`` per component equals ``built_counts`` of the model built on the meta device (its own
+    check on) and on the CPU (check off: this is the comparison), and each layer's mixer holds exactly
+    its entry's ``num_params``."""
+    cfg = mixer_config(kind)
+    analytic = count(cfg)
+    for device, check in (("meta", True), ("cpu", False)):
+        model = build_model(cfg, device=device, check=check)
+        built = built_counts(model)
+        assert {c: built[c] for c in COMPONENTS} == {c: analytic[c] for c in COMPONENTS}, device
+        assert sum(p.numel() for p in model.parameters()) == analytic["total"], device
+        for i, (block, c) in enumerate(zip(model.blocks, layer_configs(cfg))):
+            assert sum(p.numel() for p in block.attn.parameters()) == MIXERS.get(kind).num_params(c, i), (device, i)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_cache_holds_what_its_closed_form_counts(kind):
+    """After 3 and after 12 tokens through a cache of that length, the tensors it holds (float64: 8 bytes a
+    value) are ``kv_cache_bytes``'s count."""
+    cfg = mixer_config(kind)
+    model = build_model(cfg, dtype=torch.float64).eval()
+    for length in (3, T):
+        cache = model.new_cache(1, length)
+        with torch.no_grad():
+            model(ids(1, length, seed=4), cache)
+        held = [t for t in (*cache.k, *cache.v, *cache.conv_state, *cache.recurrent_state) if t is not None]
+        assert sum(t.numel() * t.element_size() for t in held) == kv_cache_bytes(cfg, length, 8), length
+
+
+# ---- 5. every parameter has a μP role ----
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_parameter_of_the_mixer_has_a_mup_role(kind):
+    """The mixer's ``param_roles`` names every parameter it holds itself (those of a child entry, a
+    QK-norm or latent norm, are that entry's to name), each a ``Role``; and ``param=mup``'s gathering
+    (``training.parametrization.roles``) finds a role for every parameter of the model."""
+    model = build_model(mixer_config(kind))
+    for i, block in enumerate(model.blocks):
+        mixer = block.attn
+        declared = mixer.param_roles()
+        assert declared is not None, f"{kind} declares no μP roles"
+        children = [f"{n}." for n, m in mixer.named_modules() if n and isinstance(m, Component)]
+        own = [n for n, _ in mixer.named_parameters() if not n.startswith(tuple(children))]
+        assert own, kind
+        missing = [n for n in own if n not in declared]
+        assert not missing, f"{kind} (layer {i}) declares no μP role for {missing}"
+        assert all(isinstance(declared[n], Role) for n in own)
+    assert set(roles(model)) == {id(p) for p in model.parameters()}
+
+
+# ---- 6. the mixer inside a hybrid layout ----
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_mixer_in_a_hybrid_layout(kind):
+    """3 layers by ``model.layers``, the mixer, its partner (causal; for causal another kind), the mixer:
+    each layer the kind asked, the closed-form counts equal to the built model's, and cached decoding and
+    a left-padded batch as above."""
+    cfg = hybrid_config(kind)
+    assert [c.attention.kind for c in layer_configs(cfg)] == [kind, partner(kind), kind]
+    analytic, model = count(cfg), build_model(cfg, dtype=torch.float64, check=False)
+    assert {c: built_counts(model)[c] for c in COMPONENTS} == {c: analytic[c] for c in COMPONENTS}
+    model = randomise(model, seed=5).eval()
+    check_cached_decoding(model)
+    check_padded_batch(model)
+
+
+def same_weights_same_logits(cfg, reference_cfg) -> None:
+    """Built from ``cfg``, with the weights of the model of ``reference_cfg`` (randomised), the logits of
+    that model, to float64 rounding."""
+    reference = model_of(reference_cfg, seed=6)
+    model = build_model(cfg, dtype=torch.float64).eval()
+    model.load_state_dict(reference.state_dict())
+    idx = ids(2, T, seed=7)
+    with torch.no_grad():
+        assert_tight(model(idx), reference(idx))
+
+
+PAIRS = [(kind, host) for kind in KINDS for host in KINDS if host != kind]
+
+
+@pytest.mark.parametrize("kind,host", PAIRS, ids=[f"{kind}-over-{host}" for kind, host in PAIRS])
+def test_a_layer_kind_of_the_mixer_computes_what_a_model_of_it_computes(kind, host):
+    """Every layer given the mixer by a layer kind over a model whose own mixer is another (the kind
+    setting back to their defaults the fields the host's line sets) computes, with the same weights, what
+    the model whose own attention is the mixer computes: a kind's layers take the position scheme built for
+    their own heads (RoPE over mla's 4 rotated dims among causal heads of 8, over a causal kind's 8 in a
+    model whose own mixer takes no rotation)."""
+    defaults = AttentionConfig()
+    attention = {field: getattr(defaults, field) for field in TINY[host]} | tiny_attention(kind)
+    layered = layered_config({"mixer": {"attention": attention}}, ["mixer"], attention=tiny_attention(host))
+    same_weights_same_logits(layered, mixer_config(kind))
+
+
+@pytest.mark.parametrize(
+    "position,attention",
+    [({"kind": "rope"}, {"head_dim": 16}), ({"kind": "rope"}, {"head_dim": 4}), ({"kind": "alibi"}, {"n_head": 2})],
+    ids=["rope-wider-heads", "rope-narrower-heads", "alibi-fewer-heads"],
+)
+def test_a_causal_layer_kind_of_other_heads_computes_what_a_model_of_them_computes(position, attention):
+    """The same for causal layers whose kind changes what the scheme reads: RoPE rotates all of a 16- or
+    4-dim head (the model's heads: 8), ALiBi draws a slope per head of 2 (the model's: 4)."""
+    attention = {"n_kv_head": 1} | attention
+    layered = layered_config({"other": {"attention": attention}}, ["other"], position=position)
+    same_weights_same_logits(layered, mixer_config("causal", position=position, attention=attention))
+
+
+# ---- 7. the property tests draw it ----
+
+
+EXAMPLES = 2000  # the most draws searched for a config with the kind (the recurrent kinds: ~3% of draws each)
+
+
+def mixers_of(raw: dict) -> set[str]:
+    """The mixer of each layer of a drawn config, read from the dict (a layer kind's ``attention.kind``,
+    else the model's), its layers laid out by ``layer_kind`` as the model lays them out."""
+    model = raw["attention"].get("kind", "causal")
+    layers = raw.get("layers") or {}
+    layout = SimpleNamespace(
+        layers=SimpleNamespace(first=layers.get("first") or [], pattern=layers.get("pattern") or [])
+    )
+    kinds = layers.get("kinds") or {}
+    names = (layer_kind(cast(ModelConfig, layout), i) for i in range(raw["n_layer"]))
+    return {model if name is None else kinds[name].get("attention", {}).get("kind", model) for name in names}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_property_tests_draw_the_mixer(kind):
+    """tests/test_properties.py's ``model_configs`` draws a config with the kind in some layer: searched for
+    draw by draw (derandomised, so the same every run; found within a few dozen draws)."""
+    from test_properties import model_configs
+
+    search = settings(
+        max_examples=EXAMPLES,
+        database=None,
+        derandomize=True,
+        phases=[Phase.generate],  # the first config found: no shrinking
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    try:
+        find(model_configs(), lambda raw: kind in mixers_of(raw), settings=search)
+    except NoSuchExample:
+        pytest.fail(
+            f"tests/test_properties.py's model_configs never drew mixer {kind!r} in {EXAMPLES} configs: add it "
+            "to the kinds it samples (the model's attention, or a layer kind's through mixers())"
+        )
