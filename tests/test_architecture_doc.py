@@ -1,5 +1,6 @@
-"""The worked example of docs/architecture.md ("add a variant") runs as written: its class registers,
-counts and builds, and its bias is the table entry of each distance."""
+"""The worked examples of docs/architecture.md ("add a variant"): the mixer's config class is the module's
+own, as written; the position scheme runs as written (its class registers, counts and builds, and its bias
+is the table entry of each distance)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,26 @@ print("ok")
 """
 
 
+def _section(title: str) -> str:
+    text = DOC.read_text()
+    start = text.index(title)
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def test_the_mixer_example_is_the_modules_own_code():
+    """The config class the differential-attention example shows is archlab/nn/mixers/differential.py's,
+    line for line, and the files it names exist."""
+    section = _section("## Add a variant: a token mixer")
+    (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    root = DOC.parents[1]
+    assert example in (root / "archlab" / "nn" / "mixers" / "differential.py").read_text()
+    for path in re.findall(r"`((?:archlab|conf|tests)/[\w/.]+\.(?:py|yaml))`", section):
+        assert (root / path).is_file(), path
+
+
 def test_the_position_scheme_example_works_as_written():
-    example = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
+    example = re.findall(r"```python\n(.*?)```", _section("## Add a variant: a position scheme"), re.S)[0]
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT.format(example=example)], capture_output=True, text=True, timeout=120
     )

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from helpers.hf import families_of_its_mixers
 from helpers.parts import short_fit, tiny
 
 from archlab import ConfigError, build_model, compose_model, count_params
@@ -249,16 +250,15 @@ def test_chunks_cut_attention_flops_and_the_kv_cache():
     ],
 )
 def test_only_the_hugging_face_families_with_a_part_hold_it(field, value, holders):
-    """Every other family names the field it cannot hold."""
-    from archlab.interop.hf import FAMILIES
-
+    """Every other family of its mixer names the field it cannot hold."""
     cfg = tiny(position={"kind": "rope"}, attention={field: value})
+    families = families_of_its_mixers(cfg)
     refusing = {
         name
-        for name, family in FAMILIES.items()
+        for name, family in families.items()
         if f"model.attention.{field}" in [p.field for p in family.problems(cfg)]
     }
-    assert set(FAMILIES) - refusing == holders
+    assert set(families) - refusing == holders
 
 
 @pytest.mark.parametrize(
@@ -277,8 +277,6 @@ def test_only_the_hugging_face_families_with_a_part_hold_it(field, value, holder
             ["model.attention.query_scale_beta=0.1", "model.attention.query_scale_offset=-1"],
             "model.attention.query_scale_offset",
         ),
-        (["model/attention=mla", "model.attention.sinks=true"], "model.attention.sinks"),
-        (["model/attention=mla", "model.attention.gate=elementwise"], "model.attention.gate"),
     ],
 )
 def test_bad_settings_name_their_field(overrides, field):

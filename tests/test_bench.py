@@ -5,7 +5,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from omegaconf import OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import archlab.bench.harness
@@ -239,7 +238,7 @@ def test_bench_figures_are_consistent(result):
     assert out["generate_tokens"] == 16 - 8  # null fills the context after the 8-token prompt
     assert out["compiled"] is False
     # 6N + 12·L·H·Q·T with N from the closed form, T = 16
-    model_cfg = OmegaConf.to_object(cfg.model)
+    model_cfg = to_model_config(cfg.model)
     assert out["flops_per_token"] == 6 * count(model_cfg)["non_embedding"] + 12 * 2 * 2 * 16 * 16
     for name in ("archlab", "hf"):
         row = out["train"][name]

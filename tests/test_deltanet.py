@@ -20,7 +20,7 @@ from tests.helpers.parts import short_fit, tiny
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 # 4 value heads of 6, 2 query/key heads of 8 (each serving two value heads), conv 4, chunks of 5
-GDN = {"kind": "gated_deltanet", "n_head": 4, "n_kv_head": None, "qkv_bias": False, "out_bias": False}
+GDN = {"kind": "gated_deltanet", "n_head": 4}
 GDN |= {"key_heads": 2, "key_head_dim": 8, "v_head_dim": 6, "scan_chunk": 5}
 # three gated_deltanet layers, then one causal layer (4 heads of 8, 2 key/value heads) with RoPE
 HYBRID = {

@@ -751,3 +751,11 @@ def test_reference_counts_in_the_docs_are_the_checked_ones():
             assert documented and not unknown, f"{doc.name}: its preset table names no preset, or unknown ones"
         for name, numbers in documented.items():
             assert REFERENCE_COUNTS[name] in numbers, f"{doc.name}: {name} is not given as {REFERENCE_COUNTS[name]:,}"
+
+
+def test_the_mixers_fields_in_models_md_are_the_classes():
+    """docs/models.md lists each mixer's own fields as ``archlab-check --help`` prints them from the classes."""
+    from archlab.cli.settings import mixer_fields_lines
+
+    text = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
+    assert "```text\n" + "\n".join(mixer_fields_lines()) + "\n```" in text

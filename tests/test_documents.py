@@ -217,7 +217,7 @@ def test_the_model_refuses_documents_it_cannot_honour():
     idx = packed()
     with pytest.raises(ValueError, match="cached"):
         model(idx, model.new_cache(2), document_ids=document_ids(idx, EOS))
-    recurrent = build(tiny(attention={"kind": "gated_deltanet", "n_head": 4, "qkv_bias": False, "out_bias": False}))
+    recurrent = build(tiny(attention={"kind": "gated_deltanet", "n_head": 4}))
     with pytest.raises(ValueError, match="recurrent"):
         recurrent(idx, document_ids=document_ids(idx, EOS))
 

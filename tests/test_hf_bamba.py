@@ -75,9 +75,8 @@ def test_from_hf_reads_the_parts():
     assert gqa.layers.kinds == {
         "mamba2": {
             "attention": {
-                "kind": "mamba2", "n_kv_head": None, "head_dim": None, "qkv_bias": False, "out_bias": False,
-                "dropout": 0.0, "qk_norm": "none", "window": None, "gate": "none", "n_head": 8, "state_size": 8,
-                "groups": 2, "conv_kernel": 4, "conv_bias": True, "scan_chunk": 5,
+                "kind": "mamba2", "n_head": 8, "state_size": 8, "groups": 2, "conv_kernel": 4, "conv_bias": True,
+                "scan_chunk": 5,
             }
         },
         "attention": {},
@@ -174,8 +173,8 @@ def test_attention_at_given_indices_is_a_layout_of_first_and_pattern():
         (["model/mlp=gelu"], "model.mlp.kind"),
         (["model.attention.out_bias=true"], "model.attention.out_bias"),
         (["model.attention.head_dim=8"], "model.attention.head_dim"),
-        (["model.layers.kinds.mamba2.attention.out_bias=true"], "model.layers.kinds.mamba2.attention.out_bias"),
-        (["model.layers.kinds.mamba2.attention.head_dim=12"], "model.layers.kinds.mamba2.attention.head_dim"),
+        (["+model.layers.kinds.mamba2.attention.out_bias=true"], "model.layers.kinds.mamba2.attention.out_bias"),
+        (["+model.layers.kinds.mamba2.attention.head_dim=12"], "model.layers.kinds.mamba2.attention.head_dim"),
         (["+model.layers.kinds.mamba2.attention.dt_min=0.01"], "model.layers.kinds.mamba2.attention.dt_min"),
         (["+model.layers.kinds.attention.attention={window: 4}"], "model.layers.kinds.attention.attention.window"),
         (["+model.layers.kinds.mamba2.mlp={d_ff: 32}"], "model.layers.kinds.mamba2.mlp.d_ff"),

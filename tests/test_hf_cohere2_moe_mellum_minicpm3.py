@@ -231,7 +231,6 @@ def test_latent_norm_eps_sets_the_latent_norms_and_moves_the_logits():
     [
         [*MLA, "model.attention.latent_norm_eps=0.0"],
         [*MLA, "model.attention.latent_norm_eps=-1e-6"],
-        ["model=nano", "model.attention.latent_norm_eps=1e-6"],  # causal attention has no latent norms
     ],
 )
 def test_latent_norm_eps_is_validated(overrides):

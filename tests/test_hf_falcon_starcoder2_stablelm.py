@@ -14,7 +14,7 @@ from typing import cast
 import pytest
 import torch
 from helpers import hf as parity
-from helpers.hf import CTX, HF_SIZES, NO_TOKENS, TOL, WINDOW, logits, max_diff, randomize
+from helpers.hf import CTX, HF_SIZES, NO_TOKENS, TOL, WINDOW, families_of_its_mixers, logits, max_diff, randomize
 from helpers.parts import short_fit
 from omegaconf import OmegaConf
 
@@ -431,7 +431,8 @@ def test_qk_norm_bias_is_read_described_and_trains():
 def test_every_other_family_refuses_qk_norm_bias():
     """Only StableLM holds a QK-norm whose shift differs from the model's norms' (the FEATURES entry)."""
     cfg = layout("model.attention.qk_norm=head", "model.attention.qk_norm_bias=false")
+    families = families_of_its_mixers(cfg)
     holding = {
-        n for n, f in FAMILIES.items() if "model.attention.qk_norm_bias" not in {p.field for p in f.problems(cfg)}
+        n for n, f in families.items() if "model.attention.qk_norm_bias" not in {p.field for p in f.problems(cfg)}
     }
     assert holding == {"stablelm"}

@@ -63,7 +63,7 @@ def test_from_hf_reads_the_parts():
     cfgs = {case: from_hf(hf_model(case)).cfg for case in HF_CASES}
     nope = cfgs["moe-nope"]
     assert [layer_kind(nope, i) for i in range(3)] == ["mamba2", "attention", "mamba2"]
-    assert nope.layers.kinds["mamba2"]["attention"]["scale"] is None  # mamba2 has no scores to scale
+    assert "scale" not in nope.layers.kinds["mamba2"]["attention"]  # mamba2 has no scores to scale
     assert (nope.position.kind, nope.attention.scale, nope.embedding_multiplier) == ("none", 0.125, 2.0)
     assert (nope.block.residual_multiplier, nope.head.logit_scale) == (0.5, 2.0)
     m = nope.mlp
@@ -130,7 +130,6 @@ def layout(**overrides):
         (dict(mlp__normalize_top_k=False), "model.mlp.normalize_top_k"),
         (dict(mlp__expert="geglu"), "model.mlp.expert"),
         (dict(attention__out_bias=True), "model.attention.out_bias"),
-        (dict(kinds__mamba2__attention__scale=0.5), "model.layers.kinds.mamba2.attention.scale"),
         (dict(kinds__mamba2__attention__dt_min=0.01), "model.layers.kinds.mamba2.attention.dt_min"),
         (dict(kinds__attention__attention__window=4), "model.layers.kinds.attention.attention.window"),
     ],

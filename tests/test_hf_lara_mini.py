@@ -20,6 +20,7 @@ from archlab import ConfigError
 from archlab.config.layers import layer_configs
 from archlab.interop.families import FAMILIES
 from archlab.interop.hf import config_from_hf, from_hf
+from archlab.nn.mixers.base import window_of
 from archlab.nn.validation import ignored
 
 transformers = pytest.importorskip("transformers")
@@ -81,7 +82,7 @@ def test_the_layer_kinds_read_from_the_config():
     assert (cfg.layers.first, cfg.layers.pattern) == (["deltanet"], ["sliding", "deltanet", "nope"])
     assert cfg.layers.kinds["sliding"] == {"attention": {"window": 4}}
     assert cfg.layers.kinds["nope"] == {"position": {"kind": "none"}}
-    kinds = [(lc.attention.kind, lc.attention.window, lc.position.kind) for lc in layer_configs(cfg)]
+    kinds = [(lc.attention.kind, window_of(lc), lc.position.kind) for lc in layer_configs(cfg)]
     assert kinds[1:4] == [("causal", 4, "rope"), ("gated_deltanet", None, "rope"), ("causal", None, "none")]
     assert (cfg.mlp.n_shared_experts, cfg.mlp.shared_expert_gate, cfg.head.tied) == (2, False, True)
 

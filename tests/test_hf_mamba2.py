@@ -111,7 +111,7 @@ def test_left_padding_with_projection_biases_computes_each_prompt_as_alone():
 def test_an_archlab_layout_converts_to_hf_and_back(tmp_path):
     """A tiny archlab model (4 heads of 16, expand 2, 2 groups, every weight random) to Mamba2ForCausalLM
     with the same logits and back bit for bit; a save_pretrained directory round trip."""
-    attention = {"kind": "mamba2", "n_head": 4, "n_kv_head": None, "head_dim": 16, "state_size": 8, "groups": 2}
+    attention = {"kind": "mamba2", "n_head": 4, "head_dim": 16, "state_size": 8, "groups": 2}
     attention |= {"qkv_bias": False, "out_bias": False, "scan_chunk": 5}
     cfg = tiny(vocab_size=V, attention=attention, mlp={"kind": "none"}, norm={"eps": 1e-5}, head={"tied": False})
     model = randomize(build_model(cfg), 2)
@@ -163,7 +163,12 @@ def test_a_config_with_another_activation_is_refused():
 
 @pytest.mark.parametrize("preset", ["llama2-7b", "gpt2", "qwen3-30b-a3b"])
 def test_every_family_but_mamba2_refuses_a_model_without_mlps(preset):
-    """``mlp.kind: none`` on a dense, a learned-position and a MoE layout: each family names model.mlp.kind."""
+    """``mlp.kind: none`` on a dense, a learned-position and a MoE layout: each family of the layout's mixer
+    names model.mlp.kind (a family of another mixer names the mixer alone); the same layout with Mamba-2 in
+    every layer is one mamba2 holds as far as its MLP goes."""
     cfg = compose_model([f"model={preset}", "model.n_layer=2", "model/mlp=none"])
-    holding = {name for name, f in FAMILIES.items() if "model.mlp.kind" not in {p.field for p in f.problems(cfg)}}
-    assert holding == {"mamba2"}
+    same_mixer = [f for f in FAMILIES.values() if not f.mixer_problems(cfg)]
+    assert same_mixer and all("model.mlp.kind" in {p.field for p in f.problems(cfg)} for f in same_mixer)
+    assert FAMILIES["mamba2"].mixer_problems(cfg)
+    mamba = compose_model([f"model={preset}", "model.n_layer=2", "model/mlp=none", "model/attention=mamba2"])
+    assert "model.mlp.kind" not in {p.field for p in FAMILIES["mamba2"].problems(mamba)}

@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import hf as parity
-from helpers.hf import ATTN, NO_TOKENS, TOL, logits, max_diff, randomize
+from helpers.hf import ATTN, NO_TOKENS, TOL, families_of_its_mixers, logits, max_diff, randomize
 from helpers.parts import short_fit, tiny
 
 from archlab import ConfigError, build_model, compose_model, count_params
@@ -248,7 +248,7 @@ def test_numerics_only_settings_are_read_as_the_same_model():
 
 def test_every_other_family_refuses_embedding_dim():
     cfg = validate(tiny(embedding_dim=16))
-    for name, family in FAMILIES.items():
+    for name, family in families_of_its_mixers(cfg).items():
         fields = {p.field for p in family.problems(cfg)}
         assert ("model.embedding_dim" in fields) == (name != "opt"), name
 

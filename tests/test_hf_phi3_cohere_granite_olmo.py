@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import hf as parity
-from helpers.hf import ATTN, HF_SIZES, NO_TOKENS, TOL, WINDOW, V, logits, max_diff, randomize
+from helpers.hf import ATTN, HF_SIZES, NO_TOKENS, TOL, WINDOW, V, families_of_its_mixers, logits, max_diff, randomize
 from helpers.parts import short_fit, tiny
 
 from archlab import ConfigError, build_model, compose_model, count_params
@@ -346,8 +346,8 @@ def test_norm_affine_validation():
         build_model(cfg)
     assert err.value.field == "model.norm.affine"
     # OPT (no elementwise affine) and nanochat (weightless RMSNorms) hold it too
-    others = [f for f in FAMILIES.values() if f.model_type not in ("olmo", "opt", "nanochat")]
     cfg = tiny(norm={"kind": "layernorm", "affine": False}, position={"kind": "rope"})
+    others = [f for n, f in families_of_its_mixers(cfg).items() if n not in ("olmo", "opt", "nanochat")]
     assert all("model.norm.affine" in [p.field for p in f.problems(cfg)] for f in others)
 
 

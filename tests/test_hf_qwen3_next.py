@@ -236,13 +236,15 @@ def test_two_linear_kinds_of_different_sizes_are_refused():
 
 
 def test_only_qwen3_next_holds_the_shared_expert_gate():
-    """Every other family but Qwen3.5-MoE (the same MoE) names model.mlp.shared_expert_gate among the fields
-    it cannot hold (its FEATURES entry), and a Qwen3-MoE layout with a gated shared expert converts to none."""
+    """Every other family of its mixer but Qwen3.5-MoE (the same MoE) names model.mlp.shared_expert_gate among
+    the fields it cannot hold (its FEATURES entry), and a Qwen3-MoE layout with a gated shared expert converts to none."""
     from archlab.interop.families import FAMILIES
 
     cfg = compose_model(["model=qwen3-30b-a3b", "model.mlp.n_shared_experts=1", "model.mlp.shared_expert_gate=true"])
     holders = {
-        n for n, f in FAMILIES.items() if "model.mlp.shared_expert_gate" not in {p.field for p in f.problems(cfg)}
+        n
+        for n, f in FAMILIES.items()
+        if not f.mixer_problems(cfg) and "model.mlp.shared_expert_gate" not in {p.field for p in f.problems(cfg)}
     }
     assert holders == {"qwen3_next", "qwen3_5_moe_text"}  # Qwen3.5-MoE's MoE is Qwen3-Next's
     with pytest.raises(ConfigError):

@@ -12,7 +12,8 @@ import torch
 from helpers.training import compose_train, tiny_config_dir
 
 from archlab import build_model, compose_model
-from archlab.config import to_model_config
+from archlab.build import compose
+from archlab.config import left_out, to_model_config
 from archlab.nn.validation import ignored, uses, without_ignored
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -31,7 +32,6 @@ IGNORED = [
     (["model/position=learned"], "model.position.theta", 500.0),
     (["model/position=rope"], "model.position.low_freq_factor", 2.0),  # llama3 scaling's; scaling is none
     (["model/position=rope", "model.position.scaling=linear"], "model.position.truncate", False),  # yarn's
-    (["model/attention=mha"], "model.attention.kv_lora_rank", 8),
     (["model/mlp=gelu"], "model.mlp.swiglu_limit", 7.0),  # SwiGLU's clamp
     (["model/mlp=geglu"], "model.mlp.up_offset", 1.0),
     (["model/mlp=swiglu"], "model.mlp.swiglu_clamp", "activation"),  # where a limit applies; no limit set
@@ -49,6 +49,17 @@ def _logits(cfg):
     model = build_model(cfg).eval()
     with torch.no_grad():
         return model(torch.arange(16).reshape(1, 16) % cfg.vocab_size), model.state_dict()
+
+
+def test_another_mixers_field_is_left_out_and_said_so():
+    """A field of another mixer (mla's kv_lora_rank on a causal model) is no field of the chosen mixer: as
+    composed (a preset's or a sweep's setting), it is left out of the model and named; the model is the one
+    without it, logit for logit."""
+    base, cfg = _model(["model/attention=mha"]), _model(["model/attention=mha", "model.attention.kv_lora_rank=8"])
+    assert left_out(compose("check", [*TINY, "model/attention=mha", "model.attention.kv_lora_rank=8"])) == [
+        "model.attention.kv_lora_rank=8 is left out: mixer causal has no such field"
+    ]
+    assert cfg == base and torch.equal(_logits(base)[0], _logits(cfg)[0])
 
 
 @pytest.mark.parametrize(("variant", "field", "value"), IGNORED, ids=[f for _, f, _ in IGNORED])

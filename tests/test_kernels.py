@@ -82,9 +82,9 @@ def test_the_ssd_kernel_matches_the_chunked_form(T):
 
 
 # one Gated DeltaNet, one Mamba-2 and one attention layer, every weight random
-GDN = {"kind": "gated_deltanet", "n_head": 4, "n_kv_head": None, "qkv_bias": False, "out_bias": False}
+GDN = {"kind": "gated_deltanet", "n_head": 4}
 GDN |= {"key_heads": 2, "key_head_dim": 32, "v_head_dim": 32}
-M2 = {"kind": "mamba2", "n_head": 4, "n_kv_head": None, "head_dim": 32, "state_size": 32, "groups": 2}
+M2 = {"kind": "mamba2", "n_head": 4, "head_dim": 32, "state_size": 32, "groups": 2}
 MIXED = {
     "d_model": 64,
     "context_length": 160,

@@ -22,7 +22,7 @@ from tests.helpers.parts import short_fit, tiny
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 # 4 heads of 8 channels, B and C of 6 in 2 groups (each serving two heads), conv 4, chunks of 5
-M2 = {"kind": "mamba2", "n_head": 4, "n_kv_head": None, "head_dim": 8, "state_size": 6, "groups": 2}
+M2 = {"kind": "mamba2", "n_head": 4, "head_dim": 8, "state_size": 6, "groups": 2}
 M2 |= {"qkv_bias": False, "out_bias": False, "scan_chunk": 5}
 # a pure Mamba-2 model: no MLP, no positions
 PURE = {"attention": M2, "mlp": {"kind": "none"}}

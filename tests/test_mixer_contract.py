@@ -1,6 +1,6 @@
 """The contract every token mixer passes by being registered in ``MIXERS``: each test runs once per
 registered kind (``MIXERS.names()``, read at collection), at the tiny sizes its line in
-``helpers.mixers.TINY`` gives, and each checks against an independent expectation: cached decoding (a
+``helpers.mixers.TINY`` gives (else its defaults), and each checks against an independent expectation: cached decoding (a
 prefill, a chunk, then token by token) against the full forward; a left-padded batch against each prompt
 alone; float32 gradients against the float64 model's, and those against central differences; the closed-
 form counts and cache size against the built model and a meta build; the μP roles against every parameter
@@ -9,7 +9,7 @@ by a layer kind over another mixer's model against the model of it; and tests/te
 generator drawing the kind. Weights are redrawn far from their init (``helpers.mixers.randomise``); models
 run in float64 where two computations must agree to rounding.
 
-A new mixer gets all of this by registering and adding its line to ``TINY``."""
+A new mixer gets all of this by registering (a line in ``TINY`` only where its defaults are too large)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from hypothesis.errors import NoSuchExample
 
 from archlab import build_model
 from archlab.accounting import COMPONENTS, built_counts, count, kv_cache_bytes
-from archlab.config import AttentionConfig, ModelConfig
+from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.generate import generate
 from archlab.nn.component import Component, Role
@@ -76,8 +76,8 @@ def uncached_greedy(model, prompt: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_every_registered_mixer_has_its_tiny_sizes(kind):
-    """A kind without a line in TINY fails here (and in every test below), naming the kind."""
+def test_every_registered_mixer_builds_at_its_tiny_sizes(kind):
+    """Its TINY line, or its defaults with 4 heads, is a valid model alone and in a hybrid."""
     validate(mixer_config(kind))
     validate(hybrid_config(kind))
 
@@ -159,9 +159,10 @@ def test_float32_gradients_equal_the_float64_models(kind):
         g32, g64 = p32.grad.double(), p64.grad
         scale = g64.abs().max().item()
         assert scale > 0, f"{name}: no gradient"
-        # float32 rounding through a 2-layer model, of each tensor's largest: measured at most 5e-5 (gated_deltanet,
-        # its chunk's triangular solve), 4e-6 the others; a wrong gradient is off by its own size
-        torch.testing.assert_close(g32, g64, rtol=0, atol=2e-4 * scale, msg=lambda m, n=name: f"{n}: {m}")
+        # float32 rounding through a 2-layer model, of each tensor's largest: measured at most 5e-4 (differential's
+        # λ, whose gradient passes a difference of two exponentials and a norm), 5e-5 (gated_deltanet, its chunk's
+        # triangular solve), 4e-6 the others; a wrong gradient is off by its own size
+        torch.testing.assert_close(g32, g64, rtol=0, atol=1e-3 * scale, msg=lambda m, n=name: f"{n}: {m}")
     mixer = model64.blocks[0].attn
     generator = torch.Generator().manual_seed(3)
     eps = 1e-6
@@ -267,14 +268,12 @@ PAIRS = [(kind, host) for kind in KINDS for host in KINDS if host != kind]
 
 @pytest.mark.parametrize("kind,host", PAIRS, ids=[f"{kind}-over-{host}" for kind, host in PAIRS])
 def test_a_layer_kind_of_the_mixer_computes_what_a_model_of_it_computes(kind, host):
-    """Every layer given the mixer by a layer kind over a model whose own mixer is another (the kind
-    setting back to their defaults the fields the host's line sets) computes, with the same weights, what
+    """Every layer given the mixer by a layer kind over a model whose own mixer is another (the kind swaps
+    the mixer whole: its own fields alone) computes, with the same weights, what
     the model whose own attention is the mixer computes: a kind's layers take the position scheme built for
     their own heads (RoPE over mla's 4 rotated dims among causal heads of 8, over a causal kind's 8 in a
     model whose own mixer takes no rotation)."""
-    defaults = AttentionConfig()
-    attention = {field: getattr(defaults, field) for field in TINY[host]} | tiny_attention(kind)
-    layered = layered_config({"mixer": {"attention": attention}}, ["mixer"], attention=tiny_attention(host))
+    layered = layered_config({"mixer": {"attention": tiny_attention(kind)}}, ["mixer"], attention=tiny_attention(host))
     same_weights_same_logits(layered, mixer_config(kind))
 
 

@@ -25,14 +25,16 @@ from archlab.nn.validation import validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-MLA = {"kind": "mla", "n_head": 4, "qkv_bias": False, "out_bias": False, "kv_lora_rank": 16}
+MLA = {"kind": "mla", "n_head": 4, "kv_lora_rank": 16}
 MLA |= {"qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5}
 YARN = {"kind": "rope", "scaling": "yarn", "factor": 4.0, "original_context": 8, "beta_fast": 8.0, "beta_slow": 2.0}
 
 
 def tiny(**overrides):
     """d_model 32, 2 layers, vocab 48, context 16, RMSNorm (eps 1e-6, as DeepSeek), mla with 4 heads of
-    nope 6 + rope 4 (v 5) from a 16-dim latent, YaRN RoPE (factor 4 over 8 positions)."""
+    nope 6 + rope 4 (v 5) from a 16-dim latent, YaRN RoPE (factor 4 over 8 positions); an attention of
+    another kind in place of mla, keeping its 4 heads."""
+    swapped = overrides.get("attention", {}).get("kind", "mla") != "mla"
     base = {
         "vocab_size": 48,
         "context_length": 16,
@@ -40,7 +42,7 @@ def tiny(**overrides):
         "d_model": 32,
         "norm": {"kind": "rmsnorm", "eps": 1e-6, "bias": False},
         "position": YARN,
-        "attention": MLA,
+        "attention": {"n_head": 4} if swapped else MLA,
         "mlp": {"kind": "swiglu", "bias": False},
         "head": {"tied": False},
     }

@@ -10,8 +10,9 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 
 import archlab.build
 from archlab import ConfigError, ModelConfig, build_model, compose_model, count_params
-from archlab.config import AttentionConfig, HeadConfig
+from archlab.config import HeadConfig
 from archlab.errors import SweepConfigError
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import Gate
 
 ROPE = "model/position=rope"
@@ -103,7 +104,11 @@ CASES = [
         "model.position.pairing",
         "one of ['half', 'interleaved']",
     ),
-    (["model.attention.kind=linear"], "model.attention.kind", "one of ['causal', 'gated_deltanet', 'mamba2', 'mla']"),
+    (
+        ["model.attention.kind=linear"],
+        "model.attention.kind",
+        "one of ['causal', 'differential', 'gated_deltanet', 'mamba2', 'mla']",
+    ),
     (["model.head.kind=bogus"], "model.head.kind", "one of ['linear']"),
     # probabilities
     (["model.dropout=1.0"], "model.dropout", "a probability in [0, 1)"),

@@ -10,6 +10,7 @@ import math
 
 import pytest
 import torch
+from helpers.hf import families_of_its_mixers
 from helpers.parts import short_fit
 
 from archlab import build_model, compose_model
@@ -181,11 +182,10 @@ def test_longrope_kv_cache_decoding_equals_the_full_forward_across_the_switch():
 def test_every_hf_family_refuses_longrope_and_falcon_alibi():
     """No family with RoPE converts ALiBi's multiplier or rounding, and none but Phi-3 and MiniCPM3 longrope:
     each names the field."""
-    from archlab.interop.hf import FAMILIES
 
     cfg = tiny("rope", **LONGROPE, **FALCON_RW)
     longrope = {"model.position.scaling", "model.position.short_factor", "model.position.long_factor"}
-    for name, family in FAMILIES.items():
+    for name, family in families_of_its_mixers(cfg).items():
         fields = {p.field for p in family.problems(cfg)}
         assert {"model.position.alibi_scale", "model.position.alibi_rounding"} <= fields, name
         holds_longrope = name in ("phi3", "minicpm3")
@@ -219,9 +219,9 @@ def test_longrope_fits_its_lists_to_no_recurrent_mixer():
     with torch.no_grad():
         assert torch.isfinite(build_model(hybrid).eval()(idx)).all()
 
-    mamba2 = {"kind": "mamba2", "n_head": 2, "n_kv_head": None, "state_size": 6, "qkv_bias": False}
+    mamba2 = {"kind": "mamba2", "n_head": 2, "state_size": 6, "qkv_bias": False}
     pure = {"vocab_size": 64, "context_length": 32, "n_layer": 2, "d_model": 16, "mlp": {"kind": "none"}}
-    pure |= {"attention": mamba2 | {"out_bias": False, "qk_norm": "none"}}
+    pure |= {"attention": mamba2 | {"out_bias": False}}
     lists = {"short_factor": [1.0, 1.5], "long_factor": [2.0, 3.0]}
     cfg = to_model_config(pure | {"position": {"kind": "rope", **LONGROPE, **lists}})
     with torch.no_grad():

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from archlab import build_model
 from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.config import to_model_config
-from archlab.nn.mixers import gated_deltanet as deltanet
-from archlab.nn.mixers import mamba2
+from archlab.errors import ConfigError
+from archlab.nn.mixers.base import MIXERS
+from archlab.nn.validation import validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -119,11 +120,6 @@ def model_configs(draw) -> dict:
             "weight_input": draw(st.booleans()),  # Llama 4
         }
 
-    # mla refuses the causal kind's own fields: they are reset as DeepSeek has them
-    refused = {"n_kv_head": None, "head_dim": None, "qkv_bias": False, "out_bias": False, "qk_norm": "none"}
-    refused |= {"softcap": None, "sinks": False, "gate": "none", "query_scale_beta": None, "clip_qkv": None}
-    refused |= {"qk_norm_after_rope": False, "qk_norm_per_head_scale": False}
-    mla_fields = refused | mla if mla else {}
     norm_kind = draw(st.sampled_from(["layernorm", "rmsnorm"]))
     window = draw(st.sampled_from([None, 1, 2, 3, 5]))
     chunk = draw(st.sampled_from([None, 1, 2, 3, 5])) if window is None else None  # a layer slides or is chunked
@@ -131,7 +127,7 @@ def model_configs(draw) -> dict:
     qk_norm = draw(st.sampled_from(["none", "head", "full", "l2"]))
     layers = draw(layouts(n_head, position["kind"], bool(mla), chunk, window, mlp))
     scale_embedding = draw(st.booleans())  # Gemma's sqrt(d_model), or any other factor
-    return {
+    raw = {
         "vocab_size": draw(st.integers(2, 64)),
         "context_length": draw(st.integers(4, 16)),
         "n_layer": draw(st.integers(1, 3)),
@@ -154,29 +150,29 @@ def model_configs(draw) -> dict:
             "residual_multiplier": draw(st.sampled_from([1.0, 0.22])),  # Granite
         },
         "position": position,
-        "attention": {
-            "n_head": n_head,
-            "n_kv_head": n_kv_head,
-            "head_dim": head_dim if explicit_head_dim else None,
-            "qkv_bias": draw(st.booleans()),
-            "out_bias": draw(st.booleans()),
-            "dropout": draw(st.sampled_from([0.0, 0.1])),
-            "qk_norm": qk_norm,
+        "attention": _mixer(
+            mla,
+            n_head=n_head,
+            n_kv_head=n_kv_head,
+            head_dim=head_dim if explicit_head_dim else None,
+            qkv_bias=draw(st.booleans()),
+            out_bias=draw(st.booleans()),
+            dropout=draw(st.sampled_from([0.0, 0.1])),
+            qk_norm=qk_norm,
             # the weighted norms before or after RoPE (HunYuan dense); per head, one scale or one per head (Cohere)
-            "qk_norm_after_rope": qk_norm in ("head", "full") and draw(st.booleans()),
-            "qk_norm_per_head_scale": qk_norm == "head" and draw(st.booleans()),
-            "clip_qkv": draw(st.sampled_from([None, 0.3, 8.0])),  # OLMo 1
-            "scale": draw(st.sampled_from([None, 0.1, 1.0])),
-            "softcap": softcap,
-            "window": window,
-            "chunk": chunk,
-            "sinks": draw(st.booleans()),
-            "gate": draw(st.sampled_from(["none", "elementwise", "head"])),
-            "query_scale_beta": draw(st.sampled_from([None, 0.3])),
-            "query_scale_length": draw(st.sampled_from([1, 3])),
-            "query_scale_offset": draw(st.sampled_from([0, 1])),
-        }
-        | mla_fields,
+            qk_norm_after_rope=qk_norm in ("head", "full") and draw(st.booleans()),
+            qk_norm_per_head_scale=qk_norm == "head" and draw(st.booleans()),
+            clip_qkv=draw(st.sampled_from([None, 0.3, 8.0])),  # OLMo 1
+            scale=draw(st.sampled_from([None, 0.1, 1.0])),
+            softcap=softcap,
+            window=window,
+            chunk=chunk,
+            sinks=draw(st.booleans()),
+            gate=draw(st.sampled_from(["none", "elementwise", "head"])),
+            query_scale_beta=draw(st.sampled_from([None, 0.3])),
+            query_scale_length=draw(st.sampled_from([1, 3])),
+            query_scale_offset=draw(st.sampled_from([0, 1])),
+        ),
         "mlp": mlp,
         "head": {
             "tied": draw(st.booleans()),
@@ -186,6 +182,25 @@ def model_configs(draw) -> dict:
         },
         "layers": layers,
     }
+    generic = {k for o in (layers.get("kinds") or {}).values() for k in [(o.get("attention") or {}).get("kind")]}
+    if generic - {None, "gated_deltanet", "mamba2"}:  # a mixer drawn at its defaults: only where they fit
+        assume(_valid(raw))
+    return raw
+
+
+def _valid(raw: dict) -> bool:
+    try:
+        validate(to_model_config(raw))
+    except ConfigError:
+        return False
+    return True
+
+
+def _mixer(mla: dict, **causal) -> dict:
+    """The model's mixer: the causal kind with the fields drawn, or mla with its own and the ones it shares."""
+    if not mla:
+        return causal
+    return {name: causal[name] for name in ("n_head", "dropout", "scale", "window", "chunk")} | mla
 
 
 @st.composite
@@ -228,21 +243,27 @@ def layouts(draw, n_head: int, position: str, mla: bool, chunk, window, mlp: dic
     return {"kinds": kinds, "first": first, "pattern": draw(st.lists(st.sampled_from(names), max_size=3))}
 
 
+# the mixers a layer kind swaps in beside the model's causal attention: every registered one but those two
+SWAPPED = sorted(set(MIXERS.names()) - {"causal", "mla"})
+
+
 @st.composite
 def mixers(draw, n_head: int) -> dict:
-    """A layer kind's ``attention``: gated_deltanet or mamba2 at tiny sizes, a scan chunk shorter than the
-    sequence (several chunks, one cut short), with the softmax fields each refuses reset."""
+    """A layer kind's ``attention``, another mixer whole with its own fields: gated_deltanet or mamba2 at tiny
+    sizes, a scan chunk shorter than the sequence (several chunks, one cut short); any other registered mixer
+    at its defaults with 2 heads (a draw it refuses is dropped, ``model_configs``)."""
+    kind = draw(st.sampled_from(SWAPPED))
+    if kind not in ("gated_deltanet", "mamba2"):
+        return {"kind": kind, "n_head": 2}
     divisors = [k for k in range(1, n_head + 1) if n_head % k == 0]
     common = {"conv_kernel": draw(st.sampled_from([1, 2, 4])), "scan_chunk": draw(st.sampled_from([1, 3, 5]))}
-    if draw(st.booleans()):
-        resets = {name: wanted for name, (wanted, _) in deltanet._REFUSED.items()}
+    if kind == "gated_deltanet":
         sizes = {"key_heads": draw(st.sampled_from([None, *divisors])), "key_head_dim": draw(st.integers(1, 3))}
-        return resets | common | sizes | {"kind": "gated_deltanet", "v_head_dim": draw(st.integers(1, 3))}
-    resets = {name: wanted for name, (wanted, _) in mamba2._REFUSED.items()}
+        return common | sizes | {"kind": "gated_deltanet", "v_head_dim": draw(st.integers(1, 3))}
     sizes = {"head_dim": draw(st.integers(1, 3)), "state_size": draw(st.integers(1, 3))}
     sizes |= {"groups": draw(st.sampled_from(divisors)), "conv_bias": draw(st.booleans())}
     sizes |= {"qkv_bias": draw(st.booleans()), "out_bias": draw(st.booleans())}
-    return resets | common | sizes | {"kind": "mamba2", "dt_limit_max": draw(st.sampled_from([None, 0.5]))}
+    return common | sizes | {"kind": "mamba2", "dt_limit_max": draw(st.sampled_from([None, 0.5]))}
 
 
 # Draws that failed, kept as examples whatever the profile draws. This one came from a random run: d_model 4,
@@ -296,8 +317,7 @@ DRAWN_RECURRENT_KIND = {
     "layers": {
         "kinds": {
             "a": {
-                "attention": {name: wanted for name, (wanted, _) in deltanet._REFUSED.items()}
-                | {"conv_kernel": 1, "scan_chunk": 1, "key_heads": None, "key_head_dim": 1}
+                "attention": {"conv_kernel": 1, "scan_chunk": 1, "key_heads": None, "key_head_dim": 1}
                 | {"kind": "gated_deltanet", "v_head_dim": 1}
             }
         },
@@ -306,7 +326,7 @@ DRAWN_RECURRENT_KIND = {
     },
 }
 # the issue's: d_model 2, one head, RoPE, the kind's mixer mamba2 of one state of 1 (heads of 1)
-MAMBA2_KIND = {name: wanted for name, (wanted, _) in mamba2._REFUSED.items()} | {"conv_kernel": 1, "scan_chunk": 1}
+MAMBA2_KIND = {"conv_kernel": 1, "scan_chunk": 1}
 MAMBA2_KIND |= {"head_dim": 1, "state_size": 1, "groups": 1, "conv_bias": False, "qkv_bias": False, "out_bias": False}
 MAMBA2_KIND |= {"kind": "mamba2", "dt_limit_max": None}
 ISSUE_RECURRENT_KIND = DRAWN_RECURRENT_KIND | {

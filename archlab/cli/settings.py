@@ -26,6 +26,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from archlab.config import MIXER_CONFIGS
 from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 
@@ -144,7 +145,20 @@ def hydra_help_text(prog: str, doc: Optional[str], config_name: str, schema: typ
         options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
         listed = ", ".join(f"{o}*" if o == choice else o for o in options)
         lines += textwrap.wrap(listed, 110, initial_indent=f"  {group:<{width}}", subsequent_indent=" " * (width + 2))
+    if "model" in values:
+        lines += ["", *mixer_fields_lines()]
     return "\n".join(lines)
+
+
+def mixer_fields_lines() -> list[str]:
+    """Each mixer's own fields (model.attention.<field>), from its config class: what ``--help`` and
+    docs/models.md list."""
+    lines = ["mixers (model.attention.kind=<mixer>; each has its own fields, model.attention.<field>):"]
+    width = max(len(kind) for kind in MIXER_CONFIGS) + 2
+    for kind, cls in sorted(MIXER_CONFIGS.items()):
+        listed = ", ".join(f.name for f in fields(cls) if f.name != "kind")
+        lines += textwrap.wrap(listed, 110, initial_indent=f"  {kind:<{width}}", subsequent_indent=" " * (width + 2))
+    return lines
 
 
 def settings_or_help(

@@ -2,15 +2,19 @@
 neither ``archlab.nn`` nor ``archlab.training``; everything else reads it."""
 
 from archlab.config.model import (
-    AttentionConfig,
+    MIXER_CONFIGS,
     BlockConfig,
     HeadConfig,
     LayersConfig,
+    MixerConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
+    build_mixer_config,
     embedding_dropout,
+    left_out,
+    mixer_config,
     model_config_dict,
     n_kv_head,
     recorded_model_config,
@@ -18,15 +22,19 @@ from archlab.config.model import (
 )
 
 __all__ = [
-    "AttentionConfig",
     "BlockConfig",
     "HeadConfig",
     "LayersConfig",
+    "MIXER_CONFIGS",
+    "MixerConfig",
     "MLPConfig",
     "ModelConfig",
     "NormConfig",
     "PositionConfig",
+    "build_mixer_config",
     "embedding_dropout",
+    "left_out",
+    "mixer_config",
     "model_config_dict",
     "n_kv_head",
     "recorded_model_config",

@@ -1,14 +1,15 @@
 """Structured model configs: the contract every registry family reads (plain dataclasses; Hydra's
 ConfigStore holds them, see ``archlab.config.store``).
 
-One dataclass per registry family holds the fields of every variant of that family; ``kind`` picks
-the variant and the variant's own entry checks the fields it uses (see ``archlab.nn``).
+The token mixer is one class per mixer, each holding exactly its fields (``MixerConfig`` and the subclass
+each mixer's module registers); the other families are one dataclass each, whose ``kind`` picks the
+variant, whose own entry checks the fields it uses (see ``archlab.nn``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, List, Optional, cast
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Any, Callable, List, Optional, TypeVar, cast, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -64,67 +65,81 @@ class PositionConfig:
 
 
 @dataclass
-class AttentionConfig:
-    """``model.attention``: self-attention, its heads and projections (``MIXERS``, archlab/nn/mixers/attention.py)."""
+class MixerConfig:
+    """``model.attention``: the token mixer (registry ``MIXERS``, archlab/nn/mixers/). ``kind`` picks it, and
+    its own config class, a subclass registered with ``mixer_config`` beside the mixer, holds exactly the
+    fields it reads. ``n_head`` is the one field every mixer has: it stays when an option or a layer kind
+    swaps the mixer for another."""
 
-    # causal (softmax attention over the past, MHA/GQA/MQA by n_kv_head) | mla (latent) | gated_deltanet, mamba2
-    # (recurrent)
     kind: str = "causal"
     n_head: int = 12
-    n_kv_head: Optional[int] = None  # None = n_head (MHA); divides n_head (GQA); 1 (MQA)
-    head_dim: Optional[int] = None  # None = d_model // n_head
-    qkv_bias: bool = True
-    out_bias: bool = True
-    dropout: float = 0.0
-    qk_norm: str = choice(
-        "none", "head", "full", "l2"
-    )  # norm q and k: per head (Qwen3) | whole projection (OLMo 2), before RoPE unless qk_norm_after_rope; l2: per
-    # head, no weight, always after RoPE (Llama 4)
-    qk_norm_after_rope: bool = False  # head and full: norm the rotated q and k instead (HunYuan dense)
-    qk_norm_per_head_scale: bool = False  # head: a scale (and shift) per head, H·hd and KV·hd wide (Cohere, StableLM 2)
-    qk_norm_bias: Optional[bool] = None  # head, full with layernorm: the QK-norms' shift; None = model.norm.bias
-    clip_qkv: Optional[float] = None  # q, k and v clamped to [-c, c] as projected, before QK-norm and RoPE (OLMo: 8)
-    scale: Optional[float] = None  # score multiplier; None = 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar^-0.5)
-    softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)
-    window: Optional[int] = None  # sliding window: a query sees itself and the window-1 positions before it (Mistral)
-    chunk: Optional[int] = None  # chunked attention: a query sees the earlier keys of its chunk (Llama 4: 8192)
-    sinks: bool = False  # a learned logit per head joins each softmax's denominator, a key with no value (gpt-oss)
-    gate: str = choice(
-        "none", "elementwise", "head"
-    )  # output times sigmoid(W·x) before proj: per dim of each head (AFMoE, Qwen3-Next) | per head (Step-3.5)
-    # queries at position p times 1 + beta·log(1 + floor((p + offset) / length)) (Llama 4's attention temperature:
-    # attn_scale 0.1, floor_scale 8192, offset 1; Ministral 3: llama_4_scaling_beta, original_max_position_embeddings, 0)
-    query_scale_beta: Optional[float] = None  # None = queries unscaled
-    query_scale_length: int = 8192  # positions per step of the floor
-    query_scale_offset: int = 0  # added to the position before the floor (Llama 4 counts from 1)
-    query_scale_by: str = choice("index", "position")  # p: the cache index (Llama 4) | RoPE's position (Ministral 3)
-    # mla, multi-head latent attention (DeepSeek-V2): keys and values from a low-rank latent the cache stores
-    q_lora_rank: Optional[int] = None  # mla: queries through a rank-r bottleneck (DeepSeek-V3: 1536); None = direct
-    kv_lora_rank: int = 512  # mla: width of the compressed key/value latent
-    qk_nope_head_dim: int = 128  # mla: query/key dims per head that carry no position
-    qk_rope_head_dim: int = 64  # mla: rotated query dims per head, and the one rotated key all heads share
-    v_head_dim: int = 128  # mla, gated_deltanet: value dims per head
-    latent_norm_eps: Optional[float] = None  # mla: eps of the q and kv latent norms; None = model.norm.eps (MiniCPM3)
-    # gated_deltanet (Gated DeltaNet, Qwen3-Next's linear layers): n_head value heads, each a key_head_dim x
-    # v_head_dim state read and written by the gated delta rule; q, k and v pass a short causal convolution first
-    key_heads: Optional[int] = None  # gated_deltanet: query/key heads, each serving n_head/key_heads; None = n_head
-    key_head_dim: int = 128  # gated_deltanet: query/key dims per head
-    conv_kernel: int = 4  # gated_deltanet, mamba2: width of the causal depthwise convolution (q, k, v | x, B, C)
-    scan_chunk: int = 64  # gated_deltanet, mamba2: positions per chunk of the parallel form (speed and memory only)
-    # gated_deltanet init: dt_bias starts at this value (1.0: transformers' Qwen3-Next); None: softplus⁻¹ of a dt
-    # drawn as mamba2's (dt_min, dt_max, dt_init_floor), as flash-linear-attention's GatedDeltaNet; init only
-    dt_bias_init: Optional[float] = 1.0
-    # mamba2 (Mamba-2's SSD, Dao & Gu 2024): n_head heads of head_dim channels (None: 2·d_model/n_head, expand 2),
-    # each channel a state_size state decayed by exp(dt·A) and written along B, read by C; qkv_bias and out_bias
-    # are the in- and out-projections' biases
-    state_size: int = 128  # mamba2: state dims per channel (N), the width of B and C
-    groups: int = 1  # mamba2: B/C groups, each shared by n_head/groups heads; also the gated norm's groups
-    conv_bias: bool = True  # mamba2: a bias on the causal convolution
-    dt_min: float = 0.001  # mamba2 init (gated_deltanet's too where dt_bias_init is None): dt log-uniform in
-    dt_max: float = 0.1  # [dt_min, dt_max] (floored at dt_init_floor), dt_bias = softplus⁻¹(dt); init only
-    dt_init_floor: float = 1e-4
-    dt_limit_min: float = 0.0  # mamba2: dt = softplus(dt + dt_bias) clamped to [dt_limit_min, dt_limit_max]
-    dt_limit_max: Optional[float] = None  # None = no upper bound (transformers' time_step_limit (0, inf))
+
+
+# kind -> the config class of that mixer, filled as archlab.nn.mixers' modules are imported (archlab's package
+# import does so before any config is read)
+MIXER_CONFIGS: dict[str, type[MixerConfig]] = {}
+_BASE = tuple(f.name for f in fields(MixerConfig))
+
+
+MixerClass = TypeVar("MixerClass", bound=type[MixerConfig])
+
+
+def mixer_config(kind: str) -> Callable[[MixerClass], MixerClass]:
+    """Register the decorated ``MixerConfig`` subclass as the config of mixer ``kind``."""
+
+    def register(cls: MixerClass) -> MixerClass:
+        if not issubclass(cls, MixerConfig) or cls.kind != kind:
+            raise TypeError(f"{cls.__name__}: a MixerConfig subclass whose kind defaults to {kind!r}")
+        MIXER_CONFIGS[kind] = cls
+        return cls
+
+    return register
+
+
+def mixer_class(kind: Any, where: str) -> type[MixerConfig]:
+    """The config class of mixer ``kind`` (``where``: the field naming it), or a ConfigError naming them all."""
+    if kind not in MIXER_CONFIGS:
+        raise ConfigError(where, kind, f"one of {sorted(MIXER_CONFIGS)}")
+    return MIXER_CONFIGS[kind]
+
+
+def mixer_fields(kind: str) -> tuple[str, ...]:
+    """The fields of mixer ``kind``'s config, in its class's order."""
+    return tuple(f.name for f in fields(MIXER_CONFIGS[kind]))
+
+
+def build_mixer_config(values: dict[str, Any], where: str, base: Optional[MixerConfig] = None) -> MixerConfig:
+    """The config of the mixer ``values`` names by ``kind`` (else ``base``'s kind), from ``values`` over
+    ``base`` where the kind is ``base``'s, else over that mixer's defaults with ``base``'s ``n_head``. A
+    field the mixer lacks is refused in one line naming the mixer and its fields; values are type-checked
+    as Hydra checks them (OmegaConf)."""
+    kind = values.get("kind", base.kind if base is not None else MixerConfig.kind)
+    cls = mixer_class(kind, f"{where}.kind")
+    own = mixer_fields(kind)
+    for key, value in values.items():
+        if key not in own:
+            raise ConfigError(f"{where}.{key}", value, f"a field of mixer {kind}: {', '.join(own)}")
+    start: dict[str, Any] = {}
+    if base is not None:
+        kept = own if base.kind == kind else _BASE
+        start = {name: getattr(base, name) for name in kept if hasattr(base, name)}
+    node = OmegaConf.merge(OmegaConf.structured(cls), {**start, **values, "kind": kind})
+    return cast(MixerConfig, OmegaConf.to_object(node))
+
+
+def mixer_schema() -> Any:
+    """The node Hydra composes ``model.attention`` into: every registered mixer's fields, unset (``???``) but
+    ``kind`` and ``n_head``, so a preset, a mixer option and the command line may each set any of them (a
+    name no mixer has fails in Hydra); ``to_model_config`` keeps the chosen mixer's and reports the rest
+    (``left_out``)."""
+    types: dict[str, Any] = {}
+    for cls in MIXER_CONFIGS.values():
+        for name, kind in get_type_hints(cls).items():
+            if name not in _BASE:
+                types[name] = kind if types.get(name, kind) == kind else Any
+    spec = [(name, Optional[kind] if kind is not Any else Any, field(default="???")) for name, kind in types.items()]
+    schema = make_dataclass("MixerFields", spec, bases=(MixerConfig,))
+    return OmegaConf.structured(schema)
 
 
 @dataclass
@@ -209,25 +224,99 @@ class ModelConfig:
     norm: NormConfig = field(default_factory=NormConfig)
     block: BlockConfig = field(default_factory=BlockConfig)
     position: PositionConfig = field(default_factory=PositionConfig)
-    attention: AttentionConfig = field(default_factory=AttentionConfig)
+    # a MixerConfig: the chosen mixer's own class (typed Any: each mixer's fields are read through its own class)
+    attention: Any = field(default_factory=lambda: MIXER_CONFIGS["causal"]())
     mlp: MLPConfig = field(default_factory=MLPConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     layers: LayersConfig = field(default_factory=LayersConfig)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:
-    """Accept a ModelConfig, a DictConfig/dict of one, or a composed config with a ``model`` key."""
+    """Accept a ModelConfig, a DictConfig/dict of one, or a composed config with a ``model`` key. The mixer
+    is built by its kind's own class: a field it lacks is refused, except in a node Hydra composed
+    (``mixer_schema``), where a preset's fields for another mixer are left out (``left_out`` names them)."""
     if isinstance(cfg, ModelConfig):
         return cfg
     if isinstance(cfg, DictConfig):
         if "model" in cfg and "n_layer" not in cfg:
             cfg = cfg.model
-        merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), cfg)
-        # to_object of a config merged onto the ModelConfig schema instantiates that dataclass
-        return cast(ModelConfig, OmegaConf.to_object(merged))
+        composed = "attention" in cfg and _composed(cfg.attention)
+        data = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))
+        if composed:
+            data = _kept(data)[0]
+        return to_model_config(data)
     if isinstance(cfg, dict):
-        return to_model_config(OmegaConf.create(cfg))
+        data = dict(cfg)
+        attention = data.pop("attention", None) or {}
+        merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), data)
+        # to_object of a config merged onto the ModelConfig schema instantiates that dataclass
+        out = cast(ModelConfig, OmegaConf.to_object(merged))
+        out.attention = (
+            attention if isinstance(attention, MixerConfig) else build_mixer_config(dict(attention), "model.attention")
+        )
+        return out
     raise TypeError(f"expected a ModelConfig, DictConfig or dict, got {type(cfg).__name__}")
+
+
+def _composed(node: Any) -> bool:
+    """Whether ``node`` is a mixer node Hydra composed onto ``mixer_schema``."""
+    return isinstance(node, DictConfig) and getattr(OmegaConf.get_type(node), "__name__", "") == "MixerFields"
+
+
+def _split(values: dict[str, Any], kind: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Set mixer fields (unset: ``???``) split into another mixer's fields that mixer ``kind`` lacks, and
+    the rest: its own, and any name no mixer has, which building it refuses (a typo stays an error)."""
+    own = mixer_fields(kind) if kind in MIXER_CONFIGS else tuple(values)
+    others = {name for cls in MIXER_CONFIGS.values() for name in (f.name for f in fields(cls))} - set(own)
+    values = {k: v for k, v in values.items() if v != "???"}
+    return {k: v for k, v in values.items() if k not in others}, {k: v for k, v in values.items() if k in others}
+
+
+def _kinds_mixers(model: dict[str, Any], mapped: Callable[[str, dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """``model`` with each layer kind's ``attention`` section replaced by ``mapped(its name, section)``."""
+    layers = dict(model.get("layers") or {})
+    kinds = layers.get("kinds")
+    if not isinstance(kinds, dict):
+        return model
+    kinds = {
+        name: {**o, "attention": mapped(name, o["attention"])}
+        if isinstance(o, dict) and isinstance(o.get("attention"), dict)
+        else o
+        for name, o in kinds.items()
+    }
+    return {**model, "layers": {**layers, "kinds": kinds}}
+
+
+def _kept(model: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
+    """A composed model dict with only the fields each mixer has, on the model's mixer and in each layer
+    kind's (a kind of the model's mixer, or its own), and the others left out: (field, value, mixer)."""
+    attention = model.get("attention") or {}
+    kind = attention.get("kind", MixerConfig.kind)
+    kept, dropped = _split(attention, kind)
+    out = [(f"model.attention.{k}", v, kind) for k, v in dropped.items()]
+
+    def own(name: str, section: dict[str, Any]) -> dict[str, Any]:
+        mixer = section.get("kind", kind)
+        fields, other = _split(section, mixer)
+        out.extend((f"model.layers.kinds.{name}.attention.{k}", v, mixer) for k, v in other.items())
+        return fields
+
+    return _kinds_mixers({**model, "attention": kept}, own), out
+
+
+def left_out(cfg: Any) -> list[str]:
+    """The mixer fields a composed config (a DictConfig of a model, or with a ``model`` key) sets that the
+    mixer they would reach does not have (a preset's fields for the mixer an option replaced, a layout's
+    for a mixer it no longer has, a sweep's for another mixer), each as a line saying so; [] for any other
+    input."""
+    if not isinstance(cfg, DictConfig):
+        return []
+    if "model" in cfg and "n_layer" not in cfg:
+        cfg = cfg.model
+    if "attention" not in cfg or not _composed(cfg.attention):
+        return []
+    data = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))
+    return [f"{path}={value!r} is left out: mixer {kind} has no such field" for path, value, kind in _kept(data)[1]]
 
 
 def shortest_layout(names: list[str]) -> tuple[list[str], list[str]]:
@@ -285,7 +374,7 @@ def legacy_layers(model: dict[str, Any]) -> dict[str, Any]:
             "a layout whose first and pattern name defined kinds, to read global_every "
             "and dense_layers (fields of an earlier version) into",
         )
-    defaults = {"attention": AttentionConfig(), "mlp": MLPConfig()}
+    defaults = {"attention": MixerConfig(), "mlp": MLPConfig()}  # window, global_every: None unless set
 
     def value(overrides: dict[str, Any], section: str, key: str) -> Any:
         own = overrides.get(section)
@@ -346,18 +435,43 @@ def legacy_layers(model: dict[str, Any]) -> dict[str, Any]:
     return {**model, **sections, "layers": layers}
 
 
+def flat_mixers(model: dict[str, Any]) -> dict[str, Any]:
+    """A model dict recorded when ``model.attention`` was one flat section of every mixer's fields (each
+    mixer reading its own, a layer kind's fields merged into the model's whatever its mixer) as today's
+    per-mixer configs, describing the same model: the model's mixer keeps its own fields, and a layer kind
+    whose mixer differs from the model's gets every field of its mixer written out, from the model's
+    section with the kind's own over it (what it inherited then). A record of today's form (no field
+    foreign to its mixer) is returned as it is."""
+    attention = model.get("attention")
+    if not isinstance(attention, dict):
+        return model
+    kind = attention.get("kind", MixerConfig.kind)
+    if kind not in MIXER_CONFIGS or set(attention) <= set(mixer_fields(kind)):
+        return model
+    own = mixer_fields(kind)
+
+    def written_out(_name: str, section: dict[str, Any]) -> dict[str, Any]:
+        merged = {**attention, **section}  # what the kind's layers had: the model's section, its own over it
+        mixer = merged.get("kind", kind)
+        fields_of = mixer_fields(mixer) if mixer in MIXER_CONFIGS else tuple(merged)
+        return {k: v for k, v in (section if mixer == kind else merged).items() if k in fields_of}
+
+    return _kinds_mixers({**model, "attention": {k: v for k, v in attention.items() if k in own}}, written_out)
+
+
 def recorded_model_config(recorded: Any) -> ModelConfig:
     """A model config as an earlier archlab recorded it (in a checkpoint or an export), read under today's
     schema without changing the model it describes: fields added since take their defaults, which are
-    the earlier behaviour; ``approximate``, which swiglu and relu then ignored, reads as none there; and
-    ``global_every`` and ``dense_layers`` read as the layer kinds that replaced them (``legacy_layers``)."""
+    the earlier behaviour; ``approximate``, which swiglu and relu then ignored, reads as none there;
+    ``global_every`` and ``dense_layers`` read as the layer kinds that replaced them (``legacy_layers``);
+    and one flat attention section as per-mixer configs (``flat_mixers``)."""
     if isinstance(recorded, DictConfig):
         recorded = OmegaConf.to_container(recorded, resolve=True)
     if isinstance(recorded, dict):
         recorded = cast(dict[str, Any], recorded)
         if "model" in recorded and "n_layer" not in recorded:
             recorded = recorded["model"]
-        recorded = legacy_layers(recorded)
+        recorded = flat_mixers(legacy_layers(recorded))
     cfg = to_model_config(recorded)
     if cfg.mlp.kind in ("swiglu", "relu"):
         cfg.mlp.approximate = "none"

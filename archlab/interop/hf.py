@@ -48,7 +48,11 @@ def _transformers() -> Any:
 def _routed(cfg: ModelConfig) -> Family:
     """``families.moe.sparse_family`` for a moe MLP or mla attention, ``families.dense.dense_family``
     otherwise (each lists its choices), as ``FAMILIES`` holds it (``families.layered``'s record where one
-    replaces it)."""
+    replaces it); a model of another mixer has no route (the families that hold one say so)."""
+    if cfg.attention.kind not in ("causal", "mla"):
+        raise ConfigError(
+            "model.attention.kind", cfg.attention.kind, "causal or mla for a family the layout table routes to"
+        )
     routed = sparse_family(cfg) if cfg.mlp.kind == "moe" or cfg.attention.kind == "mla" else dense_family(cfg)
     return FAMILIES[routed.model_type]
 
@@ -72,7 +76,9 @@ def family_of(cfg: ModelConfig) -> Family:
         return _routed(cfg)  # raises, naming the field no family holds
     if any(p.field.startswith("model.layers.") for p in routed.problems(cfg)):
         # the routed family holds no per-layer layout: the family with the fewest problems names them
-        return min(FAMILIES.values(), key=lambda f: (len(f.problems(cfg)), f is not routed))
+        return min(
+            FAMILIES.values(), key=lambda f: (bool(f.mixer_problems(cfg)), len(f.problems(cfg)), f is not routed)
+        )
     return routed
 
 
@@ -92,7 +98,10 @@ def exportability(cfg: Any) -> tuple[Family, list[Problem]]:
     except ConfigError:  # a block or position kind that no family's layout has: every family lists it
         routed = None
     problems = {f.model_type: f.problems(cfg) for f in FAMILIES.values()}
-    nearest = min(FAMILIES.values(), key=lambda f: (len(problems[f.model_type]), f is not routed))
+    # a family of other mixers is farthest: its one problem, the mixer, hides the rest
+    nearest = min(
+        FAMILIES.values(), key=lambda f: (bool(f.mixer_problems(cfg)), len(problems[f.model_type]), f is not routed)
+    )
     return nearest, problems[nearest.model_type]
 
 

@@ -95,13 +95,13 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
     kinds = {}
     for name, overrides in (model.layers.kinds or {}).items():
         own = dict(overrides.get("attention") or {})
-        if "scale" not in own:  # a kind's own score multiplier stays as set
-            # the layer would inherit the model's new scale: it gets its own mixer's temperature instead, at
-            # its own head size, and keeps the scale it had where its mixer reads none (a recurrent mixer)
-            layer = kind_config(model, name)
+        layer = kind_config(model, name)
+        if "scale" not in own and hasattr(layer.attention, "scale"):  # a kind's own score multiplier stays
+            # a kind of the model's mixer inherits its new scale: it gets the temperature of its own head size
+            # instead (or keeps its scale at the proxy's head size), as a kind that swaps in a softmax mixer does
             temperature = _temperature(layer, param)
             wanted = layer.attention.scale if temperature is None else temperature
-            if wanted != attention.scale:
+            if wanted != kind_config(scaled, name).attention.scale:
                 own["scale"] = wanted
         kinds[name] = {**overrides, "attention": own} if own else dict(overrides)
     if kinds:

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.build import CONF_DIR
-from archlab.config import ModelConfig, to_model_config
+from archlab.config import ModelConfig, left_out, to_model_config
 from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 from archlab.matching import match_params, matched_steps
@@ -52,8 +52,9 @@ def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
 def ignored_settings(cfg: DictConfig, model: ModelConfig) -> list[str]:
     """What this variant ignores of what the run sets: model fields its parts do not read
     (``nn.validation.ignored``), and a ``match.field`` it does not have (nothing is matched then). A
-    sweep that crosses variants sets such fields for all of them: the run goes on and says so."""
-    out = [str(item) for item in ignored(model)]
+    sweep that crosses variants sets such fields for all of them: the run goes on and says so. A mixer's
+    field set where another mixer is chosen is left out of the model (``config.left_out``), and said so too."""
+    out = left_out(cfg) + [str(item) for item in ignored(model)]
     m = cfg.match
     if m.reference is not None and m.quantity != "training_flops" and not uses(model, m.field):
         family = m.field.rpartition(".")[0]

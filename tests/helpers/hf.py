@@ -199,3 +199,11 @@ def check_changes_logits(model, cfg, what: str = "") -> None:
     changed = build_model(cfg, device="meta")
     changed.load_state_dict(model.state_dict(), assign=True)
     assert max_diff(logits(changed.eval()), logits(model)) > 1e-3, what
+
+
+def families_of_its_mixers(cfg) -> dict[str, Any]:
+    """The families (by model_type) whose mixers hold every layer's of ``cfg``: the ones whose problems go
+    beyond the mixer (a family of other mixers names the mixer alone)."""
+    from archlab.interop.families import FAMILIES
+
+    return {name: f for name, f in FAMILIES.items() if not f.mixer_problems(cfg)}

@@ -12,7 +12,11 @@ from archlab.config import ModelConfig, to_model_config
 
 def tiny(**overrides) -> ModelConfig:
     """d_model 32, 4 heads of 8 (2 key/value heads), 2 layers, vocab 48, context 24, RMSNorm (eps 1e-3), no
-    positions; ``overrides`` merged in (``attention={"sinks": True}``)."""
+    positions; ``overrides`` merged in (``attention={"sinks": True}``; an attention of another kind in place
+    of the causal one, keeping its 4 heads)."""
+    attention = {"n_head": 4, "n_kv_head": 2}
+    if overrides.get("attention", {}).get("kind", "causal") != "causal":
+        attention = {"n_head": 4}  # the causal kind's key/value heads are no field of another mixer
     base = {
         "vocab_size": 48,
         "context_length": 24,
@@ -20,7 +24,7 @@ def tiny(**overrides) -> ModelConfig:
         "d_model": 32,
         "norm": {"kind": "rmsnorm", "eps": 1e-3},
         "position": {"kind": "none"},
-        "attention": {"n_head": 4, "n_kv_head": 2},
+        "attention": attention,
     }
     return to_model_config(OmegaConf.merge(base, overrides))
 

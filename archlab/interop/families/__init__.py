@@ -22,6 +22,7 @@ from archlab.interop.families.cohere import COHERE
 from archlab.interop.families.cohere2_moe import COHERE2_MOE
 from archlab.interop.families.dbrx import DBRX
 from archlab.interop.families.dense import DENSE
+from archlab.interop.families.diffllama import DIFFLLAMA
 from archlab.interop.families.dots import DOTS
 from archlab.interop.families.ernie import ERNIE
 from archlab.interop.families.falcon import FALCON
@@ -113,4 +114,5 @@ FAMILIES: dict[str, Family] = {
     **BAMBA,
     **GRANITEMOEHYBRID,
     **NEMOTRON_H,
+    **DIFFLLAMA,
 }

@@ -11,11 +11,10 @@ loss) and ``num_logits_to_keep`` (generation) change no logits and are not read.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any
+from typing import Any, cast
 
-from archlab.config import AttentionConfig, BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, build_mixer_config, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import (
@@ -26,20 +25,20 @@ from archlab.interop.families.base import (
     Tensors,
     bare,
     config_head_dim,
+    differences,
     kind_field,
-    mixer_reset,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
+from archlab.nn.mixers.mamba2 import Mamba2Config, inner
 from archlab.nn.mixers.mamba2 import head_dim as mamba_head_dim
-from archlab.nn.mixers.mamba2 import inner
 from archlab.nn.mlp import d_ff
 from archlab.nn.rope import rotary_dim
 
 MAMBA, ATTENTION = "mamba2", "attention"
-MAMBA_RESET = mixer_reset("mamba2")  # the mamba2 kind's attention before the record sets its sizes
 # the Mamba-2 fields a Bamba config holds (mamba_*, time_step_limit); out_bias follows qkv_bias (one flag)
 HELD = ("n_head", "head_dim", "state_size", "groups", "conv_kernel", "conv_bias", "scan_chunk", "qkv_bias")
 HELD += ("dt_limit_min", "dt_limit_max")
@@ -49,27 +48,26 @@ def is_mamba(lc: ModelConfig) -> bool:
     return lc.attention.kind == "mamba2"
 
 
-def mamba_kind(
-    a: AttentionConfig, d_model: int, reset: dict[str, Any] = MAMBA_RESET, held: tuple[str, ...] = HELD
-) -> dict[str, Any]:
-    """The fields of the ``mamba2`` kind of Mamba-2 attention ``a``: ``reset``, then the fields ``held`` (what a
-    Bamba config holds); head_dim only where it is not 2·d_model/n_head and the time-step clamp only where set (the
-    values a kind leaves out), so ``BambaConfig()`` reads as the ``bamba-9b`` preset writes it."""
-    out = dict(reset, **{name: getattr(a, name) for name in held}, out_bias=a.qkv_bias)
-    if a.head_dim is not None and a.head_dim * a.n_head == 2 * d_model:
-        out["head_dim"] = None
+def mamba_kind(a: Mamba2Config, d_model: int, held: tuple[str, ...] = HELD) -> dict[str, Any]:
+    """The fields of the ``mamba2`` kind of Mamba-2 mixer ``a``: its kind and the fields ``held`` (what a Bamba
+    config holds); head_dim only where it is not 2·d_model/n_head, the biases only where set and the time-step
+    clamp only where set (the values a kind leaves out), so ``BambaConfig()`` reads as the ``bamba-9b`` preset
+    writes it."""
+    out = dict(kind=MAMBA, **{name: getattr(a, name) for name in held}, out_bias=a.qkv_bias)
+    if a.head_dim is None or a.head_dim * a.n_head == 2 * d_model:
+        del out["head_dim"]
+    if not a.qkv_bias:  # Mamba-2's own default: no projection biases
+        del out["qkv_bias"], out["out_bias"]
     if a.dt_limit_min == 0.0 and a.dt_limit_max is None:
         del out["dt_limit_min"], out["dt_limit_max"]
     return out
 
 
-def hybrid_problems(
-    cfg: ModelConfig, title: str, reset: dict[str, Any] = MAMBA_RESET, held: tuple[str, ...] = HELD
-) -> list[Problem]:
+def hybrid_problems(cfg: ModelConfig, title: str, held: tuple[str, ...] = HELD) -> list[Problem]:
     """What the layer kinds of a Mamba-2 hybrid (Bamba, GraniteMoeHybrid) set that its config cannot hold:
     no Mamba-2 layer, an inner width that is not a multiple of d_model, a Mamba-2 layer whose sizes differ
-    from the first one's or that sets a field the config has no key for (the kind is ``reset`` plus the
-    fields ``held``), an attention layer whose attention or RoPE differs from the model's, an MLP that
+    from the first one's or that sets a field the config has no key for (the kind holds the fields
+    ``held``), an attention layer whose attention or RoPE differs from the model's, an MLP that
     differs from the model's (each named as the layer's kind sets it)."""
     found: list[Problem] = []
     lcs = layer_configs(cfg)
@@ -77,7 +75,7 @@ def hybrid_problems(
     if first is None:
         why = f" ({title} is a Mamba-2 hybrid: a layout without Mamba-2 layers is an attention family's)"
         return [Problem("model.layers.pattern", list(cfg.layers.pattern), "a kind of mamba2 attention", why)]
-    mamba = dataclasses.replace(cfg.attention, **mamba_kind(first.attention, cfg.d_model, reset, held))
+    mamba = cast(Mamba2Config, build_mixer_config(mamba_kind(first.attention, cfg.d_model, held), "model.attention"))
     mamba.head_dim = first.attention.head_dim
     kind = layer_kind(cfg, lcs.index(first))
     if inner(first) % cfg.d_model:
@@ -98,11 +96,9 @@ def hybrid_problems(
             ("mlp", lc.mlp, cfg.mlp, "one MLP for every layer"),
         ]
         for section, have, want, why in wanted:
-            for f in dataclasses.fields(have):
-                value, expected = getattr(have, f.name), getattr(want, f.name)
-                if value != expected:
-                    field = kind_field(cfg, kind, f"model.{section}.{f.name}")
-                    layered.append(Problem(field, value, bare(expected), f" ({title} has {why})"))
+            for name, value, expected in differences(have, want):
+                field = kind_field(cfg, kind, f"model.{section}.{name}")
+                layered.append(Problem(field, value, bare(expected), f" ({title} has {why})"))
     seen: dict[str, Problem] = {}
     for p in layered:
         seen.setdefault(p.field, p)
@@ -127,7 +123,7 @@ def mamba_to_hf(cfg: ModelConfig) -> dict[str, Any]:
     )
 
 
-def hybrid_layers(c: Any, names: list[str], reset: dict[str, Any] = MAMBA_RESET) -> LayersConfig:
+def hybrid_layers(c: Any, names: list[str]) -> LayersConfig:
     """The layout of layers ``names`` (``mamba2`` or ``attention`` each): the ``mamba2`` kind of the config's
     ``mamba_*`` keys and ``time_step_limit``, an ``attention`` kind overriding nothing where a layer attends,
     the shortest ``first`` and ``pattern``; none where every layer attends."""
@@ -135,10 +131,8 @@ def hybrid_layers(c: Any, names: list[str], reset: dict[str, Any] = MAMBA_RESET)
         return LayersConfig()
     low, high = c.time_step_limit
     proj_bias = bool(c.mamba_proj_bias)
-    mamba = AttentionConfig(
-        kind="mamba2",
+    mamba = Mamba2Config(
         n_head=c.mamba_n_heads,
-        n_kv_head=None,
         head_dim=c.mamba_d_head,
         qkv_bias=proj_bias,
         out_bias=proj_bias,
@@ -150,7 +144,7 @@ def hybrid_layers(c: Any, names: list[str], reset: dict[str, Any] = MAMBA_RESET)
         dt_limit_min=float(low),
         dt_limit_max=None if math.isinf(high) else float(high),
     )
-    kinds: dict[str, dict[str, Any]] = {MAMBA: {"attention": mamba_kind(mamba, c.hidden_size, reset)}}
+    kinds: dict[str, dict[str, Any]] = {MAMBA: {"attention": mamba_kind(mamba, c.hidden_size)}}
     if ATTENTION in names:
         kinds[ATTENTION] = {}
     first, pattern = shortest_layout(names)
@@ -168,6 +162,8 @@ def hybrid_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
 
 class Bamba(Family):
     """BambaForCausalLM: see the module docstring."""
+
+    mixer_kinds = ("mamba2",)
 
     model_type, title, model_class, config_class = "bamba", "Bamba", "BambaForCausalLM", "BambaConfig"
     prefix = "model."
@@ -191,13 +187,13 @@ class Bamba(Family):
             ("model.mlp.kind", ("swiglu",), " (hidden_act, silu, is also its Mamba-2 convolution's)"),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``Family.problems`` of the model's own parts (its attention layers'), RoPE on half of each head, at
         least one Mamba-2 layer, then what its layer kinds set that Bamba cannot hold: a Mamba-2 layer whose
         sizes differ from the first one's or that sets a field a Bamba config has no key for, an attention
         layer whose attention or RoPE differs from the model's, an MLP that differs from the model's (each
         named as the layer's kind sets it)."""
-        found = super().problems(cfg)
+        found = super().part_problems(cfg)
         half = head_dim(cfg) // 2
         if rotary_dim(cfg) != half:
             field, value = (

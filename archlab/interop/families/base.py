@@ -5,6 +5,7 @@ transformers: records read configs by attribute."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple, NoReturn
 
 import torch
@@ -15,6 +16,7 @@ from archlab.config import (
     ModelConfig,
     n_kv_head,
 )
+from archlab.config.layers import layer_configs, layer_kind
 from archlab.errors import ConfigError
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
@@ -33,7 +35,6 @@ class Problem(NamedTuple):
 
 
 # mamba2 draws dt_bias from these; gated_deltanet too where dt_bias_init is null
-_DT_DRAW = "dt_bias drawn as mamba_ssm draws it, from dt in [0.001, 0.1] floored at 1e-4"
 
 # Optional parts of a layout, at the value that means "absent". A family lists the ones it holds in
 # ``Family.features``; every other one must stay at this value.
@@ -62,18 +63,6 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.gate": ("none", "no attention output gate"),
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
-    "model.attention.state_size": (128, "no Mamba-2 state of another size (a mamba2 field)"),
-    "model.attention.groups": (1, "no Mamba-2 B/C groups (a mamba2 field)"),
-    "model.attention.conv_bias": (True, "a mamba2 field, at its default"),
-    "model.attention.dt_bias_init": (
-        1.0,
-        "Gated DeltaNet's dt_bias initialised as transformers' (a gated_deltanet field)",
-    ),
-    "model.attention.dt_min": (0.001, _DT_DRAW),
-    "model.attention.dt_max": (0.1, _DT_DRAW),
-    "model.attention.dt_init_floor": (1e-4, _DT_DRAW),
-    "model.attention.dt_limit_min": (0.0, "no Mamba-2 time-step clamp (a mamba2 field)"),
-    "model.attention.dt_limit_max": (None, "no Mamba-2 time-step clamp (a mamba2 field)"),
     "model.head.softcap": (None, "no logit soft-capping"),
     "model.position.scaling": ("none", "unscaled RoPE"),
     "model.position.truncate": (True, "YaRN's band rounded outward"),
@@ -122,6 +111,28 @@ def fmt(value: Any) -> str:
 def bare(value: Any) -> str:
     """A value as it is typed in a ``key=value`` override: text unquoted, else as ``fmt`` writes it."""
     return value if isinstance(value, str) else fmt(value)
+
+
+def has_field(cfg: ModelConfig, field: str) -> bool:
+    """Whether ``cfg`` has ``model.a.b`` (a mixer's field exists only where that mixer is chosen)."""
+    value: Any = cfg
+    for part in field.split(".")[1:]:
+        if not hasattr(value, part):
+            return False
+        value = getattr(value, part)
+    return True
+
+
+def differences(have: Any, want: Any) -> list[tuple[str, Any, Any]]:
+    """(field, value, wanted) for each field of config section ``have`` that differs from ``want``'s; a mixer
+    of another kind differs in its kind alone (the rest are that mixer's own fields)."""
+    if type(have) is not type(want):
+        return [("kind", have.kind, want.kind)]
+    return [
+        (f.name, getattr(have, f.name), getattr(want, f.name))
+        for f in dataclasses.fields(have)
+        if getattr(have, f.name) != getattr(want, f.name)
+    ]
 
 
 def value_of(cfg: ModelConfig, field: str) -> Any:
@@ -370,10 +381,36 @@ class Family:
         """What the family requires of the layout beyond the absent FEATURES."""
         return []
 
+    mixer_kinds: tuple[str, ...] = ()  # the mixers its layers may have beside attention_kind (a hybrid's)
+
     def problems(self, cfg: ModelConfig) -> list[Problem]:
         """Every field (``model.a.b``) whose value this family cannot hold exactly, in the order ``check``
-        meets them: ``archlab-check`` lists them all at once."""
-        absent = [(f, (default,), f" ({why})") for f, (default, why) in FEATURES.items() if f not in self.features]
+        meets them: ``archlab-check`` lists them all at once. A mixer this family has not (``mixer_problems``)
+        is the one problem: the family's other rules read fields of the mixers it has."""
+        return self.mixer_problems(cfg) or self.part_problems(cfg)
+
+    def mixer_problems(self, cfg: ModelConfig) -> list[Problem]:
+        """The model's mixer where it is not ``attention_kind``, and each layer kind's that is none of this
+        family's mixers."""
+        found = []
+        if cfg.attention.kind != self.attention_kind:
+            found.append(Problem("model.attention.kind", cfg.attention.kind, self.attention_kind, ""))
+        allowed = (self.attention_kind, *self.mixer_kinds)
+        for i, lc in enumerate(layer_configs(cfg)):
+            kind = layer_kind(cfg, i)
+            field = kind_field(cfg, kind, "model.attention.kind")
+            if kind is not None and lc.attention.kind not in allowed and field not in {p.field for p in found}:
+                found.append(Problem(field, lc.attention.kind, " or ".join(allowed), ""))
+        return found
+
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        """``problems`` of a layout whose mixers this family has: the fields it cannot hold."""
+        # a feature's field the chosen mixer has not is not set: nothing to refuse
+        absent = [
+            (f, (default,), f" ({why})")
+            for f, (default, why) in FEATURES.items()
+            if f not in self.features and has_field(cfg, f)
+        ]
         kinds = (self.position_kind,) if isinstance(self.position_kind, str) else self.position_kind
         rules: list[Rule] = [
             ("model.attention.kind", (self.attention_kind,), ""),
@@ -468,14 +505,6 @@ def plain_mlp(c: Any, act: str, width: int) -> MLPConfig:
         refuse_hf(c, act, f"one of {sorted(PLAIN_FROM_HF)}")
     kind, approximate = PLAIN_FROM_HF[name]
     return MLPConfig(kind=kind, d_ff=width, bias=True, approximate=approximate)
-
-
-def mixer_reset(kind: str) -> dict[str, Any]:
-    """A layer kind's ``attention`` picking recurrent mixer ``kind`` (gated_deltanet, mamba2), with the causal
-    fields such a mixer refuses, or reads otherwise, reset as conf/model/layers/deltanet_3_1.yaml and
-    mamba2_all.yaml reset them; a record sets the mixer's own sizes beside them."""
-    reset = dict(n_kv_head=None, head_dim=None, qkv_bias=False, out_bias=False, dropout=0.0, qk_norm="none")
-    return dict(kind=kind, **reset, window=None, gate="none")
 
 
 def config_head_dim(c: Any) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     MLPConfig,
     ModelConfig,
@@ -27,6 +26,7 @@ from archlab.interop.families.base import (
     refuse_hf,
 )
 from archlab.interop.families.gpt import GPT_KEYS
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 

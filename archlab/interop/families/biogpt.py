@@ -8,7 +8,6 @@ from typing import Any
 from torch import Tensor
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     ModelConfig,
     NormConfig,
@@ -28,6 +27,7 @@ from archlab.interop.families.base import (
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.opt import EPS, OFFSET
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 
 HEAD = "output_projection.weight"  # BioGPT's head, tied to the embedding as published

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     MLPConfig,
     ModelConfig,
@@ -24,6 +23,7 @@ from archlab.interop.families.base import (
     no_embedding_dropout,
     refuse_hf,
 )
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -71,8 +71,8 @@ class Bloom(Family):
             no_embedding_dropout(cfg, self.title),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        found = super().problems(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        found = super().part_problems(cfg)
         if d_ff(cfg) != 4 * cfg.d_model:
             found.append(Problem("model.mlp.d_ff", d_ff(cfg), f"{4 * cfg.d_model}", " (BLOOM's MLP is 4·d_model wide)"))
         return found

@@ -21,8 +21,8 @@ class CodeGen(GPTJ):
     model_type, title, model_class, config_class = "codegen", "CodeGen", "CodeGenForCausalLM", "CodeGenConfig"
     parts = "GPT-J's parts (parallel block, shared LayerNorm, interleaved partial RoPE), q/v/k fused in 4 shards"
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        found = super().problems(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        found = super().part_problems(cfg)
         if cfg.d_model % MP_NUM:
             why = f" (qkv_proj is split in {MP_NUM} shards of q, v and k)"
             found.append(Problem("model.d_model", cfg.d_model, f"a multiple of {MP_NUM}", why))

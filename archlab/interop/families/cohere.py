@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     HeadConfig,
     ModelConfig,
@@ -26,6 +25,7 @@ from archlab.interop.families.base import (
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -66,8 +66,8 @@ class Cohere(Family):
             ("model.head.bias", (False,), ""),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + self.full_rotary(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention

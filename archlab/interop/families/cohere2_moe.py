@@ -96,9 +96,9 @@ class Cohere2Moe(_LayeredSparse):
             ),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         # the base rule wants rope on every layer: a full layer's none is held, and layout_problems says where
-        found = [p for p in super().problems(cfg) if not (p.value == "none" and p.why == self.position_why)]
+        found = [p for p in super().part_problems(cfg) if not (p.value == "none" and p.why == self.position_why)]
         return _unique(found + self.layout_problems(cfg, layer_configs(cfg)))
 
     def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import AttentionConfig, BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
 from archlab.interop.families.moe import _CausalSparse
 from archlab.interop.families.mpt import MPT_KEYS
 from archlab.interop.families.phi3 import head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.softmax_moe import replaced
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.moe import expert_width
 
 EPS = 1e-5  # nn.LayerNorm's default, which DBRX's norms keep

@@ -16,6 +16,7 @@ from archlab.interop.families.llama import Gemma, Gemma2, Llama, Mistral, Olmo2,
 from archlab.interop.families.ministral import MINISTRAL
 from archlab.interop.families.neox import GPTNeoX, Phi
 from archlab.interop.families.opt import OPT
+from archlab.nn.mixers.base import window_of
 
 DENSE: dict[str, Family] = {
     f.model_type: f
@@ -82,7 +83,7 @@ def dense_family(cfg: ModelConfig) -> Family:
         return DENSE["qwen3"]
     if a.qkv_bias and not a.out_bias:
         return DENSE["qwen2"]
-    if len({lc.attention.window is None for lc in layer_configs(cfg)}) > 1:
+    if len({window_of(lc) is None for lc in layer_configs(cfg)}) > 1:
         return MINISTRAL["ministral"]
     if a.window is not None:
         return DENSE["mistral"]

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import AttentionConfig, ModelConfig, PositionConfig, n_kv_head
+from archlab.config import ModelConfig, PositionConfig, n_kv_head
 from archlab.config.layers import layer_configs
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim, refuse_hf
 from archlab.interop.families.moe import LAYERS, _Sparse, dense_first, pre_norm_tensors, with_dense_first
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.windows import layer_types, uniform_window
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
@@ -118,8 +119,8 @@ class Dots1(SigmoidRouted):
             ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + self.full_rotary(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         window = cfg.attention.window

@@ -7,7 +7,6 @@ import math
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     ModelConfig,
     NormConfig,
@@ -26,6 +25,7 @@ from archlab.interop.families.base import (
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -84,8 +84,8 @@ class Falcon(Family):
             rules.append(("model.position.alibi_rounding", ("bf16",), why))
         return rules
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + (self.full_rotary(cfg) if cfg.position.kind == "rope" else [])
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + (self.full_rotary(cfg) if cfg.position.kind == "rope" else [])
 
     @staticmethod
     def new_architecture(cfg: ModelConfig) -> bool:

@@ -36,8 +36,8 @@ class Glm4(_LlamaStyle):
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [("model.attention.out_bias", (False,), " (o_proj has no bias)"), ("model.mlp.bias", (False,), "")]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return Family.problems(self, cfg)  # any rotary_dim: partial_rotary_factor
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return Family.part_problems(self, cfg)  # any rotary_dim: partial_rotary_factor
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(super().to_hf(cfg), rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)))

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     ModelConfig,
     NormConfig,
@@ -25,6 +24,7 @@ from archlab.interop.families.base import (
     refuse_hf,
 )
 from archlab.interop.families.layered import LAYERS, Layer, LayeredFamily
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 
 WINDOW = 256  # GPTNeoConfig's window_size, written where no layer is local

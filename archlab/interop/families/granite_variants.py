@@ -35,8 +35,8 @@ class HyperClovaX(Granite):
         block = ("model.block.kind", ("pre", "sandwich"), " (use_post_norm: sandwich)")
         return [block if r[0] == block[0] else r for r in Llama.rules(self, cfg)]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return Llama.problems(self, cfg)  # any logit scale: logits_scaling multiplies
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return Llama.part_problems(self, cfg)  # any logit scale: logits_scaling multiplies
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(

@@ -18,7 +18,6 @@ from typing import Any
 from torch import Tensor
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     HeadConfig,
     MLPConfig,
@@ -31,7 +30,6 @@ from archlab.config.layers import layer_configs
 from archlab.interop.families.bamba import (
     ATTENTION,
     MAMBA,
-    MAMBA_RESET,
     hybrid_layers,
     hybrid_problems,
     hybrid_tensors,
@@ -48,16 +46,17 @@ from archlab.interop.families.granite import (
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 
 LINEAR, FULL = "linear_attention", "full_attention"
-# Bamba's mamba2 kind, also resetting the score scale that Granite's attention_multiplier sets on the model
-GRANITE_MAMBA_RESET = dict(MAMBA_RESET, scale=None)
 
 
 class GraniteMoeHybrid(Family):
     """GraniteMoeHybridForCausalLM: see the module docstring."""
+
+    mixer_kinds = ("mamba2",)
 
     model_type, title = "granitemoehybrid", "GraniteMoeHybrid"
     model_class, config_class = "GraniteMoeHybridForCausalLM", "GraniteMoeHybridConfig"
@@ -104,16 +103,16 @@ class GraniteMoeHybrid(Family):
             ]
         return rules
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``Family.problems`` of the model's own parts (its attention layers'), full RoPE, Granite's logit
         scale, a shared expert beside the routed ones, then Bamba's checks of the layer kinds."""
-        found = super().problems(cfg) + multiplier_problems(cfg)
+        found = super().part_problems(cfg) + multiplier_problems(cfg)
         if cfg.position.kind == "rope":
             found += self.full_rotary(cfg)
         if cfg.mlp.kind == "moe" and cfg.mlp.n_shared_experts < 1:
             why = " (every layer has its shared_mlp beside the experts)"
             found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
-        return found + hybrid_problems(cfg, self.title, GRANITE_MAMBA_RESET)
+        return found + hybrid_problems(cfg, self.title)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         m, rope = cfg.mlp, cfg.position.kind == "rope"
@@ -185,7 +184,7 @@ class GraniteMoeHybrid(Family):
         cfg = self.keys_from_hf(c, cfg)
         cfg.attention.dropout = float(cfg.attention.dropout)
         cfg = multipliers_from_hf(c, cfg)
-        cfg.layers = hybrid_layers(c, [MAMBA if t == LINEAR else ATTENTION for t in types], GRANITE_MAMBA_RESET)
+        cfg.layers = hybrid_layers(c, [MAMBA if t == LINEAR else ATTENTION for t in types])
         return cfg
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:

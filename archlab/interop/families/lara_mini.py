@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from archlab.config import AttentionConfig, BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import (
@@ -29,14 +29,16 @@ from archlab.interop.families.base import (
     Tensors,
     bare,
     config_head_dim,
+    differences,
     kind_field,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import stack_saved_experts
 from archlab.interop.families.qwen3_5 import Qwen3_5
-from archlab.interop.families.qwen3_next import DELTANET_RESET, is_deltanet, linear_keys
+from archlab.interop.families.qwen3_next import is_deltanet, linear_keys
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.gated_deltanet import conv_channels
 from archlab.nn.moe import expert_width
@@ -47,6 +49,8 @@ KINDS = {LINEAR: "deltanet", SLIDING: "sliding", FULL: "nope"}
 
 class LaraMini(Family):
     """LaraMiniForCausalLM: see the module docstring."""
+
+    mixer_kinds = ("gated_deltanet",)
 
     model_type, title, model_class, config_class = "lara_mini", "Lara-Mini", "LaraMiniForCausalLM", "LaraMiniConfig"
     prefix = "model."
@@ -76,11 +80,11 @@ class LaraMini(Family):
             ("model.mlp.routed_scale", (1.0,), ""),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``Family.problems`` of the model's own parts, then each layer's, named as its kind sets them: one
         set of linear sizes; one attention but for the window, a window on the RoPE layers alone (one size),
         none on the NoPE ones; one RoPE; the model's MoE in every layer."""
-        found = super().problems(cfg)
+        found = super().part_problems(cfg)
         if cfg.mlp.n_shared_experts < 1:
             why = " (its MoE layers always have a shared expert)"
             found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
@@ -95,11 +99,9 @@ class LaraMini(Family):
         layered: list[Problem] = []
 
         def differ(kind: str | None, section: str, have: Any, want: Any, why: str) -> None:
-            for f in dataclasses.fields(have):
-                value, expected = getattr(have, f.name), getattr(want, f.name)
-                if value != expected:
-                    field = kind_field(cfg, kind, f"model.{section}.{f.name}")
-                    layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
+            for name, value, expected in differences(have, want):
+                field = kind_field(cfg, kind, f"model.{section}.{name}")
+                layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
 
         for i, lc in enumerate(lcs):
             kind = layer_kind(cfg, i)
@@ -207,7 +209,7 @@ class LaraMini(Family):
                     refuse_hf(c, "linear_num_key_heads", "a divisor of linear_num_value_heads (each serves a group)")
                 kinds[name] = {
                     "attention": dict(
-                        DELTANET_RESET,
+                        kind="gated_deltanet",
                         n_head=c.linear_num_value_heads,
                         key_heads=c.linear_num_key_heads,
                         key_head_dim=c.linear_key_head_dim,

@@ -25,7 +25,6 @@ from typing import Any, NamedTuple
 from torch import Tensor
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     MLPConfig,
     ModelConfig,
@@ -52,6 +51,7 @@ from archlab.interop.families.base import (
 from archlab.interop.families.llama import LLAMA_KEYS, Gemma2, Llama, Olmo2, Qwen2, Qwen3
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_to_hf, sliding_window
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -219,7 +219,7 @@ class LayeredFamily(Family):
         rep = next((lc for lc in lcs if lc.position.kind == "rope"), lcs[0])
         return {**self.base_to_hf(rep), **self.layers_to_hf(cfg, lcs)}
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """The parent family's problems on each layer's config (a NoPE layer passes where ``nope``), named
         as the layer's kind sets the field; then what differs between layers that the family cannot
         express: parts beyond the window and position, two window sizes, RoPE that differs where the family
@@ -232,7 +232,7 @@ class LayeredFamily(Family):
             if kind in checked:
                 continue
             checked.add(kind)
-            for p in super().problems(lc):
+            for p in super().part_problems(lc):
                 if self.nope and p.field == "model.position.kind" and p.value == "none":
                     continue
                 name = kind_field(cfg, layer_kind(cfg, i), p.field)
@@ -568,8 +568,8 @@ class Cohere2(LayeredFamily):
             ("model.head.bias", (False,), ""),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        found = super().problems(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        found = super().part_problems(cfg)
         return found or self.full_rotary(cfg)
 
     def layer_problems(self, lcs: list[ModelConfig]) -> list[tuple[int, Problem]]:

@@ -26,7 +26,6 @@ from typing import Any
 from torch import Tensor
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     LayersConfig,
     MLPConfig,
@@ -61,6 +60,7 @@ from archlab.interop.families.moe import (
 )
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import checked_types, sliding_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import chunk_of, head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
@@ -140,14 +140,14 @@ class _LayeredSparse(Family):
         """What the family requires of the layers together (which may differ, and how)."""
         return []
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``Family.problems`` of every distinct layer config (a kind's refused field named as the kind's),
         then every field outside ``varies`` that differs between layers (named as the field of each kind
         that changes it), then ``layout_problems``."""
         kinds = distinct_layers(cfg)
         found: list[Problem] = []
         for kind, lc in kinds:
-            found += [p._replace(field=kind_field(cfg, kind, p.field)) for p in super().problems(lc)]
+            found += [p._replace(field=kind_field(cfg, kind, p.field)) for p in super().part_problems(lc)]
             found += [p._replace(field=kind_field(cfg, kind, p.field)) for p in self.full_rotary(lc)]
         for section in SECTIONS:
             for f in dataclasses.fields(getattr(cfg, section)):
@@ -377,9 +377,9 @@ class Llama4(_LayeredSparse):
             ("model.attention.qk_norm", ("none", "l2"), " (its QK-norm is the weightless L2 one)"),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         # the base rule on model.position.kind wants rope: a NoPE layer (none) is held too
-        return [p for p in super().problems(cfg) if not (p.field.endswith("position.kind") and p.value == "none")]
+        return [p for p in super().part_problems(cfg) if not (p.field.endswith("position.kind") and p.value == "none")]
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         if cfg.mlp.kind != "moe":  # a dense layer: the experts' kind, no biases
@@ -614,10 +614,10 @@ class Afmoe(_LayeredSparse):
     block_kind = "sandwich"
     varies = frozenset({"model.attention.window", "model.position.kind", "model.mlp.kind"})
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         # the base rule on model.position.kind wants rope: a full layer's none is held too, and
         # layout_problems (again: the base rule's problem of a kind hid its own) says which layer needs which
-        found = [p for p in super().problems(cfg) if not (p.value == "none" and p.why == self.position_why)]
+        found = [p for p in super().part_problems(cfg) if not (p.value == "none" and p.why == self.position_why)]
         return _unique(found + self.layout_problems(cfg, layer_configs(cfg)))
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:

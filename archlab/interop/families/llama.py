@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
+    MixerConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -26,6 +26,7 @@ from archlab.interop.families.base import (
 )
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import layer_types, sliding_to_hf, uniform_window
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -74,11 +75,10 @@ class _LlamaStyle(Family):
             ("model.mlp.bias", (False,), ""),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + self.full_rotary(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        a = cfg.attention
         return {
             **self.keys_to_hf(cfg),
             "intermediate_size": d_ff(cfg),
@@ -86,46 +86,59 @@ class _LlamaStyle(Family):
             "head_dim": head_dim(cfg),
             self.activation: self.activation_to_hf(cfg),
             "rope_parameters": rope_to_hf(cfg),
-            "attention_dropout": a.dropout,
-            "attention_bias": a.qkv_bias,
+            **self.attention_to_hf(cfg),
         }
+
+    def attention_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        """The attention's own config keys: its dropout and one bias flag."""
+        return {"attention_dropout": cfg.attention.dropout, "attention_bias": cfg.attention.qkv_bias}
 
     def from_hf(self, c: Any) -> ModelConfig:
         if getattr(c, "use_bidirectional_attention", None):
             refuse_hf(c, "use_bidirectional_attention", "false (archlab attention is causal)")
         hd = config_head_dim(c)
-        bias = bool(getattr(c, "attention_bias", False))
         cfg = ModelConfig(
             dropout=0.0,
             norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind=self.block),
             position=rope_from_hf(c, hd, partial=False),
-            attention=AttentionConfig(
-                n_kv_head=c.num_key_value_heads or c.num_attention_heads,
-                head_dim=hd,
-                qkv_bias=bias,
-                out_bias=bias,
-                dropout=float(c.attention_dropout),
-            ),
+            attention=self.attention_from_hf(c, hd),
             mlp=self.mlp_from_hf(c),
         )
         return self.keys_from_hf(c, cfg)
 
+    def attention_from_hf(self, c: Any, hd: int) -> MixerConfig:
+        """archlab's attention of the config: causal, heads of ``hd``, one bias flag."""
+        bias = bool(getattr(c, "attention_bias", False))
+        return AttentionConfig(
+            n_kv_head=c.num_key_value_heads or c.num_attention_heads,
+            head_dim=hd,
+            qkv_bias=bias,
+            out_bias=bias,
+            dropout=float(c.attention_dropout),
+        )
+
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        t, a = Tensors(cfg), cfg.attention
+        t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
         for i in range(cfg.n_layer):
             b, h = f"blocks.{i}", f"model.layers.{i}"
             for archlab, hf in self.norms.items():
                 t.add(f"{b}.{archlab}", f"{h}.{hf}")
-            t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", a.qkv_bias)
-            if a.qk_norm != "none":
-                t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_norm")
-                t.add(f"{b}.attn.k_norm", f"{h}.self_attn.k_norm")
-            t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", a.out_bias)
+            self.attention_tensors(t, f"{b}.attn", f"{h}.self_attn")
             self.mlp_tensors(t, f"{b}.mlp", f"{h}.mlp")
         t.add("final_norm", "model.norm")
         return t.head()
+
+    def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
+        """q_proj, k_proj and v_proj (archlab's fused ``qkv``), any QK-norms (a mixer without the field has
+        none), o_proj."""
+        a = t.cfg.attention
+        t.qkv(f"{archlab}.qkv", hf, a.qkv_bias)
+        if getattr(a, "qk_norm", "none") != "none":
+            t.add(f"{archlab}.q_norm", f"{hf}.q_norm")
+            t.add(f"{archlab}.k_norm", f"{hf}.k_norm")
+        t.add(f"{archlab}.proj", f"{hf}.o_proj", a.out_bias)
 
     def activation_to_hf(self, cfg: ModelConfig) -> str:
         """The value of the ``activation`` key: a gated MLP's."""
@@ -301,11 +314,11 @@ class Gemma2(Gemma):
     # what model.attention.scale must be: Gemma 2 stores the scale as query_pre_attn_scalar
     SCALE_WANTS = "null, or n^-0.5 for a whole number n (Gemma 2's query_pre_attn_scalar)"
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         scale = cfg.attention.scale
         if self._query_scalar(cfg) is None:
-            return [*super().problems(cfg), Problem("model.attention.scale", scale, self.SCALE_WANTS)]
-        return super().problems(cfg)
+            return [*super().part_problems(cfg), Problem("model.attention.scale", scale, self.SCALE_WANTS)]
+        return super().part_problems(cfg)
 
     @staticmethod
     def _query_scalar(cfg: ModelConfig) -> int | None:

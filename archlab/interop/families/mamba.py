@@ -6,14 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from archlab.config import AttentionConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, PositionConfig
+from archlab.config import HeadConfig, MLPConfig, ModelConfig, NormConfig, PositionConfig
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
-from archlab.nn.mixers.mamba2 import head_dim, inner
-
-MAMBA2_FIELDS = frozenset(
-    f"model.attention.{name}"
-    for name in ("state_size", "groups", "conv_bias", "dt_min", "dt_max", "dt_init_floor", "dt_limit_min")
-) | {"model.attention.dt_limit_max"}
+from archlab.nn.mixers.mamba2 import Mamba2Config, head_dim, inner
 
 
 class Mamba2(Family):
@@ -30,7 +25,6 @@ class Mamba2(Family):
     attention_kind = "mamba2"
     position_kind = "none"
     position_why = " (Mamba-2 has no positions: its recurrence orders the tokens)"
-    features = MAMBA2_FIELDS
     renames = {"backbone.embedding.": "backbone.embeddings."}  # mamba_ssm's name, which transformers renames too
     keys = {
         "vocab_size": "vocab_size",
@@ -86,8 +80,7 @@ class Mamba2(Family):
         cfg = ModelConfig(
             norm=NormConfig(kind="rmsnorm"),
             position=PositionConfig(kind="none"),
-            attention=AttentionConfig(
-                kind="mamba2",
+            attention=Mamba2Config(
                 head_dim=c.head_dim,
                 qkv_bias=c.use_bias,
                 out_bias=c.use_bias,

@@ -36,8 +36,8 @@ class MiniCPM3(Youtu):
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [*super().rules(cfg), ("model.position.pairing", ("half",), " (it rotates halves)")]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        found = super().problems(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        found = super().part_problems(cfg)
         m, root = cfg.block.residual_multiplier, math.sqrt(cfg.n_layer)
         if m * root / root != m:
             wants = (

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import AttentionConfig, BlockConfig, ModelConfig, NormConfig
+from archlab.config import BlockConfig, ModelConfig, NormConfig
 from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import LATENT_EPS, MLA_KEYS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.sigmoid_moe import dense_prefix, mlp_layer_types
+from archlab.nn.mixers.mla import MLAConfig
 from archlab.nn.mlp import d_ff
 
 
@@ -112,10 +113,7 @@ class Youtu(Family):
             norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind="pre"),
             position=position,
-            attention=AttentionConfig(
-                kind="mla",
-                qkv_bias=False,
-                out_bias=False,
+            attention=MLAConfig(
                 dropout=float(c.attention_dropout),
                 latent_norm_eps=latent_eps_from_hf(c),
             ),

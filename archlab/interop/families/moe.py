@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
+    MixerConfig,
     MLPConfig,
     ModelConfig,
     NormConfig,
@@ -40,13 +40,16 @@ from archlab.interop.families.base import (
     Tensors,
     bare,
     config_head_dim,
+    differences,
     gated_activation,
     kind_field,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
+from archlab.nn.mixers.mla import MLAConfig
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 
@@ -108,17 +111,14 @@ def dense_first_problems(cfg: ModelConfig, title: str) -> list[Problem]:
         else:
             mlp = cfg.mlp
         for section, want in (("attention", cfg.attention), ("position", cfg.position), ("mlp", mlp)):
-            have = getattr(lc, section)
-            for f in dataclasses.fields(have):
-                value, wanted = getattr(have, f.name), getattr(want, f.name)
-                if value != wanted:
-                    why = (
-                        f" ({title}'s dense layers are of its experts' kind)"
-                        if f.name == "kind" and section == "mlp"
-                        else f" ({title} holds one value for every layer but the dense layers' MLP kind)"
-                    )
-                    field = kind_field(cfg, kind, f"model.{section}.{f.name}")
-                    found.append(Problem(field, value, bare(wanted), why))
+            for name, value, wanted in differences(getattr(lc, section), want):
+                why = (
+                    f" ({title}'s dense layers are of its experts' kind)"
+                    if name == "kind" and section == "mlp"
+                    else f" ({title} holds one value for every layer but the dense layers' MLP kind)"
+                )
+                field = kind_field(cfg, kind, f"model.{section}.{name}")
+                found.append(Problem(field, value, bare(wanted), why))
     first: dict[str, Problem] = {}
     for p in found:
         first.setdefault(p.field, p)
@@ -234,10 +234,10 @@ class _Sparse(Family):
         """What the family alone requires (its router's scores, groups and renormalisation, its RoPE pairs)."""
         return []
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``Family.problems`` of the model's own parts, then where the family's first layers may be dense
         (``LAYERS`` among its features) what it cannot hold of the layer kinds (``dense_first_problems``)."""
-        found = super().problems(cfg)
+        found = super().part_problems(cfg)
         if LAYERS <= self.features:
             found += dense_first_problems(cfg, self.title)
         if self.shared_experts and cfg.mlp.n_shared_experts < 1:
@@ -258,7 +258,7 @@ class _Sparse(Family):
             attention_dropout=cfg.attention.dropout,
         )
 
-    def base_from_hf(self, c: Any, position: PositionConfig, attention: AttentionConfig, mlp: MLPConfig) -> ModelConfig:
+    def base_from_hf(self, c: Any, position: PositionConfig, attention: MixerConfig, mlp: MLPConfig) -> ModelConfig:
         """archlab's config from the keys all four name alike and the family's parts."""
         cfg = ModelConfig(
             dropout=0.0,
@@ -324,8 +324,8 @@ class _CausalSparse(_Sparse):
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + self.full_rotary(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         m = cfg.mlp
@@ -511,10 +511,7 @@ class _DeepSeek(_Sparse):
                 refuse_hf(c, key, f"'{computed}' (what transformers' {self.model_class} computes)")
         position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=self.rope_types())
         position.pairing = pairing
-        attention = AttentionConfig(
-            kind="mla",
-            qkv_bias=False,
-            out_bias=False,
+        attention = MLAConfig(
             dropout=float(c.attention_dropout),
             latent_norm_eps=latent_eps_from_hf(c),
         )

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     HeadConfig,
     MLPConfig,
@@ -19,6 +18,7 @@ from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DO
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -62,8 +62,8 @@ class NanoChat(Family):
             ("model.head.bias", (False,), ""),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + self.full_rotary(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import AttentionConfig, BlockConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config import BlockConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.interop.families.arcee import UP_DOWN_KINDS, UP_DOWN_TO_HF, up_down_mlp, up_down_tensors
 from archlab.interop.families.base import Family, Rule, TensorMap, Tensors
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 

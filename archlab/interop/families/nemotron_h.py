@@ -24,7 +24,6 @@ import torch
 from torch import Tensor
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     HeadConfig,
     MLPConfig,
@@ -38,7 +37,9 @@ from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
 from archlab.interop.families.bamba import HELD, hybrid_problems, is_mamba, mamba_kind, mamba_tensors
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, bare, kind_field, refuse_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
+from archlab.nn.mixers.mamba2 import Mamba2Config
 from archlab.nn.mixers.mamba2 import head_dim as mamba_head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
@@ -61,6 +62,8 @@ def has_mlp(lc: ModelConfig) -> bool:
 
 class NemotronH(Family):
     """NemotronHForCausalLM: see the module docstring."""
+
+    mixer_kinds = ("mamba2",)
 
     model_type, title, model_class, config_class = "nemotron_h", "Nemotron-H", "NemotronHForCausalLM", "NemotronHConfig"
     prefix = "model."
@@ -110,10 +113,10 @@ class NemotronH(Family):
             ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``Family.problems`` of the model's own parts (an attention layer's and its MLP), then Bamba's checks
         of the Mamba-2 kinds with the MLP taken out where a kind has none, and the dt clamp that is dt_min."""
-        found = super().problems(cfg)
+        found = super().part_problems(cfg)
         lcs = layer_configs(cfg)
         # Bamba's checks, on a view where every layer keeps the model's MLP (whether it has one is the kind's)
         view = dataclasses.replace(cfg, layers=dataclasses.replace(cfg.layers, kinds=_with_mlp(cfg)))
@@ -228,10 +231,8 @@ class NemotronH(Family):
         kinds: dict[str, dict[str, Any]] = {}
         attention: dict[str, Any] = {}
         if any(n.startswith("mamba2") for n in names):
-            mamba = AttentionConfig(
-                kind="mamba2",
+            mamba = Mamba2Config(
                 n_head=c.mamba_num_heads,
-                n_kv_head=None,
                 head_dim=c.mamba_head_dim,
                 qkv_bias=bool(c.use_bias),
                 out_bias=bool(c.use_bias),

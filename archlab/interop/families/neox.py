@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     HeadConfig,
     ModelConfig,
@@ -25,6 +24,7 @@ from archlab.interop.families.base import (
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     MLPConfig,
     ModelConfig,
@@ -16,6 +15,7 @@ from archlab.config import (
 )
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, dropouts, refuse_hf
 from archlab.interop.families.gpt import GPT_KEYS
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 
 # afn <-> archlab (kind, approximate): GPT's "gelu" is the tanh approximation (transformers' gelu_new)
@@ -53,8 +53,8 @@ class OpenAIGPT(Family):
             ("model.head.bias", (False,), ""),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        found = super().problems(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        found = super().part_problems(cfg)
         if d_ff(cfg) != 4 * cfg.d_model:
             found.append(Problem("model.mlp.d_ff", d_ff(cfg), f"{4 * cfg.d_model}", " (GPT's MLP is 4·d_model wide)"))
         return found

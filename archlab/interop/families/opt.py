@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     ModelConfig,
     NormConfig,
@@ -25,6 +24,7 @@ from archlab.interop.families.base import (
     refuse_hf,
 )
 from archlab.nn.head import embedding_width
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 
 OFFSET = 2  # OPT's learned position table starts with two rows no token reads: position p is row p + 2

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     ModelConfig,
     NormConfig,
@@ -27,6 +26,7 @@ from archlab.interop.families.base import (
 )
 from archlab.interop.families.llama import _LlamaStyle
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 
 
@@ -79,8 +79,8 @@ class Phi3(_LlamaStyle):
             head_dim_rule(cfg, self.title),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return Family.problems(self, cfg)  # any rotary fraction
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return Family.part_problems(self, cfg)  # any rotary fraction
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a, p = cfg.attention, cfg.position

@@ -63,9 +63,9 @@ class Qwen3_5(Qwen3Next):
             ("model.mlp.bias", (False,), ""),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``Family.problems`` of the model's own parts, then its layer kinds' (one MLP for every layer)."""
-        return Family.problems(self, cfg) + self.layer_problems(cfg, cfg.mlp, "one MLP for every layer")
+        return Family.part_problems(self, cfg) + self.layer_problems(cfg, cfg.mlp, "one MLP for every layer")
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         out = super().to_hf(cfg)
@@ -113,9 +113,9 @@ class Qwen3_5Moe(Qwen3_5):
         why = " (its router always renormalises the top-k weights)"
         return [*Qwen3Next.rules(self, cfg), ("model.mlp.normalize_top_k", (True,), why)]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """Qwen3-Next's, but every layer MoE: a dense layer kind is named by its MLP's kind."""
-        found = Family.problems(self, cfg)
+        found = Family.part_problems(self, cfg)
         if cfg.mlp.n_shared_experts < 1:
             why = " (its MoE layers always have a shared expert)"
             found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))

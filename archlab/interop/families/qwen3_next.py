@@ -21,7 +21,7 @@ from typing import Any
 
 from torch import Tensor
 
-from archlab.config import AttentionConfig, BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import (
@@ -32,13 +32,14 @@ from archlab.interop.families.base import (
     Tensors,
     bare,
     config_head_dim,
+    differences,
     kind_field,
-    mixer_reset,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import dense_tensors, stack_saved_experts
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.gated_deltanet import key_heads
 from archlab.nn.mlp import d_ff
@@ -46,7 +47,6 @@ from archlab.nn.moe import expert_width
 
 LINEAR, FULL = "linear_attention", "full_attention"
 DELTANET, ATTENTION, DENSE = "deltanet", "attention", "_dense"
-DELTANET_RESET = mixer_reset("gated_deltanet")  # the gated_deltanet kind's attention before the record sets its sizes
 
 
 def linear_keys(lcs: list[ModelConfig]) -> dict[str, int]:
@@ -76,6 +76,8 @@ def cfg_types(c: Any) -> list[str]:
 
 class Qwen3Next(Family):
     """Qwen3NextForCausalLM: see the module docstring."""
+
+    mixer_kinds = ("gated_deltanet",)
 
     model_type, title, model_class, config_class = "qwen3_next", "Qwen3-Next", "Qwen3NextForCausalLM", "Qwen3NextConfig"
     prefix = "model."
@@ -115,12 +117,12 @@ class Qwen3Next(Family):
             ("model.mlp.shared_expert_gate", (True,), " (its shared expert is always gated)"),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``Family.problems`` of the model's own parts (its attention layers'), then what its layer kinds
         set that Qwen3-Next cannot hold: a linear layer whose sizes differ from the first one's, an attention
         layer whose attention or RoPE differs from the model's, a MoE layer whose MLP differs from the model's,
         a dense layer of another kind than the experts' (each named as the layer's kind sets it)."""
-        found = super().problems(cfg)
+        found = super().part_problems(cfg)
         if cfg.mlp.n_shared_experts < 1:
             why = " (its MoE layers always have a shared expert)"
             found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
@@ -149,11 +151,9 @@ class Qwen3Next(Family):
             why = dense_why if dense else "one MoE for every MoE layer"
             wanted.append(("mlp", lc.mlp, dense_mlp if dense else cfg.mlp, why))
             for section, have, want, why in wanted:
-                for f in dataclasses.fields(have):
-                    value, expected = getattr(have, f.name), getattr(want, f.name)
-                    if value != expected:
-                        field = kind_field(cfg, kind, f"model.{section}.{f.name}")
-                        layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
+                for name, value, expected in differences(have, want):
+                    field = kind_field(cfg, kind, f"model.{section}.{name}")
+                    layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
         first: dict[str, Problem] = {}
         for p in layered:
             first.setdefault(p.field, p)
@@ -266,7 +266,7 @@ class Qwen3Next(Family):
         if set(names) == {ATTENTION}:
             return
         linear = dict(
-            DELTANET_RESET,
+            kind="gated_deltanet",
             n_head=c.linear_num_value_heads,
             key_heads=c.linear_num_key_heads,
             key_head_dim=c.linear_key_head_dim,

@@ -163,11 +163,6 @@ REFUSED: dict[str, Refused] = {
         "dynamic-mask attention: a learned per-head key mask (`dt_proj`, `A`, `keep_window_size`)",
     ),
     # attention archlab's `causal` and `mla` do not compute
-    "diffllama": Refused(
-        "DiffLlama",
-        "DiffLlamaForCausalLM",
-        "differential attention: two softmax maps subtracted by a learned λ (`lambda_q1`...), a head RMSNorm",
-    ),
     "jetmoe": Refused(
         "JetMoE",
         "JetMoeForCausalLM",

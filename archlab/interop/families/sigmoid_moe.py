@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
-from archlab.config import AttentionConfig, ModelConfig, n_kv_head
+from archlab.config import ModelConfig, n_kv_head
 from archlab.config.layers import layer_configs
 from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
 from archlab.interop.families.dots import SigmoidRouted
@@ -19,6 +19,7 @@ from archlab.interop.families.glm4_moe import Glm4Moe
 from archlab.interop.families.layered import view
 from archlab.interop.families.moe import LAYERS, _Sparse, dense_first, mlp_tensors, pre_norm_tensors, with_dense_first
 from archlab.interop.families.rope import rope_from_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
@@ -51,8 +52,8 @@ class SolarOpen(SigmoidRouted):
     def attention_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [("model.attention.out_bias", (False,), " (o_proj has no bias)")]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + self.full_rotary(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         kwargs = super().to_hf(cfg)
@@ -123,8 +124,8 @@ class HYV3(_Sparse):
             ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + self.full_rotary(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         m = cfg.mlp

@@ -208,8 +208,8 @@ class GraniteMoe(_Softmax):
             head_dim_rule(cfg, self.title),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + multiplier_problems(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + multiplier_problems(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         kwargs = super().to_hf(cfg)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    AttentionConfig,
     BlockConfig,
     ModelConfig,
     NormConfig,
@@ -25,6 +24,7 @@ from archlab.interop.families.base import (
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 
 
@@ -65,8 +65,8 @@ class StarCoder2(Family):
             ("model.head.bias", (False,), ""),
         ]
 
-    def problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().problems(cfg) + self.full_rotary(cfg)
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         a = cfg.attention

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Optional, cast
 
 import torch
@@ -13,13 +14,49 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import AttentionConfig, ModelConfig, n_kv_head
+from archlab.config import MixerConfig, ModelConfig, mixer_config, n_kv_head
+from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.base import MIXERS, Mixer, chunk_of, head_dim, positions_seen, visible_keys
+from archlab.nn.mixers.base import MIXERS, Mixer, chunk_of, head_dim, positions_seen, split_head_dim, visible_keys
 from archlab.nn.mixers.ops import cpu_attention
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import POSITIONS, Rotation
+
+
+@mixer_config("causal")
+@dataclass
+class AttentionConfig(MixerConfig):
+    """``model.attention`` with kind causal: softmax self-attention, its heads and projections."""
+
+    kind: str = "causal"
+    n_kv_head: Optional[int] = None  # None = n_head (MHA); divides n_head (GQA); 1 (MQA)
+    head_dim: Optional[int] = None  # None = d_model // n_head
+    qkv_bias: bool = True
+    out_bias: bool = True
+    dropout: float = 0.0
+    qk_norm: str = choice(
+        "none", "head", "full", "l2"
+    )  # norm q and k: per head (Qwen3) | whole projection (OLMo 2), before RoPE unless qk_norm_after_rope; l2: per
+    # head, no weight, always after RoPE (Llama 4)
+    qk_norm_after_rope: bool = False  # head and full: norm the rotated q and k instead (HunYuan dense)
+    qk_norm_per_head_scale: bool = False  # head: a scale (and shift) per head, H·hd and KV·hd wide (Cohere, StableLM 2)
+    qk_norm_bias: Optional[bool] = None  # head, full with layernorm: the QK-norms' shift; None = model.norm.bias
+    clip_qkv: Optional[float] = None  # q, k and v clamped to [-c, c] as projected, before QK-norm and RoPE (OLMo: 8)
+    scale: Optional[float] = None  # score multiplier; None = 1/sqrt(head_dim) (Gemma 2: query_pre_attn_scalar^-0.5)
+    softcap: Optional[float] = None  # scores -> softcap·tanh(scores/softcap) (Gemma 2: 50)
+    window: Optional[int] = None  # sliding window: a query sees itself and the window-1 positions before it (Mistral)
+    chunk: Optional[int] = None  # chunked attention: a query sees the earlier keys of its chunk (Llama 4: 8192)
+    sinks: bool = False  # a learned logit per head joins each softmax's denominator, a key with no value (gpt-oss)
+    gate: str = choice(
+        "none", "elementwise", "head"
+    )  # output times sigmoid(W·x) before proj: per dim of each head (AFMoE, Qwen3-Next) | per head (Step-3.5)
+    # queries at position p times 1 + beta·log(1 + floor((p + offset) / length)) (Llama 4's attention temperature:
+    # attn_scale 0.1, floor_scale 8192, offset 1; Ministral 3: llama_4_scaling_beta, original_max_position_embeddings, 0)
+    query_scale_beta: Optional[float] = None  # None = queries unscaled
+    query_scale_length: int = 8192  # positions per step of the floor
+    query_scale_offset: int = 0  # added to the position before the floor (Llama 4 counts from 1)
+    query_scale_by: str = choice("index", "position")  # p: the cache index (Llama 4) | RoPE's position (Ministral 3)
 
 
 def softmax_scale(cfg: ModelConfig) -> float:
@@ -228,8 +265,7 @@ class CausalSelfAttention(Mixer):
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
         """``attention.head_dim``, else d_model / n_head."""
-        a = cfg.attention
-        return a.head_dim if a.head_dim is not None else cfg.d_model // a.n_head
+        return split_head_dim(cfg)
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
@@ -268,20 +304,6 @@ class CausalSelfAttention(Mixer):
     def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
         validate_shared(cfg)
-        if a.latent_norm_eps is not None:
-            raise ConfigError(
-                "model.attention.latent_norm_eps",
-                a.latent_norm_eps,
-                "null for kind causal (latent norms are mla's; its QK-norms use model.norm.eps)",
-            )
-        for name, (default, kinds) in _RECURRENT_DEFAULTS.items():
-            if getattr(a, name) != default:
-                raise ConfigError(
-                    f"model.attention.{name}",
-                    getattr(a, name),
-                    f"{default if default is not None else 'null'} for kind causal (a {kinds} field: set it "
-                    f"in the layer kind that picks {kinds}, model.layers.kinds.<kind>.attention)",
-                )
         if a.head_dim is None:
             if cfg.d_model % a.n_head:
                 raise ConfigError(
@@ -387,56 +409,6 @@ class CausalSelfAttention(Mixer):
             | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale
         )
-
-
-# the fields only the recurrent kinds read, at their defaults, with the kinds that read them: the causal kind
-# refuses them set otherwise
-_RECURRENT_READERS = dict.fromkeys(("key_heads", "key_head_dim", "dt_bias_init"), "gated_deltanet")
-_RECURRENT_READERS |= dict.fromkeys(
-    ("conv_kernel", "scan_chunk", "dt_min", "dt_max", "dt_init_floor"), "gated_deltanet or mamba2"
-)
-_RECURRENT_READERS |= dict.fromkeys(("state_size", "groups", "conv_bias", "dt_limit_min", "dt_limit_max"), "mamba2")
-_RECURRENT_DEFAULTS = {
-    f.name: (f.default, _RECURRENT_READERS[f.name])
-    for f in dataclasses.fields(AttentionConfig)
-    if f.name in _RECURRENT_READERS
-}
-
-
-# the softmax kinds' fields every recurrent mixer refuses alike: the value it needs, and why
-_NO_SOFTMAX = {
-    "dropout": (0.0, "it has no attention weights to drop"),
-    "qk_norm_after_rope": (False, "no QK-norm, no rotation"),
-    "qk_norm_per_head_scale": (False, "no QK-norm"),
-    "qk_norm_bias": (None, "no QK-norm"),
-    "clip_qkv": (None, "clipping q, k and v is the causal kind's"),
-    "softcap": (None, "it has no scores to cap"),
-    "window": (None, "its state holds the whole past"),
-    "chunk": (None, "its state holds the whole past; its scan: scan_chunk"),
-    "sinks": (False, "it has no softmax to sink"),
-    "gate": ("none", "its output is gated by its own z projection"),
-    "query_scale_beta": (None, "query scaling is the causal kind's"),
-    "latent_norm_eps": (None, "latent norms are mla's"),
-}
-
-
-def recurrent_refusals(kind: str, own: dict[str, tuple[object, str]]) -> dict[str, tuple[object, str]]:
-    """The fields recurrent mixer ``kind`` refuses, each with the value it needs and the allowed text of
-    the ConfigError naming it: those every recurrent kind refuses, then ``own`` (its own, by the same
-    shape: value, why)."""
-
-    def shown(value: object) -> str:
-        return "null" if value is None else "false" if value is False else "0" if value == 0.0 else str(value)
-
-    return {name: (v, f"{shown(v)} for kind {kind} ({why})") for name, (v, why) in (_NO_SOFTMAX | own).items()}
-
-
-def refuse_set(a: AttentionConfig, refused: dict[str, tuple[object, str]]) -> None:
-    """Raise a ConfigError naming the first field of ``refused`` (name: the value a kind needs, the allowed
-    text) that ``model.attention`` holds at another value."""
-    for name, (wanted, allowed) in refused.items():
-        if getattr(a, name) != wanted:
-            raise ConfigError(f"model.attention.{name}", getattr(a, name), allowed)
 
 
 def qk_norm_config(cfg: ModelConfig) -> ModelConfig:

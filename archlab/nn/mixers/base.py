@@ -78,21 +78,32 @@ def head_dim(cfg: ModelConfig) -> int:
     return MIXERS.get(cfg.attention.kind).qk_head_dim(cfg)
 
 
+def split_head_dim(cfg: ModelConfig) -> int:
+    """``attention.head_dim``, else d_model / n_head: a softmax mixer's heads splitting the width."""
+    a = cfg.attention
+    return a.head_dim if a.head_dim is not None else cfg.d_model // a.n_head
+
+
 def rotary_head_dim(cfg: ModelConfig) -> int:
     """Dims per head of the chosen attention that a rotary scheme may rotate: all, or mla's rotated part."""
     return MIXERS.get(cfg.attention.kind).rotary_head_dim(cfg)
 
 
+def window_of(cfg: ModelConfig) -> Optional[int]:
+    """The sliding window of ``cfg``'s mixer (None: every earlier key, or a mixer without keys)."""
+    return getattr(cfg.attention, "window", None)
+
+
 def chunk_of(cfg: ModelConfig, layer: int) -> Optional[int]:
-    """The attention chunk of ``layer`` (None: unchunked): ``attention.chunk``."""
-    return cfg.attention.chunk
+    """The attention chunk of ``layer`` (None: unchunked, or a mixer without keys): ``attention.chunk``."""
+    return getattr(cfg.attention, "chunk", None)
 
 
 def positions_seen(cfg: ModelConfig, length: int, layer: int) -> int:
     """Positions the last of ``length`` queries of ``layer`` attends to: all ``length`` in a global layer,
     at most the window in a sliding one, at most the chunk in a chunked one (what the KV cache holds and
     the scores cost)."""
-    span = cfg.attention.window or chunk_of(cfg, layer)  # validation allows one of the two
+    span = window_of(cfg) or chunk_of(cfg, layer)  # validation allows one of the two
     return length if span is None else min(span, length)
 
 
@@ -109,7 +120,7 @@ class KVCache:
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
         self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
         # a chunked layer keeps the window of its chunk: with left padding each row's chunks start elsewhere
-        self.windows = [c.attention.window or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
+        self.windows = [window_of(c) or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
         self.k: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.v: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.conv_state: list[Optional[Tensor]] = [None] * cfg.n_layer

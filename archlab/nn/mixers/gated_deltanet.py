@@ -12,6 +12,7 @@ float32 (float64 in a float64 model)."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -19,27 +20,34 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig
+from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.attention import recurrent_refusals, refuse_set
 from archlab.nn.mixers.base import MIXERS, KVCache, Mixer
 from archlab.nn.mixers.mamba2 import check_dt_init, drawn_dt_bias
 from archlab.nn.mixers.ops import kernels
 from archlab.nn.mixers.ops.delta_rule import chunked_delta_rule, l2_normalise, recurrent_delta_rule
 
-# fields of the softmax kinds that gated_deltanet refuses, with why
-_REFUSED = recurrent_refusals(
-    "gated_deltanet",
-    {
-        "n_kv_head": (None, "its query/key heads: model.attention.key_heads"),
-        "head_dim": (None, "its head sizes: key_head_dim and v_head_dim"),
-        "qkv_bias": (False, "Qwen3-Next's projections have no biases"),
-        "out_bias": (False, "Qwen3-Next's projections have no biases"),
-        "qk_norm": ("none", "its queries and keys are L2-normed always"),
-        "scale": (None, "queries are scaled by 1/sqrt(key_head_dim)"),
-    },
-)
+
+@mixer_config("gated_deltanet")
+@dataclass
+class GatedDeltaNetConfig(MixerConfig):
+    """``model.attention`` with kind gated_deltanet (Qwen3-Next's linear layers): n_head value heads, each a
+    key_head_dim x v_head_dim state read and written by the gated delta rule; q, k and v pass a short causal
+    convolution first."""
+
+    kind: str = "gated_deltanet"
+    key_heads: Optional[int] = None  # query/key heads, each serving n_head/key_heads; None = n_head
+    key_head_dim: int = 128  # query/key dims per head
+    v_head_dim: int = 128  # value dims per head
+    conv_kernel: int = 4  # width of the causal depthwise convolution of q, k and v
+    scan_chunk: int = 64  # positions per chunk of the parallel form (speed and memory only)
+    # init: dt_bias starts at this value (1.0: transformers' Qwen3-Next); None: softplus⁻¹ of a dt drawn as
+    # mamba2's (dt_min, dt_max, dt_init_floor), as flash-linear-attention's GatedDeltaNet
+    dt_bias_init: Optional[float] = 1.0
+    dt_min: float = 0.001  # init, where dt_bias_init is None: dt log-uniform in [dt_min, dt_max], floored
+    dt_max: float = 0.1
+    dt_init_floor: float = 1e-4
 
 
 def key_heads(cfg: ModelConfig) -> int:
@@ -191,7 +199,6 @@ class GatedDeltaNet(Mixer):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
-        refuse_set(a, _REFUSED)
         checks.integer("model.attention.n_head", a.n_head, 1, "a positive integer (value heads, one state each)")
         if a.key_heads is not None:
             checks.integer("model.attention.key_heads", a.key_heads, 1, "a positive integer, or null (n_head)")
@@ -218,10 +225,8 @@ class GatedDeltaNet(Mixer):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """Its heads and sizes, its convolution and scan, its dt_bias init; the softmax kinds' fields it refuses."""
+        """Its heads and sizes, its convolution and scan, its dt_bias init; the dt draw's fields where it draws."""
         drawn = {"dt_min", "dt_max", "dt_init_floor"} if cfg.attention.dt_bias_init is None else set()
         return frozenset(
-            {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk", "dt_bias_init"}
-            | drawn
-            | set(_REFUSED)
+            {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk", "dt_bias_init"} | drawn
         )

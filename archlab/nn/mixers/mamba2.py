@@ -11,32 +11,45 @@ kernel where installed, nn/mixers/ops/kernels.py), decoding the recurrence itsel
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import AttentionConfig, ModelConfig
+from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.attention import recurrent_refusals, refuse_set
 from archlab.nn.mixers.base import MIXERS, KVCache, Mixer
 from archlab.nn.mixers.ops import kernels
 from archlab.nn.mixers.ops.ssd import chunked_ssd, recurrent_ssd
 
-# fields of the softmax kinds that mamba2 refuses, with why
-_REFUSED = recurrent_refusals(
-    "mamba2",
-    {
-        "n_kv_head": (None, "its B and C are shared per group: model.attention.groups"),
-        "qk_norm": ("none", "it has no queries or keys to norm"),
-        "scale": (None, "it has no scores to scale"),
-        "dt_bias_init": (1.0, "its dt_bias is drawn from dt_min, dt_max and dt_init_floor"),
-    },
-)
+
+@mixer_config("mamba2")
+@dataclass
+class Mamba2Config(MixerConfig):
+    """``model.attention`` with kind mamba2 (Mamba-2's SSD, Dao & Gu 2024): n_head heads of head_dim channels,
+    each channel a state_size state decayed by exp(dt·A) and written along B, read by C. Its defaults are
+    Mamba2ForCausalLM's but the sizes: no projection biases, a bias on the convolution."""
+
+    kind: str = "mamba2"
+    head_dim: Optional[int] = None  # channels per head; None = 2·d_model/n_head (Mamba's expand 2)
+    qkv_bias: bool = False  # a bias on the in-projection (transformers' use_bias)
+    out_bias: bool = False  # a bias on the out-projection (use_bias)
+    state_size: int = 128  # state dims per channel (N), the width of B and C
+    groups: int = 1  # B/C groups, each shared by n_head/groups heads; also the gated norm's groups
+    conv_kernel: int = 4  # width of the causal depthwise convolution of x, B and C
+    conv_bias: bool = True  # a bias on the causal convolution
+    scan_chunk: int = 64  # positions per chunk of the parallel form (speed and memory only)
+    dt_min: float = 0.001  # init: dt log-uniform in [dt_min, dt_max] (floored at dt_init_floor), dt_bias =
+    dt_max: float = 0.1  # softplus⁻¹(dt)
+    dt_init_floor: float = 1e-4
+    dt_limit_min: float = 0.0  # dt = softplus(dt + dt_bias) clamped to [dt_limit_min, dt_limit_max]
+    dt_limit_max: Optional[float] = None  # None = no upper bound (transformers' time_step_limit (0, inf))
 
 
 def drawn_dt_bias(n_head: int, dt_min: float, dt_max: float, floor: float, device: torch.device) -> Tensor:
@@ -46,7 +59,15 @@ def drawn_dt_bias(n_head: int, dt_min: float, dt_max: float, floor: float, devic
     return dt + torch.log(-torch.expm1(-dt))  # softplus⁻¹(dt)
 
 
-def check_dt_init(a: AttentionConfig) -> None:
+class DtDraw(Protocol):
+    """The fields of ``drawn_dt_bias``'s range, which Mamba-2 and Gated DeltaNet's configs share."""
+
+    dt_min: float
+    dt_max: float
+    dt_init_floor: float
+
+
+def check_dt_init(a: DtDraw) -> None:
     """``drawn_dt_bias``'s fields: 0 < dt_min <= dt_max, dt_init_floor >= 0, all finite."""
     checks.positive("model.attention.dt_min", a.dt_min)
     if not a.dt_min <= a.dt_max < math.inf:
@@ -200,7 +221,6 @@ class Mamba2(Mixer):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
-        refuse_set(a, _REFUSED)
         checks.integer("model.attention.n_head", a.n_head, 1, "a positive integer (heads, one state each)")
         if a.head_dim is None:
             if (2 * cfg.d_model) % a.n_head:
@@ -240,9 +260,5 @@ class Mamba2(Mixer):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """Its heads and sizes, biases, convolution, scan and time steps; the softmax kinds' fields it refuses."""
-        return frozenset(
-            {"n_head", "head_dim", "qkv_bias", "out_bias", "state_size", "groups", "conv_kernel", "conv_bias"}
-            | {"scan_chunk", "dt_min", "dt_max", "dt_init_floor", "dt_limit_min", "dt_limit_max"}
-            | set(_REFUSED)
-        )
+        """Its heads and sizes, biases, convolution, scan and time steps: all its fields."""
+        return frozenset(f.name for f in dataclasses.fields(Mamba2Config)) - {"kind"}

@@ -5,35 +5,39 @@ those two, ``kv_lora_rank + qk_rope_head_dim`` values per position and layer."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from archlab import checks
-from archlab.config import ModelConfig
+from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.attention import refuse_set, softmax_scale, validate_shared
+from archlab.nn.mixers.attention import softmax_scale, validate_shared
 from archlab.nn.mixers.base import MIXERS, Mixer, chunk_of, positions_seen
 from archlab.nn.norms import NORMS
 
-# fields of the causal kind that mla refuses, with why
-_REFUSED = {
-    "n_kv_head": (None, "null for kind mla (every head reads the one latent)"),
-    "head_dim": (None, "null for kind mla (a head is qk_nope_head_dim + qk_rope_head_dim)"),
-    "qkv_bias": (False, "false for kind mla (DeepSeek's projections have no biases)"),
-    "out_bias": (False, "false for kind mla (DeepSeek's projections have no biases)"),
-    "qk_norm": ("none", "none for kind mla (its latents are normed instead)"),
-    "softcap": (None, "null for kind mla (it runs SDPA, which cannot cap scores)"),
-    "sinks": (False, "false for kind mla (sinks are the causal kind's)"),
-    "gate": ("none", "none for kind mla (an output gate is the causal kind's)"),
-    "query_scale_beta": (None, "null for kind mla (query scaling is the causal kind's)"),
-    "clip_qkv": (None, "null for kind mla (clipping q, k and v is the causal kind's)"),
-    "qk_norm_after_rope": (False, "false for kind mla (its latents are normed instead)"),
-    "qk_norm_per_head_scale": (False, "false for kind mla (its latents are normed instead)"),
-    "qk_norm_bias": (None, "null for kind mla (its latents are normed instead)"),
-}
+
+@mixer_config("mla")
+@dataclass
+class MLAConfig(MixerConfig):
+    """``model.attention`` with kind mla, multi-head latent attention (DeepSeek-V2): keys and values from a
+    low-rank latent the cache stores."""
+
+    kind: str = "mla"
+    dropout: float = 0.0
+    scale: Optional[float] = None  # score multiplier; None = 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)
+    window: Optional[int] = None  # sliding window, as the causal kind's
+    chunk: Optional[int] = None  # chunked attention, as the causal kind's
+    q_lora_rank: Optional[int] = None  # queries through a rank-r bottleneck (DeepSeek-V3: 1536); None = direct
+    kv_lora_rank: int = 512  # width of the compressed key/value latent
+    qk_nope_head_dim: int = 128  # query/key dims per head that carry no position
+    qk_rope_head_dim: int = 64  # rotated query dims per head, and the one rotated key all heads share
+    v_head_dim: int = 128  # value dims per head
+    latent_norm_eps: Optional[float] = None  # eps of the q and kv latent norms; None = model.norm.eps (MiniCPM3)
 
 
 def latent_norm_config(cfg: ModelConfig) -> ModelConfig:
@@ -156,7 +160,6 @@ class MultiHeadLatentAttention(Mixer):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         a = cfg.attention
-        refuse_set(a, _REFUSED)
         if a.q_lora_rank is not None:
             checks.integer("model.attention.q_lora_rank", a.q_lora_rank, 1, "a positive integer, or null")
         for name in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
