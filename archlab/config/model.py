@@ -297,9 +297,9 @@ def _kept(model: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any, A
 
     def own(name: str, section: dict[str, Any]) -> dict[str, Any]:
         mixer = section.get("kind", kind)
-        fields, other = _split(section, mixer)
+        kept_here, other = _split(section, mixer)
         out.extend((f"model.layers.kinds.{name}.attention.{k}", v, mixer) for k, v in other.items())
-        return fields
+        return kept_here
 
     return _kinds_mixers({**model, "attention": kept}, own), out
 
