@@ -123,3 +123,16 @@ def test_a_layout_it_cannot_compute_is_refused_naming_the_field(attention, field
     with pytest.raises(ConfigError) as refused:
         validate(to_model_config({"d_model": 24, "attention": {"kind": "differential", **attention}}))
     assert refused.value.field == field
+
+
+def test_mup_scales_its_head_and_leaves_its_fixed_score_multiplier():
+    """param=mup at twice the proxy's width: the logits times 1/2 as for any mixer; differential attention has
+    no score multiplier to set (its scores are 1/sqrt(head_dim), DiffLlama's), so its config is unchanged
+    (parametrize failed on the missing field)."""
+    from archlab.training.parametrization import parametrize
+
+    cfg = compose_model(["model=nano", "model/attention=differential", "model.d_model=256"])
+    param = {"kind": "mup", "base_d_model": 128, "base_n_layer": None, "base_head_dim": None}
+    scaled = parametrize(cfg, param)
+    assert scaled.head.logit_scale == 0.5 and scaled.attention == cfg.attention
+    build_model(scaled, device="meta")

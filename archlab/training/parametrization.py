@@ -34,7 +34,7 @@ from archlab.config import ModelConfig
 from archlab.config.layers import kind_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Component, Role
-from archlab.nn.mixers.base import MIXERS, head_dim
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.model import Decoder
 
 KINDS = ("sp", "mup", "completep")
@@ -112,11 +112,13 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
 def _temperature(model: ModelConfig, param: Any) -> Optional[float]:
     """μP's score multiplier for the mixer of ``model`` (a model's or a layer's config): its scale (else
     1/sqrt(head_dim)) times sqrt(base head_dim / head_dim), 1/head_dim attention at the proxy's scale;
-    None where the head size is the proxy's or the mixer reads no score multiplier."""
+    None where the head size is the proxy's or the mixer's config has no score multiplier (a recurrent
+    mixer's; differential attention's, fixed at 1/sqrt(head_dim) as DiffLlama's)."""
+    if not hasattr(model.attention, "scale"):
+        return None
     hd = head_dim(model)
     base = param["base_head_dim"] or head_dim(dataclasses.replace(model, d_model=param["base_d_model"]))
-    reads = MIXERS.get(model.attention.kind).reads(model)
-    if hd == base or not (reads is None or "scale" in reads):
+    if hd == base:
         return None
     scale = model.attention.scale if model.attention.scale is not None else 1 / math.sqrt(hd)
     return scale * math.sqrt(base / hd)
