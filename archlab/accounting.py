@@ -76,8 +76,7 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
     """Training FLOPs per token at ``seq_len`` (default ``context_length``): 6 per parameter that takes
     part in a matmul for this token, plus what the chosen entries do beyond their weights (attention's
     scores)."""
-    layers = cfg.layers if isinstance(cfg, Resolved) else layer_configs(cfg)
-    model = cfg.cfg if isinstance(cfg, Resolved) else cfg
+    model, layers = cfg if isinstance(cfg, Resolved) else (cfg, layer_configs(cfg))
     T = seq_len or model.context_length
     extra = sum(
         part.extra_flops(c, T, i)

@@ -115,11 +115,10 @@ def bare(value: Any) -> str:
 
 def has_field(cfg: ModelConfig, field: str) -> bool:
     """Whether ``cfg`` has ``model.a.b`` (a mixer's field exists only where that mixer is chosen)."""
-    value: Any = cfg
-    for part in field.split(".")[1:]:
-        if not hasattr(value, part):
-            return False
-        value = getattr(value, part)
+    try:
+        value_of(cfg, field)
+    except AttributeError:
+        return False
     return True
 
 
@@ -412,8 +411,7 @@ class Family:
             if f not in self.features and has_field(cfg, f)
         ]
         kinds = (self.position_kind,) if isinstance(self.position_kind, str) else self.position_kind
-        rules: list[Rule] = [
-            ("model.attention.kind", (self.attention_kind,), ""),
+        rules: list[Rule] = [  # the mixers: mixer_problems, already
             ("model.position.kind", kinds, self.position_why),
             ("model.head.kind", ("linear",), ""),
         ]

@@ -200,7 +200,7 @@ class CausalSelfAttention(Mixer):
             "sinks": Role.VECTOR,
         }
 
-    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
+    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         B, T, _ = x.shape
         q, k, v = (t.transpose(1, 2) for t in self.project(x, rotary))
         beta, every, offset = self.query_scale

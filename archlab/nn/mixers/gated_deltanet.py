@@ -104,7 +104,7 @@ class GatedDeltaNet(Mixer):
         per_channel = ("conv_weight", "A_log", "dt_bias", "norm_weight")
         return {"in_proj.weight": Role.HIDDEN, "proj.weight": Role.HIDDEN, **{n: Role.VECTOR for n in per_channel}}
 
-    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
+    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         B, T, _ = x.shape
         f = torch.promote_types(x.dtype, torch.float32)  # the scan's dtype: float32, or a float64 model's own
         H, Hk, dk, dv = self.n_head, self.key_heads, self.key_dim, self.value_dim

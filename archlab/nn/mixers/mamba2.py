@@ -131,7 +131,7 @@ class Mamba2(Mixer):
         per_channel = ("conv_weight", "conv_bias", "dt_bias", "A_log", "D", "norm_weight", "in_proj.bias", "proj.bias")
         return {"in_proj.weight": Role.HIDDEN, "proj.weight": Role.HIDDEN, **{n: Role.VECTOR for n in per_channel}}
 
-    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
+    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         b, T, _ = x.shape
         f = torch.promote_types(x.dtype, torch.float32)  # the scan's dtype: float32, or a float64 model's own
         H, P, G, N = self.n_head, self.head_dim, self.groups, self.state_size

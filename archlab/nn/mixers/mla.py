@@ -87,7 +87,7 @@ class MultiHeadLatentAttention(Mixer):
         # the low-rank projections too: their ranks are widths a width sweep grows with d_model
         return {f"{n}.weight": Role.HIDDEN for n in ("q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj")}
 
-    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Attention.forward
+    def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         B, T, _ = x.shape
         H, nope = self.n_head, self.nope
         q = self.q_up(self.q_norm(self.q_down(x))) if self.low_rank_q else self.q_proj(x)
