@@ -19,9 +19,6 @@ from archlab.nn.mixers.base import MIXERS
 TINY: dict[str, dict] = {
     # 4 heads of 8, 2 key/value heads (GQA), both projections' biases
     "causal": {"n_head": 4, "n_kv_head": 2},
-    # 2 pairs of heads of 2 over 2 key/value heads: λ = exp(λq₁·λk₁) − ... stays moderate with the vectors
-    # randomise draws (heads of 8 would give exp(~14), and float32 gradients of λ near rounding)
-    "differential": {"n_head": 4, "n_kv_head": 2, "head_dim": 2},
     # 4 heads of nope 6 + rope 4 (v 5), queries through a rank-8 bottleneck, keys and values from a 16-dim latent
     "mla": {"n_head": 4, "q_lora_rank": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4}
     | {"v_head_dim": 5},
@@ -78,15 +75,21 @@ def hybrid_config(kind: str) -> ModelConfig:
     return layered_config(kinds, ["mixer", "other"], n_layer=3)
 
 
+def _vector(p: torch.Tensor) -> torch.Tensor:
+    """Magnitudes uniform in [0.3, 2.3], signs drawn: away from 0 and 1, and a sum of products of two such
+    vectors (differential attention's λ = exp(λq·λk) − ...) as likely negative as positive, not exp(~14)."""
+    return (torch.rand_like(p) * 2 + 0.3) * (torch.randint_like(p, 2) * 2 - 1)
+
+
 def randomise(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
     """Every weight redrawn far from its init: matrices (and convolutions, tables) N(0, 0.3²); vectors
-    (biases, norm scales, A_log, dt_bias, D, sinks) uniform in [0.3, 2.3], away from their 0 or 1; float
-    buffers likewise. Seeds the global generator, so the same ``seed`` draws the same weights."""
+    (biases, norm scales, A_log, dt_bias, D, sinks) ``_vector``'s, away from their 0 or 1; float buffers
+    likewise. Seeds the global generator, so the same ``seed`` draws the same weights."""
     torch.manual_seed(seed)
     with torch.no_grad():
         tensors = [*module.parameters(), *(b for b in module.buffers() if b.is_floating_point())]
         for p in tensors:
-            p.copy_(torch.rand_like(p) * 2 + 0.3 if p.ndim <= 1 else torch.randn_like(p) * 0.3)
+            p.copy_(_vector(p) if p.ndim <= 1 else torch.randn_like(p) * 0.3)
     return module
 
 
