@@ -12,9 +12,7 @@ from helpers.hf import HF_SIZES, NO_TOKENS, TOL, logits, max_diff, randomize
 
 from archlab import ConfigError, compose_model
 from archlab.cli.interop import main
-from archlab.interop.families import FAMILIES
-from archlab.interop.families.dense import DENSE
-from archlab.interop.families.refused import REFUSED
+from archlab.interop.families import FAMILIES, refusals
 from archlab.interop.hf import config_from_hf, load_hf_dir
 from archlab.interop.listing import listing
 
@@ -53,7 +51,7 @@ def test_every_family_names_its_class_and_parts():
     for model_type, family in FAMILIES.items():
         assert family.parts, model_type
         assert f"{model_type} " in text and family.model_class in text and family.parts in text
-    for model_type, refused in REFUSED.items():
+    for model_type, refused in refusals().items():
         assert refused.missing in text and refused.model_class in text, model_type
     data = json.loads(listing("json"))
     assert [r["model_type"] for r in data["supported"]] == sorted(FAMILIES)
@@ -64,7 +62,7 @@ def test_docs_hold_the_listing_as_the_command_prints_it():
 
 
 def test_a_family_archlab_lacks_is_refused_naming_the_part_it_needs():
-    refused = REFUSED["kimi_linear"]
+    refused = refusals()["kimi_linear"]
     with pytest.raises(ConfigError, match="model_type='kimi_linear'") as e:
         config_from_hf(transformers.KimiLinearConfig())
     assert refused.missing in str(e.value) and refused.title in str(e.value)
@@ -95,6 +93,6 @@ def test_a_partial_rotary_refusal_names_the_field_that_was_set():
     base = ["model=llama3.1-8b", "model.n_layer=2", "model.d_model=64", "model.attention.n_head=4"]
     by_fraction = compose_model([*base, "model.attention.n_kv_head=2", "model.position.rotary_fraction=0.5"])
     by_dim = compose_model([*base, "model.attention.n_kv_head=2", "model.position.rotary_dim=8"])
-    fields = [[p.field for p in DENSE["llama"].problems(cfg)] for cfg in (by_fraction, by_dim)]
+    fields = [[p.field for p in FAMILIES["llama"].problems(cfg)] for cfg in (by_fraction, by_dim)]
     assert "model.position.rotary_fraction" in fields[0] and "model.position.rotary_dim" not in fields[0]
     assert "model.position.rotary_dim" in fields[1]

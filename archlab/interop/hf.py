@@ -24,12 +24,12 @@ from torch import Tensor
 from archlab.build import build_model
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
-from archlab.interop.families import FAMILIES
+from archlab.interop.families import FAMILIES, refusals
 from archlab.interop.families.base import Family, Problem, join, split
 from archlab.interop.families.dense import dense_family
 from archlab.interop.families.layered import LayeredFamily
 from archlab.interop.families.moe import sparse_family
-from archlab.interop.families.refused import NOT_DECODER, REFUSED
+from archlab.interop.families.refused import NOT_DECODER
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
@@ -152,8 +152,9 @@ def _unsupported(model_type: Any, config: dict[str, Any]) -> str:
     """What a refusal of ``model_type`` allows, and why it is refused: the part archlab lacks for a
     family it knows, else the families the config reads as, else the types it converts."""
     listed = "a model_type archlab converts (archlab-interop lists them)"
-    if model_type in REFUSED:
-        r = REFUSED[model_type]
+    refused = refusals()
+    if model_type in refused:
+        r = refused[model_type]
         return f"{listed}; {r.title} ({r.model_class}) needs what archlab lacks: {r.missing}"
     if model_type in NOT_DECODER:
         return f"{listed}; {model_type} is not a decoder-only language model"

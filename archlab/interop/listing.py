@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from archlab.errors import ConfigError
-from archlab.interop.families import FAMILIES
-from archlab.interop.families.refused import NOT_DECODER, REFUSED
+from archlab.interop.families import FAMILIES, refusals
+from archlab.interop.families.refused import NOT_DECODER
 
 
 class Row(NamedTuple):
@@ -26,8 +26,9 @@ def supported() -> list[Row]:
 
 
 def refused() -> list[Row]:
-    """One row per decoder-only causal-LM family of transformers that archlab does not convert."""
-    return [Row(t, r.model_class, r.title, r.missing) for t, r in sorted(REFUSED.items())]
+    """One row per decoder-only causal-LM family of transformers that archlab does not convert (none that
+    a record converts, whatever ``refused.REFUSED`` says)."""
+    return [Row(t, r.model_class, r.title, r.missing) for t, r in sorted(refusals().items())]
 
 
 def _markdown(rows: list[Row], last: str) -> str:

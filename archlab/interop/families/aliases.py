@@ -16,6 +16,8 @@ from archlab.interop.families.llama import Llama
 class GptSw3(GPT2):
     """GPT-SW3: ``GPT2LMHeadModel`` with a ``GPT2Config`` whose model_type says gpt-sw3."""
 
+    defers = True  # to GPT-2, whose class it is
+
     model_type, title, model_class, config_class = "gpt-sw3", "GPT-SW3", "GPT2LMHeadModel", "GPT2Config"
     parts = "GPT-2's: pre-norm LayerNorm, learned positions, GELU MLP, biases everywhere"
 
@@ -27,6 +29,8 @@ class Exaone(Llama):
     """EXAONE 3 (``ExaoneConfig``): ``LlamaForCausalLM``. Its checkpoints keep EXAONE's own tensor names
     (``transformer.h.i.attn.attention.q_proj``, ``ln_1``, ``mlp.c_fc_0`` ...), which transformers renames
     when loading and writes back when saving: ``renames`` (prefixes) and ``infix`` (the rest) read them."""
+
+    defers = True  # to LLaMA, whose class it is
 
     model_type, title, model_class, config_class = "exaone", "EXAONE 3", "LlamaForCausalLM", "ExaoneConfig"
     parts = "LLaMA's (pre-norm RMSNorm, RoPE, GQA, SwiGLU), EXAONE's tensor names in checkpoints"
@@ -57,6 +61,8 @@ class InternLM3(Llama):
     """InternLM3 (``InternLM3Config``): ``LlamaForCausalLM`` whose config refuses attention and MLP biases
     that differ (``qkv_bias`` and ``bias``, read as ``attention_bias`` and ``mlp_bias``)."""
 
+    defers = True  # to LLaMA, whose class it is
+
     model_type, title, model_class, config_class = "internlm3", "InternLM3", "LlamaForCausalLM", "InternLM3Config"
     parts = "LLaMA's (pre-norm RMSNorm, RoPE, GQA, SwiGLU), attention and MLP biases together"
 
@@ -68,9 +74,11 @@ class InternLM3(Llama):
 class IQuestCoder(Llama):
     """IQuest-Coder (``IQuestCoderConfig``): ``LlamaForCausalLM``."""
 
+    defers = True  # to LLaMA, whose class it is
+
     model_type, title = "iquestcoder", "IQuest-Coder"
     model_class, config_class = "LlamaForCausalLM", "IQuestCoderConfig"
     parts = "LLaMA's: pre-norm RMSNorm, RoPE (linear, llama3), GQA, SwiGLU, optional biases"
 
 
-ALIASES: dict[str, Family] = {f.model_type: f for f in (GptSw3(), Exaone(), InternLM3(), IQuestCoder())}
+RECORDS: tuple[Family, ...] = (GptSw3(), Exaone(), InternLM3(), IQuestCoder())

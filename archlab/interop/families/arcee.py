@@ -49,4 +49,4 @@ class Arcee(Llama):
         up_down_tensors(t, archlab, hf)
 
 
-ARCEE: dict[str, Family] = {f.model_type: f for f in (Arcee(),)}
+RECORDS: tuple[Family, ...] = (Arcee(),)

@@ -270,4 +270,4 @@ def mamba_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
     t.add(f"{archlab}.proj", f"{hf}.out_proj", a.out_bias)
 
 
-BAMBA: dict[str, Family] = {"bamba": Bamba()}
+RECORDS: tuple[Family, ...] = (Bamba(),)

@@ -361,6 +361,9 @@ class Family:
     renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
     parts = ""  # the archlab parts the class maps to, in a line (archlab-interop's table and docs/interop.md)
     keys: dict[str, str] = {}  # HF config key -> archlab field ("d_model", "norm.eps"), copied as is
+    # a family whose layouts another family holds too (an alias, a relative, a later version): ``FAMILIES``
+    # lists it after the families that do not defer, so ``hf.family_of`` picks the other where both hold one
+    defers = False
 
     def keys_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         """The HF keyword arguments of ``keys``: each field's value in ``cfg``."""

@@ -123,4 +123,4 @@ class GPTBigCode(Family):
         return t.head()
 
 
-BIGCODE: dict[str, Family] = {f.model_type: f for f in (GPTBigCode(),)}
+RECORDS: tuple[Family, ...] = (GPTBigCode(),)

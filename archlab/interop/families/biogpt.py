@@ -115,4 +115,4 @@ class BioGpt(Family):
         return state
 
 
-BIOGPT: dict[str, Family] = {f.model_type: f for f in (BioGpt(),)}
+RECORDS: tuple[Family, ...] = (BioGpt(),)

@@ -121,4 +121,4 @@ class Bloom(Family):
         return t.head()
 
 
-BLOOM: dict[str, Family] = {f.model_type: f for f in (Bloom(),)}
+RECORDS: tuple[Family, ...] = (Bloom(),)

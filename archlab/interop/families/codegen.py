@@ -45,4 +45,4 @@ class CodeGen(GPTJ):
         return t.head()
 
 
-CODEGEN: dict[str, Family] = {f.model_type: f for f in (CodeGen(),)}
+RECORDS: tuple[Family, ...] = (CodeGen(),)

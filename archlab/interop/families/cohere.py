@@ -125,4 +125,4 @@ class Cohere(Family):
         return t.head()
 
 
-COHERE: dict[str, Family] = {f.model_type: f for f in (Cohere(),)}
+RECORDS: tuple[Family, ...] = (Cohere(),)

@@ -220,4 +220,4 @@ class Cohere2Moe(_LayeredSparse):
         return stack_saved_experts(cfg, state)
 
 
-COHERE2_MOE: dict[str, Family] = {f.model_type: f for f in (Cohere2Moe(),)}
+RECORDS: tuple[Family, ...] = (Cohere2Moe(),)

@@ -130,4 +130,4 @@ class Dbrx(_CausalSparse):
         return state
 
 
-DBRX: dict[str, Family] = {f.model_type: f for f in (Dbrx(),)}
+RECORDS: tuple[Family, ...] = (Dbrx(),)

@@ -1,4 +1,4 @@
-"""The dense families by ``model_type`` (``DENSE``), and the table that routes an archlab layout to one."""
+"""The table that routes an archlab layout to a dense family (its record, as ``FAMILIES`` holds it)."""
 
 from __future__ import annotations
 
@@ -9,23 +9,37 @@ from archlab.config import (
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.interop.families.base import Family
-from archlab.interop.families.bigcode import BIGCODE
-from archlab.interop.families.bloom import BLOOM
-from archlab.interop.families.gpt import GPT2, GPTJ
-from archlab.interop.families.llama import Gemma, Gemma2, Llama, Mistral, Olmo2, Qwen2, Qwen3
-from archlab.interop.families.ministral import MINISTRAL
-from archlab.interop.families.neox import GPTNeoX, Phi
-from archlab.interop.families.opt import OPT
 from archlab.nn.mixers.base import window_of
 
-DENSE: dict[str, Family] = {
-    f.model_type: f
-    for f in (GPT2(), GPTJ(), GPTNeoX(), Phi(), Llama(), Mistral(), Qwen2(), Qwen3(), Gemma(), Gemma2(), Olmo2())
-}
+# every model_type ``dense_type`` answers, the first families ``FAMILIES`` lists, in this order
+ROUTES = (
+    "gpt2",
+    "gptj",
+    "gpt_neox",
+    "phi",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "olmo2",
+    "ministral",
+    "opt",
+    "gpt_bigcode",
+    "bloom",
+)
 
 
 def dense_family(cfg: ModelConfig) -> Family:
-    """The dense family an archlab layout maps to, by this table (its ``check`` then refuses what it cannot
+    """The dense family an archlab layout maps to, by ``dense_type``'s table: its record in ``FAMILIES``."""
+    from archlab.interop.families import FAMILIES  # the package imports this module while it collects them
+
+    return FAMILIES[dense_type(cfg)]
+
+
+def dense_type(cfg: ModelConfig) -> str:
+    """The ``model_type`` of the dense family an archlab layout maps to, by this table (its ``check`` then refuses what it cannot
     hold; a moe MLP or mla attention goes to ``moe.sparse_family`` instead):
 
     ============================================================  ============
@@ -48,11 +62,11 @@ def dense_family(cfg: ModelConfig) -> Family:
     """
     block, position, a = cfg.block.kind, cfg.position.kind, cfg.attention
     if position == "learned" and (block == "post" or block == "pre" and cfg.embedding_dim is not None):
-        return OPT["opt"]
+        return "opt"
     if block == "pre" and position == "learned":
-        return BIGCODE["gpt_bigcode"] if n_kv_head(cfg) != a.n_head else DENSE["gpt2"]
+        return "gpt_bigcode" if n_kv_head(cfg) != a.n_head else "gpt2"
     if block == "pre" and position == "alibi":
-        return BLOOM["bloom"]
+        return "bloom"
     if block not in ("pre", "parallel", "sandwich", "post_sublayer"):
         raise ConfigError(
             "model.block.kind",
@@ -69,22 +83,22 @@ def dense_family(cfg: ModelConfig) -> Family:
         raise ConfigError("model.position.kind", position, f"{allowed} to convert to Hugging Face")
     if block == "parallel":
         if not cfg.block.shared_norm:
-            return DENSE["gpt_neox"]
-        return DENSE["phi" if a.qkv_bias else "gptj"]
+            return "gpt_neox"
+        return "phi" if a.qkv_bias else "gptj"
     if block == "sandwich":
-        return DENSE["gemma2"]
+        return "gemma2"
     if block == "post_sublayer":
-        return DENSE["olmo2"]
+        return "olmo2"
     if cfg.norm.kind == "layernorm":
-        return DENSE["gpt_neox"]
+        return "gpt_neox"
     if cfg.norm.unit_offset or cfg.scale_embedding:
-        return DENSE["gemma"]
+        return "gemma"
     if a.qk_norm == "head":
-        return DENSE["qwen3"]
+        return "qwen3"
     if a.qkv_bias and not a.out_bias:
-        return DENSE["qwen2"]
+        return "qwen2"
     if len({window_of(lc) is None for lc in layer_configs(cfg)}) > 1:
-        return MINISTRAL["ministral"]
+        return "ministral"
     if a.window is not None:
-        return DENSE["mistral"]
-    return DENSE["llama"]
+        return "mistral"
+    return "llama"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import Family, TensorMap, Tensors, refuse_hf
 from archlab.interop.families.llama import _LlamaStyle
 from archlab.nn.mixers.differential import DifferentialConfig
 
@@ -38,4 +38,4 @@ class DiffLlama(_LlamaStyle):
         t.maps += [TensorMap(f"{archlab}.{name}", (f"{hf}.{name}",)) for name in LAMBDAS]
 
 
-DIFFLLAMA = {"diffllama": DiffLlama()}
+RECORDS: tuple[Family, ...] = (DiffLlama(),)

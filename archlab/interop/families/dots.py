@@ -137,4 +137,4 @@ class Dots1(SigmoidRouted):
         return cfg
 
 
-DOTS: dict[str, Family] = {f.model_type: f for f in (Dots1(),)}
+RECORDS: tuple[Family, ...] = (Dots1(),)

@@ -46,4 +46,4 @@ class Ernie45(_LlamaStyle):
         return cfg
 
 
-ERNIE: dict[str, Family] = {f.model_type: f for f in (Ernie45(),)}
+RECORDS: tuple[Family, ...] = (Ernie45(),)

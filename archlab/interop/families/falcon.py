@@ -173,4 +173,4 @@ class Falcon(Family):
         return t.head()
 
 
-FALCON: dict[str, Family] = {"falcon": Falcon()}
+RECORDS: tuple[Family, ...] = (Falcon(),)

@@ -64,4 +64,4 @@ class Glm4(_LlamaStyle):
         return t.head()
 
 
-GLM4: dict[str, Family] = {f.model_type: f for f in (Glm4(),)}
+RECORDS: tuple[Family, ...] = (Glm4(),)

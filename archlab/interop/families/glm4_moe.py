@@ -52,4 +52,4 @@ class Glm4Moe(SigmoidRouted):
         return super().from_checkpoint(cfg, kept)
 
 
-GLM4_MOE: dict[str, Family] = {f.model_type: f for f in (Glm4Moe(),)}
+RECORDS: tuple[Family, ...] = (Glm4Moe(),)

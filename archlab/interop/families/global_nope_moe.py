@@ -306,4 +306,4 @@ class Flint(_GlobalNope):
         t.add(f"{archlab}.shared.down", f"{s}.down_proj")
 
 
-GLOBAL_NOPE_MOE: dict[str, Family] = {f.model_type: f for f in (ExaoneMoe(), Flint())}
+RECORDS: tuple[Family, ...] = (ExaoneMoe(), Flint())

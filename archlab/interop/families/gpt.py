@@ -163,3 +163,6 @@ class GPTJ(_GPT):
             t.add(f"{b}.mlp.proj", f"{h}.mlp.fc_out", True)
         t.add("final_norm", "transformer.ln_f", True)
         return t.head()
+
+
+RECORDS: tuple[Family, ...] = (GPT2(), GPTJ())

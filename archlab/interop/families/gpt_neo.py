@@ -131,4 +131,4 @@ class GPTNeo(LayeredFamily, _GPTNeoParts):
         return dict(attention_types=[[kinds, 1]], window_size=window)
 
 
-GPT_NEO: dict[str, Family] = {f.model_type: f for f in (GPTNeo(),)}
+RECORDS: tuple[Family, ...] = (GPTNeo(),)

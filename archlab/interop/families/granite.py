@@ -94,4 +94,4 @@ class Granite(Llama):
         return multipliers_from_hf(c, cfg)
 
 
-GRANITE: dict[str, Family] = {f.model_type: f for f in (Granite(),)}
+RECORDS: tuple[Family, ...] = (Granite(),)

@@ -26,6 +26,8 @@ class HyperClovaX(Granite):
     multiplied by ``logits_scaling`` (Granite divides), and with ``use_post_norm`` each sublayer's output
     RMSNormed (``post_norm1``, ``post_norm2``) before it is scaled into the residual: a sandwich block."""
 
+    defers = True  # to Granite's and SmolLM3's layouts, which it holds too
+
     model_type, title = "hyperclovax", "HyperCLOVA X"
     model_class, config_class = "HyperCLOVAXForCausalLM", "HyperCLOVAXConfig"
     parts = "Granite's multipliers in pre-norm or sandwich blocks (`use_post_norm`), a logit multiplier"
@@ -114,4 +116,4 @@ class GraniteSwa(LayeredFamily, Granite):
         return super().tensors(cfg) + sinks
 
 
-GRANITE_VARIANTS: dict[str, Family] = {f.model_type: f for f in (HyperClovaX(), GraniteSwa())}
+RECORDS: tuple[Family, ...] = (HyperClovaX(), GraniteSwa())

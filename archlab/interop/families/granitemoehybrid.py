@@ -215,4 +215,4 @@ class GraniteMoeHybrid(Family):
         return state
 
 
-GRANITEMOEHYBRID: dict[str, Family] = {"granitemoehybrid": GraniteMoeHybrid()}
+RECORDS: tuple[Family, ...] = (GraniteMoeHybrid(),)

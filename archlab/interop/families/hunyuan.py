@@ -55,4 +55,4 @@ class HunYuanDense(_LlamaStyle):
         return maps
 
 
-HUNYUAN: dict[str, Family] = {f.model_type: f for f in (HunYuanDense(),)}
+RECORDS: tuple[Family, ...] = (HunYuanDense(),)

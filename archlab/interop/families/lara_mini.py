@@ -266,4 +266,4 @@ class LaraMini(Family):
         return stack_saved_experts(cfg, state)
 
 
-LARA_MINI: dict[str, Family] = {"lara_mini": LaraMini()}
+RECORDS: tuple[Family, ...] = (LaraMini(),)

@@ -638,7 +638,14 @@ class Cohere2(LayeredFamily):
         return t.head()
 
 
-LAYERED: dict[str, Family] = {
-    f.model_type: f
-    for f in (LayeredGemma2(), LayeredQwen2(), LayeredQwen3(), Gemma3(), SmolLM3(), Cohere2(), Exaone4(), Olmo3())
-}  # the first three replace llama's records of their model_type
+# the first three are the records of their model_type (llama's Gemma2, Qwen2, Qwen3 are their parts)
+RECORDS: tuple[Family, ...] = (
+    LayeredGemma2(),
+    LayeredQwen2(),
+    LayeredQwen3(),
+    Gemma3(),
+    SmolLM3(),
+    Cohere2(),
+    Exaone4(),
+    Olmo3(),
+)

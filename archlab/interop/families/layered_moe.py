@@ -753,4 +753,4 @@ class Afmoe(_LayeredSparse):
         return stack_saved_experts(cfg, state)
 
 
-LAYERED_SPARSE: dict[str, Family] = {f.model_type: f for f in (GptOss(), Llama4(), Afmoe())}
+RECORDS: tuple[Family, ...] = (GptOss(), Llama4(), Afmoe())

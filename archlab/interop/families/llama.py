@@ -375,3 +375,7 @@ class Olmo2(_LlamaStyle):
         cfg = super().from_hf(c)
         cfg.attention.qk_norm = "full"
         return cfg
+
+
+# Qwen2, Qwen3 and Gemma2 are parts of their records in ``layered`` (whose layers may differ)
+RECORDS: tuple[Family, ...] = (Llama(), Mistral(), Gemma(), Olmo2())

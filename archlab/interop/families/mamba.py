@@ -110,4 +110,4 @@ class Mamba2(Family):
         return t.head()
 
 
-MAMBA: dict[str, Family] = {f.model_type: f for f in (Mamba2(),)}
+RECORDS: tuple[Family, ...] = (Mamba2(),)

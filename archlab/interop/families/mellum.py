@@ -160,4 +160,4 @@ class Mellum(_LayeredSparse):
         return stack_saved_experts(cfg, {k: v for k, v in state.items() if not re.match(r"mtp\.", k)})
 
 
-MELLUM: dict[str, Family] = {f.model_type: f for f in (Mellum(),)}
+RECORDS: tuple[Family, ...] = (Mellum(),)

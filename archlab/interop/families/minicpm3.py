@@ -76,4 +76,4 @@ class MiniCPM3(Youtu):
         return cfg
 
 
-MINICPM3: dict[str, Family] = {f.model_type: f for f in (MiniCPM3(),)}
+RECORDS: tuple[Family, ...] = (MiniCPM3(),)

@@ -100,4 +100,4 @@ class MiniMaxM2(_Sparse):
         return pre_norm_tensors(cfg, attention, mlp)
 
 
-MINIMAX: dict[str, Family] = {f.model_type: f for f in (MiniMaxM2(),)}
+RECORDS: tuple[Family, ...] = (MiniMaxM2(),)

@@ -96,4 +96,4 @@ class Ministral3(Mistral):
         return cfg
 
 
-MINISTRAL: dict[str, Family] = {f.model_type: f for f in (Ministral(), Ministral3())}
+RECORDS: tuple[Family, ...] = (Ministral(), Ministral3())

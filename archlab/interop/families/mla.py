@@ -135,4 +135,4 @@ class Youtu(Family):
         return t.head()
 
 
-MLA: dict[str, Family] = {f.model_type: f for f in (Glm4MoeLite(), SarvamMla(), Youtu())}
+RECORDS: tuple[Family, ...] = (Glm4MoeLite(), SarvamMla(), Youtu())

@@ -617,7 +617,11 @@ class DeepseekV3(_DeepSeek):
         )
 
 
-SPARSE: dict[str, Family] = {f.model_type: f for f in (Mixtral(), Qwen3Moe(), DeepseekV2(), DeepseekV3())}
+RECORDS: tuple[Family, ...] = (Mixtral(), Qwen3Moe(), DeepseekV2(), DeepseekV3())
+
+
+# every model_type ``sparse_family`` answers: ``FAMILIES`` lists them after ``dense.ROUTES``, in this order
+ROUTES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3")
 
 
 def sparse_family(cfg: ModelConfig) -> Family:
@@ -630,6 +634,8 @@ def sparse_family(cfg: ModelConfig) -> Family:
     causal attention otherwise, moe MLP                              Mixtral
     =============================================================  ============
     """
+    from archlab.interop.families import FAMILIES  # the package imports this module while it collects them
+
     m = cfg.mlp
     if cfg.attention.kind == "mla":
         if m.kind != "moe":
@@ -639,5 +645,5 @@ def sparse_family(cfg: ModelConfig) -> Family:
                 "moe to convert attention kind mla to Hugging Face DeepSeek-V2/V3 (their latent attention comes with "
                 "DeepSeekMoE; its dense layers are layer kinds: model/layers=dense_first)",
             )
-        return SPARSE["deepseek_v3" if m.scoring == "sigmoid" or m.correction_bias else "deepseek_v2"]
-    return SPARSE["qwen3_moe" if cfg.attention.qk_norm == "head" else "mixtral"]
+        return FAMILIES["deepseek_v3" if m.scoring == "sigmoid" or m.correction_bias else "deepseek_v2"]
+    return FAMILIES["qwen3_moe" if cfg.attention.qk_norm == "head" else "mixtral"]

@@ -149,4 +149,4 @@ class Mpt(Family):
         return t.head()
 
 
-MPT: dict[str, Family] = {f.model_type: f for f in (Mpt(),)}
+RECORDS: tuple[Family, ...] = (Mpt(),)

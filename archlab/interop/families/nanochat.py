@@ -121,4 +121,4 @@ class NanoChat(Family):
         return t.head()
 
 
-NANOCHAT: dict[str, Family] = {f.model_type: f for f in (NanoChat(),)}
+RECORDS: tuple[Family, ...] = (NanoChat(),)

@@ -84,4 +84,4 @@ class Nemotron(Family):
         return t.head()
 
 
-NEMOTRON: dict[str, Family] = {f.model_type: f for f in (Nemotron(),)}
+RECORDS: tuple[Family, ...] = (Nemotron(),)

@@ -337,4 +337,4 @@ def _with_mlp(cfg: ModelConfig) -> dict[str, Any]:
     }
 
 
-NEMOTRON_H: dict[str, Family] = {"nemotron_h": NemotronH()}
+RECORDS: tuple[Family, ...] = (NemotronH(),)

@@ -191,3 +191,6 @@ class Phi(Family):
             t.add(f"{b}.mlp.proj", f"{h}.mlp.fc2", True)
         t.add("final_norm", "model.final_layernorm", True)
         return t.head()
+
+
+RECORDS: tuple[Family, ...] = (GPTNeoX(), Phi())

@@ -57,4 +57,4 @@ class Olmo(_LlamaStyle):
         return t.head()
 
 
-OLMO: dict[str, Family] = {f.model_type: f for f in (Olmo(),)}
+RECORDS: tuple[Family, ...] = (Olmo(),)

@@ -97,4 +97,4 @@ class OpenAIGPT(Family):
         return t.head()
 
 
-OPENAI_GPT: dict[str, Family] = {f.model_type: f for f in (OpenAIGPT(),)}
+RECORDS: tuple[Family, ...] = (OpenAIGPT(),)

@@ -132,4 +132,4 @@ class Opt(Family):
         return t.head()
 
 
-OPT: dict[str, Family] = {f.model_type: f for f in (Opt(),)}
+RECORDS: tuple[Family, ...] = (Opt(),)

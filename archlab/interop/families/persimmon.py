@@ -28,6 +28,8 @@ class Persimmon(Family):
     published), no head bias. ``hidden_dropout`` drops the MLP's output alone, not the attention's:
     refused unless 0; ``attention_dropout`` drops the attention probabilities."""
 
+    defers = True  # to Jais 2, whose layouts with whole-head RoPE it holds too
+
     model_type, title, model_class, config_class = "persimmon", "Persimmon", "PersimmonForCausalLM", "PersimmonConfig"
     keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     prefix = "model."
@@ -96,4 +98,4 @@ class Persimmon(Family):
         return t.head()
 
 
-PERSIMMON: dict[str, Family] = {f.model_type: f for f in (Persimmon(),)}
+RECORDS: tuple[Family, ...] = (Persimmon(),)

@@ -131,4 +131,4 @@ class Phi3(_LlamaStyle):
         return t.head()
 
 
-PHI3: dict[str, Family] = {f.model_type: f for f in (Phi3(),)}
+RECORDS: tuple[Family, ...] = (Phi3(),)

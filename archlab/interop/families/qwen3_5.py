@@ -37,6 +37,8 @@ MOE_ONLY = (
 class Qwen3_5(Qwen3Next):
     """Qwen3_5ForCausalLM (``qwen3_5_text``): Qwen3-Next's mixers with a dense SwiGLU in every layer."""
 
+    defers = True  # to Qwen3-Next, whose layouts Qwen3.5's MoE holds too
+
     model_type, title, model_class, config_class = (
         "qwen3_5_text",
         "Qwen3.5",
@@ -137,4 +139,4 @@ class Qwen3_5Moe(Qwen3_5):
         return cfg
 
 
-QWEN3_5: dict[str, Family] = {f.model_type: f for f in (Qwen3_5(), Qwen3_5Moe())}
+RECORDS: tuple[Family, ...] = (Qwen3_5(), Qwen3_5Moe())

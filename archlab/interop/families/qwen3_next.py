@@ -342,4 +342,4 @@ class Qwen3Next(Family):
         return stack_saved_experts(cfg, {k: v for k, v in state.items() if not k.startswith("mtp.")})
 
 
-QWEN3_NEXT: dict[str, Family] = {"qwen3_next": Qwen3Next()}
+RECORDS: tuple[Family, ...] = (Qwen3Next(),)

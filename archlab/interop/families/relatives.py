@@ -20,6 +20,8 @@ class Helium(Llama):
     """HeliumForCausalLM: LLaMA's layers with adjacent dims paired by RoPE, biases on q/k/v
     (``attention_bias``) and none on o_proj, MLP biases by ``mlp_bias``."""
 
+    defers = True  # a LLaMA relative
+
     model_type, title, model_class, config_class = "helium", "Helium", "HeliumForCausalLM", "HeliumConfig"
     parts = "pre-norm RMSNorm, interleaved RoPE, GQA, SwiGLU, optional q/k/v and MLP biases"
 
@@ -40,6 +42,8 @@ class SeedOss(Llama):
     """SeedOssForCausalLM: LLaMA's layers with biases on q/k/v (``attention_bias``), o_proj
     (``attention_out_bias``) and the MLP (``mlp_bias``) each set apart, and the attention's and MLP's
     outputs dropped at ``residual_dropout`` (``model.dropout``; no embedding dropout)."""
+
+    defers = True  # a LLaMA relative
 
     model_type, title, model_class, config_class = "seed_oss", "Seed-OSS", "SeedOssForCausalLM", "SeedOssConfig"
     features = Llama.features | {"model.dropout", "model.embedding_dropout"}
@@ -66,6 +70,8 @@ class Glm(Glm4):
     """GlmForCausalLM (GLM-4 v1, glm-4-9b): GLM-4's attention (interleaved partial RoPE, q/k/v biases)
     and fused gate/up MLP in pre-norm blocks (``input_layernorm``, ``post_attention_layernorm``)."""
 
+    defers = True  # to GLM-4, its successor
+
     model_type, title, model_class, config_class = "glm", "GLM-4 (v1)", "GlmForCausalLM", "GlmConfig"
     block = "pre"
     norms = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
@@ -75,6 +81,8 @@ class Glm(Glm4):
 class Cwm(Ministral):
     """CwmForCausalLM (Code World Model): Ministral's layers, sliding or full as ``layer_types`` says
     (llama3 RoPE as published), with MLP biases by ``mlp_bias``; no attention biases."""
+
+    defers = True  # to SmolLM3, which holds its layouts too
 
     model_type, title, model_class, config_class = "cwm", "CWM", "CwmForCausalLM", "CwmConfig"
     parts = "pre-norm RMSNorm, RoPE (llama3), SwiGLU, `window` on any layers (`model.layers`), GQA"
@@ -96,6 +104,8 @@ class VaultGemma(LayeredGemma2):
     """VaultGemmaForCausalLM: Gemma 2's parts (scaled embeddings, (1 + w) RMSNorms, query_pre_attn_scalar,
     soft-capping, sliding layers) in pre-norm blocks: no norm after a sublayer."""
 
+    defers = True  # a Gemma 2 relative
+
     model_type, title, model_class, config_class = (
         "vaultgemma",
         "VaultGemma",
@@ -110,6 +120,8 @@ class VaultGemma(LayeredGemma2):
 class Jais2(Arcee):
     """Jais2ForCausalLM: LLaMA's attention (biases by ``attention_bias``) and names with LayerNorms that
     have a bias (``layer_norm_eps``) and Arcee's up/down MLP (ReLU² as published; ``mlp_bias``)."""
+
+    defers = True  # to StarCoder 2, which holds its layouts too
 
     model_type, title, model_class, config_class = "jais2", "Jais 2", "Jais2ForCausalLM", "Jais2Config"
     parts = "pre-norm LayerNorm, RoPE, GQA, a plain up/down MLP (ReLU²), optional biases"
@@ -134,4 +146,4 @@ class Jais2(Arcee):
         ]
 
 
-RELATIVES: dict[str, Family] = {f.model_type: f for f in (Helium(), SeedOss(), Glm(), Cwm(), VaultGemma(), Jais2())}
+RECORDS: tuple[Family, ...] = (Helium(), SeedOss(), Glm(), Cwm(), VaultGemma(), Jais2())

@@ -191,4 +191,4 @@ class HYV3(_Sparse):
         return pre_norm_tensors(cfg, attention, mlp)
 
 
-SIGMOID_MOE: dict[str, Family] = {f.model_type: f for f in (SolarOpen(), SarvamMoe(), HYV3())}
+RECORDS: tuple[Family, ...] = (SolarOpen(), SarvamMoe(), HYV3())

@@ -400,6 +400,8 @@ class AriaText(_Softmax):
     (``gate_up_proj`` [E, d, 2f], gate columns first; ``down_proj`` [E, f, d]) and always SiLU-gated;
     its checkpoints name them ``experts.fc1`` and ``experts.fc2``."""
 
+    defers = True  # to GraniteMoeShared, which holds its layouts with unit multipliers
+
     model_type, title, model_class, config_class = "aria_text", "Aria (text)", "AriaTextForCausalLM", "AriaTextConfig"
     parts = "LLaMA's layers with a softmax top-k MoE of SwiGLU experts ([E, in, out]) and shared experts"
     router = "router"
@@ -493,16 +495,13 @@ class GraniteMoeSwa(LayeredFamily, GraniteMoeShared):
         return super().tensors(cfg) + sinks
 
 
-SOFTMAX_MOE: dict[str, Family] = {
-    f.model_type: f
-    for f in (
-        Olmoe(),
-        FlexOlmo(),
-        GraniteMoe(),
-        GraniteMoeShared(),
-        HunYuanMoe(),
-        Ernie45Moe(),
-        AriaText(),
-        GraniteMoeSwa(),
-    )
-}
+RECORDS: tuple[Family, ...] = (
+    Olmoe(),
+    FlexOlmo(),
+    GraniteMoe(),
+    GraniteMoeShared(),
+    HunYuanMoe(),
+    Ernie45Moe(),
+    AriaText(),
+    GraniteMoeSwa(),
+)

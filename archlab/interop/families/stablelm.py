@@ -117,4 +117,4 @@ class StableLM(Family):
         return t.head()
 
 
-STABLELM: dict[str, Family] = {"stablelm": StableLM()}
+RECORDS: tuple[Family, ...] = (StableLM(),)

@@ -118,4 +118,4 @@ class StarCoder2(Family):
         return t.head()
 
 
-STARCODER2: dict[str, Family] = {"starcoder2": StarCoder2()}
+RECORDS: tuple[Family, ...] = (StarCoder2(),)

@@ -337,4 +337,4 @@ def causal_lm_class() -> type:
     return Step3p5ForCausalLM
 
 
-STEP: dict[str, Family] = {f.model_type: f for f in (Step35(),)}
+RECORDS: tuple[Family, ...] = (Step35(),)
