@@ -18,6 +18,8 @@ from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, Norm
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
     Family,
     Problem,
     Rule,
@@ -27,6 +29,7 @@ from archlab.interop.families.base import (
     config_head_dim,
     differences,
     kind_field,
+    out_bias,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -180,10 +183,10 @@ class Bamba(Family):
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", ("pre",), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             ("model.position.pairing", ("half",), ""),
             ("model.attention.head_dim", (None, d // H), f" ({self.title}'s attention uses d_model / n_head)"),
-            ("model.attention.out_bias", (a.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(a.qkv_bias, ONE_BIAS_FLAG),
             ("model.mlp.kind", ("swiglu",), " (hidden_act, silu, is also its Mamba-2 convolution's)"),
         ]
 

@@ -25,6 +25,22 @@ from archlab.nn.rope import rotary_dim
 Rule = tuple[str, tuple, str]  # (field "model.a.b", the values a family can hold, why)
 
 
+# the rules many families state, declared once
+ONE_BIAS_FLAG = " (one attention_bias flag sets q/k/v and output)"
+NO_HEAD_BIAS: Rule = ("model.head.bias", (False,), "")
+
+
+def out_bias(value: bool, why: str = "") -> Rule:
+    """``model.attention.out_bias`` must be ``value``: a family's fixed output bias, or its q/k/v bias's
+    where one flag sets both (``ONE_BIAS_FLAG``)."""
+    return ("model.attention.out_bias", (value,), why)
+
+
+def ungrouped(why: str = " (its router has no expert groups)") -> Rule:
+    """``model.mlp.n_groups`` must be 1: a router that ranks every expert at once."""
+    return ("model.mlp.n_groups", (1,), why)
+
+
 class Problem(NamedTuple):
     """A field whose value a family cannot hold: what it needs instead (``wants``) and why."""
 

@@ -15,6 +15,7 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     PLAIN_FROM_HF,
     PLAIN_TO_HF,
     Family,
@@ -23,6 +24,7 @@ from archlab.interop.families.base import (
     Tensors,
     dropouts,
     fmt,
+    out_bias,
     refuse_hf,
 )
 from archlab.interop.families.gpt import GPT_KEYS
@@ -64,11 +66,11 @@ class GPTBigCode(Family):
             ("model.mlp.kind", ("gelu", "relu"), ""),
             ("model.mlp.bias", (True,), ""),
             ("model.attention.qkv_bias", (True,), " (c_attn always has a bias)"),
-            ("model.attention.out_bias", (True,), " (c_proj always has a bias)"),
+            out_bias(True, " (c_proj always has a bias)"),
             ("model.attention.n_kv_head", (None, H, 1), " (multi_query: one key/value head, or one per query head)"),
             ("model.attention.head_dim", (None, d // H), f" ({self.title} uses d_model / n_head)"),
             ("model.attention.scale", (None, 1.0), " (scale_attn_weights: 1/sqrt(head_dim), or none)"),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

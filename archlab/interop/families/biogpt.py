@@ -15,12 +15,14 @@ from archlab.config import (
     embedding_dropout,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     Family,
     Rule,
     TensorMap,
     Tensors,
     dropouts,
     fmt,
+    out_bias,
     plain_activation,
     plain_mlp,
     refuse_hf,
@@ -58,9 +60,9 @@ class BioGpt(Family):
             ("model.mlp.kind", ("gelu", "relu"), ""),
             ("model.mlp.bias", (True,), ""),
             ("model.attention.qkv_bias", (True,), ""),
-            ("model.attention.out_bias", (True,), ""),
+            out_bias(True),
             *self.mha_rules(cfg),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             ("model.embedding_dropout", (None,), " (hidden_dropout_prob drops the embeddings too)"),
         ]
 

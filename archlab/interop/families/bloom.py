@@ -13,6 +13,7 @@ from archlab.config import (
     PositionConfig,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     Family,
     Problem,
     Rule,
@@ -21,6 +22,7 @@ from archlab.interop.families.base import (
     dropouts,
     fmt,
     no_embedding_dropout,
+    out_bias,
     refuse_hf,
 )
 from archlab.nn.mixers.attention import AttentionConfig
@@ -65,9 +67,9 @@ class Bloom(Family):
             ("model.mlp.approximate", ("tanh",), " (BLOOM's GELU is the tanh approximation)"),
             ("model.mlp.bias", (True,), ""),
             ("model.attention.qkv_bias", (True,), ""),
-            ("model.attention.out_bias", (True,), ""),
+            out_bias(True),
             *self.mha_rules(cfg),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             no_embedding_dropout(cfg, self.title),
         ]
 

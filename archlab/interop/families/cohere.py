@@ -14,12 +14,14 @@ from archlab.config import (
 )
 from archlab.interop.families.base import (
     GATED_TO_HF,
+    NO_HEAD_BIAS,
     Family,
     Problem,
     Rule,
     TensorMap,
     Tensors,
     gated_mlp,
+    out_bias,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -58,12 +60,12 @@ class Cohere(Family):
             ("model.block.shared_norm", (True,), " (one input_layernorm feeds attention and MLP)"),
             ("model.position.pairing", ("interleaved",), ""),
             head_dim_rule(cfg, self.title),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets both)"),
+            out_bias(cfg.attention.qkv_bias, " (one attention_bias flag sets both)"),
             ("model.attention.qk_norm", ("none", "head"), " (use_qk_norm norms each head)"),
             ("model.attention.qk_norm_per_head_scale", (head,), " (use_qk_norm's scale is [heads, head_dim])"),
             ("model.mlp.kind", ("swiglu", "geglu"), ""),
             ("model.mlp.bias", (False,), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:

@@ -15,6 +15,7 @@ from archlab.config import BlockConfig, MLPConfig, ModelConfig, NormConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import (
     GATED_TO_HF,
+    NO_HEAD_BIAS,
     Family,
     Problem,
     Rule,
@@ -22,7 +23,9 @@ from archlab.interop.families.base import (
     Tensors,
     gated_activation,
     kind_field,
+    out_bias,
     refuse_hf,
+    ungrouped,
 )
 from archlab.interop.families.layered import rope_of
 from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
@@ -73,8 +76,8 @@ class Cohere2Moe(_LayeredSparse):
             *norm,
             ("model.block.kind", ("parallel",), ""),
             ("model.block.shared_norm", (True,), " (one input_layernorm feeds attention and MLP)"),
-            ("model.head.bias", (False,), ""),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and o)"),
+            NO_HEAD_BIAS,
+            out_bias(cfg.attention.qkv_bias, " (one attention_bias flag sets q/k/v and o)"),
             ("model.position.pairing", ("interleaved",), ""),
             *self.family_rules(cfg),
         ]
@@ -87,7 +90,7 @@ class Cohere2Moe(_LayeredSparse):
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
             ("model.mlp.correction_bias", (False,), ""),
-            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ungrouped(),
             ("model.mlp.routed_scale", (1.0,), ""),
             *(
                 [("model.mlp.normalize_top_k", (True,), " (its softmax runs over the top-k logits alone)")]

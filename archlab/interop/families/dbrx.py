@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, out_bias, refuse_hf
 from archlab.interop.families.moe import _CausalSparse
 from archlab.interop.families.mpt import MPT_KEYS
 from archlab.interop.families.phi3 import head_dim_rule
@@ -38,7 +38,7 @@ class Dbrx(_CausalSparse):
             ("model.norm.eps", (EPS,), " (its LayerNorm eps is fixed)"),
             ("model.mlp.expert", ("swiglu",), " (ffn_act_fn silu: SiLU-gated experts)"),
             ("model.attention.qkv_bias", (False,), ""),
-            ("model.attention.out_bias", (False,), ""),
+            out_bias(False),
             ("model.head.tied", (False,), " (DBRX refuses tie_word_embeddings)"),
             head_dim_rule(cfg, self.title),
         )

@@ -10,7 +10,17 @@ from typing import Any
 
 from archlab.config import ModelConfig, PositionConfig, n_kv_head
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim, refuse_hf
+from archlab.interop.families.base import (
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    config_head_dim,
+    out_bias,
+    refuse_hf,
+)
 from archlab.interop.families.moe import LAYERS, _Sparse, dense_first, pre_norm_tensors, with_dense_first
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.windows import layer_types, uniform_window
@@ -116,7 +126,7 @@ class Dots1(SigmoidRouted):
     def attention_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Rule, refuse_hf
+from archlab.interop.families.base import Family, Rule, out_bias, refuse_hf
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import _LlamaStyle
 
@@ -28,7 +28,7 @@ class Ernie45(_LlamaStyle):
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         why = " (one use_bias flag sets q/k/v, o_proj and the MLP)"
         return [
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), why),
+            out_bias(cfg.attention.qkv_bias, why),
             ("model.mlp.bias", (cfg.attention.qkv_bias,), why),
         ]
 

@@ -14,11 +14,13 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     Family,
     Problem,
     Rule,
     TensorMap,
     Tensors,
+    out_bias,
     plain_activation,
     plain_mlp,
     refuse_hf,
@@ -66,10 +68,10 @@ class Falcon(Family):
             ("model.block.kind", ("parallel", "pre"), ""),
             ("model.mlp.kind", ("gelu", "relu"), ""),
             ("model.attention.head_dim", (None, cfg.d_model // H), " (Falcon uses d_model / n_head)"),
-            ("model.attention.out_bias", (a.qkv_bias,), one_bias),
+            out_bias(a.qkv_bias, one_bias),
             ("model.mlp.bias", (a.qkv_bias,), one_bias),
             ("model.attention.dropout", (0.0,), " (Falcon's attention_dropout drops its residual, not scores)"),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
         if cfg.block.kind == "pre":  # the old architecture: a key and value per head, or one for all
             why = " (Falcon's sequential block is its old architecture: MHA or MQA)"

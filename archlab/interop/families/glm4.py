@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim
+from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim, out_bias
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import _LlamaStyle
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
@@ -34,7 +34,7 @@ class Glm4(_LlamaStyle):
         return [pairing if r[0] == pairing[0] else r for r in super().rules(cfg)]
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [("model.attention.out_bias", (False,), " (o_proj has no bias)"), ("model.mlp.bias", (False,), "")]
+        return [out_bias(False, " (o_proj has no bias)"), ("model.mlp.bias", (False,), "")]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         return Family.part_problems(self, cfg)  # any rotary_dim: partial_rotary_factor

@@ -13,7 +13,7 @@ from typing import Any
 from torch import Tensor
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Rule
+from archlab.interop.families.base import Family, Rule, out_bias
 from archlab.interop.families.dots import SigmoidRouted
 from archlab.interop.families.moe import LAYERS
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
@@ -32,7 +32,7 @@ class Glm4Moe(SigmoidRouted):
     def attention_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.attention.qk_norm", ("none", "head"), " (use_qk_norm: q_norm and k_norm span one head)"),
-            ("model.attention.out_bias", (False,), " (o_proj has no bias)"),
+            out_bias(False, " (o_proj has no bias)"),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from archlab.interop.families.base import (
     gated_activation,
     kind_field,
     refuse_hf,
+    ungrouped,
 )
 from archlab.interop.families.layered import view
 from archlab.interop.families.layered_moe import Afmoe, _unique, apply_layout, one_window
@@ -257,7 +258,7 @@ class Flint(_GlobalNope):
     def routing_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.mlp.correction_bias", (False,), " (its router has no correction bias)"),
-            ("model.mlp.n_groups", (1,), " (it routes without groups)"),
+            ungrouped(" (it routes without groups)"),
             ("model.mlp.routed_scale", (1.0,), " (its routing weights are unscaled)"),
         ]
 

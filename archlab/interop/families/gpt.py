@@ -12,12 +12,14 @@ from archlab.config import (
     embedding_dropout,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     Family,
     Rule,
     TensorMap,
     Tensors,
     dropouts,
     fmt,
+    out_bias,
     plain_activation,
     plain_mlp,
     refuse_hf,
@@ -86,8 +88,8 @@ class GPT2(_GPT):
         return super().rules(cfg) + [
             ("model.block.kind", ("pre",), ""),
             ("model.attention.qkv_bias", (True,), " (Conv1D layers always have a bias)"),
-            ("model.attention.out_bias", (True,), " (Conv1D layers always have a bias)"),
-            ("model.head.bias", (False,), ""),
+            out_bias(True, " (Conv1D layers always have a bias)"),
+            NO_HEAD_BIAS,
         ]
 
     def from_hf(self, c: Any) -> ModelConfig:
@@ -136,7 +138,7 @@ class GPTJ(_GPT):
             ("model.position.pairing", ("interleaved",), ""),
             ("model.position.theta", (10000.0,), " (GPT-J's rotary base is fixed)"),
             ("model.attention.qkv_bias", (False,), ""),
-            ("model.attention.out_bias", (False,), ""),
+            out_bias(False),
             ("model.head.bias", (True,), ""),
         ]
 

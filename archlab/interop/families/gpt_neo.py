@@ -14,11 +14,13 @@ from archlab.config import (
     embedding_dropout,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     Family,
     Rule,
     TensorMap,
     Tensors,
     dropouts,
+    out_bias,
     plain_activation,
     plain_mlp,
     refuse_hf,
@@ -62,10 +64,10 @@ class _GPTNeoParts(Family):
             ("model.mlp.kind", ("gelu", "relu"), ""),
             ("model.mlp.bias", (True,), ""),
             ("model.attention.qkv_bias", (False,), " (GPT-Neo's q/k/v have no bias)"),
-            ("model.attention.out_bias", (True,), " (GPT-Neo's out_proj has a bias)"),
+            out_bias(True, " (GPT-Neo's out_proj has a bias)"),
             ("model.attention.scale", (1.0,), " (GPT-Neo does not scale its scores)"),
             *self.mha_rules(cfg),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -36,7 +36,18 @@ from archlab.interop.families.bamba import (
     is_mamba,
     mamba_to_hf,
 )
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    out_bias,
+    refuse_hf,
+    ungrouped,
+)
 from archlab.interop.families.granite import (
     check_multipliers,
     multiplier_problems,
@@ -85,10 +96,10 @@ class GraniteMoeHybrid(Family):
         rules: list[Rule] = [
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", ("pre",), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             ("model.position.pairing", ("half",), ""),
             head_dim_rule(cfg, self.title),
-            ("model.attention.out_bias", (a.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(a.qkv_bias, ONE_BIAS_FLAG),
             ("model.mlp.kind", ("moe", "swiglu"), " (experts beside a shared SwiGLU, or that SwiGLU alone)"),
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
         ]
@@ -98,7 +109,7 @@ class GraniteMoeHybrid(Family):
                 ("model.mlp.scoring", ("softmax",), ""),
                 ("model.mlp.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
                 ("model.mlp.correction_bias", (False,), ""),
-                ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+                ungrouped(),
                 ("model.mlp.routed_scale", (1.0,), ""),
             ]
         return rules

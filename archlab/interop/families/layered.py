@@ -37,6 +37,7 @@ from archlab.config.model import LayersConfig, shortest_layout
 from archlab.errors import ConfigError
 from archlab.interop.families.base import (
     GATED_TO_HF,
+    NO_HEAD_BIAS,
     Family,
     Problem,
     Rule,
@@ -46,6 +47,7 @@ from archlab.interop.families.base import (
     config_head_dim,
     gated_activation,
     kind_field,
+    out_bias,
     refuse_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS, Gemma2, Llama, Olmo2, Qwen2, Qwen3
@@ -442,7 +444,7 @@ class Exaone4(LayeredFamily, Olmo2):
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.attention.qkv_bias", (False,), " (EXAONE 4 has no attention biases)"),
-            ("model.attention.out_bias", (False,), " (EXAONE 4 has no attention biases)"),
+            out_bias(False, " (EXAONE 4 has no attention biases)"),
             ("model.mlp.bias", (False,), ""),
         ]
 
@@ -562,10 +564,10 @@ class Cohere2(LayeredFamily):
             ("model.block.shared_norm", (True,), " (one input_layernorm feeds attention and MLP)"),
             ("model.position.pairing", ("interleaved",), ""),
             ("model.attention.head_dim", (None, d // H), " (Cohere2 sets head_dim = hidden_size / heads)"),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets both)"),
+            out_bias(cfg.attention.qkv_bias, " (one attention_bias flag sets both)"),
             ("model.mlp.kind", ("swiglu", "geglu"), ""),
             ("model.mlp.bias", (False,), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:

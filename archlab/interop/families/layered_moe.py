@@ -38,6 +38,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import shortest_layout
 from archlab.interop.families.base import (
     GATED_TO_HF,
+    NO_HEAD_BIAS,
     Family,
     Problem,
     Rule,
@@ -47,7 +48,9 @@ from archlab.interop.families.base import (
     fmt,
     gated_activation,
     kind_field,
+    out_bias,
     refuse_hf,
+    ungrouped,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import (
@@ -124,8 +127,8 @@ class _LayeredSparse(Family):
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", (self.block_kind,), ""),
-            ("model.head.bias", (False,), ""),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and o)"),
+            NO_HEAD_BIAS,
+            out_bias(cfg.attention.qkv_bias, " (one attention_bias flag sets q/k/v and o)"),
             ("model.position.pairing", (self.pairing,), ""),
             *self.family_rules(cfg),
         ]
@@ -239,7 +242,7 @@ class GptOss(_LayeredSparse):
             ("model.mlp.scoring", ("softmax",), ""),
             ("model.mlp.normalize_top_k", (True,), " (a softmax over the top-k logits)"),
             ("model.mlp.correction_bias", (False,), ""),
-            ("model.mlp.n_groups", (1,), ""),
+            ungrouped(""),
             ("model.mlp.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
             ("model.mlp.weight_input", (False,), ""),
@@ -396,7 +399,7 @@ class Llama4(_LayeredSparse):
             ("model.mlp.n_shared_experts", (1,), " (every MoE layer has one shared expert)"),
             ("model.mlp.correction_bias", (False,), ""),
             ("model.mlp.router_bias", (False,), ""),
-            ("model.mlp.n_groups", (1,), ""),
+            ungrouped(""),
             ("model.mlp.routed_scale", (1.0,), ""),
         ]
 
@@ -636,7 +639,7 @@ class Afmoe(_LayeredSparse):
             ("model.mlp.scoring", ("sigmoid",), ""),
             ("model.mlp.correction_bias", (True,), " (its MoE layers always have expert_bias)"),
             ("model.mlp.normalize_top_k", (True,), " (it always divides the chosen scores by their sum)"),
-            ("model.mlp.n_groups", (1,), " (it routes without groups)"),
+            ungrouped(" (it routes without groups)"),
             *self.shared_rules(cfg),
         ]
 

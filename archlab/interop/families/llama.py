@@ -15,6 +15,8 @@ from archlab.config import (
 )
 from archlab.interop.families.base import (
     GATED_TO_HF,
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
     Family,
     Problem,
     Rule,
@@ -22,6 +24,7 @@ from archlab.interop.families.base import (
     Tensors,
     config_head_dim,
     gated_mlp,
+    out_bias,
     refuse_hf,
 )
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
@@ -64,14 +67,14 @@ class _LlamaStyle(Family):
             ("model.block.kind", (self.block,), ""),
             ("model.position.pairing", ("half",), ""),
             ("model.mlp.kind", self.mlp_kinds, self.mlp_why),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             *self.bias_rules(cfg),
         ]
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         """Most families have one attention_bias flag for q/k/v and output, and no MLP biases."""
         return [
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
             ("model.mlp.bias", (False,), ""),
         ]
 
@@ -164,9 +167,7 @@ class Llama(_LlamaStyle):
     features = frozenset({"model.position.scaling"})
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:  # any model.mlp.bias: mlp_bias
-        return [
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)")
-        ]
+        return [out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG)]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(super().to_hf(cfg), mlp_bias=cfg.mlp.bias)
@@ -188,7 +189,7 @@ class Mistral(_LlamaStyle):
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.attention.qkv_bias", (False,), ""),
-            ("model.attention.out_bias", (False,), ""),
+            out_bias(False),
             ("model.mlp.bias", (False,), ""),
         ]
 
@@ -235,7 +236,7 @@ class Qwen2(_Sliding):
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.attention.qkv_bias", (True,), " (q/k/v always have biases)"),
-            ("model.attention.out_bias", (False,), " (o_proj has no bias)"),
+            out_bias(False, " (o_proj has no bias)"),
             ("model.mlp.bias", (False,), ""),
         ]
 

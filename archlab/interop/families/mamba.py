@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from archlab.config import HeadConfig, MLPConfig, ModelConfig, NormConfig, PositionConfig
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, TensorMap, Tensors, out_bias, refuse_hf
 from archlab.nn.mixers.mamba2 import Mamba2Config, head_dim, inner
 
 
@@ -52,8 +52,8 @@ class Mamba2(Family):
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", ("pre",), ""),
             ("model.mlp.kind", ("none",), " (a Mamba-2 block is its mixer alone)"),
-            ("model.attention.out_bias", (a.qkv_bias,), " (one use_bias flag sets both projections' biases)"),
-            ("model.head.bias", (False,), ""),
+            out_bias(a.qkv_bias, " (one use_bias flag sets both projections' biases)"),
+            NO_HEAD_BIAS,
             (
                 "model.attention.head_dim",
                 (a.head_dim,) if inner(cfg) % d == 0 else tuple(whole),

@@ -28,6 +28,7 @@ from archlab.interop.families.base import (
     gated_activation,
     kind_field,
     refuse_hf,
+    ungrouped,
 )
 from archlab.interop.families.layered import per_type_rope, rope_per_type_to_hf
 from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
@@ -68,7 +69,7 @@ class Mellum(_LayeredSparse):
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
             ("model.mlp.scoring", ("softmax",), ""),
             ("model.mlp.correction_bias", (False,), ""),
-            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ungrouped(),
             ("model.mlp.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
         ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig, n_kv_head
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, out_bias, refuse_hf, ungrouped
 from archlab.interop.families.moe import _Sparse, mlp_tensors, pre_norm_tensors
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -39,11 +39,11 @@ class MiniMaxM2(_Sparse):
             ("model.position.pairing", ("half",), ""),
             ("model.attention.qk_norm", ("full",), " (q_norm and k_norm span the projection)"),
             ("model.attention.qkv_bias", (False,), ""),
-            ("model.attention.out_bias", (False,), ""),
+            out_bias(False),
             ("model.mlp.scoring", ("sigmoid",), ""),
             ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
             ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
-            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ungrouped(),
             ("model.mlp.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
         ]

@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import BlockConfig, ModelConfig, NormConfig
-from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
+from archlab.interop.families.base import (
+    GATED_TO_HF,
+    NO_HEAD_BIAS,
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    gated_mlp,
+    refuse_hf,
+)
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import LATENT_EPS, MLA_KEYS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
@@ -80,7 +89,7 @@ class Youtu(Family):
             ("model.norm.kind", ("rmsnorm",), ""),
             latent_eps_rule(cfg),
             ("model.block.kind", ("pre",), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             ("model.mlp.kind", ("swiglu", "geglu"), " (its MLP is gated)"),
             ("model.mlp.bias", (False,), " (its MLP has no biases)"),
         ]

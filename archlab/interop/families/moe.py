@@ -33,6 +33,8 @@ from archlab.config.model import LayersConfig
 from archlab.errors import ConfigError
 from archlab.interop.families.base import (
     GATED_TO_HF,
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
     Family,
     Problem,
     Rule,
@@ -43,7 +45,9 @@ from archlab.interop.families.base import (
     differences,
     gated_activation,
     kind_field,
+    out_bias,
     refuse_hf,
+    ungrouped,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
@@ -223,7 +227,7 @@ class _Sparse(Family):
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", ("pre",), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             ("model.mlp.kind", ("moe",), ""),
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its experts have no biases)"),
@@ -319,7 +323,7 @@ class _CausalSparse(_Sparse):
             ("model.position.pairing", ("half",), ""),
             ("model.mlp.scoring", ("softmax",), ""),
             ("model.mlp.correction_bias", (False,), ""),
-            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ungrouped(),
             ("model.mlp.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
         ]
@@ -373,7 +377,7 @@ class Mixtral(_CausalSparse):
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
             ("model.attention.qkv_bias", (False,), ""),
-            ("model.attention.out_bias", (False,), ""),
+            out_bias(False),
             ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
         ]
 
@@ -413,7 +417,7 @@ class Qwen3Moe(_CausalSparse):
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
             ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
@@ -559,7 +563,7 @@ class DeepseekV2(_DeepSeek):
             ("model.position.pairing", ("interleaved",), " (it rotates interleaved pairs)"),
             ("model.mlp.scoring", ("softmax",), ""),
             ("model.mlp.correction_bias", (False,), ""),
-            ("model.mlp.n_groups", (1,), " (its group_limited_greedy ranks groups by their best score alone)"),
+            ungrouped(" (its group_limited_greedy ranks groups by their best score alone)"),
             ("model.mlp.normalize_top_k", (False,), " (it never renormalises the top-k weights)"),
         ]
 

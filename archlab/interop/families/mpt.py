@@ -13,6 +13,7 @@ from archlab.config import (
     PositionConfig,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     Family,
     Problem,
     Rule,
@@ -21,6 +22,7 @@ from archlab.interop.families.base import (
     dropouts,
     fmt,
     no_embedding_dropout,
+    out_bias,
     refuse_hf,
 )
 from archlab.nn.mixers.attention import AttentionConfig
@@ -79,11 +81,11 @@ class Mpt(Family):
             ("model.mlp.approximate", ("none",), " (MPT's GELU is exact)"),
             ("model.mlp.bias", (False,), ""),
             ("model.attention.qkv_bias", (False,), ""),
-            ("model.attention.out_bias", (False,), ""),
+            out_bias(False),
             *self.mha_rules(cfg),
             ("model.dropout", (0.0,), _INT_DROPOUT),
             ("model.attention.dropout", (0.0,), _INT_DROPOUT),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             no_embedding_dropout(cfg, self.title),
         ]
 

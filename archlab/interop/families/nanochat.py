@@ -15,7 +15,17 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    out_bias,
+    refuse_hf,
+)
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -55,11 +65,11 @@ class NanoChat(Family):
             ("model.block.kind", ("pre",), ""),
             ("model.position.pairing", ("half",), ""),
             ("model.attention.qk_norm", ("l2",), " (nanochat's q_norm and k_norm have no weight)"),
-            ("model.attention.out_bias", (a.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(a.qkv_bias, ONE_BIAS_FLAG),
             ("model.attention.head_dim", (None, cfg.d_model // a.n_head), " (nanochat uses d_model / n_head)"),
             ("model.mlp.kind", UP_DOWN_KINDS, ""),
             ("model.mlp.bias", (False,), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:

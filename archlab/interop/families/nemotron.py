@@ -9,7 +9,7 @@ from typing import Any
 
 from archlab.config import BlockConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.interop.families.arcee import UP_DOWN_KINDS, UP_DOWN_TO_HF, up_down_mlp, up_down_tensors
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors
+from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Rule, TensorMap, Tensors, out_bias
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -34,8 +34,8 @@ class Nemotron(Family):
             ("model.block.kind", ("pre",), ""),
             ("model.position.pairing", ("half",), ""),
             ("model.mlp.kind", UP_DOWN_KINDS, " (its MLP is up_proj, then down_proj, without a gate)"),
-            ("model.head.bias", (False,), ""),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            NO_HEAD_BIAS,
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

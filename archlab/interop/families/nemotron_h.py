@@ -36,7 +36,18 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
 from archlab.interop.families.bamba import HELD, hybrid_problems, is_mamba, mamba_kind, mamba_tensors
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, bare, kind_field, refuse_hf
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    bare,
+    kind_field,
+    out_bias,
+    refuse_hf,
+)
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.mamba2 import Mamba2Config
@@ -96,10 +107,10 @@ class NemotronH(Family):
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", ("pre",), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             ("model.head.tied", (False,), " (its lm_head is never tied, whatever tie_word_embeddings says)"),
             ("model.attention.qkv_bias", (False,), " (its attention has no biases)"),
-            ("model.attention.out_bias", (False,), " (its attention has no biases)"),
+            out_bias(False, " (its attention has no biases)"),
             ("model.mlp.kind", (*UP_DOWN_KINDS, "moe"), " (its MLP is up_proj, then down_proj, without a gate)"),
             *(self.moe_rules() if cfg.mlp.kind == "moe" else []),
         ]

@@ -13,12 +13,14 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     Family,
     Rule,
     TensorMap,
     Tensors,
     config_head_dim,
     dropouts,
+    out_bias,
     plain_activation,
     plain_mlp,
 )
@@ -53,8 +55,8 @@ class GPTNeoX(Family):
             ("model.mlp.kind", ("gelu", "relu"), ""),
             ("model.mlp.bias", (True,), ""),
             *self.mha_rules(cfg),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets both)"),
-            ("model.head.bias", (False,), ""),
+            out_bias(cfg.attention.qkv_bias, " (one attention_bias flag sets both)"),
+            NO_HEAD_BIAS,
         ]
         if cfg.block.kind == "parallel":
             rules.append(("model.block.shared_norm", (False,), " (two LayerNorms per block)"))
@@ -131,7 +133,7 @@ class Phi(Family):
             ("model.block.shared_norm", (True,), " (one input_layernorm feeds attention and MLP)"),
             ("model.position.pairing", ("half",), ""),
             ("model.attention.qkv_bias", (True,), ""),
-            ("model.attention.out_bias", (True,), ""),
+            out_bias(True),
             ("model.attention.qk_norm", ("none", "head"), " (qk_layernorm is per head)"),
             ("model.mlp.kind", ("gelu", "relu"), ""),
             ("model.mlp.bias", (True,), ""),

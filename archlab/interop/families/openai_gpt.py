@@ -13,7 +13,17 @@ from archlab.config import (
     PositionConfig,
     embedding_dropout,
 )
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, dropouts, refuse_hf
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    dropouts,
+    out_bias,
+    refuse_hf,
+)
 from archlab.interop.families.gpt import GPT_KEYS
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
@@ -48,9 +58,9 @@ class OpenAIGPT(Family):
             ("model.mlp.approximate", ("tanh",) if gelu else ("none",), " (GPT's gelu is the tanh approximation)"),
             ("model.mlp.bias", (True,), ""),
             ("model.attention.qkv_bias", (True,), " (Conv1D layers always have a bias)"),
-            ("model.attention.out_bias", (True,), " (Conv1D layers always have a bias)"),
+            out_bias(True, " (Conv1D layers always have a bias)"),
             *self.mha_rules(cfg),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:

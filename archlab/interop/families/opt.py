@@ -12,6 +12,7 @@ from archlab.config import (
     PositionConfig,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     Family,
     Rule,
     TensorMap,
@@ -19,6 +20,7 @@ from archlab.interop.families.base import (
     dropouts,
     fmt,
     no_embedding_dropout,
+    out_bias,
     plain_activation,
     plain_mlp,
     refuse_hf,
@@ -67,9 +69,9 @@ class Opt(Family):
             ("model.block.kind", ("pre", "post"), " (do_layer_norm_before true or false)"),
             ("model.mlp.kind", ("gelu", "relu"), ""),
             *self.mha_rules(cfg),
-            ("model.attention.out_bias", (a.qkv_bias,), one_bias),
+            out_bias(a.qkv_bias, one_bias),
             ("model.mlp.bias", (a.qkv_bias,), one_bias),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             no_embedding_dropout(cfg, self.title),
         ]
 

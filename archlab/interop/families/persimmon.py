@@ -12,7 +12,7 @@ from archlab.config import (
     NormConfig,
 )
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, fmt, refuse_hf
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, TensorMap, Tensors, fmt, out_bias, refuse_hf
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -43,12 +43,12 @@ class Persimmon(Family):
             ("model.block.kind", ("pre",), ""),
             ("model.position.pairing", ("half",), ""),
             ("model.attention.qkv_bias", (True,), ""),
-            ("model.attention.out_bias", (True,), ""),
+            out_bias(True),
             ("model.attention.qk_norm", ("none", "head"), " (qk_layernorm is per head)"),
             *self.mha_rules(cfg),
             ("model.mlp.kind", UP_DOWN_KINDS, ""),
             ("model.mlp.bias", (True,), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from archlab.interop.families.base import (
     dropouts,
     gated_mlp,
     no_embedding_dropout,
+    out_bias,
     refuse_hf,
 )
 from archlab.interop.families.llama import _LlamaStyle
@@ -74,7 +75,7 @@ class Phi3(_LlamaStyle):
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.attention.qkv_bias", (False,), ""),
-            ("model.attention.out_bias", (False,), ""),
+            out_bias(False),
             ("model.mlp.bias", (False,), ""),
             head_dim_rule(cfg, self.title),
         ]

@@ -25,6 +25,8 @@ from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, Norm
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
     Family,
     Problem,
     Rule,
@@ -34,7 +36,9 @@ from archlab.interop.families.base import (
     config_head_dim,
     differences,
     kind_field,
+    out_bias,
     refuse_hf,
+    ungrouped,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.moe import dense_tensors, stack_saved_experts
@@ -102,17 +106,17 @@ class Qwen3Next(Family):
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.norm.unit_offset", (True,), " (Qwen3NextRMSNorm scales by 1 + w)"),
             ("model.block.kind", ("pre",), ""),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
             ("model.position.pairing", ("half",), ""),
             ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
             ("model.attention.gate", ("elementwise",), " (q_proj holds each head's query and its output gate)"),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
             ("model.mlp.kind", ("moe",), ""),
             ("model.mlp.expert", ("swiglu",), " (hidden_act, silu, is also its linear layers' convolution's)"),
             ("model.mlp.bias", (False,), " (its experts have no biases)"),
             ("model.mlp.scoring", ("softmax",), ""),
             ("model.mlp.correction_bias", (False,), ""),
-            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ungrouped(),
             ("model.mlp.routed_scale", (1.0,), ""),
             ("model.mlp.shared_expert_gate", (True,), " (its shared expert is always gated)"),
         ]

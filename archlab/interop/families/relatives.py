@@ -9,7 +9,7 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.interop.families.arcee import Arcee
-from archlab.interop.families.base import Family, Rule, TensorMap, dropouts, no_embedding_dropout
+from archlab.interop.families.base import Family, Rule, TensorMap, dropouts, no_embedding_dropout, out_bias
 from archlab.interop.families.glm4 import Glm4
 from archlab.interop.families.layered import LayeredGemma2
 from archlab.interop.families.llama import LLAMA_KEYS, Llama
@@ -30,7 +30,7 @@ class Helium(Llama):
         return [pairing if r[0] == pairing[0] else r for r in super().rules(cfg)]
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [("model.attention.out_bias", (False,), " (o_proj has no bias)")]
+        return [out_bias(False, " (o_proj has no bias)")]
 
     def from_hf(self, c: Any) -> ModelConfig:
         cfg = super().from_hf(c)
@@ -89,7 +89,7 @@ class Cwm(Ministral):
     bos_token_id = 128000  # CwmConfig's: an int (None is refused); archlab holds no special tokens
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [("model.attention.qkv_bias", (False,), ""), ("model.attention.out_bias", (False,), "")]
+        return [("model.attention.qkv_bias", (False,), ""), out_bias(False)]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(super().to_hf(cfg), mlp_bias=cfg.mlp.bias, bos_token_id=self.bos_token_id)

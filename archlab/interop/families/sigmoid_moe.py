@@ -13,7 +13,17 @@ from torch import Tensor
 
 from archlab.config import ModelConfig, n_kv_head
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import (
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    out_bias,
+    refuse_hf,
+    ungrouped,
+)
 from archlab.interop.families.dots import SigmoidRouted
 from archlab.interop.families.glm4_moe import Glm4Moe
 from archlab.interop.families.layered import view
@@ -50,7 +60,7 @@ class SolarOpen(SigmoidRouted):
     parts = "LLaMA's layers (q/k/v biases) over a sigmoid top-k MoE with correction bias, groups, shared experts in every layer"
 
     def attention_rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [("model.attention.out_bias", (False,), " (o_proj has no bias)")]
+        return [out_bias(False, " (o_proj has no bias)")]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         return super().part_problems(cfg) + self.full_rotary(cfg)
@@ -117,11 +127,11 @@ class HYV3(_Sparse):
         return [
             ("model.position.pairing", ("half",), ""),
             ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
             ("model.mlp.scoring", ("sigmoid",), ""),
             ("model.mlp.correction_bias", (True,), " (its MoE always has e_score_correction_bias)"),
             ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
-            ("model.mlp.n_groups", (1,), " (its router has no expert groups)"),
+            ungrouped(),
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:

@@ -11,7 +11,17 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim, refuse_hf
+from archlab.interop.families.base import (
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    config_head_dim,
+    out_bias,
+    refuse_hf,
+)
 from archlab.interop.families.granite import (
     check_multipliers,
     multiplier_problems,
@@ -113,7 +123,7 @@ class Olmoe(_Softmax):
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
             ("model.attention.qk_norm", ("full",), " (q_norm and k_norm span the projection)"),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
             head_dim_rule(cfg, self.title),
         ]
 
@@ -203,7 +213,7 @@ class GraniteMoe(_Softmax):
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
             ("model.mlp.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
             head_dim_rule(cfg, self.title),
         ]
@@ -285,7 +295,7 @@ class HunYuanMoe(_Softmax):
             ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
             ("model.attention.qk_norm", ("head",), " (query_layernorm and key_layernorm span one head)"),
             ("model.attention.qk_norm_after_rope", (True,), " (HunYuan norms the rotated q and k)"),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
         )
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
@@ -342,7 +352,7 @@ class Ernie45Moe(_Softmax):
                 ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
                 ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
                 ("model.attention.qkv_bias", (False,), " (use_bias would bias its shared experts too)"),
-                ("model.attention.out_bias", (False,), ""),
+                out_bias(False),
                 ("model.attention.dropout", (0.0,), " (ERNIE 4.5's attention has no dropout)"),
             )
             if r[0] != "model.mlp.n_shared_experts"
@@ -418,7 +428,7 @@ class AriaText(_Softmax):
             rules,
             ("model.mlp.expert", ("swiglu",), " (its experts are always SiLU-gated)"),
             ("model.mlp.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
-            ("model.attention.out_bias", (cfg.attention.qkv_bias,), " (one attention_bias flag sets q/k/v and output)"),
+            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
         )
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

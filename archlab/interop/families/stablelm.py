@@ -11,7 +11,17 @@ from archlab.config import (
     NormConfig,
     n_kv_head,
 )
-from archlab.interop.families.base import GATED_TO_HF, Family, Rule, TensorMap, Tensors, gated_mlp, refuse_hf
+from archlab.interop.families.base import (
+    GATED_TO_HF,
+    NO_HEAD_BIAS,
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    gated_mlp,
+    out_bias,
+    refuse_hf,
+)
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -50,11 +60,11 @@ class StableLM(Family):
             ("model.mlp.kind", ("swiglu", "geglu"), ""),
             ("model.mlp.bias", (False,), ""),
             ("model.attention.head_dim", (None, cfg.d_model // a.n_head), " (StableLM uses d_model / n_head)"),
-            ("model.attention.out_bias", (False,), " (o_proj has no bias)"),
+            out_bias(False, " (o_proj has no bias)"),
             ("model.attention.qk_norm", ("none", "head"), why),
             ("model.attention.qk_norm_per_head_scale", (qk,), why),
             ("model.attention.qk_norm_bias", (False,) if qk else (None,), why),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
         if cfg.block.kind == "parallel":
             rules.append(("model.block.shared_norm", (True,), " (one input_layernorm feeds attention and MLP)"))

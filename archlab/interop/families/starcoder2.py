@@ -13,6 +13,7 @@ from archlab.config import (
     n_kv_head,
 )
 from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
     PLAIN_TO_HF,
     Family,
     Problem,
@@ -20,6 +21,7 @@ from archlab.interop.families.base import (
     TensorMap,
     Tensors,
     dropouts,
+    out_bias,
     plain_mlp,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -60,9 +62,9 @@ class StarCoder2(Family):
             ("model.position.pairing", ("half",), ""),
             ("model.mlp.kind", ("gelu", "relu"), ""),
             ("model.attention.head_dim", (None, cfg.d_model // a.n_head), " (StarCoder 2 uses d_model / n_head)"),
-            ("model.attention.out_bias", (a.qkv_bias,), one_bias),
+            out_bias(a.qkv_bias, one_bias),
             ("model.mlp.bias", (a.qkv_bias,), one_bias),
-            ("model.head.bias", (False,), ""),
+            NO_HEAD_BIAS,
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from archlab.config import MLPConfig, ModelConfig, PositionConfig
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, kind_field, refuse_hf
+from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, kind_field, refuse_hf, ungrouped
 from archlab.interop.families.layered import rope_of, view
 from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_window
 from archlab.interop.families.moe import is_dense, pre_norm_tensors
@@ -129,7 +129,7 @@ class Step35(_LayeredSparse):
                 ("model.mlp.scoring", ("sigmoid",), ""),
                 ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
                 ("model.mlp.normalize_top_k", (True,), " (it divides the chosen scores by their sum)"),
-                ("model.mlp.n_groups", (1,), " (it routes without groups)"),
+                ungrouped(" (it routes without groups)"),
             ]
             if m.n_shared_experts < 1:
                 rules.append(("model.mlp.n_shared_experts", ("at least 1",), " (its MoE layers have a shared expert)"))
