@@ -19,11 +19,14 @@ from archlab.interop.families.refused import REFUSED, Refused
 
 def _collect() -> dict[str, Family]:
     """Every module's ``RECORDS``, by ``model_type`` (a model_type with two records is refused), in this
-    order: the families the layout tables route to (``dense.ROUTES``, then ``moe.ROUTES``), then the others
-    by name, then by name those that defer to another (``Family.defers``)."""
+    order: the families the layout tables route to (a module's ``ROUTES``, by module name: ``dense``'s,
+    then ``moe``'s), then by name the others, those whose layers may differ (``model.layers`` among their
+    features) first, then likewise those that defer to another (``Family.defers``)."""
     found: dict[str, tuple[str, Family]] = {}
+    routes: list[str] = []
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
+        routes += getattr(module, "ROUTES", ())
         for record in getattr(module, "RECORDS", ()):
             if record.model_type in found:
                 raise ImportError(
@@ -31,12 +34,13 @@ def _collect() -> dict[str, Family]:
                     f"and in families.{info.name}"
                 )
             found[record.model_type] = (info.name, record)
-    from archlab.interop.families import dense, moe
-
-    routes = (*dense.ROUTES, *moe.ROUTES)
 
     def rank(t: str) -> tuple:
-        return (t not in routes, found[t][1].defers, routes.index(t) if t in routes else 0, t)
+        record = found[t][1]
+        layered = bool(record.features & {"model.layers.first", "model.layers.pattern"})
+        if t in routes:
+            return (0, routes.index(t), t)
+        return (1, record.defers, not layered, t)
 
     return {t: found[t][1] for t in sorted(found, key=rank)}
 

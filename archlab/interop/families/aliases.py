@@ -1,6 +1,6 @@
 """Hugging Face model_types whose causal LM is another family's own class with a config of the same keys:
 GPT-SW3 (``GPT2LMHeadModel``, ``GPT2Config``), EXAONE 3, InternLM3 and IQuest-Coder (``LlamaForCausalLM``
-with their own config classes), in the table ``ALIASES``. Each record is its parent's with the
+with their own config classes). Each record is its parent's with the
 ``model_type``, title and classes changed; a layout exports to the parent, which holds the same model."""
 
 from __future__ import annotations

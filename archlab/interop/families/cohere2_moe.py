@@ -47,6 +47,8 @@ class Cohere2Moe(_LayeredSparse):
     'average', which halves the sum, is refused: archlab adds its shared experts' output); dense layers of
     ``prefix_dense_intermediate_size`` (else ``intermediate_size``) where ``mlp_layer_types`` says "dense"."""
 
+    defers = True  # to Cohere, which holds its layouts with every layer dense and alike
+
     model_type, title, model_class, config_class = (
         "cohere2_moe",
         "Cohere2-MoE",

@@ -1,6 +1,6 @@
 """DBRX (``DbrxForCausalLM``): pre-norm LayerNorms without bias, a fused ``Wqkv`` clamped to ±``clip_qkv``
 (before RoPE, as archlab clamps), GQA, and a softmax top-k MoE of SiLU-gated experts in every layer whose
-experts are stored flat (``w1``, ``v1``, ``w2``: [E·f, d] each), in the table ``DBRX``."""
+experts are stored flat (``w1``, ``v1``, ``w2``: [E·f, d] each)."""
 
 from __future__ import annotations
 

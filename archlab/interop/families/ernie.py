@@ -1,5 +1,5 @@
 """ERNIE 4.5, dense (``Ernie4_5ForCausalLM``): LLaMA's layers with adjacent dims paired by RoPE and one
-``use_bias`` flag for every projection, in the table ``ERNIE``."""
+``use_bias`` flag for every projection."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """GLM-4 (``Glm4ForCausalLM``, the 0414 models): LLaMA's names around a sandwich block of four RMSNorms,
-interleaved partial RoPE, q/k/v biases and one fused gate/up projection, in the table ``GLM4``."""
+interleaved partial RoPE, q/k/v biases and one fused gate/up projection."""
 
 from __future__ import annotations
 

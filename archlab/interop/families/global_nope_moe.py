@@ -21,6 +21,7 @@ from torch import Tensor
 
 from archlab.config import MLPConfig, ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
+from archlab.interop.families.afmoe import Afmoe
 from archlab.interop.families.base import (
     GATED_TO_HF,
     Family,
@@ -35,7 +36,7 @@ from archlab.interop.families.base import (
     ungrouped,
 )
 from archlab.interop.families.layered import view
-from archlab.interop.families.layered_moe import Afmoe, _unique, apply_layout, one_window
+from archlab.interop.families.layered_moe import _unique, apply_layout, one_window
 from archlab.interop.families.moe import (
     dense_first,
     dense_tensors,

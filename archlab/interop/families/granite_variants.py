@@ -1,4 +1,4 @@
-"""Granite's variants, in the table ``GRANITE_VARIANTS``: HyperCLOVA X (Granite's multipliers with a norm
+"""Granite's variants: HyperCLOVA X (Granite's multipliers with a norm
 after each sublayer, ``use_post_norm``: archlab's sandwich block, and the logits multiplied by
 ``logits_scaling``) and Granite SWA (Granite with a sink logit per head, sliding layers by ``layer_types``
 and NoPE layers where ``layer_rope_theta`` is 0)."""

@@ -1,5 +1,5 @@
 """HunYuan dense (``HunYuanDenseV1ForCausalLM``): LLaMA's layers with q and k RMSNormed per head after
-RoPE, in the table ``HUNYUAN``."""
+RoPE."""
 
 from __future__ import annotations
 

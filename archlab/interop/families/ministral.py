@@ -1,6 +1,6 @@
 """Ministral (``MinistralForCausalLM``: Mistral's layers, sliding or full as ``layer_types`` says) and
 Ministral 3 (``Ministral3ForCausalLM``: Mistral's layers with transformers' generic YaRN and the queries
-scaled by position, as Llama 4's), in the table ``MINISTRAL``."""
+scaled by position, as Llama 4's)."""
 
 from __future__ import annotations
 

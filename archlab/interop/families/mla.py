@@ -19,9 +19,10 @@ from archlab.interop.families.base import (
     gated_mlp,
     refuse_hf,
 )
+from archlab.interop.families.deepseek import DeepseekV3
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import LLAMA_KEYS
-from archlab.interop.families.moe import LATENT_EPS, MLA_KEYS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
+from archlab.interop.families.moe import LATENT_EPS, MLA_KEYS, latent_eps_from_hf, latent_eps_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.sigmoid_moe import dense_prefix, mlp_layer_types
 from archlab.nn.mixers.mla import MLAConfig

@@ -1,8 +1,7 @@
-"""The Hugging Face mixture-of-experts families, one record each: Mixtral, Qwen3-MoE, DeepSeek-V2 and
-DeepSeek-V3 (multi-head latent attention and DeepSeekMoE).
-
-They are ``base.Family`` records like the dense ones (``SPARSE``; ``families.FAMILIES`` joins the
-two tables). ``sparse_family`` picks one for a layout with a moe MLP or mla attention. Routed experts are stacked in both libraries (transformers 5's ``gate_up_proj``
+"""What the Hugging Face mixture-of-experts families share (``_Sparse``, ``_CausalSparse``, dense first
+layers, expert tensors), whose records are in ``mixtral``, ``qwen3_moe``, ``deepseek`` (DeepSeek-V2 and
+DeepSeek-V3: multi-head latent attention and DeepSeekMoE) and further modules. ``sparse_family`` picks one
+for a layout with a moe MLP or mla attention. Routed experts are stacked in both libraries (transformers 5's ``gate_up_proj``
 [E, 2f, d], gate rows first, and ``down_proj`` [E, d, f]), so they map tensor for tensor; DeepSeek's
 shared experts are one gated MLP of n_shared·f, and DeepSeek-V3's correction bias is a buffer in both.
 The auxiliary-loss weights are training settings, not layout: ``aux_loss_weight`` travels as
@@ -34,7 +33,6 @@ from archlab.errors import ConfigError
 from archlab.interop.families.base import (
     GATED_TO_HF,
     NO_HEAD_BIAS,
-    ONE_BIAS_FLAG,
     Family,
     Problem,
     Rule,
@@ -45,15 +43,11 @@ from archlab.interop.families.base import (
     differences,
     gated_activation,
     kind_field,
-    out_bias,
-    refuse_hf,
     ungrouped,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
-from archlab.nn.mixers.base import head_dim
-from archlab.nn.mixers.mla import MLAConfig
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 
@@ -364,264 +358,7 @@ class _CausalSparse(_Sparse):
         t.add(f"{archlab}.proj", f"{hf}.o_proj", a.out_bias)
 
 
-class Mixtral(_CausalSparse):
-    """MixtralForCausalLM: Mistral's attention (no biases) and a MoE in every layer, softmax over the
-    experts, the top-k weights renormalised; ``intermediate_size`` is an expert's width."""
-
-    parts = "Mistral's layers with a softmax top-k MoE of SwiGLU experts"
-
-    model_type, title, model_class, config_class = "mixtral", "Mixtral", "MixtralForCausalLM", "MixtralConfig"
-    expert_matrices = ("w1", "w3", "w2")
-    checkpoint_renames = {".block_sparse_moe.": ".mlp."}
-
-    def rules(self, cfg: ModelConfig) -> list[Rule]:
-        return super().rules(cfg) + [
-            ("model.attention.qkv_bias", (False,), ""),
-            out_bias(False),
-            ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
-        ]
-
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        hd = head_dim(cfg)
-        return dict(
-            super().to_hf(cfg),
-            head_dim=None if hd == cfg.d_model // cfg.attention.n_head else hd,  # as published: null when implied
-            num_local_experts=cfg.mlp.n_experts,
-            intermediate_size=expert_width(cfg),
-        )
-
-    def from_hf(self, c: Any) -> ModelConfig:
-        if c.router_jitter_noise:
-            refuse_hf(c, "router_jitter_noise", "0.0 (archlab's router has no input jitter)")
-        mlp = self.moe_from_hf(
-            c,
-            c.num_local_experts,
-            c.intermediate_size,
-            normalize_top_k=True,
-            aux_loss_weight=float(c.router_aux_loss_coef),
-        )
-        return self.causal_from_hf(c, mlp)
-
-
-class Qwen3Moe(_CausalSparse):
-    """Qwen3MoeForCausalLM: Qwen3's attention (per-head QK-norm, explicit head_dim, one attention_bias
-    flag) and MoE layers of ``moe_intermediate_size`` experts, the top-k weights renormalised as
-    ``norm_topk_prob`` says; ``mlp_only_layers`` 0 .. N-1 are archlab's first N layers of a dense kind
-    (width ``intermediate_size``, ``with_dense_first``)."""
-
-    parts = "Qwen3's layers with a softmax top-k MoE, dense layers by a kind"
-
-    model_type, title, model_class, config_class = "qwen3_moe", "Qwen3-MoE", "Qwen3MoeForCausalLM", "Qwen3MoeConfig"
-    features = _CausalSparse.features | {"model.attention.qk_norm"} | LAYERS
-
-    def rules(self, cfg: ModelConfig) -> list[Rule]:
-        return super().rules(cfg) + [
-            ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
-            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
-        ]
-
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        m, window = cfg.mlp, cfg.attention.window
-        return dict(
-            super().to_hf(cfg),
-            head_dim=head_dim(cfg),
-            attention_bias=cfg.attention.qkv_bias,
-            use_sliding_window=window is not None,
-            num_experts=m.n_experts,
-            moe_intermediate_size=expert_width(cfg),
-            intermediate_size=d_ff(cfg),
-            norm_topk_prob=m.normalize_top_k,
-            decoder_sparse_step=1,
-            mlp_only_layers=list(range(dense_first(layer_configs(cfg)))),
-        )
-
-    def from_hf(self, c: Any) -> ModelConfig:
-        if c.decoder_sparse_step != 1:
-            refuse_hf(c, "decoder_sparse_step", "1 (archlab's MoE layers are every layer after the dense ones)")
-        if c.num_experts < 1:
-            refuse_hf(c, "num_experts", "at least 1 (archlab's MoE layers have routed experts)")
-        dense = list(c.mlp_only_layers)
-        if dense != list(range(len(dense))):
-            refuse_hf(c, "mlp_only_layers", "the first N layers, [0, 1, ..., N-1] (archlab's dense layer kinds)")
-        mlp = self.moe_from_hf(
-            c,
-            c.num_experts,
-            c.moe_intermediate_size,
-            d_ff=c.intermediate_size,
-            normalize_top_k=bool(c.norm_topk_prob),
-            aux_loss_weight=float(c.router_aux_loss_coef),
-        )
-        cfg = with_dense_first(self.causal_from_hf(c, mlp), min(len(dense), c.num_hidden_layers))
-        bias = bool(c.attention_bias)
-        cfg.attention.qkv_bias, cfg.attention.out_bias, cfg.attention.qk_norm = bias, bias, "head"
-        return cfg  # Qwen3MoeConfig has already set sliding_window to None unless use_sliding_window
-
-
 # ---- DeepSeek-V2 and -V3: multi-head latent attention and DeepSeekMoE
-
-
-class _DeepSeek(_Sparse):
-    """DeepSeek-V2 and -V3: multi-head latent attention (queries direct or through ``q_lora_rank``, keys
-    and values from a ``kv_lora_rank`` latent, one rotated key all heads share), YaRN RoPE, the first
-    ``first_k_dense_replace`` layers dense (width ``intermediate_size``), then routed experts of
-    ``moe_intermediate_size`` beside ``n_shared_experts`` shared ones, weights times ``routed_scaling_factor``."""
-
-    attention_kind = "mla"
-    position_why = " (it always rotates qk_rope_head_dim dims)"
-    features = frozenset({"model.position.scaling", "model.position.truncate", LATENT_EPS}) | LAYERS
-    scalings = ("none", "yarn")
-    shared_experts = True
-    keys = {**_Sparse.keys, **MLA_KEYS}
-    topk_method: str  # the value of DeepSeek's own config key topk_method this version computes (set per subclass)
-
-    def rules(self, cfg: ModelConfig) -> list[Rule]:
-        return super().rules(cfg) + [latent_eps_rule(cfg)]
-
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        a, m = cfg.attention, cfg.mlp
-        return dict(
-            self.base_to_hf(cfg),
-            num_key_value_heads=a.n_head,
-            attention_bias=False,
-            intermediate_size=d_ff(cfg),
-            moe_intermediate_size=expert_width(cfg),
-            n_routed_experts=m.n_experts,
-            num_experts_per_tok=m.top_k,
-            n_shared_experts=m.n_shared_experts,
-            first_k_dense_replace=dense_first(layer_configs(cfg)),
-            routed_scaling_factor=m.routed_scale,
-            norm_topk_prob=m.normalize_top_k,
-            n_group=m.n_groups,
-            topk_group=m.top_groups,
-            # read by DeepSeek's own modeling code (trust_remote_code) and by from_hf; transformers fixes them
-            scoring_func=m.scoring,
-            topk_method=self.topk_method,
-        )
-
-    def deepseek_from_hf(self, c: Any, pairing: str, **routing: Any) -> ModelConfig:
-        """archlab's config, ``routing`` the family's MLPConfig fields (scoring, groups, renormalisation)."""
-        if c.attention_bias:
-            refuse_hf(c, "attention_bias", "false (archlab's mla projections have no biases)")
-        if c.num_key_value_heads not in (None, c.num_attention_heads):
-            refuse_hf(
-                c, "num_key_value_heads", f"num_attention_heads={c.num_attention_heads} (every head reads the latent)"
-            )
-        if not c.n_shared_experts:
-            refuse_hf(
-                c, "n_shared_experts", "at least 1 (archlab's shared experts are one MLP of n·moe_intermediate_size)"
-            )
-        for key, computed in (("topk_method", self.topk_method), ("scoring_func", routing["scoring"])):
-            if getattr(c, key, None) not in (None, computed):  # DeepSeek's own keys: transformers fixes both
-                refuse_hf(c, key, f"'{computed}' (what transformers' {self.model_class} computes)")
-        position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=self.rope_types())
-        position.pairing = pairing
-        attention = MLAConfig(
-            dropout=float(c.attention_dropout),
-            latent_norm_eps=latent_eps_from_hf(c),
-        )
-        mlp = self.moe_from_hf(
-            c,
-            c.n_routed_experts,
-            c.moe_intermediate_size,
-            d_ff=c.intermediate_size,
-            n_shared_experts=c.n_shared_experts,
-            routed_scale=float(c.routed_scaling_factor),
-            **routing,
-        )
-        cfg = self.base_from_hf(c, position, attention, mlp)
-        return with_dense_first(cfg, min(c.first_k_dense_replace or 0, c.num_hidden_layers))
-
-    def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
-        if t.cfg.attention.q_lora_rank is None:
-            t.add(f"{archlab}.q_proj", f"{hf}.q_proj")
-        else:
-            t.add(f"{archlab}.q_down", f"{hf}.q_a_proj")
-            t.add(f"{archlab}.q_norm", f"{hf}.q_a_layernorm")
-            t.add(f"{archlab}.q_up", f"{hf}.q_b_proj")
-        t.add(f"{archlab}.kv_down", f"{hf}.kv_a_proj_with_mqa")
-        t.add(f"{archlab}.kv_norm", f"{hf}.kv_a_layernorm")
-        t.add(f"{archlab}.kv_up", f"{hf}.kv_b_proj")
-        t.add(f"{archlab}.proj", f"{hf}.o_proj")
-
-
-class DeepseekV2(_DeepSeek):
-    """DeepseekV2ForCausalLM: softmax scores, greedy top-k (transformers never renormalises the top-k
-    weights here, whatever norm_topk_prob says), rotated pairs interleaved."""
-
-    parts = "MLA, DeepSeekMoE (shared experts, groups), dense first layers, YaRN (DeepSeek's reading)"
-
-    model_type, title, model_class, config_class = (
-        "deepseek_v2",
-        "DeepSeek-V2",
-        "DeepseekV2ForCausalLM",
-        "DeepseekV2Config",
-    )
-    topk_method = "greedy"
-
-    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [
-            ("model.position.pairing", ("interleaved",), " (it rotates interleaved pairs)"),
-            ("model.mlp.scoring", ("softmax",), ""),
-            ("model.mlp.correction_bias", (False,), ""),
-            ungrouped(" (its group_limited_greedy ranks groups by their best score alone)"),
-            ("model.mlp.normalize_top_k", (False,), " (it never renormalises the top-k weights)"),
-        ]
-
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        return dict(super().to_hf(cfg), mlp_bias=False)
-
-    def from_hf(self, c: Any) -> ModelConfig:
-        if c.mlp_bias:
-            refuse_hf(c, "mlp_bias", "false (archlab's experts have no biases)")
-        if c.norm_topk_prob:
-            refuse_hf(c, "norm_topk_prob", "false (transformers' DeepseekV2 never renormalises the top-k weights)")
-        if c.topk_method != "greedy":
-            refuse_hf(
-                c,
-                "topk_method",
-                "'greedy' (group_limited_greedy ranks groups by their best score; archlab by their two best, as V3)",
-            )
-        return self.deepseek_from_hf(c, "interleaved", scoring="softmax", normalize_top_k=False)
-
-
-class DeepseekV3(_DeepSeek):
-    """DeepseekV3ForCausalLM: sigmoid scores plus the selection-only ``e_score_correction_bias`` (a
-    buffer), group-limited top-k (``n_group``, ``topk_group``: groups ranked by their two best scores),
-    renormalised as ``norm_topk_prob`` says; rotated pairs interleaved or halves (``rope_interleave``).
-    archlab has no multi-token-prediction module (neither has DeepseekV3ForCausalLM): num_mtp_layers 0."""
-
-    parts = "DeepSeek-V2's parts with sigmoid routing and a correction bias"
-
-    model_type, title, model_class, config_class = (
-        "deepseek_v3",
-        "DeepSeek-V3",
-        "DeepseekV3ForCausalLM",
-        "DeepseekV3Config",
-    )
-    topk_method = "noaux_tc"
-
-    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [
-            ("model.mlp.scoring", ("sigmoid",), ""),
-            ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
-        ]
-
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        return dict(super().to_hf(cfg), rope_interleave=cfg.position.pairing == "interleaved", num_mtp_layers=0)
-
-    def from_hf(self, c: Any) -> ModelConfig:
-        return self.deepseek_from_hf(
-            c,
-            "interleaved" if c.rope_interleave else "half",
-            scoring="sigmoid",
-            correction_bias=True,
-            normalize_top_k=bool(c.norm_topk_prob),
-            n_groups=c.n_group or 1,
-            top_groups=c.topk_group or 1,
-        )
-
-
-RECORDS: tuple[Family, ...] = (Mixtral(), Qwen3Moe(), DeepseekV2(), DeepseekV3())
 
 
 # every model_type ``sparse_family`` answers: ``FAMILIES`` lists them after ``dense.ROUTES``, in this order

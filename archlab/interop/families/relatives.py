@@ -10,8 +10,8 @@ from typing import Any
 from archlab.config import ModelConfig
 from archlab.interop.families.arcee import Arcee
 from archlab.interop.families.base import Family, Rule, TensorMap, dropouts, no_embedding_dropout, out_bias
+from archlab.interop.families.gemma2 import LayeredGemma2
 from archlab.interop.families.glm4 import Glm4
-from archlab.interop.families.layered import LayeredGemma2
 from archlab.interop.families.llama import LLAMA_KEYS, Llama
 from archlab.interop.families.ministral import Ministral
 

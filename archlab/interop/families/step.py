@@ -1,5 +1,5 @@
 """Step-3.5 (StepFun, ``model_type`` step3p5), one ``base.Family`` record like those of
-``layered_moe``, whose helpers it shares (``families.FAMILIES`` joins the table ``STEP``).
+``layered_moe``, whose helpers it shares.
 
 transformers 5.24 reads a step3p5 config as ``Step3p7TextConfig`` and builds its text stack as
 ``Step3p7TextModel``, without an LM head; its only class with the head, ``Step3p7ForConditionalGeneration``,

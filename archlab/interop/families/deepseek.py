@@ -1,0 +1,198 @@
+"""DeepSeek-V2 and DeepSeek-V3: multi-head latent attention over DeepSeekMoE (shared experts, expert groups, dense first layers; the shared MoE parts in ``moe``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from archlab.config import (
+    ModelConfig,
+)
+from archlab.config.layers import layer_configs
+from archlab.interop.families.base import (
+    Family,
+    Rule,
+    Tensors,
+    refuse_hf,
+    ungrouped,
+)
+from archlab.interop.families.moe import (
+    LATENT_EPS,
+    LAYERS,
+    MLA_KEYS,
+    _Sparse,
+    dense_first,
+    latent_eps_from_hf,
+    latent_eps_rule,
+    with_dense_first,
+)
+from archlab.interop.families.rope import rope_from_hf
+from archlab.nn.mixers.mla import MLAConfig
+from archlab.nn.mlp import d_ff
+from archlab.nn.moe import expert_width
+
+
+class _DeepSeek(_Sparse):
+    """DeepSeek-V2 and -V3: multi-head latent attention (queries direct or through ``q_lora_rank``, keys
+    and values from a ``kv_lora_rank`` latent, one rotated key all heads share), YaRN RoPE, the first
+    ``first_k_dense_replace`` layers dense (width ``intermediate_size``), then routed experts of
+    ``moe_intermediate_size`` beside ``n_shared_experts`` shared ones, weights times ``routed_scaling_factor``."""
+
+    attention_kind = "mla"
+    position_why = " (it always rotates qk_rope_head_dim dims)"
+    features = frozenset({"model.position.scaling", "model.position.truncate", LATENT_EPS}) | LAYERS
+    scalings = ("none", "yarn")
+    shared_experts = True
+    keys = {**_Sparse.keys, **MLA_KEYS}
+    topk_method: str  # the value of DeepSeek's own config key topk_method this version computes (set per subclass)
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [latent_eps_rule(cfg)]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        a, m = cfg.attention, cfg.mlp
+        return dict(
+            self.base_to_hf(cfg),
+            num_key_value_heads=a.n_head,
+            attention_bias=False,
+            intermediate_size=d_ff(cfg),
+            moe_intermediate_size=expert_width(cfg),
+            n_routed_experts=m.n_experts,
+            num_experts_per_tok=m.top_k,
+            n_shared_experts=m.n_shared_experts,
+            first_k_dense_replace=dense_first(layer_configs(cfg)),
+            routed_scaling_factor=m.routed_scale,
+            norm_topk_prob=m.normalize_top_k,
+            n_group=m.n_groups,
+            topk_group=m.top_groups,
+            # read by DeepSeek's own modeling code (trust_remote_code) and by from_hf; transformers fixes them
+            scoring_func=m.scoring,
+            topk_method=self.topk_method,
+        )
+
+    def deepseek_from_hf(self, c: Any, pairing: str, **routing: Any) -> ModelConfig:
+        """archlab's config, ``routing`` the family's MLPConfig fields (scoring, groups, renormalisation)."""
+        if c.attention_bias:
+            refuse_hf(c, "attention_bias", "false (archlab's mla projections have no biases)")
+        if c.num_key_value_heads not in (None, c.num_attention_heads):
+            refuse_hf(
+                c, "num_key_value_heads", f"num_attention_heads={c.num_attention_heads} (every head reads the latent)"
+            )
+        if not c.n_shared_experts:
+            refuse_hf(
+                c, "n_shared_experts", "at least 1 (archlab's shared experts are one MLP of n·moe_intermediate_size)"
+            )
+        for key, computed in (("topk_method", self.topk_method), ("scoring_func", routing["scoring"])):
+            if getattr(c, key, None) not in (None, computed):  # DeepSeek's own keys: transformers fixes both
+                refuse_hf(c, key, f"'{computed}' (what transformers' {self.model_class} computes)")
+        position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=self.rope_types())
+        position.pairing = pairing
+        attention = MLAConfig(
+            dropout=float(c.attention_dropout),
+            latent_norm_eps=latent_eps_from_hf(c),
+        )
+        mlp = self.moe_from_hf(
+            c,
+            c.n_routed_experts,
+            c.moe_intermediate_size,
+            d_ff=c.intermediate_size,
+            n_shared_experts=c.n_shared_experts,
+            routed_scale=float(c.routed_scaling_factor),
+            **routing,
+        )
+        cfg = self.base_from_hf(c, position, attention, mlp)
+        return with_dense_first(cfg, min(c.first_k_dense_replace or 0, c.num_hidden_layers))
+
+    def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
+        if t.cfg.attention.q_lora_rank is None:
+            t.add(f"{archlab}.q_proj", f"{hf}.q_proj")
+        else:
+            t.add(f"{archlab}.q_down", f"{hf}.q_a_proj")
+            t.add(f"{archlab}.q_norm", f"{hf}.q_a_layernorm")
+            t.add(f"{archlab}.q_up", f"{hf}.q_b_proj")
+        t.add(f"{archlab}.kv_down", f"{hf}.kv_a_proj_with_mqa")
+        t.add(f"{archlab}.kv_norm", f"{hf}.kv_a_layernorm")
+        t.add(f"{archlab}.kv_up", f"{hf}.kv_b_proj")
+        t.add(f"{archlab}.proj", f"{hf}.o_proj")
+
+
+class DeepseekV2(_DeepSeek):
+    """DeepseekV2ForCausalLM: softmax scores, greedy top-k (transformers never renormalises the top-k
+    weights here, whatever norm_topk_prob says), rotated pairs interleaved."""
+
+    parts = "MLA, DeepSeekMoE (shared experts, groups), dense first layers, YaRN (DeepSeek's reading)"
+
+    model_type, title, model_class, config_class = (
+        "deepseek_v2",
+        "DeepSeek-V2",
+        "DeepseekV2ForCausalLM",
+        "DeepseekV2Config",
+    )
+    topk_method = "greedy"
+
+    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.position.pairing", ("interleaved",), " (it rotates interleaved pairs)"),
+            ("model.mlp.scoring", ("softmax",), ""),
+            ("model.mlp.correction_bias", (False,), ""),
+            ungrouped(" (its group_limited_greedy ranks groups by their best score alone)"),
+            ("model.mlp.normalize_top_k", (False,), " (it never renormalises the top-k weights)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(super().to_hf(cfg), mlp_bias=False)
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        if c.mlp_bias:
+            refuse_hf(c, "mlp_bias", "false (archlab's experts have no biases)")
+        if c.norm_topk_prob:
+            refuse_hf(c, "norm_topk_prob", "false (transformers' DeepseekV2 never renormalises the top-k weights)")
+        if c.topk_method != "greedy":
+            refuse_hf(
+                c,
+                "topk_method",
+                "'greedy' (group_limited_greedy ranks groups by their best score; archlab by their two best, as V3)",
+            )
+        return self.deepseek_from_hf(c, "interleaved", scoring="softmax", normalize_top_k=False)
+
+
+class DeepseekV3(_DeepSeek):
+    """DeepseekV3ForCausalLM: sigmoid scores plus the selection-only ``e_score_correction_bias`` (a
+    buffer), group-limited top-k (``n_group``, ``topk_group``: groups ranked by their two best scores),
+    renormalised as ``norm_topk_prob`` says; rotated pairs interleaved or halves (``rope_interleave``).
+    archlab has no multi-token-prediction module (neither has DeepseekV3ForCausalLM): num_mtp_layers 0."""
+
+    parts = "DeepSeek-V2's parts with sigmoid routing and a correction bias"
+
+    model_type, title, model_class, config_class = (
+        "deepseek_v3",
+        "DeepSeek-V3",
+        "DeepseekV3ForCausalLM",
+        "DeepseekV3Config",
+    )
+    topk_method = "noaux_tc"
+
+    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.mlp.scoring", ("sigmoid",), ""),
+            ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+        ]
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(super().to_hf(cfg), rope_interleave=cfg.position.pairing == "interleaved", num_mtp_layers=0)
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        return self.deepseek_from_hf(
+            c,
+            "interleaved" if c.rope_interleave else "half",
+            scoring="sigmoid",
+            correction_bias=True,
+            normalize_top_k=bool(c.norm_topk_prob),
+            n_groups=c.n_group or 1,
+            top_groups=c.topk_group or 1,
+        )
+
+
+RECORDS: tuple[Family, ...] = (
+    DeepseekV2(),
+    DeepseekV3(),
+)
