@@ -263,7 +263,7 @@ TINY_MOE = [
     "model.d_model=32",
     "model.attention.n_head=4",
     "model.attention.n_kv_head=2",
-    "model.mlp.n_experts=4",
+    "model.mlp.routing.n_experts=4",
     "model.mlp.expert_d_ff=32",
     *TINY_RUN,
     "checkpointing=false",

@@ -753,9 +753,10 @@ def test_reference_counts_in_the_docs_are_the_checked_ones():
             assert REFERENCE_COUNTS[name] in numbers, f"{doc.name}: {name} is not given as {REFERENCE_COUNTS[name]:,}"
 
 
-def test_the_mixers_fields_in_models_md_are_the_classes():
-    """docs/models.md lists each mixer's own fields as ``archlab-check --help`` prints them from the classes."""
-    from archlab.cli.settings import mixer_fields_lines
+def test_the_mixers_and_mlps_fields_in_models_md_are_the_classes():
+    """docs/models.md lists each mixer's and MLP's own fields as ``archlab-check --help`` prints them from the
+    classes."""
+    from archlab.cli.settings import option_fields_lines
 
     text = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
-    assert "```text\n" + "\n".join(mixer_fields_lines()) + "\n```" in text
+    assert "```text\n" + "\n".join(option_fields_lines()[1:]) + "\n```" in text

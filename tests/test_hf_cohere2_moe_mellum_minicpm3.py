@@ -176,7 +176,7 @@ def test_cohere2_moe_holds_average_without_shared_experts():
     "case, fields, field",
     [
         ("cohere2_moe", dict(kinds__full__position__kind="rope"), "model.layers.kinds.full.position.kind"),
-        ("cohere2_moe", dict(mlp__routed_scale=2.0), "model.mlp.routed_scale"),
+        ("cohere2_moe", dict(mlp__routing__routed_scale=2.0), "model.mlp.routing.routed_scale"),
         ("mellum", dict(mlp__n_shared_experts=1), "model.mlp.n_shared_experts"),
         ("mellum", dict(attention__qk_norm="none"), "model.attention.qk_norm"),
         ("minicpm3", dict(head__logit_scale=0.3), "model.head.logit_scale"),

@@ -299,9 +299,9 @@ NANO = ["model=nano"]
                     "model.d_model=64",
                     "model.attention.n_head=4",
                     "model.attention.n_kv_head=2",
-                    f"model.mlp.{f}=true",
+                    f"model.mlp.routing.{f}=true",
                 ],
-                f"model.mlp.{f}",
+                f"model.mlp.routing.{f}",
             )
             for f in ("router_bias", "weight_input")
         ),  # gpt-oss's router bias, Llama 4's weighted expert inputs

@@ -122,10 +122,10 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
 @pytest.mark.parametrize(
     "case, fields, field",
     [
-        ("exaone_moe", dict(mlp__correction_bias=False), "model.mlp.correction_bias"),
+        ("exaone_moe", dict(mlp__routing__correction_bias=False), "model.mlp.routing.correction_bias"),
         ("exaone_moe", dict(kinds__full_dense__position__kind="rope"), "model.layers.kinds.full_dense.position.kind"),
         ("flint", dict(attention__sinks=False), "model.attention.sinks"),
-        ("flint", dict(mlp__routed_scale=2.0), "model.mlp.routed_scale"),
+        ("flint", dict(mlp__routing__routed_scale=2.0), "model.mlp.routing.routed_scale"),
     ],
 )
 def test_records_refuse_layouts_they_cannot_hold(case, fields, field):

@@ -19,7 +19,7 @@ from helpers.parts import short_fit
 from omegaconf import OmegaConf
 
 from archlab import ConfigError, build_model, count_params
-from archlab.config import to_model_config
+from archlab.config import MLP_OPTIONS, to_model_config
 from archlab.interop.hf import FAMILIES, config_from_hf, config_to_hf, from_hf, hf_family
 from archlab.nn.mixers.attention import CausalSelfAttention
 from archlab.nn.norms import LayerNorm
@@ -208,16 +208,18 @@ BASE |= dict(attention={"n_head": 4}, mlp={"d_ff": 96, "approximate": "tanh"})
 
 def layout(*overrides: str):
     """``BASE`` with ``overrides`` (``model.a.b=value``; ``model/mlp=swiglu`` sets the kind, as its option
-    file, which for swiglu also resets approximate), validated; no Hydra composition, for speed."""
+    file, and its section keeps the fields swiglu has: GELU's approximate goes), validated; no Hydra
+    composition, for speed."""
     dots = []
     for override in overrides:
         key, value = override.split("=", 1)
         if key.startswith("model/"):
             dots.append(f"{key.removeprefix('model/')}.kind={value}")
-            dots += ["mlp.approximate=none"] if value == "swiglu" else []
         else:
             dots.append(f"{key.removeprefix('model.')}={value}")
-    return validate(to_model_config(OmegaConf.merge(OmegaConf.create(BASE), OmegaConf.from_dotlist(dots))))
+    data = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(BASE), OmegaConf.from_dotlist(dots)))
+    data["mlp"] = MLP_OPTIONS.own_fields(data["mlp"], data["mlp"].get("kind", "gelu"))
+    return validate(to_model_config(data))
 
 
 NO_BIAS = ["model.attention.qkv_bias=false", "model.attention.out_bias=false", "model.mlp.bias=false"]

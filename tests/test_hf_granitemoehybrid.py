@@ -67,8 +67,15 @@ def test_from_hf_reads_the_parts():
     assert (nope.position.kind, nope.attention.scale, nope.embedding_multiplier) == ("none", 0.125, 2.0)
     assert (nope.block.residual_multiplier, nope.head.logit_scale) == (0.5, 2.0)
     m = nope.mlp
-    assert (m.kind, m.expert, m.n_experts, m.top_k, m.expert_d_ff, m.n_shared_experts) == ("moe", "swiglu", 4, 2, 16, 2)
-    assert (m.scoring, m.normalize_top_k) == ("softmax", True)
+    assert (m.kind, m.expert, m.routing.n_experts, m.routing.top_k, m.expert_d_ff, m.n_shared_experts) == (
+        "moe",
+        "swiglu",
+        4,
+        2,
+        16,
+        2,
+    )
+    assert (m.routing.scoring, m.routing.normalize_top_k) == ("softmax", True)
     rope = cfgs["moe-rope"].position
     assert (rope.kind, rope.theta, rope.rotary_fraction, rope.pairing) == ("rope", 500.0, None, "half")
     dense = cfgs["dense-biases-tied"]
@@ -127,7 +134,7 @@ def layout(**overrides):
     "overrides, field",
     [
         (dict(mlp__n_shared_experts=0), "model.mlp.n_shared_experts"),
-        (dict(mlp__normalize_top_k=False), "model.mlp.normalize_top_k"),
+        (dict(mlp__routing__normalize_top_k=False), "model.mlp.routing.normalize_top_k"),
         (dict(mlp__expert="geglu"), "model.mlp.expert"),
         (dict(attention__out_bias=True), "model.attention.out_bias"),
         (dict(kinds__mamba2__attention__dt_min=0.01), "model.layers.kinds.mamba2.attention.dt_min"),

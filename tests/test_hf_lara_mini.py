@@ -136,7 +136,7 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
         (dict(nope={"position": {"kind": "none"}, "attention": {"window": 4}}), "model.layers.kinds.nope.position.kind"),
         (dict(sliding={"attention": {"window": 4}, "position": {"kind": "none"}}), "model.layers.kinds.sliding.position.kind"),
         (dict(nope={"position": {"kind": "none"}, "attention": {"qk_norm": "none"}}), "model.layers.kinds.nope.attention.qk_norm"),
-        (dict(sliding={"attention": {"window": 4}, "mlp": {"top_k": 3}}), "model.layers.kinds.sliding.mlp.top_k"),
+        (dict(sliding={"attention": {"window": 4}, "mlp": {"routing": {"top_k": 3}}}), "model.layers.kinds.sliding.mlp.routing.top_k"),
         (dict(nope={}), "model.position.kind"),
     ],
 )  # fmt: skip

@@ -176,7 +176,7 @@ def test_from_hf_reads_each_layer_into_a_kind():
         "yarn",
     )
     m = oss.mlp
-    assert (m.bias, m.router_bias, m.swiglu_limit, m.swiglu_alpha, m.up_offset, m.expert_d_ff) == (
+    assert (m.bias, m.routing.router_bias, m.swiglu_limit, m.swiglu_alpha, m.up_offset, m.expert_d_ff) == (
         True,
         True,
         1.5,
@@ -196,7 +196,7 @@ def test_from_hf_reads_each_layer_into_a_kind():
         },
     }
     assert (irope.layers.first, irope.layers.pattern) == ([], ["rope_dense", "rope", "rope_dense", "nope"])
-    assert (irope.mlp.d_ff, irope.mlp.expert_d_ff, irope.mlp.weight_input, irope.position.pairing) == (
+    assert (irope.mlp.d_ff, irope.mlp.expert_d_ff, irope.mlp.routing.weight_input, irope.position.pairing) == (
         48,
         32,
         True,
@@ -209,7 +209,7 @@ def test_from_hf_reads_each_layer_into_a_kind():
         "nope_chunked": {"position": {"kind": "none"}, "attention": {"chunk": WINDOW}},
     }
     assert listed.layers.pattern == ["rope", "nope_dense", "nope_chunked"]
-    assert (listed.position.scaling, listed.attention.qkv_bias, listed.mlp.top_k) == ("llama3", True, 1)
+    assert (listed.position.scaling, listed.attention.qkv_bias, listed.mlp.routing.top_k) == ("llama3", True, 1)
     afmoe = cfgs["afmoe-sliding-nope"]
     assert afmoe.layers.kinds == {
         "sliding_dense": {"attention": {"window": WINDOW}, "mlp": {"kind": "swiglu"}},  # num_dense_layers 1
@@ -224,7 +224,13 @@ def test_from_hf_reads_each_layer_into_a_kind():
         "elementwise",
     )
     m = afmoe.mlp
-    assert (m.scoring, m.correction_bias, m.normalize_top_k, m.routed_scale, m.n_shared_experts) == (
+    assert (
+        m.routing.scoring,
+        m.routing.correction_bias,
+        m.routing.normalize_top_k,
+        m.routing.routed_scale,
+        m.n_shared_experts,
+    ) == (
         "sigmoid",
         True,
         True,
@@ -232,7 +238,7 @@ def test_from_hf_reads_each_layer_into_a_kind():
         2,
     )
     kinds = [lc.mlp.kind for lc in layer_configs(afmoe)]  # num_dense_layers 1: a layer kind of one SwiGLU
-    assert (kinds, m.d_ff, m.expert_d_ff, m.n_experts) == (["swiglu", "moe", "moe", "moe"], 48, 32, 4)
+    assert (kinds, m.d_ff, m.expert_d_ff, m.routing.n_experts) == (["swiglu", "moe", "moe", "moe"], 48, 32, 4)
     listed = cfgs["afmoe-listed-linear"]
     assert (listed.layers.first, listed.layers.pattern) == (["full"], ["sliding"])
     assert (listed.mlp.expert, listed.mlp.approximate, listed.position.scaling, listed.scale_embedding) == (
@@ -264,11 +270,11 @@ def test_hf_logits_and_hf_to_archlab_to_hf_and_back(case):
 
 
 TINY = ["model.vocab_size=96", "model.context_length=64", "model.d_model=64", "model.attention.n_head=4"]
-TINY += ["model.attention.n_kv_head=2", "model.attention.head_dim=16", "model.mlp.n_experts=4"]
+TINY += ["model.attention.n_kv_head=2", "model.attention.head_dim=16", "model.mlp.routing.n_experts=4"]
 PRESET_CASES = {
     "gpt-oss-20b": (
         "GptOssForCausalLM",
-        ["model.n_layer=3", "model.mlp.top_k=2", "model.mlp.expert_d_ff=32", "model.mlp.swiglu_limit=1.5"]
+        ["model.n_layer=3", "model.mlp.routing.top_k=2", "model.mlp.expert_d_ff=32", "model.mlp.swiglu_limit=1.5"]
         + [
             "model.layers.kinds.sliding.attention.window=4",
             "model.position.original_context=16",
@@ -317,7 +323,7 @@ PARTS = {  # case -> (changed_cfg's field, the value that takes the part away)
         ("kinds__sliding__attention__window", None),  # the sliding layers' window
         ("kinds__full__position__kind", "rope"),  # the full layers' missing RoPE
         ("scale_embedding", False),  # muP's sqrt(d_model)
-        ("mlp__routed_scale", 1.0),  # route_scale
+        ("mlp__routing__routed_scale", 1.0),  # route_scale
     ],
 }
 
@@ -431,7 +437,7 @@ def test_published_gpt_oss_config_loads_as_the_preset_and_back(name):
         (OSS, dict(kinds__full__position__theta=1000.0), "model.layers.kinds.full.position.theta"),
         (OSS, dict(kinds__full__attention__window=64), "model.attention.window"),  # two windows
         (OSS, dict(mlp__swiglu_limit=None), "model.mlp.swiglu_limit"),
-        (OSS, dict(mlp__router_bias=False), "model.mlp.router_bias"),
+        (OSS, dict(mlp__routing__router_bias=False), "model.mlp.routing.router_bias"),
         (OSS, dict(attention__sinks=False), "model.attention.sinks"),
         (OSS, dict(mlp__n_shared_experts=1), "model.mlp.n_shared_experts"),
         (OSS, dict(mlp__swiglu_clamp="activation"), "model.mlp.swiglu_clamp"),
@@ -455,8 +461,8 @@ def test_published_gpt_oss_config_loads_as_the_preset_and_back(name):
         (SCOUT, dict(kinds__nope__attention__window=16), "model.layers.kinds.nope.attention.window"),
         (SCOUT, dict(kinds__nope__position__kind="alibi"), "model.layers.kinds.nope.position.kind"),
         (SCOUT, dict(mlp__n_shared_experts=2), "model.mlp.n_shared_experts"),
-        (SCOUT, dict(mlp__scoring="softmax"), "model.mlp.scoring"),
-        (SCOUT, dict(mlp__weight_input=False), "model.mlp.weight_input"),
+        (SCOUT, dict(mlp__routing__scoring="softmax"), "model.mlp.routing.scoring"),
+        (SCOUT, dict(mlp__routing__weight_input=False), "model.mlp.routing.weight_input"),
         (SCOUT, dict(position__pairing="half"), "model.position.pairing"),
         (SCOUT, dict(kinds__nope__mlp__kind="geglu"), "model.layers.kinds.nope.mlp.kind"),
     ],
@@ -480,10 +486,10 @@ def test_config_to_hf_refuses_what_the_family_cannot_hold(name, fields, field):
         (dict(attention__qk_norm="none"), "model.attention.qk_norm"),
         (dict(attention__gate="head"), "model.attention.gate"),
         (dict(attention__qkv_bias=True, attention__out_bias=True), "model.attention.qkv_bias"),
-        (dict(mlp__scoring="softmax"), "model.mlp.scoring"),
-        (dict(mlp__correction_bias=False), "model.mlp.correction_bias"),
-        (dict(mlp__normalize_top_k=False), "model.mlp.normalize_top_k"),
-        (dict(mlp__n_groups=2), "model.mlp.n_groups"),
+        (dict(mlp__routing__scoring="softmax"), "model.mlp.routing.scoring"),
+        (dict(mlp__routing__correction_bias=False), "model.mlp.routing.correction_bias"),
+        (dict(mlp__routing__normalize_top_k=False), "model.mlp.routing.normalize_top_k"),
+        (dict(mlp__routing__n_groups=2), "model.mlp.routing.n_groups"),
         (dict(mlp__n_shared_experts=0), "model.mlp.n_shared_experts"),
         (dict(kinds__full__mlp__kind="swiglu"), "model.layers.kinds.full.mlp.kind"),
     ],

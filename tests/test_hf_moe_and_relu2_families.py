@@ -112,7 +112,14 @@ def test_from_hf_reads_each_family_s_parts():
         2,
     )
     m = dots.mlp
-    assert (m.scoring, m.correction_bias, m.n_groups, m.top_groups, m.routed_scale, m.n_shared_experts) == (
+    assert (
+        m.routing.scoring,
+        m.routing.correction_bias,
+        m.routing.n_groups,
+        m.routing.top_groups,
+        m.routing.routed_scale,
+        m.n_shared_experts,
+    ) == (
         "sigmoid",
         True,
         4,
@@ -128,9 +135,19 @@ def test_from_hf_reads_each_family_s_parts():
         24,
         0.5,
     )
-    assert (glm.mlp.n_shared_experts, glm.mlp.normalize_top_k, glm.mlp.expert_d_ff, glm.mlp.d_ff) == (2, False, 32, 96)
+    assert (glm.mlp.n_shared_experts, glm.mlp.routing.normalize_top_k, glm.mlp.expert_d_ff, glm.mlp.d_ff) == (
+        2,
+        False,
+        32,
+        96,
+    )
     mm = cfgs["minimax_m2"]
-    assert (mm.attention.qk_norm, mm.position.rotary_fraction, mm.mlp.correction_bias, mm.mlp.normalize_top_k) == (
+    assert (
+        mm.attention.qk_norm,
+        mm.position.rotary_fraction,
+        mm.mlp.routing.correction_bias,
+        mm.mlp.routing.normalize_top_k,
+    ) == (
         "full",
         0.5,
         True,
@@ -234,9 +251,9 @@ def _archlab_cfg(case: str, **fields):
         ("dots1", dict(attention__out_bias=False), "model.attention.out_bias"),
         ("dots1", dict(mlp__n_shared_experts=0), "model.mlp.n_shared_experts"),
         ("glm4_moe", dict(attention__out_bias=True), "model.attention.out_bias"),
-        ("glm4_moe", dict(mlp__scoring="softmax"), "model.mlp.scoring"),
-        ("minimax_m2", dict(mlp__n_groups=2, mlp__top_groups=1), "model.mlp.n_groups"),
-        ("minimax_m2", dict(mlp__normalize_top_k=False), "model.mlp.normalize_top_k"),
+        ("glm4_moe", dict(mlp__routing__scoring="softmax"), "model.mlp.routing.scoring"),
+        ("minimax_m2", dict(mlp__routing__n_groups=2, mlp__routing__top_groups=1), "model.mlp.routing.n_groups"),
+        ("minimax_m2", dict(mlp__routing__normalize_top_k=False), "model.mlp.routing.normalize_top_k"),
         ("arcee", dict(position__pairing="interleaved"), "model.position.pairing"),
         ("nemotron", dict(norm__bias=False), "model.norm.bias"),
     ],

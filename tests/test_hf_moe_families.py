@@ -140,7 +140,12 @@ def test_from_hf_gives_hf_logits(case):
 def test_from_hf_reads_each_family_s_parts():
     cfgs = {case: from_hf(hf_model(case)).cfg for case in HF_CASES}
     mixtral = cfgs["mixtral-window"]
-    assert (mixtral.attention.window, mixtral.mlp.n_experts, mixtral.mlp.expert_d_ff, mixtral.mlp.normalize_top_k) == (
+    assert (
+        mixtral.attention.window,
+        mixtral.mlp.routing.n_experts,
+        mixtral.mlp.expert_d_ff,
+        mixtral.mlp.routing.normalize_top_k,
+    ) == (
         WINDOW,
         4,
         48,
@@ -153,7 +158,7 @@ def test_from_hf_reads_each_family_s_parts():
         True,
         True,
     )
-    assert (mlp_kinds(qwen), qwen.mlp.d_ff, qwen.mlp.expert_d_ff, qwen.mlp.normalize_top_k) == (
+    assert (mlp_kinds(qwen), qwen.mlp.d_ff, qwen.mlp.expert_d_ff, qwen.mlp.routing.normalize_top_k) == (
         ["swiglu", "moe", "moe"],  # mlp_only_layers [0]: a layer kind of one SwiGLU
         96,
         32,
@@ -161,7 +166,12 @@ def test_from_hf_reads_each_family_s_parts():
     )
     v2 = cfgs["deepseek_v2-yarn"]
     assert (v2.attention.kind, v2.attention.q_lora_rank, v2.position.pairing) == ("mla", None, "interleaved")
-    assert (v2.mlp.scoring, v2.mlp.n_shared_experts, v2.mlp.routed_scale, v2.mlp.normalize_top_k) == (
+    assert (
+        v2.mlp.routing.scoring,
+        v2.mlp.n_shared_experts,
+        v2.mlp.routing.routed_scale,
+        v2.mlp.routing.normalize_top_k,
+    ) == (
         "softmax",
         2,
         1.5,
@@ -180,7 +190,13 @@ def test_from_hf_reads_each_family_s_parts():
     assert p.truncate is True  # absent: transformers' default
     v3 = cfgs["deepseek_v3-yarn-groups"]
     assert v3.position.truncate is False
-    assert (v3.attention.q_lora_rank, v3.mlp.scoring, v3.mlp.correction_bias, v3.mlp.n_groups, v3.mlp.top_groups) == (
+    assert (
+        v3.attention.q_lora_rank,
+        v3.mlp.routing.scoring,
+        v3.mlp.routing.correction_bias,
+        v3.mlp.routing.n_groups,
+        v3.mlp.routing.top_groups,
+    ) == (
         24,
         "sigmoid",
         True,
@@ -299,15 +315,15 @@ PRESET_CASES = {
             "model.attention.n_head=4",
             "model.attention.n_kv_head=2",
             "model.attention.head_dim=24",
-            "model.mlp.n_experts=6",
-            "model.mlp.top_k=3",
+            "model.mlp.routing.n_experts=6",
+            "model.mlp.routing.top_k=3",
             "model.mlp.expert_d_ff=32",
         ],
     ),
     "deepseek-v2-lite": (
         "deepseek-v2-lite",
         "DeepseekV2ForCausalLM",
-        [*MLA_SIZES, "model.mlp.n_experts=6", "model.mlp.top_k=2"],
+        [*MLA_SIZES, "model.mlp.routing.n_experts=6", "model.mlp.routing.top_k=2"],
     ),
     "deepseek-v3": (
         "deepseek-v3",
@@ -315,10 +331,10 @@ PRESET_CASES = {
         [
             *MLA_SIZES,
             "model.attention.q_lora_rank=24",
-            "model.mlp.n_experts=8",
-            "model.mlp.top_k=3",
-            "model.mlp.n_groups=4",
-            "model.mlp.top_groups=2",
+            "model.mlp.routing.n_experts=8",
+            "model.mlp.routing.top_k=3",
+            "model.mlp.routing.n_groups=4",
+            "model.mlp.routing.top_groups=2",
         ],
     ),
 }
@@ -370,8 +386,14 @@ def test_save_pretrained_directories_round_trip(case, tmp_path):
         # scores or a correction bias is DeepSeek-V3, else V2
         (["model=llama2-7b", "model/mlp=moe", "model.attention.qkv_bias=false"], "MixtralConfig"),
         (["model=qwen3-30b-a3b", "model.attention.qk_norm=none"], "MixtralConfig"),
-        (["model=mixtral-8x7b", "model.attention.qk_norm=head", "model.mlp.normalize_top_k=false"], "Qwen3MoeConfig"),
-        (["model=deepseek-v2-lite", "model.mlp.scoring=sigmoid", "model.mlp.correction_bias=true"], "DeepseekV3Config"),
+        (
+            ["model=mixtral-8x7b", "model.attention.qk_norm=head", "model.mlp.routing.normalize_top_k=false"],
+            "Qwen3MoeConfig",
+        ),
+        (
+            ["model=deepseek-v2-lite", "model.mlp.routing.scoring=sigmoid", "model.mlp.routing.correction_bias=true"],
+            "DeepseekV3Config",
+        ),
     ],
 )
 def test_the_layout_picks_the_family(overrides, config_class):
@@ -381,11 +403,11 @@ def test_the_layout_picks_the_family(overrides, config_class):
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        (["model=mixtral-8x7b", "model.mlp.normalize_top_k=false"], "model.mlp.normalize_top_k"),
+        (["model=mixtral-8x7b", "model.mlp.routing.normalize_top_k=false"], "model.mlp.routing.normalize_top_k"),
         (["model=mixtral-8x7b", "model/layers=dense_first"], "model.layers.first"),
         (["model=deepseek-v2-lite", "model.layers.kinds.dense.mlp.kind=geglu"], "model.layers.kinds.dense.mlp.kind"),
         (["model=deepseek-v3", "+model.layers.kinds.dense.mlp.d_ff=64"], "model.layers.kinds.dense.mlp.d_ff"),
-        (["model=mixtral-8x7b", "model.mlp.scoring=sigmoid"], "model.mlp.scoring"),
+        (["model=mixtral-8x7b", "model.mlp.routing.scoring=sigmoid"], "model.mlp.routing.scoring"),
         (["model=mixtral-8x7b", "model.mlp.expert=gelu"], "model.mlp.expert"),
         (["model=mixtral-8x7b", "model.mlp.bias=true"], "model.mlp.bias"),
         (
@@ -397,17 +419,23 @@ def test_the_layout_picks_the_family(overrides, config_class):
             "model.position.scaling",
         ),
         (["model=mixtral-8x7b", "model.position.truncate=false"], "model.position.truncate"),  # no YaRN to read it
-        (["model=qwen3-30b-a3b", "model.mlp.routed_scale=2.0"], "model.mlp.routed_scale"),
-        (["model=qwen3-30b-a3b", "model.mlp.n_groups=8", "model.mlp.top_groups=4"], "model.mlp.n_groups"),
-        (["model=deepseek-v2-lite", "model.mlp.n_groups=8", "model.mlp.top_groups=4"], "model.mlp.n_groups"),
-        (["model=deepseek-v2-lite", "model.mlp.normalize_top_k=true"], "model.mlp.normalize_top_k"),
+        (["model=qwen3-30b-a3b", "model.mlp.routing.routed_scale=2.0"], "model.mlp.routing.routed_scale"),
+        (
+            ["model=qwen3-30b-a3b", "model.mlp.routing.n_groups=8", "model.mlp.routing.top_groups=4"],
+            "model.mlp.routing.n_groups",
+        ),
+        (
+            ["model=deepseek-v2-lite", "model.mlp.routing.n_groups=8", "model.mlp.routing.top_groups=4"],
+            "model.mlp.routing.n_groups",
+        ),
+        (["model=deepseek-v2-lite", "model.mlp.routing.normalize_top_k=true"], "model.mlp.routing.normalize_top_k"),
         (["model=deepseek-v2-lite", "model.position.pairing=half"], "model.position.pairing"),
         (["model=deepseek-v2-lite", "model.mlp.n_shared_experts=0"], "model.mlp.n_shared_experts"),
         (["model=deepseek-v2-lite", "model.norm.eps=1e-5"], "model.attention.latent_norm_eps"),  # latents at 1e-6
         (["model=deepseek-v2-lite", "model/mlp=swiglu"], "model.mlp.kind"),
         (["model=deepseek-v2-lite", "model.attention.window=128"], "model.attention.window"),
-        (["model=deepseek-v3", "model.mlp.correction_bias=false"], "model.mlp.correction_bias"),
-        (["model=deepseek-v3", "model.mlp.scoring=softmax"], "model.mlp.scoring"),
+        (["model=deepseek-v3", "model.mlp.routing.correction_bias=false"], "model.mlp.routing.correction_bias"),
+        (["model=deepseek-v3", "model.mlp.routing.scoring=softmax"], "model.mlp.routing.scoring"),
         (["model=deepseek-v3", "model/position=alibi"], "model.position.kind"),
         (
             [

@@ -76,8 +76,21 @@ def test_from_hf_reads_the_parts():
     moe = from_hf(hf_model("nemotron-h-moe")).cfg
     assert [layer_kind(moe, i) for i in range(4)] == KINDS
     m = moe.mlp
-    assert (m.kind, m.expert, m.n_experts, m.top_k, m.expert_d_ff, m.n_shared_experts) == ("moe", "relu2", 8, 2, 16, 2)
-    assert (m.scoring, m.correction_bias, m.n_groups, m.top_groups, m.routed_scale) == ("sigmoid", True, 2, 1, 2.5)
+    assert (m.kind, m.expert, m.routing.n_experts, m.routing.top_k, m.expert_d_ff, m.n_shared_experts) == (
+        "moe",
+        "relu2",
+        8,
+        2,
+        16,
+        2,
+    )
+    assert (
+        m.routing.scoring,
+        m.routing.correction_bias,
+        m.routing.n_groups,
+        m.routing.top_groups,
+        m.routing.routed_scale,
+    ) == ("sigmoid", True, 2, 1, 2.5)
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))

@@ -132,7 +132,7 @@ def test_the_layer_kinds_read_from_the_config():
     assert (linear["n_head"], linear["key_heads"], linear["key_head_dim"], linear["v_head_dim"]) == (4, 2, 8, 12)
     assert (cfg.mlp.kind, cfg.mlp.d_ff, cfg.position.rotary_fraction, cfg.position.theta) == ("swiglu", 24, 0.25, 100.0)
     moe = from_hf(hf_model("moe")).cfg
-    assert (moe.mlp.kind, moe.mlp.n_shared_experts, moe.mlp.normalize_top_k) == ("moe", 2, True)
+    assert (moe.mlp.kind, moe.mlp.n_shared_experts, moe.mlp.routing.normalize_top_k) == ("moe", 2, True)
     assert set(moe.layers.kinds) == {"deltanet", "attention"}
 
 
@@ -189,8 +189,8 @@ TINY = [
     "model.vocab_size=96",
     "model.attention.n_head=4",
     "model.attention.head_dim=16",
-    "model.mlp.n_experts=6",
-    "model.mlp.top_k=2",
+    "model.mlp.routing.n_experts=6",
+    "model.mlp.routing.top_k=2",
     "model.mlp.expert_d_ff=8",
     "model.mlp.d_ff=24",
     "model.layers.kinds.deltanet.attention.n_head=4",
@@ -206,7 +206,7 @@ TINY = [
         ("qwen3_5_text", ["model.mlp.kind=geglu"], "model.mlp.kind"),
         ("qwen3_5_text", ["model.mlp.kind=swiglu", "model.norm.unit_offset=false"], "model.norm.unit_offset"),
         ("qwen3_5_text", ["model.mlp.kind=swiglu", "+model.layers.kinds.attention.mlp.d_ff=8"], "model.layers.kinds.attention.mlp.d_ff"),
-        ("qwen3_5_moe_text", ["model.mlp.normalize_top_k=false"], "model.mlp.normalize_top_k"),
+        ("qwen3_5_moe_text", ["model.mlp.routing.normalize_top_k=false"], "model.mlp.routing.normalize_top_k"),
         ("qwen3_5_moe_text", ["+model.layers.kinds.attention.mlp.kind=swiglu"], "model.layers.kinds.attention.mlp.kind"),
         ("qwen3_5_moe_text", ["model.attention.gate=head"], "model.attention.gate"),
     ],

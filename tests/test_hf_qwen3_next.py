@@ -147,8 +147,8 @@ TINY = [
     "model.context_length=64",
     "model.attention.n_head=4",
     "model.attention.head_dim=16",
-    "model.mlp.n_experts=6",
-    "model.mlp.top_k=2",
+    "model.mlp.routing.n_experts=6",
+    "model.mlp.routing.top_k=2",
     "model.mlp.expert_d_ff=8",
     "model.mlp.d_ff=24",
     "model.layers.kinds.deltanet.attention.n_head=4",
@@ -207,9 +207,9 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
         (["model.attention.gate=head"], "model.attention.gate"),
         (["model.attention.qk_norm=none"], "model.attention.qk_norm"),
         (["model.mlp.shared_expert_gate=false"], "model.mlp.shared_expert_gate"),
-        (["model.mlp.scoring=sigmoid"], "model.mlp.scoring"),
+        (["model.mlp.routing.scoring=sigmoid"], "model.mlp.routing.scoring"),
         (["+model.layers.kinds.attention.position.theta=5.0"], "model.layers.kinds.attention.position.theta"),
-        (["+model.layers.kinds.attention.mlp.top_k=3"], "model.layers.kinds.attention.mlp.top_k"),
+        (["+model.layers.kinds.attention.mlp.routing.top_k=3"], "model.layers.kinds.attention.mlp.routing.top_k"),
     ],
 )
 def test_to_hf_refuses_what_qwen3_next_cannot_hold(overrides, field):

@@ -209,8 +209,8 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
     [
         ("solar_open", dict(attention__out_bias=True), "model.attention.out_bias"),
         ("solar_open", dict(attention__qk_norm="head"), "model.attention.qk_norm"),
-        ("hy_v3", dict(mlp__normalize_top_k=False), "model.mlp.normalize_top_k"),
-        ("hy_v3", dict(mlp__n_groups=2, mlp__top_groups=1), "model.mlp.n_groups"),
+        ("hy_v3", dict(mlp__routing__normalize_top_k=False), "model.mlp.routing.normalize_top_k"),
+        ("hy_v3", dict(mlp__routing__n_groups=2, mlp__routing__top_groups=1), "model.mlp.routing.n_groups"),
         ("youtu", dict(mlp__bias=True), "model.mlp.bias"),
         ("youtu", dict(norm__eps=1e-5), "model.attention.latent_norm_eps"),  # its latents at 1e-6
     ],

@@ -121,7 +121,7 @@ def test_family_reads_its_logits_maps_back_and_loads_its_checkpoints(case, tmp_p
 
 def test_each_record_reads_the_parts_that_set_it_apart():
     cfgs = {case: config_from_hf(hf_model(case).config) for case in HF_CASES}
-    assert (cfgs["olmoe"].attention.qk_norm, cfgs["olmoe"].mlp.normalize_top_k) == ("full", False)
+    assert (cfgs["olmoe"].attention.qk_norm, cfgs["olmoe"].mlp.routing.normalize_top_k) == ("full", False)
     assert cfgs["flex_olmo"].block.kind == "post_sublayer"
     g = cfgs["granitemoe"]
     assert (g.embedding_multiplier, g.block.residual_multiplier, g.attention.scale, g.head.logit_scale) == (
@@ -135,7 +135,7 @@ def test_each_record_reads_the_parts_that_set_it_apart():
     assert (h.attention.qk_norm_after_rope, h.mlp.n_shared_experts, h.attention.out_bias) == (True, 1, True)
     e = cfgs["ernie4_5_moe"]
     assert cfgs["aria_text"].mlp.n_shared_experts == 2
-    assert (e.position.pairing, e.mlp.correction_bias, e.mlp.n_shared_experts, e.layers.first) == (
+    assert (e.position.pairing, e.mlp.routing.correction_bias, e.mlp.n_shared_experts, e.layers.first) == (
         "interleaved",
         True,
         2,
@@ -170,15 +170,18 @@ def test_from_hf_refuses_what_a_record_cannot_hold(case, keys, field):
     [
         ("olmoe", "attention.qk_norm", "head"),
         ("flex_olmo", "block.kind", "pre"),
-        ("granitemoe", "mlp.normalize_top_k", False),
+        ("granitemoe", "mlp.routing.normalize_top_k", False),
         ("hunyuan_v1_moe", "mlp.n_shared_experts", 2),
-        ("ernie4_5_moe", "mlp.correction_bias", False),
+        ("ernie4_5_moe", "mlp.routing.correction_bias", False),
         ("aria_text", "mlp.n_shared_experts", 0),
         ("dbrx", "norm.bias", True),
     ],
 )
 def test_records_refuse_layouts_they_cannot_hold(case, field, value):
     cfg = config_from_hf(hf_model(case).config)
-    section, name = field.split(".")
-    setattr(getattr(cfg, section), name, value)
+    *path, name = field.split(".")
+    section = cfg
+    for part in path:
+        section = getattr(section, part)
+    setattr(section, name, value)
     assert f"model.{field}" in [p.field for p in FAMILIES[case].problems(cfg)]

@@ -121,7 +121,14 @@ def test_from_hf_reads_each_layer_into_a_kind():
         4,
     )
     m = cfg.mlp
-    assert (m.scoring, m.correction_bias, m.normalize_top_k, m.routed_scale, m.n_shared_experts, m.d_ff) == (
+    assert (
+        m.routing.scoring,
+        m.routing.correction_bias,
+        m.routing.normalize_top_k,
+        m.routing.routed_scale,
+        m.n_shared_experts,
+        m.d_ff,
+    ) == (
         "sigmoid",
         True,
         True,
@@ -154,7 +161,12 @@ def test_hf_logits_and_hf_to_archlab_to_hf_and_back(case):
 
 
 TINY = ["model.vocab_size=96", "model.context_length=64", "model.d_model=64", "model.attention.n_head=4"]
-TINY += ["model.attention.n_kv_head=2", "model.attention.head_dim=16", "model.mlp.n_experts=4", "model.mlp.top_k=2"]
+TINY += [
+    "model.attention.n_kv_head=2",
+    "model.attention.head_dim=16",
+    "model.mlp.routing.n_experts=4",
+    "model.mlp.routing.top_k=2",
+]
 TINY += ["model.mlp.expert_d_ff=16", "model.mlp.d_ff=48", "model.n_layer=5"]
 TINY += [
     f"model.layers.kinds.{k}.attention.{f}" for k in ("sliding", "sliding_dense") for f in ("window=4", "n_head=6")
@@ -191,7 +203,7 @@ PARTS = [
     ("kinds__full_dense_clamp0p6__mlp__swiglu_limit", None),  # the dense layer's clamp
     ("kinds__full_dense_clamp0p6__position__rotary_fraction", None),  # partial RoPE on a full layer
     ("norm__unit_offset", False),  # (1 + w) norms
-    ("mlp__routed_scale", 1.0),  # moe_router_scaling_factor
+    ("mlp__routing__routed_scale", 1.0),  # moe_router_scaling_factor
 ]
 
 
@@ -240,15 +252,15 @@ def test_save_pretrained_directories_round_trip(tmp_path):
         (dict(attention__gate="elementwise"), "model.attention.gate"),
         (dict(attention__qkv_bias=True, attention__out_bias=True), "model.attention.qkv_bias"),
         (dict(attention__sinks=True), "model.attention.sinks"),
-        (dict(mlp__scoring="softmax"), "model.mlp.scoring"),
-        (dict(mlp__correction_bias=False), "model.mlp.correction_bias"),
+        (dict(mlp__routing__scoring="softmax"), "model.mlp.routing.scoring"),
+        (dict(mlp__routing__correction_bias=False), "model.mlp.routing.correction_bias"),
         (dict(mlp__n_shared_experts=0), "model.mlp.n_shared_experts"),
         (dict(mlp__swiglu_alpha=1.702), "model.mlp.swiglu_alpha"),
         (
             dict(kinds__sliding_clamp0p5__mlp__swiglu_clamp="gate"),
             "model.layers.kinds.sliding_clamp0p5.mlp.swiglu_clamp",
         ),
-        (dict(kinds__full_dense_clamp0p6__mlp__kind="geglu"), "model.layers.kinds.full_dense_clamp0p6.mlp.kind"),
+        (dict(kinds__full_dense_clamp0p6__mlp={"kind": "geglu"}), "model.layers.kinds.full_dense_clamp0p6.mlp.kind"),
         (dict(kinds__sliding__attention__window=8), "model.attention.window"),  # two windows
         # one head count and one RoPE per layer type: the first sliding layer's, and another kind's differs
         (dict(kinds__sliding__attention__n_head=8), "model.layers.kinds.sliding_clamp0p5.attention.n_head"),

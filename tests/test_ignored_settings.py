@@ -23,20 +23,25 @@ TINY += ["model.context_length=16"]
 
 # (the variant, a field it ignores set away from its default)
 IGNORED = [
-    (["model/mlp=swiglu"], "model.mlp.aux_loss_weight", 0.01),
-    (["model/mlp=swiglu"], "model.mlp.expert_d_ff", 48),
-    (["model/mlp=gelu"], "model.mlp.multiple_of", 256),  # the gated rule only
     (["model/mlp=swiglu", "model.mlp.d_ff=40"], "model.mlp.multiplier", 3.0),  # an explicit d_ff wins
     (["model/norm=rmsnorm"], "model.norm.bias", False),
     (["model/block=pre"], "model.block.shared_norm", False),
     (["model/position=learned"], "model.position.theta", 500.0),
     (["model/position=rope"], "model.position.low_freq_factor", 2.0),  # llama3 scaling's; scaling is none
     (["model/position=rope", "model.position.scaling=linear"], "model.position.truncate", False),  # yarn's
-    (["model/mlp=gelu"], "model.mlp.swiglu_limit", 7.0),  # SwiGLU's clamp
-    (["model/mlp=geglu"], "model.mlp.up_offset", 1.0),
     (["model/mlp=swiglu"], "model.mlp.swiglu_clamp", "activation"),  # where a limit applies; no limit set
-    (["model/mlp=swiglu"], "model.mlp.router_bias", True),  # a mixture of experts' router
     (["model/mlp=moe"], "model.mlp.shared_swiglu_limit", 16.0),  # the shared experts' clamp; none shared
+]
+
+# (the variant, a field another option of its section has, set; how the message names the option)
+LEFT_OUT = [
+    (["model/attention=mha"], "model.attention.kv_lora_rank", 8, "mixer causal"),  # mla's
+    (["model/mlp=swiglu"], "model.mlp.routing.aux_loss_weight", 0.01, "MLP swiglu"),  # a mixture of experts'
+    (["model/mlp=swiglu"], "model.mlp.routing.router_bias", True, "MLP swiglu"),
+    (["model/mlp=swiglu"], "model.mlp.expert_d_ff", 48, "MLP swiglu"),
+    (["model/mlp=gelu"], "model.mlp.multiple_of", 256, "MLP gelu"),  # the gated kinds' width rule
+    (["model/mlp=gelu"], "model.mlp.swiglu_limit", 7.0, "MLP gelu"),  # SwiGLU's clamp
+    (["model/mlp=geglu"], "model.mlp.up_offset", 1.0, "MLP geglu"),
 ]
 
 
@@ -51,13 +56,16 @@ def _logits(cfg):
         return model(torch.arange(16).reshape(1, 16) % cfg.vocab_size), model.state_dict()
 
 
-def test_another_mixers_field_is_left_out_and_said_so():
-    """A field of another mixer (mla's kv_lora_rank on a causal model) is no field of the chosen mixer: as
-    composed (a preset's or a sweep's setting), it is left out of the model and named; the model is the one
-    without it, logit for logit."""
-    base, cfg = _model(["model/attention=mha"]), _model(["model/attention=mha", "model.attention.kv_lora_rank=8"])
-    assert left_out(compose("check", [*TINY, "model/attention=mha", "model.attention.kv_lora_rank=8"])) == [
-        "model.attention.kv_lora_rank=8 is left out: mixer causal has no such field"
+@pytest.mark.parametrize(("variant", "field", "value", "option"), LEFT_OUT, ids=[f for _, f, _, _ in LEFT_OUT])
+def test_another_options_field_is_left_out_and_said_so(variant, field, value, option):
+    """A field of another option (mla's kv_lora_rank on a causal model, a mixture of experts' routing on a
+    SwiGLU) is no field of the chosen one: as composed (a preset's or a sweep's setting), it is left out of
+    the model and named; the model is the one without it, logit for logit."""
+    base, cfg = _model(variant), _model([*variant, f"{field}={value}"])
+    before = left_out(compose("check", [*TINY, *variant]))  # a preset's GELU approximate: tanh, on a SwiGLU
+    assert left_out(compose("check", [*TINY, *variant, f"{field}={value}"])) == [
+        *before,
+        f"{field}={value!r} is left out: {option} has no such field",
     ]
     assert cfg == base and torch.equal(_logits(base)[0], _logits(cfg)[0])
 
@@ -83,11 +91,11 @@ def test_an_ignored_field_is_named_and_changes_nothing(variant, field, value):
 @pytest.mark.parametrize(
     ("variant", "field", "value"),
     [
-        (["model/mlp=moe"], "model.mlp.aux_loss_weight", 0.01),
+        (["model/mlp=moe"], "model.mlp.routing.aux_loss_weight", 0.01),
         (["model/mlp=gelu"], "model.mlp.multiplier", 3.0),
         (["model/mlp=swiglu"], "model.mlp.multiple_of", 16),
         (["model/mlp=swiglu"], "model.mlp.swiglu_alpha", 1.702),
-        (["model/mlp=moe"], "model.mlp.weight_input", True),
+        (["model/mlp=moe"], "model.mlp.routing.weight_input", True),
         (["model/mlp=moe", "model.mlp.n_shared_experts=1"], "model.mlp.shared_swiglu_limit", 16.0),
         (["model/norm=layernorm"], "model.norm.bias", False),
         (
@@ -109,16 +117,17 @@ def test_a_run_says_once_what_its_variant_ignores_and_matches_nothing_it_lacks(t
 
     conf = tiny_config_dir(tmp_path / "conf")
     overrides = ["trainer.max_steps=6", "trainer.val_check_interval=6", "callbacks.samples=null", "logger=none"]
-    overrides += ["model/mlp=swiglu", "model.mlp.aux_loss_weight=0.01"]
+    overrides += ["model/mlp=swiglu", "model.mlp.routing.aux_loss_weight=0.01"]
     overrides += ["match.reference={mlp: {kind: moe}}", "match.field=mlp.expert_d_ff"]
     with caplog.at_level(logging.WARNING):
         s = train(compose_train(conf, tmp_path / "run", overrides))
     expected = [
-        "model.mlp.aux_loss_weight=0.01 is ignored for this variant (model.mlp.kind=swiglu does not use it)",
+        "model.mlp.approximate='tanh' is left out: MLP swiglu has no such field",  # the tiny preset's GELU's
+        "model.mlp.routing.aux_loss_weight=0.01 is left out: MLP swiglu has no such field",
         "match.field=mlp.expert_d_ff is ignored for this variant (model.mlp.kind=swiglu does not use it): "
         "nothing was matched",
     ]
     assert s["ignored"] == expected
-    assert s["match"] is None and s["model"]["mlp"]["expert_d_ff"] is None
+    assert s["match"] is None and "expert_d_ff" not in s["model"]["mlp"]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert [w for w in warned if "ignored for this variant" in w] == expected
+    assert [w for w in warned if "ignored for this variant" in w or "is left out" in w] == expected

@@ -16,6 +16,7 @@ from archlab.build import CONF_DIR, compose
 from archlab.config import left_out, to_model_config
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.generate import generate
+from archlab.nn.moe import expert_width
 from archlab.nn.validation import ignored, without_ignored
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -40,7 +41,7 @@ def test_first_then_the_pattern_cycled():
 
 def test_counts_flops_and_cache_sum_the_layers_own_configs():
     """MoE every other layer, a window on the dense ones: each sum written out by hand."""
-    moe = "{mlp: {kind: moe, expert: swiglu, n_experts: 4, top_k: 2, expert_d_ff: 16}}"
+    moe = "{mlp: {kind: moe, expert: swiglu, routing: {n_experts: 4, top_k: 2}, expert_d_ff: 16}}"
     cfg = compose_model([*TINY, f"model.layers.kinds={{dense: {{attention: {{window: 5}}}}, sparse: {moe}}}"])
     cfg.layers.pattern = ["dense", "sparse"]
     attention = 4 * D * D  # q, k, v, o without biases
@@ -117,7 +118,8 @@ def test_what_a_layout_ignores_is_named():
     cfg.layers.kinds["spare"] = {"mlp": {"d_ff": 64}}
     # an mla field on a causal layer is no field of its mixer: left out of the model as it is composed
     assert left_out(compose("check", overrides)) == [
-        "model.layers.kinds.global.attention.kv_lora_rank=8 is left out: mixer causal has no such field"
+        "model.layers.kinds.global.attention.kv_lora_rank=8 is left out: mixer causal has no such field",
+        "model.mlp.approximate='tanh' is left out: MLP swiglu has no such field",  # the preset's GELU's
     ]
     assert "kv_lora_rank" not in cfg.layers.kinds["global"]["attention"]
     assert [(i.field, i.why) for i in ignored(cfg)] == [("model.layers.kinds.spare", "no layer is given it")]
@@ -125,10 +127,13 @@ def test_what_a_layout_ignores_is_named():
         "local": {"attention": {"window": 3}},
         "global": {"position": {"kind": "none"}, "attention": {}},
     }
-    # a field of the model that only its layers' parts read is no ignored field
-    moe = compose_model([*TINY, "model.mlp.n_experts=4", "model.layers.kinds={s: {mlp: {kind: moe}}}"])
+    # a field of the model's MLP that only its layers' parts read (d_ff, which a MoE kind of swiglu experts
+    # shares with the model's swiglu: its experts' width) is no ignored field
+    kinds = "model.layers.kinds={s: {mlp: {kind: moe, routing: {n_experts: 4}}}}"
+    moe = compose_model([*TINY, "model/mlp=swiglu", "model.mlp.d_ff=40", kinds])
     moe.layers.pattern = ["s"]
-    assert ignored(moe) == [] and [c.mlp.n_experts for c in layer_configs(moe)] == [4] * 4
+    assert ignored(moe) == []
+    assert [(c.mlp.routing.n_experts, expert_width(c)) for c in layer_configs(moe)] == [(4, 40)] * 4
 
 
 def test_check_gives_each_layer_kind_its_layers_and_counts(capsys):

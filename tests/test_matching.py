@@ -69,7 +69,7 @@ def test_moe_expert_width_matches_dense_active_params_by_hand():
     # layer, 170 by 512: 169. Everything outside the MLPs is the same on both sides.
     no_bias = [*NANO, "model.mlp.bias=false"]
     reference = compose_model([*no_bias, "model/mlp=swiglu", "model.mlp.d_ff=340"])
-    moe = compose_model([*no_bias, "model/mlp=moe", "model.mlp.n_experts=4", "model.mlp.top_k=2"])
+    moe = compose_model([*no_bias, "model/mlp=moe", "model.mlp.routing.n_experts=4", "model.mlp.routing.top_k=2"])
     result = match_params(moe, reference, field="mlp.expert_d_ff", quantity="active", tolerance=0.01)
     assert result.value == 169 and result.quantity == "active"
     assert result.params - result.target == 4 * -256  # nano's 4 layers

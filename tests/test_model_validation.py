@@ -90,15 +90,17 @@ CASES = [
         "model.mlp.ffn_dim_multiplier",
         "a positive number or null",
     ),
-    (["model.mlp.multiple_of=0"], "model.mlp.multiple_of", "a positive integer"),
+    (["model/mlp=swiglu", "model.mlp.multiple_of=0"], "model.mlp.multiple_of", "a positive integer"),
     (["model.mlp.multiplier=0.001"], "model.mlp.d_ff", "a resolved hidden width >= 1"),  # int(0.128) = 0
     (["model.mlp.approximate=erf"], "model.mlp.approximate", "one of ['none', 'tanh']"),
     # an enumerated value is checked whatever variant is chosen, and refused where the variant cannot honour it
-    (["model/mlp=swiglu", "model.mlp.approximate=bogus"], "model.mlp.approximate", "one of ['none', 'tanh']"),
     (["model/mlp=geglu", "model.mlp.approximate=bogus"], "model.mlp.approximate", "one of ['none', 'tanh']"),
-    (["model/mlp=relu", "model.mlp.approximate=bogus"], "model.mlp.approximate", "one of ['none', 'tanh']"),
-    (["model/mlp=swiglu", "model.mlp.approximate=tanh"], "model.mlp.approximate", "none for swiglu"),
-    (["model/mlp=relu", "model.mlp.approximate=tanh"], "model.mlp.approximate", "none for relu"),
+    (["model/mlp=moe", "model.mlp.approximate=tanh"], "model.mlp.approximate", "none for swiglu"),  # its experts'
+    (
+        ["model/mlp=moe", "model.mlp.expert=relu", "model.mlp.approximate=tanh"],
+        "model.mlp.approximate",
+        "none for relu",
+    ),
     (
         ["model/position=learned", "model.position.pairing=bogus"],
         "model.position.pairing",
@@ -204,10 +206,10 @@ def test_config_errors_survive_pickling(kind):
     assert str(err) == "model.attention.n_head=5 is invalid: allowed a divisor of d_model=384"
 
 
-def test_swapping_to_an_mlp_without_a_tanh_form_resets_a_presets_tanh():
-    """GPT-2 asks for tanh GELU; choosing swiglu or relu on it resets approximate (their option files do),
+def test_swapping_to_an_mlp_without_a_tanh_form_leaves_a_presets_tanh_out():
+    """GPT-2 asks for tanh GELU; swiglu and relu have no such field (their configs: no approximate at all),
     geglu keeps it and honours it."""
-    assert compose_model(["model=gpt2", "model/mlp=swiglu"]).mlp.approximate == "none"
-    assert compose_model(["model=gpt2", "model/mlp=relu"]).mlp.approximate == "none"
+    assert not hasattr(compose_model(["model=gpt2", "model/mlp=swiglu"]).mlp, "approximate")
+    assert not hasattr(compose_model(["model=gpt2", "model/mlp=relu"]).mlp, "approximate")
     geglu = build_model(compose_model(["model=nano", "model/mlp=geglu"]), device="meta").blocks[0].mlp
     assert geglu.gate == Gate("gelu_tanh")

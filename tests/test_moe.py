@@ -21,7 +21,7 @@ from archlab.config import to_model_config
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.nn.mlp import MLPS
-from archlab.nn.moe import MoE
+from archlab.nn.moe import MoE, RoutingConfig
 from archlab.nn.validation import ignored, validate
 from archlab.weights import load_weights
 
@@ -44,10 +44,20 @@ def config(n_layer: int = 3, dense: int = 0, **mlp):
             "position": {"kind": "rope"},
             "attention": {"n_head": 2, "qkv_bias": False, "out_bias": False},
             "head": {"tied": False},
-            "mlp": {"kind": "moe", "bias": False, "approximate": "none", **mlp},
+            "mlp": {"kind": "moe", "bias": False, "approximate": "none", **routed(mlp)},
             "layers": {"kinds": kinds, "first": ["dense"] * dense},
         }
     )
+
+
+ROUTING = {f.name for f in dataclasses.fields(RoutingConfig)}
+
+
+def routed(mlp: dict) -> dict:
+    """A MoE section written flat (the tables below) with its routing fields under ``routing``."""
+    return {k: v for k, v in mlp.items() if k not in ROUTING} | {
+        "routing": {k: v for k, v in mlp.items() if k in ROUTING}
+    }
 
 
 # tiny versions of the four published layouts (REFERENCE: Mixtral, Qwen3-MoE, DeepSeek-V2-Lite, DeepSeek-V3)
@@ -102,9 +112,9 @@ def hand_mlp_params(cfg) -> tuple[int, int]:
             continue
         shared = swiglu(m.n_shared_experts * m.expert_d_ff) if m.n_shared_experts else 0
         shared += d if m.shared_expert_gate else 0
-        common = m.n_experts * (d + m.router_bias) + shared
-        total += common + m.n_experts * swiglu(m.expert_d_ff)
-        active += common + m.top_k * swiglu(m.expert_d_ff)
+        common = m.routing.n_experts * (d + m.routing.router_bias) + shared
+        total += common + m.routing.n_experts * swiglu(m.expert_d_ff)
+        active += common + m.routing.top_k * swiglu(m.expert_d_ff)
     return total, active
 
 
@@ -123,11 +133,11 @@ def test_counts_equal_the_built_model_and_the_hand_formula(family):
         assert isinstance(block.mlp, MoE) == (layer >= len(cfg.layers.first))
     # the stacked experts in Hugging Face 5.x's layout; the correction bias a float32 buffer
     moe = model.blocks[-1].mlp
-    E, f = cfg.mlp.n_experts, cfg.mlp.expert_d_ff
+    E, f = cfg.mlp.routing.n_experts, cfg.mlp.expert_d_ff
     assert moe.experts.gate_up.shape == (E, 2 * f, D) and moe.experts.down.shape == (E, D, f)
-    assert ("router_bias" in dict(moe.named_buffers())) == cfg.mlp.correction_bias
+    assert ("router_bias" in dict(moe.named_buffers())) == cfg.mlp.routing.correction_bias
     assert "router_bias" not in dict(moe.named_parameters())
-    assert ("router.bias" in dict(moe.named_parameters())) == cfg.mlp.router_bias  # gpt-oss's, learned
+    assert ("router.bias" in dict(moe.named_parameters())) == cfg.mlp.routing.router_bias  # gpt-oss's, learned
 
 
 def test_plain_experts_with_biases_and_the_d_ff_rules():
@@ -179,9 +189,11 @@ def test_active_params_are_what_one_tokens_forward_pass_reaches(family):
         int((p.grad.abs() > 1e-9 * p.grad.abs().max()).sum()) for p in model.parameters() if p.grad is not None
     )
     m = cfg.mlp
-    blind = m.scoring == "sigmoid" or m.normalize_top_k
+    blind = m.routing.scoring == "sigmoid" or m.routing.normalize_top_k
     moe_layers = cfg.n_layer - len(cfg.layers.first)
-    unread_router_rows = moe_layers * (m.n_experts - m.top_k) * (D + m.router_bias) if blind else 0
+    unread_router_rows = (
+        moe_layers * (m.routing.n_experts - m.routing.top_k) * (D + m.routing.router_bias) if blind else 0
+    )
     assert reached == count(cfg)["active"] - (V - 1) * D - unread_router_rows
 
 
@@ -201,7 +213,7 @@ def naive_moe(moe: MoE, cfg, x: torch.Tensor) -> torch.Tensor:
     router's logits W·v + b, SwiGLU's gate g·σ(α·g) with gate and up clamped and up offset, the weight
     on each expert's output, or with weight_input on its input."""
     m = cfg.mlp
-    E, k, L = m.n_experts, m.top_k, m.swiglu_limit
+    E, k, L = m.routing.n_experts, m.routing.top_k, m.swiglu_limit
     gated = m.expert in ("swiglu", "geglu")
     act = {
         "swiglu": lambda g: g * torch.sigmoid(m.swiglu_alpha * g),
@@ -232,23 +244,23 @@ def naive_moe(moe: MoE, cfg, x: torch.Tensor) -> torch.Tensor:
 
     out = []
     for v in x:
-        logits = moe.router.weight @ v + (moe.router.bias if m.router_bias else 0)
-        scores = torch.softmax(logits, 0) if m.scoring == "softmax" else torch.sigmoid(logits)
+        logits = moe.router.weight @ v + (moe.router.bias if m.routing.router_bias else 0)
+        scores = torch.softmax(logits, 0) if m.routing.scoring == "softmax" else torch.sigmoid(logits)
         choice = [float(s + b) for s, b in zip(scores, bias)]
         candidates = list(range(E))
-        if m.n_groups > 1:
-            size = E // m.n_groups
-            group_score = [sum(sorted(choice[g * size : (g + 1) * size])[-2:]) for g in range(m.n_groups)]
-            kept = sorted(range(m.n_groups), key=lambda g: -group_score[g])[: m.top_groups]
+        if m.routing.n_groups > 1:
+            size = E // m.routing.n_groups
+            group_score = [sum(sorted(choice[g * size : (g + 1) * size])[-2:]) for g in range(m.routing.n_groups)]
+            kept = sorted(range(m.routing.n_groups), key=lambda g: -group_score[g])[: m.routing.top_groups]
             candidates = [e for e in range(E) if e // size in kept]
         chosen = sorted(candidates, key=lambda e: -choice[e])[:k]
         weights = [float(scores[e]) for e in chosen]
-        if m.normalize_top_k:
+        if m.routing.normalize_top_k:
             weights = [w / sum(weights) for w in weights]
-        if m.weight_input:
-            y = sum(expert(e, m.routed_scale * w * v) for w, e in zip(weights, chosen))
+        if m.routing.weight_input:
+            y = sum(expert(e, m.routing.routed_scale * w * v) for w, e in zip(weights, chosen))
         else:
-            y = sum(m.routed_scale * w * expert(e, v) for w, e in zip(weights, chosen))
+            y = sum(m.routing.routed_scale * w * expert(e, v) for w, e in zip(weights, chosen))
         if moe.shared is not None:
             shared = moe.shared(v[None])[0]  # the dense MLP of mlp.py, itself tested against HF's
             gate = 1 / (1 + math.exp(-float(moe.shared_gate.weight[0] @ v))) if m.shared_expert_gate else 1.0
@@ -305,28 +317,28 @@ def _hf_block(family: str, cfg):
     import transformers as tf
 
     m = cfg.mlp
-    common = dict(hidden_size=D, num_attention_heads=2, num_experts_per_tok=m.top_k, hidden_act="silu")
+    common = dict(hidden_size=D, num_attention_heads=2, num_experts_per_tok=m.routing.top_k, hidden_act="silu")
     if family == "mixtral":
-        hf_cfg = tf.MixtralConfig(num_local_experts=m.n_experts, intermediate_size=m.expert_d_ff, **common)
+        hf_cfg = tf.MixtralConfig(num_local_experts=m.routing.n_experts, intermediate_size=m.expert_d_ff, **common)
         block_cls = tf.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock
     elif family == "qwen3_moe":
         hf_cfg = tf.Qwen3MoeConfig(
-            num_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, norm_topk_prob=True, **common
+            num_experts=m.routing.n_experts, moe_intermediate_size=m.expert_d_ff, norm_topk_prob=True, **common
         )
         block_cls = tf.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock
     elif family in ("gpt_oss", "llama4", "qwen3_next"):
         return _hf_block_2025(family, cfg)
     elif family == "deepseek_v2_lite":
         hf_cfg = tf.DeepseekV2Config(
-            n_routed_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, n_shared_experts=m.n_shared_experts,
-            topk_method="greedy", routed_scaling_factor=m.routed_scale, **common,
+            n_routed_experts=m.routing.n_experts, moe_intermediate_size=m.expert_d_ff, n_shared_experts=m.n_shared_experts,
+            topk_method="greedy", routed_scaling_factor=m.routing.routed_scale, **common,
         )  # fmt: skip
         block_cls = tf.models.deepseek_v2.modeling_deepseek_v2.DeepseekV2Moe
     else:
         hf_cfg = tf.DeepseekV3Config(
-            n_routed_experts=m.n_experts, moe_intermediate_size=m.expert_d_ff, n_shared_experts=m.n_shared_experts,
-            n_group=m.n_groups, topk_group=m.top_groups, norm_topk_prob=m.normalize_top_k,
-            routed_scaling_factor=m.routed_scale, **common,
+            n_routed_experts=m.routing.n_experts, moe_intermediate_size=m.expert_d_ff, n_shared_experts=m.n_shared_experts,
+            n_group=m.routing.n_groups, topk_group=m.routing.top_groups, norm_topk_prob=m.routing.normalize_top_k,
+            routed_scaling_factor=m.routing.routed_scale, **common,
         )  # fmt: skip
         block_cls = tf.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3MoE
     hf_cfg._experts_implementation = "eager"
@@ -357,14 +369,14 @@ def _hf_block_2025(family: str, cfg):
 
     m = cfg.mlp
     common = dict(
-        hidden_size=D, num_attention_heads=2, num_local_experts=m.n_experts, num_experts_per_tok=m.top_k,
+        hidden_size=D, num_attention_heads=2, num_local_experts=m.routing.n_experts, num_experts_per_tok=m.routing.top_k,
         intermediate_size=m.expert_d_ff,
     )  # fmt: skip
     if family == "qwen3_next":
         hf_cfg = tf.Qwen3NextConfig(
-            hidden_size=D, num_attention_heads=2, num_experts=m.n_experts, num_experts_per_tok=m.top_k,
+            hidden_size=D, num_attention_heads=2, num_experts=m.routing.n_experts, num_experts_per_tok=m.routing.top_k,
             moe_intermediate_size=m.expert_d_ff, shared_expert_intermediate_size=m.n_shared_experts * m.expert_d_ff,
-            norm_topk_prob=m.normalize_top_k, hidden_act="silu",
+            norm_topk_prob=m.routing.normalize_top_k, hidden_act="silu",
         )  # fmt: skip
         hf_cfg._experts_implementation = "eager"
         hf = tf.models.qwen3_next.modeling_qwen3_next.Qwen3NextSparseMoeBlock(hf_cfg).float()
@@ -580,27 +592,27 @@ def test_bf16_autocast_routes_in_float32():
 # ---- validation ----
 
 BAD = [
-    (dict(n_experts=0), "model.mlp.n_experts"),
-    (dict(top_k=0), "model.mlp.top_k"),
-    (dict(n_experts=4, top_k=5), "model.mlp.top_k"),
-    (dict(n_experts=8, n_groups=3), "model.mlp.n_groups"),
-    (dict(n_experts=8, n_groups=8, top_groups=1), "model.mlp.n_groups"),  # one expert per group: no top-2
-    (dict(n_experts=8, n_groups=4, top_groups=5), "model.mlp.top_groups"),
-    (dict(n_experts=8, n_groups=4, top_groups=0), "model.mlp.top_groups"),
-    (dict(n_experts=8, top_k=5, n_groups=4, top_groups=2), "model.mlp.top_k"),  # 2 groups of 2 hold 4
+    (dict(n_experts=0), "model.mlp.routing.n_experts"),
+    (dict(top_k=0), "model.mlp.routing.top_k"),
+    (dict(n_experts=4, top_k=5), "model.mlp.routing.top_k"),
+    (dict(n_experts=8, n_groups=3), "model.mlp.routing.n_groups"),
+    (dict(n_experts=8, n_groups=8, top_groups=1), "model.mlp.routing.n_groups"),  # one expert per group: no top-2
+    (dict(n_experts=8, n_groups=4, top_groups=5), "model.mlp.routing.top_groups"),
+    (dict(n_experts=8, n_groups=4, top_groups=0), "model.mlp.routing.top_groups"),
+    (dict(n_experts=8, top_k=5, n_groups=4, top_groups=2), "model.mlp.routing.top_k"),  # 2 groups of 2 hold 4
     (dict(expert_d_ff=0), "model.mlp.expert_d_ff"),
     (dict(n_shared_experts=-1), "model.mlp.n_shared_experts"),
     (dict(shared_expert_gate=True), "model.mlp.shared_expert_gate"),  # no shared experts to gate
     (dict(dense=4), "model.layers.first"),  # more dense layers than the model's 3
-    (dict(routed_scale=0.0), "model.mlp.routed_scale"),
-    (dict(aux_loss_weight=-0.1), "model.mlp.aux_loss_weight"),
-    (dict(z_loss_weight=float("nan")), "model.mlp.z_loss_weight"),
-    (dict(aux_loss_weight=float("inf")), "model.mlp.aux_loss_weight"),
+    (dict(routed_scale=0.0), "model.mlp.routing.routed_scale"),
+    (dict(aux_loss_weight=-0.1), "model.mlp.routing.aux_loss_weight"),
+    (dict(z_loss_weight=float("nan")), "model.mlp.routing.z_loss_weight"),
+    (dict(aux_loss_weight=float("inf")), "model.mlp.routing.aux_loss_weight"),
     (dict(expert="swiglu", approximate="tanh"), "model.mlp.approximate"),  # the expert kind's own rule
     (dict(expert="relu", approximate="tanh"), "model.mlp.approximate"),
     (dict(expert="relu2", approximate="tanh"), "model.mlp.approximate"),
     (dict(expert="moe"), "model.mlp.expert"),
-    (dict(scoring="cosine"), "model.mlp.scoring"),
+    (dict(scoring="cosine"), "model.mlp.routing.scoring"),
     (dict(swiglu_limit=0.0), "model.mlp.swiglu_limit"),  # the swiglu experts' own rules
     (dict(swiglu_limit=float("inf")), "model.mlp.swiglu_limit"),
     (dict(swiglu_limit=7.0, swiglu_clamp="up"), "model.mlp.swiglu_clamp"),
@@ -640,13 +652,13 @@ def test_a_dense_kind_leaves_no_moe_field_ignored(dense):
 MOE_RUN = [
     "model/mlp=moe",
     "model.n_layer=2",
-    "model.mlp.n_experts=4",
-    "model.mlp.top_k=2",
+    "model.mlp.routing.n_experts=4",
+    "model.mlp.routing.top_k=2",
     "model.mlp.expert_d_ff=16",
     "model.mlp.n_shared_experts=1",
     "model/layers=dense_first",
-    "model.mlp.aux_loss_weight=0.01",
-    "model.mlp.z_loss_weight=0.001",
+    "model.mlp.routing.aux_loss_weight=0.01",
+    "model.mlp.routing.z_loss_weight=0.001",
     "trainer.max_steps=6",
     "trainer.val_check_interval=3",
     "data.batch_size=4",

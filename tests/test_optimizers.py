@@ -276,7 +276,7 @@ def test_moe_stacked_experts_decay_their_matrices_not_their_biases_and_stay_with
     Muon (2-D parameters only) both go to AdamW, and the router, a Linear in the blocks, to Muon."""
     from archlab.nn.moe import Experts
 
-    model = _model("model/mlp=moe", "model.mlp.n_experts=4", "model.mlp.bias=true")
+    model = _model("model/mlp=moe", "model.mlp.routing.n_experts=4", "model.mlp.bias=true")
     experts = [m for m in model.modules() if isinstance(m, Experts)]
     stacked_w = {id(p) for m in experts for n, p in m.named_parameters() if p.dim() == 3}
     stacked_b = {id(p) for m in experts for n, p in m.named_parameters() if p.dim() == 2}

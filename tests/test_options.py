@@ -470,7 +470,13 @@ def test_shared_experts_clamp_at_their_own_limit(shared_limit):
     all), at the routed experts' ``swiglu_limit`` where it is null (every earlier config), against the hand
     formula; random weights with biases far from 0 put gate and up on both sides of both limits."""
     L = 0.4
-    mlp = {"kind": "moe", "expert": "swiglu", "n_experts": 2, "top_k": 1, "n_shared_experts": 1, "bias": True}
+    mlp = {
+        "kind": "moe",
+        "expert": "swiglu",
+        "routing": {"n_experts": 2, "top_k": 1},
+        "n_shared_experts": 1,
+        "bias": True,
+    }
     mlp |= {"swiglu_limit": L, "swiglu_clamp": "activation", "shared_swiglu_limit": shared_limit}
     shared = build(tiny(mlp=mlp, init_std=0.5)).blocks[0].mlp.shared
     with torch.no_grad():
@@ -524,17 +530,19 @@ def test_mlp_bias_on_off(kind, extra):
         ({"kind": "swiglu", "ffn_dim_multiplier": 1.3, "multiple_of": 4096}, 8192, 28672),  # 28398 -> 7·4096
         ({"kind": "geglu", "ffn_dim_multiplier": 0.5, "multiple_of": 10}, 48, 70),  # int(0.5·128) = 64 -> 70
         (
-            {"kind": "gelu", "ffn_dim_multiplier": 1.3, "multiple_of": 256},
+            {"kind": "moe", "expert": "gelu", "ffn_dim_multiplier": 1.3, "multiple_of": 256},
             48,
             192,
-        ),  # the LLaMA rule is for gated MLPs only
+        ),  # the LLaMA rule is for gated MLPs only (a gelu MLP has no such field; experts of gelu ignore it)
     ],
 )
 def test_hidden_width_rules(mlp, d, expected):
     cfg = tiny(d_model=d, attention={"n_head": 4}, mlp=mlp, vocab_size=8, n_layer=1)
     assert d_ff(cfg) == expected
-    last = list(build_model(cfg, device="meta").blocks[0].mlp.children())[-1]  # proj / down: d_ff -> d
-    assert last.weight.shape == (d, expected)
+    mlp = build_model(cfg, device="meta").blocks[0].mlp
+    # proj / down: d_ff -> d; of experts, the first's
+    last = mlp.experts.matrices()[1][0] if cfg.mlp.kind == "moe" else list(mlp.children())[-1].weight
+    assert last.shape == (d, expected)
 
 
 # ---------------------------------------------------------------- attention

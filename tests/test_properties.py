@@ -87,7 +87,8 @@ def model_configs(draw) -> dict:
             mlp["swiglu_clamp"] = draw(st.sampled_from(["gate", "activation"]))
         mlp["swiglu_alpha"] = draw(st.sampled_from([1.0, 1.702]))
         mlp["up_offset"] = draw(st.sampled_from([0.0, 1.0]))
-    sizing = draw(st.sampled_from(["default", "d_ff", "multiplier", "llama"]))
+    gated = mlp["kind"] in ("swiglu", "geglu")  # LLaMA's width rule: the gated kinds' fields alone
+    sizing = draw(st.sampled_from(["default", "d_ff", "multiplier", *(["llama"] if gated else [])]))
     if sizing == "d_ff":
         mlp["d_ff"] = draw(st.integers(1, 96))
     elif sizing == "multiplier":
@@ -102,22 +103,25 @@ def model_configs(draw) -> dict:
         )
         top_groups = draw(st.integers(1, n_groups))
         n_shared = draw(st.integers(0, 2))
-        mlp |= {
-            "kind": "moe",
-            "expert": mlp["kind"],
+        routing = {
             "n_experts": n_experts,
             "top_k": draw(st.integers(1, top_groups * n_experts // n_groups)),
             "n_groups": n_groups,
             "top_groups": top_groups,
-            "expert_d_ff": draw(st.sampled_from([None, 3, 8])),
-            "n_shared_experts": n_shared,
-            "shared_expert_gate": n_shared > 0 and draw(st.booleans()),  # Qwen2-MoE, Qwen3-Next
             "scoring": draw(st.sampled_from(["softmax", "sigmoid"])),
             "normalize_top_k": draw(st.booleans()),
             "correction_bias": draw(st.booleans()),
             "routed_scale": draw(st.sampled_from([1.0, 2.5])),
             "router_bias": draw(st.booleans()),  # gpt-oss
             "weight_input": draw(st.booleans()),  # Llama 4
+        }
+        mlp |= {
+            "kind": "moe",
+            "expert": mlp["kind"],
+            "expert_d_ff": draw(st.sampled_from([None, 3, 8])),
+            "n_shared_experts": n_shared,
+            "shared_expert_gate": n_shared > 0 and draw(st.booleans()),  # Qwen2-MoE, Qwen3-Next
+            "routing": routing,
         }
 
     norm_kind = draw(st.sampled_from(["layernorm", "rmsnorm"]))

@@ -156,11 +156,12 @@ def test_an_old_moe_export_loads_with_its_weights(tmp_path):
     """An export whose config says dense_layers 1, its tensors named as that version built them (layer 0 a
     SwiGLU, ``blocks.0.mlp.gate_up`` and ``down``; layer 1 the MoE): the same names load into the model it
     described, which computes the same logits."""
-    moe = {"kind": "moe", "expert": "swiglu", "n_experts": 4, "top_k": 2, "expert_d_ff": 8, "n_shared_experts": 1}
-    old = hand_record(2, {}, {**moe, "dense_layers": 1})
+    moe = {"kind": "moe", "expert": "swiglu", "expert_d_ff": 8, "n_shared_experts": 1}
+    old = hand_record(2, {}, {**moe, "n_experts": 4, "top_k": 2, "dense_layers": 1})  # routing written flat then
     dense = {"kinds": {"dense": {"mlp": {"kind": "swiglu"}}}, "first": ["dense"]}
     torch.manual_seed(0)
-    model = build_model(to_model_config(hand_record(2, {}, moe, dense))).eval()
+    today = {**moe, "routing": {"n_experts": 4, "top_k": 2}}
+    model = build_model(to_model_config(hand_record(2, {}, today, dense))).eval()
     state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "head.weight"}  # tied
     assert {"blocks.0.mlp.gate_up.weight", "blocks.0.mlp.down.weight", "blocks.1.mlp.router.weight"} <= state.keys()
     path = tmp_path / "old.safetensors"

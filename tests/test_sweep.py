@@ -18,7 +18,7 @@ from helpers.report_runs import report
 from helpers.training import cli, compose_train, tiny_config_dir
 
 from archlab.accounting import count
-from archlab.config import to_model_config
+from archlab.config import MLP_OPTIONS, to_model_config
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -366,7 +366,9 @@ def test_matched_run_records_the_size_and_residual(conf, tmp_path):
         )
     )
     m = s["match"]
-    reference = dict(s["model"], mlp={**s["model"]["mlp"], "kind": "gelu", "d_ff": None})
+    # the run's MLP section as gelu: the fields gelu has (its d_ff the default rule), the others left out
+    gelu = MLP_OPTIONS.own_fields({**s["model"]["mlp"], "kind": "gelu", "d_ff": None}, "gelu")
+    reference = dict(s["model"], mlp=gelu)
     target = count(to_model_config(reference))["total"]
     assert m["target"] == target and m["field"] == "mlp.d_ff" and m["reference"] == {"mlp": {"kind": "gelu"}}
     assert s["model"]["mlp"]["d_ff"] == m["value"] and s["parameters"]["built"]["total"] == m["params"]

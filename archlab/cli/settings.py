@@ -4,6 +4,7 @@ their own settings (``help_text``) and the Hydra apps (``hydra_help_text``) alik
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -26,7 +27,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from archlab.config import MIXER_CONFIGS
+from archlab.config import OPTIONS
 from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 
@@ -146,19 +147,34 @@ def hydra_help_text(prog: str, doc: Optional[str], config_name: str, schema: typ
         listed = ", ".join(f"{o}*" if o == choice else o for o in options)
         lines += textwrap.wrap(listed, 110, initial_indent=f"  {group:<{width}}", subsequent_indent=" " * (width + 2))
     if "model" in values:
-        lines += ["", *mixer_fields_lines()]
+        lines += option_fields_lines()
     return "\n".join(lines)
 
 
-def mixer_fields_lines() -> list[str]:
-    """Each mixer's own fields (model.attention.<field>), from its config class: what ``--help`` and
-    docs/models.md list."""
-    lines = ["mixers (model.attention.kind=<mixer>; each has its own fields, model.attention.<field>):"]
-    width = max(len(kind) for kind in MIXER_CONFIGS) + 2
-    for kind, cls in sorted(MIXER_CONFIGS.items()):
-        listed = ", ".join(f.name for f in fields(cls) if f.name != "kind")
-        lines += textwrap.wrap(listed, 110, initial_indent=f"  {kind:<{width}}", subsequent_indent=" " * (width + 2))
+def option_fields_lines() -> list[str]:
+    """Each mixer's and MLP's own fields (model.attention.<field>, model.mlp.<field>), from its config
+    class, a sub-config's as ``<sub>.<field>``: what ``--help`` and docs/models.md list."""
+    lines = []
+    for section, options in OPTIONS.items():
+        noun = options.noun + ("es" if options.noun.endswith("x") else "s")
+        lines += ["", f"{noun} (model.{section}.kind=<kind>; each has its own fields, model.{section}.<field>):"]
+        width = max(len(kind) for kind in options.classes) + 2
+        for kind, cls in sorted(options.classes.items()):
+            listed = ", ".join(_field_names(cls)) or "(no fields)"
+            lines += textwrap.wrap(
+                listed, 110, initial_indent=f"  {kind:<{width}}", subsequent_indent=" " * (width + 2)
+            )
     return lines
+
+
+def _field_names(cls: type) -> list[str]:
+    """``cls``'s fields but ``kind``, a sub-config's spelled ``<sub>.<field>``."""
+    hints, names = get_type_hints(cls), []
+    for f in fields(cls):
+        sub = hints[f.name]
+        if f.name != "kind":
+            names += [f"{f.name}.{g.name}" for g in fields(sub)] if dataclasses.is_dataclass(sub) else [f.name]
+    return names
 
 
 def settings_or_help(

@@ -1,7 +1,8 @@
 """Layers that differ: the config of each layer of a model whose ``model.layers`` gives some layers a
 named kind, each kind overriding fields of the model's ``attention``, ``position`` and ``mlp`` (a
-sliding window, no position encoding, a mixture of experts), or swapping the model's mixer for
-another whole (``attention: {kind: mamba2, ...}``: that mixer's own fields, the model's ``n_head``). Everything built or counted per layer
+sliding window, no position encoding, a mixture of experts), or swapping the model's mixer or MLP for
+another whole (``attention: {kind: mamba2, ...}``: that mixer's own fields, the model's ``n_head``;
+``mlp: {kind: swiglu, d_ff: ...}``: that MLP's fields, those it shares with the model's kept). Everything built or counted per layer
 reads ``layer_configs``: a layer's config is the model's with its kind's fields merged in."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, cast
 
-from archlab.config.model import LayersConfig, ModelConfig, build_mixer_config
+from archlab.config.model import OPTIONS, LayersConfig, ModelConfig
 from archlab.errors import ConfigError
 
 FAMILIES = ("attention", "position", "mlp")  # what a layer kind may override
@@ -42,8 +43,8 @@ def kind_config(cfg: ModelConfig, name: str) -> ModelConfig:
         names = sorted(f.name for f in dataclasses.fields(section))
         if not isinstance(fields, dict):
             raise ConfigError(f"{where}.{family}", fields, f"a mapping of model.{family}'s fields to values")
-        if family == "attention":  # a mixer of the model's kind over the model's, or another mixer whole
-            sections[family] = build_mixer_config(fields, f"{where}.attention", base=section)
+        if family in OPTIONS:  # an option of the model's kind over the model's, or another option whole
+            sections[family] = OPTIONS[family].build(fields, f"{where}.{family}", base=section)
             continue
         for key, value in fields.items():
             if key not in names:

@@ -1,19 +1,21 @@
 """Structured model configs: the contract every registry family reads (plain dataclasses; Hydra's
 ConfigStore holds them, see ``archlab.config.store``).
 
-The token mixer is one class per mixer, each holding exactly its fields (``MixerConfig`` and the subclass
-each mixer's module registers); the other families are one dataclass each, whose ``kind`` picks the
-variant, whose own entry checks the fields it uses (see ``archlab.nn``).
+The token mixer and the MLP are one class per option, each holding exactly its fields (``MixerConfig``,
+``MLPConfig`` and the subclass each option's module registers, ``OPTIONS``); the other families are one
+dataclass each, whose ``kind`` picks the variant, whose own entry checks the fields it uses (see
+``archlab.nn``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, make_dataclass
-from typing import Any, Callable, List, Optional, TypeVar, cast, get_type_hints
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.config.fields import choice, plain_dict
+from archlab.config.options import Options
 from archlab.errors import ConfigError
 
 
@@ -66,7 +68,7 @@ class PositionConfig:
 
 @dataclass
 class MixerConfig:
-    """``model.attention``: the token mixer (registry ``MIXERS``, archlab/nn/mixers/). ``kind`` picks it, and
+    """``model.attention``: the token mixer (registry ``MIXER_OPTIONS``, archlab/nn/mixers/). ``kind`` picks it, and
     its own config class, a subclass registered with ``mixer_config`` beside the mixer, holds exactly the
     fields it reads. ``n_head`` is the one field every mixer has: it stays when an option or a layer kind
     swaps the mixer for another."""
@@ -75,117 +77,27 @@ class MixerConfig:
     n_head: int = 12
 
 
-# kind -> the config class of that mixer, filled as archlab.nn.mixers' modules are imported (archlab's package
-# import does so before any config is read)
-MIXER_CONFIGS: dict[str, type[MixerConfig]] = {}
-_BASE = tuple(f.name for f in fields(MixerConfig))
-
-
-MixerClass = TypeVar("MixerClass", bound=type[MixerConfig])
-
-
-def mixer_config(kind: str) -> Callable[[MixerClass], MixerClass]:
-    """Register the decorated ``MixerConfig`` subclass as the config of mixer ``kind``."""
-
-    def register(cls: MixerClass) -> MixerClass:
-        if not issubclass(cls, MixerConfig) or cls.kind != kind:
-            raise TypeError(f"{cls.__name__}: a MixerConfig subclass whose kind defaults to {kind!r}")
-        MIXER_CONFIGS[kind] = cls
-        return cls
-
-    return register
-
-
-def mixer_class(kind: Any, where: str) -> type[MixerConfig]:
-    """The config class of mixer ``kind`` (``where``: the field naming it), or a ConfigError naming them all."""
-    if kind not in MIXER_CONFIGS:
-        raise ConfigError(where, kind, f"one of {sorted(MIXER_CONFIGS)}")
-    return MIXER_CONFIGS[kind]
-
-
-def mixer_fields(kind: str) -> tuple[str, ...]:
-    """The fields of mixer ``kind``'s config, in its class's order."""
-    return tuple(f.name for f in fields(MIXER_CONFIGS[kind]))
-
-
-def _mixer_values(
-    values: dict[str, Any], where: str, base: Optional[MixerConfig]
-) -> tuple[type[MixerConfig], dict[str, Any]]:
-    """The class of the mixer ``values`` names by ``kind`` (else ``base``'s kind) and its fields: ``values``
-    over ``base`` where the kind is ``base``'s, else over that mixer's defaults with ``base``'s ``n_head``. A
-    field the mixer lacks is refused in one line naming the mixer and its fields."""
-    kind = values.get("kind", base.kind if base is not None else MixerConfig.kind)
-    cls = mixer_class(kind, f"{where}.kind")
-    own = mixer_fields(kind)
-    for key, value in values.items():
-        if key not in own:
-            raise ConfigError(f"{where}.{key}", value, f"a field of mixer {kind}: {', '.join(own)}")
-    start: dict[str, Any] = {}
-    if base is not None:
-        kept = own if base.kind == kind else _BASE
-        start = {name: getattr(base, name) for name in kept if hasattr(base, name)}
-    return cls, {**start, **values, "kind": kind}
-
-
-def build_mixer_config(values: dict[str, Any], where: str, base: Optional[MixerConfig] = None) -> MixerConfig:
-    """The config ``_mixer_values`` gives, as its dataclass (a layer kind's merge: as cheap as the other
-    families' ``dataclasses.replace``; ``to_model_config`` type-checks a whole model's values once)."""
-    cls, fields_of = _mixer_values(values, where, base)
-    return cls(**fields_of)
-
-
-def mixer_schema() -> Any:
-    """The node Hydra composes ``model.attention`` into: every registered mixer's fields, unset (``???``) but
-    ``kind`` and ``n_head``, so a preset, a mixer option and the command line may each set any of them (a
-    name no mixer has fails in Hydra); ``to_model_config`` keeps the chosen mixer's and reports the rest
-    (``left_out``)."""
-    types: dict[str, Any] = {}
-    for cls in MIXER_CONFIGS.values():
-        for name, kind in get_type_hints(cls).items():
-            if name not in _BASE:
-                types[name] = kind if types.get(name, kind) == kind else Any
-    spec = [(name, Optional[kind] if kind is not Any else Any, field(default="???")) for name, kind in types.items()]
-    schema = make_dataclass("MixerFields", spec, bases=(MixerConfig,))
-    return OmegaConf.structured(schema)
+MIXER_OPTIONS = Options(
+    "attention", "mixer", MixerConfig
+)  # the classes fill as archlab.nn.mixers' modules are imported
+mixer_config = MIXER_OPTIONS.register  # @mixer_config(kind): the decorated MixerConfig subclass is mixer kind's config
+MIXER_CONFIGS = MIXER_OPTIONS.classes
 
 
 @dataclass
 class MLPConfig:
-    """``model.mlp``: the feed-forward layer and its hidden width (``MLPS``, archlab/nn/mlp.py)."""
+    """``model.mlp``: the feed-forward (registry ``MLP_OPTIONS``, archlab/nn/mlp.py, archlab/nn/moe.py). ``kind``
+    picks it, and its own config class, a subclass registered with ``mlp_config`` beside its entry, holds
+    exactly the fields it reads."""
 
-    kind: str = "gelu"  # gelu | relu | relu2 (relu(x)²) | swiglu | geglu | moe (a mixture of experts of ``expert``)
-    d_ff: Optional[int] = None  # explicit hidden width wins over every rule below
-    multiplier: Optional[float] = None  # hidden width = int(multiplier * d_model)
-    ffn_dim_multiplier: Optional[float] = None  # gated LLaMA rule
-    multiple_of: int = 1  # gated LLaMA rule: round the width up to a multiple of this
-    bias: bool = True
-    approximate: str = choice("none", "tanh")  # gelu and geglu: exact GELU, or its tanh approximation
-    # swiglu (dense or experts): (clamp(up) + up_offset) · act(gate), act(g) = g·σ(swiglu_alpha·g) (gpt-oss: 7, 1.702, 1)
-    swiglu_limit: Optional[float] = None  # swiglu: bound L: up clamped to [-L, L], the gate to <= L; None = no clamp
-    # swiglu, with a limit: L bounds the gate (gpt-oss) | act(gate) (Step-3.5)
-    swiglu_clamp: str = choice("gate", "activation")
-    # moe, swiglu experts: the shared experts' bound; None = swiglu_limit, 0 = no clamp (Step-3.5's last layer: 16)
-    shared_swiglu_limit: Optional[float] = None
-    swiglu_alpha: float = 1.0  # swiglu: the gate's activation g·σ(α·g); 1 = SiLU (gpt-oss: 1.702)
-    up_offset: float = 0.0  # swiglu: added to the (clamped) up projection before the product (gpt-oss: 1)
-    # moe: a router sends each token to top_k of n_experts MLPs of kind ``expert``, beside any shared experts
-    expert: str = choice("swiglu", "geglu", "gelu", "relu", "relu2")  # moe: the kind of every expert
-    n_experts: int = 8  # moe: routed experts per layer
-    top_k: int = 2  # moe: routed experts each token goes through
-    expert_d_ff: Optional[int] = None  # moe: a routed expert's hidden width; None = the d_ff rules above
-    n_shared_experts: int = 0  # moe: experts every token goes through, as one MLP of n·expert_d_ff (DeepSeek)
-    # moe: the shared experts' output times sigmoid(w·x), one bias-free scalar per token (Qwen2-MoE, Qwen3-Next)
-    shared_expert_gate: bool = False
-    scoring: str = choice("softmax", "sigmoid")  # moe: router scores (DeepSeek-V3: sigmoid)
-    normalize_top_k: bool = True  # moe: the top-k weights renormalised to sum to 1 (Mixtral, Qwen3-MoE)
-    n_groups: int = 1  # moe: experts in this many groups; a token picks from the top_groups best (DeepSeek-V3: 8)
-    top_groups: int = 1  # moe: groups a token may pick from, ranked by the sum of their two best scores (V3: 4)
-    routed_scale: float = 1.0  # moe: the routed experts' weights times this (DeepSeek-V3: 2.5)
-    correction_bias: bool = False  # moe: a per-expert bias added to the scores for selection only (DeepSeek-V3)
-    router_bias: bool = False  # moe: the router Linear has a learned bias, added to its logits (gpt-oss)
-    weight_input: bool = False  # moe: the routing weight scales an expert's input, not its output (Llama 4)
-    aux_loss_weight: float = 0.0  # moe: weight of the load-balancing loss (Switch Transformer; Mixtral: 0.02)
-    z_loss_weight: float = 0.0  # moe: weight of the router z-loss, mean logsumexp(logits)^2 (ST-MoE: 0.001)
+    kind: str = "gelu"
+
+
+MLP_OPTIONS = Options(
+    "mlp", "MLP", MLPConfig, keep_shared=True
+)  # the classes fill as archlab.nn.mlp and .moe are imported
+mlp_config = MLP_OPTIONS.register  # @mlp_config(kind): the decorated MLPConfig subclass is MLP kind's config
+OPTIONS = {"attention": MIXER_OPTIONS, "mlp": MLP_OPTIONS}  # the sections whose options own their configs
 
 
 @dataclass
@@ -233,98 +145,105 @@ class ModelConfig:
     position: PositionConfig = field(default_factory=PositionConfig)
     # a MixerConfig: the chosen mixer's own class (typed Any: each mixer's fields are read through its own class)
     attention: Any = field(default_factory=lambda: MIXER_CONFIGS["causal"]())
-    mlp: MLPConfig = field(default_factory=MLPConfig)
+    mlp: Any = field(default_factory=lambda: MLP_OPTIONS.classes["gelu"]())  # an MLPConfig: the chosen MLP's own class
     head: HeadConfig = field(default_factory=HeadConfig)
     layers: LayersConfig = field(default_factory=LayersConfig)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:
     """Accept a ModelConfig, a DictConfig/dict of one, or a composed config with a ``model`` key. The mixer
-    is built by its kind's own class: a field it lacks is refused, except in a node Hydra composed
-    (``mixer_schema``), where a preset's fields for another mixer are left out (``left_out`` names them)."""
+    and the MLP are built by their kind's own classes (``OPTIONS``): a field the option lacks is refused,
+    except in a section Hydra composed (``Options.schema``), where a preset's fields for another option
+    are left out (``left_out`` names them)."""
     if isinstance(cfg, ModelConfig):
         return cfg
     if isinstance(cfg, DictConfig):
         if "model" in cfg and "n_layer" not in cfg:
             cfg = cfg.model
-        composed = "attention" in cfg and _composed(cfg.attention)
+        composed = any(section in cfg and o.composed(cfg[section]) for section, o in OPTIONS.items())
         data = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))
         if composed:
             data = _kept(data)[0]
         return to_model_config(data)
     if isinstance(cfg, dict):
         data = dict(cfg)
-        attention = data.pop("attention", None) or {}
+        sections = {section: data.pop(section, None) or {} for section in OPTIONS}
         merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), data)
         # to_object of a config merged onto the ModelConfig schema instantiates that dataclass
         out = cast(ModelConfig, OmegaConf.to_object(merged))
-        if not isinstance(attention, MixerConfig):  # type-checked and converted as Hydra does (OmegaConf)
-            cls, values = _mixer_values(dict(attention), "model.attention", None)
-            attention = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), values))
-        out.attention = attention
+        for section, options in OPTIONS.items():  # type-checked and converted as Hydra does (OmegaConf)
+            setattr(out, section, options.typed(sections[section], f"model.{section}"))
         return out
     raise TypeError(f"expected a ModelConfig, DictConfig or dict, got {type(cfg).__name__}")
 
 
-def _composed(node: Any) -> bool:
-    """Whether ``node`` is a mixer node Hydra composed onto ``mixer_schema``."""
-    return isinstance(node, DictConfig) and getattr(OmegaConf.get_type(node), "__name__", "") == "MixerFields"
-
-
-def _split(values: dict[str, Any], kind: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Set mixer fields (unset: ``???``) split into another mixer's fields that mixer ``kind`` lacks, and
-    the rest: its own, and any name no mixer has, which building it refuses (a typo stays an error)."""
-    own = mixer_fields(kind) if kind in MIXER_CONFIGS else tuple(values)
-    others = {name for cls in MIXER_CONFIGS.values() for name in (f.name for f in fields(cls))} - set(own)
-    values = {k: v for k, v in values.items() if v != "???"}
-    return {k: v for k, v in values.items() if k not in others}, {k: v for k, v in values.items() if k in others}
-
-
-def _kinds_mixers(model: dict[str, Any], mapped: Callable[[str, dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
-    """``model`` with each layer kind's ``attention`` section replaced by ``mapped(its name, section)``."""
+def _kinds_sections(
+    model: dict[str, Any], section: str, mapped: Callable[[str, dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """``model`` with each layer kind's ``section`` replaced by ``mapped(its name, section)``."""
     layers = dict(model.get("layers") or {})
     kinds = layers.get("kinds")
     if not isinstance(kinds, dict):
         return model
     kinds = {
-        name: {**o, "attention": mapped(name, o["attention"])}
-        if isinstance(o, dict) and isinstance(o.get("attention"), dict)
+        name: {**o, section: mapped(name, o[section])}
+        if isinstance(o, dict) and isinstance(o.get(section), dict)
         else o
         for name, o in kinds.items()
     }
     return {**model, "layers": {**layers, "kinds": kinds}}
 
 
-def _kept(model: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any, Any]]]:
-    """A composed model dict with only the fields each mixer has, on the model's mixer and in each layer
-    kind's (a kind of the model's mixer, or its own), and the others left out: (field, value, mixer)."""
-    attention = model.get("attention") or {}
-    kind = attention.get("kind", MixerConfig.kind)
-    kept, dropped = _split(attention, kind)
-    out = [(f"model.attention.{k}", v, kind) for k, v in dropped.items()]
+def _kept(model: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, Any, str]]]:
+    """A composed model dict with only the fields each option has, in the model's sections and each layer
+    kind's (a kind of the model's option, or its own), and the others left out: (field, value, option)."""
+    out: list[tuple[str, Any, str]] = []
+    for section, options in OPTIONS.items():
+        values = model.get(section) or {}
+        kind = values.get("kind", options.base.kind)
+        kept, dropped = options.split(values, kind)
+        out += _dropped(options, f"model.{section}", kind, dropped)
+        model = _kinds_sections({**model, section: kept}, section, _kind_kept(options, section, kind, out))
+    return model, out
 
-    def own(name: str, section: dict[str, Any]) -> dict[str, Any]:
-        mixer = section.get("kind", kind)
-        kept_here, other = _split(section, mixer)
-        out.extend((f"model.layers.kinds.{name}.attention.{k}", v, mixer) for k, v in other.items())
+
+def _kind_kept(
+    options: Options, section: str, kind: str, out: list[tuple[str, Any, str]]
+) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+    """A layer kind's ``section`` as ``_kept`` keeps it (its option: its own kind, else the model's
+    ``kind``), what it leaves out added to ``out``."""
+
+    def kept(name: str, values: dict[str, Any]) -> dict[str, Any]:
+        option = values.get("kind", kind)
+        kept_here, other = options.split(values, option)
+        out.extend(_dropped(options, f"model.layers.kinds.{name}.{section}", option, other))
         return kept_here
 
-    return _kinds_mixers({**model, "attention": kept}, own), out
+    return kept
+
+
+def _dropped(options: Options, where: str, kind: str, dropped: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """(field, value, option) of each field ``dropped`` sets (a sub-config's: each of its own)."""
+    return [
+        (f"{where}.{f}", v, f"{options.noun} {kind}")
+        for name, value in dropped.items()
+        for f, v in options.set_fields(name, value)
+    ]
 
 
 def left_out(cfg: Any) -> list[str]:
-    """The mixer fields a composed config (a DictConfig of a model, or with a ``model`` key) sets that the
-    mixer they would reach does not have (a preset's fields for the mixer an option replaced, a layout's
-    for a mixer it no longer has, a sweep's for another mixer), each as a line saying so; [] for any other
-    input."""
+    """The mixer and MLP fields a composed config (a DictConfig of a model, or with a ``model`` key) sets
+    that the option they would reach does not have (a preset's fields for the option another replaced, a
+    layout's for a mixer it no longer has, a sweep's for another option), each as a line saying so; []
+    for any other input."""
     if not isinstance(cfg, DictConfig):
         return []
     if "model" in cfg and "n_layer" not in cfg:
         cfg = cfg.model
-    if "attention" not in cfg or not _composed(cfg.attention):
+    if not any(section in cfg and o.composed(cfg[section]) for section, o in OPTIONS.items()):
         return []
     data = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False))
-    return [f"{path}={value!r} is left out: mixer {kind} has no such field" for path, value, kind in _kept(data)[1]]
+    return [f"{path}={value!r} is left out: {option} has no such field" for path, value, option in _kept(data)[1]]
 
 
 def shortest_layout(names: list[str]) -> tuple[list[str], list[str]]:
@@ -454,36 +373,61 @@ def flat_mixers(model: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(attention, dict):
         return model
     kind = attention.get("kind", MixerConfig.kind)
-    if kind not in MIXER_CONFIGS or set(attention) <= set(mixer_fields(kind)):
+    if kind not in MIXER_OPTIONS.classes or set(attention) <= set(MIXER_OPTIONS.fields(kind)):
         return model
-    own = mixer_fields(kind)
 
     def written_out(_name: str, section: dict[str, Any]) -> dict[str, Any]:
         merged = {**attention, **section}  # what the kind's layers had: the model's section, its own over it
         mixer = merged.get("kind", kind)
-        fields_of = mixer_fields(mixer) if mixer in MIXER_CONFIGS else tuple(merged)
-        return {k: v for k, v in (section if mixer == kind else merged).items() if k in fields_of}
+        return MIXER_OPTIONS.own_fields(section if mixer == kind else merged, mixer)
 
-    return _kinds_mixers({**model, "attention": {k: v for k, v in attention.items() if k in own}}, written_out)
+    return _kinds_sections({**model, "attention": MIXER_OPTIONS.own_fields(attention, kind)}, "attention", written_out)
+
+
+def flat_mlps(model: dict[str, Any]) -> dict[str, Any]:
+    """A model dict recorded when ``model.mlp`` was one flat section of every MLP's fields as today's
+    per-kind configs, describing the same model: in the model's section and each layer kind's, a
+    sub-config's fields (a mixture of experts' ``routing``) gathered under its name and the fields the
+    kind lacks, which it never read, dropped. A record of today's form is returned as it is."""
+    mlp = model.get("mlp")
+    if not isinstance(mlp, dict):
+        return model
+    kind = mlp.get("kind", MLPConfig.kind)
+
+    def own(_name: str, section: dict[str, Any]) -> dict[str, Any]:
+        return MLP_OPTIONS.recorded(section, section.get("kind", kind))
+
+    return _kinds_sections({**model, "mlp": MLP_OPTIONS.recorded(mlp, kind)}, "mlp", own)
 
 
 def recorded_model_config(recorded: Any) -> ModelConfig:
     """A model config as an earlier archlab recorded it (in a checkpoint or an export), read under today's
     schema without changing the model it describes: fields added since take their defaults, which are
-    the earlier behaviour; ``approximate``, which swiglu and relu then ignored, reads as none there;
-    ``global_every`` and ``dense_layers`` read as the layer kinds that replaced them (``legacy_layers``);
-    and one flat attention section as per-mixer configs (``flat_mixers``)."""
+    the earlier behaviour;     ``global_every`` and ``dense_layers`` read as the layer kinds that replaced them (``legacy_layers``);
+    and one flat attention or MLP section as per-option configs (``flat_mixers``, ``flat_mlps``)."""
     if isinstance(recorded, DictConfig):
         recorded = OmegaConf.to_container(recorded, resolve=True)
     if isinstance(recorded, dict):
         recorded = cast(dict[str, Any], recorded)
         if "model" in recorded and "n_layer" not in recorded:
             recorded = recorded["model"]
-        recorded = flat_mixers(legacy_layers(recorded))
-    cfg = to_model_config(recorded)
-    if cfg.mlp.kind in ("swiglu", "relu"):
-        cfg.mlp.approximate = "none"
-    return cfg
+        recorded = flat_mlps(flat_mixers(legacy_layers(recorded)))
+    return to_model_config(recorded)
+
+
+def with_fields(cfg: ModelConfig, values: dict[str, Any], where: str) -> ModelConfig:
+    """``cfg`` with ``values`` (model fields, ``where`` naming them in an error) set: a mixer or MLP section
+    naming another option swaps it whole, as a layer kind does (``Options.build``); other sections merged."""
+    values = dict(values)
+    sections = {
+        section: OPTIONS[section].build(dict(values.pop(section)), f"{where}.{section}", base=getattr(cfg, section))
+        for section in list(values)
+        if section in OPTIONS
+    }
+    rest = {k: v for k, v in model_config_dict(cfg).items() if k not in OPTIONS}
+    merged = cast(dict[str, Any], OmegaConf.to_container(OmegaConf.merge(rest, values)))
+    own = {section: sections.get(section, getattr(cfg, section)) for section in OPTIONS}
+    return to_model_config({**merged, **own})
 
 
 def model_config_dict(cfg: ModelConfig) -> dict[str, Any]:

@@ -7,13 +7,13 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from archlab.config.commands import BenchConfig, CheckConfig, CoordConfig
-from archlab.config.model import mixer_schema
+from archlab.config.model import OPTIONS
 from archlab.config.train import TrainConfig, sweep_dir_or, world_size
 
 
 def register_configs() -> None:
     """Store ``check_schema``, ``bench_schema``, ``coord_schema`` and ``train_schema`` (each conf/<command>.yaml lists its
-    schema first; a model's ``attention`` composed onto ``mixer_schema``), the ``archlab.world_size`` resolver the fsdp trainer sizes its mesh with and the
+    schema first; a model's ``attention`` and ``mlp`` composed onto their options' ``schema``), the ``archlab.world_size`` resolver the fsdp trainer sizes its mesh with and the
     ``archlab.sweep_dir_or`` one that puts a sweep's MLflow store in the sweep's directory."""
     cs = ConfigStore.instance()
     for name, schema in (
@@ -23,8 +23,9 @@ def register_configs() -> None:
         ("train_schema", TrainConfig),
     ):
         node = OmegaConf.structured(schema)
-        if OmegaConf.select(node, "model.attention") is not None:  # any mixer's fields, the chosen one's kept
-            node.model.attention = mixer_schema()
+        if OmegaConf.select(node, "model") is not None:  # any option's fields, the chosen one's kept
+            for section, options in OPTIONS.items():
+                node.model[section] = options.schema()
         cs.store(name=name, node=node)
     OmegaConf.register_new_resolver("archlab.world_size", world_size, replace=True)
     OmegaConf.register_new_resolver("archlab.sweep_dir_or", sweep_dir_or, replace=True)

@@ -22,11 +22,83 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig
+from archlab.config import MLPConfig, ModelConfig, mlp_config
+from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import LayerPart, Role, residual_projection
 from archlab.nn.fused import glu
 from archlab.registry import Registry
+
+
+@dataclass
+class WidthConfig(MLPConfig):
+    """What every dense kind reads: the width rules and the biases."""
+
+    d_ff: Optional[int] = None  # explicit hidden width wins over every rule below
+    multiplier: Optional[float] = None  # hidden width = int(multiplier * d_model)
+    bias: bool = True
+
+
+@dataclass
+class GatedWidthConfig(WidthConfig):
+    """The gated kinds' width rules: LLaMA's, when neither d_ff nor multiplier is set."""
+
+    ffn_dim_multiplier: Optional[float] = None  # the 8d/3 width times this
+    multiple_of: int = 1  # ... rounded up to a multiple of this
+
+
+@dataclass
+class TanhField:
+    """GELU's form, where the activation is GELU."""
+
+    approximate: str = choice("none", "tanh")  # exact GELU, or its tanh approximation
+
+
+@dataclass
+class ClampFields:
+    """SwiGLU's clamped form (gpt-oss, Step-3.5); at the defaults the plain SwiGLU."""
+
+    swiglu_limit: Optional[float] = None  # bound L: up clamped to [-L, L], the gate to <= L; None = no clamp
+    # where the limit bounds the gate: gate (clamped before SiLU, gpt-oss) | activation (SiLU's output, Step-3.5)
+    swiglu_clamp: str = choice("gate", "activation")
+    swiglu_alpha: float = 1.0  # the gate's activation g·σ(α·g); 1 = SiLU (gpt-oss: 1.702)
+    up_offset: float = 0.0  # added to the (clamped) up projection before the product (gpt-oss: 1)
+
+
+@mlp_config("gelu")
+@dataclass
+class GeLUConfig(TanhField, WidthConfig):
+    kind: str = "gelu"
+
+
+@mlp_config("relu")
+@dataclass
+class ReLUConfig(WidthConfig):
+    kind: str = "relu"
+
+
+@mlp_config("relu2")
+@dataclass
+class ReLU2Config(WidthConfig):
+    kind: str = "relu2"
+
+
+@mlp_config("swiglu")
+@dataclass
+class SwiGLUConfig(ClampFields, GatedWidthConfig):
+    kind: str = "swiglu"
+
+
+@mlp_config("geglu")
+@dataclass
+class GeGLUConfig(TanhField, GatedWidthConfig):
+    kind: str = "geglu"
+
+
+@mlp_config("none")
+@dataclass
+class NoMLPConfig(MLPConfig):
+    kind: str = "none"
 
 
 class MLP(LayerPart, nn.Module):
@@ -80,10 +152,11 @@ def width_fields(cfg: ModelConfig, gated: bool) -> frozenset[str]:
 def _validate_sizes(cfg: ModelConfig) -> None:
     m = cfg.mlp
     for name in ("d_ff", "multiplier", "ffn_dim_multiplier"):
-        value = getattr(m, name)
+        value = getattr(m, name, None)  # a plain kind has no ffn_dim_multiplier
         if value is not None and not 0 < value < math.inf:
             raise ConfigError(f"model.mlp.{name}", value, "a positive number or null")
-    checks.integer("model.mlp.multiple_of", m.multiple_of)
+    if isinstance(m, GatedWidthConfig):
+        checks.integer("model.mlp.multiple_of", m.multiple_of)
     if d_ff(cfg) <= 0:
         raise ConfigError(
             "model.mlp.d_ff", d_ff(cfg), "a resolved hidden width >= 1: raise multiplier or ffn_dim_multiplier"
@@ -133,8 +206,9 @@ class DenseMLP(MLP):
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
-        if cls.refuses_tanh is not None and cfg.mlp.approximate != "none":
-            raise ConfigError("model.mlp.approximate", cfg.mlp.approximate, cls.refuses_tanh)
+        approximate = getattr(cfg.mlp, "approximate", "none")  # a mixture of experts' of this kind, if any
+        if cls.refuses_tanh is not None and approximate != "none":
+            raise ConfigError("model.mlp.approximate", approximate, cls.refuses_tanh)
         _validate_sizes(cfg)
 
 

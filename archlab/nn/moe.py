@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass, field
 from typing import Callable, Optional, ParamSpec, TypeVar, cast
 
 import torch
@@ -36,13 +37,49 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig
+from archlab.config import ModelConfig, mlp_config
+from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
-from archlab.nn.mlp import MLP, MLPS, d_ff, dense_kind
+from archlab.nn.mlp import MLP, MLPS, ClampFields, GatedWidthConfig, TanhField, d_ff, dense_kind
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+
+
+@dataclass
+class RoutingConfig:
+    """``model.mlp.routing``: how the router picks and weighs a token's experts, and its auxiliary losses."""
+
+    n_experts: int = 8  # routed experts per layer
+    top_k: int = 2  # routed experts each token goes through
+    scoring: str = choice("softmax", "sigmoid")  # router scores (DeepSeek-V3: sigmoid)
+    normalize_top_k: bool = True  # the top-k weights renormalised to sum to 1 (Mixtral, Qwen3-MoE)
+    n_groups: int = 1  # experts in this many groups; a token picks from the top_groups best (DeepSeek-V3: 8)
+    top_groups: int = 1  # groups a token may pick from, ranked by the sum of their two best scores (V3: 4)
+    routed_scale: float = 1.0  # the routed experts' weights times this (DeepSeek-V3: 2.5)
+    correction_bias: bool = False  # a per-expert bias added to the scores for selection only (DeepSeek-V3)
+    router_bias: bool = False  # the router Linear has a learned bias, added to its logits (gpt-oss)
+    weight_input: bool = False  # the routing weight scales an expert's input, not its output (Llama 4)
+    aux_loss_weight: float = 0.0  # weight of the load-balancing loss (Switch Transformer; Mixtral: 0.02)
+    z_loss_weight: float = 0.0  # weight of the router z-loss, mean logsumexp(logits)^2 (ST-MoE: 0.001)
+
+
+@mlp_config("moe")
+@dataclass
+class MoEConfig(ClampFields, TanhField, GatedWidthConfig):
+    """``model.mlp`` with kind moe: experts of kind ``expert`` (each reading the dense fields as that kind
+    does: the width rules size them where expert_d_ff is null, and a dense layer kind built from this
+    section), any shared experts, and the ``routing``."""
+
+    kind: str = "moe"
+    expert: str = choice("swiglu", "geglu", "gelu", "relu", "relu2")  # the kind of every expert
+    expert_d_ff: Optional[int] = None  # a routed expert's hidden width; None = the d_ff rules
+    n_shared_experts: int = 0  # experts every token goes through, as one MLP of n·expert_d_ff (DeepSeek)
+    shared_expert_gate: bool = False  # the shared experts' output times sigmoid(w·x) (Qwen2-MoE, Qwen3-Next)
+    # the shared SwiGLU experts' swiglu_limit where it differs from the routed ones' (Step-3.5: 16); 0: no clamp
+    shared_swiglu_limit: Optional[float] = None
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
 
 
 def not_compiled(fn: Callable[_P, _R]) -> Callable[_P, _R]:
@@ -74,7 +111,7 @@ class Experts(nn.Module):
         entry = dense_kind(cfg.mlp.expert)
         self.gated = entry.gated(cfg)
         self.activation = entry.activation_of(cfg)  # between the matrices: the activation, or the gated product
-        E, d = cfg.mlp.n_experts, cfg.d_model
+        E, d = cfg.mlp.routing.n_experts, cfg.d_model
         self.names = ("gate_up", "down") if self.gated else ("fc", "proj")
         shapes = ((E, (2 if self.gated else 1) * width, d), (E, d, width))
         for name, shape in zip(self.names, shapes):
@@ -106,10 +143,7 @@ class Experts(nn.Module):
         return getattr(self, f"{self.names[0]}_bias"), getattr(self, f"{self.names[1]}_bias")
 
 
-_OWN_FIELDS = frozenset(  # the fields of model.mlp that only a mixture of experts reads
-    "expert n_experts top_k expert_d_ff n_shared_experts scoring normalize_top_k n_groups top_groups "
-    "routed_scale correction_bias router_bias weight_input aux_loss_weight z_loss_weight shared_expert_gate".split()
-)
+_OWN_FIELDS = frozenset({"expert", "expert_d_ff", "n_shared_experts", "shared_expert_gate", "routing"})
 
 
 @MLPS.register("moe")
@@ -132,14 +166,14 @@ class MoE(MLP):
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
-        m, d = cfg.mlp, cfg.d_model
-        self.n_experts, self.top_k, self.scoring = m.n_experts, m.top_k, m.scoring
-        self.normalize, self.routed_scale, self.weight_input = m.normalize_top_k, m.routed_scale, m.weight_input
-        self.n_groups, self.top_groups = m.n_groups, m.top_groups
-        self.aux_weights = {"moe_balance": m.aux_loss_weight, "router_z": m.z_loss_weight}
-        self.router = nn.Linear(d, m.n_experts, bias=m.router_bias)
+        m, r, d = cfg.mlp, cfg.mlp.routing, cfg.d_model
+        self.n_experts, self.top_k, self.scoring = r.n_experts, r.top_k, r.scoring
+        self.normalize, self.routed_scale, self.weight_input = r.normalize_top_k, r.routed_scale, r.weight_input
+        self.n_groups, self.top_groups = r.n_groups, r.top_groups
+        self.aux_weights = {"moe_balance": r.aux_loss_weight, "router_z": r.z_loss_weight}
+        self.router = nn.Linear(d, r.n_experts, bias=r.router_bias)
         self.register_buffer(
-            "router_bias", torch.zeros(m.n_experts, dtype=torch.float32) if m.correction_bias else None
+            "router_bias", torch.zeros(r.n_experts, dtype=torch.float32) if r.correction_bias else None
         )
         f = expert_width(cfg)
         self.experts = Experts(cfg, f)
@@ -260,17 +294,17 @@ class MoE(MLP):
         f = expert_width(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
         shared += cfg.d_model if m.shared_expert_gate else 0
-        return m.n_experts * (cfg.d_model + m.router_bias) + routed * entry.params_at(cfg, f) + shared
+        return m.routing.n_experts * (cfg.d_model + m.routing.router_bias) + routed * entry.params_at(cfg, f) + shared
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        return cls.params(cfg, cfg.mlp.n_experts)
+        return cls.params(cfg, cfg.mlp.routing.n_experts)
 
     @classmethod
     def active_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """The router (its bias too), the top_k routed experts a token goes through and the shared experts
         (their gate too)."""
-        return cls.params(cfg, cfg.mlp.top_k)
+        return cls.params(cfg, cfg.mlp.routing.top_k)
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
@@ -287,29 +321,7 @@ class MoE(MLP):
     def validate(cls, cfg: ModelConfig) -> None:
         m = cfg.mlp
         dense_kind(m.expert).validate(cfg)  # the expert kind's rules (its activation, the d_ff rules)
-        checks.integer("model.mlp.n_experts", m.n_experts)
-        checks.integer("model.mlp.top_k", m.top_k)
-        if m.top_k > m.n_experts:
-            raise ConfigError("model.mlp.top_k", m.top_k, f"at most n_experts={m.n_experts}")
-        checks.integer("model.mlp.n_groups", m.n_groups)
-        if m.n_experts % m.n_groups:
-            raise ConfigError("model.mlp.n_groups", m.n_groups, f"a divisor of n_experts={m.n_experts}")
-        per_group = m.n_experts // m.n_groups
-        if m.n_groups > 1 and per_group < 2:
-            raise ConfigError(
-                "model.mlp.n_groups",
-                m.n_groups,
-                f"1, or at most n_experts/2={m.n_experts // 2}: a group is ranked by its two best scores",
-            )
-        checks.integer("model.mlp.top_groups", m.top_groups)
-        if m.top_groups > m.n_groups:
-            raise ConfigError("model.mlp.top_groups", m.top_groups, f"at most n_groups={m.n_groups}")
-        if m.top_k > m.top_groups * per_group:
-            raise ConfigError(
-                "model.mlp.top_k",
-                m.top_k,
-                f"at most top_groups·n_experts/n_groups={m.top_groups * per_group}: the experts a token may pick",
-            )
+        _validate_routing(m.routing)
         if m.expert_d_ff is not None:
             checks.integer("model.mlp.expert_d_ff", m.expert_d_ff, allowed="a positive integer or null")
         checks.integer("model.mlp.n_shared_experts", m.n_shared_experts, minimum=0)
@@ -326,9 +338,6 @@ class MoE(MLP):
                 limit,
                 "a positive number (Step-3.5: 16.0), 0 (no clamp) or null (the routed experts' swiglu_limit)",
             )
-        checks.positive("model.mlp.routed_scale", m.routed_scale)
-        checks.non_negative("model.mlp.aux_loss_weight", m.aux_loss_weight)
-        checks.non_negative("model.mlp.z_loss_weight", m.z_loss_weight)
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
@@ -340,6 +349,37 @@ class MoE(MLP):
         if f.shared_swiglu_limit is not None and "shared_swiglu_limit" in (MoE.reads(cfg) or ()):
             shared += f" (limit={f.shared_swiglu_limit or None})"
         form = dense_kind(f.expert).form(cfg)
-        routing = (", router bias" if f.router_bias else "") + (", weighted inputs" if f.weight_input else "")
+        r = f.routing
+        routing = (", router bias" if r.router_bias else "") + (", weighted inputs" if r.weight_input else "")
         experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}"
-        return f"moe top-{f.top_k} of {f.n_experts}{shared} {experts}{routing}"
+        return f"moe top-{r.top_k} of {r.n_experts}{shared} {experts}{routing}"
+
+
+def _validate_routing(r: RoutingConfig) -> None:
+    """Whole numbers of experts and groups that fit one another; weights that are not negative."""
+    checks.integer("model.mlp.routing.n_experts", r.n_experts)
+    checks.integer("model.mlp.routing.top_k", r.top_k)
+    if r.top_k > r.n_experts:
+        raise ConfigError("model.mlp.routing.top_k", r.top_k, f"at most n_experts={r.n_experts}")
+    checks.integer("model.mlp.routing.n_groups", r.n_groups)
+    if r.n_experts % r.n_groups:
+        raise ConfigError("model.mlp.routing.n_groups", r.n_groups, f"a divisor of n_experts={r.n_experts}")
+    per_group = r.n_experts // r.n_groups
+    if r.n_groups > 1 and per_group < 2:
+        raise ConfigError(
+            "model.mlp.routing.n_groups",
+            r.n_groups,
+            f"1, or at most n_experts/2={r.n_experts // 2}: a group is ranked by its two best scores",
+        )
+    checks.integer("model.mlp.routing.top_groups", r.top_groups)
+    if r.top_groups > r.n_groups:
+        raise ConfigError("model.mlp.routing.top_groups", r.top_groups, f"at most n_groups={r.n_groups}")
+    if r.top_k > r.top_groups * per_group:
+        raise ConfigError(
+            "model.mlp.routing.top_k",
+            r.top_k,
+            f"at most top_groups·n_experts/n_groups={r.top_groups * per_group}: the experts a token may pick",
+        )
+    checks.positive("model.mlp.routing.routed_scale", r.routed_scale)
+    checks.non_negative("model.mlp.routing.aux_loss_weight", r.aux_loss_weight)
+    checks.non_negative("model.mlp.routing.z_loss_weight", r.z_loss_weight)

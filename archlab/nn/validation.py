@@ -205,8 +205,9 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
 def uses(cfg: ModelConfig, field: str) -> bool:
     """Whether the chosen variant reads ``field`` (``mlp.expert_d_ff``) in the model's parts or a layer
     kind's built from them (a top-level field: always)."""
-    family, _, leaf = field.rpartition(".")
-    if family not in FAMILIES:
+    family, _, rest = field.partition(".")
+    leaf = rest.partition(".")[0]  # a sub-config's field: whether its section reads the sub-config
+    if family not in FAMILIES or not leaf:
         return True
     configs = [cfg, *(kind_config(cfg, name) for name in sorted(used_kinds(cfg)))]
     return any((read := _reads(c, family)) is None or leaf in read for c in configs)

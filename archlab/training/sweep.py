@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.build import CONF_DIR
-from archlab.config import ModelConfig, left_out, to_model_config
+from archlab.config import ModelConfig, left_out, to_model_config, with_fields
 from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 from archlab.matching import match_params, matched_steps
@@ -32,8 +32,8 @@ def apply_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
         return None
     if not isinstance(m.reference, DictConfig):
         raise ConfigError("match.reference", m.reference, "null, or model fields to change, e.g. {mlp: {kind: gelu}}")
-    reference = validate(to_model_config(OmegaConf.merge(cfg.model, m.reference)))
     model = validate(to_model_config(cfg.model))
+    reference = validate(with_fields(model, cast(dict, OmegaConf.to_container(m.reference)), "match.reference"))
     record = {"reference": OmegaConf.to_container(m.reference)}
     if m.quantity == "training_flops":
         steps = matched_steps(model, reference, cfg.trainer.max_steps)

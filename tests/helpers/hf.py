@@ -121,15 +121,23 @@ def check_decoding_equals_hfs_full_forward_not_its_decoding(hf) -> None:
 
 
 def changed_cfg(cfg, **fields):
-    """A copy of archlab config ``cfg`` with ``fields`` set: ``attention__window=...`` on the model,
+    """A copy of archlab config ``cfg`` with ``fields`` set: ``attention__window=...`` on the model
+    (``mlp__routing__top_k``: a sub-config's; a field the section has not is an error),
     ``kinds__nope__attention__qk_norm=...`` on (or added to) a layer kind."""
     cfg = copy.deepcopy(cfg)
     for key, value in fields.items():
         path = key.split("__")
         if path[0] == "kinds":
-            cfg.layers.kinds[path[1]].setdefault(path[2], {})[path[3]] = value
+            node = cfg.layers.kinds[path[1]]
+            for name in path[2:-1]:
+                node = node.setdefault(name, {})
+            node[path[-1]] = value
         else:
-            setattr(getattr(cfg, path[0]) if len(path) == 2 else cfg, path[-1], value)
+            obj = cfg
+            for name in path[:-1]:
+                obj = getattr(obj, name)
+            assert hasattr(obj, path[-1]), f"{key}: {type(obj).__name__} has no such field"
+            setattr(obj, path[-1], value)
     return cfg
 
 

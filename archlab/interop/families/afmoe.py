@@ -8,7 +8,6 @@ from torch import Tensor
 
 from archlab.config import (
     BlockConfig,
-    MLPConfig,
     ModelConfig,
 )
 from archlab.config.layers import layer_configs, layer_kind
@@ -19,10 +18,13 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     config_head_dim,
     gated_activation,
     kind_field,
+    mlp_section,
     refuse_hf,
+    shared_experts,
     ungrouped,
 )
 from archlab.interop.families.layered_moe import (
@@ -83,21 +85,21 @@ class Afmoe(_LayeredSparse):
             ("model.attention.qkv_bias", (False,), no_gate_bias),
         ]
         if is_dense(cfg):  # a dense layer: the experts' kind, no biases
-            return [*attention, ("model.mlp.kind", (cfg.mlp.expert,), " (its dense layers are of its experts' kind)")]
+            return attention  # its experts' kind: _LayeredSparse.part_problems, which has the model's
         return [
             *attention,
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
-            ("model.mlp.scoring", ("sigmoid",), ""),
-            ("model.mlp.correction_bias", (True,), " (its MoE layers always have expert_bias)"),
-            ("model.mlp.normalize_top_k", (True,), " (it always divides the chosen scores by their sum)"),
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.correction_bias", (True,), " (its MoE layers always have expert_bias)"),
+            ("model.mlp.routing.normalize_top_k", (True,), " (it always divides the chosen scores by their sum)"),
             ungrouped(" (it routes without groups)"),
             *self.shared_rules(cfg),
         ]
 
     @staticmethod
     def shared_rules(cfg: ModelConfig) -> list[Rule]:
-        if cfg.mlp.n_shared_experts < 1:
+        if shared_experts(cfg.mlp) < 1:
             return [("model.mlp.n_shared_experts", ("at least 1",), " (its MoE layers always have shared experts)")]
         return []
 
@@ -125,13 +127,13 @@ class Afmoe(_LayeredSparse):
             del base[key]
         return dict(
             base,
-            hidden_act=GATED_TO_HF[(m.expert, m.approximate)],
+            hidden_act=GATED_TO_HF[activation(m)],
             intermediate_size=d_ff(cfg),
             moe_intermediate_size=expert_width(cfg),
             num_dense_layers=dense_first(layers),
-            num_experts=m.n_experts,
+            num_experts=m.routing.n_experts,
             num_shared_experts=m.n_shared_experts,
-            route_scale=m.routed_scale,
+            route_scale=m.routing.routed_scale,
             mup_enabled=cfg.scale_embedding,
             rope_parameters=rope_to_hf(rope_cfg),
             **sliding_to_hf(cfg, layers),
@@ -150,20 +152,22 @@ class Afmoe(_LayeredSparse):
         n = c.num_hidden_layers
         types = checked_types(c)
         hd = config_head_dim(c)
-        mlp = MLPConfig(
-            kind="moe",
+        mlp = mlp_section(
+            "moe",
             expert=expert,
             approximate=approximate,
             bias=False,
             d_ff=c.intermediate_size,
-            n_experts=c.num_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=c.moe_intermediate_size,
             n_shared_experts=c.num_shared_experts,
-            scoring="sigmoid",
-            normalize_top_k=True,
-            correction_bias=True,
-            routed_scale=float(c.route_scale),
+            routing=dict(
+                n_experts=c.num_experts,
+                top_k=c.num_experts_per_tok,
+                scoring="sigmoid",
+                normalize_top_k=True,
+                correction_bias=True,
+                routed_scale=float(c.route_scale),
+            ),
         )
         cfg = self.base_from_hf(c, rope_from_hf(c, hd, partial=False), mlp)
         cfg.block = BlockConfig(kind="sandwich")

@@ -6,8 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import MLPConfig, ModelConfig
-from archlab.interop.families.base import PLAIN_FROM_HF, PLAIN_TO_HF, Family, Tensors, refuse_hf
+from archlab.config import ModelConfig
+from archlab.interop.families.base import (
+    PLAIN_FROM_HF,
+    PLAIN_TO_HF,
+    Family,
+    Tensors,
+    activation,
+    mlp_section,
+    refuse_hf,
+)
 from archlab.interop.families.llama import Llama
 
 # up/down MLPs compute down(act(up(x))): hidden_act <-> archlab (kind, approximate)
@@ -16,12 +24,12 @@ UP_DOWN_TO_HF = {**PLAIN_TO_HF, ("relu2", "none"): "relu2"}
 UP_DOWN_KINDS = ("relu2", "gelu", "relu")
 
 
-def up_down_mlp(c: Any) -> MLPConfig:
+def up_down_mlp(c: Any) -> Any:
     """down(act(up(x))), biases as ``mlp_bias`` says, its activation read from ``hidden_act``."""
     if c.hidden_act not in UP_DOWN_FROM_HF:
         refuse_hf(c, "hidden_act", f"one of {sorted(UP_DOWN_FROM_HF)}")
     kind, approximate = UP_DOWN_FROM_HF[c.hidden_act]
-    return MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=bool(c.mlp_bias), approximate=approximate)
+    return mlp_section(kind, d_ff=c.intermediate_size, bias=bool(c.mlp_bias), approximate=approximate)
 
 
 def up_down_tensors(t: Tensors, archlab: str, hf: str) -> None:
@@ -40,9 +48,9 @@ class Arcee(Llama):
     mlp_why = " (its MLP is up_proj, then down_proj, without a gate)"
 
     def activation_to_hf(self, cfg: ModelConfig) -> str:
-        return UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)]
+        return UP_DOWN_TO_HF[activation(cfg.mlp)]
 
-    def mlp_from_hf(self, c: Any) -> MLPConfig:
+    def mlp_from_hf(self, c: Any) -> Any:
         return up_down_mlp(c)
 
     def mlp_tensors(self, t: Tensors, archlab: str, hf: str) -> None:

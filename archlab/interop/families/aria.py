@@ -44,7 +44,7 @@ class AriaText(_Softmax):
         return replaced(
             rules,
             ("model.mlp.expert", ("swiglu",), " (its experts are always SiLU-gated)"),
-            ("model.mlp.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
+            ("model.mlp.routing.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
             out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
         )
 
@@ -57,8 +57,8 @@ class AriaText(_Softmax):
             attention_bias=cfg.attention.qkv_bias,
             mlp_bias=False,
             intermediate_size=expert_width(cfg),
-            moe_num_experts=cfg.mlp.n_experts,
-            moe_topk=cfg.mlp.top_k,
+            moe_num_experts=cfg.mlp.routing.n_experts,
+            moe_topk=cfg.mlp.routing.top_k,
             moe_num_shared_experts=cfg.mlp.n_shared_experts,
         )
 

@@ -14,7 +14,14 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
-from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, build_mixer_config, n_kv_head
+from archlab.config import (
+    MIXER_OPTIONS,
+    BlockConfig,
+    HeadConfig,
+    ModelConfig,
+    NormConfig,
+    n_kv_head,
+)
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import (
@@ -29,6 +36,7 @@ from archlab.interop.families.base import (
     config_head_dim,
     differences,
     kind_field,
+    mlp_section,
     out_bias,
     refuse_hf,
 )
@@ -78,7 +86,7 @@ def hybrid_problems(cfg: ModelConfig, title: str, held: tuple[str, ...] = HELD) 
     if first is None:
         why = f" ({title} is a Mamba-2 hybrid: a layout without Mamba-2 layers is an attention family's)"
         return [Problem("model.layers.pattern", list(cfg.layers.pattern), "a kind of mamba2 attention", why)]
-    mamba = cast(Mamba2Config, build_mixer_config(mamba_kind(first.attention, cfg.d_model, held), "model.attention"))
+    mamba = cast(Mamba2Config, MIXER_OPTIONS.build(mamba_kind(first.attention, cfg.d_model, held), "model.attention"))
     mamba.head_dim = first.attention.head_dim
     kind = layer_kind(cfg, lcs.index(first))
     if inner(first) % cfg.d_model:
@@ -236,7 +244,7 @@ class Bamba(Family):
             block=BlockConfig(kind="pre"),
             position=rope_from_hf(c, hd, partial=True, scalings=("default",)),
             attention=AttentionConfig(n_kv_head=c.num_key_value_heads, qkv_bias=bias, out_bias=bias),
-            mlp=MLPConfig(kind="swiglu", approximate="none", bias=bool(c.mlp_bias)),
+            mlp=mlp_section("swiglu", approximate="none", bias=bool(c.mlp_bias)),
             head=HeadConfig(bias=False),
         )
         cfg = self.keys_from_hf(c, cfg)

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from archlab.config import (
-    MLPConfig,
+    MLP_OPTIONS,
     ModelConfig,
     n_kv_head,
 )
@@ -20,6 +20,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.errors import ConfigError
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
+from archlab.nn.moe import RoutingConfig
 from archlab.nn.rope import rotary_dim
 
 Rule = tuple[str, tuple, str]  # (field "model.a.b", the values a family can hold, why)
@@ -38,7 +39,7 @@ def out_bias(value: bool, why: str = "") -> Rule:
 
 def ungrouped(why: str = " (its router has no expert groups)") -> Rule:
     """``model.mlp.n_groups`` must be 1: a router that ranks every expert at once."""
-    return ("model.mlp.n_groups", (1,), why)
+    return ("model.mlp.routing.n_groups", (1,), why)
 
 
 class Problem(NamedTuple):
@@ -95,8 +96,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.shared_expert_gate": (False, "shared experts added ungated"),
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),
-    "model.mlp.router_bias": (False, "no router bias"),
-    "model.mlp.weight_input": (False, "routing weights on the experts' outputs"),
+    "model.mlp.routing.router_bias": (False, "no router bias"),
+    "model.mlp.routing.weight_input": (False, "routing weights on the experts' outputs"),
 }
 
 # Plain MLPs compute act(fc(x)): transformers activation <-> archlab (kind, approximate).
@@ -139,15 +140,19 @@ def has_field(cfg: ModelConfig, field: str) -> bool:
 
 
 def differences(have: Any, want: Any) -> list[tuple[str, Any, Any]]:
-    """(field, value, wanted) for each field of config section ``have`` that differs from ``want``'s; a mixer
-    of another kind differs in its kind alone (the rest are that mixer's own fields)."""
+    """(field, value, wanted) for each field of config section ``have`` that differs from ``want``'s (a
+    sub-config's as ``routing.top_k``); an option of another kind differs in its kind alone (the rest are
+    that option's own fields)."""
     if type(have) is not type(want):
         return [("kind", have.kind, want.kind)]
-    return [
-        (f.name, getattr(have, f.name), getattr(want, f.name))
-        for f in dataclasses.fields(have)
-        if getattr(have, f.name) != getattr(want, f.name)
-    ]
+    out = []
+    for f in dataclasses.fields(have):
+        a, b = getattr(have, f.name), getattr(want, f.name)
+        if dataclasses.is_dataclass(a) and type(a) is type(b):
+            out += [(f"{f.name}.{name}", x, y) for name, x, y in differences(a, b)]
+        elif a != b:
+            out.append((f.name, a, b))
+    return out
 
 
 def value_of(cfg: ModelConfig, field: str) -> Any:
@@ -438,6 +443,8 @@ class Family:
             rules.append(("model.position.scaling", self.scalings, ""))
         found = []
         for field, allowed, why in rules + self.rules(cfg) + absent:
+            if not has_field(cfg, field):  # a field of another option (an MLP's of another kind): not set
+                continue
             value = value_of(cfg, field)
             if value not in allowed:
                 found.append(Problem(field, value, " or ".join(bare(a) for a in allowed), why))
@@ -515,13 +522,48 @@ def no_embedding_dropout(cfg: ModelConfig, title: str) -> Rule:
     return ("model.embedding_dropout", allowed, why)
 
 
-def plain_mlp(c: Any, act: str, width: int) -> MLPConfig:
+ROUTING_FIELDS = frozenset(f.name for f in dataclasses.fields(RoutingConfig))
+
+
+def mlp_section(kind: str, approximate: str = "none", **fields: Any) -> Any:
+    """archlab's MLP of ``kind`` with ``fields``, written flat as a Hugging Face config holds them (a
+    mixture of experts' router fields go under ``routing``): the form of the activation Hugging Face's
+    name gave, ``approximate``, kept where the kind has that field (GELU's kinds, a mixture of experts);
+    the other kinds have no tanh form to hold."""
+    routing = {**fields.pop("routing", {}), **{k: fields.pop(k) for k in list(fields) if k in ROUTING_FIELDS}}
+    if routing:
+        fields["routing"] = routing
+    if "approximate" in MLP_OPTIONS.fields(kind):
+        fields["approximate"] = approximate
+    elif approximate != "none":
+        raise ConfigError("model.mlp.approximate", approximate, f"none for {kind} (it has no tanh form)")
+    return MLP_OPTIONS.make(kind=kind, **fields)
+
+
+def activation(mlp: Any) -> tuple[str, str]:
+    """The activation an MLP section runs, as the tables to Hugging Face's names key it: (kind, approximate),
+    a mixture of experts' its experts' kind; "none" where the kind has no tanh form."""
+    return (mlp.expert if mlp.kind == "moe" else mlp.kind), getattr(mlp, "approximate", "none")
+
+
+def shared_experts(mlp: Any) -> int:
+    """A mixture of experts' shared experts; none for a dense MLP."""
+    return mlp.n_shared_experts if mlp.kind == "moe" else 0
+
+
+def dense_of(mlp: Any) -> Any:
+    """A mixture of experts' section as one dense MLP of its experts' kind, with the fields they share (what
+    its dense layers are); a dense section as it is."""
+    return MLP_OPTIONS.build({"kind": mlp.expert}, "model.mlp", base=mlp) if mlp.kind == "moe" else mlp
+
+
+def plain_mlp(c: Any, act: str, width: int) -> Any:
     """act(fc(x)) with biases, its activation read from the config key ``act``."""
     name = getattr(c, act)
     if name not in PLAIN_FROM_HF:
         refuse_hf(c, act, f"one of {sorted(PLAIN_FROM_HF)}")
     kind, approximate = PLAIN_FROM_HF[name]
-    return MLPConfig(kind=kind, d_ff=width, bias=True, approximate=approximate)
+    return mlp_section(kind, d_ff=width, bias=True, approximate=approximate)
 
 
 def config_head_dim(c: Any) -> int:
@@ -538,11 +580,11 @@ def gated_activation(c: Any, act: str = "hidden_act") -> tuple[str, str]:
     return GATED_FROM_HF[name]
 
 
-def gated_mlp(c: Any, act: str) -> MLPConfig:
+def gated_mlp(c: Any, act: str) -> Any:
     """down(act(gate(x)) * up(x)) without biases, its activation read from the config key ``act``."""
     kind, approximate = gated_activation(c, act)
-    return MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=False, approximate=approximate)
+    return mlp_section(kind, d_ff=c.intermediate_size, bias=False, approximate=approximate)
 
 
 def plain_activation(cfg: ModelConfig) -> str:
-    return PLAIN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)]
+    return PLAIN_TO_HF[activation(cfg.mlp)]

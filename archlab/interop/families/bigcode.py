@@ -7,7 +7,6 @@ from typing import Any
 
 from archlab.config import (
     BlockConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -22,8 +21,10 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     dropouts,
     fmt,
+    mlp_section,
     out_bias,
     refuse_hf,
 )
@@ -77,7 +78,7 @@ class GPTBigCode(Family):
         return dict(
             self.keys_to_hf(cfg),
             n_inner=d_ff(cfg),
-            activation_function=self.activations_to_hf[(cfg.mlp.kind, cfg.mlp.approximate)],
+            activation_function=self.activations_to_hf[activation(cfg.mlp)],
             resid_pdrop=cfg.dropout,
             embd_pdrop=embedding_dropout(cfg),
             attn_pdrop=cfg.attention.dropout,
@@ -102,7 +103,7 @@ class GPTBigCode(Family):
                 scale=None if c.scale_attn_weights else 1.0,
                 dropout=float(c.attn_pdrop),
             ),
-            mlp=MLPConfig(kind=kind, d_ff=c.n_inner or 4 * c.n_embd, bias=True, approximate=approximate),
+            mlp=mlp_section(kind, d_ff=c.n_inner or 4 * c.n_embd, bias=True, approximate=approximate),
         )
         return self.keys_from_hf(c, cfg)
 

@@ -7,7 +7,6 @@ from typing import Any
 
 from archlab.config import (
     BlockConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -21,6 +20,7 @@ from archlab.interop.families.base import (
     Tensors,
     dropouts,
     fmt,
+    mlp_section,
     no_embedding_dropout,
     out_bias,
     refuse_hf,
@@ -75,7 +75,7 @@ class Bloom(Family):
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         found = super().part_problems(cfg)
-        if d_ff(cfg) != 4 * cfg.d_model:
+        if cfg.mlp.kind != "none" and d_ff(cfg) != 4 * cfg.d_model:  # none: refused for its kind
             found.append(Problem("model.mlp.d_ff", d_ff(cfg), f"{4 * cfg.d_model}", " (BLOOM's MLP is 4·d_model wide)"))
         return found
 
@@ -103,7 +103,7 @@ class Bloom(Family):
             block=BlockConfig(kind="pre"),
             position=PositionConfig(kind="alibi"),
             attention=AttentionConfig(dropout=float(c.attention_dropout)),
-            mlp=MLPConfig(kind="gelu", d_ff=4 * c.hidden_size, bias=True, approximate="tanh"),
+            mlp=mlp_section("gelu", d_ff=4 * c.hidden_size, bias=True, approximate="tanh"),
         )
         return self.keys_from_hf(c, cfg)
 

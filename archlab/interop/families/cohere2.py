@@ -11,7 +11,6 @@ from torch import Tensor
 
 from archlab.config import (
     BlockConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     n_kv_head,
@@ -24,7 +23,9 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     gated_activation,
+    mlp_section,
     out_bias,
     refuse_hf,
 )
@@ -88,7 +89,7 @@ class Cohere2(LayeredFamily):
             self.keys_to_hf(rep),
             intermediate_size=d_ff(rep),
             num_key_value_heads=n_kv_head(rep),
-            hidden_act=GATED_TO_HF[(rep.mlp.kind, rep.mlp.approximate)],
+            hidden_act=GATED_TO_HF[activation(rep.mlp)],
             rope_parameters=rope_to_hf(rep),
             attention_bias=a.qkv_bias,
             attention_dropout=a.dropout,
@@ -122,7 +123,7 @@ class Cohere2(LayeredFamily):
                 out_bias=bias,
                 dropout=float(c.attention_dropout),
             ),
-            mlp=MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=False, approximate=approximate),
+            mlp=mlp_section(kind, d_ff=c.intermediate_size, bias=False, approximate=approximate),
         )
         return self.keys_from_hf(c, cfg)
 

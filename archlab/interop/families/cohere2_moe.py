@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
-from archlab.config import BlockConfig, MLPConfig, ModelConfig, NormConfig
+from archlab.config import BlockConfig, ModelConfig, NormConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import (
     GATED_TO_HF,
@@ -21,8 +21,10 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     gated_activation,
     kind_field,
+    mlp_section,
     out_bias,
     refuse_hf,
     ungrouped,
@@ -86,17 +88,17 @@ class Cohere2Moe(_LayeredSparse):
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         if is_dense(cfg):
-            return [("model.mlp.kind", (cfg.mlp.expert,), " (its dense layers are of its experts' kind)")]
+            return []  # its experts' kind: _LayeredSparse.part_problems, which has the model's
         m = cfg.mlp
         return [
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
-            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.routing.correction_bias", (False,), ""),
             ungrouped(),
-            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
             *(
-                [("model.mlp.normalize_top_k", (True,), " (its softmax runs over the top-k logits alone)")]
-                if m.scoring == "softmax"
+                [("model.mlp.routing.normalize_top_k", (True,), " (its softmax runs over the top-k logits alone)")]
+                if m.routing.scoring == "softmax"
                 else []
             ),
         ]
@@ -138,14 +140,14 @@ class Cohere2Moe(_LayeredSparse):
         period = 1 if rotating or not dense else cfg.n_layer + 1
         return dict(
             kwargs,
-            hidden_act=GATED_TO_HF[(m.expert, m.approximate)],
+            hidden_act=GATED_TO_HF[activation(m)],
             intermediate_size=expert_width(moe),
             prefix_dense_intermediate_size=d_ff(dense[0]) if dense else None,
-            num_experts=m.n_experts,
+            num_experts=m.routing.n_experts,
             num_shared_experts=m.n_shared_experts,
             shared_expert_combination_strategy="sum",
-            expert_selection_fn=m.scoring,
-            norm_topk_prob=m.normalize_top_k,
+            expert_selection_fn=m.routing.scoring,
+            norm_topk_prob=m.routing.normalize_top_k,
             rms_norm_eps=cfg.norm.eps if rms else None,
             layer_norm_eps=1e-5 if rms else cfg.norm.eps,
             logit_scale=cfg.head.logit_scale,
@@ -176,18 +178,20 @@ class Cohere2Moe(_LayeredSparse):
         if len(mlp_types) != n or set(mlp_types) - {"dense", "sparse"}:
             refuse_hf(c, "mlp_layer_types", f"{n} entries, each 'dense' or 'sparse'", mlp_types)
         softmax = c.expert_selection_fn == "softmax"
-        mlp = MLPConfig(
-            kind="moe",
+        mlp = mlp_section(
+            "moe",
             expert=expert,
             approximate=approximate,
             bias=False,
             d_ff=c.prefix_dense_intermediate_size or c.intermediate_size,
-            n_experts=c.num_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=c.intermediate_size,
             n_shared_experts=c.num_shared_experts,
-            scoring=c.expert_selection_fn,
-            normalize_top_k=softmax or bool(c.norm_topk_prob),
+            routing=dict(
+                n_experts=c.num_experts,
+                top_k=c.num_experts_per_tok,
+                scoring=c.expert_selection_fn,
+                normalize_top_k=softmax or bool(c.norm_topk_prob),
+            ),
         )
         position = rope_of(c, c.rope_parameters, c.head_dim)
         position.pairing = "interleaved"

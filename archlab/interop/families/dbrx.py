@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, out_bias, refuse_hf
+from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, mlp_section, out_bias, refuse_hf
 from archlab.interop.families.moe import _CausalSparse
 from archlab.interop.families.mpt import MPT_KEYS
 from archlab.interop.families.phi3 import head_dim_rule
@@ -58,11 +58,11 @@ class Dbrx(_CausalSparse):
             ffn_config=dict(
                 ffn_act_fn={"name": "silu"},
                 ffn_hidden_size=expert_width(cfg),
-                moe_num_experts=m.n_experts,
-                moe_top_k=m.top_k,
+                moe_num_experts=m.routing.n_experts,
+                moe_top_k=m.routing.top_k,
                 moe_jitter_eps=None,
-                moe_loss_weight=m.aux_loss_weight,
-                moe_normalize_expert_weights=1.0 if m.normalize_top_k else None,
+                moe_loss_weight=m.routing.aux_loss_weight,
+                moe_normalize_expert_weights=1.0 if m.routing.normalize_top_k else None,
             ),
         )
 
@@ -93,22 +93,24 @@ class Dbrx(_CausalSparse):
                 dropout=float(attn.attn_pdrop),
                 clip_qkv=None if attn.clip_qkv is None else float(attn.clip_qkv),
             ),
-            mlp=MLPConfig(
-                kind="moe",
+            mlp=mlp_section(
+                "moe",
                 expert="swiglu",
                 bias=False,
-                n_experts=ffn.moe_num_experts,
-                top_k=ffn.moe_top_k,
                 expert_d_ff=ffn.ffn_hidden_size,
-                normalize_top_k=p is not None,
-                aux_loss_weight=float(ffn.moe_loss_weight),
+                routing=dict(
+                    n_experts=ffn.moe_num_experts,
+                    top_k=ffn.moe_top_k,
+                    normalize_top_k=p is not None,
+                    aux_loss_weight=float(ffn.moe_loss_weight),
+                ),
             ),
             head=HeadConfig(tied=False, bias=False),
         )
         return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        t, E = Tensors(cfg), cfg.mlp.n_experts
+        t, E = Tensors(cfg), cfg.mlp.routing.n_experts
         t.add("tok_emb", "transformer.wte")
         for i in range(cfg.n_layer):
             b, h = f"blocks.{i}", f"transformer.blocks.{i}"

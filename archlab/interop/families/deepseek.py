@@ -56,16 +56,16 @@ class _DeepSeek(_Sparse):
             attention_bias=False,
             intermediate_size=d_ff(cfg),
             moe_intermediate_size=expert_width(cfg),
-            n_routed_experts=m.n_experts,
-            num_experts_per_tok=m.top_k,
+            n_routed_experts=m.routing.n_experts,
+            num_experts_per_tok=m.routing.top_k,
             n_shared_experts=m.n_shared_experts,
             first_k_dense_replace=dense_first(layer_configs(cfg)),
-            routed_scaling_factor=m.routed_scale,
-            norm_topk_prob=m.normalize_top_k,
-            n_group=m.n_groups,
-            topk_group=m.top_groups,
+            routed_scaling_factor=m.routing.routed_scale,
+            norm_topk_prob=m.routing.normalize_top_k,
+            n_group=m.routing.n_groups,
+            topk_group=m.routing.top_groups,
             # read by DeepSeek's own modeling code (trust_remote_code) and by from_hf; transformers fixes them
-            scoring_func=m.scoring,
+            scoring_func=m.routing.scoring,
             topk_method=self.topk_method,
         )
 
@@ -132,10 +132,10 @@ class DeepseekV2(_DeepSeek):
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.position.pairing", ("interleaved",), " (it rotates interleaved pairs)"),
-            ("model.mlp.scoring", ("softmax",), ""),
-            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.routing.scoring", ("softmax",), ""),
+            ("model.mlp.routing.correction_bias", (False,), ""),
             ungrouped(" (its group_limited_greedy ranks groups by their best score alone)"),
-            ("model.mlp.normalize_top_k", (False,), " (it never renormalises the top-k weights)"),
+            ("model.mlp.routing.normalize_top_k", (False,), " (it never renormalises the top-k weights)"),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
@@ -173,8 +173,8 @@ class DeepseekV3(_DeepSeek):
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
-            ("model.mlp.scoring", ("sigmoid",), ""),
-            ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

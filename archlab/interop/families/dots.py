@@ -40,8 +40,8 @@ class SigmoidRouted(_Sparse):
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
             ("model.position.pairing", ("half",), ""),
-            ("model.mlp.scoring", ("sigmoid",), ""),
-            ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
             *self.attention_rules(cfg),
         ]
 
@@ -58,14 +58,14 @@ class SigmoidRouted(_Sparse):
             attention_bias=cfg.attention.qkv_bias,
             intermediate_size=d_ff(cfg),
             moe_intermediate_size=expert_width(cfg),
-            n_routed_experts=m.n_experts,
-            num_experts_per_tok=m.top_k,
+            n_routed_experts=m.routing.n_experts,
+            num_experts_per_tok=m.routing.top_k,
             n_shared_experts=m.n_shared_experts,
             first_k_dense_replace=dense_first(layer_configs(cfg)),
-            routed_scaling_factor=m.routed_scale,
-            norm_topk_prob=m.normalize_top_k,
-            n_group=m.n_groups,
-            topk_group=m.top_groups,
+            routed_scaling_factor=m.routing.routed_scale,
+            norm_topk_prob=m.routing.normalize_top_k,
+            n_group=m.routing.n_groups,
+            topk_group=m.routing.top_groups,
         )
 
     def routed_from_hf(self, c: Any, qk_norm: str, out_bias: bool) -> ModelConfig:

@@ -19,7 +19,7 @@ from typing import Any
 
 from torch import Tensor
 
-from archlab.config import MLPConfig, ModelConfig
+from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.afmoe import Afmoe
 from archlab.interop.families.base import (
@@ -29,9 +29,11 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     config_head_dim,
     gated_activation,
     kind_field,
+    mlp_section,
     refuse_hf,
     ungrouped,
 )
@@ -66,13 +68,12 @@ class _GlobalNope(Afmoe):
             *self.attention_rules(cfg),
         ]
         if is_dense(cfg):  # a dense layer: the experts' kind, no biases
-            why = f" ({self.title}'s dense layers are of its experts' kind)"
-            return [*attention, ("model.mlp.kind", (cfg.mlp.expert,), why)]
+            return attention  # its experts' kind: _LayeredSparse.part_problems, which has the model's
         return [
             *attention,
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
-            ("model.mlp.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
             *self.routing_rules(cfg),
             *self.shared_rules(cfg),
         ]
@@ -104,17 +105,17 @@ class _GlobalNope(Afmoe):
         del kwargs["num_local_experts"]  # both name the count num_experts
         return dict(
             kwargs,
-            hidden_act=GATED_TO_HF[(m.expert, m.approximate)],
+            hidden_act=GATED_TO_HF[activation(m)],
             intermediate_size=d_ff(cfg),
             moe_intermediate_size=expert_width(moe),
-            num_experts=m.n_experts,
-            norm_topk_prob=m.normalize_top_k,
+            num_experts=m.routing.n_experts,
+            norm_topk_prob=m.routing.normalize_top_k,
             rope_parameters=rope_to_hf(rope_cfg),
             sliding_window=sliding_window(cfg, layers),
             layer_types=layer_types(layers),
         )
 
-    def laid_out(self, c: Any, mlp: MLPConfig, dense: list[bool]) -> ModelConfig:
+    def laid_out(self, c: Any, mlp: Any, dense: list[bool]) -> ModelConfig:
         """archlab's config of the HF config ``c`` (its ``attention_bias`` read, or a ``view`` giving it),
         the MoE ``mlp`` on every layer but those ``dense`` marks: each layer's kind by its type and MLP."""
         hd = config_head_dim(c)
@@ -130,24 +131,26 @@ class _GlobalNope(Afmoe):
         return apply_layout(cfg, names, overrides)
 
     @staticmethod
-    def moe_from_hf(c: Any, **fields: Any) -> MLPConfig:
+    def moe_from_hf(c: Any, **fields: Any) -> Any:
         """The MoE both read alike: gated experts of ``hidden_act`` without biases, sigmoid scores, the
         top-k renormalised as ``norm_topk_prob`` says; ``fields`` the family's own."""
         expert, approximate = gated_activation(c)
         if not c.num_experts:
             refuse_hf(c, "num_experts", "at least 1 (archlab's dense layers are kinds of a MoE model)")
-        return MLPConfig(
-            kind="moe",
+        return mlp_section(
+            "moe",
             expert=expert,
             approximate=approximate,
             bias=False,
             d_ff=c.intermediate_size,
-            n_experts=c.num_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=c.moe_intermediate_size,
-            scoring="sigmoid",
-            normalize_top_k=bool(c.norm_topk_prob),
             **fields,
+            routing=dict(
+                n_experts=c.num_experts,
+                top_k=c.num_experts_per_tok,
+                scoring="sigmoid",
+                normalize_top_k=bool(c.norm_topk_prob),
+            ),
         )
 
     def attention(self, t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
@@ -190,7 +193,7 @@ class ExaoneMoe(_GlobalNope):
         return [("model.attention.qkv_bias", (False,), " (EXAONE MoE has no attention biases)")]
 
     def routing_rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)")]
+        return [("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)")]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         m, layers = cfg.mlp, layer_configs(cfg)
@@ -203,9 +206,9 @@ class ExaoneMoe(_GlobalNope):
         return dict(
             kwargs,
             num_shared_experts=m.n_shared_experts,
-            routed_scaling_factor=m.routed_scale,
-            n_group=m.n_groups,
-            topk_group=m.top_groups,
+            routed_scaling_factor=m.routing.routed_scale,
+            n_group=m.routing.n_groups,
+            topk_group=m.routing.top_groups,
             mlp_layer_types=["dense" if is_dense(lc) else "sparse" for lc in layers],
             first_k_dense_replace=dense_first(layers),  # unread beside mlp_layer_types
             sliding_window_pattern=period if regular else None,
@@ -258,9 +261,9 @@ class Flint(_GlobalNope):
 
     def routing_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
-            ("model.mlp.correction_bias", (False,), " (its router has no correction bias)"),
+            ("model.mlp.routing.correction_bias", (False,), " (its router has no correction bias)"),
             ungrouped(" (it routes without groups)"),
-            ("model.mlp.routed_scale", (1.0,), " (its routing weights are unscaled)"),
+            ("model.mlp.routing.routed_scale", (1.0,), " (its routing weights are unscaled)"),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    MLPConfig,
     ModelConfig,
 )
 from archlab.config.layers import layer_configs
@@ -16,6 +15,7 @@ from archlab.interop.families.base import (
     TensorMap,
     Tensors,
     config_head_dim,
+    mlp_section,
     refuse_hf,
     ungrouped,
 )
@@ -50,7 +50,7 @@ class GptOss(_LayeredSparse):
             "model.mlp.swiglu_limit",
             "model.mlp.swiglu_alpha",
             "model.mlp.up_offset",
-            "model.mlp.router_bias",
+            "model.mlp.routing.router_bias",
             "model.layers.first",
             "model.layers.pattern",
         }
@@ -64,14 +64,14 @@ class GptOss(_LayeredSparse):
             ("model.mlp.kind", ("moe",), " (every layer is a MoE)"),
             ("model.mlp.expert", ("swiglu",), " (its experts are clamped SwiGLUs)"),
             ("model.mlp.bias", (True,), " (its experts have biases)"),
-            ("model.mlp.router_bias", (True,), " (its router has a bias)"),
-            ("model.mlp.scoring", ("softmax",), ""),
-            ("model.mlp.normalize_top_k", (True,), " (a softmax over the top-k logits)"),
-            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.routing.router_bias", (True,), " (its router has a bias)"),
+            ("model.mlp.routing.scoring", ("softmax",), ""),
+            ("model.mlp.routing.normalize_top_k", (True,), " (a softmax over the top-k logits)"),
+            ("model.mlp.routing.correction_bias", (False,), ""),
             ungrouped(""),
-            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
-            ("model.mlp.weight_input", (False,), ""),
+            ("model.mlp.routing.weight_input", (False,), ""),
             ("model.mlp.swiglu_clamp", ("gate",), " (it bounds the gate before the activation)"),
             ("model.mlp.up_offset", (1.0,), " (its SwiGLU adds 1 to up)"),
             *self.limit_rules(cfg),
@@ -82,7 +82,7 @@ class GptOss(_LayeredSparse):
 
     @staticmethod
     def limit_rules(cfg: ModelConfig) -> list[Rule]:
-        if cfg.mlp.swiglu_limit is None:
+        if getattr(cfg.mlp, "swiglu_limit", None) is None:  # a GELU MLP has no clamp to set
             return [("model.mlp.swiglu_limit", ("a number",), " (its SwiGLU always clamps)")]
         return []
 
@@ -114,19 +114,21 @@ class GptOss(_LayeredSparse):
                     rope[key],
                 )
         position = rope_from_hf(c, hd, partial=False, scalings=("default", "yarn"))
-        mlp = MLPConfig(
-            kind="moe",
+        mlp = mlp_section(
+            "moe",
             expert="swiglu",
             bias=True,
-            n_experts=c.num_local_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=c.intermediate_size,
-            normalize_top_k=True,
-            router_bias=True,
             swiglu_limit=float(c.swiglu_limit),
             swiglu_alpha=float(c.swiglu_alpha),
             up_offset=1.0,
-            aux_loss_weight=float(c.router_aux_loss_coef),
+            routing=dict(
+                n_experts=c.num_local_experts,
+                top_k=c.num_experts_per_tok,
+                normalize_top_k=True,
+                router_bias=True,
+                aux_loss_weight=float(c.router_aux_loss_coef),
+            ),
         )
         cfg = self.base_from_hf(c, position, mlp)
         cfg.attention.sinks = True

@@ -62,7 +62,7 @@ class GraniteMoe(_Softmax):
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
             out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
-            ("model.mlp.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
+            ("model.mlp.routing.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
             head_dim_rule(cfg, self.title),
         ]
 
@@ -75,7 +75,7 @@ class GraniteMoe(_Softmax):
         return dict(
             kwargs,
             attention_bias=cfg.attention.qkv_bias,
-            num_local_experts=cfg.mlp.n_experts,
+            num_local_experts=cfg.mlp.routing.n_experts,
             intermediate_size=expert_width(cfg),
             **multipliers_to_hf(cfg),
         )

@@ -20,7 +20,6 @@ from torch import Tensor
 from archlab.config import (
     BlockConfig,
     HeadConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -44,6 +43,7 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    mlp_section,
     out_bias,
     refuse_hf,
     ungrouped,
@@ -106,11 +106,15 @@ class GraniteMoeHybrid(Family):
         if m.kind == "moe":
             rules += [
                 ("model.mlp.expert", ("swiglu",), " (hidden_act, silu, is also its Mamba-2 convolution's)"),
-                ("model.mlp.scoring", ("softmax",), ""),
-                ("model.mlp.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
-                ("model.mlp.correction_bias", (False,), ""),
+                ("model.mlp.routing.scoring", ("softmax",), ""),
+                (
+                    "model.mlp.routing.normalize_top_k",
+                    (True,),
+                    " (it softmaxes the top-k logits: the weights sum to 1)",
+                ),
+                ("model.mlp.routing.correction_bias", (False,), ""),
                 ungrouped(),
-                ("model.mlp.routed_scale", (1.0,), ""),
+                ("model.mlp.routing.routed_scale", (1.0,), ""),
             ]
         return rules
 
@@ -130,11 +134,11 @@ class GraniteMoeHybrid(Family):
         if m.kind == "moe":
             width = expert_width(cfg)
             mlp = dict(
-                num_local_experts=m.n_experts,
-                num_experts_per_tok=m.top_k,
+                num_local_experts=m.routing.n_experts,
+                num_experts_per_tok=m.routing.top_k,
                 intermediate_size=width,
                 shared_intermediate_size=m.n_shared_experts * width,
-                router_aux_loss_coef=m.aux_loss_weight,
+                router_aux_loss_coef=m.routing.aux_loss_weight,
             )
         else:
             mlp = dict(num_local_experts=0, intermediate_size=d_ff(cfg), shared_intermediate_size=d_ff(cfg))
@@ -169,20 +173,22 @@ class GraniteMoeHybrid(Family):
             if rest or n < 1:
                 allowed = "a positive multiple of intermediate_size (archlab's shared experts)"
                 refuse_hf(c, "shared_intermediate_size", allowed)
-            mlp = MLPConfig(
-                kind="moe",
+            mlp = mlp_section(
+                "moe",
                 expert="swiglu",
                 approximate="none",
                 bias=False,
-                n_experts=c.num_local_experts,
-                top_k=c.num_experts_per_tok,
                 expert_d_ff=c.intermediate_size,
                 n_shared_experts=n,
-                normalize_top_k=True,
-                aux_loss_weight=float(c.router_aux_loss_coef),
+                routing=dict(
+                    n_experts=c.num_local_experts,
+                    top_k=c.num_experts_per_tok,
+                    normalize_top_k=True,
+                    aux_loss_weight=float(c.router_aux_loss_coef),
+                ),
             )
         else:
-            mlp = MLPConfig(kind="swiglu", approximate="none", bias=False, d_ff=shared)
+            mlp = mlp_section("swiglu", approximate="none", bias=False, d_ff=shared)
         cfg = ModelConfig(
             dropout=0.0,
             norm=NormConfig(kind="rmsnorm"),

@@ -38,7 +38,7 @@ class HunYuanMoe(_Softmax):
         return replaced(
             super().rules(cfg),
             ("model.mlp.n_shared_experts", (1,), " (its MoE layers have one shared expert of the routed width)"),
-            ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
+            ("model.mlp.routing.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
             ("model.attention.qk_norm", ("head",), " (query_layernorm and key_layernorm span one head)"),
             ("model.attention.qk_norm_after_rope", (True,), " (HunYuan norms the rotated q and k)"),
             out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
@@ -51,8 +51,8 @@ class HunYuanMoe(_Softmax):
             kwargs,
             head_dim=head_dim(cfg),
             attention_bias=cfg.attention.qkv_bias,
-            num_experts=cfg.mlp.n_experts,
-            moe_topk=cfg.mlp.top_k,
+            num_experts=cfg.mlp.routing.n_experts,
+            moe_topk=cfg.mlp.routing.top_k,
             intermediate_size=expert_width(cfg),
         )
 

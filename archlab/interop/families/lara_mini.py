@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
+from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import (
@@ -33,8 +33,10 @@ from archlab.interop.families.base import (
     config_head_dim,
     differences,
     kind_field,
+    mlp_section,
     out_bias,
     refuse_hf,
+    shared_experts,
     ungrouped,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -78,10 +80,10 @@ class LaraMini(Family):
             ("model.mlp.kind", ("moe",), " (every layer is a MoE)"),
             ("model.mlp.expert", ("swiglu",), " (hidden_act, silu, is also its linear layers' convolution's)"),
             ("model.mlp.bias", (False,), " (its experts have no biases)"),
-            ("model.mlp.scoring", ("softmax",), ""),
-            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.routing.scoring", ("softmax",), ""),
+            ("model.mlp.routing.correction_bias", (False,), ""),
             ungrouped(),
-            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
@@ -89,9 +91,9 @@ class LaraMini(Family):
         set of linear sizes; one attention but for the window, a window on the RoPE layers alone (one size),
         none on the NoPE ones; one RoPE; the model's MoE in every layer."""
         found = super().part_problems(cfg)
-        if cfg.mlp.n_shared_experts < 1:
+        if shared_experts(cfg.mlp) < 1:
             why = " (its MoE layers always have a shared expert)"
-            found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
+            found.append(Problem("model.mlp.n_shared_experts", shared_experts(cfg.mlp), "at least 1", why))
         if cfg.position.kind == "rope" and cfg.position.pairing != "half":
             found.append(Problem("model.position.pairing", cfg.position.pairing, "half"))
         lcs = layer_configs(cfg)
@@ -150,12 +152,12 @@ class LaraMini(Family):
             attention_dropout=cfg.attention.dropout,
             sliding_window=window if window is not None else cfg.context_length,
             layer_types=[LINEAR if is_deltanet(lc) else FULL if lc.attention.window is None else SLIDING for lc in lcs],
-            num_experts=m.n_experts,
-            num_experts_per_tok=m.top_k,
+            num_experts=m.routing.n_experts,
+            num_experts_per_tok=m.routing.top_k,
             moe_intermediate_size=expert_width(cfg),
             shared_expert_intermediate_size=m.n_shared_experts * expert_width(cfg),
-            norm_topk_prob=m.normalize_top_k,
-            router_aux_loss_coef=m.aux_loss_weight,
+            norm_topk_prob=m.routing.normalize_top_k,
+            router_aux_loss_coef=m.routing.aux_loss_weight,
         )
         return out | linear_keys(lcs)
 
@@ -175,17 +177,19 @@ class LaraMini(Family):
                 f"a positive multiple of moe_intermediate_size={f} (archlab's shared experts: n·expert_d_ff)",
             )
         hd, bias = config_head_dim(c), bool(c.attention_bias)
-        mlp = MLPConfig(
-            kind="moe",
+        mlp = mlp_section(
+            "moe",
             expert="swiglu",
             approximate="none",
             bias=False,
-            n_experts=c.num_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=f,
             n_shared_experts=shared // f,
-            normalize_top_k=bool(c.norm_topk_prob),
-            aux_loss_weight=float(c.router_aux_loss_coef),
+            routing=dict(
+                n_experts=c.num_experts,
+                top_k=c.num_experts_per_tok,
+                normalize_top_k=bool(c.norm_topk_prob),
+                aux_loss_weight=float(c.router_aux_loss_coef),
+            ),
         )
         attention = AttentionConfig(
             n_kv_head=c.num_key_value_heads,

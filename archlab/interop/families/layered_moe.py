@@ -131,12 +131,21 @@ class _LayeredSparse(Family):
         for kind, lc in kinds:
             found += [p._replace(field=kind_field(cfg, kind, p.field)) for p in super().part_problems(lc)]
             found += [p._replace(field=kind_field(cfg, kind, p.field)) for p in self.full_rotary(lc)]
+            if cfg.mlp.kind != "moe" or (lc.mlp.kind != "moe" and lc.mlp.kind != cfg.mlp.expert):
+                wants, why = (
+                    (cfg.mlp.expert, "its dense layers are of its experts' kind")
+                    if cfg.mlp.kind == "moe"
+                    else ("moe", "a mixture of experts")
+                )
+                found.append(Problem(kind_field(cfg, kind, "model.mlp.kind"), lc.mlp.kind, wants, f" ({why})"))
         for section in SECTIONS:
             for f in dataclasses.fields(getattr(cfg, section)):
                 name = f"model.{section}.{f.name}"
                 if name in self.varies:
                     continue
-                values = [(kind, getattr(getattr(lc, section), f.name)) for kind, lc in kinds]
+                values = [(kind, getattr(getattr(lc, section), f.name, None)) for kind, lc in kinds]
+                if not all(hasattr(getattr(lc, section), f.name) for _, lc in kinds):
+                    continue  # a field of the MoE's that a dense layer's MLP has not: its kind differs, above
                 if len({repr(v) for _, v in values}) < 2:
                     continue
                 # the value of the layers no kind changes it on, else layer 0's; each kind that differs named
@@ -154,9 +163,9 @@ class _LayeredSparse(Family):
             head_dim=head_dim(cfg),
             attention_dropout=a.dropout,
             attention_bias=a.qkv_bias,
-            num_experts_per_tok=cfg.mlp.top_k,
-            num_local_experts=cfg.mlp.n_experts,
-            router_aux_loss_coef=cfg.mlp.aux_loss_weight,
+            num_experts_per_tok=cfg.mlp.routing.top_k,
+            num_local_experts=cfg.mlp.routing.n_experts,
+            router_aux_loss_coef=cfg.mlp.routing.aux_loss_weight,
         )
 
     def base_from_hf(self, c: Any, position: PositionConfig, mlp: MLPConfig) -> ModelConfig:

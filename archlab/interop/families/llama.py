@@ -8,7 +8,6 @@ from typing import Any
 from archlab.config import (
     BlockConfig,
     MixerConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     n_kv_head,
@@ -22,6 +21,7 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     config_head_dim,
     gated_mlp,
     out_bias,
@@ -144,9 +144,9 @@ class _LlamaStyle(Family):
 
     def activation_to_hf(self, cfg: ModelConfig) -> str:
         """The value of the ``activation`` key: a gated MLP's."""
-        return GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)]
+        return GATED_TO_HF[activation(cfg.mlp)]
 
-    def mlp_from_hf(self, c: Any) -> MLPConfig:
+    def mlp_from_hf(self, c: Any) -> Any:
         """archlab's MLP of the config: a gated one."""
         return gated_mlp(c, self.activation)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
-    MLPConfig,
     ModelConfig,
 )
 from archlab.config.layers import layer_configs, layer_kind
@@ -16,9 +15,11 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     config_head_dim,
     gated_activation,
     kind_field,
+    mlp_section,
     refuse_hf,
     ungrouped,
 )
@@ -55,7 +56,7 @@ class Llama4(_LayeredSparse):
             "model.attention.chunk",
             "model.attention.qk_norm",
             "model.attention.query_scale_beta",
-            "model.mlp.weight_input",
+            "model.mlp.routing.weight_input",
             "model.layers.first",
             "model.layers.pattern",
         }
@@ -85,21 +86,18 @@ class Llama4(_LayeredSparse):
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         if cfg.mlp.kind != "moe":  # a dense layer: the experts' kind, no biases
-            return [
-                ("model.mlp.kind", (cfg.mlp.expert,), " (its dense layers are of its experts' kind)"),
-                ("model.mlp.bias", (False,), ""),
-            ]
+            return [("model.mlp.bias", (False,), "")]  # its experts' kind: _LayeredSparse.part_problems
         return [
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its experts have no biases)"),
-            ("model.mlp.scoring", ("sigmoid",), ""),
-            ("model.mlp.normalize_top_k", (False,), " (its weights are the sigmoid scores)"),
-            ("model.mlp.weight_input", (True,), " (the score multiplies the expert's input)"),
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.normalize_top_k", (False,), " (its weights are the sigmoid scores)"),
+            ("model.mlp.routing.weight_input", (True,), " (the score multiplies the expert's input)"),
             ("model.mlp.n_shared_experts", (1,), " (every MoE layer has one shared expert)"),
-            ("model.mlp.correction_bias", (False,), ""),
-            ("model.mlp.router_bias", (False,), ""),
+            ("model.mlp.routing.correction_bias", (False,), ""),
+            ("model.mlp.routing.router_bias", (False,), ""),
             ungrouped(""),
-            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
         ]
 
     def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
@@ -166,7 +164,7 @@ class Llama4(_LayeredSparse):
                             why,
                         )
                     )
-        dense = {i: lc for i, lc in enumerate(layers) if is_dense(lc)}
+        dense = {i: lc for i, lc in enumerate(layers) if is_dense(lc) and lc.mlp.kind != "none"}  # none: its kind
         moe = {i: lc for i, lc in enumerate(layers) if not is_dense(lc)}
         if not moe:
             found.append(Problem("model.mlp.kind", cfg.mlp.kind, "moe on some layer", " (Llama 4 has MoE layers)"))
@@ -186,7 +184,7 @@ class Llama4(_LayeredSparse):
         m = layers[moe[0]] if moe else cfg
         return dict(
             self.base_to_hf(m),
-            hidden_act=GATED_TO_HF[(m.mlp.expert, m.mlp.approximate)],
+            hidden_act=GATED_TO_HF[activation(m.mlp)],
             intermediate_size=expert_width(m),
             intermediate_size_mlp=d_ff(layers[dense[0]]) if dense else d_ff(m),
             moe_layers=moe,
@@ -217,20 +215,22 @@ class Llama4(_LayeredSparse):
             refuse_hf(c, "moe_layers", "at least one layer (archlab's dense layers are kinds of a MoE model)")
         position = rope_from_hf(c, hd, partial=False)
         position.pairing = "interleaved"
-        mlp = MLPConfig(
-            kind="moe",
+        mlp = mlp_section(
+            "moe",
             expert=expert,
             approximate=approximate,
             bias=False,
             d_ff=c.intermediate_size_mlp,
-            n_experts=c.num_local_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=c.intermediate_size,
             n_shared_experts=1,
-            scoring="sigmoid",
-            normalize_top_k=False,
-            weight_input=True,
-            aux_loss_weight=float(c.router_aux_loss_coef),
+            routing=dict(
+                n_experts=c.num_local_experts,
+                top_k=c.num_experts_per_tok,
+                scoring="sigmoid",
+                normalize_top_k=False,
+                weight_input=True,
+                aux_loss_weight=float(c.router_aux_loss_coef),
+            ),
         )
         cfg = self.base_from_hf(c, position, mlp)
         names, overrides = [], {}

@@ -6,8 +6,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from archlab.config import HeadConfig, MLPConfig, ModelConfig, NormConfig, PositionConfig
-from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, TensorMap, Tensors, out_bias, refuse_hf
+from archlab.config import HeadConfig, ModelConfig, NormConfig, PositionConfig
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    mlp_section,
+    out_bias,
+    refuse_hf,
+)
 from archlab.nn.mixers.mamba2 import Mamba2Config, head_dim, inner
 
 
@@ -87,7 +96,7 @@ class Mamba2(Family):
                 dt_limit_min=float(low),
                 dt_limit_max=None if math.isinf(high) else float(high),
             ),
-            mlp=MLPConfig(kind="none"),
+            mlp=mlp_section("none"),
             head=HeadConfig(bias=False),
         )
         return self.keys_from_hf(c, cfg)

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
-from archlab.config import MLPConfig, ModelConfig
+from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import (
     GATED_TO_HF,
@@ -23,10 +23,12 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     bare,
     config_head_dim,
     gated_activation,
     kind_field,
+    mlp_section,
     refuse_hf,
     ungrouped,
 )
@@ -62,15 +64,15 @@ class Mellum(_LayeredSparse):
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         attention: list[Rule] = [("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)")]
         if is_dense(cfg):
-            return [*attention, ("model.mlp.kind", (cfg.mlp.expert,), " (its dense layers are of its experts' kind)")]
+            return attention  # its experts' kind: _LayeredSparse.part_problems, which has the model's
         return [
             *attention,
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
-            ("model.mlp.scoring", ("softmax",), ""),
-            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.routing.scoring", ("softmax",), ""),
+            ("model.mlp.routing.correction_bias", (False,), ""),
             ungrouped(),
-            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
         ]
 
@@ -94,10 +96,10 @@ class Mellum(_LayeredSparse):
         moe = next((lc for lc in layers if not is_dense(lc)), cfg)
         return dict(
             self.base_to_hf(cfg),
-            hidden_act=GATED_TO_HF[(m.expert, m.approximate)],
+            hidden_act=GATED_TO_HF[activation(m)],
             intermediate_size=d_ff(dense),
             moe_intermediate_size=expert_width(moe),
-            norm_topk_prob=m.normalize_top_k,
+            norm_topk_prob=m.routing.normalize_top_k,
             layer_types=layer_types(layers),
             sliding_window=sliding_window(cfg, layers),
             mlp_layer_types=["dense" if is_dense(lc) else "sparse" for lc in layers],
@@ -115,17 +117,19 @@ class Mellum(_LayeredSparse):
         hd = config_head_dim(c)
         ropes = per_type_rope(c, types, hd)
         base = ropes[FULL] if FULL in ropes else ropes[SLIDING]
-        mlp = MLPConfig(
-            kind="moe",
+        mlp = mlp_section(
+            "moe",
             expert=expert,
             approximate=approximate,
             bias=False,
             d_ff=c.intermediate_size,
-            n_experts=c.num_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=c.moe_intermediate_size,
-            normalize_top_k=bool(c.norm_topk_prob),
-            aux_loss_weight=float(c.router_aux_loss_coef),
+            routing=dict(
+                n_experts=c.num_experts,
+                top_k=c.num_experts_per_tok,
+                normalize_top_k=bool(c.norm_topk_prob),
+                aux_loss_weight=float(c.router_aux_loss_coef),
+            ),
         )
         cfg = self.base_from_hf(c, dataclasses.replace(base), mlp)
         cfg.attention.qk_norm = "head"

@@ -40,11 +40,11 @@ class MiniMaxM2(_Sparse):
             ("model.attention.qk_norm", ("full",), " (q_norm and k_norm span the projection)"),
             ("model.attention.qkv_bias", (False,), ""),
             out_bias(False),
-            ("model.mlp.scoring", ("sigmoid",), ""),
-            ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
-            ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+            ("model.mlp.routing.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
             ungrouped(),
-            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
         ]
 
@@ -56,9 +56,9 @@ class MiniMaxM2(_Sparse):
             head_dim=head_dim(cfg),
             rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)),
             intermediate_size=expert_width(cfg),
-            num_local_experts=m.n_experts,
-            num_experts_per_tok=m.top_k,
-            router_aux_loss_coef=m.aux_loss_weight,
+            num_local_experts=m.routing.n_experts,
+            num_experts_per_tok=m.routing.top_k,
+            router_aux_loss_coef=m.routing.aux_loss_weight,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:

@@ -34,7 +34,7 @@ class Mixtral(_CausalSparse):
         return super().rules(cfg) + [
             ("model.attention.qkv_bias", (False,), ""),
             out_bias(False),
-            ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
+            ("model.mlp.routing.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
@@ -42,7 +42,7 @@ class Mixtral(_CausalSparse):
         return dict(
             super().to_hf(cfg),
             head_dim=None if hd == cfg.d_model // cfg.attention.n_head else hd,  # as published: null when implied
-            num_local_experts=cfg.mlp.n_experts,
+            num_local_experts=cfg.mlp.routing.n_experts,
             intermediate_size=expert_width(cfg),
         )
 

@@ -16,6 +16,7 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     gated_mlp,
     refuse_hf,
 )
@@ -101,7 +102,7 @@ class Youtu(Family):
             self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
             num_key_value_heads=a.n_head,
-            hidden_act=GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            hidden_act=GATED_TO_HF[activation(cfg.mlp)],
             rope_parameters=rope_to_hf(cfg),
             rope_interleave=cfg.position.pairing == "interleaved",
             attention_bias=False,

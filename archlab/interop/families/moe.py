@@ -11,7 +11,6 @@ and no class has a z-loss, so those are not written.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -38,11 +37,15 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     bare,
     config_head_dim,
+    dense_of,
     differences,
     gated_activation,
     kind_field,
+    mlp_section,
+    shared_experts,
     ungrouped,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -102,7 +105,7 @@ def dense_first_problems(cfg: ModelConfig, title: str) -> list[Problem]:
         if kind is None:
             continue
         if is_dense(lc):
-            mlp = dataclasses.replace(cfg.mlp, kind=cfg.mlp.expert)
+            mlp = dense_of(cfg.mlp)
             if i >= n_dense:
                 why = f" ({title}'s dense layers are its first ones, before every MoE layer)"
                 found.append(Problem(kind_field(cfg, kind, "model.mlp.kind"), lc.mlp.kind, "moe", why))
@@ -146,7 +149,7 @@ def mlp_tensors(
         return
     m = lc.mlp
     t.add(f"{archlab}.router", f"{hf}.{router}")
-    if m.correction_bias:
+    if m.routing.correction_bias:
         t.maps.append(TensorMap(f"{archlab}.router_bias", (f"{hf}.{router_bias}",)))
     t.maps.append(TensorMap(f"{archlab}.experts.gate_up", (f"{hf}.experts.gate_up_proj",)))
     t.maps.append(TensorMap(f"{archlab}.experts.down", (f"{hf}.experts.down_proj",)))
@@ -191,7 +194,7 @@ def stack_saved_experts(
         if is_dense(lc):
             continue
         h = f"model.layers.{i}.mlp.experts"
-        names = [[f"{h}.{e}.{m}.weight" for e in range(cfg.mlp.n_experts)] for m in (gate, up, down)]
+        names = [[f"{h}.{e}.{m}.weight" for e in range(cfg.mlp.routing.n_experts)] for m in (gate, up, down)]
         if all(n in state for ns in names for n in ns):
             gates, ups, downs = ([state.pop(n) for n in ns] for ns in names)
             state[f"{h}.gate_up_proj"] = torch.cat((torch.stack(gates), torch.stack(ups)), dim=1)
@@ -238,9 +241,9 @@ class _Sparse(Family):
         found = super().part_problems(cfg)
         if LAYERS <= self.features:
             found += dense_first_problems(cfg, self.title)
-        if self.shared_experts and cfg.mlp.n_shared_experts < 1:
+        if self.shared_experts and shared_experts(cfg.mlp) < 1:
             why = " (its MoE layers always have shared experts)"
-            found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
+            found.append(Problem("model.mlp.n_shared_experts", shared_experts(cfg.mlp), "at least 1", why))
         return found
 
     def rope_types(self) -> tuple[str, ...]:
@@ -251,7 +254,7 @@ class _Sparse(Family):
         """The config keys all four name alike."""
         return dict(
             self.keys_to_hf(cfg),
-            hidden_act=GATED_TO_HF[(cfg.mlp.expert, cfg.mlp.approximate)],
+            hidden_act=GATED_TO_HF[activation(cfg.mlp)],
             rope_parameters=rope_to_hf(cfg),
             attention_dropout=cfg.attention.dropout,
         )
@@ -269,19 +272,18 @@ class _Sparse(Family):
         return self.keys_from_hf(c, cfg)
 
     @staticmethod
-    def moe_from_hf(c: Any, n_experts: int, expert_d_ff: int, **fields: Any) -> MLPConfig:
+    def moe_from_hf(c: Any, n_experts: int, expert_d_ff: int, **fields: Any) -> Any:
         """archlab's MoE of the config: bias-free experts of the kind its hidden_act names, ``n_experts``
         of width ``expert_d_ff``, ``num_experts_per_tok`` of them per token; ``fields`` the family's own."""
         expert, approximate = gated_activation(c)
-        return MLPConfig(
-            kind="moe",
+        return mlp_section(
+            "moe",
             expert=expert,
             approximate=approximate,
             bias=False,
-            n_experts=n_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=expert_d_ff,
             **fields,
+            routing=dict(n_experts=n_experts, top_k=c.num_experts_per_tok),
         )
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
@@ -315,10 +317,10 @@ class _CausalSparse(_Sparse):
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
             ("model.position.pairing", ("half",), ""),
-            ("model.mlp.scoring", ("softmax",), ""),
-            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.routing.scoring", ("softmax",), ""),
+            ("model.mlp.routing.correction_bias", (False,), ""),
             ungrouped(),
-            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
             ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
         ]
 
@@ -331,8 +333,8 @@ class _CausalSparse(_Sparse):
             self.base_to_hf(cfg),
             num_key_value_heads=n_kv_head(cfg),
             sliding_window=cfg.attention.window,
-            num_experts_per_tok=m.top_k,
-            router_aux_loss_coef=m.aux_loss_weight,
+            num_experts_per_tok=m.routing.top_k,
+            router_aux_loss_coef=m.routing.aux_loss_weight,
         )
 
     def causal_from_hf(self, c: Any, mlp: MLPConfig) -> ModelConfig:
@@ -386,5 +388,5 @@ def sparse_family(cfg: ModelConfig) -> Family:
                 "moe to convert attention kind mla to Hugging Face DeepSeek-V2/V3 (their latent attention comes with "
                 "DeepSeekMoE; its dense layers are layer kinds: model/layers=dense_first)",
             )
-        return FAMILIES["deepseek_v3" if m.scoring == "sigmoid" or m.correction_bias else "deepseek_v2"]
+        return FAMILIES["deepseek_v3" if m.routing.scoring == "sigmoid" or m.routing.correction_bias else "deepseek_v2"]
     return FAMILIES["qwen3_moe" if cfg.attention.qk_norm == "head" else "mixtral"]

@@ -7,7 +7,6 @@ from typing import Any
 
 from archlab.config import (
     BlockConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -21,6 +20,7 @@ from archlab.interop.families.base import (
     Tensors,
     dropouts,
     fmt,
+    mlp_section,
     no_embedding_dropout,
     out_bias,
     refuse_hf,
@@ -91,7 +91,7 @@ class Mpt(Family):
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         found = super().part_problems(cfg)
-        if d_ff(cfg) != 4 * cfg.d_model:
+        if cfg.mlp.kind != "none" and d_ff(cfg) != 4 * cfg.d_model:  # none: refused for its kind
             found.append(Problem("model.mlp.d_ff", d_ff(cfg), f"{4 * cfg.d_model}", " (MPT's MLP is 4·d_model wide)"))
         if cfg.attention.clip_qkv == 0:
             found.append(Problem("model.attention.clip_qkv", 0.0, "null or > 0", " (MPT reads clip_qkv 0 as none)"))
@@ -132,7 +132,7 @@ class Mpt(Family):
                 clip_qkv=clip,
                 scale=None if a.softmax_scale is None else float(a.softmax_scale),
             ),
-            mlp=MLPConfig(kind="gelu", d_ff=4 * c.d_model, bias=False, approximate="none"),
+            mlp=mlp_section("gelu", d_ff=4 * c.d_model, bias=False, approximate="none"),
         )
         return self.keys_from_hf(c, cfg)
 

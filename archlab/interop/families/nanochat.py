@@ -9,7 +9,6 @@ from typing import Any
 from archlab.config import (
     BlockConfig,
     HeadConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     n_kv_head,
@@ -23,6 +22,8 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
+    mlp_section,
     out_bias,
     refuse_hf,
 )
@@ -81,7 +82,7 @@ class NanoChat(Family):
             self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
             num_key_value_heads=n_kv_head(cfg),
-            hidden_act=UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            hidden_act=UP_DOWN_TO_HF[activation(cfg.mlp)],
             rope_parameters=rope_to_hf(cfg),
             attention_dropout=a.dropout,
             attention_bias=a.qkv_bias,
@@ -110,7 +111,7 @@ class NanoChat(Family):
                 dropout=float(c.attention_dropout),
                 qk_norm="l2",
             ),
-            mlp=MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=False, approximate=approximate),
+            mlp=mlp_section(kind, d_ff=c.intermediate_size, bias=False, approximate=approximate),
             head=HeadConfig(bias=False, softcap=None if softcap is None else float(softcap)),
         )
         return self.keys_from_hf(c, cfg)

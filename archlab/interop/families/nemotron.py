@@ -9,7 +9,16 @@ from typing import Any
 
 from archlab.config import BlockConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.interop.families.arcee import UP_DOWN_KINDS, UP_DOWN_TO_HF, up_down_mlp, up_down_tensors
-from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Rule, TensorMap, Tensors, out_bias
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    activation,
+    out_bias,
+)
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -45,7 +54,7 @@ class Nemotron(Family):
             "intermediate_size": d_ff(cfg),
             "num_key_value_heads": n_kv_head(cfg),
             "head_dim": head_dim(cfg),
-            "hidden_act": UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            "hidden_act": UP_DOWN_TO_HF[activation(cfg.mlp)],
             "rope_parameters": rope_to_hf(cfg, rope_fraction(cfg)),
             "attention_dropout": a.dropout,
             "attention_bias": a.qkv_bias,

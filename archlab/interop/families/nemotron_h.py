@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -26,7 +27,6 @@ from torch import Tensor
 from archlab.config import (
     BlockConfig,
     HeadConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -43,8 +43,10 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     bare,
     kind_field,
+    mlp_section,
     out_bias,
     refuse_hf,
 )
@@ -93,14 +95,14 @@ class NemotronH(Family):
         "attention_dropout": "attention.dropout",
         "mlp_bias": "mlp.bias",
     }
-    moe_keys = {
-        "n_routed_experts": "n_experts",
-        "num_experts_per_tok": "top_k",
+    moe_keys = {  # HF key -> the field of archlab's MoE section
+        "n_routed_experts": "routing.n_experts",
+        "num_experts_per_tok": "routing.top_k",
         "moe_intermediate_size": "expert_d_ff",
-        "n_group": "n_groups",
-        "topk_group": "top_groups",
-        "norm_topk_prob": "normalize_top_k",
-        "routed_scaling_factor": "routed_scale",
+        "n_group": "routing.n_groups",
+        "topk_group": "routing.top_groups",
+        "norm_topk_prob": "routing.normalize_top_k",
+        "routed_scaling_factor": "routing.routed_scale",
     }
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -120,8 +122,8 @@ class NemotronH(Family):
         return [
             ("model.mlp.expert", UP_DOWN_KINDS, " (its experts are up_proj, then down_proj, without a gate)"),
             ("model.mlp.bias", (False,), " (its experts have no biases; mlp_bias sets the shared experts')"),
-            ("model.mlp.scoring", ("sigmoid",), ""),
-            ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
@@ -163,7 +165,7 @@ class NemotronH(Family):
             types += [MAMBA_T if is_mamba(lc) else ATTN_T] + ([mlp_t] if has_mlp(lc) else [])
         moe: dict[str, Any] = {}
         if m.kind == "moe":
-            moe = {key: getattr(m, field) for key, field in self.moe_keys.items()}
+            moe = {key: attrgetter(field)(m) for key, field in self.moe_keys.items()}
             moe.update(moe_shared_expert_intermediate_size=m.n_shared_experts * expert_width(cfg), moe_latent_size=None)
         out = dict(
             self.keys_to_hf(cfg),
@@ -171,7 +173,7 @@ class NemotronH(Family):
             num_key_value_heads=n_kv_head(cfg),
             head_dim=head_dim(cfg),
             intermediate_size=d_ff(cfg),
-            mlp_hidden_act=UP_DOWN_TO_HF[(m.expert if m.kind == "moe" else m.kind, m.approximate)],
+            mlp_hidden_act=UP_DOWN_TO_HF[activation(m)],
             **moe,
             attention_bias=False,
             tie_word_embeddings=False,
@@ -218,7 +220,7 @@ class NemotronH(Family):
                 continue
             names.append(KINDS[(t == MAMBA_T, i + 1 < len(types) and types[i + 1] in (MLP_T, MOE_T))])
         kind, approximate = UP_DOWN_FROM_HF[c.mlp_hidden_act]
-        mlp = MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=bool(c.mlp_bias), approximate=approximate)
+        mlp = mlp_section(kind, d_ff=c.intermediate_size, bias=bool(c.mlp_bias), approximate=approximate)
         if MOE_T in types:
             mlp = self.moe_from_hf(c, mlp)
         cfg = ModelConfig(
@@ -267,7 +269,7 @@ class NemotronH(Family):
             cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
         return cfg
 
-    def moe_from_hf(self, c: Any, dense: MLPConfig) -> MLPConfig:
+    def moe_from_hf(self, c: Any, dense: Any) -> Any:
         """The MoE of the config's ``moe`` layers: ``dense``'s activation for its experts, sigmoid scores with
         the correction bias, the shared experts as n experts of the routed width."""
         if c.moe_latent_size is not None:
@@ -276,18 +278,17 @@ class NemotronH(Family):
         if rest or n < 1:
             allowed = "a positive multiple of moe_intermediate_size (archlab's shared experts: n of the routed width)"
             refuse_hf(c, "moe_shared_expert_intermediate_size", allowed)
-        fields = {field: getattr(c, key) for key, field in self.moe_keys.items()}
+        fields = {field.removeprefix("routing."): getattr(c, key) for key, field in self.moe_keys.items()}
         fields.update(routed_scale=float(fields["routed_scale"]), normalize_top_k=bool(fields["normalize_top_k"]))
-        return MLPConfig(
-            kind="moe",
+        return mlp_section(
+            "moe",
             expert=dense.kind,
-            approximate=dense.approximate,
+            approximate=getattr(dense, "approximate", "none"),  # a GELU kind's form; the others have none
             d_ff=dense.d_ff,
             bias=dense.bias,
-            scoring="sigmoid",
-            correction_bias=True,
             n_shared_experts=n,
             **fields,
+            routing=dict(scoring="sigmoid", correction_bias=True),
         )
 
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -295,7 +296,7 @@ class NemotronH(Family):
         stacked as transformers holds them (``mixer.experts.up_proj`` [E, f, d]) where every expert is there."""
         if cfg.mlp.kind != "moe":
             return state
-        E = cfg.mlp.n_experts
+        E = cfg.mlp.routing.n_experts
         layers = {k.split(".mixer.experts.")[0] for k in state if ".mixer.experts." in k}
         for h in layers:
             for m in ("up_proj", "down_proj"):

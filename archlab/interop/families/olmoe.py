@@ -43,9 +43,9 @@ class Olmoe(_Softmax):
         return dict(
             kwargs,
             attention_bias=cfg.attention.qkv_bias,
-            num_experts=cfg.mlp.n_experts,
+            num_experts=cfg.mlp.routing.n_experts,
             intermediate_size=expert_width(cfg),
-            norm_topk_prob=cfg.mlp.normalize_top_k,
+            norm_topk_prob=cfg.mlp.routing.normalize_top_k,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:

@@ -7,7 +7,6 @@ from typing import Any
 
 from archlab.config import (
     BlockConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
     PositionConfig,
@@ -20,7 +19,9 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     dropouts,
+    mlp_section,
     out_bias,
     refuse_hf,
 )
@@ -65,14 +66,14 @@ class OpenAIGPT(Family):
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         found = super().part_problems(cfg)
-        if d_ff(cfg) != 4 * cfg.d_model:
+        if cfg.mlp.kind != "none" and d_ff(cfg) != 4 * cfg.d_model:  # none: refused for its kind
             found.append(Problem("model.mlp.d_ff", d_ff(cfg), f"{4 * cfg.d_model}", " (GPT's MLP is 4·d_model wide)"))
         return found
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return dict(
             self.keys_to_hf(cfg),
-            afn=ACT_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            afn=ACT_TO_HF[activation(cfg.mlp)],
             resid_pdrop=cfg.dropout,
             embd_pdrop=embedding_dropout(cfg),
             attn_pdrop=cfg.attention.dropout,
@@ -88,7 +89,7 @@ class OpenAIGPT(Family):
             block=BlockConfig(kind="post"),
             position=PositionConfig(kind="learned"),
             attention=AttentionConfig(dropout=float(c.attn_pdrop)),
-            mlp=MLPConfig(kind=kind, d_ff=4 * c.n_embd, bias=True, approximate=approximate),
+            mlp=mlp_section(kind, d_ff=4 * c.n_embd, bias=True, approximate=approximate),
         )
         return self.keys_from_hf(c, cfg)
 

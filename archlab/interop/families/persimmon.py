@@ -7,12 +7,22 @@ from typing import Any
 
 from archlab.config import (
     BlockConfig,
-    MLPConfig,
     ModelConfig,
     NormConfig,
 )
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
-from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, TensorMap, Tensors, fmt, out_bias, refuse_hf
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    Family,
+    Rule,
+    TensorMap,
+    Tensors,
+    activation,
+    fmt,
+    mlp_section,
+    out_bias,
+    refuse_hf,
+)
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -55,7 +65,7 @@ class Persimmon(Family):
         return dict(
             self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
-            hidden_act=UP_DOWN_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            hidden_act=UP_DOWN_TO_HF[activation(cfg.mlp)],
             rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)),
             qk_layernorm=cfg.attention.qk_norm == "head",
             hidden_dropout=0.0,
@@ -76,7 +86,7 @@ class Persimmon(Family):
                 qk_norm="head" if c.qk_layernorm else "none",
                 dropout=float(c.attention_dropout),
             ),
-            mlp=MLPConfig(kind=kind, d_ff=c.intermediate_size, bias=True, approximate=approximate),
+            mlp=mlp_section(kind, d_ff=c.intermediate_size, bias=True, approximate=approximate),
         )
         return self.keys_from_hf(c, cfg)
 

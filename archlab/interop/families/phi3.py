@@ -19,6 +19,7 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    activation,
     dropouts,
     gated_mlp,
     no_embedding_dropout,
@@ -89,7 +90,7 @@ class Phi3(_LlamaStyle):
             **self.keys_to_hf(cfg),
             "intermediate_size": d_ff(cfg),
             "num_key_value_heads": n_kv_head(cfg),
-            "hidden_act": GATED_TO_HF[(cfg.mlp.kind, cfg.mlp.approximate)],
+            "hidden_act": GATED_TO_HF[activation(cfg.mlp)],
             # read over rope_parameters' copy by Phi3Config; unread without LongRoPE
             "original_max_position_embeddings": p.original_context if p.scaling == "longrope" else cfg.context_length,
             "rope_parameters": rope_to_hf(cfg, rope_fraction(cfg)),

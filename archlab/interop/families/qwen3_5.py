@@ -15,23 +15,22 @@ from typing import Any
 
 from torch import Tensor
 
-from archlab.config import MLPConfig, ModelConfig
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, refuse_hf
+from archlab.config import ModelConfig
+from archlab.interop.families.base import (
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    mlp_section,
+    refuse_hf,
+    shared_experts,
+)
 from archlab.interop.families.qwen3_next import Qwen3Next, cfg_types
 from archlab.nn.mixers.gated_deltanet import key_heads
 from archlab.nn.mlp import d_ff
 
 MROPE = frozenset({"mrope_section", "mrope_interleaved"})  # the sections of text positions are equal: plain RoPE
-MOE_ONLY = (
-    "decoder_sparse_step",
-    "mlp_only_layers",
-    "num_experts",
-    "num_experts_per_tok",
-    "moe_intermediate_size",
-    "shared_expert_intermediate_size",
-    "norm_topk_prob",
-    "router_aux_loss_coef",
-)
 
 
 class Qwen3_5(Qwen3Next):
@@ -69,15 +68,9 @@ class Qwen3_5(Qwen3Next):
         """``Family.problems`` of the model's own parts, then its layer kinds' (one MLP for every layer)."""
         return Family.part_problems(self, cfg) + self.layer_problems(cfg, cfg.mlp, "one MLP for every layer")
 
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        out = super().to_hf(cfg)
-        for key in MOE_ONLY:
-            del out[key]
-        return out
-
     def from_hf(self, c: Any) -> ModelConfig:
         self.check_hf(c)
-        mlp = MLPConfig(kind="swiglu", approximate="none", bias=False, d_ff=c.intermediate_size)
+        mlp = mlp_section("swiglu", approximate="none", bias=False, d_ff=c.intermediate_size)
         cfg = self.common_from_hf(c, mlp, MROPE)
         self.layers_from_hf(c, cfg, [False] * len(cfg_types(c)))
         return cfg
@@ -113,14 +106,14 @@ class Qwen3_5Moe(Qwen3_5):
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         why = " (its router always renormalises the top-k weights)"
-        return [*Qwen3Next.rules(self, cfg), ("model.mlp.normalize_top_k", (True,), why)]
+        return [*Qwen3Next.rules(self, cfg), ("model.mlp.routing.normalize_top_k", (True,), why)]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """Qwen3-Next's, but every layer MoE: a dense layer kind is named by its MLP's kind."""
         found = Family.part_problems(self, cfg)
-        if cfg.mlp.n_shared_experts < 1:
+        if shared_experts(cfg.mlp) < 1:
             why = " (its MoE layers always have a shared expert)"
-            found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
+            found.append(Problem("model.mlp.n_shared_experts", shared_experts(cfg.mlp), "at least 1", why))
         return found + self.layer_problems(cfg, cfg.mlp, "a MoE in every layer")
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -50,10 +50,10 @@ class Qwen3Moe(_CausalSparse):
             head_dim=head_dim(cfg),
             attention_bias=cfg.attention.qkv_bias,
             use_sliding_window=window is not None,
-            num_experts=m.n_experts,
+            num_experts=m.routing.n_experts,
             moe_intermediate_size=expert_width(cfg),
             intermediate_size=d_ff(cfg),
-            norm_topk_prob=m.normalize_top_k,
+            norm_topk_prob=m.routing.normalize_top_k,
             decoder_sparse_step=1,
             mlp_only_layers=list(range(dense_first(layer_configs(cfg)))),
         )

@@ -16,7 +16,6 @@ gated_deltanet refuses reset, as ``model/layers=deltanet_3_1``, and the linear s
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from torch import Tensor
@@ -34,10 +33,13 @@ from archlab.interop.families.base import (
     Tensors,
     bare,
     config_head_dim,
+    dense_of,
     differences,
     kind_field,
+    mlp_section,
     out_bias,
     refuse_hf,
+    shared_experts,
     ungrouped,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -78,6 +80,21 @@ def cfg_types(c: Any) -> list[str]:
     return list(c.layer_types)
 
 
+def moe_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """The MoE's keys (Qwen3.5's dense text decoders have none)."""
+    m, width = cfg.mlp, expert_width(cfg)
+    return dict(
+        decoder_sparse_step=1,
+        mlp_only_layers=[i for i, lc in enumerate(layer_configs(cfg)) if lc.mlp.kind != "moe"],
+        num_experts=m.routing.n_experts,
+        num_experts_per_tok=m.routing.top_k,
+        moe_intermediate_size=width,
+        shared_expert_intermediate_size=m.n_shared_experts * width,
+        norm_topk_prob=m.routing.normalize_top_k,
+        router_aux_loss_coef=m.routing.aux_loss_weight,
+    )
+
+
 class Qwen3Next(Family):
     """Qwen3NextForCausalLM: see the module docstring."""
 
@@ -114,10 +131,10 @@ class Qwen3Next(Family):
             ("model.mlp.kind", ("moe",), ""),
             ("model.mlp.expert", ("swiglu",), " (hidden_act, silu, is also its linear layers' convolution's)"),
             ("model.mlp.bias", (False,), " (its experts have no biases)"),
-            ("model.mlp.scoring", ("softmax",), ""),
-            ("model.mlp.correction_bias", (False,), ""),
+            ("model.mlp.routing.scoring", ("softmax",), ""),
+            ("model.mlp.routing.correction_bias", (False,), ""),
             ungrouped(),
-            ("model.mlp.routed_scale", (1.0,), ""),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
             ("model.mlp.shared_expert_gate", (True,), " (its shared expert is always gated)"),
         ]
 
@@ -127,10 +144,10 @@ class Qwen3Next(Family):
         layer whose attention or RoPE differs from the model's, a MoE layer whose MLP differs from the model's,
         a dense layer of another kind than the experts' (each named as the layer's kind sets it)."""
         found = super().part_problems(cfg)
-        if cfg.mlp.n_shared_experts < 1:
+        if shared_experts(cfg.mlp) < 1:
             why = " (its MoE layers always have a shared expert)"
-            found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
-        dense_mlp = dataclasses.replace(cfg.mlp, kind=cfg.mlp.expert)
+            found.append(Problem("model.mlp.n_shared_experts", shared_experts(cfg.mlp), "at least 1", why))
+        dense_mlp = dense_of(cfg.mlp)
         return found + self.layer_problems(cfg, dense_mlp, "dense layers of its experts' kind and d_ff")
 
     def layer_problems(self, cfg: ModelConfig, dense_mlp: MLPConfig, dense_why: str) -> list[Problem]:
@@ -165,7 +182,6 @@ class Qwen3Next(Family):
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)
-        m, width = cfg.mlp, expert_width(cfg)
         out = dict(
             self.keys_to_hf(cfg),
             intermediate_size=d_ff(cfg),
@@ -175,17 +191,9 @@ class Qwen3Next(Family):
             rope_parameters=rope_to_hf(cfg, rope_fraction(cfg)),
             attention_bias=cfg.attention.qkv_bias,
             attention_dropout=cfg.attention.dropout,
-            decoder_sparse_step=1,
-            mlp_only_layers=[i for i, lc in enumerate(lcs) if lc.mlp.kind != "moe"],
-            num_experts=m.n_experts,
-            num_experts_per_tok=m.top_k,
-            moe_intermediate_size=width,
-            shared_expert_intermediate_size=m.n_shared_experts * width,
-            norm_topk_prob=m.normalize_top_k,
-            router_aux_loss_coef=m.aux_loss_weight,
             layer_types=[LINEAR if is_deltanet(lc) else FULL for lc in lcs],
         )
-        return out | linear_keys(lcs)
+        return out | (moe_to_hf(cfg) if cfg.mlp.kind == "moe" else {}) | linear_keys(lcs)
 
     def from_hf(self, c: Any) -> ModelConfig:
         self.check_hf(c)
@@ -213,7 +221,7 @@ class Qwen3Next(Family):
             refuse_hf(c, "linear_num_key_heads", "a divisor of linear_num_value_heads (each serves a group of them)")
 
     @staticmethod
-    def moe_from_hf(c: Any, normalize: bool, width: int | None) -> MLPConfig:
+    def moe_from_hf(c: Any, normalize: bool, width: int | None) -> Any:
         """Its softmax top-k MoE of SwiGLU experts beside a sigmoid-gated shared expert (``width``: the dense
         layers' d_ff, None where it has none)."""
         f, shared = c.moe_intermediate_size, c.shared_expert_intermediate_size
@@ -223,19 +231,21 @@ class Qwen3Next(Family):
                 "shared_expert_intermediate_size",
                 f"a positive multiple of moe_intermediate_size={f} (archlab's shared experts: n·expert_d_ff)",
             )
-        return MLPConfig(
-            kind="moe",
+        return mlp_section(
+            "moe",
             expert="swiglu",
             approximate="none",
             bias=False,
             d_ff=width,
-            n_experts=c.num_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=f,
             n_shared_experts=shared // f,
             shared_expert_gate=True,
-            normalize_top_k=normalize,
-            aux_loss_weight=float(c.router_aux_loss_coef),
+            routing=dict(
+                n_experts=c.num_experts,
+                top_k=c.num_experts_per_tok,
+                normalize_top_k=normalize,
+                aux_loss_weight=float(c.router_aux_loss_coef),
+            ),
         )
 
     def common_from_hf(self, c: Any, mlp: MLPConfig, rope_ignored: frozenset[str] = frozenset()) -> ModelConfig:

@@ -128,9 +128,9 @@ class HYV3(_Sparse):
             ("model.position.pairing", ("half",), ""),
             ("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)"),
             out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
-            ("model.mlp.scoring", ("sigmoid",), ""),
-            ("model.mlp.correction_bias", (True,), " (its MoE always has e_score_correction_bias)"),
-            ("model.mlp.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.correction_bias", (True,), " (its MoE always has e_score_correction_bias)"),
+            ("model.mlp.routing.normalize_top_k", (True,), " (it always renormalises the top-k weights)"),
             ungrouped(),
         ]
 
@@ -147,10 +147,10 @@ class HYV3(_Sparse):
             mlp_bias=False,
             intermediate_size=d_ff(cfg),
             moe_intermediate_size=expert_width(cfg),
-            num_experts=m.n_experts,
-            num_experts_per_tok=m.top_k,
+            num_experts=m.routing.n_experts,
+            num_experts_per_tok=m.routing.top_k,
             num_shared_experts=m.n_shared_experts,
-            router_scaling_factor=m.routed_scale,
+            router_scaling_factor=m.routing.routed_scale,
             mlp_layer_types=mlp_layer_types(cfg),
         )
 

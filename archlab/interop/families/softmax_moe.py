@@ -67,9 +67,9 @@ class _Softmax(_CausalSparse):
             return
         m = lc.mlp
         t.add(f"{archlab}.router", f"{hf}.{self.router}")
-        if m.correction_bias:
+        if m.routing.correction_bias:
             bias = f"{hf}.{self.router}.moe_statics.e_score_correction_bias"
-            t.maps.append(TensorMap(f"{archlab}.router_bias", (bias,), "flat", (1, m.n_experts)))
+            t.maps.append(TensorMap(f"{archlab}.router_bias", (bias,), "flat", (1, m.routing.n_experts)))
         t.maps.append(TensorMap(f"{archlab}.experts.gate_up", (f"{hf}.experts.gate_up_proj",)))
         t.maps.append(TensorMap(f"{archlab}.experts.down", (f"{hf}.experts.down_proj",)))
         if m.n_shared_experts:

@@ -16,9 +16,19 @@ from typing import Any
 
 from torch import Tensor
 
-from archlab.config import MLPConfig, ModelConfig, PositionConfig
+from archlab.config import ModelConfig, PositionConfig
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, kind_field, refuse_hf, ungrouped
+from archlab.interop.families.base import (
+    Family,
+    Problem,
+    Rule,
+    TensorMap,
+    Tensors,
+    kind_field,
+    mlp_section,
+    refuse_hf,
+    ungrouped,
+)
 from archlab.interop.families.layered import rope_of, view
 from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_window
 from archlab.interop.families.moe import is_dense, pre_norm_tensors
@@ -126,14 +136,15 @@ class Step35(_LayeredSparse):
         else:
             rules += [
                 ("model.mlp.expert", ("swiglu",), " (its experts are SwiGLUs)"),
-                ("model.mlp.scoring", ("sigmoid",), ""),
-                ("model.mlp.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
-                ("model.mlp.normalize_top_k", (True,), " (it divides the chosen scores by their sum)"),
+                ("model.mlp.routing.scoring", ("sigmoid",), ""),
+                ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+                ("model.mlp.routing.normalize_top_k", (True,), " (it divides the chosen scores by their sum)"),
                 ungrouped(" (it routes without groups)"),
             ]
             if m.n_shared_experts < 1:
                 rules.append(("model.mlp.n_shared_experts", ("at least 1",), " (its MoE layers have a shared expert)"))
-        clamped = m.swiglu_limit is not None or (m.kind == "moe" and shared_config(cfg).mlp.swiglu_limit is not None)
+        limit = getattr(m, "swiglu_limit", None)  # only SwiGLU's (and a mixture of experts') clamp
+        clamped = limit is not None or (m.kind == "moe" and shared_config(cfg).mlp.swiglu_limit is not None)
         if clamped:
             rules.append(("model.mlp.swiglu_clamp", ("activation",), " (it bounds silu(gate) after the activation)"))
         return rules
@@ -153,7 +164,7 @@ class Step35(_LayeredSparse):
                     found.append(
                         Problem(kind_field(cfg, layer_kind(cfg, i), field), values[at.index(i)], repr(values[0]), why)
                     )
-        dense = [i for i, lc in enumerate(layers) if is_dense(lc)]
+        dense = [i for i, lc in enumerate(layers) if is_dense(lc) and lc.mlp.kind != "none"]  # none: its kind
         widths = [d_ff(layers[i]) for i in dense]
         i = next((i for i, w in zip(dense, widths) if w != widths[0]), None)
         if i is not None:
@@ -179,9 +190,9 @@ class Step35(_LayeredSparse):
             intermediate_size=d_ff(layers[dense.index(True)]) if any(dense) else d_ff(cfg),
             moe_intermediate_size=expert_width(moe),
             share_expert_dim=max(moe.mlp.n_shared_experts, 1) * expert_width(moe),
-            n_routed_experts=moe.mlp.n_experts,
-            num_experts_per_tok=moe.mlp.top_k,
-            moe_router_scaling_factor=moe.mlp.routed_scale,
+            n_routed_experts=moe.mlp.routing.n_experts,
+            num_experts_per_tok=moe.mlp.routing.top_k,
+            moe_router_scaling_factor=moe.mlp.routing.routed_scale,
             mlp_layer_types=["dense" if d else "sparse" for d in dense],
             num_sliding_attention_heads=sliding.attention.n_head,
             query_pre_attn_scalar=head_dim(cfg) if scale is None else scale**-2,
@@ -226,19 +237,21 @@ class Step35(_LayeredSparse):
                 refuse_hf(c, f"rope_parameters.{t}", f"the RoPE parameters of the {t} layers", params.get(t))
         ropes = {t: rope_of(c, params[t], hd, t, partial=True) for t in set(types)}
         base_heads = heads[types.index(FULL)] if FULL in types else heads[0]
-        mlp = MLPConfig(
-            kind="moe",
+        mlp = mlp_section(
+            "moe",
             expert="swiglu",
             bias=False,
             d_ff=c.intermediate_size,
-            n_experts=c.num_local_experts,
-            top_k=c.num_experts_per_tok,
             expert_d_ff=width,
             n_shared_experts=shared_width // width,
-            scoring="sigmoid",
-            normalize_top_k=True,
-            correction_bias=True,
-            routed_scale=float(c.moe_router_scaling_factor),
+            routing=dict(
+                n_experts=c.num_local_experts,
+                top_k=c.num_experts_per_tok,
+                scoring="sigmoid",
+                normalize_top_k=True,
+                correction_bias=True,
+                routed_scale=float(c.moe_router_scaling_factor),
+            ),
         )
         position = PositionConfig(kind="rope", theta=ropes[types[0]].theta, pairing="half")
         cfg = self.base_from_hf(view(c, num_attention_heads=base_heads), position, mlp)
