@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-from importlib import import_module
-from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
 
 from archlab.accounting import check_build, count
 from archlab.config import ModelConfig, to_model_config
-from archlab.config.store import register_configs
+from archlab.config.store import CONF_DIR, register_configs
 from archlab.nn.model import Decoder
 from archlab.nn.validation import resolve, validate
-
-
-def _conf_dir() -> Path:
-    """The directory of the package ``archlab.conf``: conf/ in a checkout (an editable install), archlab/conf/
-    in an installed wheel. pyproject maps the package to conf/ (setuptools package-dir), which a type
-    checker reading archlab/ cannot follow: hence the import by name."""
-    conf = import_module("archlab.conf")
-    if conf.__file__ is None:
-        raise ImportError(f"archlab.conf has no __init__.py ({conf.__path__}): reinstall archlab")
-    return Path(conf.__file__).parent
-
-
-CONF_DIR = _conf_dir()
 
 
 def compose(config_name: str, overrides: Sequence[str] = (), return_hydra_config: bool = False) -> Any:

@@ -35,6 +35,7 @@ from hypothesis.errors import NoSuchExample
 
 from archlab import build_model
 from archlab.accounting import COMPONENTS, built_counts, count, kv_cache_bytes
+from archlab.build import compose
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.generate import generate
@@ -329,3 +330,10 @@ def test_the_property_tests_draw_the_mixer(kind):
             f"tests/test_properties.py's model_configs never drew mixer {kind!r} in {EXAMPLES} configs: add it "
             "to the kinds it samples (the model's attention, or a layer kind's through mixers())"
         )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_its_group_option_selects_it(kind):
+    """``model/attention=<kind>`` composes the mixer: by its YAML file, or by the option ``config.store`` holds
+    for a registered mixer without one."""
+    assert compose("check", [f"model/attention={kind}"]).model.attention.kind == kind

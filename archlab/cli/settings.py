@@ -143,12 +143,22 @@ def hydra_help_text(prog: str, doc: Optional[str], config_name: str, schema: typ
     ]
     width = max(len(g) for g in choices) + 2
     for group, choice in sorted(choices.items()):
-        options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        options = sorted({p.stem for p in (CONF_DIR / group).glob("*.yaml")} | set(_stored(group)))
         listed = ", ".join(f"{o}*" if o == choice else o for o in options)
         lines += textwrap.wrap(listed, 110, initial_indent=f"  {group:<{width}}", subsequent_indent=" " * (width + 2))
     if "model" in values:
         lines += option_fields_lines()
     return "\n".join(lines)
+
+
+def _stored(group: str) -> list[str]:
+    """The options ``config.store`` holds in ``group`` (a registered mixer or MLP without a YAML file)."""
+    from hydra.core.config_store import ConfigStore
+
+    try:
+        return [name.removesuffix(".yaml") for name in ConfigStore.instance().list(group)]
+    except OSError:  # a group it holds nothing of
+        return []
 
 
 def option_fields_lines() -> list[str]:
