@@ -17,15 +17,16 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.base import MIXERS, KVCache, Mixer
+from archlab.nn.mixers.base import MIXERS, Mixer
 from archlab.nn.mixers.mamba2 import check_dt_init, drawn_dt_bias
 from archlab.nn.mixers.ops import kernels
+from archlab.nn.mixers.ops.conv import causal_conv
 from archlab.nn.mixers.ops.delta_rule import chunked_delta_rule, l2_normalise, recurrent_delta_rule
 
 
@@ -111,7 +112,9 @@ class GatedDeltaNet(Mixer):
         mixed, z, b, a = self.in_proj(x).split((self.channels, H * dv, H, H), dim=-1)
         if mask is not None:
             mixed = mixed * mask[..., None].to(mixed.dtype)
-        mixed = self.convolve(mixed.transpose(1, 2), cache, layer).transpose(1, 2)
+        mixed = F.silu(causal_conv(mixed.transpose(1, 2), self.conv_weight[:, None], None, cache, layer)).transpose(
+            1, 2
+        )
         q, k, v = mixed.to(f).split((Hk * dk, Hk * dk, H * dv), dim=-1)
         q = l2_normalise(q.unflatten(-1, (Hk, dk))) * dk**-0.5
         k = l2_normalise(k.unflatten(-1, (Hk, dk)))
@@ -137,19 +140,6 @@ class GatedDeltaNet(Mixer):
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight.to(f)
         o = o * F.silu(z.to(f).unflatten(-1, (H, dv)))
         return self.proj(o.to(x.dtype).flatten(2))
-
-    def convolve(self, mixed: Tensor, cache: Optional[KVCache], layer: int) -> Tensor:
-        """SiLU of the causal depthwise convolution of ``mixed`` ``[B, channels, T]``, continuing after the
-        cached inputs (zeros without a cache); the cache then keeps the last ``conv_kernel − 1`` inputs."""
-        past = None if cache is None else cache.conv_state[layer]
-        if past is None:
-            past = mixed.new_zeros(mixed.shape[0], self.channels, self.kernel - 1)
-        inputs = torch.cat((past.to(mixed.dtype), mixed), dim=-1)
-        if cache is not None:
-            cache.conv_state[layer] = inputs[:, :, inputs.shape[-1] - (self.kernel - 1) :].to(
-                cache.dtype or mixed.dtype
-            )
-        return F.silu(F.conv1d(inputs, self.conv_weight[:, None].to(inputs.dtype), groups=self.channels))
 
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:

@@ -24,8 +24,9 @@ from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.base import MIXERS, KVCache, Mixer
+from archlab.nn.mixers.base import MIXERS, Mixer
 from archlab.nn.mixers.ops import kernels
+from archlab.nn.mixers.ops.conv import causal_conv
 from archlab.nn.mixers.ops.ssd import chunked_ssd, recurrent_ssd
 
 
@@ -138,7 +139,7 @@ class Mamba2(Mixer):
         z, xBC, dt = self.in_proj(x).split((self.inner, self.channels, H), dim=-1)
         if mask is not None:
             xBC = xBC * mask[..., None].to(xBC.dtype)
-        xBC = self.convolve(xBC.transpose(1, 2), cache, layer).transpose(1, 2)
+        xBC = F.silu(causal_conv(xBC.transpose(1, 2), self.conv_weight, self.conv_bias, cache, layer)).transpose(1, 2)
         xs, B, C = xBC.to(f).split((self.inner, G * N, G * N), dim=-1)
         xs, B, C = xs.unflatten(-1, (H, P)), B.unflatten(-1, (G, N)), C.unflatten(-1, (G, N))
         dt = F.softplus(dt.to(f) + self.dt_bias.to(f)).clamp(*self.dt_limit)
@@ -159,18 +160,6 @@ class Mamba2(Mixer):
         y = y.unflatten(-1, (G, self.inner // G))
         y = (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm_eps)).flatten(2) * self.norm_weight.to(f)
         return self.proj(y.to(x.dtype))
-
-    def convolve(self, xBC: Tensor, cache: Optional[KVCache], layer: int) -> Tensor:
-        """SiLU of the causal depthwise convolution (and its bias) of ``xBC`` ``[B, channels, T]``, continuing
-        after the cached inputs (zeros without a cache); the cache then keeps the last ``conv_kernel − 1``."""
-        past = None if cache is None else cache.conv_state[layer]
-        if past is None:
-            past = xBC.new_zeros(xBC.shape[0], self.channels, self.kernel - 1)
-        inputs = torch.cat((past.to(xBC.dtype), xBC), dim=-1)
-        if cache is not None:
-            cache.conv_state[layer] = inputs[:, :, inputs.shape[-1] - (self.kernel - 1) :].to(cache.dtype or xBC.dtype)
-        bias = None if self.conv_bias is None else self.conv_bias.to(inputs.dtype)
-        return F.silu(F.conv1d(inputs, self.conv_weight.to(inputs.dtype), bias, groups=self.channels))
 
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:

@@ -1,0 +1,28 @@
+"""The causal depthwise convolution the recurrent mixers run over their inputs (Mamba-2's x, B and C, Gated
+DeltaNet's q, k and v, a short convolution's gated input), continuing after what a KV cache kept."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from archlab.nn.mixers.base import KVCache
+
+
+def causal_conv(x: Tensor, weight: Tensor, bias: Optional[Tensor], cache: Optional[KVCache], layer: int) -> Tensor:
+    """The causal depthwise convolution of ``x`` ``[B, channels, T]`` by ``weight`` ``[channels, 1, K]`` (and
+    ``bias``), continuing after layer ``layer``'s cached inputs (zeros without a cache); the cache then keeps
+    the last ``K − 1`` inputs."""
+    channels, kernel = weight.shape[0], weight.shape[-1]
+    past = None if cache is None else cache.conv_state[layer]
+    if past is None:
+        past = x.new_zeros(x.shape[0], channels, kernel - 1)
+    inputs = torch.cat((past.to(x.dtype), x), dim=-1)
+    if cache is not None:
+        cache.conv_state[layer] = inputs[:, :, inputs.shape[-1] - (kernel - 1) :].to(cache.dtype or x.dtype)
+    bias = None if bias is None else bias.to(inputs.dtype)
+    return F.conv1d(inputs, weight.to(inputs.dtype), bias, groups=channels)
