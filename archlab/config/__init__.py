@@ -2,7 +2,6 @@
 neither ``archlab.nn`` nor ``archlab.training``; everything else reads it."""
 
 from archlab.config.model import (
-    MIXER_CONFIGS,
     MIXER_OPTIONS,
     MLP_OPTIONS,
     OPTIONS,
@@ -29,7 +28,6 @@ __all__ = [
     "BlockConfig",
     "HeadConfig",
     "LayersConfig",
-    "MIXER_CONFIGS",
     "MIXER_OPTIONS",
     "MLP_OPTIONS",
     "OPTIONS",

@@ -68,7 +68,7 @@ class PositionConfig:
 
 @dataclass
 class MixerConfig:
-    """``model.attention``: the token mixer (registry ``MIXER_OPTIONS``, archlab/nn/mixers/). ``kind`` picks it, and
+    """``model.attention``: the token mixer (registry ``MIXERS``, archlab/nn/mixers/). ``kind`` picks it, and
     its own config class, a subclass registered with ``mixer_config`` beside the mixer, holds exactly the
     fields it reads. ``n_head`` is the one field every mixer has: it stays when an option or a layer kind
     swaps the mixer for another."""
@@ -77,25 +77,23 @@ class MixerConfig:
     n_head: int = 12
 
 
-MIXER_OPTIONS = Options(
-    "attention", "mixer", MixerConfig
-)  # the classes fill as archlab.nn.mixers' modules are imported
+# the mixers' config classes, filled as archlab.nn.mixers' modules are imported (archlab's package import does so
+# before any config is read)
+MIXER_OPTIONS = Options("attention", "mixer", MixerConfig)
 mixer_config = MIXER_OPTIONS.register  # @mixer_config(kind): the decorated MixerConfig subclass is mixer kind's config
-MIXER_CONFIGS = MIXER_OPTIONS.classes
 
 
 @dataclass
 class MLPConfig:
-    """``model.mlp``: the feed-forward (registry ``MLP_OPTIONS``, archlab/nn/mlp.py, archlab/nn/moe.py). ``kind``
+    """``model.mlp``: the feed-forward (registry ``MLPS``, archlab/nn/mlp.py, archlab/nn/moe.py). ``kind``
     picks it, and its own config class, a subclass registered with ``mlp_config`` beside its entry, holds
     exactly the fields it reads."""
 
     kind: str = "gelu"
 
 
-MLP_OPTIONS = Options(
-    "mlp", "MLP", MLPConfig, keep_shared=True
-)  # the classes fill as archlab.nn.mlp and .moe are imported
+# the MLPs' config classes, filled as archlab.nn.mlp and archlab.nn.moe are imported
+MLP_OPTIONS = Options("mlp", "MLP", MLPConfig, keep_shared=True)
 mlp_config = MLP_OPTIONS.register  # @mlp_config(kind): the decorated MLPConfig subclass is MLP kind's config
 OPTIONS = {"attention": MIXER_OPTIONS, "mlp": MLP_OPTIONS}  # the sections whose options own their configs
 
@@ -144,7 +142,7 @@ class ModelConfig:
     block: BlockConfig = field(default_factory=BlockConfig)
     position: PositionConfig = field(default_factory=PositionConfig)
     # a MixerConfig: the chosen mixer's own class (typed Any: each mixer's fields are read through its own class)
-    attention: Any = field(default_factory=lambda: MIXER_CONFIGS["causal"]())
+    attention: Any = field(default_factory=lambda: MIXER_OPTIONS.classes["causal"]())
     mlp: Any = field(default_factory=lambda: MLP_OPTIONS.classes["gelu"]())  # an MLPConfig: the chosen MLP's own class
     head: HeadConfig = field(default_factory=HeadConfig)
     layers: LayersConfig = field(default_factory=LayersConfig)
@@ -403,8 +401,9 @@ def flat_mlps(model: dict[str, Any]) -> dict[str, Any]:
 def recorded_model_config(recorded: Any) -> ModelConfig:
     """A model config as an earlier archlab recorded it (in a checkpoint or an export), read under today's
     schema without changing the model it describes: fields added since take their defaults, which are
-    the earlier behaviour;     ``global_every`` and ``dense_layers`` read as the layer kinds that replaced them (``legacy_layers``);
-    and one flat attention or MLP section as per-option configs (``flat_mixers``, ``flat_mlps``)."""
+    the earlier behaviour; ``global_every`` and ``dense_layers`` read as the layer kinds that replaced them
+    (``legacy_layers``); and one flat attention or MLP section as per-option configs (``flat_mixers``,
+    ``flat_mlps``)."""
     if isinstance(recorded, DictConfig):
         recorded = OmegaConf.to_container(recorded, resolve=True)
     if isinstance(recorded, dict):

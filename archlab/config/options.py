@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields, make_dataclass
-from typing import Any, Callable, Generic, Optional, TypeVar, get_type_hints
+from typing import Any, Callable, Optional, TypeVar, get_type_hints
 
 from omegaconf import DictConfig, OmegaConf
 
 from archlab.errors import ConfigError
 
-Config = TypeVar("Config")
 Class = TypeVar("Class", bound=type)
 
 
 @dataclass
-class Options(Generic[Config]):
+class Options:
     """The options of the section ``model.<section>``, whose config classes derive from ``base``. When a
     layer kind names another option, the new option starts from its own defaults and keeps the ``base``
     fields of the model's section, or (``keep_shared``) every field the two options share: MLPs, whose
@@ -72,6 +71,7 @@ class Options(Generic[Config]):
         return cls, merged
 
     def fields_of_base(self) -> tuple[str, ...]:
+        """The fields every option has (the base class's)."""
         return tuple(f.name for f in fields(self.base))
 
     def build(self, values: dict[str, Any], where: str, base: Any = None) -> Any:
@@ -112,6 +112,7 @@ class Options(Generic[Config]):
 
     @property
     def schema_name(self) -> str:
+        """The name of ``schema``'s class, by which ``composed`` knows a node of it."""
         return f"{self.base.__name__}Fields"
 
     def composed(self, node: Any) -> bool:

@@ -68,36 +68,48 @@ class ClampFields:
 @mlp_config("gelu")
 @dataclass
 class GeLUConfig(TanhField, WidthConfig):
+    """``model.mlp`` with kind gelu: two matrices around GELU, exact or tanh (GPT-2)."""
+
     kind: str = "gelu"
 
 
 @mlp_config("relu")
 @dataclass
 class ReLUConfig(WidthConfig):
+    """``model.mlp`` with kind relu: two matrices around ReLU (the original Transformer)."""
+
     kind: str = "relu"
 
 
 @mlp_config("relu2")
 @dataclass
 class ReLU2Config(WidthConfig):
+    """``model.mlp`` with kind relu2: two matrices around relu(x)² (Primer, Nemotron)."""
+
     kind: str = "relu2"
 
 
 @mlp_config("swiglu")
 @dataclass
 class SwiGLUConfig(ClampFields, GatedWidthConfig):
+    """``model.mlp`` with kind swiglu: the SiLU-gated MLP (LLaMA), clamped as gpt-oss or Step-3.5 where set."""
+
     kind: str = "swiglu"
 
 
 @mlp_config("geglu")
 @dataclass
 class GeGLUConfig(TanhField, GatedWidthConfig):
+    """``model.mlp`` with kind geglu: the GELU-gated MLP (Gemma's tanh form where set)."""
+
     kind: str = "geglu"
 
 
 @mlp_config("none")
 @dataclass
 class NoMLPConfig(MLPConfig):
+    """``model.mlp`` with kind none: no MLP, no fields."""
+
     kind: str = "none"
 
 
