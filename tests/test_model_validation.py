@@ -13,6 +13,7 @@ from archlab import ConfigError, ModelConfig, build_model, compose_model, count_
 from archlab.config import HeadConfig
 from archlab.errors import SweepConfigError
 from archlab.nn.mixers.attention import AttentionConfig
+from archlab.nn.mixers.base import MIXERS
 from archlab.nn.mlp import Gate
 
 ROPE = "model/position=rope"
@@ -109,7 +110,7 @@ CASES = [
     (
         ["model.attention.kind=linear"],
         "model.attention.kind",
-        "one of ['causal', 'differential', 'gated_deltanet', 'mamba2', 'mla']",
+        f"one of {sorted(MIXERS.names())}",  # every registered mixer, a new one included
     ),
     (["model.head.kind=bogus"], "model.head.kind", "one of ['linear']"),
     # probabilities
