@@ -4,7 +4,6 @@ their own settings (``help_text``) and the Hydra apps (``hydra_help_text``) alik
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import textwrap
@@ -170,20 +169,19 @@ def option_fields_lines() -> list[str]:
         lines += ["", f"{noun} (model.{section}.kind=<kind>; each has its own fields, model.{section}.<field>):"]
         width = max(len(kind) for kind in options.classes) + 2
         for kind, cls in sorted(options.classes.items()):
-            listed = ", ".join(_field_names(cls)) or "(no fields)"
+            listed = ", ".join(_field_names(cls, options.subs)) or "(no fields)"
             lines += textwrap.wrap(
                 listed, 110, initial_indent=f"  {kind:<{width}}", subsequent_indent=" " * (width + 2)
             )
     return lines
 
 
-def _field_names(cls: type) -> list[str]:
-    """``cls``'s fields but ``kind``, a sub-config's spelled ``<sub>.<field>``."""
-    hints, names = get_type_hints(cls), []
+def _field_names(cls: type, subs: dict[str, type]) -> list[str]:
+    """``cls``'s fields but ``kind``, a sub-config's (``subs``: field -> its class) spelled ``<sub>.<field>``."""
+    names = []
     for f in fields(cls):
-        sub = hints[f.name]
         if f.name != "kind":
-            names += [f"{f.name}.{g.name}" for g in fields(sub)] if dataclasses.is_dataclass(sub) else [f.name]
+            names += [f"{f.name}.{g.name}" for g in fields(subs[f.name])] if f.name in subs else [f.name]
     return names
 
 

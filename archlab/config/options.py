@@ -28,6 +28,7 @@ class Options:
     base: type  # its fields are every option's
     keep_shared: bool = False
     classes: dict[str, type] = field(default_factory=dict)  # kind -> config class, filled as options register
+    subs: dict[str, type] = field(default_factory=dict)  # field -> its sub-config class (``routing``), likewise
 
     def register(self, kind: str) -> Callable[[Class], Class]:
         """Register the decorated subclass of ``base`` as the config of option ``kind``."""
@@ -36,6 +37,7 @@ class Options:
             if not issubclass(cls, self.base) or getattr(cls, "kind", None) != kind:
                 raise TypeError(f"{cls.__name__}: a {self.base.__name__} subclass whose kind defaults to {kind!r}")
             self.classes[kind] = cls
+            self.subs.update((name, hint) for name, hint in get_type_hints(cls).items() if _sub_class(hint))
             return cls
 
         return register
@@ -78,7 +80,11 @@ class Options:
         """The config ``values`` gives, as its dataclass (a layer kind's merge: as cheap as
         ``dataclasses.replace``; ``typed`` type-checks a model's own section once)."""
         cls, fields_of = self.values(values, where, base)
-        subs = {k: _sub(cls, k, v, f"{where}.{k}") for k, v in fields_of.items() if isinstance(v, dict)}
+        subs = {
+            k: _sub(self.subs[k], v, f"{where}.{k}")
+            for k, v in fields_of.items()
+            if isinstance(v, dict) and k in self.subs
+        }
         return cls(**{**fields_of, **subs})
 
     def make(self, **values: Any) -> Any:
@@ -105,7 +111,7 @@ class Options:
                     types[name] = kind if types.get(name, kind) == kind else Any
         spec = [
             # a sub-config at its defaults, so that one of its fields may be set alone (Hydra)
-            (n, k, field(default_factory=_sub_class(k))) if _sub_class(k) else (n, Optional[k], field(default="???"))
+            (n, k, field(default_factory=self.subs[n])) if n in self.subs else (n, Optional[k], field(default="???"))
             for n, k in types.items()
         ]
         return OmegaConf.structured(make_dataclass(self.schema_name, spec, bases=(self.base,)))
@@ -138,12 +144,7 @@ class Options:
 
     def _sub_defaults(self) -> dict[str, dict[str, Any]]:
         """Each sub-config field's default values, as a dict (the schema holds them unless set)."""
-        return {
-            name: dataclasses.asdict(_sub_class(kind)())
-            for cls in self.classes.values()
-            for name, kind in get_type_hints(cls).items()
-            if _sub_class(kind)
-        }
+        return {name: dataclasses.asdict(sub()) for name, sub in self.subs.items()}
 
     def recorded(self, values: dict[str, Any], kind: str) -> dict[str, Any]:
         """A section recorded when every option's fields sat side by side, as option ``kind``'s: a
@@ -152,8 +153,8 @@ class Options:
         if kind not in self.classes:
             return values
         out = dict(values)
-        for name, kind_of in get_type_hints(self.classes[kind]).items():
-            if sub := _sub_class(kind_of):
+        for name, sub in self.subs.items():
+            if name in self.fields(kind):
                 names = {f.name for f in fields(sub)}
                 inner = {k: out.pop(k) for k in list(out) if k in names}
                 if inner:
@@ -178,9 +179,8 @@ def _merged(base: Any, values: dict[str, Any]) -> dict[str, Any]:
     return {**{f.name: getattr(base, f.name) for f in fields(base)}, **values}
 
 
-def _sub(cls: type, name: str, values: dict[str, Any], where: str) -> Any:
-    """Sub-config ``name`` of ``cls`` built from ``values``, a field it lacks refused naming its fields."""
-    sub = get_type_hints(cls)[name]
+def _sub(sub: type, values: dict[str, Any], where: str) -> Any:
+    """Sub-config class ``sub`` built from ``values``, a field it lacks refused naming its fields."""
     own = tuple(f.name for f in fields(sub))
     for key, value in values.items():
         if key not in own:
