@@ -7,7 +7,6 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.config.layers import layer_configs
 from archlab.interop.families.base import (
     Family,
     Rule,
@@ -20,15 +19,13 @@ from archlab.interop.families.moe import (
     LAYERS,
     MLA_KEYS,
     _Sparse,
-    dense_first,
+    grouped_moe_to_hf,
     latent_eps_from_hf,
     latent_eps_rule,
     with_dense_first,
 )
 from archlab.interop.families.rope import rope_from_hf
 from archlab.nn.mixers.mla import MLAConfig
-from archlab.nn.mlp import d_ff
-from archlab.nn.moe import expert_width
 
 
 class _DeepSeek(_Sparse):
@@ -49,23 +46,13 @@ class _DeepSeek(_Sparse):
         return super().rules(cfg) + [latent_eps_rule(cfg)]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        a, m = cfg.attention, cfg.mlp
         return dict(
             self.base_to_hf(cfg),
-            num_key_value_heads=a.n_head,
+            num_key_value_heads=cfg.attention.n_head,
             attention_bias=False,
-            intermediate_size=d_ff(cfg),
-            moe_intermediate_size=expert_width(cfg),
-            n_routed_experts=m.routing.n_experts,
-            num_experts_per_tok=m.routing.top_k,
-            n_shared_experts=m.n_shared_experts,
-            first_k_dense_replace=dense_first(layer_configs(cfg)),
-            routed_scaling_factor=m.routing.routed_scale,
-            norm_topk_prob=m.routing.normalize_top_k,
-            n_group=m.routing.n_groups,
-            topk_group=m.routing.top_groups,
+            **grouped_moe_to_hf(cfg),
             # read by DeepSeek's own modeling code (trust_remote_code) and by from_hf; transformers fixes them
-            scoring_func=m.routing.scoring,
+            scoring_func=cfg.mlp.routing.scoring,
             topk_method=self.topk_method,
         )
 

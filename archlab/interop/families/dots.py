@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig, PositionConfig, n_kv_head
-from archlab.config.layers import layer_configs
 from archlab.interop.families.base import (
     ONE_BIAS_FLAG,
     Family,
@@ -21,13 +20,11 @@ from archlab.interop.families.base import (
     out_bias,
     refuse_hf,
 )
-from archlab.interop.families.moe import LAYERS, _Sparse, dense_first, pre_norm_tensors, with_dense_first
+from archlab.interop.families.moe import LAYERS, _Sparse, grouped_moe_to_hf, pre_norm_tensors, with_dense_first
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.windows import layer_types, uniform_window
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
-from archlab.nn.mlp import d_ff
-from archlab.nn.moe import expert_width
 
 
 class SigmoidRouted(_Sparse):
@@ -50,22 +47,12 @@ class SigmoidRouted(_Sparse):
         return []
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        m = cfg.mlp
         return dict(
             self.base_to_hf(cfg),
             num_key_value_heads=n_kv_head(cfg),
             head_dim=head_dim(cfg),
             attention_bias=cfg.attention.qkv_bias,
-            intermediate_size=d_ff(cfg),
-            moe_intermediate_size=expert_width(cfg),
-            n_routed_experts=m.routing.n_experts,
-            num_experts_per_tok=m.routing.top_k,
-            n_shared_experts=m.n_shared_experts,
-            first_k_dense_replace=dense_first(layer_configs(cfg)),
-            routed_scaling_factor=m.routing.routed_scale,
-            norm_topk_prob=m.routing.normalize_top_k,
-            n_group=m.routing.n_groups,
-            topk_group=m.routing.top_groups,
+            **grouped_moe_to_hf(cfg),
         )
 
     def routed_from_hf(self, c: Any, qk_norm: str, out_bias: bool) -> ModelConfig:

@@ -93,6 +93,24 @@ def with_dense_first(cfg: ModelConfig, n: int) -> ModelConfig:
     return cfg
 
 
+def grouped_moe_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """The keys DeepSeek-V3's config names its MoE by, which dots.llm1 shares: the widths, the routed and shared
+    experts, the dense first layers, the routing's scale, renormalisation and groups."""
+    m = cfg.mlp
+    return dict(
+        intermediate_size=d_ff(cfg),
+        moe_intermediate_size=expert_width(cfg),
+        n_routed_experts=m.routing.n_experts,
+        num_experts_per_tok=m.routing.top_k,
+        n_shared_experts=m.n_shared_experts,
+        first_k_dense_replace=dense_first(layer_configs(cfg)),
+        routed_scaling_factor=m.routing.routed_scale,
+        norm_topk_prob=m.routing.normalize_top_k,
+        n_group=m.routing.n_groups,
+        topk_group=m.routing.top_groups,
+    )
+
+
 def dense_first_problems(cfg: ModelConfig, title: str) -> list[Problem]:
     """What a family whose first layers may be dense (and the others the model's MoE) cannot hold of the
     layer kinds: a dense layer after a MoE one, a dense MLP of another kind than the experts', and any
