@@ -12,9 +12,10 @@ from pathlib import Path
 DOC = Path(__file__).parents[1] / "docs" / "architecture.md"
 
 SCRIPT = """
+from dataclasses import dataclass
 import torch
 from torch import Tensor
-from archlab.config import ModelConfig
+from archlab.config import ModelConfig, PositionConfig, position_config
 from archlab.nn.component import Role
 from archlab.nn.positions import POSITIONS, Position, uninitialised_embedding
 from archlab import build_model, compose_model, count_params
@@ -23,9 +24,9 @@ from archlab.training.parametrization import roles
 {example}
 
 base = compose_model(["model=gpt2"])
-cfg = compose_model(["model=gpt2", "model.position.kind=learned_bias"])
+cfg = compose_model(["model=gpt2", "model/position=learned_bias"])
 assert count_params(cfg)["total"] == count_params(base)["total"] - 1024 * 768 + 1024 * 12
-small = compose_model(["model=nano", "model.position.kind=learned_bias", "model.n_layer=1"])
+small = compose_model(["model=nano", "model/position=learned_bias", "model.n_layer=1"])
 model = build_model(small)  # checked against the closed form, then initialised
 bias = model.position.bias(torch.arange(5), torch.arange(5))
 table = model.position.table.weight

@@ -144,15 +144,22 @@ def files_shown(doc: Path) -> dict[str, str]:
 
 
 def options_added_by(doc: Path) -> set[str]:
-    """``model/<family>=<name>`` choices that a worked example in ``doc`` adds (a ```yaml block headed
-    ``# model/<family>=<name>`` for which archlab ships no option file)."""
+    """``model/<family>=<name>`` choices that a worked example in ``doc`` adds: a ```yaml block headed
+    ``# model/<family>=<name>`` for which archlab ships no option file, or a config class registered in a
+    ```python block (``@position_config("<name>")``) for an option archlab has not."""
     from archlab.build import CONF_DIR
+    from archlab.config import OPTIONS
 
+    text = doc.read_text(encoding="utf-8")
     added = set()
-    for header in re.findall(r"```yaml\n#\s*(model/\w+=\w+)", doc.read_text(encoding="utf-8")):
+    for header in re.findall(r"```yaml\n#\s*(model/\w+=\w+)", text):
         group, name = header.split("=")
         if not (CONF_DIR / group / f"{name}.yaml").exists():
             added.add(header)
+    sections = {"mixer": "attention", "position": "position", "mlp": "mlp"}  # the decorators' sections
+    for noun, name in re.findall(r'^@(mixer|position|mlp)_config\("(\w+)"\)', text, re.M):
+        if name not in OPTIONS[sections[noun]].classes:
+            added.add(f"model/{sections[noun]}={name}")
     return added
 
 

@@ -150,15 +150,18 @@ def test_from_hf_reads_each_family_s_parts():
         "tanh",
     )
     assert cfgs["phi-qk-layernorm"].attention.qk_norm == "head"
-    p = cfgs["llama-llama3-scaling"].position
-    assert (p.scaling, p.factor, p.low_freq_factor, p.high_freq_factor, p.original_context) == (
+    p = cfgs["llama-llama3-scaling"].position.scaling
+    assert (p.kind, p.factor, p.low_freq_factor, p.high_freq_factor, p.original_context) == (
         "llama3",
         8.0,
         1.0,
         4.0,
         32,
     )
-    assert (cfgs["llama-linear-scaling-biases"].position.scaling, cfgs["llama-linear-scaling-biases"].mlp.bias) == (
+    assert (
+        cfgs["llama-linear-scaling-biases"].position.scaling.kind,
+        cfgs["llama-linear-scaling-biases"].mlp.bias,
+    ) == (
         "linear",
         True,
     )
@@ -212,7 +215,7 @@ PRESET_CASES = {
         ],
     ),
     "phi-2": ("phi-2", "PhiForCausalLM", ["model.d_model=80", "model.attention.n_head=4"]),  # 8 of 20 dims rotate
-    "llama3.1-8b": ("llama3.1-8b", "LlamaForCausalLM", [*GQA, "model.position.original_context=32"]),
+    "llama3.1-8b": ("llama3.1-8b", "LlamaForCausalLM", [*GQA, "model.position.scaling.original_context=32"]),
     "mistral-7b": ("mistral-7b", "MistralForCausalLM", [*GQA, f"model.attention.window={WINDOW}"]),
     "qwen2-0.5b": ("qwen2-0.5b", "Qwen2ForCausalLM", D64),
     "qwen2-0.5b-every-other-layer-global": (
@@ -397,7 +400,10 @@ def test_the_layout_picks_the_family(overrides, config_class):
         (["model=phi-2", "model.head.bias=false"], "model.head.bias"),
         (["model=llama3.1-8b", "model.dropout=0.1"], "model.dropout"),
         (["model=llama3.1-8b", "model.position.rotary_dim=64"], "model.position.rotary_dim"),
-        (["model=gptj-6b", "model.position.scaling=linear", "model.position.factor=2.0"], "model.position.scaling"),
+        (
+            ["model=gptj-6b", "model.position.scaling.kind=linear", "model.position.scaling.factor=2.0"],
+            "model.position.scaling.kind",
+        ),
         (["model=gemma2-2b", "model/position=alibi"], "model.position.kind"),
         (["model=olmo2-7b", "model/block=post"], "model.block.kind"),
     ],

@@ -143,8 +143,8 @@ def test_from_hf_reads_each_family_s_parts():
         False,
     )
     m3 = config_from_hf(hf_config("ministral3"))
-    p, a = m3.position, m3.attention
-    assert (p.scaling, p.factor, p.original_context, p.mscale, p.mscale_all_dim, p.softmax_mscale) == (
+    p, a = m3.position.scaling, m3.attention
+    assert (p.kind, p.factor, p.original_context, p.mscale, p.mscale_all_dim, p.softmax_mscale) == (
         "yarn",
         4.0,
         8,
@@ -232,11 +232,11 @@ LAYOUT_CASES = {
             "model.attention.query_scale_length=8",
             "model.attention.query_scale_by=position",
             "model/position=yarn",
-            "model.position.factor=4.0",
-            "model.position.original_context=8",
-            "model.position.mscale=0.8",
-            "model.position.mscale_all_dim=0.6",
-            "model.position.softmax_mscale=false",
+            "model.position.scaling.factor=4.0",
+            "model.position.scaling.original_context=8",
+            "model.position.scaling.mscale=0.8",
+            "model.position.scaling.mscale_all_dim=0.6",
+            "model.position.scaling.softmax_mscale=false",
         ],
         "Ministral3ForCausalLM",
     ),
@@ -280,7 +280,7 @@ def test_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
         ("ministral3", ["model.attention.query_scale_offset=1"], "model.attention.query_scale_offset"),
         ("ministral3", ["model.attention.query_scale_length=16"], "model.attention.query_scale_length"),
         ("ministral3", ["model.attention.query_scale_by=index"], "model.attention.query_scale_by"),
-        ("ministral3", ["model.position.softmax_mscale=true"], "model.position.softmax_mscale"),
+        ("ministral3", ["model.position.scaling.softmax_mscale=true"], "model.position.scaling.softmax_mscale"),
     ],
 )
 def test_each_family_refuses_what_it_cannot_hold(case, overrides, field):
@@ -294,8 +294,11 @@ def test_each_family_refuses_what_it_cannot_hold(case, overrides, field):
 # ---- YaRN's softmax_mscale
 
 
-def _yarn(**position):
-    return tiny(vocab_size=96, position=dict(kind="rope", scaling="yarn", factor=4.0, original_context=8, **position))
+def _yarn(**scaling):
+    """A tiny model with YaRN (factor 4 over 8 positions) and these fields of its scaling."""
+    return tiny(
+        vocab_size=96, position=dict(kind="rope", scaling=dict(kind="yarn", factor=4.0, original_context=8, **scaling))
+    )
 
 
 def test_softmax_mscale_says_whether_mscale_all_dim_scales_the_softmax():
@@ -312,14 +315,13 @@ def test_softmax_mscale_says_whether_mscale_all_dim_scales_the_softmax():
 
 
 @pytest.mark.parametrize(
-    "position",
-    [dict(softmax_mscale=False), dict(mscale=None, mscale_all_dim=None, softmax_mscale=False)],
+    "scaling", [dict(softmax_mscale=False), dict(mscale=None, mscale_all_dim=None, softmax_mscale=False)]
 )
-def test_softmax_mscale_false_needs_yarn_s_mscale_all_dim(position):
-    cfg = _yarn(**position) if "mscale" in position else tiny(position=dict(kind="rope", **position))
+def test_softmax_mscale_false_needs_yarn_s_mscale_all_dim(scaling):
+    cfg = _yarn(**scaling) if "mscale" in scaling else tiny(position=dict(kind="rope", scaling=scaling))
     with pytest.raises(ConfigError) as err:
         validate(cfg)
-    assert err.value.field == "model.position.softmax_mscale"
+    assert err.value.field == "model.position.scaling.softmax_mscale"
 
 
 def test_config_to_hf_writes_ministral3_s_query_scale_and_yarn():

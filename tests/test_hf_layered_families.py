@@ -135,9 +135,15 @@ def test_from_hf_gives_hf_logits_and_back(case):
 
 
 def _layers(case: str) -> list[tuple]:
-    """Each layer's (window, position kind, RoPE base, scaling) as archlab reads the HF config."""
+    """Each layer's (window, position kind, RoPE base, scaling) as archlab reads the HF config (NoPE: no
+    base, no scaling)."""
     cfg = config_from_hf(hf_config(case))
-    return [(c.attention.window, c.position.kind, c.position.theta, c.position.scaling) for c in layer_configs(cfg)]
+    return [(c.attention.window, c.position.kind, *_rope(c.position)) for c in layer_configs(cfg)]
+
+
+def _rope(position) -> tuple:
+    """A layer's RoPE base and scaling kind; (None, None) without RoPE."""
+    return (position.theta, position.scaling.kind) if position.kind == "rope" else (None, None)
 
 
 def test_from_hf_reads_each_family_s_layers():
@@ -172,7 +178,7 @@ def test_from_hf_reads_each_family_s_layers():
         "interleaved",
     )
     exaone = config_from_hf(hf_config("exaone4"))
-    assert (exaone.block.kind, exaone.attention.qk_norm, exaone.attention.head_dim, exaone.position.scaling) == (
+    assert (exaone.block.kind, exaone.attention.qk_norm, exaone.attention.head_dim, exaone.position.scaling.kind) == (
         "post_sublayer",
         "head",
         24,
@@ -215,8 +221,8 @@ COHERE = ["model=nano", "model/position=rope", "model.position.pairing=interleav
 COHERE += ["model.norm.bias=false", "model/mlp=swiglu", "model.mlp.bias=false", "model.attention.qkv_bias=false"]
 COHERE += ["model.attention.out_bias=false", "model.position.theta=50000.0"]
 EXAONE = ["model=olmo2-7b", "model.attention.qk_norm=head", "model.attention.head_dim=24"]
-OLMO3 = ["model=olmo2-7b", "model/layers=local_global", "+model.layers.kinds.global.position.scaling=linear"]
-OLMO3 += ["+model.layers.kinds.global.position.factor=2.0"]
+OLMO3 = ["model=olmo2-7b", "model/layers=local_global", "+model.layers.kinds.global.position.scaling.kind=linear"]
+OLMO3 += ["+model.layers.kinds.global.position.scaling.factor=2.0"]
 # layout -> (overrides: the shipped presets and layer layouts, shrunk, and the layouts of the families no
 # preset has), the HF class it maps to
 LAYOUTS = {
@@ -235,7 +241,8 @@ def _composed(layout: str) -> ModelConfig:
 
 def layout(name: str, **kinds: dict) -> ModelConfig:
     """A copy of a composed layout (Hydra composes each once: it is this file's slowest step), its kinds
-    and its own fields changed: ``kinds`` maps a kind to {family: {field: value}} merged into it, ``model``
+    and its own fields changed: ``kinds`` maps a kind to {family: {field: value}} merged into it (or, naming
+    a kind, replacing its section), ``model``
     to fields of the model's own, ``first``/``pattern`` replace the layers'."""
     cfg = copy.deepcopy(_composed(name))
     for kind, families in kinds.items():
@@ -246,6 +253,8 @@ def layout(name: str, **kinds: dict) -> ModelConfig:
             if kind == "model":
                 for k, v in fields.items():
                     setattr(getattr(cfg, family), k, v)
+            elif "kind" in fields:  # another option: its fields replace the kind's
+                cfg.layers.kinds.setdefault(kind, {})[family] = dict(fields)
             else:
                 cfg.layers.kinds.setdefault(kind, {}).setdefault(family, {}).update(fields)
     return cfg
@@ -256,8 +265,8 @@ def test_archlab_to_hf_to_archlab_is_bit_identical(name):
     model = randomize(build_model(layout(name)), seed=3)
     _, back = parity.check_to_hf_and_back(model, LAYOUTS[name][1], **ATTN)
 
-    def layers(cfg):  # each layer's window and RoPE as the model runs them
-        return [(c.attention.window, c.position.kind, c.position.theta, c.position.scaling) for c in layer_configs(cfg)]
+    def layers(cfg):  # each layer's window and position scheme as the model runs them
+        return [(c.attention.window, c.position) for c in layer_configs(cfg)]
 
     assert layers(back.cfg) == layers(model.cfg)
 

@@ -169,7 +169,7 @@ def test_from_hf_reads_each_layer_into_a_kind():
     oss = cfgs["gpt_oss-sliding-yarn"]
     assert oss.layers.kinds == {"sliding": {"attention": {"window": WINDOW}}, "full": {}}
     assert (oss.layers.first, oss.layers.pattern) == ([], ["sliding", "full"])
-    assert (oss.attention.sinks, oss.attention.qkv_bias, oss.attention.out_bias, oss.position.scaling) == (
+    assert (oss.attention.sinks, oss.attention.qkv_bias, oss.attention.out_bias, oss.position.scaling.kind) == (
         True,
         True,
         True,
@@ -209,7 +209,7 @@ def test_from_hf_reads_each_layer_into_a_kind():
         "nope_chunked": {"position": {"kind": "none"}, "attention": {"chunk": WINDOW}},
     }
     assert listed.layers.pattern == ["rope", "nope_dense", "nope_chunked"]
-    assert (listed.position.scaling, listed.attention.qkv_bias, listed.mlp.routing.top_k) == ("llama3", True, 1)
+    assert (listed.position.scaling.kind, listed.attention.qkv_bias, listed.mlp.routing.top_k) == ("llama3", True, 1)
     afmoe = cfgs["afmoe-sliding-nope"]
     assert afmoe.layers.kinds == {
         "sliding_dense": {"attention": {"window": WINDOW}, "mlp": {"kind": "swiglu"}},  # num_dense_layers 1
@@ -241,7 +241,7 @@ def test_from_hf_reads_each_layer_into_a_kind():
     assert (kinds, m.d_ff, m.expert_d_ff, m.routing.n_experts) == (["swiglu", "moe", "moe", "moe"], 48, 32, 4)
     listed = cfgs["afmoe-listed-linear"]
     assert (listed.layers.first, listed.layers.pattern) == (["full"], ["sliding"])
-    assert (listed.mlp.expert, listed.mlp.approximate, listed.position.scaling, listed.scale_embedding) == (
+    assert (listed.mlp.expert, listed.mlp.approximate, listed.position.scaling.kind, listed.scale_embedding) == (
         "geglu",
         "tanh",
         "linear",
@@ -277,8 +277,8 @@ PRESET_CASES = {
         ["model.n_layer=3", "model.mlp.routing.top_k=2", "model.mlp.expert_d_ff=32", "model.mlp.swiglu_limit=1.5"]
         + [
             "model.layers.kinds.sliding.attention.window=4",
-            "model.position.original_context=16",
-            "model.position.factor=4.0",
+            "model.position.scaling.original_context=16",
+            "model.position.scaling.factor=4.0",
         ],
     ),
     "llama4-scout-17b-16e": (
@@ -311,7 +311,7 @@ PARTS = {  # case -> (changed_cfg's field, the value that takes the part away)
     "gpt_oss-sliding-yarn": [
         ("kinds__sliding__attention__window", None),  # the sliding layers' window
         ("mlp__swiglu_limit", None),  # the SwiGLU clamp is reached
-        ("position__truncate", True),  # YaRN's ramp ends as computed
+        ("position__scaling__truncate", True),  # YaRN's ramp ends as computed
     ],
     "llama4-irope-interleaved": [
         ("kinds__rope__attention__chunk", None),  # the RoPE layers' chunks
@@ -425,7 +425,7 @@ def test_published_gpt_oss_config_loads_as_the_preset_and_back(name):
     published = getattr(transformers, config_class)(**keys)
     assert published.rope_parameters["truncate"] is False
     cfg = config_from_hf(published)
-    assert cfg == preset(name) and cfg.position.truncate is False
+    assert cfg == preset(name) and cfg.position.scaling.truncate is False
     assert config_to_hf(cfg).rope_parameters == published.rope_parameters
 
 
@@ -441,7 +441,11 @@ def test_published_gpt_oss_config_loads_as_the_preset_and_back(name):
         (OSS, dict(attention__sinks=False), "model.attention.sinks"),
         (OSS, dict(mlp__n_shared_experts=1), "model.mlp.n_shared_experts"),
         (OSS, dict(mlp__swiglu_clamp="activation"), "model.mlp.swiglu_clamp"),
-        (OSS, dict(position__mscale=1.0, position__mscale_all_dim=1.0), "model.position.mscale"),
+        (
+            OSS,
+            dict(position__scaling__mscale=1.0, position__scaling__mscale_all_dim=1.0),
+            "model.position.scaling.mscale",
+        ),
         (OSS, dict(attention__out_bias=False), "model.attention.out_bias"),
         (OSS, dict(kinds__full__mlp__kind="swiglu"), "model.layers.kinds.full.mlp.kind"),
         # Llama 4

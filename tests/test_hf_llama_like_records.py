@@ -165,7 +165,7 @@ def test_each_record_reads_its_family_s_parts():
         False,
     )
     c, v, j = cfgs["cwm"], cfgs["vaultgemma"], cfgs["jais2"]
-    assert (c.position.scaling, c.mlp.bias, c.layers.pattern) == ("llama3", True, ["local", "global"])
+    assert (c.position.scaling.kind, c.mlp.bias, c.layers.pattern) == ("llama3", True, ["local", "global"])
     assert (v.block.kind, v.norm.unit_offset, v.attention.softcap, v.head.softcap) == ("pre", True, 5.0, 3.0)
     assert (j.norm.kind, j.norm.bias, j.mlp.kind, j.mlp.bias, j.attention.out_bias) == (
         "layernorm",

@@ -177,8 +177,8 @@ def test_from_hf_reads_each_family_s_parts():
         1.5,
         False,
     )
-    p = v2.position
-    assert (p.scaling, p.factor, p.original_context, p.beta_fast, p.beta_slow, p.mscale, p.mscale_all_dim) == (
+    p = v2.position.scaling
+    assert (p.kind, p.factor, p.original_context, p.beta_fast, p.beta_slow, p.mscale, p.mscale_all_dim) == (
         "yarn",
         4.0,
         64,
@@ -189,7 +189,7 @@ def test_from_hf_reads_each_family_s_parts():
     )
     assert p.truncate is True  # absent: transformers' default
     v3 = cfgs["deepseek_v3-yarn-groups"]
-    assert v3.position.truncate is False
+    assert v3.position.scaling.truncate is False
     assert (
         v3.attention.q_lora_rank,
         v3.mlp.routing.scoring,
@@ -204,7 +204,7 @@ def test_from_hf_reads_each_family_s_parts():
         2,
     )
     halves = cfgs["deepseek_v3-halves-tied"]
-    assert (halves.position.pairing, halves.position.scaling, halves.head.tied, "moe" in mlp_kinds(halves)) == (
+    assert (halves.position.pairing, halves.position.scaling.kind, halves.head.tied, "moe" in mlp_kinds(halves)) == (
         "half",
         "none",
         True,
@@ -297,8 +297,8 @@ MLA_SIZES = [
     "model.attention.v_head_dim=12",
     "model.mlp.expert_d_ff=32",
     "model.layers.first=[dense]",
-    "model.position.original_context=16",
-    "model.position.factor=4.0",  # the context over the original one, as transformers expects
+    "model.position.scaling.original_context=16",
+    "model.position.scaling.factor=4.0",  # the context over the original one, as transformers expects
 ]
 # case -> (preset, the HF class it maps to, sizes): each preset shrunk, its routing and RoPE kept
 PRESET_CASES = {
@@ -415,10 +415,13 @@ def test_the_layout_picks_the_family(overrides, config_class):
             "model.layers.pattern",
         ),
         (
-            ["model=mixtral-8x7b", "model/position=yarn", "model.position.original_context=4096"],
-            "model.position.scaling",
+            ["model=mixtral-8x7b", "model/position=yarn", "model.position.scaling.original_context=4096"],
+            "model.position.scaling.kind",
         ),
-        (["model=mixtral-8x7b", "model.position.truncate=false"], "model.position.truncate"),  # no YaRN to read it
+        (
+            ["model=mixtral-8x7b", "model.position.scaling.truncate=false"],
+            "model.position.scaling.truncate",
+        ),  # no YaRN to read it
         (["model=qwen3-30b-a3b", "model.mlp.routing.routed_scale=2.0"], "model.mlp.routing.routed_scale"),
         (
             ["model=qwen3-30b-a3b", "model.mlp.routing.n_groups=8", "model.mlp.routing.top_groups=4"],
@@ -440,11 +443,11 @@ def test_the_layout_picks_the_family(overrides, config_class):
         (
             [
                 "model=deepseek-v3",
-                "model.position.scaling=linear",
-                "model.position.mscale=null",
-                "model.position.mscale_all_dim=null",
+                "model.position.scaling.kind=linear",
+                "model.position.scaling.mscale=null",
+                "model.position.scaling.mscale_all_dim=null",
             ],
-            "model.position.scaling",
+            "model.position.scaling.kind",
         ),
     ],
 )
@@ -464,7 +467,12 @@ def test_config_to_hf_refuses_what_the_family_cannot_hold(overrides, field):
             "model.mlp.n_shared_experts",
             "granitemoeshared",
         ),
-        (["model=llama3.1-8b", "model.position.scaling=yarn"], "llama", "model.position.scaling", "ministral3"),
+        (
+            ["model=llama3.1-8b", "model.position.scaling.kind=yarn"],
+            "llama",
+            "model.position.scaling.kind",
+            "ministral3",
+        ),
     ],
 )
 def test_a_layout_its_family_refuses_exports_to_a_family_that_holds_it(overrides, family, field, holder):

@@ -1,5 +1,5 @@
 """Hugging Face parity of Phi-3, Cohere (Command R), Granite and OLMo 1, and the two parts they brought:
-``model.norm.affine`` (OLMo's LayerNorm that learns nothing) and ``model.position.attention_factor``
+``model.norm.affine`` (OLMo's LayerNorm that learns nothing) and ``model.position.scaling.attention_factor``
 (rope_parameters' attention_factor of LongRoPE and YaRN).
 
 Tiny random models (every weight redrawn: biases and norm scales far from 0 and 1) give the same float32
@@ -106,8 +106,8 @@ def test_from_hf_reads_each_family_s_parts():
         0.75,
         "rmsnorm",
     )
-    p = cfgs["phi3-longrope"].position
-    assert (p.scaling, p.original_context, p.factor, p.short_factor, p.long_factor, p.attention_factor) == (
+    p = cfgs["phi3-longrope"].position.scaling
+    assert (p.kind, p.original_context, p.factor, p.short_factor, p.long_factor, p.attention_factor) == (
         "longrope",
         16,
         4.0,
@@ -115,7 +115,7 @@ def test_from_hf_reads_each_family_s_parts():
         LONG,
         None,
     )
-    p = cfgs["phi3-longrope-attention-factor"].position
+    p = cfgs["phi3-longrope-attention-factor"].position.scaling
     assert (p.factor, p.attention_factor) == (2.0, 1.3)
     c = cfgs["cohere"]
     assert (c.block.kind, c.norm.bias, c.position.pairing, c.head.logit_scale) == (
@@ -194,12 +194,12 @@ LAYOUTS = {
     "phi3-longrope": (
         [
             *LLAMA,
-            "model.position.scaling=longrope",
-            "model.position.original_context=16",
-            "model.position.factor=4.0",
-            f"model.position.short_factor={[*SHORT, *SHORT]}",
-            f"model.position.long_factor={[*LONG, *LONG]}",
-            "model.position.attention_factor=1.2",
+            "model.position.scaling.kind=longrope",
+            "model.position.scaling.original_context=16",
+            "model.position.scaling.factor=4.0",
+            f"model.position.scaling.short_factor={[*SHORT, *SHORT]}",
+            f"model.position.scaling.long_factor={[*LONG, *LONG]}",
+            "model.position.scaling.attention_factor=1.2",
             f"model.attention.window={WINDOW}",
         ],
         "Phi3ForCausalLM",
@@ -252,8 +252,8 @@ def test_an_archlab_layout_exports_to_its_family_and_back_bit_for_bit(case):
         ("phi3-partial-rotary", ["model.attention.head_dim=32"], "model.attention.head_dim"),
         (
             "phi3-partial-rotary",
-            ["model.position.scaling=linear", "model.position.factor=2.0"],
-            "model.position.scaling",
+            ["model.position.scaling.kind=linear", "model.position.scaling.factor=2.0"],
+            "model.position.scaling.kind",
         ),
         ("cohere", ["model.attention.qk_norm_per_head_scale=false"], "model.attention.qk_norm_per_head_scale"),
         ("cohere", ["model.position.pairing=half"], "model.position.pairing"),
@@ -351,7 +351,7 @@ def test_norm_affine_validation():
     assert all("model.norm.affine" in [p.field for p in f.problems(cfg)] for f in others)
 
 
-# ---------------------------------------------------------------- model.position.attention_factor
+# ---------------------------------------------------------------- model.position.scaling.attention_factor
 
 
 def test_attention_factor_replaces_longrope_s_and_yarn_s():
@@ -369,19 +369,22 @@ def test_attention_factor_replaces_longrope_s_and_yarn_s():
         torch.testing.assert_close(r.cos[:, 0], cos[0, :, :4], rtol=0, atol=1e-6)
         torch.testing.assert_close(r.sin[:, 0], sin[0, :, :4], rtol=0, atol=1e-6)
     assert math.isclose(float(cos[0, 0, 0]), 1.3, rel_tol=1e-6)
-    yarn = dict(scaling="yarn", factor=4.0, original_context=16, kind="rope")
+    yarn = dict(kind="rope", scaling=dict(kind="yarn", factor=4.0, original_context=16))
     plain = cast(RoPERotation, RoPE(tiny(position=yarn)).rotary(torch.arange(8), torch.float32))
     given = cast(
-        RoPERotation, RoPE(tiny(position=dict(yarn, attention_factor=2.0))).rotary(torch.arange(8), torch.float32)
+        RoPERotation,
+        RoPE(tiny(position=dict(yarn, scaling=dict(yarn["scaling"], attention_factor=2.0)))).rotary(
+            torch.arange(8), torch.float32
+        ),
     )
     torch.testing.assert_close(given.cos * (0.1 * math.log(4.0) + 1), plain.cos * 2.0, rtol=1e-6, atol=0)
 
 
 def test_attention_factor_validation():
     for position, field in [
-        (dict(kind="rope", attention_factor=1.5), "model.position.attention_factor"),  # no scaling
-        (dict(kind="rope", scaling="yarn", factor=4.0, original_context=16, attention_factor=-1.0),
-         "model.position.attention_factor"),
+        (dict(kind="rope", scaling=dict(attention_factor=1.5)), "model.position.scaling.attention_factor"),  # no scaling
+        (dict(kind="rope", scaling=dict(kind="yarn", factor=4.0, original_context=16, attention_factor=-1.0)),
+         "model.position.scaling.attention_factor"),
     ]:  # fmt: skip
         with pytest.raises(ConfigError) as err:
             build_model(tiny(position=position))

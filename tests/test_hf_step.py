@@ -101,8 +101,8 @@ def reference(hf):
 
 def test_from_hf_reads_each_layer_into_a_kind():
     cfg = config_from_hf(hf_config("mixed-clamped"))
-    full_rope = dict(theta=100.0, rotary_fraction=0.5, scaling="llama3", factor=4.0)
-    full_rope |= dict(low_freq_factor=1.0, high_freq_factor=4.0, original_context=16)
+    llama3 = dict(kind="llama3", factor=4.0, low_freq_factor=1.0, high_freq_factor=4.0, original_context=16)
+    full_rope = dict(theta=100.0, rotary_fraction=0.5, scaling=llama3)
     sliding = {"position": {"theta": 10.0}, "attention": {"window": WINDOW, "n_head": 6}}
     clamp = {"swiglu_clamp": "activation"}
     assert cfg.layers.kinds == {
@@ -138,7 +138,7 @@ def test_from_hf_reads_each_layer_into_a_kind():
     )
     tied = config_from_hf(hf_config("sliding-tied"))  # one kind for every layer: the model's own parts
     assert (tied.layers.kinds, tied.attention.window, tied.mlp.n_shared_experts, tied.head.tied) == (None, 4, 2, True)
-    assert (tied.position.scaling, tied.position.factor) == ("linear", 2.0)
+    assert (tied.position.scaling.kind, tied.position.scaling.factor) == ("linear", 2.0)
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -171,7 +171,7 @@ TINY += ["model.mlp.expert_d_ff=16", "model.mlp.d_ff=48", "model.n_layer=5"]
 TINY += [
     f"model.layers.kinds.{k}.attention.{f}" for k in ("sliding", "sliding_dense") for f in ("window=4", "n_head=6")
 ]
-TINY += [f"model.layers.kinds.{k}.position.original_context=16" for k in ("full", "full_dense")]
+TINY += [f"model.layers.kinds.{k}.position.scaling.original_context=16" for k in ("full", "full_dense")]
 
 
 def test_the_preset_converts_to_hf_and_back():

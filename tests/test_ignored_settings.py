@@ -26,9 +26,8 @@ IGNORED = [
     (["model/mlp=swiglu", "model.mlp.d_ff=40"], "model.mlp.multiplier", 3.0),  # an explicit d_ff wins
     (["model/norm=rmsnorm"], "model.norm.bias", False),
     (["model/block=pre"], "model.block.shared_norm", False),
-    (["model/position=learned"], "model.position.theta", 500.0),
-    (["model/position=rope"], "model.position.low_freq_factor", 2.0),  # llama3 scaling's; scaling is none
-    (["model/position=rope", "model.position.scaling=linear"], "model.position.truncate", False),  # yarn's
+    (["model/position=rope"], "model.position.scaling.low_freq_factor", 2.0),  # llama3 scaling's; scaling is none
+    (["model/position=rope", "model.position.scaling.kind=linear"], "model.position.scaling.truncate", False),  # yarn's
     (["model/mlp=swiglu"], "model.mlp.swiglu_clamp", "activation"),  # where a limit applies; no limit set
     (["model/mlp=moe"], "model.mlp.shared_swiglu_limit", 16.0),  # the shared experts' clamp; none shared
 ]
@@ -42,6 +41,9 @@ LEFT_OUT = [
     (["model/mlp=gelu"], "model.mlp.multiple_of", 256, "MLP gelu"),  # the gated kinds' width rule
     (["model/mlp=gelu"], "model.mlp.swiglu_limit", 7.0, "MLP gelu"),  # SwiGLU's clamp
     (["model/mlp=geglu"], "model.mlp.up_offset", 1.0, "MLP geglu"),
+    (["model/position=learned"], "model.position.theta", 500.0, "position learned"),  # RoPE's
+    (["model/position=rope"], "model.position.alibi_scale", 0.5, "position rope"),  # ALiBi's
+    (["model/position=alibi"], "model.position.scaling.factor", 2.0, "position alibi"),  # RoPE's scaling's
 ]
 
 
@@ -99,8 +101,8 @@ def test_an_ignored_field_is_named_and_changes_nothing(variant, field, value):
         (["model/mlp=moe", "model.mlp.n_shared_experts=1"], "model.mlp.shared_swiglu_limit", 16.0),
         (["model/norm=layernorm"], "model.norm.bias", False),
         (
-            ["model/position=rope", "model.position.scaling=llama3", "model.position.original_context=8"],
-            "model.position.low_freq_factor",
+            ["model/position=rope", "model.position.scaling.kind=llama3", "model.position.scaling.original_context=8"],
+            "model.position.scaling.low_freq_factor",
             2.0,
         ),
         (["model/block=parallel"], "model.block.shared_norm", False),

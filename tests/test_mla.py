@@ -27,21 +27,25 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 MLA = {"kind": "mla", "n_head": 4, "kv_lora_rank": 16}
 MLA |= {"qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5}
-YARN = {"kind": "rope", "scaling": "yarn", "factor": 4.0, "original_context": 8, "beta_fast": 8.0, "beta_slow": 2.0}
+YARN = {
+    "kind": "rope",
+    "scaling": {"kind": "yarn", "factor": 4.0, "original_context": 8, "beta_fast": 8.0, "beta_slow": 2.0},
+}
 
 
 def tiny(**overrides):
     """d_model 32, 2 layers, vocab 48, context 16, RMSNorm (eps 1e-6, as DeepSeek), mla with 4 heads of
     nope 6 + rope 4 (v 5) from a 16-dim latent, YaRN RoPE (factor 4 over 8 positions); an attention of
-    another kind in place of mla, keeping its 4 heads."""
+    another kind in place of mla, keeping its 4 heads; a position scheme of another kind in place of RoPE."""
     swapped = overrides.get("attention", {}).get("kind", "mla") != "mla"
+    rope = overrides.get("position", {}).get("kind", "rope") == "rope"
     base = {
         "vocab_size": 48,
         "context_length": 16,
         "n_layer": 2,
         "d_model": 32,
         "norm": {"kind": "rmsnorm", "eps": 1e-6, "bias": False},
-        "position": YARN,
+        "position": YARN if rope else {},
         "attention": {"n_head": 4} if swapped else MLA,
         "mlp": {"kind": "swiglu", "bias": False},
         "head": {"tied": False},
@@ -89,14 +93,16 @@ def test_yarn_frequencies_by_hand():
     """dim 64, theta 10^4, 4096 positions, beta 32 / 1, factor 40: pair 64·ln(4096/(2π·32))/(2·ln 10^4)
     = 10.47 turns 32 times, 22.51 once, so the ramp runs from pair 10 to 23. Pair 16 is 6/13 along it:
     10^-2·(6/13 / 40 + 7/13) = 0.0055; pair 5 keeps 10^(-4·10/64), pair 30 is 10^(-4·60/64) / 40."""
-    p = tiny(position={"factor": 40.0, "original_context": 4096, "beta_fast": 32.0, "beta_slow": 1.0}).position
+    p = tiny(
+        position={"scaling": {"factor": 40.0, "original_context": 4096, "beta_fast": 32.0, "beta_slow": 1.0}}
+    ).position
     inv = inverse_frequencies(p, 64).double()
     assert inv[16].item() == pytest.approx(0.0055, rel=1e-6)
     assert inv[5].item() == pytest.approx(10 ** (-40 / 64), rel=1e-6)
     assert inv[30].item() == pytest.approx(10 ** (-240 / 64) / 40, rel=1e-6)
-    assert attention_factor(p) == pytest.approx(0.1 * math.log(40) + 1)  # no mscale: YaRN's 0.1·ln s + 1
-    p.mscale, p.mscale_all_dim = 0.707, 0.707
-    assert attention_factor(p) == 1.0  # DeepSeek-V2-Lite's equal pair cancels
+    assert attention_factor(p.scaling) == pytest.approx(0.1 * math.log(40) + 1)  # no mscale: YaRN's 0.1·ln s + 1
+    p.scaling.mscale, p.scaling.mscale_all_dim = 0.707, 0.707
+    assert attention_factor(p.scaling) == 1.0  # DeepSeek-V2-Lite's equal pair cancels
 
 
 YARN_CASES = {
@@ -121,12 +127,12 @@ def test_yarn_frequencies_and_attention_factor_equal_hugging_faces(case):
         rope_parameters=rope,
     )  # fmt: skip
     hf_inv, hf_factor = _compute_yarn_parameters(hf_cfg)
-    ours = tiny(position={"theta": c["theta"], "factor": c["factor"], "original_context": c["orig"],
-                          "beta_fast": c["fast"], "beta_slow": c["slow"], "mscale": c["m"], "mscale_all_dim": c["m_all"]},
-                attention={"qk_rope_head_dim": c["dim"]})  # fmt: skip
+    scaling = {"factor": c["factor"], "original_context": c["orig"], "beta_fast": c["fast"], "beta_slow": c["slow"],
+               "mscale": c["m"], "mscale_all_dim": c["m_all"]}  # fmt: skip
+    ours = tiny(position={"theta": c["theta"], "scaling": scaling}, attention={"qk_rope_head_dim": c["dim"]})
     validate(ours)
     torch.testing.assert_close(inverse_frequencies(ours.position, rotary_dim(ours)), hf_inv, rtol=1e-6, atol=0)
-    assert attention_factor(ours.position) == pytest.approx(hf_factor, rel=1e-12)
+    assert attention_factor(ours.position.scaling) == pytest.approx(hf_factor, rel=1e-12)
 
 
 @pytest.mark.parametrize("truncate", [True, False])
@@ -145,8 +151,8 @@ def test_yarn_truncate_by_hand_and_as_hugging_face(truncate):
     ramp = [min(max((i - low) / (high - low), 0.0), 1.0) for i in range(4)]
     assert ramp == (pytest.approx([0, 1 / 3, 2 / 3, 1]) if truncate else pytest.approx([0, 0.104, 0.658, 1], abs=1e-3))
     expected = torch.tensor([100 ** (-i / 4) * ((1 - r) + r / 4) for i, r in enumerate(ramp)], dtype=torch.float64)
-    position = {"theta": 100.0, "factor": 4.0, "original_context": 16, "beta_fast": 1.0, "beta_slow": 0.125}
-    p = tiny(position=position | {"truncate": truncate}).position
+    scaling = {"factor": 4.0, "original_context": 16, "beta_fast": 1.0, "beta_slow": 0.125, "truncate": truncate}
+    p = tiny(position={"theta": 100.0, "scaling": scaling}).position
     torch.testing.assert_close(inverse_frequencies(p, 8).double(), expected, rtol=1e-6, atol=0)
     rope = {"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0, "original_max_position_embeddings": 16}
     rope |= {"beta_fast": 1.0, "beta_slow": 0.125, "truncate": truncate}
@@ -160,14 +166,14 @@ def test_yarn_truncate_by_hand_and_as_hugging_face(truncate):
 
 def test_yarn_truncate_is_a_bool():
     cfg = tiny()
-    cfg.position.truncate = "no"  # type: ignore[assignment]  # a Python-built config: OmegaConf's would convert it
+    cfg.position.scaling.truncate = "no"  # type: ignore[assignment]  # a Python-built config: OmegaConf's would convert it
     with pytest.raises(ConfigError) as error:
         validate(cfg)
-    assert (error.value.field, error.value.allowed) == ("model.position.truncate", "true or false")
+    assert (error.value.field, error.value.allowed) == ("model.position.scaling.truncate", "true or false")
 
 
 def test_yarn_attention_factor_scales_cos_and_sin():
-    cfg = tiny(position={"mscale": 0.9, "mscale_all_dim": 0.4})
+    cfg = tiny(position={"scaling": {"mscale": 0.9, "mscale_all_dim": 0.4}})
     factor = (0.09 * math.log(4) + 1) / (0.04 * math.log(4) + 1)
     rotation = RoPE(cfg).rotary(torch.arange(5), torch.float32)
     angle = torch.arange(5.0)[:, None, None] * inverse_frequencies(cfg.position, 4)
@@ -177,14 +183,12 @@ def test_yarn_attention_factor_scales_cos_and_sin():
 
 def test_causal_softmax_scale_takes_yarns_mscale_all_dim():
     """A causal layer with YaRN and mscale_all_dim 0.5, factor 4: 1/sqrt(8)·(0.05·ln 4 + 1)², the same
-    output as that scale given explicitly; without mscale_all_dim, or without rope, plain 1/sqrt(8)."""
+    output as that scale given explicitly; without mscale_all_dim plain 1/sqrt(8)."""
     causal = {"kind": "causal", "n_head": 4, "head_dim": None, "qkv_bias": True}
-    cfg = tiny(attention=causal, position={"mscale": 0.5, "mscale_all_dim": 0.5})
+    cfg = tiny(attention=causal, position={"scaling": {"mscale": 0.5, "mscale_all_dim": 0.5}})
     expected = (0.05 * math.log(4) + 1) ** 2 / math.sqrt(8)
     assert softmax_scale(cfg) == pytest.approx(expected, rel=1e-12)
     assert softmax_scale(tiny(attention=causal)) == 1 / math.sqrt(8)
-    no_rope = tiny(attention=causal, position={"kind": "none", "mscale": 0.5, "mscale_all_dim": 0.5})
-    assert softmax_scale(no_rope) == 1 / math.sqrt(8)
     explicit = tiny(attention=causal | {"scale": expected}, position={"kind": "none"})
     x = torch.randn(2, 7, 32)
     ours, reference = randomise(CausalSelfAttention(cfg)), randomise(CausalSelfAttention(explicit))
@@ -237,7 +241,10 @@ def test_forward_equals_hugging_faces_deepseek_attention(case):
     hf, hf_rotary = hf_deepseek(version, q_rank, interleave)
     randomise(hf)
     cfg = tiny(
-        position={"pairing": "interleaved" if interleave else "half", "mscale": 0.9, "mscale_all_dim": 0.6},
+        position={
+            "pairing": "interleaved" if interleave else "half",
+            "scaling": {"mscale": 0.9, "mscale_all_dim": 0.6},
+        },
         attention={"q_lora_rank": q_rank},
     )
     validate(cfg)
@@ -360,15 +367,18 @@ REFUSED = [
     ({"attention": {"dropout": 1.0}}, "model.attention.dropout"),
     ({"position": {"rotary_dim": 2}}, "model.position.rotary_dim"),
     ({"position": {"rotary_fraction": 0.5}}, "model.position.rotary_fraction"),
-    ({"position": {"original_context": None}}, "model.position.original_context"),
-    ({"position": {"factor": 0.5}}, "model.position.factor"),
-    ({"position": {"beta_fast": 2.0}}, "model.position.beta_fast"),
-    ({"position": {"beta_slow": 0.0, "beta_fast": 1.0}}, "model.position.beta_slow"),
-    ({"position": {"mscale": -1.0, "mscale_all_dim": 1.0}}, "model.position.mscale"),
-    ({"position": {"mscale": 1.0}}, "model.position.mscale_all_dim"),
-    ({"position": {"mscale_all_dim": 1.0}}, "model.position.mscale"),
+    ({"position": {"scaling": {"original_context": None}}}, "model.position.scaling.original_context"),
+    ({"position": {"scaling": {"factor": 0.5}}}, "model.position.scaling.factor"),
+    ({"position": {"scaling": {"beta_fast": 2.0}}}, "model.position.scaling.beta_fast"),
+    ({"position": {"scaling": {"beta_slow": 0.0, "beta_fast": 1.0}}}, "model.position.scaling.beta_slow"),
+    ({"position": {"scaling": {"mscale": -1.0, "mscale_all_dim": 1.0}}}, "model.position.scaling.mscale"),
+    ({"position": {"scaling": {"mscale": 1.0}}}, "model.position.scaling.mscale_all_dim"),
+    ({"position": {"scaling": {"mscale_all_dim": 1.0}}}, "model.position.scaling.mscale"),
     ({"position": {"theta": 1.0}}, "model.position.theta"),
-    ({"position": {"scaling": "linear", "mscale": 1.0, "mscale_all_dim": 1.0}}, "model.position.mscale"),
+    (
+        {"position": {"scaling": {"kind": "linear", "mscale": 1.0, "mscale_all_dim": 1.0}}},
+        "model.position.scaling.mscale",
+    ),
 ]
 
 

@@ -103,7 +103,7 @@ CASES = [
         "none for relu",
     ),
     (
-        ["model/position=learned", "model.position.pairing=bogus"],
+        ["model/position=rope", "model.position.pairing=bogus"],
         "model.position.pairing",
         "one of ['half', 'interleaved']",
     ),

@@ -298,20 +298,21 @@ def llama3_frequency(i, dim, theta, factor, low, high, original):
 def test_rope_scaling_frequencies():
     from archlab.nn.rope import inverse_frequencies
 
-    cfg = tiny(position={"kind": "rope", "theta": 500000.0, "scaling": "llama3", "factor": 8.0,
-                         "original_context": 8192}, attention={"n_head": 1, "head_dim": 128})  # fmt: skip
+    cfg = tiny(position={"kind": "rope", "theta": 500000.0, "scaling": {"kind": "llama3", "factor": 8.0, "original_context": 8192}}, attention={"n_head": 1, "head_dim": 128})  # fmt: skip
     got = inverse_frequencies(cfg.position, 128)
     expected = [llama3_frequency(i, 128, 500000.0, 8.0, 1.0, 4.0, 8192) for i in range(64)]
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float32), rtol=1e-5, atol=0)
     unscaled = inverse_frequencies(tiny(position={"kind": "rope", "theta": 500000.0}).position, 128)
     assert got[0] == unscaled[0] and torch.isclose(got[-1], unscaled[-1] / 8)  # high kept, low divided by 8
-    linear = inverse_frequencies(tiny(position={"kind": "rope", "scaling": "linear", "factor": 4.0}).position, 8)
+    linear = inverse_frequencies(
+        tiny(position={"kind": "rope", "scaling": {"kind": "linear", "factor": 4.0}}).position, 8
+    )
     torch.testing.assert_close(linear, 1 / 10000.0 ** (torch.arange(0, 8, 2) / 8) / 4)
 
 
 def test_linear_rope_scaling_interpolates_positions():
     """Scaled by 4, position p is rotated by the angles the unscaled scheme gives position p / 4."""
-    scaled = build(tiny(position={"kind": "rope", "scaling": "linear", "factor": 4.0})).position
+    scaled = build(tiny(position={"kind": "rope", "scaling": {"kind": "linear", "factor": 4.0}})).position
     plain = build(tiny(position={"kind": "rope"})).position
     pos = torch.arange(0, 32, 4)
     a, b = scaled.rotary(pos, F64), plain.rotary(pos // 4, F64)

@@ -14,7 +14,7 @@ from helpers.hf import families_of_its_mixers
 from helpers.parts import short_fit
 
 from archlab import build_model, compose_model
-from archlab.config import to_model_config
+from archlab.config import POSITION_OPTIONS, to_model_config
 from archlab.errors import ConfigError
 from archlab.generate import generate
 from archlab.nn.positions import ALiBi
@@ -26,7 +26,14 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 F64 = torch.float64
 SHORT = [1.0 + 0.1 * i for i in range(8)]  # 8 pairs: head_dim 16 rotated whole
 LONG = [1.0 + 0.7 * i for i in range(8)]
-LONGROPE = dict(scaling="longrope", short_factor=SHORT, long_factor=LONG, original_context=16, factor=4.0)
+LONGROPE = dict(scaling=dict(kind="longrope", short_factor=SHORT, long_factor=LONG, original_context=16, factor=4.0))
+
+
+def longrope(**scaling) -> dict:
+    """LONGROPE with these fields of its scaling changed."""
+    return {"scaling": {**LONGROPE["scaling"], **scaling}}
+
+
 FALCON_RW = dict(alibi_scale=0.25, alibi_rounding="bf16")  # 1/sqrt(head_dim) for heads of 16
 
 
@@ -41,7 +48,7 @@ def tiny(kind: str, n_head: int = 4, **position):
     cfg = _nano()
     attention = dataclasses.replace(cfg.attention, n_head=n_head)
     return dataclasses.replace(cfg, d_model=16 * n_head, attention=attention,
-                               position=dataclasses.replace(cfg.position, kind=kind, **position))  # fmt: skip
+                               position=POSITION_OPTIONS.make(kind=kind, **position))  # fmt: skip
 
 
 def slopes64(n_head: int) -> torch.Tensor:
@@ -90,10 +97,11 @@ def test_alibi_validation_and_reads():
     with pytest.raises(ConfigError, match="model.position.alibi_rounding.*bf16"):
         build_model(tiny("alibi", alibi_rounding="fp8"))
     assert ignored(tiny("alibi", **FALCON_RW)) == []
-    names = [i.field for i in ignored(tiny("rope", alibi_scale=0.5))]
-    assert names == ["model.position.alibi_scale"]
-    names = [i.field for i in ignored(tiny("alibi", short_factor=SHORT, long_factor=LONG))]
-    assert names == ["model.position.short_factor", "model.position.long_factor"]
+    # each scheme's own fields: another's is refused naming the scheme and its fields
+    with pytest.raises(ConfigError, match=r"model.position.alibi_scale=0.5 .*a field of position rope: kind, theta, "):
+        tiny("rope", alibi_scale=0.5)
+    with pytest.raises(ConfigError, match=r"model.position.scaling=.*a field of position alibi: kind, alibi_scale, "):
+        tiny("alibi", **LONGROPE)
 
 
 def hf_longrope(seq_len):
@@ -117,8 +125,8 @@ def test_longrope_frequencies_and_attention_factor():
         assert torch.equal(got, hf_inv)
         hand = torch.tensor([1 / (f * 10000.0 ** (2 * i / 16)) for i, f in enumerate(factors)], dtype=F64)
         torch.testing.assert_close(got.double(), hand, rtol=1e-6, atol=0)
-        assert attention_factor(p) == pytest.approx(hf_factor, rel=1e-15)
-    assert attention_factor(p) == pytest.approx(math.sqrt(1 + math.log(4) / math.log(16)))
+        assert attention_factor(p.scaling) == pytest.approx(hf_factor, rel=1e-15)
+    assert attention_factor(p.scaling) == pytest.approx(math.sqrt(1 + math.log(4) / math.log(16)))
 
 
 def test_longrope_picks_factors_per_forward_as_transformers():
@@ -142,20 +150,19 @@ def test_longrope_picks_factors_per_forward_as_transformers():
 
 
 def test_longrope_validation_and_reads():
-    with pytest.raises(ConfigError, match=r"model.position.short_factor.*a list of 8 positive numbers.*16 / 2"):
-        build_model(tiny("rope", **{**LONGROPE, "short_factor": [1.0, 2.0]}))
-    with pytest.raises(ConfigError, match="model.position.long_factor"):
-        build_model(tiny("rope", **{**LONGROPE, "long_factor": [0.0, *LONG[1:]]}))
-    with pytest.raises(ConfigError, match="model.position.original_context"):
-        build_model(tiny("rope", **{**LONGROPE, "original_context": None}))
-    with pytest.raises(ConfigError, match="model.position.factor"):
-        build_model(tiny("rope", **{**LONGROPE, "factor": 0.5}))
-    half = {"rotary_dim": 8, "short_factor": [1, 2, 3, 4]}  # 4 pairs when 8 dims rotate
-    with pytest.raises(ConfigError, match=r"model.position.long_factor.*a list of 4 "):
-        build_model(tiny("rope", **{**LONGROPE, **half}))
+    with pytest.raises(ConfigError, match=r"model.position.scaling.short_factor.*a list of 8 positive numbers.*16 / 2"):
+        build_model(tiny("rope", **longrope(short_factor=[1.0, 2.0])))
+    with pytest.raises(ConfigError, match="model.position.scaling.long_factor"):
+        build_model(tiny("rope", **longrope(long_factor=[0.0, *LONG[1:]])))
+    with pytest.raises(ConfigError, match="model.position.scaling.original_context"):
+        build_model(tiny("rope", **longrope(original_context=None)))
+    with pytest.raises(ConfigError, match="model.position.scaling.factor"):
+        build_model(tiny("rope", **longrope(factor=0.5)))
+    with pytest.raises(ConfigError, match=r"model.position.scaling.long_factor.*a list of 4 "):
+        build_model(tiny("rope", rotary_dim=8, **longrope(short_factor=[1, 2, 3, 4])))  # 4 pairs when 8 dims rotate
     assert ignored(tiny("rope", **LONGROPE)) == []
-    names = [i.field for i in ignored(tiny("rope", scaling="linear", short_factor=SHORT, long_factor=LONG))]
-    assert names == ["model.position.short_factor", "model.position.long_factor"]
+    names = [i.field for i in ignored(tiny("rope", scaling=dict(kind="linear", short_factor=SHORT, long_factor=LONG)))]
+    assert names == ["model.position.scaling.short_factor", "model.position.scaling.long_factor"]
 
 
 def test_longrope_kv_cache_decoding_equals_the_full_forward_across_the_switch():
@@ -180,16 +187,23 @@ def test_longrope_kv_cache_decoding_equals_the_full_forward_across_the_switch():
 
 
 def test_every_hf_family_refuses_longrope_and_falcon_alibi():
-    """No family with RoPE converts ALiBi's multiplier or rounding, and none but Phi-3 and MiniCPM3 longrope:
-    each names the field."""
-
-    cfg = tiny("rope", **LONGROPE, **FALCON_RW)
-    longrope = {"model.position.scaling", "model.position.short_factor", "model.position.long_factor"}
+    """No family with RoPE but Phi-3 and MiniCPM3 converts longrope, and none but Falcon ALiBi's multiplier
+    or rounding: each names the field."""
+    cfg = tiny("rope", **LONGROPE)
+    longrope = {
+        "model.position.scaling.kind",
+        "model.position.scaling.short_factor",
+        "model.position.scaling.long_factor",
+    }
     for name, family in families_of_its_mixers(cfg).items():
         fields = {p.field for p in family.problems(cfg)}
-        assert {"model.position.alibi_scale", "model.position.alibi_rounding"} <= fields, name
         holds_longrope = name in ("phi3", "minicpm3")
         assert longrope.isdisjoint(fields) if holds_longrope else longrope <= fields, name
+    falcon_rw = tiny("alibi", **FALCON_RW)
+    alibi = {"model.position.alibi_scale", "model.position.alibi_rounding"}
+    for name, family in families_of_its_mixers(falcon_rw).items():
+        fields = {p.field for p in family.problems(falcon_rw)}
+        assert alibi.isdisjoint(fields) if name == "falcon" else alibi <= fields, name
 
 
 @pytest.mark.parametrize(
@@ -214,7 +228,7 @@ def test_longrope_fits_its_lists_to_no_recurrent_mixer():
     nano = ["model=nano", "model.n_layer=4", "model.d_model=64", "model.attention.n_head=4"]
     nano += ["model.context_length=32", "model.vocab_size=64", "model/layers=mamba2_3_1"]
     hybrid = compose_model([*nano, "+model.layers.kinds.mamba2.attention.state_size=6"])
-    hybrid = dataclasses.replace(hybrid, position=dataclasses.replace(hybrid.position, kind="rope", **LONGROPE))
+    hybrid = dataclasses.replace(hybrid, position=POSITION_OPTIONS.make(kind="rope", **LONGROPE))
     idx = torch.randint(0, 64, (2, 20), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.isfinite(build_model(hybrid).eval()(idx)).all()
@@ -222,10 +236,12 @@ def test_longrope_fits_its_lists_to_no_recurrent_mixer():
     mamba2 = {"kind": "mamba2", "n_head": 2, "state_size": 6, "qkv_bias": False}
     pure = {"vocab_size": 64, "context_length": 32, "n_layer": 2, "d_model": 16, "mlp": {"kind": "none"}}
     pure |= {"attention": mamba2 | {"out_bias": False}}
-    lists = {"short_factor": [1.0, 1.5], "long_factor": [2.0, 3.0]}
-    cfg = to_model_config(pure | {"position": {"kind": "rope", **LONGROPE, **lists}})
+    lists = longrope(short_factor=[1.0, 1.5], long_factor=[2.0, 3.0])
+    cfg = to_model_config(pure | {"position": {"kind": "rope", **lists}})
     with torch.no_grad():
         assert torch.isfinite(build_model(cfg).eval()(idx)).all()
-    refused = to_model_config(pure | {"position": {"kind": "rope", **LONGROPE, **lists, "long_factor": [2.0]}})
-    with pytest.raises(ConfigError, match=r"model.position.long_factor.*long_factor as long as short_factor"):
+    refused = to_model_config(
+        pure | {"position": {"kind": "rope", **longrope(short_factor=[1.0, 1.5], long_factor=[2.0])}}
+    )
+    with pytest.raises(ConfigError, match=r"model.position.scaling.long_factor.*long_factor as long as short_factor"):
         build_model(refused)

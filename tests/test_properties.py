@@ -69,11 +69,12 @@ def model_configs(draw) -> dict:
             position["rotary_fraction"] = rotated / head_dim
         position["theta"] = draw(st.sampled_from([10.0, 10000.0, 500000.0]))
         position["pairing"] = draw(st.sampled_from(["half", "interleaved"]))
-        position["scaling"] = draw(st.sampled_from(["none", "linear", "llama3", "yarn"]))
-        position["factor"] = draw(st.sampled_from([2.0, 8.0]))
-        position["original_context"] = 8
-        if position["scaling"] == "yarn" and draw(st.booleans()):  # DeepSeek's pair (both or neither)
-            position["mscale"], position["mscale_all_dim"] = draw(st.sampled_from([(0.707, 0.707), (1.0, 0.5)]))
+        scaling = {"kind": draw(st.sampled_from(["none", "linear", "llama3", "yarn"]))}
+        scaling["factor"] = draw(st.sampled_from([2.0, 8.0]))
+        scaling["original_context"] = 8
+        if scaling["kind"] == "yarn" and draw(st.booleans()):  # DeepSeek's pair (both or neither)
+            scaling["mscale"], scaling["mscale_all_dim"] = draw(st.sampled_from([(0.707, 0.707), (1.0, 0.5)]))
+        position["scaling"] = scaling
 
     mlp: dict = {
         "kind": draw(st.sampled_from(["gelu", "relu", "relu2", "swiglu", "geglu"])),
@@ -291,9 +292,7 @@ DRAWN_RECURRENT_KIND = {
         "kind": "rope",
         "theta": 10.0,
         "pairing": "half",
-        "scaling": "none",
-        "factor": 2.0,
-        "original_context": 8,
+        "scaling": {"kind": "none", "factor": 2.0, "original_context": 8},
     },
     "attention": {
         "n_head": 1,

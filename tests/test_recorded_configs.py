@@ -20,16 +20,17 @@ from archlab.weights import CONFIG_KEY, load_weights
 
 def old_record(cfg) -> dict:
     """``cfg`` as an earlier archlab recorded it: no kind for attention and head, none of the newer
-    fields, and the tanh a GPT-2-based preset left on swiglu."""
+    fields, RoPE's fields beside the learned table's, and the tanh a GPT-2-based preset left on swiglu."""
     d = model_config_dict(cfg)
     for family, fields in {
         "attention": ("kind", "qk_norm", "scale", "softcap", "window"),
         "head": ("kind", "softcap"),
         "norm": ("unit_offset",),
-        "position": ("scaling", "factor", "low_freq_factor", "high_freq_factor", "original_context"),
     }.items():
         for name in fields:
             del d[family][name]
+    # one flat position section of every scheme's fields, before RoPE's scalings
+    d["position"] |= {"theta": 10000.0, "rotary_dim": None, "rotary_fraction": None, "pairing": "half"}
     del d["scale_embedding"]
     d["mlp"]["approximate"] = "tanh"
     return d
@@ -40,6 +41,27 @@ def test_an_old_checkpoint_continues_under_the_same_command(tmp_path):
     path = tmp_path / "old.ckpt"
     torch.save({"hyper_parameters": {"model": old_record(cfg)}, "global_step": 7}, path)
     assert check_checkpoint(path, model_config_dict(cfg)) == 7
+
+
+def test_a_flat_rope_section_reads_as_rope_with_its_scaling_sub_config():
+    """A position section recorded when every scheme's fields sat side by side (``scaling: llama3`` and its
+    fields beside ALiBi's), on the model and on a layer kind, reads as today's RoPE config with its scaling
+    under ``scaling``, the fields it never read dropped: the same model, counted alike."""
+    cfg = compose_model(["model=llama3.1-8b", "model.n_layer=2"])
+    flat = {"kind": "rope", "theta": 500000.0, "rotary_dim": None, "rotary_fraction": None, "pairing": "half",
+            "scaling": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_context": 8192, "beta_fast": 32.0, "alibi_scale": 1.0, "alibi_rounding": "none"}  # fmt: skip
+    d = model_config_dict(cfg) | {"position": flat}
+    d["layers"] = {
+        "kinds": {"short": {"position": {"scaling": "linear", "factor": 2.0}}},
+        "pattern": ["short", "short"],
+    }
+    read = recorded_model_config(d)
+    assert read.position == cfg.position
+    assert read.layers.kinds == {"short": {"position": {"scaling": {"kind": "linear", "factor": 2.0}}}}
+    short = layer_configs(read)[0].position
+    assert (short.theta, short.scaling.kind, short.scaling.factor) == (500000.0, "linear", 2.0)
+    assert count_params(read) == count_params(cfg)
 
 
 def test_an_old_export_loads_as_the_same_model(tmp_path):

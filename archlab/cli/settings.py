@@ -161,7 +161,7 @@ def _stored(group: str) -> list[str]:
 
 
 def option_fields_lines() -> list[str]:
-    """Each mixer's and MLP's own fields (model.attention.<field>, model.mlp.<field>), from its config
+    """Each mixer's, position scheme's and MLP's own fields (model.<section>.<field>), from its config
     class, a sub-config's as ``<sub>.<field>``: what ``--help`` and docs/models.md list."""
     lines = []
     for section, options in OPTIONS.items():

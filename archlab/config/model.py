@@ -1,8 +1,9 @@
 """Structured model configs: the contract every registry family reads (plain dataclasses; Hydra's
 ConfigStore holds them, see ``archlab.config.store``).
 
-The token mixer and the MLP are one class per option, each holding exactly its fields (``MixerConfig``,
-``MLPConfig`` and the subclass each option's module registers, ``OPTIONS``); the other families are one
+The token mixer, the position scheme and the MLP are one class per option, each holding exactly its fields
+(``MixerConfig``, ``PositionConfig``, ``MLPConfig`` and the subclass each option's module registers,
+``OPTIONS``); the other families are one
 dataclass each, whose ``kind`` picks the variant, whose own entry checks the fields it uses (see
 ``archlab.nn``).
 """
@@ -14,7 +15,7 @@ from typing import Any, Callable, List, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from archlab.config.fields import choice, plain_dict
+from archlab.config.fields import plain_dict
 from archlab.config.options import Options
 from archlab.errors import ConfigError
 
@@ -41,29 +42,16 @@ class BlockConfig:
 
 @dataclass
 class PositionConfig:
-    """``model.position``: the position scheme (``POSITIONS``, archlab/nn/positions.py; rope: archlab/nn/rope.py)."""
+    """``model.position``: the position scheme (registry ``POSITIONS``, archlab/nn/positions.py, RoPE in
+    archlab/nn/rope.py). ``kind`` picks it, and its own config class, a subclass registered with
+    ``position_config`` beside its scheme, holds exactly the fields it reads."""
 
-    kind: str = "learned"  # learned | sinusoidal | rope | alibi | none
-    theta: float = 10000.0  # rope base
-    rotary_dim: Optional[int] = None  # rope: rotate only this many dims of each head
-    rotary_fraction: Optional[float] = None  # rope: ... or this fraction of them
-    pairing: str = choice("half", "interleaved")  # rope: half (rotate_half, LLaMA/NeoX) | interleaved (GPT-J)
-    scaling: str = choice("none", "linear", "llama3", "yarn", "longrope")  # rope: frequency scaling, a longer context
-    factor: float = 1.0  # rope scaling: how much longer the context is (Llama 3.1: 8, DeepSeek-V3: 40)
-    low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above original_context / this are divided by factor
-    high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below original_context / this are kept
-    original_context: Optional[int] = None  # llama3, yarn, longrope: the context before scaling (Llama 3.1: 8192)
-    beta_fast: float = 32.0  # yarn: pairs turning more than this often over original_context keep their frequency
-    beta_slow: float = 1.0  # yarn: pairs turning less than this often are interpolated by factor; a ramp between
-    truncate: bool = True  # yarn: the ramp's ends rounded outward to whole pairs (transformers' truncate)
-    mscale: Optional[float] = None  # yarn: cos/sin scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim)
-    mscale_all_dim: Optional[float] = None  # yarn: the softmax scale times mscale(factor, this)^2 (DeepSeek)
-    softmax_mscale: bool = True  # yarn with mscale_all_dim: it scales the softmax as above; false: cos/sin alone
-    short_factor: Optional[List[float]] = None  # longrope: pair i's wavelength times [i] while within original_context
-    long_factor: Optional[List[float]] = None  # longrope: ... past it (each list: rotary dims / 2 numbers)
-    attention_factor: Optional[float] = None  # yarn, longrope: cos and sin times this; None = derived from factor
-    alibi_scale: float = 1.0  # alibi: every head's slope times this (Falcon-RW: 1/sqrt(head_dim))
-    alibi_rounding: str = choice("none", "bf16")  # alibi: bf16: slope·key position in bfloat16 (Falcon-RW)
+    kind: str = "learned"
+
+
+# the position schemes' config classes, filled as archlab.nn.positions and archlab.nn.rope are imported
+POSITION_OPTIONS = Options("position", "position", PositionConfig)
+position_config = POSITION_OPTIONS.register  # @position_config(kind): the decorated class is scheme kind's config
 
 
 @dataclass
@@ -95,7 +83,8 @@ class MLPConfig:
 # the MLPs' config classes, filled as archlab.nn.mlp and archlab.nn.moe are imported
 MLP_OPTIONS = Options("mlp", "MLP", MLPConfig, keep_shared=True)
 mlp_config = MLP_OPTIONS.register  # @mlp_config(kind): the decorated MLPConfig subclass is MLP kind's config
-OPTIONS = {"attention": MIXER_OPTIONS, "mlp": MLP_OPTIONS}  # the sections whose options own their configs
+# the sections whose options own their configs
+OPTIONS = {"attention": MIXER_OPTIONS, "position": POSITION_OPTIONS, "mlp": MLP_OPTIONS}
 
 
 @dataclass
@@ -140,7 +129,8 @@ class ModelConfig:
     embedding_dim: Optional[int] = None
     norm: NormConfig = field(default_factory=NormConfig)
     block: BlockConfig = field(default_factory=BlockConfig)
-    position: PositionConfig = field(default_factory=PositionConfig)
+    # a PositionConfig: the chosen scheme's own class
+    position: Any = field(default_factory=lambda: POSITION_OPTIONS.classes["learned"]())
     # a MixerConfig: the chosen mixer's own class (typed Any: each mixer's fields are read through its own class)
     attention: Any = field(default_factory=lambda: MIXER_OPTIONS.classes["causal"]())
     mlp: Any = field(default_factory=lambda: MLP_OPTIONS.classes["gelu"]())  # an MLPConfig: the chosen MLP's own class
@@ -382,35 +372,39 @@ def flat_mixers(model: dict[str, Any]) -> dict[str, Any]:
     return _kinds_sections({**model, "attention": MIXER_OPTIONS.own_fields(attention, kind)}, "attention", written_out)
 
 
-def flat_mlps(model: dict[str, Any]) -> dict[str, Any]:
-    """A model dict recorded when ``model.mlp`` was one flat section of every MLP's fields as today's
-    per-kind configs, describing the same model: in the model's section and each layer kind's, a
-    sub-config's fields (a mixture of experts' ``routing``) gathered under its name and the fields the
-    kind lacks, which it never read, dropped. A record of today's form is returned as it is."""
-    mlp = model.get("mlp")
-    if not isinstance(mlp, dict):
-        return model
-    kind = mlp.get("kind", MLPConfig.kind)
+def flat_sections(model: dict[str, Any]) -> dict[str, Any]:
+    """A model dict recorded when ``model.mlp`` and ``model.position`` were each one flat section of every
+    option's fields as today's per-option configs, describing the same model: in the model's section and
+    each layer kind's, a sub-config's fields (a mixture of experts' ``routing``, RoPE's ``scaling``)
+    gathered under its name and the fields the option lacks, which it never read, dropped. A record of
+    today's form is returned as it is."""
+    for section in ("position", "mlp"):
+        values = model.get(section)
+        if not isinstance(values, dict):
+            continue
+        options = OPTIONS[section]
+        kind = values.get("kind", options.base.kind)
 
-    def own(_name: str, section: dict[str, Any]) -> dict[str, Any]:
-        return MLP_OPTIONS.recorded(section, section.get("kind", kind))
+        def own(_name: str, part: dict[str, Any], options: Options = options, kind: str = kind) -> dict[str, Any]:
+            return options.recorded(part, part.get("kind", kind))
 
-    return _kinds_sections({**model, "mlp": MLP_OPTIONS.recorded(mlp, kind)}, "mlp", own)
+        model = _kinds_sections({**model, section: options.recorded(values, kind)}, section, own)
+    return model
 
 
 def recorded_model_config(recorded: Any) -> ModelConfig:
     """A model config as an earlier archlab recorded it (in a checkpoint or an export), read under today's
     schema without changing the model it describes: fields added since take their defaults, which are
     the earlier behaviour; ``global_every`` and ``dense_layers`` read as the layer kinds that replaced them
-    (``legacy_layers``); and one flat attention or MLP section as per-option configs (``flat_mixers``,
-    ``flat_mlps``)."""
+    (``legacy_layers``); and one flat attention, position or MLP section as per-option configs
+    (``flat_mixers``, ``flat_sections``)."""
     if isinstance(recorded, DictConfig):
         recorded = OmegaConf.to_container(recorded, resolve=True)
     if isinstance(recorded, dict):
         recorded = cast(dict[str, Any], recorded)
         if "model" in recorded and "n_layer" not in recorded:
             recorded = recorded["model"]
-        recorded = flat_mlps(flat_mixers(legacy_layers(recorded)))
+        recorded = flat_sections(flat_mixers(legacy_layers(recorded)))
     return to_model_config(recorded)
 
 

@@ -1,7 +1,8 @@
 """The config classes of one registry family's options, one class per ``kind``, each holding exactly the
-fields its option reads (``model.attention``'s mixers, ``model.mlp``'s MLPs): registering a class beside
-its option, building one from values (a field the option lacks refused naming the option and its fields),
-the node Hydra composes the section into, and what a composed section sets for other options."""
+fields its option reads (``model.attention``'s mixers, ``model.position``'s schemes, ``model.mlp``'s
+MLPs): registering a class beside its option, building one from values (a field the option lacks refused
+naming the option and its fields), the node Hydra composes the section into, and what a composed section
+sets for other options."""
 
 from __future__ import annotations
 
@@ -148,17 +149,21 @@ class Options:
 
     def recorded(self, values: dict[str, Any], kind: str) -> dict[str, Any]:
         """A section recorded when every option's fields sat side by side, as option ``kind``'s: a
-        sub-config's fields gathered under its name, the fields the option lacks (it never read them)
-        dropped; one of today's form is returned as it is."""
+        sub-config's fields gathered under its name (a sub-config recorded as one value is its ``kind``:
+        ``scaling: yarn``), the fields the option lacks (it never read them) dropped; one of today's form
+        is returned as it is."""
         if kind not in self.classes:
             return values
         out = dict(values)
         for name, sub in self.subs.items():
             if name in self.fields(kind):
-                names = {f.name for f in fields(sub)}
+                names = {f.name for f in fields(sub)} - {"kind"}
+                given = out.get(name)
                 inner = {k: out.pop(k) for k in list(out) if k in names}
-                if inner:
-                    out[name] = {**(out.get(name) or {}), **inner}
+                if isinstance(given, str):
+                    out[name] = {"kind": given, **inner}
+                elif inner:
+                    out[name] = {**(given or {}), **inner}
         return self.own_fields(out, kind)
 
     def own_fields(self, section: dict[str, Any], kind: str) -> dict[str, Any]:

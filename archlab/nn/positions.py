@@ -11,13 +11,15 @@ each row its own.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import ClassVar, Optional
 
 import torch
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig
+from archlab.config import ModelConfig, PositionConfig, position_config
+from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import ModelPart, Role
 from archlab.registry import Registry
@@ -83,15 +85,27 @@ class Position(ModelPart, nn.Module):
     def describe(cfg: ModelConfig) -> str:
         return cfg.position.kind
 
-    @classmethod
-    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset()  # the other fields of model.position are RoPE's and ALiBi's
-
 
 POSITIONS: Registry[type[Position]] = Registry("model.position.kind", base=Position)
 
 
+@position_config("none")
+@dataclass
+class NoPositionConfig(PositionConfig):
+    """``model.position`` with kind none: no position encoding (causal masking alone orders the tokens)."""
+
+    kind: str = "none"
+
+
 POSITIONS.register("none")(Position)
+
+
+@position_config("learned")
+@dataclass
+class LearnedConfig(PositionConfig):
+    """``model.position`` with kind learned: a table of context_length vectors (no fields of its own)."""
+
+    kind: str = "learned"
 
 
 @POSITIONS.register("learned")
@@ -114,6 +128,14 @@ class Learned(Position):
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:
         return cfg.context_length * cfg.d_model
+
+
+@position_config("sinusoidal")
+@dataclass
+class SinusoidalConfig(PositionConfig):
+    """``model.position`` with kind sinusoidal: fixed sines and cosines (no fields of its own)."""
+
+    kind: str = "sinusoidal"
 
 
 @POSITIONS.register("sinusoidal")
@@ -152,6 +174,16 @@ def alibi_slopes(n_head: int) -> Tensor:
     return torch.tensor(power_of_two(closest) + extra)
 
 
+@position_config("alibi")
+@dataclass
+class ALiBiConfig(PositionConfig):
+    """``model.position`` with kind alibi: the slopes' multiplier and the rounding of the bias."""
+
+    kind: str = "alibi"
+    alibi_scale: float = 1.0  # every head's slope times this (Falcon-RW: 1/sqrt(head_dim))
+    alibi_rounding: str = choice("none", "bf16")  # bf16: slope·key position in bfloat16 (Falcon-RW)
+
+
 @POSITIONS.register("alibi")
 class ALiBi(Position):
     """Attention with linear biases: head h adds -slope_h * distance to its scores; any length.
@@ -186,10 +218,6 @@ class ALiBi(Position):
         p = cfg.position
         scale = f"×{p.alibi_scale:g}" if p.alibi_scale != 1.0 else ""
         return "alibi" + scale + (",bf16" if p.alibi_rounding == "bf16" else "")
-
-    @classmethod
-    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"alibi_scale", "alibi_rounding"})
 
 
 def build_position(cfg: ModelConfig) -> Position:

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig, PositionConfig
+from archlab.config import ModelConfig, PositionConfig, position_config
+from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.fused import rotary_qkv, rotates_as_complex
 from archlab.nn.mixers.base import MIXERS, rotary_head_dim
@@ -33,8 +35,44 @@ def rotary_dim(cfg: ModelConfig) -> int:
     return rotary_head_dim(cfg)
 
 
-_ROTATION = frozenset({"theta", "rotary_dim", "rotary_fraction", "pairing", "scaling", "mscale", "mscale_all_dim"})
-_SCALING_FIELDS = {  # model.position.scaling -> the fields it reads
+@dataclass
+class RoPEScalingConfig:
+    """``model.position.scaling``: RoPE's frequency scaling for a longer context; ``kind`` picks it and
+    each kind reads its own fields of these (``_SCALING_FIELDS``), one set outside them is reported."""
+
+    kind: str = choice("none", "linear", "llama3", "yarn", "longrope")
+    factor: float = 1.0  # how much longer the context is (Llama 3.1: 8, DeepSeek-V3: 40)
+    low_freq_factor: float = 1.0  # llama3: wavelengths above original_context / this are divided by factor
+    high_freq_factor: float = 4.0  # llama3: wavelengths below original_context / this are kept
+    original_context: Optional[int] = None  # llama3, yarn, longrope: the context before scaling (Llama 3.1: 8192)
+    beta_fast: float = 32.0  # yarn: pairs turning more than this often over original_context keep their frequency
+    beta_slow: float = 1.0  # yarn: pairs turning less than this often are interpolated by factor; a ramp between
+    truncate: bool = True  # yarn: the ramp's ends rounded outward to whole pairs (transformers' truncate)
+    mscale: Optional[float] = None  # yarn: cos/sin scaled by mscale(factor, mscale) / mscale(factor, mscale_all_dim)
+    mscale_all_dim: Optional[float] = None  # yarn: the softmax scale times mscale(factor, this)^2 (DeepSeek)
+    softmax_mscale: bool = True  # yarn with mscale_all_dim: it scales the softmax as above; false: cos/sin alone
+    short_factor: Optional[List[float]] = None  # longrope: pair i's wavelength times [i] while within original_context
+    long_factor: Optional[List[float]] = None  # longrope: ... past it (each list: rotary dims / 2 numbers)
+    attention_factor: Optional[float] = None  # yarn, longrope: cos and sin times this; None = derived from factor
+
+
+@position_config("rope")
+@dataclass
+class RoPEConfig(PositionConfig):
+    """``model.position`` with kind rope: the rotation (its base, the dims it turns, how dims pair) and its
+    frequency ``scaling``."""
+
+    kind: str = "rope"
+    theta: float = 10000.0  # the base of the wavelengths
+    rotary_dim: Optional[int] = None  # rotate only this many dims of each head
+    rotary_fraction: Optional[float] = None  # ... or this fraction of them
+    pairing: str = choice("half", "interleaved")  # half (rotate_half, LLaMA/NeoX) | interleaved (GPT-J)
+    scaling: RoPEScalingConfig = field(default_factory=RoPEScalingConfig)
+
+
+_ROTATION = frozenset({"theta", "rotary_dim", "rotary_fraction", "pairing"})
+# model.position.scaling.kind -> the fields of the scaling it reads (its mscales outside yarn: refused by validate)
+_SCALING_FIELDS = {
     "none": frozenset(),
     "linear": frozenset({"factor"}),
     "llama3": frozenset({"factor", "low_freq_factor", "high_freq_factor", "original_context"}),
@@ -60,19 +98,25 @@ class RoPE(Position):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         self.dim = rotary_dim(cfg)
-        if cfg.position.scaling == "longrope" and not MIXERS.get(cfg.attention.kind).takes_rotary():
-            self.dim = 2 * len(cfg.position.short_factor or ())  # no head of its mixer: as many pairs as the lists
+        if cfg.position.scaling.kind == "longrope" and not MIXERS.get(cfg.attention.kind).takes_rotary():
+            self.dim = 2 * len(
+                cfg.position.scaling.short_factor or ()
+            )  # no head of its mixer: as many pairs as the lists
         self.position_cfg = cfg.position
         self.interleaved = cfg.position.pairing == "interleaved"
-        self.attention_factor = attention_factor(cfg.position)
-        self.switches_at = cfg.position.original_context if cfg.position.scaling == "longrope" else None
+        self.attention_factor = attention_factor(cfg.position.scaling)
+        self.switches_at = cfg.position.scaling.original_context if cfg.position.scaling.kind == "longrope" else None
 
     def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> RoPERotation:
         angles = _opaque_rope_angles if torch.compiler.is_compiling() else rope_angles
         p = self.position_cfg
-        if p.scaling == "longrope":
-            assert p.original_context is not None, "model.position.original_context: longrope's validate requires it"
-            longer = (pos.amax(-1) + 1 > p.original_context)[..., None, None, None]  # [(B,) 1, 1, 1]: no device sync
+        if p.scaling.kind == "longrope":
+            assert p.scaling.original_context is not None, (
+                "model.position.scaling.original_context: longrope's validate requires it"
+            )
+            longer = (pos.amax(-1) + 1 > p.scaling.original_context)[
+                ..., None, None, None
+            ]  # [(B,) 1, 1, 1]: no device sync
             short, long = (inverse_frequencies(p, self.dim, pos.device, long=b) for b in (False, True))
             inv_freq = torch.where(longer, long, short)
         else:
@@ -91,46 +135,49 @@ class RoPE(Position):
         """YaRN with ``mscale_all_dim`` set and ``softmax_mscale`` on: ``yarn_mscale(factor, mscale_all_dim)``²
         (DeepSeek-V2/V3); else 1 (transformers' generic yarn scales cos and sin alone: Ministral 3)."""
         p = cfg.position
-        if p.scaling == "yarn" and p.mscale_all_dim is not None and p.softmax_mscale:
-            return yarn_mscale(p.factor, p.mscale_all_dim) ** 2
+        if p.scaling.kind == "yarn" and p.scaling.mscale_all_dim is not None and p.scaling.softmax_mscale:
+            return yarn_mscale(p.scaling.factor, p.scaling.mscale_all_dim) ** 2
         return 1.0
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
         """``rope``, and its scaling when there is one (``rope+yarn``)."""
         p = cfg.position
-        return p.kind + (f"+{p.scaling}" if p.scaling != "none" else "")
+        return p.kind + (f"+{p.scaling.kind}" if p.scaling.kind != "none" else "")
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """The rotation's fields and those of its scaling (``mscale``s outside yarn: refused by validate)."""
-        return _ROTATION | _SCALING_FIELDS[cfg.position.scaling]
+        """The rotation's fields and those of its scaling (``scaling.factor``)."""
+        scaling = _SCALING_FIELDS[cfg.position.scaling.kind] | {"kind", "mscale", "mscale_all_dim"}
+        return _ROTATION | {f"scaling.{name}" for name in scaling}
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         p = cfg.position
         checks.positive("model.position.theta", p.theta)
-        if p.scaling != "none":
-            checks.positive("model.position.factor", p.factor)
-        if p.scaling == "llama3":
-            checks.integer("model.position.original_context", p.original_context, 1,
-                           "a positive integer for scaling=llama3 (the context the model was trained at)")  # fmt: skip
-            checks.positive("model.position.low_freq_factor", p.low_freq_factor)
-            if not checks.finite(p.high_freq_factor) > p.low_freq_factor:
+        if p.scaling.kind != "none":
+            checks.positive("model.position.scaling.factor", p.scaling.factor)
+        if p.scaling.kind == "llama3":
+            checks.integer("model.position.scaling.original_context", p.scaling.original_context, 1,
+                           "a positive integer for scaling.kind=llama3 (the context the model was trained at)")  # fmt: skip
+            checks.positive("model.position.scaling.low_freq_factor", p.scaling.low_freq_factor)
+            if not checks.finite(p.scaling.high_freq_factor) > p.scaling.low_freq_factor:
                 raise ConfigError(
-                    "model.position.high_freq_factor",
-                    p.high_freq_factor,
-                    f"a number above model.position.low_freq_factor={p.low_freq_factor}",
+                    "model.position.scaling.high_freq_factor",
+                    p.scaling.high_freq_factor,
+                    f"a number above model.position.scaling.low_freq_factor={p.scaling.low_freq_factor}",
                 )
         _validate_yarn(p)
-        if p.attention_factor is not None:
-            if p.scaling not in ("yarn", "longrope"):
+        if p.scaling.attention_factor is not None:
+            if p.scaling.kind not in ("yarn", "longrope"):
                 raise ConfigError(
-                    "model.position.attention_factor",
-                    p.attention_factor,
-                    "null unless model.position.scaling is yarn or longrope (the scalings that scale cos and sin)",
+                    "model.position.scaling.attention_factor",
+                    p.scaling.attention_factor,
+                    "null unless model.position.scaling.kind is yarn or longrope (the scalings that scale cos and sin)",
                 )
-            checks.positive("model.position.attention_factor", p.attention_factor, "a positive number, or null")
+            checks.positive(
+                "model.position.scaling.attention_factor", p.scaling.attention_factor, "a positive number, or null"
+            )
         if p.rotary_dim is not None and p.rotary_fraction is not None:
             raise ConfigError(
                 "model.position.rotary_fraction", p.rotary_fraction, "null when rotary_dim is set (give one of them)"
@@ -146,7 +193,7 @@ class RoPE(Position):
                 checks.integer("model.position.rotary_dim", p.rotary_dim, 2, even)
                 if p.rotary_dim % 2:
                     raise ConfigError("model.position.rotary_dim", p.rotary_dim, even)
-            if p.scaling == "longrope":
+            if p.scaling.kind == "longrope":
                 _validate_longrope(p, None)
             return
         mixer.validate_rotary(cfg)  # what the attention can rotate
@@ -162,74 +209,86 @@ class RoPE(Position):
         r = rotary_dim(cfg)
         if r <= 0 or r % 2 or r > hd:
             raise ConfigError("model.position.rotary_dim", r, f"an even number of dims in [2, head_dim={hd}]")
-        if p.scaling == "longrope":
+        if p.scaling.kind == "longrope":
             _validate_longrope(p, r)
 
 
-def _validate_longrope(p: PositionConfig, rotated: Optional[int]) -> None:
+def _validate_longrope(p: RoPEConfig, rotated: Optional[int]) -> None:
     """LongRoPE's fields: the context it extends (``original_context``), a ``factor`` >= 1 (its attention
     factor reads it) and ``short_factor`` and ``long_factor`` lists of one positive number per rotated pair
     (``rotated`` None, a mixer that takes no rotation: as many pairs as ``short_factor`` lists, one or more)."""
-    checks.integer("model.position.original_context", p.original_context, 1,
-                   "a positive integer for scaling=longrope (the context the model was trained at)")  # fmt: skip
-    if not checks.finite(p.factor) >= 1:
-        raise ConfigError("model.position.factor", p.factor, "a number >= 1 for scaling=longrope (how much longer)")
+    checks.integer("model.position.scaling.original_context", p.scaling.original_context, 1,
+                   "a positive integer for scaling.kind=longrope (the context the model was trained at)")  # fmt: skip
+    if not checks.finite(p.scaling.factor) >= 1:
+        raise ConfigError(
+            "model.position.scaling.factor",
+            p.scaling.factor,
+            "a number >= 1 for scaling.kind=longrope (how much longer)",
+        )
     if rotated is None:
-        short = p.short_factor
+        short = p.scaling.short_factor
         pairs = len(short) if isinstance(short, Sequence) and not isinstance(short, str) else 0
-        allowed = "a non-empty list of positive numbers for scaling=longrope, long_factor as long as short_factor"
+        allowed = "a non-empty list of positive numbers for scaling.kind=longrope, long_factor as long as short_factor"
     else:
         pairs = rotated // 2
-        allowed = (
-            f"a list of {pairs} positive numbers for scaling=longrope (one per rotated pair: rotary dims {rotated} / 2)"
-        )
+        allowed = f"a list of {pairs} positive numbers for scaling.kind=longrope (one per rotated pair: rotary dims {rotated} / 2)"
     for name in ("short_factor", "long_factor"):
-        factors = getattr(p, name)
+        factors = getattr(p.scaling, name)
         ok = isinstance(factors, Sequence) and not isinstance(factors, str) and 0 < len(factors) == pairs
         if not ok or not all(isinstance(f, (int, float)) and checks.finite(f) > 0 for f in factors):
-            raise ConfigError(f"model.position.{name}", factors, allowed)
+            raise ConfigError(f"model.position.scaling.{name}", factors, allowed)
 
 
-def _validate_yarn(p: PositionConfig) -> None:
+def _validate_yarn(p: RoPEConfig) -> None:
     """YaRN's fields: the context it extends (``original_context``), ``theta`` > 1, a ``factor`` >= 1, ``beta_fast``
     > ``beta_slow`` > 0, ``truncate`` a bool, and ``mscale`` with ``mscale_all_dim`` both positive or both null
     (alone, each means one thing to Hugging Face and another to DeepSeek's reference code). Outside yarn
     both are null. ``softmax_mscale`` false (the softmax left alone) needs ``mscale_all_dim``, which it reads."""
-    if not isinstance(p.softmax_mscale, bool):
-        raise ConfigError("model.position.softmax_mscale", p.softmax_mscale, "true or false")
-    if not p.softmax_mscale and (p.scaling != "yarn" or p.mscale_all_dim is None):
+    if not isinstance(p.scaling.softmax_mscale, bool):
+        raise ConfigError("model.position.scaling.softmax_mscale", p.scaling.softmax_mscale, "true or false")
+    if not p.scaling.softmax_mscale and (p.scaling.kind != "yarn" or p.scaling.mscale_all_dim is None):
         raise ConfigError(
-            "model.position.softmax_mscale",
+            "model.position.scaling.softmax_mscale",
             False,
-            "true unless model.position.scaling=yarn with mscale_all_dim set (it says whether that scales the softmax)",
+            "true unless model.position.scaling.kind=yarn with mscale_all_dim set (it says whether that scales the softmax)",
         )
-    if p.scaling != "yarn":
+    if p.scaling.kind != "yarn":
         for name in ("mscale", "mscale_all_dim"):
-            if getattr(p, name) is not None:
-                raise ConfigError(f"model.position.{name}", getattr(p, name), "null unless model.position.scaling=yarn")
+            if getattr(p.scaling, name) is not None:
+                raise ConfigError(
+                    f"model.position.scaling.{name}",
+                    getattr(p.scaling, name),
+                    "null unless model.position.scaling.kind=yarn",
+                )
         return
-    checks.integer("model.position.original_context", p.original_context, 1,
-                   "a positive integer for scaling=yarn (the context the model was trained at)")  # fmt: skip
+    checks.integer("model.position.scaling.original_context", p.scaling.original_context, 1,
+                   "a positive integer for scaling.kind=yarn (the context the model was trained at)")  # fmt: skip
     if not checks.finite(p.theta) > 1:
         raise ConfigError(
-            "model.position.theta", p.theta, "a number above 1 for scaling=yarn (its band reads log theta)"
+            "model.position.theta", p.theta, "a number above 1 for scaling.kind=yarn (its band reads log theta)"
         )
-    if not checks.finite(p.factor) >= 1:
-        raise ConfigError("model.position.factor", p.factor, "a number >= 1 for scaling=yarn (how much longer)")
-    checks.positive("model.position.beta_slow", p.beta_slow)
-    if not isinstance(p.truncate, bool):
-        raise ConfigError("model.position.truncate", p.truncate, "true or false")
-    if not checks.finite(p.beta_fast) > p.beta_slow:
+    if not checks.finite(p.scaling.factor) >= 1:
         raise ConfigError(
-            "model.position.beta_fast", p.beta_fast, f"a number above model.position.beta_slow={p.beta_slow}"
+            "model.position.scaling.factor", p.scaling.factor, "a number >= 1 for scaling.kind=yarn (how much longer)"
+        )
+    checks.positive("model.position.scaling.beta_slow", p.scaling.beta_slow)
+    if not isinstance(p.scaling.truncate, bool):
+        raise ConfigError("model.position.scaling.truncate", p.scaling.truncate, "true or false")
+    if not checks.finite(p.scaling.beta_fast) > p.scaling.beta_slow:
+        raise ConfigError(
+            "model.position.scaling.beta_fast",
+            p.scaling.beta_fast,
+            f"a number above model.position.scaling.beta_slow={p.scaling.beta_slow}",
         )
     for name in ("mscale", "mscale_all_dim"):
-        if getattr(p, name) is not None:
-            checks.positive(f"model.position.{name}", getattr(p, name), "a positive number, or null")
-    if (p.mscale is None) != (p.mscale_all_dim is None):
-        name, other = ("mscale", "mscale_all_dim") if p.mscale is None else ("mscale_all_dim", "mscale")
+        if getattr(p.scaling, name) is not None:
+            checks.positive(f"model.position.scaling.{name}", getattr(p.scaling, name), "a positive number, or null")
+    if (p.scaling.mscale is None) != (p.scaling.mscale_all_dim is None):
+        name, other = ("mscale", "mscale_all_dim") if p.scaling.mscale is None else ("mscale_all_dim", "mscale")
         raise ConfigError(
-            f"model.position.{name}", None, f"a positive number when model.position.{other} is set (both or neither)"
+            f"model.position.scaling.{name}",
+            None,
+            f"a positive number when model.position.scaling.{other} is set (both or neither)",
         )
 
 
@@ -275,30 +334,30 @@ def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
     return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
 
 
-def attention_factor(p: PositionConfig) -> float:
+def attention_factor(s: RoPEScalingConfig) -> float:
     """What YaRN multiplies cos and sin by (so each rotated q·k by its square): ``yarn_mscale(factor,
     mscale) / yarn_mscale(factor, mscale_all_dim)`` when both are set (DeepSeek; 1 when equal), else
     ``yarn_mscale(factor)`` (Peng et al. 2023, eq. 22: 0.1·ln(s) + 1); LongRoPE's, at short and long
     sequences alike, ``sqrt(1 + ln(factor) / ln(original_context))`` (1 for factor 1; transformers'
     default); 1 for every other scaling. ``attention_factor``, where set, replaces YaRN's and LongRoPE's
     (transformers' rope_parameters key of that name)."""
-    if p.attention_factor is not None:  # validate allows it with yarn and longrope alone
-        return p.attention_factor
-    if p.scaling == "longrope":
-        assert p.original_context is not None, "model.position.original_context: longrope's validate requires it"
-        return math.sqrt(1 + math.log(p.factor) / math.log(p.original_context)) if p.factor > 1 else 1.0
-    if p.scaling != "yarn":
+    if s.attention_factor is not None:  # validate allows it with yarn and longrope alone
+        return s.attention_factor
+    if s.kind == "longrope":
+        assert s.original_context is not None, (
+            "model.position.scaling.original_context: longrope's validate requires it"
+        )
+        return math.sqrt(1 + math.log(s.factor) / math.log(s.original_context)) if s.factor > 1 else 1.0
+    if s.kind != "yarn":
         return 1.0
-    if p.mscale is not None and p.mscale_all_dim is not None:
-        return yarn_mscale(p.factor, p.mscale) / yarn_mscale(p.factor, p.mscale_all_dim)
-    return yarn_mscale(p.factor)
+    if s.mscale is not None and s.mscale_all_dim is not None:
+        return yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim)
+    return yarn_mscale(s.factor)
 
 
-def inverse_frequencies(
-    p: PositionConfig, dim: int, device: Optional[torch.device] = None, long: bool = False
-) -> Tensor:
+def inverse_frequencies(p: RoPEConfig, dim: int, device: Optional[torch.device] = None, long: bool = False) -> Tensor:
     """RoPE's angle per position of each rotated pair i, ``theta^(-2i/dim)`` in float32, rescaled as
-    ``p.scaling`` asks: ``linear`` divides every frequency by ``factor`` (positions interpolated, Chen et
+    ``p.scaling.kind`` asks: ``linear`` divides every frequency by ``factor`` (positions interpolated, Chen et
     al. 2023); ``llama3`` divides only the low frequencies (wavelengths above ``original_context /
     low_freq_factor``) by it, keeps the high ones (below ``original_context / high_freq_factor``) and
     blends the band between (Llama 3.1); ``yarn`` keeps the pairs that turn more than ``beta_fast`` times
@@ -307,43 +366,45 @@ def inverse_frequencies(
     whole pairs with ``truncate``; ``longrope`` divides pair i's frequency by ``short_factor[i]``, or
     ``long_factor[i]`` with ``long`` (Ding et al. 2024, arXiv:2402.13753), as transformers computes it."""
     exponent = torch.arange(0, dim, 2, device=device, dtype=torch.int64).float() / dim
-    if p.scaling == "longrope":
+    if p.scaling.kind == "longrope":
         factors = torch.tensor(
-            list((p.long_factor if long else p.short_factor) or ()), dtype=torch.float32, device=device
+            list((p.scaling.long_factor if long else p.scaling.short_factor) or ()), dtype=torch.float32, device=device
         )
         return 1.0 / (factors * p.theta**exponent)
     inv_freq = 1.0 / p.theta**exponent
-    if p.scaling == "linear":
-        return inv_freq / p.factor
-    if p.scaling == "llama3":
-        context = p.original_context
-        assert context is not None, "model.position.original_context: llama3's validate requires it"
+    if p.scaling.kind == "linear":
+        return inv_freq / p.scaling.factor
+    if p.scaling.kind == "llama3":
+        context = p.scaling.original_context
+        assert context is not None, "model.position.scaling.original_context: llama3's validate requires it"
         wavelength = 2 * math.pi / inv_freq
-        smooth = (context / wavelength - p.low_freq_factor) / (p.high_freq_factor - p.low_freq_factor)
-        blended = (1 - smooth) * inv_freq / p.factor + smooth * inv_freq
-        low = wavelength > context / p.low_freq_factor
-        high = wavelength < context / p.high_freq_factor
-        return torch.where(low, inv_freq / p.factor, torch.where(high, inv_freq, blended))
-    if p.scaling == "yarn":
+        smooth = (context / wavelength - p.scaling.low_freq_factor) / (
+            p.scaling.high_freq_factor - p.scaling.low_freq_factor
+        )
+        blended = (1 - smooth) * inv_freq / p.scaling.factor + smooth * inv_freq
+        low = wavelength > context / p.scaling.low_freq_factor
+        high = wavelength < context / p.scaling.high_freq_factor
+        return torch.where(low, inv_freq / p.scaling.factor, torch.where(high, inv_freq, blended))
+    if p.scaling.kind == "yarn":
         low, high = _yarn_band(p, dim)
         ramp = ((torch.arange(dim // 2, device=device, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-        return inv_freq / p.factor * ramp + inv_freq * (1 - ramp)
+        return inv_freq / p.scaling.factor * ramp + inv_freq * (1 - ramp)
     return inv_freq
 
 
-def _yarn_band(p: PositionConfig, dim: int) -> tuple[float, float]:
+def _yarn_band(p: RoPEConfig, dim: int) -> tuple[float, float]:
     """The pair indices where YaRN's ramp starts and ends: the pair that turns ``beta`` times over
     ``original_context`` sits at ``dim·ln(original_context / (2π·beta)) / (2·ln theta)``; rounded outward
     with ``truncate`` (Hugging Face's default; gpt-oss keeps them as computed), clipped to [0, dim - 1],
     never empty."""
-    context = p.original_context
-    assert context is not None, "model.position.original_context: yarn's validate requires it"
+    context = p.scaling.original_context
+    assert context is not None, "model.position.scaling.original_context: yarn's validate requires it"
 
     def pair_turning(beta: float) -> float:
         return dim * math.log(context / (beta * 2 * math.pi)) / (2 * math.log(p.theta))
 
-    low, high = pair_turning(p.beta_fast), pair_turning(p.beta_slow)
-    if p.truncate:
+    low, high = pair_turning(p.scaling.beta_fast), pair_turning(p.scaling.beta_slow)
+    if p.scaling.truncate:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
     return low, (high if high != low else high + 0.001)

@@ -172,9 +172,10 @@ def _reads(cfg: ModelConfig, family: str) -> Optional[frozenset[str]]:
 
 
 def ignored(cfg: ModelConfig) -> list[Ignored]:
-    """Every field set away from its dataclass default that no chosen entry reads (``reads``): of the
-    model's sections (read by its own entries or by a layer kind's built from them), of a layer kind's
-    overrides (read by that layer's entries), and a layer kind no layer is given."""
+    """Every field set away from its dataclass default that no chosen entry reads (``reads``; a
+    sub-config's fields one by one, ``scaling.factor``): of the model's sections (read by its own entries
+    or by a layer kind's built from them), of a layer kind's overrides (read by that layer's entries), and
+    a layer kind no layer is given."""
     kinds = cfg.layers.kinds or {}
     used = sorted(used_kinds(cfg))
     layers = {name: kind_config(cfg, name) for name in used}
@@ -185,16 +186,15 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
         if any(r is None for r in reads):
             continue
         read = frozenset().union(*(r for r in reads if r is not None))
-        for f in dataclasses.fields(section):
-            value = getattr(section, f.name)
-            if f.name != "kind" and f.name not in read and value != _default(f):
+        for name, value, default in _fields(section):
+            if name != "kind" and not _is_read(name, read) and value != default:
                 why = f"model.{family}.kind={section.kind} does not use it"
-                out.append(Ignored(f"model.{family}.{f.name}", value, why))
+                out.append(Ignored(f"model.{family}.{name}", value, why))
     for name, layer in layers.items():
         for family, fields in kinds[name].items():
             read = _reads(layer, family)
-            for field, value in (fields or {}).items():
-                if read is not None and field != "kind" and field not in read:
+            for field, value in _dotted(fields or {}):
+                if read is not None and field != "kind" and not _is_read(field, read):
                     why = f"model.{family}.kind={getattr(layer, family).kind} in layer kind {name} does not use it"
                     out.append(Ignored(f"model.layers.kinds.{name}.{family}.{field}", value, why))
     for name in sorted(set(kinds) - set(used)):
@@ -202,15 +202,40 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     return out
 
 
+def _fields(section: Any) -> list[tuple[str, Any, Any]]:
+    """(name, value, default) of each field of a config section, a sub-config's as ``sub.field``."""
+    out = []
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            out += [(f"{f.name}.{name}", v, d) for name, v, d in _fields(value)]
+        else:
+            out.append((f.name, value, _default(f)))
+    return out
+
+
+def _dotted(values: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(name, value) of a layer kind's overrides, a sub-config's as ``sub.field``."""
+    return [
+        (f"{k}.{name}", value) if isinstance(v, dict) else (k, v)
+        for k, v in values.items()
+        for name, value in (v.items() if isinstance(v, dict) else [(None, v)])
+    ]
+
+
+def _is_read(name: str, read: frozenset[str]) -> bool:
+    """Whether field ``name`` (``scaling.factor``) is among ``read``, or its sub-config is, whole."""
+    return name in read or name.partition(".")[0] in read
+
+
 def uses(cfg: ModelConfig, field: str) -> bool:
-    """Whether the chosen variant reads ``field`` (``mlp.expert_d_ff``) in the model's parts or a layer
-    kind's built from them (a top-level field: always)."""
+    """Whether the chosen variant reads ``field`` (``mlp.expert_d_ff``, ``position.scaling.factor``) in the
+    model's parts or a layer kind's built from them (a top-level field: always)."""
     family, _, rest = field.partition(".")
-    leaf = rest.partition(".")[0]  # a sub-config's field: whether its section reads the sub-config
-    if family not in FAMILIES or not leaf:
+    if family not in FAMILIES or not rest:
         return True
     configs = [cfg, *(kind_config(cfg, name) for name in sorted(used_kinds(cfg)))]
-    return any((read := _reads(c, family)) is None or leaf in read for c in configs)
+    return any((read := _reads(c, family)) is None or _is_read(rest, read) for c in configs)
 
 
 def without_ignored(cfg: ModelConfig) -> ModelConfig:
@@ -220,10 +245,13 @@ def without_ignored(cfg: ModelConfig) -> ModelConfig:
     for item in ignored(cfg):
         path = item.field.split(".")[1:]
         if path[0] == "layers":  # a layer kind no layer is given, or a field a kind's layer does not read
-            _, _, name, *inner = path
-            del (out.layers.kinds[name][inner[0]] if inner else out.layers.kinds)[inner[1] if inner else name]
+            node, *keys = out.layers.kinds, *path[2:]
+            for key in keys[:-1]:
+                node = node[key]
+            del node[keys[-1]]
             continue
-        family, name = path
-        section = getattr(out, family)
-        setattr(section, name, _default(next(f for f in dataclasses.fields(section) if f.name == name)))
+        node = out
+        for key in path[:-1]:  # the section, and a sub-config in it
+            node = getattr(node, key)
+        setattr(node, path[-1], _default(next(f for f in dataclasses.fields(node) if f.name == path[-1])))
     return out

@@ -123,11 +123,14 @@ def check_decoding_equals_hfs_full_forward_not_its_decoding(hf) -> None:
 def changed_cfg(cfg, **fields):
     """A copy of archlab config ``cfg`` with ``fields`` set: ``attention__window=...`` on the model
     (``mlp__routing__top_k``: a sub-config's; a field the section has not is an error),
-    ``kinds__nope__attention__qk_norm=...`` on (or added to) a layer kind."""
+    ``kinds__nope__attention__qk_norm=...`` on (or added to) a layer kind (``kinds__nope__position__kind``:
+    that option in place of the kind's section, as a kind naming another option swaps the part whole)."""
     cfg = copy.deepcopy(cfg)
     for key, value in fields.items():
         path = key.split("__")
-        if path[0] == "kinds":
+        if path[0] == "kinds" and len(path) == 4 and path[-1] == "kind":
+            cfg.layers.kinds[path[1]][path[2]] = {"kind": value}
+        elif path[0] == "kinds":
             node = cfg.layers.kinds[path[1]]
             for name in path[2:-1]:
                 node = node.setdefault(name, {})

@@ -59,7 +59,7 @@ class Afmoe(_LayeredSparse):
     features = frozenset(
         {
             "model.scale_embedding",
-            "model.position.scaling",
+            "model.position.scaling.kind",
             "model.attention.qk_norm",
             "model.attention.window",
             "model.attention.gate",

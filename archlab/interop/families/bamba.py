@@ -206,7 +206,7 @@ class Bamba(Family):
         named as the layer's kind sets it)."""
         found = super().part_problems(cfg)
         half = head_dim(cfg) // 2
-        if rotary_dim(cfg) != half:
+        if cfg.position.kind == "rope" and rotary_dim(cfg) != half:  # another scheme: refused as such
             field, value = (
                 ("model.position.rotary_dim", cfg.position.rotary_dim)
                 if cfg.position.rotary_dim is not None

@@ -81,12 +81,12 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
     "model.head.softcap": (None, "no logit soft-capping"),
-    "model.position.scaling": ("none", "unscaled RoPE"),
-    "model.position.truncate": (True, "YaRN's band rounded outward"),
-    "model.position.softmax_mscale": (True, "YaRN's mscale_all_dim read as DeepSeek's, the softmax scaled too"),
-    "model.position.short_factor": (None, "no LongRoPE factors"),
-    "model.position.long_factor": (None, "no LongRoPE factors"),
-    "model.position.attention_factor": (None, "RoPE's attention factor derived from its scaling"),
+    "model.position.scaling.kind": ("none", "unscaled RoPE"),
+    "model.position.scaling.truncate": (True, "YaRN's band rounded outward"),
+    "model.position.scaling.softmax_mscale": (True, "YaRN's mscale_all_dim read as DeepSeek's, the softmax scaled too"),
+    "model.position.scaling.short_factor": (None, "no LongRoPE factors"),
+    "model.position.scaling.long_factor": (None, "no LongRoPE factors"),
+    "model.position.scaling.attention_factor": (None, "RoPE's attention factor derived from its scaling"),
     "model.position.alibi_scale": (1.0, "ALiBi's slopes as Press et al."),
     "model.position.alibi_rounding": ("none", "ALiBi's bias in float32"),
     "model.layers.first": ([], "every layer the same parts"),
@@ -152,6 +152,19 @@ def differences(have: Any, want: Any) -> list[tuple[str, Any, Any]]:
             out += [(f"{f.name}.{name}", x, y) for name, x, y in differences(a, b)]
         elif a != b:
             out.append((f.name, a, b))
+    return out
+
+
+def leaf_fields(section: Any, prefix: str) -> list[str]:
+    """``prefix.<field>`` for each field of config ``section``, a sub-config's one by one
+    (``model.position.scaling.factor``)."""
+    out = []
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            out += leaf_fields(value, f"{prefix}.{f.name}")
+        else:
+            out.append(f"{prefix}.{f.name}")
     return out
 
 
@@ -378,7 +391,7 @@ class Family:
     attention_kind = "causal"  # the model.attention.kind its layers have
     position_kind: str | tuple[str, ...] = "rope"  # the model.position.kind it holds (or the kinds: Falcon's two)
     position_why = ""  # why, in its refusal
-    scalings: tuple[str, ...] = ("none", "linear", "llama3")  # RoPE scalings, if it holds model.position.scaling
+    scalings: tuple[str, ...] = ("none", "linear", "llama3")  # RoPE scalings, if it holds model.position.scaling.kind
     renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
     parts = ""  # the archlab parts the class maps to, in a line (archlab-interop's table and docs/interop.md)
     keys: dict[str, str] = {}  # HF config key -> archlab field ("d_model", "norm.eps"), copied as is
@@ -439,8 +452,8 @@ class Family:
             ("model.position.kind", kinds, self.position_why),
             ("model.head.kind", ("linear",), ""),
         ]
-        if "model.position.scaling" in self.features:
-            rules.append(("model.position.scaling", self.scalings, ""))
+        if "model.position.scaling.kind" in self.features:
+            rules.append(("model.position.scaling.kind", self.scalings, ""))
         found = []
         for field, allowed, why in rules + self.rules(cfg) + absent:
             if not has_field(cfg, field):  # a field of another option (an MLP's of another kind): not set
@@ -493,7 +506,7 @@ class Family:
     @staticmethod
     def full_rotary(cfg: ModelConfig) -> list[Problem]:
         """The problem of a family that rotates whole heads, when ``cfg`` rotates part of one."""
-        if rotary_dim(cfg) == head_dim(cfg):
+        if cfg.position.kind != "rope" or rotary_dim(cfg) == head_dim(cfg):
             return []
         if cfg.position.rotary_fraction is not None:  # the field the user set
             return [

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
     embedding_dropout,
     n_kv_head,
 )
@@ -97,7 +97,7 @@ class GPTBigCode(Family):
             **dropouts(c.resid_pdrop, c.embd_pdrop),
             norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="pre"),
-            position=PositionConfig(kind="learned"),
+            position=POSITION_OPTIONS.make(kind="learned"),
             attention=AttentionConfig(
                 n_kv_head=1 if c.multi_query else None,
                 scale=None if c.scale_attn_weights else 1.0,

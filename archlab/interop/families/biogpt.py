@@ -8,10 +8,10 @@ from typing import Any
 from torch import Tensor
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
     embedding_dropout,
 )
 from archlab.interop.families.base import (
@@ -88,7 +88,7 @@ class BioGpt(Family):
             scale_embedding=bool(c.scale_embedding),
             norm=NormConfig(kind="layernorm", eps=EPS, bias=True),
             block=BlockConfig(kind="pre"),
-            position=PositionConfig(kind="learned"),
+            position=POSITION_OPTIONS.make(kind="learned"),
             attention=AttentionConfig(dropout=float(c.attention_probs_dropout_prob)),
             mlp=plain_mlp(c, "hidden_act", c.intermediate_size),
         )

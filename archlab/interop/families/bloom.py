@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
 )
 from archlab.interop.families.base import (
     NO_HEAD_BIAS,
@@ -101,7 +101,7 @@ class Bloom(Family):
             embedding_norm=True,
             norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="pre"),
-            position=PositionConfig(kind="alibi"),
+            position=POSITION_OPTIONS.make(kind="alibi"),
             attention=AttentionConfig(dropout=float(c.attention_dropout)),
             mlp=mlp_section("gelu", d_ff=4 * c.hidden_size, bias=True, approximate="tanh"),
         )

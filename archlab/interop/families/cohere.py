@@ -44,7 +44,7 @@ class Cohere(Family):
     keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     features = frozenset(
         {
-            "model.position.scaling",
+            "model.position.scaling.kind",
             "model.head.logit_scale",
             "model.attention.qk_norm",
             "model.attention.qk_norm_per_head_scale",

@@ -57,7 +57,7 @@ class Cohere2(LayeredFamily):
     model_type, title, model_class, config_class = "cohere2", "Cohere2", "Cohere2ForCausalLM", "Cohere2Config"
     prefix = "model."
     keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
-    features = frozenset({"model.position.scaling", "model.attention.window", *LAYERS})
+    features = frozenset({"model.position.scaling.kind", "model.attention.window", *LAYERS})
     nope = True
     layout_why = " (Cohere2's sliding layers have RoPE and its full layers none)"
 

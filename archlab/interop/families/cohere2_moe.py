@@ -60,7 +60,7 @@ class Cohere2Moe(_LayeredSparse):
     parts = "Cohere 2's parallel layers (local RoPE / global NoPE, logit scale), top-k MoE with summed shared experts"
     features = frozenset(
         {
-            "model.position.scaling",
+            "model.position.scaling.kind",
             "model.attention.window",
             "model.head.logit_scale",
             "model.layers.first",

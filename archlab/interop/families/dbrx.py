@@ -27,7 +27,7 @@ class Dbrx(_CausalSparse):
     model_type, title, model_class, config_class = "dbrx", "DBRX", "DbrxForCausalLM", "DbrxConfig"
     keys = MPT_KEYS  # DBRX refuses a tied head
     prefix = "transformer."
-    features = frozenset({"model.position.scaling", "model.attention.clip_qkv"})
+    features = frozenset({"model.position.scaling.kind", "model.attention.clip_qkv"})
     parts = "bias-free LayerNorms, fused Wqkv with clip_qkv, GQA, a softmax top-k MoE of SwiGLU experts"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:

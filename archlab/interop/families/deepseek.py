@@ -36,7 +36,7 @@ class _DeepSeek(_Sparse):
 
     attention_kind = "mla"
     position_why = " (it always rotates qk_rope_head_dim dims)"
-    features = frozenset({"model.position.scaling", "model.position.truncate", LATENT_EPS}) | LAYERS
+    features = frozenset({"model.position.scaling.kind", "model.position.scaling.truncate", LATENT_EPS}) | LAYERS
     scalings = ("none", "yarn")
     shared_experts = True
     keys = {**_Sparse.keys, **MLA_KEYS}

@@ -107,7 +107,7 @@ class Dots1(SigmoidRouted):
     DeepSeek-V3's routing with shared experts and dense first layers."""
 
     model_type, title, model_class, config_class = "dots1", "dots.llm1", "Dots1ForCausalLM", "Dots1Config"
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm", "model.attention.window"}) | LAYERS
+    features = frozenset({"model.position.scaling.kind", "model.attention.qk_norm", "model.attention.window"}) | LAYERS
     parts = "Qwen3's layers (a sliding window or none) over a sigmoid top-k MoE with correction bias, groups, shared experts, dense first layers"
 
     def attention_rules(self, cfg: ModelConfig) -> list[Rule]:

@@ -16,7 +16,7 @@ class Ernie45(_LlamaStyle):
     biases on q/k/v, o_proj and the MLP together or nowhere (``use_bias``), no attention dropout."""
 
     model_type, title, model_class, config_class = "ernie4_5", "ERNIE 4.5", "Ernie4_5ForCausalLM", "Ernie4_5Config"
-    features = frozenset({"model.position.scaling"})
+    features = frozenset({"model.position.scaling.kind"})
     parts = "pre-norm RMSNorm, interleaved RoPE, SwiGLU, biases everywhere or nowhere (use_bias), GQA"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:

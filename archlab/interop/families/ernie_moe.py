@@ -35,7 +35,7 @@ class Ernie45Moe(_Softmax):
 
     model_type, title = "ernie4_5_moe", "ERNIE 4.5 MoE"
     model_class, config_class = "Ernie4_5_MoeForCausalLM", "Ernie4_5_MoeConfig"
-    features = frozenset({"model.position.scaling"}) | LAYERS
+    features = frozenset({"model.position.scaling.kind"}) | LAYERS
     checkpoint_renames = {".mlp.moe_statics.": ".mlp.gate.moe_statics."}  # as saved, the bias beside the router
     parts = "ERNIE 4.5's layers with a softmax top-k MoE, correction bias, shared experts, dense first layers"
 

@@ -36,7 +36,7 @@ class Exaone4(LayeredFamily, Olmo2):
     parts = "OLMo 2's block with per-head QK-norm, local RoPE and global NoPE layers"
 
     model_type, title, model_class, config_class = "exaone4", "EXAONE 4", "Exaone4ForCausalLM", "Exaone4Config"
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm", "model.attention.window", *LAYERS})
+    features = frozenset({"model.position.scaling.kind", "model.attention.qk_norm", "model.attention.window", *LAYERS})
     nope = True
     layout_why = " (with a sliding window, EXAONE 4's sliding layers have RoPE and its full layers none; without one, every layer has RoPE)"
 

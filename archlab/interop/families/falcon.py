@@ -7,10 +7,10 @@ import math
 from typing import Any
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
     n_kv_head,
 )
 from archlab.interop.families.base import (
@@ -53,7 +53,7 @@ class Falcon(Family):
     keys = {**LLAMA_KEYS, "layer_norm_epsilon": "norm.eps"}
     prefix = "transformer."
     position_kind = ("rope", "alibi")
-    features = frozenset({"model.position.scaling", "model.position.alibi_scale", "model.position.alibi_rounding"})
+    features = frozenset({"model.position.scaling.kind", "model.position.alibi_scale", "model.position.alibi_rounding"})
     parts = (
         "layernorm, parallel (one or two norms) or pre block, plain MLP, MHA/MQA (old) or GQA (new architecture), "
         "one bias flag, rope or alibi (Falcon-RW)"
@@ -136,7 +136,7 @@ class Falcon(Family):
             kv = 1 if c.multi_query else H
         hd = c.hidden_size // H
         if c.alibi:
-            position = PositionConfig(kind="alibi", alibi_scale=1 / math.sqrt(hd), alibi_rounding="bf16")
+            position = POSITION_OPTIONS.make(kind="alibi", alibi_scale=1 / math.sqrt(hd), alibi_rounding="bf16")
         else:
             position = rope_from_hf(c, hd, partial=False)
         mlp = plain_mlp(c, "activation", c.ffn_hidden_size)

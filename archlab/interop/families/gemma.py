@@ -24,7 +24,7 @@ class Gemma(_LlamaStyle):
     parts = "RMSNorm (1 + w), scaled embeddings, GeGLU, MQA/GQA, tied head"
 
     model_type, title, model_class, config_class = "gemma", "Gemma", "GemmaForCausalLM", "GemmaConfig"
-    features = frozenset({"model.position.scaling", "model.norm.unit_offset", "model.scale_embedding"})
+    features = frozenset({"model.position.scaling.kind", "model.norm.unit_offset", "model.scale_embedding"})
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [

@@ -26,7 +26,7 @@ class Glm4(_LlamaStyle):
         "mlp_norm": "post_attention_layernorm",
         "mlp_out_norm": "post_mlp_layernorm",
     }
-    features = frozenset({"model.position.scaling"})
+    features = frozenset({"model.position.scaling.kind"})
     parts = "sandwich block of RMSNorms, interleaved partial RoPE, q/k/v biases, fused gate/up SwiGLU, GQA"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:

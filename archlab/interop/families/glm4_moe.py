@@ -25,7 +25,7 @@ class Glm4Moe(SigmoidRouted):
     """Glm4MoeForCausalLM (GLM-4.5, GLM-4.6): see the module docstring."""
 
     model_type, title, model_class, config_class = "glm4_moe", "GLM-4-MoE", "Glm4MoeForCausalLM", "Glm4MoeConfig"
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm"}) | LAYERS
+    features = frozenset({"model.position.scaling.kind", "model.attention.qk_norm"}) | LAYERS
     partial = True
     parts = "LLaMA's layers (q/k/v biases, optional per-head QK-norm, partial RoPE) over a sigmoid top-k MoE with correction bias, groups, shared experts, dense first layers"
 

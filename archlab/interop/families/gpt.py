@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
     embedding_dropout,
 )
 from archlab.interop.families.base import (
@@ -103,7 +103,7 @@ class GPT2(_GPT):
                     c, name, f"{fmt(want)} (archlab attention is causal self-attention scaled by 1/sqrt(head_dim))"
                 )
         cfg = self.base_config(c)
-        cfg.block, cfg.position = BlockConfig(kind="pre"), PositionConfig(kind="learned")
+        cfg.block, cfg.position = BlockConfig(kind="pre"), POSITION_OPTIONS.make(kind="learned")
         cfg.head.bias = False
         return cfg
 
@@ -148,7 +148,7 @@ class GPTJ(_GPT):
     def from_hf(self, c: Any) -> ModelConfig:
         cfg = self.base_config(c)
         cfg.block = BlockConfig(kind="parallel", shared_norm=True)
-        cfg.position = PositionConfig(kind="rope", theta=10000.0, rotary_dim=c.rotary_dim, pairing="interleaved")
+        cfg.position = POSITION_OPTIONS.make(kind="rope", theta=10000.0, rotary_dim=c.rotary_dim, pairing="interleaved")
         cfg.attention.qkv_bias = cfg.attention.out_bias = False
         cfg.head.bias = True
         return cfg

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
     embedding_dropout,
 )
 from archlab.interop.families.base import (
@@ -85,7 +85,7 @@ class _GPTNeoParts(Family):
             **dropouts(c.resid_dropout, c.embed_dropout),
             norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="pre"),
-            position=PositionConfig(kind="learned"),
+            position=POSITION_OPTIONS.make(kind="learned"),
             attention=AttentionConfig(qkv_bias=False, out_bias=True, scale=1.0, dropout=float(c.attention_dropout)),
             mlp=plain_mlp(c, "activation_function", c.intermediate_size or 4 * c.hidden_size),
         )
@@ -122,7 +122,7 @@ class GPTNeo(LayeredFamily, _GPTNeoParts):
             refuse_hf(c, "attention_types", f"{c.num_layers} layers, each 'global' or 'local'", c.attention_types)
         if "local" in kinds and (not isinstance(c.window_size, int) or c.window_size < 1):
             refuse_hf(c, "window_size", "a positive integer (the local layers' window)")
-        return [Layer(c.window_size if k == "local" else None, PositionConfig(kind="learned")) for k in kinds]
+        return [Layer(c.window_size if k == "local" else None, POSITION_OPTIONS.make(kind="learned")) for k in kinds]
 
     def uniform_from_hf(self, c: Any) -> ModelConfig:
         return _GPTNeoParts.from_hf(self, c)

@@ -43,8 +43,8 @@ class GptOss(_LayeredSparse):
     model_type, title, model_class, config_class = "gpt_oss", "gpt-oss", "GptOssForCausalLM", "GptOssConfig"
     features = frozenset(
         {
-            "model.position.scaling",
-            "model.position.truncate",
+            "model.position.scaling.kind",
+            "model.position.scaling.truncate",
             "model.attention.window",
             "model.attention.sinks",
             "model.mlp.swiglu_limit",
@@ -76,8 +76,8 @@ class GptOss(_LayeredSparse):
             ("model.mlp.up_offset", (1.0,), " (its SwiGLU adds 1 to up)"),
             *self.limit_rules(cfg),
             # transformers' generic yarn scales cos/sin alone; archlab's mscale_all_dim also scales the softmax
-            ("model.position.mscale", (None,), " (its YaRN never scales the softmax, as mscale_all_dim does)"),
-            ("model.position.mscale_all_dim", (None,), " (its YaRN never scales the softmax)"),
+            ("model.position.scaling.mscale", (None,), " (its YaRN never scales the softmax, as mscale_all_dim does)"),
+            ("model.position.scaling.mscale_all_dim", (None,), " (its YaRN never scales the softmax)"),
         ]
 
     @staticmethod

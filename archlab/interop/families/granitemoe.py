@@ -44,7 +44,7 @@ class GraniteMoe(_Softmax):
     model_class, config_class = "GraniteMoeForCausalLM", "GraniteMoeConfig"
     features = frozenset(
         {
-            "model.position.scaling",
+            "model.position.scaling.kind",
             "model.embedding_multiplier",
             "model.block.residual_multiplier",
             "model.attention.scale",

@@ -18,11 +18,11 @@ from typing import Any
 from torch import Tensor
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     HeadConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
     n_kv_head,
 )
 from archlab.config.layers import layer_configs
@@ -166,7 +166,9 @@ class GraniteMoeHybrid(Family):
             refuse_hf(c, "position_embedding_type", "'rope', or null or 'nope' (no position encoding)")
         hd, bias = fixed_head_dim(c), bool(c.attention_bias)
         rope = c.position_embedding_type == "rope"
-        position = rope_from_hf(c, hd, partial=False, scalings=("default",)) if rope else PositionConfig(kind="none")
+        position = (
+            rope_from_hf(c, hd, partial=False, scalings=("default",)) if rope else POSITION_OPTIONS.make(kind="none")
+        )
         shared = c.shared_intermediate_size
         if c.num_local_experts:
             n, rest = divmod(shared, c.intermediate_size)

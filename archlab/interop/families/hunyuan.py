@@ -22,7 +22,9 @@ class HunYuanDense(_LlamaStyle):
 
     model_type, title = "hunyuan_v1_dense", "HunYuan dense"
     model_class, config_class = "HunYuanDenseV1ForCausalLM", "HunYuanDenseV1Config"
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm", "model.attention.qk_norm_after_rope"})
+    features = frozenset(
+        {"model.position.scaling.kind", "model.attention.qk_norm", "model.attention.qk_norm_after_rope"}
+    )
     parts = "pre-norm RMSNorm, per-head QK-norm after RoPE, SwiGLU, attention biases, GQA"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:

@@ -30,7 +30,9 @@ class HunYuanMoe(_Softmax):
 
     model_type, title = "hunyuan_v1_moe", "HunYuan-MoE"
     model_class, config_class = "HunYuanMoEV1ForCausalLM", "HunYuanMoEV1Config"
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm", "model.attention.qk_norm_after_rope"})
+    features = frozenset(
+        {"model.position.scaling.kind", "model.attention.qk_norm", "model.attention.qk_norm_after_rope"}
+    )
     parts = "HunYuan dense's layers (per-head QK-norm after RoPE) with a softmax top-k MoE and one shared expert"
     router, shared = "gate.wg", "mlp.shared_mlp"
 

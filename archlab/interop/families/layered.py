@@ -35,6 +35,7 @@ from archlab.interop.families.base import (
     Family,
     Problem,
     bare,
+    differences,
     kind_field,
     refuse_hf,
 )
@@ -42,6 +43,7 @@ from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
+from archlab.nn.rope import RoPEConfig
 
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})
 
@@ -71,7 +73,7 @@ def view(c: Any, **changes: Any) -> Any:
     return type(type(c).__name__, (_View,), {})(c, changes)
 
 
-def rope_of(c: Any, params: Any, hd: int, where: str | None = None, partial: bool = False) -> PositionConfig:
+def rope_of(c: Any, params: Any, hd: int, where: str | None = None, partial: bool = False) -> RoPEConfig:
     """archlab's RoPE of one set of transformers rope parameters (``where``: its layer type, named in a
     refusal: ``rope_parameters.full_attention.rope_type``). Half-paired, over whole heads unless ``partial``."""
     try:
@@ -83,7 +85,7 @@ def rope_of(c: Any, params: Any, hd: int, where: str | None = None, partial: boo
         raise ConfigError(field, err.value, err.allowed) from None
 
 
-def per_type_rope(c: Any, types: list[str], hd: int) -> dict[str, PositionConfig]:
+def per_type_rope(c: Any, types: list[str], hd: int) -> dict[str, RoPEConfig]:
     """The RoPE of each layer type present (Gemma 3, OLMo 3: ``rope_parameters`` keyed by layer type)."""
     params = getattr(c, "rope_parameters", None) or {}
     out = {}
@@ -95,8 +97,21 @@ def per_type_rope(c: Any, types: list[str], hd: int) -> dict[str, PositionConfig
 
 
 def _differing(a: Any, b: Any) -> dict[str, Any]:
-    """The fields of dataclass ``a`` whose values differ from ``b``'s."""
-    return {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)}
+    """What a layer kind sets to make config section ``b`` into ``a``: the fields that differ (a
+    sub-config's as a dict of its own that differ), or for an option of another kind, that kind and its
+    fields away from the option's defaults."""
+    if type(a) is not type(b):
+        return {"kind": a.kind, **_differing(a, type(a)())}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if dataclasses.is_dataclass(x) and type(x) is type(y):
+            inner = _differing(x, y)
+            if inner:
+                out[f.name] = inner
+        elif x != y:
+            out[f.name] = x
+    return out
 
 
 def laid_out(cfg: ModelConfig, layers: list[Layer]) -> ModelConfig:
@@ -140,7 +155,7 @@ def laid_out(cfg: ModelConfig, layers: list[Layer]) -> ModelConfig:
 
 
 def _key(x: Layer) -> tuple:
-    return (x.window, tuple(sorted(dataclasses.asdict(x.position).items())))
+    return (x.window, repr(x.position))  # a dataclass's repr: its class and every field
 
 
 # the fields whose value is resolved by a rule where they are null, compared resolved
@@ -255,12 +270,12 @@ class LayeredFamily(Family):
                 continue
             group = (lc.attention.window is None) if self.rope_per_type else None
             ref = groups.setdefault(group, lc)
-            differ = _differing(lc.position, ref.position)
+            differ = differences(lc.position, ref.position)
             if differ:
-                field, value = next(iter(differ.items()))
+                field, value, wanted = differ[0]
                 where = "layers of its type" if self.rope_per_type else "layers with RoPE"
                 why = f" ({self.title} has one set of RoPE parameters for all its {where})"
-                return [(i, Problem(f"model.position.{field}", value, bare(getattr(ref.position, field)), why))]
+                return [(i, Problem(f"model.position.{field}", value, bare(wanted), why))]
         return self.layer_problems(lcs)
 
 

@@ -19,7 +19,6 @@ imports transformers.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from archlab.config import (
@@ -30,6 +29,7 @@ from archlab.config import (
     NormConfig,
     PositionConfig,
     n_kv_head,
+    with_fields,
 )
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import shortest_layout
@@ -40,8 +40,11 @@ from archlab.interop.families.base import (
     Rule,
     config_head_dim,
     fmt,
+    has_field,
     kind_field,
+    leaf_fields,
     out_bias,
+    value_of,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.nn.mixers.attention import AttentionConfig
@@ -58,10 +61,7 @@ def apply_layout(cfg: ModelConfig, names: list[str], overrides: dict[str, dict[s
     names; one kind for every layer is merged into the model's own parts (no ``model.layers``)."""
     used = sorted(set(names), key=names.index)
     if len(used) == 1:
-        for section, fields in overrides[used[0]].items():
-            for key, value in fields.items():
-                setattr(getattr(cfg, section), key, value)
-        return cfg
+        return with_fields(cfg, overrides[used[0]], "model")
     first, pattern = shortest_layout(names)
     cfg.layers = LayersConfig(kinds={k: overrides[k] for k in used}, first=first, pattern=pattern)
     return cfg
@@ -139,13 +139,12 @@ class _LayeredSparse(Family):
                 )
                 found.append(Problem(kind_field(cfg, kind, "model.mlp.kind"), lc.mlp.kind, wants, f" ({why})"))
         for section in SECTIONS:
-            for f in dataclasses.fields(getattr(cfg, section)):
-                name = f"model.{section}.{f.name}"
+            for name in leaf_fields(getattr(cfg, section), f"model.{section}"):
                 if name in self.varies:
                     continue
-                values = [(kind, getattr(getattr(lc, section), f.name, None)) for kind, lc in kinds]
-                if not all(hasattr(getattr(lc, section), f.name) for _, lc in kinds):
+                if not all(has_field(lc, name) for _, lc in kinds):
                     continue  # a field of the MoE's that a dense layer's MLP has not: its kind differs, above
+                values = [(kind, value_of(lc, name)) for kind, lc in kinds]
                 if len({repr(v) for _, v in values}) < 2:
                     continue
                 # the value of the layers no kind changes it on, else layer 0's; each kind that differs named

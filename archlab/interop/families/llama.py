@@ -163,7 +163,7 @@ class Llama(_LlamaStyle):
     parts = "pre-norm RMSNorm, RoPE (linear, llama3), GQA, SwiGLU/GeGLU, optional biases"
 
     model_type, title, model_class, config_class = "llama", "LLaMA", "LlamaForCausalLM", "LlamaConfig"
-    features = frozenset({"model.position.scaling"})
+    features = frozenset({"model.position.scaling.kind"})
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:  # any model.mlp.bias: mlp_bias
         return [out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG)]
@@ -183,7 +183,7 @@ class Mistral(_LlamaStyle):
     parts = "LLaMA's layers, no biases, a sliding window on every layer"
 
     model_type, title, model_class, config_class = "mistral", "Mistral", "MistralForCausalLM", "MistralConfig"
-    features = frozenset({"model.position.scaling", "model.attention.window"})
+    features = frozenset({"model.position.scaling.kind", "model.attention.window"})
 
     def bias_rules(self, cfg: ModelConfig) -> list[Rule]:
         return [

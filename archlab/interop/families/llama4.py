@@ -52,7 +52,7 @@ class Llama4(_LayeredSparse):
     model_type, title, model_class, config_class = "llama4_text", "Llama 4", "Llama4ForCausalLM", "Llama4TextConfig"
     features = frozenset(
         {
-            "model.position.scaling",
+            "model.position.scaling.kind",
             "model.attention.chunk",
             "model.attention.qk_norm",
             "model.attention.query_scale_beta",

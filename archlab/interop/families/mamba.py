@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from archlab.config import HeadConfig, ModelConfig, NormConfig, PositionConfig
+from archlab.config import POSITION_OPTIONS, HeadConfig, ModelConfig, NormConfig
 from archlab.interop.families.base import (
     NO_HEAD_BIAS,
     Family,
@@ -88,7 +88,7 @@ class Mamba2(Family):
         low, high = c.time_step_limit
         cfg = ModelConfig(
             norm=NormConfig(kind="rmsnorm"),
-            position=PositionConfig(kind="none"),
+            position=POSITION_OPTIONS.make(kind="none"),
             attention=Mamba2Config(
                 head_dim=c.head_dim,
                 qkv_bias=c.use_bias,

@@ -26,8 +26,10 @@ from archlab.interop.families.base import (
     activation,
     bare,
     config_head_dim,
+    differences,
     gated_activation,
     kind_field,
+    leaf_fields,
     mlp_section,
     refuse_hf,
     ungrouped,
@@ -38,8 +40,9 @@ from archlab.interop.families.moe import is_dense, mlp_tensors, pre_norm_tensors
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_window
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
+from archlab.nn.rope import RoPEConfig
 
-_POSITION = frozenset(f"model.position.{f.name}" for f in dataclasses.fields(ModelConfig().position))
+_POSITION = frozenset(leaf_fields(RoPEConfig(), "model.position"))  # every field of RoPE, its scaling's one by one
 
 
 class Mellum(_LayeredSparse):
@@ -52,7 +55,7 @@ class Mellum(_LayeredSparse):
     parts = "Qwen3-MoE's layers, local/global layers each with their own RoPE, dense layers by mlp_layer_types"
     features = frozenset(
         {
-            "model.position.scaling",
+            "model.position.scaling.kind",
             "model.attention.qk_norm",
             "model.attention.window",
             "model.layers.first",
@@ -82,12 +85,10 @@ class Mellum(_LayeredSparse):
         first: dict[bool, ModelConfig] = {}
         for i, lc in enumerate(layers):
             ref = first.setdefault(lc.attention.window is None, lc)
-            for f in dataclasses.fields(lc.position):
-                value, wanted = getattr(lc.position, f.name), getattr(ref.position, f.name)
-                if value != wanted:
-                    field = kind_field(cfg, layer_kind(cfg, i), f"model.position.{f.name}")
-                    why = f" ({self.title} has one set of RoPE parameters per layer type)"
-                    found.append(Problem(field, value, bare(wanted), why))
+            for name, value, wanted in differences(lc.position, ref.position):
+                field = kind_field(cfg, layer_kind(cfg, i), f"model.position.{name}")
+                why = f" ({self.title} has one set of RoPE parameters per layer type)"
+                found.append(Problem(field, value, bare(wanted), why))
         return _unique(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -16,7 +16,11 @@ from archlab.interop.families.layered import view
 from archlab.interop.families.mla import Youtu
 
 _MULTIPLIERS = ("model.embedding_multiplier", "model.block.residual_multiplier", "model.head.logit_scale")
-_LONGROPE = ("model.position.short_factor", "model.position.long_factor", "model.position.attention_factor")
+_LONGROPE = (
+    "model.position.scaling.short_factor",
+    "model.position.scaling.long_factor",
+    "model.position.scaling.attention_factor",
+)
 
 
 class MiniCPM3(Youtu):

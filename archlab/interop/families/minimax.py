@@ -29,7 +29,7 @@ class MiniMaxM2(_Sparse):
     """MiniMaxM2ForCausalLM: see the module docstring."""
 
     model_type, title, model_class, config_class = "minimax_m2", "MiniMax-M2", "MiniMaxM2ForCausalLM", "MiniMaxM2Config"
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm"})
+    features = frozenset({"model.position.scaling.kind", "model.attention.qk_norm"})
     parts = "LLaMA's layers (QK-norm over the projection, partial RoPE) with a sigmoid top-k MoE with correction bias"
     expert_matrices = ("w1", "w3", "w2")
     checkpoint_renames = {".block_sparse_moe.": ".mlp."}

@@ -40,23 +40,25 @@ class Ministral3(Mistral):
     features = Mistral.features | {
         "model.attention.query_scale_beta",
         "model.attention.query_scale_by",
-        "model.position.softmax_mscale",
+        "model.position.scaling.softmax_mscale",
     }
     scalings = ("none", "linear", "llama3", "yarn")
     parts = "Mistral's parts with generic YaRN (`softmax_mscale: false`) and `query_scale_*` (offset 0)"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
-        a, p = cfg.attention, cfg.position
+        a, scaling = cfg.attention, getattr(cfg.position, "scaling", None)  # None: not RoPE, refused by the base rules
         rules = super().rules(cfg) + [("model.attention.query_scale_offset", (0,), " (Ministral 3 floors p / length)")]
         if a.query_scale_beta is not None:
             why = " (Ministral 3 scales a query by its position_ids, as RoPE rotates it)"
             rules.append(("model.attention.query_scale_by", ("position",), why))
-        if a.query_scale_beta is not None and p.scaling in ("llama3", "yarn"):
+        if scaling is None:
+            return rules
+        if a.query_scale_beta is not None and scaling.kind in ("llama3", "yarn"):
             why = " (original_max_position_embeddings is both RoPE's original context and the query scale's length)"
-            rules.append(("model.attention.query_scale_length", (p.original_context,), why))
-        if p.mscale_all_dim is not None:
+            rules.append(("model.attention.query_scale_length", (scaling.original_context,), why))
+        if scaling.mscale_all_dim is not None:
             why = " (transformers' generic YaRN scales cos and sin alone)"
-            rules.append(("model.position.softmax_mscale", (False,), why))
+            rules.append(("model.position.scaling.softmax_mscale", (False,), why))
         return rules
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -82,7 +82,7 @@ class Youtu(Family):
     prefix = "model."
     attention_kind = "mla"
     position_why = " (it always rotates qk_rope_head_dim dims)"
-    features = frozenset({"model.position.scaling", "model.position.truncate", LATENT_EPS})
+    features = frozenset({"model.position.scaling.kind", "model.position.scaling.truncate", LATENT_EPS})
     scalings = ("none", "yarn")
     parts = "MLA (DeepSeek-V3's) with a dense gated MLP in every layer"
 

@@ -330,7 +330,7 @@ class _CausalSparse(_Sparse):
     """Mixtral and Qwen3-MoE: LLaMA's attention (GQA, any head_dim, a sliding window on every layer) over
     softmax top-k routing without shared experts or groups."""
 
-    features = frozenset({"model.position.scaling", "model.attention.window"})
+    features = frozenset({"model.position.scaling.kind", "model.attention.window"})
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
 )
 from archlab.interop.families.base import (
     NO_HEAD_BIAS,
@@ -124,7 +124,7 @@ class Mpt(Family):
             **dropouts(a.attn_pdrop, 0.0),
             norm=NormConfig(kind="layernorm", bias=False),
             block=BlockConfig(kind="pre"),
-            position=PositionConfig(kind="alibi"),
+            position=POSITION_OPTIONS.make(kind="alibi"),
             attention=AttentionConfig(
                 qkv_bias=False,
                 out_bias=False,

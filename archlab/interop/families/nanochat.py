@@ -52,7 +52,7 @@ class NanoChat(Family):
             "model.embedding_norm",
             "model.attention.qk_norm",
             "model.head.softcap",
-            "model.position.scaling",
+            "model.position.scaling.kind",
         }
     )
     parts = "weightless RMSNorms (one on the embeddings), RoPE (sign by q/k rows), l2 QK-norm, GQA, ReLU², softcap"

@@ -32,7 +32,7 @@ class Nemotron(Family):
     model_type, title, model_class, config_class = "nemotron", "Nemotron", "NemotronForCausalLM", "NemotronConfig"
     keys = {**LLAMA_KEYS, "norm_eps": "norm.eps"}
     prefix = "model."
-    features = frozenset({"model.position.scaling", "model.norm.unit_offset"})
+    features = frozenset({"model.position.scaling.kind", "model.norm.unit_offset"})
     parts = "pre-norm (1 + w) LayerNorm, partial RoPE, GQA, a plain up/down MLP (ReLU²)"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:

@@ -25,11 +25,11 @@ import torch
 from torch import Tensor
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     HeadConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
     n_kv_head,
 )
 from archlab.config.layers import layer_configs, layer_kind
@@ -227,7 +227,7 @@ class NemotronH(Family):
             dropout=0.0,
             norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind="pre"),
-            position=PositionConfig(kind="none"),
+            position=POSITION_OPTIONS.make(kind="none"),
             attention=AttentionConfig(
                 n_kv_head=c.num_key_value_heads, head_dim=c.head_dim, qkv_bias=False, out_bias=False
             ),

@@ -43,7 +43,7 @@ class GPTNeoX(Family):
     model_type, title, model_class, config_class = "gpt_neox", "GPT-NeoX", "GPTNeoXForCausalLM", "GPTNeoXConfig"
     prefix = "gpt_neox."
     keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
-    features = frozenset({"model.dropout", "model.position.scaling"})
+    features = frozenset({"model.dropout", "model.position.scaling.kind"})
     renames = {"embed_out.": "lm_head."}  # checkpoints written before transformers 5
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -122,7 +122,7 @@ class Phi(Family):
     prefix = "model."
     keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     features = frozenset(
-        {"model.dropout", "model.embedding_dropout", "model.position.scaling", "model.attention.qk_norm"}
+        {"model.dropout", "model.embedding_dropout", "model.position.scaling.kind", "model.attention.qk_norm"}
     )
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:

@@ -18,7 +18,7 @@ class Olmo(_LlamaStyle):
     MLP, full half-paired RoPE, one ``attention_bias`` for q/k/v and output, and ``clip_qkv``."""
 
     model_type, title, model_class, config_class = "olmo", "OLMo", "OlmoForCausalLM", "OlmoConfig"
-    features = frozenset({"model.position.scaling", "model.norm.affine", "model.attention.clip_qkv"})
+    features = frozenset({"model.position.scaling.kind", "model.norm.affine", "model.attention.clip_qkv"})
     parts = "LLaMA's layers with parameter-free LayerNorms (model.norm.affine false), clip_qkv"
     keys = LLAMA_KEYS  # OlmoConfig has no rms_norm_eps
 

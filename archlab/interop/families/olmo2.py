@@ -23,7 +23,7 @@ class Olmo2(_LlamaStyle):
     model_type, title, model_class, config_class = "olmo2", "OLMo 2", "Olmo2ForCausalLM", "Olmo2Config"
     block = "post_sublayer"
     norms = {"attn_out_norm": "post_attention_layernorm", "mlp_out_norm": "post_feedforward_layernorm"}
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm"})
+    features = frozenset({"model.position.scaling.kind", "model.attention.qk_norm"})
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [("model.attention.qk_norm", ("full",), " (q_norm and k_norm span the projection)")]

@@ -27,7 +27,7 @@ class Olmoe(_Softmax):
     clip_qkv is refused."""
 
     model_type, title, model_class, config_class = "olmoe", "OLMoE", "OlmoeForCausalLM", "OlmoeConfig"
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm"})
+    features = frozenset({"model.position.scaling.kind", "model.attention.qk_norm"})
     parts = "LLaMA's layers with a QK RMSNorm over the projection, a softmax top-k MoE"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
     embedding_dropout,
 )
 from archlab.interop.families.base import (
@@ -87,7 +87,7 @@ class OpenAIGPT(Family):
             **dropouts(c.resid_pdrop, c.embd_pdrop),
             norm=NormConfig(kind="layernorm", bias=True),
             block=BlockConfig(kind="post"),
-            position=PositionConfig(kind="learned"),
+            position=POSITION_OPTIONS.make(kind="learned"),
             attention=AttentionConfig(dropout=float(c.attn_pdrop)),
             mlp=mlp_section(kind, d_ff=4 * c.n_embd, bias=True, approximate=approximate),
         )

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import (
+    POSITION_OPTIONS,
     BlockConfig,
     ModelConfig,
     NormConfig,
-    PositionConfig,
 )
 from archlab.interop.families.base import (
     NO_HEAD_BIAS,
@@ -102,7 +102,7 @@ class Opt(Family):
             embedding_dim=None if c.word_embed_proj_dim == c.hidden_size else c.word_embed_proj_dim,
             norm=NormConfig(kind="layernorm", eps=EPS, bias=True, affine=bool(c.layer_norm_elementwise_affine)),
             block=BlockConfig(kind="pre" if c.do_layer_norm_before else "post"),
-            position=PositionConfig(kind="learned"),
+            position=POSITION_OPTIONS.make(kind="learned"),
             attention=AttentionConfig(qkv_bias=bias, out_bias=bias, dropout=float(c.attention_dropout)),
             mlp=mlp,
         )

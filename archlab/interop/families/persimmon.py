@@ -43,7 +43,7 @@ class Persimmon(Family):
     model_type, title, model_class, config_class = "persimmon", "Persimmon", "PersimmonForCausalLM", "PersimmonConfig"
     keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
     prefix = "model."
-    features = frozenset({"model.attention.qk_norm", "model.position.scaling"})
+    features = frozenset({"model.attention.qk_norm", "model.position.scaling.kind"})
     parts = "pre-norm LayerNorm, per-head fused q/k/v, per-head QK LayerNorm, partial RoPE, ReLU² MLP, biases"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:

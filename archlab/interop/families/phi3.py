@@ -51,7 +51,7 @@ class Phi3(_LlamaStyle):
     [gate | up] rows and a ``qkv_proj`` holding [q | k | v] as archlab does, half-paired RoPE on a
     fraction of each head (``partial_rotary_factor``), an optional window on every layer, LongRoPE
     (``original_max_position_embeddings``, which Phi3Config keeps at the top level and copies over the
-    rope_parameters' one, is ``model.position.original_context``). ``resid_pdrop`` drops the attention's and
+    rope_parameters' one, is ``model.position.scaling.original_context``). ``resid_pdrop`` drops the attention's and
     the MLP's outputs (``model.dropout``); transformers' Phi-3 never reads ``embd_pdrop`` and drops no
     embeddings (``model.embedding_dropout`` 0.0), so ``to_hf`` writes it 0.0 and ``from_hf`` ignores it."""
 
@@ -61,10 +61,10 @@ class Phi3(_LlamaStyle):
         {
             "model.dropout",
             "model.embedding_dropout",
-            "model.position.scaling",
-            "model.position.short_factor",
-            "model.position.long_factor",
-            "model.position.attention_factor",
+            "model.position.scaling.kind",
+            "model.position.scaling.short_factor",
+            "model.position.scaling.long_factor",
+            "model.position.scaling.attention_factor",
             "model.attention.window",
         }
     )
@@ -92,7 +92,9 @@ class Phi3(_LlamaStyle):
             "num_key_value_heads": n_kv_head(cfg),
             "hidden_act": GATED_TO_HF[activation(cfg.mlp)],
             # read over rope_parameters' copy by Phi3Config; unread without LongRoPE
-            "original_max_position_embeddings": p.original_context if p.scaling == "longrope" else cfg.context_length,
+            "original_max_position_embeddings": (
+                p.scaling.original_context if p.scaling.kind == "longrope" else cfg.context_length
+            ),
             "rope_parameters": rope_to_hf(cfg, rope_fraction(cfg)),
             "attention_dropout": a.dropout,
             "resid_pdrop": cfg.dropout,

@@ -19,7 +19,7 @@ class _Sliding(_LlamaStyle):
     """Qwen2 and Qwen3: a sliding window on every layer or none (``hf_layered``'s records of these
     families read and write layers that differ, from ``layer_types``)."""
 
-    features = frozenset({"model.position.scaling", "model.attention.window"})
+    features = frozenset({"model.position.scaling.kind", "model.attention.window"})
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         window = cfg.attention.window

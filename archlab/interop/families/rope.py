@@ -6,13 +6,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from archlab.config import (
-    ModelConfig,
-    PositionConfig,
-)
+from archlab.config import ModelConfig
 from archlab.interop.families.base import refuse_hf
 from archlab.nn.mixers.base import head_dim
-from archlab.nn.rope import attention_factor, rotary_dim
+from archlab.nn.rope import RoPEConfig, RoPEScalingConfig, attention_factor, rotary_dim
 
 # RoPE scalings archlab implements, and the rope_parameters keys each one reads (yarn: as transformers'
 # _compute_yarn_parameters reads them; DeepSeek's families alone convert it, see hf_sparse).
@@ -68,30 +65,30 @@ def rope_fraction(cfg: ModelConfig) -> float:
 
 def rope_to_hf(cfg: ModelConfig, fraction: float | None = None) -> dict[str, Any]:
     """transformers' rope_parameters for cfg's RoPE (with partial_rotary_factor when ``fraction``)."""
-    p = cfg.position
-    params: dict[str, Any] = {"rope_type": "default" if p.scaling == "none" else p.scaling, "rope_theta": p.theta}
-    if p.scaling != "none":
-        params["factor"] = p.factor
-    if p.scaling == "llama3":
+    p, s = cfg.position, cfg.position.scaling
+    params: dict[str, Any] = {"rope_type": "default" if s.kind == "none" else s.kind, "rope_theta": p.theta}
+    if s.kind != "none":
+        params["factor"] = s.factor
+    if s.kind == "llama3":
         params.update(
-            low_freq_factor=p.low_freq_factor,
-            high_freq_factor=p.high_freq_factor,
-            original_max_position_embeddings=p.original_context,
+            low_freq_factor=s.low_freq_factor,
+            high_freq_factor=s.high_freq_factor,
+            original_max_position_embeddings=s.original_context,
         )
-    if p.scaling == "yarn":
-        params.update(original_max_position_embeddings=p.original_context, beta_fast=p.beta_fast, beta_slow=p.beta_slow)
-        if not p.truncate:  # transformers' default is true: written only when false (gpt-oss's published configs)
+    if s.kind == "yarn":
+        params.update(original_max_position_embeddings=s.original_context, beta_fast=s.beta_fast, beta_slow=s.beta_slow)
+        if not s.truncate:  # transformers' default is true: written only when false (gpt-oss's published configs)
             params["truncate"] = False
-        if p.mscale is not None:  # with mscale_all_dim (archlab's validation asks for both or neither)
-            params.update(mscale=p.mscale, mscale_all_dim=p.mscale_all_dim)
-    if p.scaling == "longrope":
+        if s.mscale is not None:  # with mscale_all_dim (archlab's validation asks for both or neither)
+            params.update(mscale=s.mscale, mscale_all_dim=s.mscale_all_dim)
+    if s.kind == "longrope":
         params.update(
-            original_max_position_embeddings=p.original_context,
-            short_factor=list(p.short_factor or []),
-            long_factor=list(p.long_factor or []),
+            original_max_position_embeddings=s.original_context,
+            short_factor=list(s.short_factor or []),
+            long_factor=list(s.long_factor or []),
         )
-        if p.attention_factor is not None:
-            params["attention_factor"] = p.attention_factor
+        if s.attention_factor is not None:
+            params["attention_factor"] = s.attention_factor
     if fraction is not None:
         params["partial_rotary_factor"] = fraction
     return params
@@ -104,7 +101,7 @@ def rope_from_hf(
     scalings: tuple[str, ...] = ("default", "linear", "llama3"),
     yarn_softmax: bool = True,
     ignored: frozenset[str] = frozenset(),
-) -> PositionConfig:
+) -> RoPEConfig:
     """archlab's RoPE from transformers' rope_parameters (``partial``: the family rotates part of a head;
     ``scalings``: the rope_types this family converts; ``yarn_softmax``: its YaRN scales the softmax by
     ``mscale_all_dim`` as DeepSeek's does, else cos and sin alone, as transformers' generic yarn;
@@ -124,7 +121,7 @@ def rope_from_hf(
         )
     fraction = rope.get("partial_rotary_factor", 1.0)
     dims = int(hd * fraction)
-    position = PositionConfig(kind="rope", theta=float(rope.get("rope_theta", 10000.0)), pairing="half")
+    position = RoPEConfig(theta=float(rope.get("rope_theta", 10000.0)), pairing="half")
     if fraction != 1.0:
         if not partial:
             refuse_hf(c, "rope_parameters.partial_rotary_factor", "1.0 (this family rotates whole heads)", fraction)
@@ -140,37 +137,41 @@ def rope_from_hf(
         else:
             position.rotary_dim = dims
     if rope_type in ("linear", "llama3"):
-        position.scaling, position.factor = rope_type, float(rope["factor"])
+        position.scaling = RoPEScalingConfig(kind=rope_type, factor=float(rope["factor"]))
     if rope_type == "llama3":
-        position.low_freq_factor = float(rope["low_freq_factor"])
-        position.high_freq_factor = float(rope["high_freq_factor"])
-        position.original_context = int(rope["original_max_position_embeddings"])
+        position.scaling.low_freq_factor = float(rope["low_freq_factor"])
+        position.scaling.high_freq_factor = float(rope["high_freq_factor"])
+        position.scaling.original_context = int(rope["original_max_position_embeddings"])
     if rope_type == "longrope":
-        _longrope_from_hf(c, rope, position)
+        position.scaling = _longrope_from_hf(c, rope)
     if rope_type == "yarn":
-        _yarn_from_hf(c, rope, position, yarn_softmax)
+        position.scaling = _yarn_from_hf(c, rope, yarn_softmax)
     return position
 
 
-def _longrope_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig) -> None:
+def _longrope_from_hf(c: Any, rope: dict[str, Any]) -> RoPEScalingConfig:
     """LongRoPE's fields as transformers reads them: a missing factor is max_position_embeddings over
     original_max_position_embeddings (Phi-3's configs give none); a given attention_factor is kept as
-    ``model.position.attention_factor``, else archlab derives it from factor as transformers does."""
+    ``model.position.scaling.attention_factor``, else archlab derives it from factor as transformers does."""
     original = int(rope["original_max_position_embeddings"])
-    factor = rope.get("factor")
-    position.scaling, position.original_context = "longrope", original
-    position.factor = float(factor if factor is not None else c.max_position_embeddings / original)
-    if position.factor < 1:
-        name = "rope_parameters.factor" if factor is not None else "max_position_embeddings"
-        value = factor if factor is not None else c.max_position_embeddings
+    given_factor = rope.get("factor")
+    factor = float(given_factor if given_factor is not None else c.max_position_embeddings / original)
+    if factor < 1:
+        name = "rope_parameters.factor" if given_factor is not None else "max_position_embeddings"
+        value = given_factor if given_factor is not None else c.max_position_embeddings
         refuse_hf(c, name, f"a factor >= 1 for longrope (max_position_embeddings >= the original {original})", value)
-    position.short_factor = [float(f) for f in rope["short_factor"]]
-    position.long_factor = [float(f) for f in rope["long_factor"]]
     given = rope.get("attention_factor")
-    position.attention_factor = None if given is None else float(given)
+    return RoPEScalingConfig(
+        kind="longrope",
+        factor=factor,
+        original_context=original,
+        short_factor=[float(f) for f in rope["short_factor"]],
+        long_factor=[float(f) for f in rope["long_factor"]],
+        attention_factor=None if given is None else float(given),
+    )
 
 
-def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig, softmax: bool) -> None:
+def _yarn_from_hf(c: Any, rope: dict[str, Any], softmax: bool) -> RoPEScalingConfig:
     """YaRN's fields as transformers reads them: a missing factor is max_position_embeddings over the
     original context, a missing (or zero) beta_fast / beta_slow is 32 / 1, and mscale counts only with
     mscale_all_dim (a zero one is absent), a missing truncate is true (the band's ends rounded outward).
@@ -179,9 +180,13 @@ def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig, softma
     generic yarn) the two scale cos and sin alone (``softmax_mscale`` false), and one alone is ignored."""
     original = int(rope["original_max_position_embeddings"])
     factor = rope.get("factor")
-    position.scaling, position.original_context = "yarn", original
-    position.factor = float(factor if factor is not None else c.max_position_embeddings / original)
-    position.beta_fast, position.beta_slow = float(rope.get("beta_fast") or 32.0), float(rope.get("beta_slow") or 1.0)
+    scaling = RoPEScalingConfig(
+        kind="yarn",
+        original_context=original,
+        factor=float(factor if factor is not None else c.max_position_embeddings / original),
+        beta_fast=float(rope.get("beta_fast") or 32.0),
+        beta_slow=float(rope.get("beta_slow") or 1.0),
+    )
     mscale, all_dim = rope.get("mscale") or None, rope.get("mscale_all_dim") or None
     if not softmax and (mscale is None or all_dim is None):
         mscale = all_dim = None  # transformers' generic yarn reads neither without the other
@@ -194,18 +199,19 @@ def _yarn_from_hf(c: Any, rope: dict[str, Any], position: PositionConfig, softma
             "mscale_all_dim alone to the softmax only)",
             rope[name],
         )
-    position.mscale = None if mscale is None else float(mscale)
-    position.mscale_all_dim = None if all_dim is None else float(all_dim)
-    position.softmax_mscale = softmax or all_dim is None
+    scaling.mscale = None if mscale is None else float(mscale)
+    scaling.mscale_all_dim = None if all_dim is None else float(all_dim)
+    scaling.softmax_mscale = softmax or all_dim is None
     truncate = rope.get("truncate", True)
     if not isinstance(truncate, bool):
         refuse_hf(c, "rope_parameters.truncate", "true or false", truncate)
-    position.truncate = truncate
+    scaling.truncate = truncate
     given = rope.get("attention_factor")
-    if given is not None and not math.isclose(given, attention_factor(position), rel_tol=1e-12):
+    if given is not None and not math.isclose(given, attention_factor(scaling), rel_tol=1e-12):
         refuse_hf(
             c,
             "rope_parameters.attention_factor",
-            f"absent or {attention_factor(position)} (archlab derives it from factor, mscale and mscale_all_dim)",
+            f"absent or {attention_factor(scaling)} (archlab derives it from factor, mscale and mscale_all_dim)",
             given,
         )
+    return scaling

@@ -56,7 +56,7 @@ class SolarOpen(SigmoidRouted):
     RoPE) over GLM-4.5's MoE (sigmoid scores, correction bias, groups, shared experts) in every layer."""
 
     model_type, title, model_class, config_class = "solar_open", "Solar Open", "SolarOpenForCausalLM", "SolarOpenConfig"
-    features = frozenset({"model.position.scaling"})
+    features = frozenset({"model.position.scaling.kind"})
     parts = "LLaMA's layers (q/k/v biases) over a sigmoid top-k MoE with correction bias, groups, shared experts in every layer"
 
     def attention_rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -114,7 +114,7 @@ class HYV3(_Sparse):
     ``num_shared_experts`` shared experts; the layers ``mlp_layer_types`` marks dense come first."""
 
     model_type, title, model_class, config_class = "hy_v3", "Hunyuan V3", "HYV3ForCausalLM", "HYV3Config"
-    features = frozenset({"model.position.scaling", "model.attention.qk_norm"}) | LAYERS
+    features = frozenset({"model.position.scaling.kind", "model.attention.qk_norm"}) | LAYERS
     shared_experts = True
     parts = "Qwen3's layers over a sigmoid top-k MoE with correction bias and shared experts, dense first layers"
     checkpoint_renames = {  # its checkpoints' names (each expert saved apart, stacked by _Sparse)

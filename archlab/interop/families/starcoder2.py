@@ -47,7 +47,7 @@ class StarCoder2(Family):
     keys = {**LLAMA_KEYS, "norm_epsilon": "norm.eps"}
     prefix = "model."
     features = frozenset(
-        {"model.dropout", "model.embedding_dropout", "model.position.scaling", "model.attention.window"}
+        {"model.dropout", "model.embedding_dropout", "model.position.scaling.kind", "model.attention.window"}
     )
     parts = "layernorm, pre block, plain MLP, GQA, one bias flag, full rope, sliding window"
     # the tanh GELU as StarCoder 2's checkpoints name it

@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import Tensor
 
-from archlab.config import ModelConfig, PositionConfig
+from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import (
     Family,
@@ -24,10 +24,12 @@ from archlab.interop.families.base import (
     Rule,
     TensorMap,
     Tensors,
+    has_field,
     kind_field,
     mlp_section,
     refuse_hf,
     ungrouped,
+    value_of,
 )
 from archlab.interop.families.layered import rope_of, view
 from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_window
@@ -37,11 +39,11 @@ from archlab.interop.families.windows import FULL, SLIDING, checked_types, slidi
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width, shared_config
+from archlab.nn.rope import RoPEConfig
 
 # what a Step-3.5 layer kind sets of the model's RoPE: every field that its two layer types may set apart
-_ROPE_FIELDS = ("theta", "rotary_fraction", "rotary_dim", "scaling", "factor", "low_freq_factor")
-_ROPE_FIELDS += ("high_freq_factor", "original_context")
 _SCALED = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_context")}
+_ROPE_FIELDS = ("theta", "rotary_fraction", "rotary_dim", "scaling.kind", *(f"scaling.{f}" for f in _SCALED["llama3"]))
 _PAD_ID = 1  # Step3p7TextConfig's pad_token_id: an int (None is refused); archlab holds no special tokens
 
 
@@ -51,12 +53,14 @@ def _limit(values: Any, i: int) -> float | None:
     return float(value) if value else None
 
 
-def _rope_fields(rope: PositionConfig) -> dict[str, Any]:
+def _rope_fields(rope: RoPEConfig) -> dict[str, Any]:
     """What a layer kind sets of one layer type's RoPE: its base, its rotated part where not the whole head,
     and its scaling with every field of it."""
-    default, scaled = PositionConfig(), _SCALED.get(rope.scaling, ())
-    fields = [f for f in _ROPE_FIELDS[:3] if f == "theta" or getattr(rope, f) != getattr(default, f)]
-    return {f: getattr(rope, f) for f in (*fields, *(("scaling", *scaled) if scaled else ()))}
+    default, scaled = RoPEConfig(), _SCALED.get(rope.scaling.kind, ())
+    fields = {f: getattr(rope, f) for f in _ROPE_FIELDS[:3] if f == "theta" or getattr(rope, f) != getattr(default, f)}
+    if scaled:
+        fields["scaling"] = {f: getattr(rope.scaling, f) for f in ("kind", *scaled)}
+    return fields
 
 
 def _attention_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
@@ -91,7 +95,7 @@ class Step35(_LayeredSparse):
     features = frozenset(
         {
             "model.norm.unit_offset",
-            "model.position.scaling",
+            "model.position.scaling.kind",
             "model.attention.qk_norm",
             "model.attention.scale",
             "model.attention.window",
@@ -155,14 +159,14 @@ class Step35(_LayeredSparse):
         for sliding in (False, True):
             at = [i for i, lc in enumerate(layers) if (lc.attention.window is not None) == sliding]
             for field in ("model.attention.n_head", *(f"model.position.{f}" for f in _ROPE_FIELDS)):
-                section, name = field.split(".")[1:]
-                values = [getattr(getattr(layers[i], section), name) for i in at]
-                i = next((i for i, v in zip(at, values) if v != values[0]), None)
+                held = [i for i in at if has_field(layers[i], field)]  # a layer without RoPE: refused as such
+                values = [value_of(layers[i], field) for i in held]
+                i = next((i for i, v in zip(held, values) if v != values[0]), None)
                 if i is not None:
                     what = "sliding" if sliding else "full"
                     why = f" (Step-3.5 holds one value for all its {what} layers)"
                     found.append(
-                        Problem(kind_field(cfg, layer_kind(cfg, i), field), values[at.index(i)], repr(values[0]), why)
+                        Problem(kind_field(cfg, layer_kind(cfg, i), field), values[held.index(i)], repr(values[0]), why)
                     )
         dense = [i for i, lc in enumerate(layers) if is_dense(lc) and lc.mlp.kind != "none"]  # none: its kind
         widths = [d_ff(layers[i]) for i in dense]
@@ -253,7 +257,7 @@ class Step35(_LayeredSparse):
                 routed_scale=float(c.moe_router_scaling_factor),
             ),
         )
-        position = PositionConfig(kind="rope", theta=ropes[types[0]].theta, pairing="half")
+        position = RoPEConfig(theta=ropes[types[0]].theta, pairing="half")
         cfg = self.base_from_hf(view(c, num_attention_heads=base_heads), position, mlp)
         cfg.norm.unit_offset = True
         cfg.attention.qk_norm, cfg.attention.gate = "head", "head"
