@@ -106,6 +106,16 @@ def test_one_model_names_the_settings_its_variant_ignores(capsys):
     assert code == 0 and line in out.splitlines()
 
 
+def test_one_model_json_holds_the_model_as_built(capsys):
+    """``model`` is the config the model is built from: each section with its chosen option's fields alone
+    (a Llama preset's RoPE base and pairing left out under ALiBi, and said so), not the composed node."""
+    code, out = check_in_process(capsys, "model=llama3-8b", "model.n_layer=1", "model/position=alibi", "format=json")
+    result = json.loads(out)
+    assert code == 0 and result["model"]["position"] == {"kind": "alibi", "alibi_scale": 1.0, "alibi_rounding": "none"}
+    assert "model.position.theta=500000.0 is left out: position alibi has no such field" in result["ignored"]
+    assert "???" not in out and result["model"]["attention"]["n_kv_head"] == 8
+
+
 def test_one_model_breakdown_text(capsys):
     code, out = check_in_process(capsys, "model=llama2-70b", "model.n_layer=2")
     assert code == 0

@@ -29,7 +29,7 @@ from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.build import CONF_DIR, build_model, compose
 from archlab.cli.errors import short_config_errors
 from archlab.cli.settings import run_hydra_command
-from archlab.config import left_out, to_model_config
+from archlab.config import left_out, model_config_dict, to_model_config
 from archlab.config.commands import CheckConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.store import register_configs
@@ -281,8 +281,12 @@ def run(cfg: DictConfig, overrides: list[str]) -> int:
         else:
             print_table(rows, console)
         return int(any(row["status"] == "MISMATCH" for row in rows))
-    ignored_fields = left_out(cfg.model) + [str(item) for item in ignored(validate(to_model_config(cfg.model)))]
+    model = validate(to_model_config(cfg.model))
+    ignored_fields = left_out(cfg.model) + [str(item) for item in ignored(model)]
     result = {**report(cfg.model), "layer_kinds": layer_kinds(cfg.model), "hf_export": export_report(cfg.model)}
+    # the model as built: each section with its chosen option's fields alone (--cfg job prints what Hydra
+    # composed: every option's fields, ??? where unset)
+    result["model"] = model_config_dict(model)
     result["ignored"] = ignored_fields
     if cfg.format == "json":
         print(json.dumps(result, indent=2))
