@@ -5,7 +5,7 @@ archlab and in transformers' torch path: NoPE with a MoE beside a shared MLP, Ro
 (``num_local_experts`` 0) with every bias and a tied head; greedy and left-padded decoding equal HF
 ``generate``; archlab -> HF -> archlab gives back every tensor bit for bit; a save_pretrained directory
 (experts saved as ``input_linear``, ``output_linear``, ``router.layer``) reads back. With
-``mamba_proj_bias`` HF's padded rows differ from each prompt alone, as Bamba's (tests/test_hf_bamba.py)."""
+``mamba_proj_bias`` HF's padded rows differ from each prompt alone, as Bamba's (tests/interop/test_bamba.py)."""
 
 import pytest
 import torch

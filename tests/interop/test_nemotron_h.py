@@ -6,7 +6,7 @@ bias N(0, 0.3²)), give
 the same float32 logits in archlab (a mixer and the MLP after it one block) and in transformers' torch path;
 greedy and left-padded decoding equal HF ``generate``; archlab -> HF -> archlab gives back every tensor bit
 for bit; a save_pretrained directory (``backbone.`` names) reads back. With ``use_bias`` HF's padded rows
-differ from each prompt alone, as Bamba's (tests/test_hf_bamba.py); an MLP layer after no mixer, and 'mlp'
+differ from each prompt alone, as Bamba's (tests/interop/test_bamba.py); an MLP layer after no mixer, and 'mlp'
 beside 'moe' layers, are refused."""
 
 import pytest

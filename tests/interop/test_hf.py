@@ -1,7 +1,7 @@
 """The Hugging Face conversion machinery (``from_hf``/``to_hf``, the config mapping both ways, checkpoint
 directories and files), shown on GPT-2, GPT-J and LLaMA: tiny random models give the same float32 logits
 in archlab and in transformers, in both directions and through files; unsupported layouts are refused.
-The other families' parity is in test_hf_dense_families.py and test_hf_moe_families.py.
+The other families' parity is in the family files beside this one (tests/interop/test_<family>.py).
 
 Every parameter (biases and norm scales included) is redrawn at random before comparing, so a bias
 or norm that is dropped, transposed or swapped shows up in the logits. The Hugging Face models built
