@@ -28,6 +28,8 @@ TINY: dict[str, dict] = {
     # (a padded position's inputs are then not zero by themselves)
     "mamba2": {"n_head": 4, "head_dim": 8, "state_size": 6, "groups": 2, "scan_chunk": 5}
     | {"qkv_bias": True, "out_bias": True},
+    # 24 channels of state 6, Δ of rank 3, conv 4 with its bias, chunks of 4; projection biases on
+    "mamba": {"inner": 24, "state_size": 6, "dt_rank": 3, "scan_chunk": 4, "bias": True},
 }
 
 # the model around the mixer: d_model 32, vocab 48, context 12, RoPE (a left-padded row's positions must be

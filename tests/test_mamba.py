@@ -1,0 +1,124 @@
+"""Mamba-1's selective scan mixer (archlab/nn/mixers/mamba.py, ops/selective_scan.py): one layer against its
+recurrence written out token by token in float64, plain and with FalconMamba's B/C/Δ norm, at chunk sizes
+that do and do not divide the length; against transformers' ``MambaMixer`` and ``FalconMambaMixer`` (their
+torch paths) with every weight randomised; its count by hand; the refusals. Registering it gives it
+tests/test_mixer_contract.py's tests (cached decoding, left padding, gradients, a hybrid)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers.mixers import mixer_config, randomise
+
+from archlab import ConfigError, count_params
+from archlab.config import to_model_config
+from archlab.nn.mixers.mamba import Mamba
+from archlab.nn.validation import validate
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+D, W, N, R, K, T = 8, 12, 5, 2, 4, 11  # width, inner channels, state, Δ rank, conv kernel, length
+
+
+def layer(chunk: int = 4, bias: bool = True, norm: bool = False) -> Mamba:
+    attention = {"kind": "mamba", "inner": W, "state_size": N, "dt_rank": R, "conv_kernel": K}
+    attention |= {"scan_chunk": chunk, "bias": bias, "bc_dt_norm": norm}
+    return randomise(Mamba(mixer_config("mamba", d_model=D, attention=attention)).double(), seed=1)
+
+
+def by_hand(m: Mamba, x: torch.Tensor, norm: bool) -> torch.Tensor:
+    """The layer token by token: in_proj, the causal convolution and SiLU, x_proj (normed without a scale
+    for FalconMamba), Δ = softplus(dt_proj), h_t = exp(Δ·A)·h_{t−1} + Δ·B_t·x_t, y = h·C + D·x, times silu(z)."""
+
+    def rms(v):
+        return v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6) if norm else v
+
+    proj = F.linear(x, m.in_proj.weight, m.in_proj.bias)
+    xs, z = proj[..., :W], proj[..., W:]
+    w = m.conv_weight[:, 0]  # [W, K]
+    bias = m.conv_bias if m.conv_bias is not None else 0
+    A = -m.A_log.exp()
+    h = torch.zeros(x.shape[0], W, N, dtype=x.dtype)
+    out = []
+    for t in range(x.shape[1]):
+        conv = sum(w[:, j] * xs[:, t - K + 1 + j] for j in range(K) if t - K + 1 + j >= 0) + bias
+        u = F.silu(conv)  # [b, W]
+        sel = u @ m.x_proj.weight.T
+        low, B, C = rms(sel[:, :R]), rms(sel[:, R : R + N]), rms(sel[:, R + N :])
+        dt = F.softplus(low @ m.dt_proj.weight.T + m.dt_proj.bias)  # [b, W]
+        h = torch.exp(dt[..., None] * A) * h + (dt * u)[..., None] * B[:, None, :]
+        y = (h * C[:, None, :]).sum(-1) + m.D * u
+        out.append(F.linear(y * F.silu(z[:, t]), m.out_proj.weight, m.out_proj.bias))
+    return torch.stack(out, dim=1)
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 16])
+@pytest.mark.parametrize("norm", [False, True])
+def test_a_layer_is_its_recurrence_token_by_token(chunk, norm):
+    """The chunked parallel scan (chunks of 4 over 11 positions: a padded tail; of 16: one chunk) and the
+    token-at-a-time one equal the recurrence written out, within 1e-12 in float64."""
+    m = layer(chunk, norm=norm)
+    x = torch.randn(2, T, D, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), by_hand(m, x, norm), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("falcon", "bias"), [(False, False), (False, True), (True, False)])
+def test_a_layer_equals_transformers_mamba_mixer(falcon, bias):
+    """transformers' ``MambaMixer`` (``FalconMambaMixer`` with FalconMamba's norm) on its torch path with
+    the same randomised weights gives the same output, within 1e-6 (it computes A, B and the scan in float32
+    even in a float64 model; the recurrence above is the exact check)."""
+    transformers = pytest.importorskip("transformers")
+    if falcon:
+        from transformers.models.falcon_mamba.modeling_falcon_mamba import FalconMambaMixer as Mixer
+
+        config = transformers.FalconMambaConfig
+    else:
+        from transformers.models.mamba.modeling_mamba import MambaMixer as Mixer
+
+        config = transformers.MambaConfig
+    m = layer(bias=bias, norm=falcon)
+    c = config(hidden_size=D, intermediate_size=W, state_size=N, time_step_rank=R, conv_kernel=K,
+               use_bias=bias, use_conv_bias=True, num_hidden_layers=1, use_mambapy=False)  # fmt: skip
+    hf = Mixer(c, 0, initialize_mixer_weights=False).double()  # FalconMamba's init runs before its norms exist
+    with torch.no_grad():
+        for ours, theirs in ((m.in_proj, hf.in_proj), (m.x_proj, hf.x_proj), (m.dt_proj, hf.dt_proj),
+                             (m.out_proj, hf.out_proj)):  # fmt: skip
+            theirs.weight.copy_(ours.weight)
+            if ours.bias is not None:
+                theirs.bias.copy_(ours.bias)
+        hf.conv1d.weight.copy_(m.conv_weight)
+        hf.conv1d.bias.copy_(m.conv_bias)
+        hf.A_log.copy_(m.A_log)
+        hf.D.copy_(m.D)
+        x = torch.randn(2, T, D, dtype=torch.float64)
+        torch.testing.assert_close(m(x), hf(x), rtol=1e-6, atol=1e-6)
+
+
+def test_its_count_by_hand():
+    """d 16, inner 32 (expand 2), state 4, Δ rank ceil(16/16) = 1, conv 4 with a bias: in_proj 16·64, conv
+    32·5, x_proj 32·(1 + 8), dt_proj 2·32, A_log 32·4, D 32, out_proj 32·16 = 2208 per layer."""
+    cfg = to_model_config({"vocab_size": 8, "n_layer": 1, "d_model": 16, "position": {"kind": "none"},
+                           "attention": {"kind": "mamba", "state_size": 4}, "mlp": {"kind": "none"}})  # fmt: skip
+    assert count_params(cfg)["attention"] == 16 * 64 + 32 * 5 + 32 * 9 + 2 * 32 + 32 * 4 + 32 + 32 * 16 == 2208
+    assert Mamba.kv_cache_values(cfg, 1000, 0) == 32 * (3 + 4)  # conv inputs and states, at any length
+    assert math.isclose(Mamba.extra_flops(cfg, 1000, 0), 18 * 32 * 4)
+
+
+@pytest.mark.parametrize(
+    ("attention", "field"),
+    [
+        ({"kind": "mamba", "state_size": 0}, "model.attention.state_size"),
+        ({"kind": "mamba", "inner": 0}, "model.attention.inner"),
+        ({"kind": "mamba", "dt_min": 0.5, "dt_max": 0.1}, "model.attention.dt_max"),
+        ({"kind": "mamba", "dt_init": "xavier"}, "model.attention.dt_init"),
+        ({"kind": "mamba", "n_kv_head": 2}, "model.attention.n_kv_head"),  # attention's, not its own
+    ],
+)
+def test_bad_settings_name_their_field(attention, field):
+    with pytest.raises(ConfigError) as err:
+        validate(to_model_config({"d_model": D, "attention": attention}))
+    assert err.value.field == field
