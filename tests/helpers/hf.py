@@ -1,29 +1,47 @@
-"""What the Hugging Face parity tests (test_hf_*.py) share: the tiny sizes, fully randomised weights,
-logits, the round trips every family passes (HF -> archlab -> HF -> archlab, a shrunk preset to HF and
-back, save_pretrained directories), the check that a part moves the logits, the two generation checks
-against HF ``generate``, and cached decoding against HF's full forward (a Mamba-2 layer's time-step clamp,
-which HF's own decoding step ignores). transformers is imported only inside the functions that build its models."""
+"""What the Hugging Face parity tests (tests/interop/test_<family>.py) share: the tiny sizes, fully
+randomised weights, logits, the checks every family passes (HF's logits read, HF -> archlab -> HF ->
+archlab, a shrunk preset or an archlab layout to HF and back, save_pretrained directories, a record that
+holds a layout another family exports, the refusals naming a field), the check that a part moves the
+logits, the two generation checks against HF ``generate``, cached decoding against HF's full forward (a
+Mamba-2 layer's time-step clamp, which HF's own decoding step ignores), and the MoE routing against HF's.
+Each family file holds its cases and calls these from its own small tests. transformers is imported only
+inside the functions that build its models."""
 
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
+from omegaconf import OmegaConf
 
-from archlab import build_model, count_params
+from archlab import ConfigError, ModelConfig, build_model, compose_model, count_params
+from archlab.config import MLP_OPTIONS, to_model_config
+from archlab.config.layers import layer_configs
 from archlab.generate import generate
-from archlab.interop.hf import from_hf, load_hf_dir, save_hf_dir, to_hf
+from archlab.interop.hf import archlab_state_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
+from archlab.nn.moe import MoE
+from archlab.nn.validation import validate
 
 TOL = 1e-4  # max abs logit difference allowed (float32)
 V, CTX, WINDOW = 96, 64, 4
 IDS = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(0))  # 12 > WINDOW
+LONG_IDS = torch.randint(
+    0, V, (2, 24), generator=torch.Generator().manual_seed(3)
+)  # past Phi-3's LongRoPE switch at 16
 ATTN = dict(attn_implementation="eager")  # transformers' eager attention
 EAGER = dict(ATTN, experts_implementation="eager")  # and its plain per-expert loop (the MoE families)
 NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 HF_SIZES = dict(vocab_size=V, max_position_embeddings=CTX, hidden_size=64)  # every tiny HF config's
+SMALL = dict(HF_SIZES, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, **NO_TOKENS)  # a dense one's
+# archlab overrides of the same sizes: a preset shrunk (TINY), its 4 heads grouped in 2 (GQA), LLaMA's layout
+TINY = ["model.vocab_size=96", "model.context_length=64", "model.n_layer=2", "model.mlp.d_ff=96"]
+GQA = ["model.d_model=64", "model.attention.n_head=4", "model.attention.n_kv_head=2"]
+LLAMA = ["model=llama2-7b", *TINY, *GQA]
 
 
 def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -218,3 +236,230 @@ def families_of_its_mixers(cfg) -> dict[str, Any]:
     from archlab.interop.families import FAMILIES
 
     return {name: f for name, f in FAMILIES.items() if not f.mixer_problems(cfg)}
+
+
+def hf_config(cases: dict[str, tuple], case: str, **changes: Any) -> Any:
+    """The transformers config of ``cases[case]`` (model class, config class, config keys, ...), ``changes``
+    set over its keys."""
+    import transformers
+
+    config_class, keys = cases[case][1:3]
+    return getattr(transformers, config_class)(**{**keys, **changes})
+
+
+def check_from_hf(hf, family: str | None = None, ids: torch.Tensor = IDS):
+    """``from_hf(hf)`` gives HF's logits (on ``ids``), and the layout it reads maps back to ``family`` (by
+    default ``hf``'s own model_type); gives the archlab model."""
+    model = from_hf(hf)
+    assert max_diff(logits(hf, ids), logits(model, ids)) <= TOL
+    assert hf_family(model.cfg) == (hf.config.model_type if family is None else family)
+    return model
+
+
+def check_generation(hf, model=None) -> None:
+    """Greedy decoding after one prompt and of a left-padded batch (``check_greedy_generation``,
+    ``check_padded_generation``) of one archlab model, by default ``from_hf(hf)``."""
+    model = from_hf(hf) if model is None else model
+    check_greedy_generation(hf, model)
+    check_padded_generation(hf, model)
+
+
+def check_exports(cfg, expected_class: str, family: str | None = None, seed: int = 3, **impl: Any):
+    """A model of archlab config ``cfg``, every parameter redrawn, is held by ``family`` (where given) and
+    converts to HF class ``expected_class`` and back (``check_to_hf_and_back``); gives the HF model and the
+    archlab model read back."""
+    model = randomize(build_model(cfg), seed)
+    if family is not None:
+        assert hf_family(model.cfg) == family
+    return check_to_hf_and_back(model, expected_class, **impl)
+
+
+def check_refuses(call: Callable[[], Any], field: str, *said: str) -> ConfigError:
+    """``call()`` raises a ConfigError naming ``field``, its message saying each of ``said``; gives it."""
+    with pytest.raises(ConfigError) as err:
+        call()
+    assert err.value.field == field
+    for words in said:
+        assert words in str(err.value)
+    return err.value
+
+
+def check_family_refuses(family: str, cfg, field: str) -> None:
+    """The record of ``family`` (its ``check``, which config_to_hf and archlab-export call) refuses ``cfg``
+    naming ``field``, and names itself."""
+    from archlab.interop.families import FAMILIES
+
+    record = FAMILIES[family]
+    check_refuses(lambda: record.check(cfg), field, f"Hugging Face {record.title}")
+
+
+def record_to_hf(model, family: str, **impl: Any):
+    """The transformers model that record ``family`` writes for archlab ``model`` (its config class, from
+    ``to_hf``, saying its model_type; its model class; its tensor maps), whichever family the layout
+    routes to: every tensor taken, only a tied head left to tie."""
+    import transformers
+
+    from archlab.interop.families import FAMILIES
+
+    record = FAMILIES[family]
+    config = getattr(transformers, record.config_class)(**{**NO_TOKENS, **record.to_hf(model.cfg)}, **impl)
+    assert config.model_type == family
+    hf = record.hf_class(transformers)(config).eval()
+    result = hf.load_state_dict(archlab_state_to_hf(model.cfg, model.state_dict(), family=family), strict=False)
+    assert not result.unexpected_keys
+    assert set(result.missing_keys) <= ({"lm_head.weight"} if model.cfg.head.tied else set())
+    return hf
+
+
+def check_record_holds(hf, model, family: str, **impl: Any) -> None:
+    """Record ``family`` holds archlab ``model`` (read from ``hf``) wherever its layout exports: it has no
+    problem with it, and its own class (``record_to_hf``) is ``hf``'s, with the same logits, read back to
+    the same config and every tensor bit for bit."""
+    from archlab.interop.families import FAMILIES
+
+    assert FAMILIES[family].problems(model.cfg) == []
+    own = record_to_hf(model, family, **impl)
+    assert type(own) is type(hf)
+    assert max_diff(logits(own), logits(model)) <= TOL
+    again = from_hf(own)
+    assert again.cfg == model.cfg
+    assert_same_tensors(model, again)
+
+
+def check_directory_loads(hf, path: Path) -> None:
+    """``hf``'s save_pretrained directory (its checkpoints' own tensor names) loads with load_hf_dir: the
+    same logits."""
+    hf.save_pretrained(path)
+    assert max_diff(logits(hf), logits(load_hf_dir(path).eval())) <= TOL
+
+
+def check_dense_layers_as_hf(hf, model) -> None:
+    """archlab ``model`` (read from ``hf``) has a dense MLP on the layers where HF builds one (no experts)."""
+    dense = [not hasattr(layer.mlp, "experts") for layer in hf.model.layers]
+    assert [lc.mlp.kind != "moe" for lc in layer_configs(model.cfg)] == dense
+
+
+def windows(cfg) -> list:
+    """Each layer's sliding window (None: a global layer)."""
+    return [lc.attention.window for lc in layer_configs(cfg)]
+
+
+# a tiny LayerNorm, pre-norm, RoPE, tanh-GELU layout with every bias and a tied head (ModelConfig's defaults)
+BASE = dict(vocab_size=V, context_length=CTX, n_layer=2, d_model=64, position={"kind": "rope"})
+BASE |= dict(attention={"n_head": 4}, mlp={"d_ff": 96, "approximate": "tanh"})
+
+
+def layout(*overrides: str) -> ModelConfig:
+    """``BASE`` with ``overrides`` (``model.a.b=value``; ``model/mlp=swiglu`` sets the kind, as its option
+    file, and its section keeps the fields swiglu has: GELU's approximate goes), validated; no Hydra
+    composition, for speed."""
+    dots = []
+    for override in overrides:
+        key, value = override.split("=", 1)
+        if key.startswith("model/"):
+            dots.append(f"{key.removeprefix('model/')}.kind={value}")
+        else:
+            dots.append(f"{key.removeprefix('model.')}={value}")
+    data: Any = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(BASE), OmegaConf.from_dotlist(dots)))
+    data["mlp"] = MLP_OPTIONS.own_fields(data["mlp"], data["mlp"].get("kind", "gelu"))
+    return validate(to_model_config(data))
+
+
+@functools.cache
+def _composed(overrides: tuple[str, ...]) -> ModelConfig:
+    return compose_model(list(overrides))
+
+
+def composed(*overrides: str) -> ModelConfig:
+    """A copy of ``compose_model(overrides)``, which Hydra composes once per run of the tests (the slowest
+    step of a refusal test)."""
+    return copy.deepcopy(_composed(overrides))
+
+
+def with_kinds(cfg: ModelConfig, **kinds: Any) -> ModelConfig:
+    """``cfg`` (changed in place) with its layer kinds and its own fields changed: ``kinds`` maps a kind to
+    {section: {field: value}} merged into it (or, naming a kind, replacing its section), ``model`` to
+    sections of the model's own, ``first``/``pattern`` replace the layers'; ``global_`` is kind ``global``
+    (a Python keyword)."""
+    for kind, sections in kinds.items():
+        kind = kind.rstrip("_")
+        if kind in ("first", "pattern"):
+            setattr(cfg.layers, kind, sections)
+            continue
+        for section, fields in sections.items():
+            if kind == "model":
+                for k, v in fields.items():
+                    setattr(getattr(cfg, section), k, v)
+            elif "kind" in fields:  # another option: its fields replace the kind's
+                cfg.layers.kinds.setdefault(kind, {})[section] = dict(fields)
+            else:
+                cfg.layers.kinds.setdefault(kind, {}).setdefault(section, {}).update(fields)
+    return cfg
+
+
+def check_preset_is_published(preset: str) -> None:
+    """config_to_hf of ``preset`` gives the published config's (tests/helpers/published.py LAYOUT_CONFIGS)
+    layer types, windows and RoPE per layer, and the published config reads back into a layout with the
+    preset's count and the same HF config."""
+    import transformers
+
+    from archlab.interop.hf import config_from_hf, config_to_hf
+    from helpers.published import LAYOUT_CONFIGS, PUBLISHED
+
+    _, config_class, keys, _ = LAYOUT_CONFIGS[preset]
+    published = getattr(transformers, config_class)(**keys)
+    ours = config_to_hf(compose_model([f"model={preset}"]))
+    assert type(ours) is type(published)
+    compared = ["layer_types", "sliding_window", "rope_parameters", "head_dim", "num_key_value_heads"]
+    compared += ["hidden_size", "intermediate_size", "num_hidden_layers", "query_pre_attn_scalar", "no_rope_layers"]
+    differ = {k: (getattr(published, k), getattr(ours, k)) for k in compared if hasattr(published, k)}
+    assert {k: v for k, v in differ.items() if v[0] != v[1]} == {}
+    cfg = config_from_hf(published)
+    assert count_params(cfg)["total"] == PUBLISHED[preset]
+    assert config_to_hf(cfg).to_dict() == ours.to_dict()
+
+
+# ---------------------------------------------------------------- mixtures of experts
+
+
+def mlp_kinds(cfg) -> list[str]:
+    """Each layer's MLP kind: a dense layer is a layer kind setting it to the experts' kind."""
+    return [lc.mlp.kind for lc in layer_configs(cfg)]
+
+
+def moe_layers(hf, model) -> list[tuple[torch.nn.Module, MoE]]:
+    """(HF router, archlab MoE) of every MoE layer."""
+    pairs = [(hf.model.layers[i].mlp, block.mlp) for i, block in enumerate(model.blocks)]
+    return [(h.gate, a) for h, a in pairs if isinstance(a, MoE)]
+
+
+def by_expert(indices: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's chosen experts in ascending order, with their weights (DeepSeek's top-k is unsorted)."""
+    order = indices.argsort(dim=-1)
+    return indices.gather(-1, order), weights.gather(-1, order)
+
+
+def check_routed_as_hf(hf) -> None:
+    """In every MoE layer of ``from_hf(hf)``, the experts archlab's forward chooses for every token (from
+    its own hidden states) are HF's, and on HF's hidden states its router gives HF's weights."""
+    model = from_hf(hf)
+    layers = moe_layers(hf, model)
+    assert layers and len(layers) == mlp_kinds(model.cfg).count("moe")
+    seen_hf, seen_ours, hooks = {}, {}, []
+    for n, (gate, moe) in enumerate(layers):
+        hooks.append(gate.register_forward_hook(lambda m, args, out, n=n: seen_hf.__setitem__(n, (args[0], out))))
+        hooks.append(moe.register_forward_pre_hook(lambda m, args, n=n: seen_ours.__setitem__(n, args[0])))
+    logits(hf)
+    logits(model)
+    for h in hooks:
+        h.remove()
+    for n, (_, moe) in enumerate(layers):
+        hf_input, (_, hf_weights, hf_indices) = seen_hf[n]
+        hf_indices, hf_weights = by_expert(hf_indices, hf_weights)
+        with torch.no_grad():
+            _, _, ours = moe.route(seen_ours[n].reshape(-1, model.cfg.d_model))
+            _, weights, indices = moe.route(hf_input.reshape(-1, model.cfg.d_model))
+        assert torch.equal(ours.sort(dim=-1).values, hf_indices)  # all 24 tokens
+        indices, weights = by_expert(indices, weights)
+        assert torch.equal(indices, hf_indices)
+        torch.testing.assert_close(weights, hf_weights, rtol=1e-6, atol=1e-7)

@@ -10,11 +10,12 @@ import math
 
 import pytest
 import torch
-from helpers.hf import families_of_its_mixers
+from helpers.hf import families_of_its_mixers, max_diff, randomize
 from helpers.parts import short_fit, tiny
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.nn.mixers.ops import cpu_attention
+from archlab.nn.validation import validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -314,3 +315,19 @@ def test_each_part_trains():
         losses = short_fit(model, cfg.vocab_size, 16)
         assert all(p.grad is not None for p in model.parameters()), overrides
         assert losses[-1] < 0.9 * losses[0], overrides
+
+
+def test_query_scale_by_position_reads_each_row_s_rope_positions():
+    """With ``query_scale_by: position`` a left-padded row's logits are those it has alone (its positions
+    count from its first token, as RoPE's do); by index (Llama 4) the padding shifts the query scale."""
+    rope = dict(kind="rope")
+    cfg = tiny(vocab_size=96, position=rope, attention=dict(query_scale_beta=0.5, query_scale_length=2))
+    by_position = validate(tiny(vocab_size=96, position=rope, attention=dict(
+        query_scale_beta=0.5, query_scale_length=2, query_scale_by="position")))  # fmt: skip
+    ids = torch.randint(0, 96, (1, 6), generator=torch.Generator().manual_seed(3))
+    padded, mask = torch.cat((torch.zeros(1, 3, dtype=torch.long), ids), 1), torch.tensor([[0] * 3 + [1] * 6])
+    for c, alike in ((by_position, True), (validate(cfg), False)):
+        model = randomize(build_model(c), seed=5)
+        with torch.no_grad():
+            alone, in_batch = model(ids), model(padded, attention_mask=mask)[:, 3:]
+        assert (max_diff(alone, in_batch) <= 1e-5) == alike
