@@ -1,7 +1,8 @@
-"""Multi-head latent attention (``mla``, DeepSeek-V2) and YaRN RoPE scaling, each against an independent
-expectation: DeepSeek's published per-layer counts worked by hand, the meta build, Hugging Face's YaRN
-frequencies and DeepSeek-V2/V3 attention modules, hand-computed values, the full forward (for the KV
-cache) and PyTorch's FLOP counter."""
+"""Multi-head latent attention (``mla``, DeepSeek-V2; archlab/nn/mixers/mla.py) and YaRN RoPE scaling, each
+against an independent expectation: DeepSeek's published per-layer counts worked by hand, the meta build,
+Hugging Face's YaRN frequencies and DeepSeek-V2/V3 attention modules, hand-computed values, the full
+forward (for the KV cache) and PyTorch's FLOP counter; the latent norms' own eps (``latent_norm_eps``)
+moves the logits and is validated."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import math
 
 import pytest
 import torch
+from helpers.hf import changed_cfg, check_changes_logits
 from helpers.mixers import randomise
 from omegaconf import OmegaConf
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from archlab import build_model, count_params
+from archlab import build_model, compose_model, count_params
 from archlab.accounting import check_build, kv_cache_bytes
 from archlab.config import to_model_config
 from archlab.errors import ConfigError
@@ -387,3 +389,41 @@ def test_each_refused_setting_names_its_field(overrides, field):
     with pytest.raises(ConfigError) as error:
         validate(tiny(**overrides))
     assert error.value.field == field
+
+
+# ---- latent_norm_eps: the latent norms' own eps (MiniCPM3's 1e-6 beside rms_norm_eps 1e-5)
+
+NANO_MLA = [
+    "model=nano",
+    "model/attention=mla",
+    "model/position=rope",
+    "model.attention.kv_lora_rank=16",
+    "model.attention.q_lora_rank=16",
+    "model.attention.qk_nope_head_dim=8",
+    "model.attention.qk_rope_head_dim=8",
+    "model.attention.v_head_dim=8",
+    "model.vocab_size=96",
+]
+
+
+def test_latent_norm_eps_sets_the_latent_norms_and_moves_the_logits():
+    cfg = compose_model([*NANO_MLA, "model.attention.latent_norm_eps=10.0"])
+    torch.manual_seed(0)
+    model = build_model(cfg).eval()
+    attn = model.blocks[0].attn
+    assert (attn.q_norm.eps, attn.kv_norm.eps) == (10.0, 10.0)
+    assert model.blocks[0].attn_norm.eps == cfg.norm.eps  # the block's norms keep model.norm.eps
+    check_changes_logits(model, changed_cfg(cfg, attention__latent_norm_eps=None), "latent_norm_eps")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [*NANO_MLA, "model.attention.latent_norm_eps=0.0"],
+        [*NANO_MLA, "model.attention.latent_norm_eps=-1e-6"],
+    ],
+)
+def test_latent_norm_eps_is_validated(overrides):
+    with pytest.raises(ConfigError) as err:
+        build_model(compose_model(overrides), device="meta")
+    assert err.value.field == "model.attention.latent_norm_eps"
