@@ -82,7 +82,7 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
     parity.check_refuses(lambda: config_from_hf(parity.hf_config(HF_CASES, "cohere2_moe", **changes)), field)
 
 
-def test_cohere2_moe_holds_average_without_shared_experts():
+def test_holds_average_without_shared_experts():
     """'average' (its default) combines nothing where there are no shared experts: read as any other."""
     config = parity.hf_config(
         HF_CASES, "cohere2_moe", num_shared_experts=0, shared_expert_combination_strategy="average"
