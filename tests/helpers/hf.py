@@ -463,3 +463,14 @@ def check_routed_as_hf(hf) -> None:
         indices, weights = by_expert(indices, weights)
         assert torch.equal(indices, hf_indices)
         torch.testing.assert_close(weights, hf_weights, rtol=1e-6, atol=1e-7)
+
+
+def check_correction_bias_moves_logits(model) -> None:
+    """Zeroing the routers' correction bias in ``model`` moves its logits: the bias changes the experts
+    chosen (the logits parity could not tell a dropped one)."""
+    before = logits(model)
+    with torch.no_grad():
+        for block in model.blocks:
+            if getattr(block.mlp, "router_bias", None) is not None:
+                block.mlp.router_bias.zero_()
+    assert max_diff(before, logits(model)) > 1e-3
