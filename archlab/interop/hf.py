@@ -25,11 +25,12 @@ from archlab.build import build_model
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
 from archlab.interop.families import FAMILIES, refusals
-from archlab.interop.families.base import Family, Problem, join, split
+from archlab.interop.families.base import Family, Problem
 from archlab.interop.families.dense import dense_family
 from archlab.interop.families.layered import LayeredFamily
 from archlab.interop.families.moe import sparse_family
 from archlab.interop.families.refused import NOT_DECODER
+from archlab.interop.families.tensors import join, split
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 

@@ -5,7 +5,8 @@ import), and the order ``hf.family_of`` tries them in is stated in ``_collect``.
 record module (its config keys copied as they are in ``keys``, the rest computed in ``to_hf`` and
 ``from_hf``; its tensor names in ``tensors``; ``RECORDS`` at the end) and its tests: nothing else.
 ``refused.REFUSED`` names the families archlab does not convert; a record supersedes its entry
-(``refusals``). Shared parts: ``base`` (the record, tensor maps, ``FEATURES``), ``rope`` and ``windows``
+(``refusals``). Shared parts: ``base`` (the record, ``FEATURES``, the rules many state), ``tensors`` (tensor maps),
+``values`` and ``mlps`` (config fields and MLP sections both ways), ``rope`` and ``windows``
 (RoPE and sliding windows both ways), ``dense`` and ``moe`` (the tables that route a layout)."""
 
 from __future__ import annotations

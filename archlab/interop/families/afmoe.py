@@ -11,30 +11,18 @@ from archlab.config import (
     ModelConfig,
 )
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.interop.families.base import (
-    GATED_TO_HF,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    activation,
-    config_head_dim,
-    gated_activation,
-    kind_field,
-    mlp_section,
-    refuse_hf,
-    shared_experts,
-    ungrouped,
-)
+from archlab.interop.families.base import Family, Problem, Rule, ungrouped
 from archlab.interop.families.layered_moe import (
     _LayeredSparse,
     _unique,
     apply_layout,
     one_window,
 )
+from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section, shared_experts
 from archlab.interop.families.moe import dense_first, is_dense, mlp_tensors, stack_saved_experts
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import config_head_dim, kind_field, refuse_hf
 from archlab.interop.families.windows import checked_types, sliding_to_hf
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width

@@ -7,16 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import (
-    PLAIN_FROM_HF,
-    PLAIN_TO_HF,
-    Family,
-    Tensors,
-    activation,
-    mlp_section,
-    refuse_hf,
-)
+from archlab.interop.families.base import Family
 from archlab.interop.families.llama import Llama
+from archlab.interop.families.mlps import PLAIN_FROM_HF, PLAIN_TO_HF, activation, mlp_section
+from archlab.interop.families.tensors import Tensors
+from archlab.interop.families.values import refuse_hf
 
 # up/down MLPs compute down(act(up(x))): hidden_act <-> archlab (kind, approximate)
 UP_DOWN_FROM_HF = {**PLAIN_FROM_HF, "relu2": ("relu2", "none")}

@@ -13,22 +13,11 @@ from archlab.config import (
     embedding_dropout,
     n_kv_head,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    PLAIN_FROM_HF,
-    PLAIN_TO_HF,
-    Family,
-    Rule,
-    TensorMap,
-    Tensors,
-    activation,
-    dropouts,
-    fmt,
-    mlp_section,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, fmt, out_bias
 from archlab.interop.families.gpt import GPT_KEYS
+from archlab.interop.families.mlps import PLAIN_FROM_HF, PLAIN_TO_HF, activation, mlp_section
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import dropouts, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff

@@ -14,21 +14,12 @@ from archlab.config import (
     NormConfig,
     embedding_dropout,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Rule,
-    TensorMap,
-    Tensors,
-    dropouts,
-    fmt,
-    out_bias,
-    plain_activation,
-    plain_mlp,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, fmt, out_bias
 from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.mlps import plain_activation, plain_mlp
 from archlab.interop.families.opt import EPS, OFFSET
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import dropouts, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 

@@ -11,20 +11,10 @@ from archlab.config import (
     ModelConfig,
     NormConfig,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    dropouts,
-    fmt,
-    mlp_section,
-    no_embedding_dropout,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, fmt, no_embedding_dropout, out_bias
+from archlab.interop.families.mlps import mlp_section
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import dropouts, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff

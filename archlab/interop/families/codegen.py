@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Problem, TensorMap, Tensors
+from archlab.interop.families.base import Family, Problem
 from archlab.interop.families.gpt import GPTJ
+from archlab.interop.families.tensors import TensorMap, Tensors
 
 MP_NUM = 4  # CodeGenAttention's shards of qkv_proj, fixed in transformers
 

@@ -15,20 +15,7 @@ from archlab.config import (
     NormConfig,
     n_kv_head,
 )
-from archlab.interop.families.base import (
-    GATED_TO_HF,
-    NO_HEAD_BIAS,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    activation,
-    gated_activation,
-    mlp_section,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, out_bias
 from archlab.interop.families.layered import (
     LAYERS,
     Layer,
@@ -37,7 +24,10 @@ from archlab.interop.families.layered import (
     rule_problems,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
 from archlab.interop.families.rope import rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.interop.families.windows import SLIDING, checked_types, sliding_to_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff

@@ -7,12 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors, mlp_section, out_bias, refuse_hf
+from archlab.interop.families.base import Family, Rule, out_bias
+from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.moe import _CausalSparse
 from archlab.interop.families.mpt import MPT_KEYS
 from archlab.interop.families.phi3 import head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.softmax_moe import replaced
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.moe import expert_width
 

@@ -7,13 +7,7 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.interop.families.base import (
-    Family,
-    Rule,
-    Tensors,
-    refuse_hf,
-    ungrouped,
-)
+from archlab.interop.families.base import Family, Rule, ungrouped
 from archlab.interop.families.moe import (
     LATENT_EPS,
     LAYERS,
@@ -25,6 +19,8 @@ from archlab.interop.families.moe import (
     with_dense_first,
 )
 from archlab.interop.families.rope import rope_from_hf
+from archlab.interop.families.tensors import Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.mla import MLAConfig
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, TensorMap, Tensors, refuse_hf
+from archlab.interop.families.base import Family
 from archlab.interop.families.llama import _LlamaStyle
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.differential import DifferentialConfig
 
 LAMBDAS = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")

@@ -9,19 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig, PositionConfig, n_kv_head
-from archlab.interop.families.base import (
-    ONE_BIAS_FLAG,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    config_head_dim,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import ONE_BIAS_FLAG, Family, Problem, Rule, out_bias
 from archlab.interop.families.moe import LAYERS, _Sparse, grouped_moe_to_hf, pre_norm_tensors, with_dense_first
 from archlab.interop.families.rope import rope_from_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import config_head_dim, refuse_hf
 from archlab.interop.families.windows import layer_types, uniform_window
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim

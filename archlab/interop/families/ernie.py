@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Rule, out_bias, refuse_hf
+from archlab.interop.families.base import Family, Rule, out_bias
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import _LlamaStyle
+from archlab.interop.families.values import refuse_hf
 
 
 class Ernie45(_LlamaStyle):

@@ -7,12 +7,7 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import (
-    Family,
-    Rule,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import Family, Rule, out_bias
 from archlab.interop.families.layered import view
 from archlab.interop.families.moe import (
     LAYERS,
@@ -20,6 +15,7 @@ from archlab.interop.families.moe import (
     with_dense_first,
 )
 from archlab.interop.families.softmax_moe import _Softmax, replaced
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width

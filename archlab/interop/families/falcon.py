@@ -13,20 +13,12 @@ from archlab.config import (
     NormConfig,
     n_kv_head,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    out_bias,
-    plain_activation,
-    plain_mlp,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, out_bias
 from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.mlps import plain_activation, plain_mlp
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff

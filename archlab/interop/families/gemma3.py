@@ -8,11 +8,7 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.interop.families.base import (
-    Family,
-    Rule,
-    refuse_hf,
-)
+from archlab.interop.families.base import Family, Rule
 from archlab.interop.families.gemma import Gemma2
 from archlab.interop.families.layered import (
     LAYERS,
@@ -22,6 +18,7 @@ from archlab.interop.families.layered import (
     rope_per_type_to_hf,
     view,
 )
+from archlab.interop.families.values import refuse_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, sliding_to_hf
 
 

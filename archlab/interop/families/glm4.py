@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, Tensors, config_head_dim, out_bias
+from archlab.interop.families.base import Family, Problem, Rule, out_bias
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import _LlamaStyle
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import config_head_dim
 
 
 class Glm4(_LlamaStyle):

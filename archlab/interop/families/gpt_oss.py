@@ -8,23 +8,16 @@ from archlab.config import (
     ModelConfig,
 )
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import (
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    config_head_dim,
-    mlp_section,
-    refuse_hf,
-    ungrouped,
-)
+from archlab.interop.families.base import Family, Problem, Rule, ungrouped
 from archlab.interop.families.layered_moe import (
     _LayeredSparse,
     apply_layout,
     one_window,
 )
+from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import config_head_dim, refuse_hf
 from archlab.interop.families.windows import checked_types, sliding_to_hf
 from archlab.nn.moe import expert_width
 

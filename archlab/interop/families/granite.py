@@ -8,9 +8,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Problem, Rule, refuse_hf
+from archlab.interop.families.base import Family, Problem, Rule
 from archlab.interop.families.llama import Llama
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.base import head_dim
 
 LOGITS_WANTS = "a scale s with 1 / (1 / s) == s (Granite stores logits_scaling = 1 / s; powers of two and most others)"

@@ -9,12 +9,14 @@ import dataclasses
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Problem, Rule, TensorMap, refuse_hf
+from archlab.interop.families.base import Family, Problem, Rule
 from archlab.interop.families.granite import Granite
 from archlab.interop.families.layered import LAYERS, Layer, LayeredFamily
 from archlab.interop.families.llama import Llama
 from archlab.interop.families.phi3 import fixed_head_dim
 from archlab.interop.families.rope import rope_from_hf
+from archlab.interop.families.tensors import TensorMap
+from archlab.interop.families.values import refuse_hf
 from archlab.interop.families.windows import SLIDING, checked_types, sliding_to_hf
 from archlab.nn.mixers.base import head_dim
 

@@ -7,15 +7,7 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import (
-    ONE_BIAS_FLAG,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import ONE_BIAS_FLAG, Family, Problem, Rule, out_bias
 from archlab.interop.families.granite import (
     check_multipliers,
     multiplier_problems,
@@ -30,6 +22,8 @@ from archlab.interop.families.moe import (
 )
 from archlab.interop.families.phi3 import head_dim_rule
 from archlab.interop.families.softmax_moe import _Softmax
+from archlab.interop.families.tensors import TensorMap
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.moe import expert_width
 
 

@@ -35,19 +35,7 @@ from archlab.interop.families.bamba import (
     is_mamba,
     mamba_to_hf,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    ONE_BIAS_FLAG,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    mlp_section,
-    out_bias,
-    refuse_hf,
-    ungrouped,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, out_bias, ungrouped
 from archlab.interop.families.granite import (
     check_multipliers,
     multiplier_problems,
@@ -55,8 +43,11 @@ from archlab.interop.families.granite import (
     multipliers_to_hf,
 )
 from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width

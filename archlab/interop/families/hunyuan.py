@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Rule, TensorMap, config_head_dim, refuse_hf
+from archlab.interop.families.base import Family, Rule
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import _LlamaStyle
+from archlab.interop.families.tensors import TensorMap
+from archlab.interop.families.values import config_head_dim, refuse_hf
 
 # transformers' names of the QK-norms, by archlab's
 _QK_NORMS = {".self_attn.q_norm.": ".self_attn.query_layernorm.", ".self_attn.k_norm.": ".self_attn.key_layernorm."}

@@ -6,17 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import (
-    ONE_BIAS_FLAG,
-    Family,
-    Rule,
-    Tensors,
-    config_head_dim,
-    out_bias,
-)
+from archlab.interop.families.base import ONE_BIAS_FLAG, Family, Rule, out_bias
 from archlab.interop.families.hunyuan import HunYuanDense
 from archlab.interop.families.layered import view
 from archlab.interop.families.softmax_moe import _Softmax, replaced, uniform
+from archlab.interop.families.tensors import Tensors
+from archlab.interop.families.values import config_head_dim
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.moe import expert_width
 

@@ -13,7 +13,7 @@ own, ``model.layers.kinds.<kind>.attention.window``, where the kind sets it), wh
 express: parts that differ between layers beyond the window and the position encoding, windows of two
 sizes, RoPE that differs where the family has one set, NoPE where the family has RoPE.
 
-Nothing here imports transformers: records read configs by attribute, as in ``base``.
+Nothing here imports transformers: records read configs by attribute.
 """
 
 from __future__ import annotations
@@ -31,15 +31,9 @@ from archlab.config import (
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.errors import ConfigError
-from archlab.interop.families.base import (
-    Family,
-    Problem,
-    bare,
-    differences,
-    kind_field,
-    refuse_hf,
-)
+from archlab.interop.families.base import Family, Problem, bare
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.values import differences, kind_field, refuse_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff

@@ -12,7 +12,7 @@ that changes it is refused, naming the kind's field (``model.layers.kinds.<kind>
 
 Their records are ``base.Family`` records like the others (``family_of`` finds them by what they hold, no routing table names them). gpt-oss and Llama 4
 store their routed experts as [E, in, out] against archlab's [E, out, in] (layouts ``experts_transposed``
-and, for gpt-oss's interleaved gate/up columns, ``gate_up_interleaved`` in ``base``); AFMoE as
+and, for gpt-oss's interleaved gate/up columns, ``gate_up_interleaved`` in ``tensors``); AFMoE as
 archlab does, and its checkpoints each expert apart (``moe.stack_saved_experts``). Nothing here
 imports transformers.
 """
@@ -33,20 +33,9 @@ from archlab.config import (
 )
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import shortest_layout
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Problem,
-    Rule,
-    config_head_dim,
-    fmt,
-    has_field,
-    kind_field,
-    leaf_fields,
-    out_bias,
-    value_of,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, fmt, out_bias
 from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.values import config_head_dim, has_field, kind_field, leaf_fields, value_of
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 

@@ -7,16 +7,10 @@ import math
 from typing import Any
 
 from archlab.config import POSITION_OPTIONS, HeadConfig, ModelConfig, NormConfig
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Rule,
-    TensorMap,
-    Tensors,
-    mlp_section,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, out_bias
+from archlab.interop.families.mlps import mlp_section
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.mamba2 import Mamba2Config, head_dim, inner
 
 

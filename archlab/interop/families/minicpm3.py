@@ -11,9 +11,10 @@ import math
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Problem, Rule, refuse_hf
+from archlab.interop.families.base import Family, Problem, Rule
 from archlab.interop.families.layered import view
 from archlab.interop.families.mla import Youtu
+from archlab.interop.families.values import refuse_hf
 
 _MULTIPLIERS = ("model.embedding_multiplier", "model.block.residual_multiplier", "model.head.logit_scale")
 _LONGROPE = (

@@ -7,15 +7,11 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.interop.families.base import (
-    Family,
-    Rule,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import Family, Rule, out_bias
 from archlab.interop.families.moe import (
     _CausalSparse,
 )
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.moe import expert_width
 

@@ -29,27 +29,19 @@ from archlab.config import (
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig
 from archlab.errors import ConfigError
-from archlab.interop.families.base import (
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, bare, ungrouped
+from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.mlps import (
     GATED_TO_HF,
-    NO_HEAD_BIAS,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
     activation,
-    bare,
-    config_head_dim,
     dense_of,
-    differences,
     gated_activation,
-    kind_field,
     mlp_section,
     shared_experts,
-    ungrouped,
 )
-from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import config_head_dim, differences, kind_field
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width

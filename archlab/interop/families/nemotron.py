@@ -9,18 +9,11 @@ from typing import Any
 
 from archlab.config import BlockConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.interop.families.arcee import UP_DOWN_KINDS, UP_DOWN_TO_HF, up_down_mlp, up_down_tensors
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    ONE_BIAS_FLAG,
-    Family,
-    Rule,
-    TensorMap,
-    Tensors,
-    activation,
-    out_bias,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Rule, out_bias
 from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.mlps import activation
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff

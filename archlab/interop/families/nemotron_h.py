@@ -36,20 +36,10 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
 from archlab.interop.families.bamba import HELD, hybrid_problems, is_mamba, mamba_kind, mamba_tensors
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    activation,
-    bare,
-    kind_field,
-    mlp_section,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, bare, out_bias
+from archlab.interop.families.mlps import activation, mlp_section
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.mamba2 import Mamba2Config

@@ -12,20 +12,12 @@ from archlab.config import (
     embedding_dropout,
     n_kv_head,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Rule,
-    TensorMap,
-    Tensors,
-    config_head_dim,
-    dropouts,
-    out_bias,
-    plain_activation,
-    plain_mlp,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, out_bias
 from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.mlps import plain_activation, plain_mlp
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import config_head_dim, dropouts
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig, NormConfig
-from archlab.interop.families.base import Family, Rule, TensorMap, Tensors
+from archlab.interop.families.base import Family, Rule
 from archlab.interop.families.llama import LLAMA_KEYS, _LlamaStyle
 from archlab.interop.families.phi3 import fixed_head_dim, head_dim_rule
+from archlab.interop.families.tensors import TensorMap, Tensors
 
 EPS = 1e-5  # OlmoLayerNorm's eps, fixed in transformers
 

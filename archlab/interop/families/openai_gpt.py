@@ -12,20 +12,11 @@ from archlab.config import (
     NormConfig,
     embedding_dropout,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    activation,
-    dropouts,
-    mlp_section,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, out_bias
 from archlab.interop.families.gpt import GPT_KEYS
+from archlab.interop.families.mlps import activation, mlp_section
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import dropouts, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 

@@ -11,20 +11,10 @@ from archlab.config import (
     ModelConfig,
     NormConfig,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    Family,
-    Rule,
-    TensorMap,
-    Tensors,
-    dropouts,
-    fmt,
-    no_embedding_dropout,
-    out_bias,
-    plain_activation,
-    plain_mlp,
-    refuse_hf,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, fmt, no_embedding_dropout, out_bias
+from archlab.interop.families.mlps import plain_activation, plain_mlp
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import dropouts, refuse_hf
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff

@@ -12,22 +12,12 @@ from archlab.config import (
     NormConfig,
     n_kv_head,
 )
-from archlab.interop.families.base import (
-    GATED_TO_HF,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    activation,
-    dropouts,
-    gated_mlp,
-    no_embedding_dropout,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import Family, Problem, Rule, no_embedding_dropout, out_bias
 from archlab.interop.families.llama import _LlamaStyle
+from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_mlp
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import dropouts, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 

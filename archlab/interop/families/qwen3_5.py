@@ -16,17 +16,11 @@ from typing import Any
 from torch import Tensor
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import (
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    mlp_section,
-    refuse_hf,
-    shared_experts,
-)
+from archlab.interop.families.base import Family, Problem, Rule
+from archlab.interop.families.mlps import mlp_section, shared_experts
 from archlab.interop.families.qwen3_next import Qwen3Next, cfg_types
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.gated_deltanet import key_heads
 from archlab.nn.mlp import d_ff
 

@@ -8,19 +8,14 @@ from archlab.config import (
     ModelConfig,
 )
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import (
-    ONE_BIAS_FLAG,
-    Family,
-    Rule,
-    out_bias,
-    refuse_hf,
-)
+from archlab.interop.families.base import ONE_BIAS_FLAG, Family, Rule, out_bias
 from archlab.interop.families.moe import (
     LAYERS,
     _CausalSparse,
     dense_first,
     with_dense_first,
 )
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width

@@ -9,11 +9,13 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.interop.families.arcee import Arcee
-from archlab.interop.families.base import Family, Rule, TensorMap, dropouts, no_embedding_dropout, out_bias
+from archlab.interop.families.base import Family, Rule, no_embedding_dropout, out_bias
 from archlab.interop.families.gemma2 import LayeredGemma2
 from archlab.interop.families.glm4 import Glm4
 from archlab.interop.families.llama import LLAMA_KEYS, Llama
 from archlab.interop.families.ministral import Ministral
+from archlab.interop.families.tensors import TensorMap
+from archlab.interop.families.values import dropouts
 
 
 class Helium(Llama):

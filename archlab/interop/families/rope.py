@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import refuse_hf
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.rope import RoPEConfig, RoPEScalingConfig, attention_factor, rotary_dim
 

@@ -10,18 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import (
-    Rule,
-    TensorMap,
-    Tensors,
-    refuse_hf,
-)
+from archlab.interop.families.base import Rule
 from archlab.interop.families.moe import (
     _CausalSparse,
     dense_tensors,
     is_dense,
     pre_norm_tensors,
 )
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.moe import expert_width
 
 

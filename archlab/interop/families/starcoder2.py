@@ -12,21 +12,12 @@ from archlab.config import (
     embedding_dropout,
     n_kv_head,
 )
-from archlab.interop.families.base import (
-    NO_HEAD_BIAS,
-    PLAIN_TO_HF,
-    Family,
-    Problem,
-    Rule,
-    TensorMap,
-    Tensors,
-    activation,
-    dropouts,
-    out_bias,
-    plain_mlp,
-)
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, out_bias
 from archlab.interop.families.llama import LLAMA_KEYS
+from archlab.interop.families.mlps import PLAIN_TO_HF, activation, plain_mlp
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
+from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import dropouts
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mlp import d_ff
 

@@ -8,7 +8,7 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.interop.families.base import refuse_hf
+from archlab.interop.families.values import refuse_hf
 
 # ---------------------------------------------------------------- sliding windows both ways
 
