@@ -1,20 +1,29 @@
-"""BLOOM's norm on the token embeddings (``model.embedding_norm``) and Granite's multipliers (embeddings
-``model.embedding_multiplier``, sublayer outputs ``model.block.residual_multiplier`` in every block kind,
-scores ``model.attention.scale``, logits ``model.head.logit_scale``, Cohere's too): each compared with an
+"""The decoder's own parts around its blocks (archlab/nn/model.py, with the head of archlab/nn/head.py):
+the token embeddings' width (``model.embedding_dim``, OPT-350m's, projected in and out), their norm
+(``model.embedding_norm``, BLOOM's) and Granite's multipliers (embeddings ``model.embedding_multiplier``,
+sublayer outputs ``model.block.residual_multiplier`` in every block kind, scores
+``model.attention.scale``, logits ``model.head.logit_scale``, Cohere's too): each compared with an
 independent expression written out here (float64, every weight random, norm scales and biases far from 1
 and 0), its closed-form count, its validation, its Hugging Face refusal, a short fit and KV-cache
 generation."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import parts
+from helpers.parts import short_fit
 from omegaconf import OmegaConf
 
 from archlab import ConfigError, build_model, count_params
+from archlab.accounting import check_build
+from archlab.build import compose
+from archlab.cli.check import run
 from archlab.config import ModelConfig, to_model_config
 from archlab.interop.families.dense import dense_family
 from archlab.interop.hf import FAMILIES
@@ -279,3 +288,72 @@ def test_each_multiplier_keeps_the_counts_is_refused_by_hf_trains_and_decodes(se
     refused_by_gpt2(cfg, field)
     fits(cfg)
     cached_equals_full(cfg)
+
+
+# ---- model.embedding_dim (OPT's word_embed_proj_dim)
+
+
+def test_embedding_dim_projects_in_before_the_blocks_and_out_before_the_head():
+    """The first block reads project_in(E[idx]) + the position row; the logits are the head's of
+    project_out(final_norm(last block's output)), each written out here."""
+    cfg = parts.tiny(embedding_dim=20, position={"kind": "learned"}, head={"tied": True})
+    torch.manual_seed(0)
+    model = build_model(cfg, dtype=torch.float64).eval()
+    seen = {}
+    model.blocks[0].register_forward_pre_hook(lambda m, args: seen.setdefault("first", args[0]))
+    model.blocks[-1].register_forward_hook(lambda m, args, out: seen.setdefault("last", out))
+    idx = torch.randint(0, cfg.vocab_size, (2, 10), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(idx)
+    assert model.project_in is not None and model.project_out is not None and model.final_norm is not None
+    E, W_in, W_out = model.tok_emb.weight, model.project_in.weight, model.project_out.weight
+    assert E.shape == (48, 20) and W_in.shape == (32, 20) and W_out.shape == (20, 32)
+    table = model.position.get_submodule("table").get_parameter("weight")
+    torch.testing.assert_close(seen["first"], E[idx] @ W_in.T + table[:10])
+    hidden = F.rms_norm(seen["last"], (32,), model.final_norm.get_parameter("weight"), 1e-3)
+    torch.testing.assert_close(out, hidden @ W_out.T @ E.T)
+
+
+def test_embedding_dim_is_counted_in_closed_form_and_validated():
+    V, d, e = 48, 32, 20
+    for tied in (True, False):
+        cfg = parts.tiny(embedding_dim=e, head={"tied": tied})
+        counts, plain = count_params(cfg), count_params(parts.tiny(head={"tied": tied}))
+        assert counts["token_embedding"] == V * e and counts["embedding_projection"] == 2 * e * d
+        assert counts["head"] == (0 if tied else V * e) and plain["embedding_projection"] == 0
+        assert counts["total"] - plain["total"] == (V * e - V * d) * (1 if tied else 2) + 2 * e * d
+        check_build(cfg, build_model(cfg, device="meta"))
+    for bad in (0, -3, 2.5, True, "16", 32):  # 32 = d_model: no projection to add
+        with pytest.raises(ConfigError) as err:
+            validate(dataclasses.replace(parts.tiny(), embedding_dim=bad))
+        assert err.value.field == "model.embedding_dim"
+
+
+def test_archlab_check_counts_gpt2_with_narrower_embeddings_in_closed_form(capsys):
+    """GPT-2 small (124,439,808) with token embeddings of 256: the table shrinks to 50257·256 and the
+    projections add 2·256·768. OPT holds the projections; it drops no embeddings, so GPT-2's embedding
+    dropout goes (model.embedding_dropout=0.0) for it to hold the rest."""
+    overrides = ["model=gpt2", "model.embedding_dim=256", "model.embedding_dropout=0.0", "format=json"]
+    assert run(compose("check", overrides), overrides) == 0
+    result = json.loads(capsys.readouterr().out)
+    total = 124_439_808 - 50257 * 768 + 50257 * 256 + 2 * 256 * 768
+    assert result["analytic"]["total"] == result["built"]["total"] == total
+    assert result["analytic"]["embedding_projection"] == 2 * 256 * 768
+    assert result["hf_export"]["exports_to"] == "OPTForCausalLM"
+
+
+def test_embedding_dim_trains_and_decodes_through_the_cache():
+    cfg = parts.tiny(embedding_dim=20, head={"tied": False})
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    losses = short_fit(model, cfg.vocab_size, 16)
+    assert losses[-1] < losses[0]
+    assert model.project_in is not None and model.project_out is not None
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    model.eval()
+    idx = torch.randint(0, cfg.vocab_size, (2, 8), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        full = model(idx)
+        cache = model.new_cache(2)
+        steps = [model(idx[:, :5], cache)] + [model(idx[:, t : t + 1], cache) for t in range(5, 8)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
