@@ -1,10 +1,17 @@
-"""The norms (archlab/nn/norms.py): Nemotron's (1 + w) LayerNorm against transformers' NemotronLayerNorm1P."""
+"""The norms (archlab/nn/norms.py): Nemotron's (1 + w) LayerNorm against transformers' NemotronLayerNorm1P,
+and ``model.norm.affine`` (OLMo's LayerNorm that learns nothing) against transformers' OlmoLayerNorm and
+the normalisation written out, per head too, its count, its validation, the families that hold it and a
+short fit."""
+
+from typing import Any
 
 import pytest
 import torch
-from helpers.hf import max_diff, randomize
+import torch.nn.functional as F
+from helpers.hf import families_of_its_mixers, max_diff, randomize
+from helpers.parts import short_fit, tiny
 
-from archlab import build_model, compose_model
+from archlab import ConfigError, build_model, compose_model, count_params
 
 
 def test_unit_offset_layernorm_is_nemotron_s_layernorm1p():
@@ -22,3 +29,54 @@ def test_unit_offset_layernorm_is_nemotron_s_layernorm1p():
     with torch.no_grad():
         assert max_diff(norm(x), hf(x)) <= 1e-6
         assert max_diff(norm(x), torch.nn.functional.layer_norm(x, (64,), hf.weight, hf.bias, 1e-3)) > 0.1
+
+
+# ---------------------------------------------------------------- model.norm.affine
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_a_norm_without_affine_is_the_normalisation_alone(kind):
+    """No parameters; LayerNorm is (x - mean) / sqrt(var + eps) (transformers' OlmoLayerNorm), RMSNorm
+    x / sqrt(mean(x²) + eps), per head too (QK-norm); counted as 0 parameters."""
+    pytest.importorskip("transformers")
+    from transformers.models.olmo.modeling_olmo import OlmoLayerNorm
+
+    cfg = tiny(norm={"kind": kind, "eps": 1e-5, "affine": False}, attention={"qk_norm": "head"})
+    model = build_model(cfg)
+    block: Any = model.blocks[0]
+    norm = block.attn_norm
+    assert list(norm.parameters()) == [] and list(block.attn.q_norm.parameters()) == []
+    x = torch.randn(3, 5, 32, generator=torch.Generator().manual_seed(0)) * 2 + 0.7
+    if kind == "layernorm":
+        want = OlmoLayerNorm(32)(x)
+    else:
+        want = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    torch.testing.assert_close(norm(x), want, rtol=0, atol=1e-6)
+    heads = x.unflatten(-1, (4, 8))
+    torch.testing.assert_close(norm.per_head(heads), F.layer_norm(heads, (8,)) if kind == "layernorm" else
+                               heads / torch.sqrt(heads.pow(2).mean(-1, keepdim=True) + 1e-5), rtol=0, atol=1e-6)  # fmt: skip
+    counts, affine = (
+        count_params(cfg),
+        count_params(tiny(norm={"kind": kind, "eps": 1e-5}, attention={"qk_norm": "head"})),
+    )
+    assert counts["norms"] == counts["final_norm"] == 0
+    assert counts["total"] == sum(p.numel() for p in model.parameters())
+    per = 2 if kind == "layernorm" else 1  # scale (and shift): 2 layers of 2 norms of 32, the final one, 2 QK of 8
+    assert affine["total"] - counts["total"] == per * (2 * 2 * 32 + 32 + 2 * 2 * 8)
+    losses = short_fit(model, 48, 16)
+    assert losses[-1] < losses[0] - 0.3
+
+
+def test_norm_affine_validation():
+    with pytest.raises(ConfigError) as err:
+        build_model(tiny(norm={"kind": "rmsnorm", "affine": False, "unit_offset": True}))
+    assert err.value.field == "model.norm.unit_offset"
+    cfg = tiny()
+    cfg.norm.affine = "no"  # type: ignore[assignment]
+    with pytest.raises(ConfigError) as err:
+        build_model(cfg)
+    assert err.value.field == "model.norm.affine"
+    # OPT (no elementwise affine) and nanochat (weightless RMSNorms) hold it too
+    cfg = tiny(norm={"kind": "layernorm", "affine": False}, position={"kind": "rope"})
+    others = [f for n, f in families_of_its_mixers(cfg).items() if n not in ("olmo", "opt", "nanochat")]
+    assert all("model.norm.affine" in [p.field for p in f.problems(cfg)] for f in others)

@@ -247,11 +247,12 @@ def hf_config(cases: dict[str, tuple], case: str, **changes: Any) -> Any:
     return getattr(transformers, config_class)(**{**keys, **changes})
 
 
-def check_from_hf(hf, family: str | None = None, ids: torch.Tensor = IDS):
-    """``from_hf(hf)`` gives HF's logits (on ``ids``), and the layout it reads maps back to ``family`` (by
-    default ``hf``'s own model_type); gives the archlab model."""
+def check_from_hf(hf, family: str | None = None, ids: tuple[torch.Tensor, ...] = (IDS,)):
+    """``from_hf(hf)`` gives HF's logits (on each of ``ids``), and the layout it reads maps back to
+    ``family`` (by default ``hf``'s own model_type); gives the archlab model."""
     model = from_hf(hf)
-    assert max_diff(logits(hf, ids), logits(model, ids)) <= TOL
+    for x in ids:
+        assert max_diff(logits(hf, x), logits(model, x)) <= TOL
     assert hf_family(model.cfg) == (hf.config.model_type if family is None else family)
     return model
 
@@ -266,12 +267,13 @@ def check_generation(hf, model=None) -> None:
 
 def check_exports(cfg, expected_class: str, family: str | None = None, seed: int = 3, **impl: Any):
     """A model of archlab config ``cfg``, every parameter redrawn, is held by ``family`` (where given) and
-    converts to HF class ``expected_class`` and back (``check_to_hf_and_back``); gives the HF model and the
-    archlab model read back."""
+    converts to HF class ``expected_class`` and back (``check_to_hf_and_back``); gives the archlab model
+    and the HF model."""
     model = randomize(build_model(cfg), seed)
     if family is not None:
         assert hf_family(model.cfg) == family
-    return check_to_hf_and_back(model, expected_class, **impl)
+    hf, _ = check_to_hf_and_back(model, expected_class, **impl)
+    return model, hf
 
 
 def check_refuses(call: Callable[[], Any], field: str, *said: str) -> ConfigError:
