@@ -90,6 +90,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.routing.router_bias": (False, "no router bias"),
     "model.mlp.routing.weight_input": (False, "routing weights on the experts' outputs"),
 }
+LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ
 
 
 def fmt(value: Any) -> str:

@@ -15,14 +15,8 @@ from archlab.config import (
     NormConfig,
     n_kv_head,
 )
-from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, out_bias
-from archlab.interop.families.layered import (
-    LAYERS,
-    Layer,
-    LayeredFamily,
-    rope_of,
-    rule_problems,
-)
+from archlab.interop.families.base import LAYERS, NO_HEAD_BIAS, Family, Problem, Rule, out_bias
+from archlab.interop.families.layered import Layer, LayeredFamily, rope_of, rule_problems
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
 from archlab.interop.families.rope import rope_to_hf

@@ -14,10 +14,10 @@ from torch import Tensor
 from archlab.config import BlockConfig, ModelConfig, NormConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, out_bias, ungrouped
+from archlab.interop.families.experts import is_dense, mlp_tensors, stack_saved_experts
 from archlab.interop.families.layered import rope_of
 from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
-from archlab.interop.families.moe import is_dense, mlp_tensors, stack_saved_experts
 from archlab.interop.families.rope import rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import kind_field, refuse_hf

@@ -9,11 +9,10 @@ from typing import Any
 from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.interop.families.base import Family, Rule, out_bias
 from archlab.interop.families.mlps import mlp_section
-from archlab.interop.families.moe import _CausalSparse
 from archlab.interop.families.mpt import MPT_KEYS
 from archlab.interop.families.phi3 import head_dim_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
-from archlab.interop.families.softmax_moe import replaced
+from archlab.interop.families.softmax_moe import _Softmax, replaced
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -22,7 +21,7 @@ from archlab.nn.moe import expert_width
 EPS = 1e-5  # nn.LayerNorm's default, which DBRX's norms keep
 
 
-class Dbrx(_CausalSparse):
+class Dbrx(_Softmax):
     """DbrxForCausalLM: see the module docstring. ``moe_normalize_expert_weights`` divides the top-k
     weights by their p-norm: p = 1 is archlab's renormalisation, null none; other p are refused, as are
     router jitter (``moe_jitter_eps``), any activation but SiLU and a tied head (DBRX refuses one)."""

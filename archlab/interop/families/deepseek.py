@@ -7,21 +7,39 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.interop.families.base import Family, Rule, ungrouped
-from archlab.interop.families.moe import (
-    LATENT_EPS,
-    LAYERS,
-    MLA_KEYS,
-    _Sparse,
-    grouped_moe_to_hf,
-    latent_eps_from_hf,
-    latent_eps_rule,
-    with_dense_first,
-)
+from archlab.interop.families.base import LAYERS, Family, Rule, ungrouped
+from archlab.interop.families.experts import grouped_moe_to_hf, with_dense_first
+from archlab.interop.families.moe import _Sparse
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.tensors import Tensors
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.mla import MLAConfig
+
+# The latent norms of transformers' DeepSeek attention keep the RMSNorm default eps, whatever rms_norm_eps says.
+DEEPSEEK_LATENT_EPS = 1e-6
+LATENT_EPS = "model.attention.latent_norm_eps"
+
+
+def latent_eps_rule(cfg: ModelConfig) -> Rule:
+    """The rule of a family whose latent norms are at 1e-6 whatever its ``rms_norm_eps``: latent_norm_eps
+    null beside model.norm.eps 1e-6, else 1e-6 (one spelling of each model, as ``latent_eps_from_hf`` reads)."""
+    allowed = (None,) if cfg.norm.eps == DEEPSEEK_LATENT_EPS else (DEEPSEEK_LATENT_EPS,)
+    return (LATENT_EPS, allowed, " (its latent norms always use 1e-6: null where model.norm.eps is 1e-6)")
+
+
+def latent_eps_from_hf(c: Any) -> float | None:
+    """model.attention.latent_norm_eps of such a family's config: null where rms_norm_eps is 1e-6 already."""
+    return None if c.rms_norm_eps == DEEPSEEK_LATENT_EPS else DEEPSEEK_LATENT_EPS
+
+
+# Multi-head latent attention's config keys, copied as they are (``Family.keys``).
+MLA_KEYS = {
+    "q_lora_rank": "attention.q_lora_rank",
+    "kv_lora_rank": "attention.kv_lora_rank",
+    "qk_nope_head_dim": "attention.qk_nope_head_dim",
+    "qk_rope_head_dim": "attention.qk_rope_head_dim",
+    "v_head_dim": "attention.v_head_dim",
+}
 
 
 class _DeepSeek(_Sparse):

@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig, PositionConfig, n_kv_head
-from archlab.interop.families.base import ONE_BIAS_FLAG, Family, Problem, Rule, out_bias
-from archlab.interop.families.moe import LAYERS, _Sparse, grouped_moe_to_hf, pre_norm_tensors, with_dense_first
+from archlab.interop.families.base import LAYERS, ONE_BIAS_FLAG, Family, Problem, Rule, out_bias
+from archlab.interop.families.experts import grouped_moe_to_hf, with_dense_first
+from archlab.interop.families.moe import _Sparse
 from archlab.interop.families.rope import rope_from_hf
-from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.tensors import Tensors
 from archlab.interop.families.values import config_head_dim, refuse_hf
 from archlab.interop.families.windows import layer_types, uniform_window
 from archlab.nn.mixers.attention import AttentionConfig
@@ -88,9 +89,6 @@ class SigmoidRouted(_Sparse):
             t.add(f"{archlab}.q_norm", f"{hf}.q_norm")
             t.add(f"{archlab}.k_norm", f"{hf}.k_norm")
         t.add(f"{archlab}.proj", f"{hf}.o_proj", a.out_bias)
-
-    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        return pre_norm_tensors(cfg, lambda t, lc, archlab, hf: self.attention_tensors(t, archlab, hf))
 
 
 class Dots1(SigmoidRouted):

@@ -7,13 +7,9 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import Family, Rule, out_bias
+from archlab.interop.families.base import LAYERS, Family, Rule, out_bias
+from archlab.interop.families.experts import dense_first, with_dense_first
 from archlab.interop.families.layered import view
-from archlab.interop.families.moe import (
-    LAYERS,
-    dense_first,
-    with_dense_first,
-)
 from archlab.interop.families.softmax_moe import _Softmax, replaced
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.base import head_dim

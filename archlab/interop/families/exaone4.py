@@ -9,14 +9,8 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.interop.families.base import Family, Problem, Rule, out_bias
-from archlab.interop.families.layered import (
-    LAYERS,
-    Layer,
-    LayeredFamily,
-    rope_of,
-    rule_problems,
-)
+from archlab.interop.families.base import LAYERS, Family, Problem, Rule, out_bias
+from archlab.interop.families.layered import Layer, LayeredFamily, rope_of, rule_problems
 from archlab.interop.families.olmo2 import Olmo2
 from archlab.interop.families.values import config_head_dim
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_window

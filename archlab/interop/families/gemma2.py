@@ -8,13 +8,11 @@ from archlab.config import (
     ModelConfig,
 )
 from archlab.interop.families.base import (
+    LAYERS,
     Family,
 )
 from archlab.interop.families.gemma import Gemma2
-from archlab.interop.families.layered import (
-    LAYERS,
-    _Windowed,
-)
+from archlab.interop.families.layered import _Windowed
 from archlab.interop.families.windows import sliding_to_hf
 
 

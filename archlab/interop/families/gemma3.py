@@ -8,16 +8,9 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.interop.families.base import Family, Rule
+from archlab.interop.families.base import LAYERS, Family, Rule
 from archlab.interop.families.gemma import Gemma2
-from archlab.interop.families.layered import (
-    LAYERS,
-    Layer,
-    LayeredFamily,
-    per_type_rope,
-    rope_per_type_to_hf,
-    view,
-)
+from archlab.interop.families.layered import Layer, LayeredFamily, per_type_rope, rope_per_type_to_hf, view
 from archlab.interop.families.values import refuse_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, sliding_to_hf
 

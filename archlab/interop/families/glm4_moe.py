@@ -13,9 +13,8 @@ from typing import Any
 from torch import Tensor
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Rule, out_bias
+from archlab.interop.families.base import LAYERS, Family, Rule, out_bias
 from archlab.interop.families.dots import SigmoidRouted
-from archlab.interop.families.moe import LAYERS
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")

@@ -23,10 +23,7 @@ from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.afmoe import Afmoe
 from archlab.interop.families.base import Family, Problem, Rule, ungrouped
-from archlab.interop.families.layered import view
-from archlab.interop.families.layered_moe import _unique, apply_layout, one_window
-from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
-from archlab.interop.families.moe import (
+from archlab.interop.families.experts import (
     dense_first,
     dense_tensors,
     is_dense,
@@ -34,6 +31,9 @@ from archlab.interop.families.moe import (
     pre_norm_tensors,
     stack_saved_experts,
 )
+from archlab.interop.families.layered import view
+from archlab.interop.families.layered_moe import _unique, apply_layout, one_window
+from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, kind_field, refuse_hf

@@ -13,8 +13,8 @@ from archlab.config import (
     NormConfig,
     embedding_dropout,
 )
-from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule, out_bias
-from archlab.interop.families.layered import LAYERS, Layer, LayeredFamily
+from archlab.interop.families.base import LAYERS, NO_HEAD_BIAS, Family, Rule, out_bias
+from archlab.interop.families.layered import Layer, LayeredFamily
 from archlab.interop.families.mlps import plain_activation, plain_mlp
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import dropouts, refuse_hf

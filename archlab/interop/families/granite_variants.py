@@ -9,9 +9,9 @@ import dataclasses
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Problem, Rule
+from archlab.interop.families.base import LAYERS, Family, Problem, Rule
 from archlab.interop.families.granite import Granite
-from archlab.interop.families.layered import LAYERS, Layer, LayeredFamily
+from archlab.interop.families.layered import Layer, LayeredFamily
 from archlab.interop.families.llama import Llama
 from archlab.interop.families.phi3 import fixed_head_dim
 from archlab.interop.families.rope import rope_from_hf

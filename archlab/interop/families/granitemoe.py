@@ -7,7 +7,7 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import ONE_BIAS_FLAG, Family, Problem, Rule, out_bias
+from archlab.interop.families.base import LAYERS, ONE_BIAS_FLAG, Family, Problem, Rule, out_bias
 from archlab.interop.families.granite import (
     check_multipliers,
     multiplier_problems,
@@ -15,7 +15,6 @@ from archlab.interop.families.granite import (
     multipliers_to_hf,
 )
 from archlab.interop.families.granite_variants import GraniteSwa
-from archlab.interop.families.layered import LAYERS as LAYERED
 from archlab.interop.families.layered import LayeredFamily, view
 from archlab.interop.families.moe import (
     _Sparse,
@@ -125,13 +124,13 @@ class GraniteMoeSwa(LayeredFamily, GraniteMoeShared):
 
     model_type, title = "granitemoe_swa", "GraniteMoE SWA"
     model_class, config_class = "GraniteMoeSWAForCausalLM", "GraniteMoeSWAConfig"
-    features = GraniteMoeShared.features | LAYERED | {"model.attention.window", "model.attention.sinks"}
+    features = GraniteMoeShared.features | LAYERS | {"model.attention.window", "model.attention.sinks"}
     parts = "GraniteMoeShared's parts with sinks, `window` on any layers and NoPE layers (`model.layers`)"
     nope = True
     hf_layers = GraniteSwa.hf_layers
     layers_to_hf = GraniteSwa.layers_to_hf
 
-    # _Sparse's keys, which _CausalSparse.to_hf reads; LayeredFamily's method of this name goes unused (to_hf below)
+    # _Sparse's keys, which _Softmax.to_hf reads; LayeredFamily's method of this name goes unused (to_hf below)
     def base_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:  # pyright: ignore[reportIncompatibleMethodOverride]
         return _Sparse.base_to_hf(self, cfg)
 

@@ -22,9 +22,9 @@ from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_k
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias, ungrouped
+from archlab.interop.families.experts import stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import mlp_section, shared_experts
-from archlab.interop.families.moe import stack_saved_experts
 from archlab.interop.families.qwen3_5 import Qwen3_5
 from archlab.interop.families.qwen3_next import is_deltanet, linear_keys
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf

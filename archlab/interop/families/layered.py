@@ -39,8 +39,6 @@ from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.rope import RoPEConfig
 
-LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})
-
 
 class Layer(NamedTuple):
     """What differs between the layers of these families: the sliding window (None: full attention) and

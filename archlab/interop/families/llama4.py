@@ -9,13 +9,13 @@ from archlab.config import (
 )
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import Family, Problem, Rule, ungrouped
+from archlab.interop.families.experts import dense_tensors, is_dense, pre_norm_tensors
 from archlab.interop.families.layered_moe import (
     _WIDTHS,
     _LayeredSparse,
     apply_layout,
 )
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
-from archlab.interop.families.moe import dense_tensors, is_dense, pre_norm_tensors
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, kind_field, refuse_hf

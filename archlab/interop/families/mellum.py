@@ -17,10 +17,10 @@ from torch import Tensor
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import Family, Problem, Rule, bare, ungrouped
+from archlab.interop.families.experts import is_dense, mlp_tensors, pre_norm_tensors, stack_saved_experts
 from archlab.interop.families.layered import per_type_rope, rope_per_type_to_hf
 from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
-from archlab.interop.families.moe import is_dense, mlp_tensors, pre_norm_tensors, stack_saved_experts
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, differences, kind_field, leaf_fields, refuse_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_window

@@ -10,7 +10,8 @@ from typing import Any
 
 from archlab.config import ModelConfig, n_kv_head
 from archlab.interop.families.base import Family, Rule, out_bias, ungrouped
-from archlab.interop.families.moe import _Sparse, mlp_tensors, pre_norm_tensors
+from archlab.interop.families.experts import mlp_tensors, pre_norm_tensors
+from archlab.interop.families.moe import _Sparse
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import refuse_hf

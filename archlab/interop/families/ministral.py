@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.base import Family, Rule
-from archlab.interop.families.layered import LAYERS, _Windowed, view
+from archlab.interop.families.base import LAYERS, Family, Rule
+from archlab.interop.families.layered import _Windowed, view
 from archlab.interop.families.llama import Mistral
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.values import config_head_dim, refuse_hf

@@ -8,15 +8,13 @@ from archlab.config import (
     ModelConfig,
 )
 from archlab.interop.families.base import Family, Rule, out_bias
-from archlab.interop.families.moe import (
-    _CausalSparse,
-)
+from archlab.interop.families.softmax_moe import _Softmax
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.moe import expert_width
 
 
-class Mixtral(_CausalSparse):
+class Mixtral(_Softmax):
     """MixtralForCausalLM: Mistral's attention (no biases) and a MoE in every layer, softmax over the
     experts, the top-k weights renormalised; ``intermediate_size`` is an expert's width."""
 

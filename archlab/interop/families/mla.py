@@ -10,11 +10,10 @@ from typing import Any
 
 from archlab.config import BlockConfig, ModelConfig, NormConfig
 from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule
-from archlab.interop.families.deepseek import DeepseekV3
+from archlab.interop.families.deepseek import LATENT_EPS, MLA_KEYS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_mlp
-from archlab.interop.families.moe import LATENT_EPS, MLA_KEYS, latent_eps_from_hf, latent_eps_rule
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.sigmoid_moe import dense_prefix, mlp_layer_types
 from archlab.interop.families.tensors import TensorMap, Tensors

@@ -9,16 +9,10 @@ from archlab.config import (
     ModelConfig,
 )
 from archlab.interop.families.base import (
+    LAYERS,
     Family,
 )
-from archlab.interop.families.layered import (
-    LAYERS,
-    Layer,
-    LayeredFamily,
-    per_type_rope,
-    rope_per_type_to_hf,
-    view,
-)
+from archlab.interop.families.layered import Layer, LayeredFamily, per_type_rope, rope_per_type_to_hf, view
 from archlab.interop.families.olmo2 import Olmo2
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, sliding_to_hf
 

@@ -8,12 +8,10 @@ from archlab.config import (
     ModelConfig,
 )
 from archlab.interop.families.base import (
+    LAYERS,
     Family,
 )
-from archlab.interop.families.layered import (
-    LAYERS,
-    _Windowed,
-)
+from archlab.interop.families.layered import _Windowed
 from archlab.interop.families.qwen import Qwen2
 from archlab.interop.families.windows import layer_types
 

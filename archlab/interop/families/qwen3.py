@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from archlab.interop.families.base import (
-    Family,
-)
-from archlab.interop.families.layered import (
     LAYERS,
+    Family,
 )
 from archlab.interop.families.qwen import Qwen3
 from archlab.interop.families.qwen2 import _LayeredQwen

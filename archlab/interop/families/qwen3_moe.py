@@ -8,20 +8,16 @@ from archlab.config import (
     ModelConfig,
 )
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import ONE_BIAS_FLAG, Family, Rule, out_bias
-from archlab.interop.families.moe import (
-    LAYERS,
-    _CausalSparse,
-    dense_first,
-    with_dense_first,
-)
+from archlab.interop.families.base import LAYERS, ONE_BIAS_FLAG, Family, Rule, out_bias
+from archlab.interop.families.experts import dense_first, with_dense_first
+from archlab.interop.families.softmax_moe import _Softmax
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 
 
-class Qwen3Moe(_CausalSparse):
+class Qwen3Moe(_Softmax):
     """Qwen3MoeForCausalLM: Qwen3's attention (per-head QK-norm, explicit head_dim, one attention_bias
     flag) and MoE layers of ``moe_intermediate_size`` experts, the top-k weights renormalised as
     ``norm_topk_prob`` says; ``mlp_only_layers`` 0 .. N-1 are archlab's first N layers of a dense kind
@@ -30,7 +26,7 @@ class Qwen3Moe(_CausalSparse):
     parts = "Qwen3's layers with a softmax top-k MoE, dense layers by a kind"
 
     model_type, title, model_class, config_class = "qwen3_moe", "Qwen3-MoE", "Qwen3MoeForCausalLM", "Qwen3MoeConfig"
-    features = _CausalSparse.features | {"model.attention.qk_norm"} | LAYERS
+    features = _Softmax.features | {"model.attention.qk_norm"} | LAYERS
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [

@@ -24,9 +24,9 @@ from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, Norm
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias, ungrouped
+from archlab.interop.families.experts import dense_tensors, stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import dense_of, mlp_section, shared_experts
-from archlab.interop.families.moe import dense_tensors, stack_saved_experts
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf

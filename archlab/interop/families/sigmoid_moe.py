@@ -13,11 +13,12 @@ from torch import Tensor
 
 from archlab.config import ModelConfig, n_kv_head
 from archlab.config.layers import layer_configs
-from archlab.interop.families.base import ONE_BIAS_FLAG, Family, Problem, Rule, out_bias, ungrouped
+from archlab.interop.families.base import LAYERS, ONE_BIAS_FLAG, Family, Problem, Rule, out_bias, ungrouped
 from archlab.interop.families.dots import SigmoidRouted
+from archlab.interop.families.experts import dense_first, mlp_tensors, pre_norm_tensors, with_dense_first
 from archlab.interop.families.glm4_moe import Glm4Moe
 from archlab.interop.families.layered import view
-from archlab.interop.families.moe import LAYERS, _Sparse, dense_first, mlp_tensors, pre_norm_tensors, with_dense_first
+from archlab.interop.families.moe import _Sparse
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import refuse_hf

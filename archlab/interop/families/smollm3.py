@@ -9,13 +9,8 @@ from typing import Any
 from archlab.config import (
     ModelConfig,
 )
-from archlab.interop.families.base import Family
-from archlab.interop.families.layered import (
-    LAYERS,
-    Layer,
-    LayeredFamily,
-    rope_of,
-)
+from archlab.interop.families.base import LAYERS, Family
+from archlab.interop.families.layered import Layer, LayeredFamily, rope_of
 from archlab.interop.families.llama import Llama
 from archlab.interop.families.values import config_head_dim, refuse_hf
 from archlab.interop.families.windows import SLIDING, checked_types, layer_types, sliding_window

@@ -1,24 +1,22 @@
-"""Softmax-routed mixtures of experts on LLaMA-style layers, each a record over Mixtral's (``moe._CausalSparse``):
-OLMoE and FlexOlmo (OLMo 2's QK-norm over the projection; FlexOlmo's norms after each sublayer), GraniteMoE
-and GraniteMoeShared (Granite's four multipliers; shared experts as one gated MLP), HunYuan-MoE (one shared
-expert of the routed width, a per-head QK-norm after RoPE), ERNIE 4.5 MoE (interleaved RoPE, a
-selection-only correction bias on the softmax scores, shared experts, dense first layers) and Aria's text
-decoder (experts stored [E, in, out], shared experts), in ``SOFTMAX_MOE``."""
+"""Softmax-routed mixtures of experts on LLaMA-style layers (``_Softmax``): Mixtral, Qwen3-MoE and DBRX
+(their modules), OLMoE and FlexOlmo (OLMo 2's QK-norm over the projection; FlexOlmo's norms after each
+sublayer), GraniteMoE, GraniteMoeShared and GraniteMoE SWA (Granite's four multipliers; shared experts as one
+gated MLP), HunYuan-MoE (one shared expert of the routed width, a per-head QK-norm after RoPE), ERNIE 4.5 MoE
+(interleaved RoPE, a selection-only correction bias on the softmax scores, shared experts, dense first
+layers) and Aria's text decoder (experts stored [E, in, out], shared experts)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import ModelConfig
-from archlab.interop.families.base import Rule
-from archlab.interop.families.moe import (
-    _CausalSparse,
-    dense_tensors,
-    is_dense,
-    pre_norm_tensors,
-)
+from archlab.config import MLPConfig, ModelConfig, n_kv_head
+from archlab.interop.families.base import Problem, Rule, ungrouped
+from archlab.interop.families.experts import dense_tensors, is_dense, pre_norm_tensors
+from archlab.interop.families.moe import _Sparse
+from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import refuse_hf
+from archlab.interop.families.values import config_head_dim, refuse_hf
+from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.moe import expert_width
 
 
@@ -39,14 +37,54 @@ def uniform(c: Any, name: str) -> Any:
     return value
 
 
-class _Softmax(_CausalSparse):
-    """LLaMA-style attention over softmax top-k routing: what the records here share. The MoE block is
-    ``model.layers.i.<moe>``, its router ``<moe>.<router>``; the shared experts ``model.layers.i.<shared>``
-    (``shared_names``: its gate, up and down Linears, or ``fused``: one Linear of [gate | up], then down)."""
+class _Softmax(_Sparse):
+    """LLaMA's attention (GQA, any head_dim, a sliding window on every layer) over softmax top-k routing
+    without groups, correction bias or shared experts unless a record says: what the records here share. The
+    MoE block is ``model.layers.i.<moe>``, its router ``<moe>.<router>``; the shared experts
+    ``model.layers.i.<shared>`` (``shared_names``: its gate, up and down Linears, or ``fused``: one Linear of
+    [gate | up], then down)."""
 
+    features = frozenset({"model.position.scaling.kind", "model.attention.window"})
     moe, router, shared = "mlp", "gate", "mlp.shared_experts"
     shared_names: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")
     fused = False
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [
+            ("model.position.pairing", ("half",), ""),
+            ("model.mlp.routing.scoring", ("softmax",), ""),
+            ("model.mlp.routing.correction_bias", (False,), ""),
+            ungrouped(),
+            ("model.mlp.routing.routed_scale", (1.0,), ""),
+            ("model.mlp.n_shared_experts", (0,), " (it has no shared experts)"),
+        ]
+
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return super().part_problems(cfg) + self.full_rotary(cfg)
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        m = cfg.mlp
+        return dict(
+            self.base_to_hf(cfg),
+            num_key_value_heads=n_kv_head(cfg),
+            sliding_window=cfg.attention.window,
+            num_experts_per_tok=m.routing.top_k,
+            router_aux_loss_coef=m.routing.aux_loss_weight,
+        )
+
+    def causal_from_hf(self, c: Any, mlp: MLPConfig) -> ModelConfig:
+        """archlab's config of LLaMA-style attention over ``mlp``."""
+        hd = config_head_dim(c)
+        attention = AttentionConfig(
+            n_kv_head=c.num_key_value_heads or c.num_attention_heads,
+            head_dim=hd,
+            qkv_bias=False,
+            out_bias=False,
+            dropout=float(c.attention_dropout),
+            window=c.sliding_window,
+        )
+        position = rope_from_hf(c, hd, partial=False, scalings=self.rope_types())
+        return self.base_from_hf(c, position, attention, mlp)
 
     def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
         a = t.cfg.attention

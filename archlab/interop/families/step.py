@@ -19,10 +19,10 @@ from torch import Tensor
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import Family, Problem, Rule, ungrouped
+from archlab.interop.families.experts import is_dense, pre_norm_tensors
 from archlab.interop.families.layered import rope_of, view
 from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_window
 from archlab.interop.families.mlps import mlp_section
-from archlab.interop.families.moe import is_dense, pre_norm_tensors
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import has_field, kind_field, refuse_hf, value_of
