@@ -476,3 +476,27 @@ def check_correction_bias_moves_logits(model) -> None:
             if getattr(block.mlp, "router_bias", None) is not None:
                 block.mlp.router_bias.zero_()
     assert max_diff(before, logits(model)) > 1e-3
+
+
+def check_converts_both_ways(hf, path: Path, family: str | None = None, **impl: Any) -> None:
+    """``from_hf(hf)`` gives HF's logits and its layout maps to ``family`` (by default ``hf``'s own
+    model_type: ``check_from_hf``). Where that is ``hf``'s own family: archlab -> HF -> archlab bit for bit
+    and a save_pretrained directory through load_hf_dir and save_hf_dir back; elsewhere (an alias, or a
+    layout an earlier family holds) ``hf``'s own record still holds it (``check_record_holds``) and its
+    save_pretrained directory, of its own tensor names, loads."""
+    model = check_from_hf(hf, family)
+    if family is None or family == hf.config.model_type:
+        check_back_and_again(hf, model, **impl)
+        check_directory_round_trip(hf, path, **impl)
+    else:
+        check_record_holds(hf, model, hf.config.model_type, **impl)
+        check_directory_loads(hf, path)
+
+
+def check_problem(family: str, cfg, field: str, **change: Any) -> None:
+    """Record ``family`` holds ``cfg``, and names ``field`` among its problems with ``cfg`` changed
+    (``changed_cfg``'s fields ``change``)."""
+    from archlab.interop.families import FAMILIES
+
+    assert not FAMILIES[family].problems(cfg)
+    assert field in [p.field for p in FAMILIES[family].problems(changed_cfg(cfg, **change))]
