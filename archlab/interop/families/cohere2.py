@@ -67,7 +67,7 @@ class Cohere2(LayeredFamily):
     def layer_problems(self, lcs: list[ModelConfig]) -> list[tuple[int, Problem]]:
         return rule_problems(lcs, lambda i, lc: "none" if lc.attention.window is None else "rope", self.layout_why)
 
-    def base_to_hf(self, rep: ModelConfig) -> dict[str, Any]:
+    def uniform_to_hf(self, rep: ModelConfig) -> dict[str, Any]:
         a = rep.attention
         return dict(
             self.keys_to_hf(rep),

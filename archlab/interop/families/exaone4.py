@@ -64,8 +64,8 @@ class Exaone4(LayeredFamily, Olmo2):
             return rule_problems(lcs, lambda i, lc: "none" if lc.attention.window is None else "rope", self.layout_why)
         return rule_problems(lcs, lambda i, lc: lcs[0].position.kind, self.layout_why)
 
-    def base_to_hf(self, rep: ModelConfig) -> dict[str, Any]:
-        kwargs = super().base_to_hf(rep)
+    def uniform_to_hf(self, rep: ModelConfig) -> dict[str, Any]:
+        kwargs = super().uniform_to_hf(rep)
         del kwargs["attention_bias"]  # Exaone4Config has none
         return kwargs
 

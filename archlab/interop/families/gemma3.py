@@ -1,21 +1,19 @@
-"""Gemma 3's text decoder (``Gemma3ForCausalLM``): Gemma 2's parts, local and global layers each with its own
-RoPE (the layered machinery in ``layered``)."""
+"""Gemma 3's text decoder (``Gemma3ForCausalLM``): Gemma 2's record (``gemma2``) with QK-norms, local and global
+layers each with its own RoPE."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import (
-    ModelConfig,
-)
-from archlab.interop.families.base import LAYERS, Family, Rule
-from archlab.interop.families.gemma import Gemma2
-from archlab.interop.families.layered import Layer, LayeredFamily, per_type_rope, rope_per_type_to_hf, view
+from archlab.config import ModelConfig
+from archlab.interop.families.base import Family, Rule
+from archlab.interop.families.gemma2 import Gemma2
+from archlab.interop.families.layered import Layer, per_type_rope, rope_per_type_to_hf, view
 from archlab.interop.families.values import refuse_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, sliding_to_hf
 
 
-class Gemma3(LayeredFamily, Gemma2):
+class Gemma3(Gemma2):
     """Gemma3ForCausalLM (text, ``gemma3_text``): Gemma 2's sandwich block, (1 + w) RMSNorms, scaled
     embeddings, tanh-GeGLU and query_pre_attn_scalar, with a (1 + w) RMSNorm of q and k per head before
     RoPE, RoPE parameters per layer type (local base 10⁴, global 10⁶ and a scaling in the published
@@ -25,10 +23,7 @@ class Gemma3(LayeredFamily, Gemma2):
     parts = "Gemma 2's parts with QK RMSNorm, local/global layers each with their own RoPE"
 
     model_type, title, model_class, config_class = "gemma3_text", "Gemma 3", "Gemma3ForCausalLM", "Gemma3TextConfig"
-    features = (Gemma2.features - {"model.attention.softcap"}) | {
-        "model.attention.qk_norm",
-        *LAYERS,
-    }
+    features = (Gemma2.features - {"model.attention.softcap"}) | {"model.attention.qk_norm"}
     rope_per_type = True
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -42,9 +37,8 @@ class Gemma3(LayeredFamily, Gemma2):
     def uniform_from_hf(self, c: Any) -> ModelConfig:
         if getattr(c, "attn_logit_softcapping", None) is not None:
             refuse_hf(c, "attn_logit_softcapping", "null (transformers' Gemma 3 attention does not apply it)")
-        n = c.num_hidden_layers
         full = (c.rope_parameters or {}).get(FULL)
-        cfg = Gemma2.from_hf(self, view(c, layer_types=[FULL] * n, sliding_window=None, rope_parameters=full))
+        cfg = super().uniform_from_hf(view(c, rope_parameters=full))
         cfg.attention.qk_norm = "head"
         return cfg
 

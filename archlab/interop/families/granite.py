@@ -48,6 +48,13 @@ def check_multipliers(c: Any) -> None:
         )
 
 
+def granite_to_hf(kwargs: dict[str, Any], cfg: ModelConfig) -> dict[str, Any]:
+    """LLaMA's config keys ``kwargs`` as Granite's: no head_dim (GraniteConfig has none: hidden_size / heads),
+    the multipliers."""
+    del kwargs["head_dim"]
+    return dict(kwargs, **multipliers_to_hf(cfg))
+
+
 def multipliers_from_hf(c: Any, cfg: ModelConfig) -> ModelConfig:
     """``cfg`` with Granite's multipliers (``check_multipliers`` passed): a score scale of 1/sqrt(head_dim)
     reads as archlab's default, a null one."""
@@ -57,6 +64,13 @@ def multipliers_from_hf(c: Any, cfg: ModelConfig) -> ModelConfig:
     cfg.attention.scale = None if scale == fixed_head_dim(c) ** -0.5 else scale
     cfg.head.logit_scale = 1 / c.logits_scaling
     return cfg
+
+
+# Granite's multipliers, each an archlab field
+MULTIPLIER_FEATURES = frozenset(
+    {"model.embedding_multiplier", "model.block.residual_multiplier", "model.attention.scale", "model.head.logit_scale"}
+)
+CHECKS = (Family.full_rotary, multiplier_problems)  # a Granite record's problems beyond its rules
 
 
 class Granite(Llama):
@@ -69,24 +83,15 @@ class Granite(Llama):
     a float product."""
 
     model_type, title, model_class, config_class = "granite", "Granite", "GraniteForCausalLM", "GraniteConfig"
-    features = Llama.features | {
-        "model.embedding_multiplier",
-        "model.block.residual_multiplier",
-        "model.attention.scale",
-        "model.head.logit_scale",
-    }
+    features = Llama.features | MULTIPLIER_FEATURES
     parts = "LLaMA's layers with embedding, residual, attention-score and logit multipliers"
+    checks = CHECKS
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [*super().rules(cfg), head_dim_rule(cfg, self.title)]
 
-    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().part_problems(cfg) + multiplier_problems(cfg)
-
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        kwargs = super().to_hf(cfg)
-        del kwargs["head_dim"]  # GraniteConfig has none: hidden_size / heads
-        return dict(kwargs, **multipliers_to_hf(cfg))
+        return granite_to_hf(super().to_hf(cfg), cfg)
 
     def from_hf(self, c: Any) -> ModelConfig:
         check_multipliers(c)

@@ -34,7 +34,7 @@ from archlab.errors import ConfigError
 from archlab.interop.families.base import Family, Problem, bare
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.values import differences, kind_field, refuse_hf
-from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types
+from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_to_hf
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.rope import RoPEConfig
@@ -169,7 +169,9 @@ class LayeredFamily(Family):
     """A family whose layers differ in their window and position scheme, each layer described by
     transformers' config (``hf_layers``) and by archlab's ``layer_configs``. Subclasses name the parent
     family whose every other part they share (as the second base), and say which layers may go without
-    position encoding (``nope``) and whether RoPE parameters are per layer type (``rope_per_type``)."""
+    position encoding (``nope``) and whether RoPE parameters are per layer type (``rope_per_type``). By
+    default (Ministral, Gemma 2) the layers slide or not as ``layer_types`` says, with one ``sliding_window``
+    and one RoPE, and the parent family reads and writes the rest, a window on every layer or none."""
 
     nope = False  # some layers may have no position encoding
     rope_per_type = False  # RoPE parameters per layer type (else one set for every layer with RoPE)
@@ -178,13 +180,15 @@ class LayeredFamily(Family):
     # ---- Hugging Face -> archlab
 
     def hf_layers(self, c: Any) -> list[Layer]:
-        """Each layer's window and position scheme, read from transformers' config ``c``."""
-        raise NotImplementedError
+        """Each layer's window and position scheme, read from transformers' config ``c``: by default
+        ``sliding_window`` on the layers ``layer_types`` marks sliding, and every layer the one RoPE."""
+        rope = self.uniform_from_hf(c).position
+        return [Layer(c.sliding_window if t == SLIDING else None, rope) for t in checked_types(c)]
 
     def uniform_from_hf(self, c: Any) -> ModelConfig:
-        """archlab's config of every part the layers share (the parent family's reader, on a view of ``c``
-        with no windows and one set of RoPE parameters)."""
-        raise NotImplementedError
+        """archlab's config of every part the layers share: by default the parent family's reader, on a view
+        of ``c`` with no windows (others read one set of RoPE parameters too)."""
+        return super().from_hf(view(c, layer_types=None, sliding_window=None))
 
     def from_hf(self, c: Any) -> ModelConfig:
         layers = self.hf_layers(c)
@@ -202,17 +206,18 @@ class LayeredFamily(Family):
         return []
 
     def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
-        """The transformers config keys that describe the layers (layer_types, windows, RoPE per layer)."""
-        raise NotImplementedError
+        """The transformers config keys that describe the layers (layer_types, windows, RoPE per layer): by
+        default ``sliding_window`` and ``layer_types``."""
+        return sliding_to_hf(cfg, lcs)
 
-    def base_to_hf(self, rep: ModelConfig) -> dict[str, Any]:
+    def uniform_to_hf(self, rep: ModelConfig) -> dict[str, Any]:
         """The keys of the parts every layer shares, from one layer's config ``rep`` (one with RoPE if any)."""
         return super().to_hf(rep)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)
         rep = next((lc for lc in lcs if lc.position.kind == "rope"), lcs[0])
-        return {**self.base_to_hf(rep), **self.layers_to_hf(cfg, lcs)}
+        return {**self.uniform_to_hf(rep), **self.layers_to_hf(cfg, lcs)}
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """The parent family's problems on each layer's config (a NoPE layer passes where ``nope``), named
@@ -285,34 +290,3 @@ def rule_problems(lcs: list[ModelConfig], want: Any, why: str) -> list[tuple[int
         if lc.position.kind != wanted:
             return [(i, Problem("model.position.kind", lc.position.kind, wanted, why))]
     return []
-
-
-# ---- Gemma 2, Qwen2, Qwen3: one RoPE, some layers sliding
-
-
-class _Windowed(LayeredFamily):
-    """A family whose layers slide or not as ``layer_types`` says, with one ``sliding_window`` and one RoPE
-    for every layer: its parent record (the second base, in ``llama``) reads and writes the rest, a
-    window on every layer or none."""
-
-    def hf_layers(self, c: Any) -> list[Layer]:
-        rope = self.uniform_from_hf(c).position
-        return [Layer(c.sliding_window if t == SLIDING else None, rope) for t in checked_types(c)]
-
-    def uniform_from_hf(self, c: Any) -> ModelConfig:
-        return super(LayeredFamily, self).from_hf(view(c, layer_types=None, sliding_window=None))
-
-
-# ---- Gemma 3
-
-
-# ---- OLMo 3
-
-
-# ---- EXAONE 4
-
-
-# ---- SmolLM3
-
-
-# ---- Cohere2

@@ -1,9 +1,10 @@
 """The LLaMA layout (RMSNorm, a gated MLP, full half-paired RoPE, separate q/k/v): ``_LlamaStyle``, which
-its relatives extend (``qwen``, ``gemma``, ``olmo2`` ...), and the records of LLaMA and Mistral."""
+its relatives extend (``qwen2``, ``gemma``, ``olmo2`` ...), and the records of LLaMA and Mistral."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from archlab.config import (
     BlockConfig,
@@ -35,6 +36,30 @@ LLAMA_KEYS = {
 }
 
 
+Check = Callable[[ModelConfig], list[Problem]]  # the problems a family finds beyond its rules
+
+
+class MLPForm(NamedTuple):
+    """How a LLaMA-style family's MLP converts: the ``model.mlp.kind`` values it holds (``why``, in a
+    refusal), its activation's Hugging Face name by archlab's (kind, approximate), archlab's section of a
+    transformers config (given the activation's config key) and its tensors (archlab's MLP, HF's MLP)."""
+
+    kinds: tuple[str, ...]
+    why: str
+    to_hf: dict[tuple[str, str], str]
+    from_hf: Callable[[Any, str], Any]
+    tensors: Callable[[Tensors, str, str], None]
+
+
+def gated_tensors(t: Tensors, archlab: str, hf: str) -> None:
+    """A gated MLP: ``gate_proj`` and ``up_proj`` (archlab's fused ``gate_up``), ``down_proj``."""
+    t.gate_up(f"{archlab}.gate_up", hf, t.cfg.mlp.bias)
+    t.add(f"{archlab}.down", f"{hf}.down_proj", t.cfg.mlp.bias)
+
+
+GATED = MLPForm(("swiglu", "geglu"), "", GATED_TO_HF, gated_mlp, gated_tensors)
+
+
 class _LlamaStyle(Family):
     """What LLaMA, Mistral, Qwen2, Qwen3, Gemma, Gemma 2 and OLMo 2 share: the names
     (``model.layers.i.self_attn.q_proj`` ...), RMSNorm, a gated MLP, full half-paired RoPE, no head bias,
@@ -45,8 +70,8 @@ class _LlamaStyle(Family):
     block = "pre"
     norms = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm"}
     activation = "hidden_act"  # the config key of the MLP's activation
-    mlp_kinds: tuple[str, ...] = ("swiglu", "geglu")  # the model.mlp.kind values its MLP holds
-    mlp_why = ""  # why, in its refusal
+    mlp_form = GATED  # its MLP (Arcee's and its relatives': up/down)
+    checks: tuple[Check, ...] = (Family.full_rotary,)  # after its rules' problems, in order
     keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps"}
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -54,7 +79,7 @@ class _LlamaStyle(Family):
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", (self.block,), ""),
             ("model.position.pairing", ("half",), ""),
-            ("model.mlp.kind", self.mlp_kinds, self.mlp_why),
+            ("model.mlp.kind", self.mlp_form.kinds, self.mlp_form.why),
             NO_HEAD_BIAS,
             *self.bias_rules(cfg),
         ]
@@ -67,7 +92,7 @@ class _LlamaStyle(Family):
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().part_problems(cfg) + self.full_rotary(cfg)
+        return super().part_problems(cfg) + [p for check in self.checks for p in check(cfg)]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return {
@@ -75,7 +100,7 @@ class _LlamaStyle(Family):
             "intermediate_size": d_ff(cfg),
             "num_key_value_heads": n_kv_head(cfg),
             "head_dim": head_dim(cfg),
-            self.activation: self.activation_to_hf(cfg),
+            self.activation: self.mlp_form.to_hf[activation(cfg.mlp)],
             "rope_parameters": rope_to_hf(cfg),
             **self.attention_to_hf(cfg),
         }
@@ -94,7 +119,7 @@ class _LlamaStyle(Family):
             block=BlockConfig(kind=self.block),
             position=rope_from_hf(c, hd, partial=False),
             attention=self.attention_from_hf(c, hd),
-            mlp=self.mlp_from_hf(c),
+            mlp=self.mlp_form.from_hf(c, self.activation),
         )
         return self.keys_from_hf(c, cfg)
 
@@ -117,7 +142,7 @@ class _LlamaStyle(Family):
             for archlab, hf in self.norms.items():
                 t.add(f"{b}.{archlab}", f"{h}.{hf}")
             self.attention_tensors(t, f"{b}.attn", f"{h}.self_attn")
-            self.mlp_tensors(t, f"{b}.mlp", f"{h}.mlp")
+            self.mlp_form.tensors(t, f"{b}.mlp", f"{h}.mlp")
         t.add("final_norm", "model.norm")
         return t.head()
 
@@ -130,19 +155,6 @@ class _LlamaStyle(Family):
             t.add(f"{archlab}.q_norm", f"{hf}.q_norm")
             t.add(f"{archlab}.k_norm", f"{hf}.k_norm")
         t.add(f"{archlab}.proj", f"{hf}.o_proj", a.out_bias)
-
-    def activation_to_hf(self, cfg: ModelConfig) -> str:
-        """The value of the ``activation`` key: a gated MLP's."""
-        return GATED_TO_HF[activation(cfg.mlp)]
-
-    def mlp_from_hf(self, c: Any) -> Any:
-        """archlab's MLP of the config: a gated one."""
-        return gated_mlp(c, self.activation)
-
-    def mlp_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
-        """A gated MLP: ``gate_proj`` and ``up_proj`` (archlab's fused ``gate_up``), ``down_proj``."""
-        t.gate_up(f"{archlab}.gate_up", hf, t.cfg.mlp.bias)
-        t.add(f"{archlab}.down", f"{hf}.down_proj", t.cfg.mlp.bias)
 
 
 class Llama(_LlamaStyle):

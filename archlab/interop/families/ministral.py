@@ -8,14 +8,13 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.interop.families.base import LAYERS, Family, Rule
-from archlab.interop.families.layered import _Windowed, view
+from archlab.interop.families.layered import LayeredFamily, view
 from archlab.interop.families.llama import Mistral
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.values import config_head_dim, refuse_hf
-from archlab.interop.families.windows import sliding_to_hf
 
 
-class Ministral(_Windowed, Mistral):
+class Ministral(LayeredFamily, Mistral):
     """MinistralForCausalLM (Ministral 8B): Mistral's layers without biases, each sliding or full as
     ``layer_types`` says (the published model: every other layer sliding), kinds ``local`` and ``global``;
     ``llama.Mistral`` holds the rest."""
@@ -23,9 +22,6 @@ class Ministral(_Windowed, Mistral):
     model_type, title, model_class, config_class = "ministral", "Ministral", "MinistralForCausalLM", "MinistralConfig"
     features = Mistral.features | LAYERS
     parts = "pre-norm RMSNorm, RoPE, SwiGLU, no biases, `window` on any layers (`model.layers`), GQA"
-
-    def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
-        return sliding_to_hf(cfg, lcs)
 
 
 class Ministral3(Mistral):

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.interop.families.arcee import Arcee
-from archlab.interop.families.base import Family, Rule, no_embedding_dropout, out_bias
-from archlab.interop.families.gemma2 import LayeredGemma2
+from archlab.interop.families.arcee import UP_DOWN
+from archlab.interop.families.base import LAYERS, Family, Rule, no_embedding_dropout, out_bias
+from archlab.interop.families.gemma2 import Gemma2
 from archlab.interop.families.glm4 import Glm4
-from archlab.interop.families.llama import LLAMA_KEYS, Llama
-from archlab.interop.families.ministral import Ministral
+from archlab.interop.families.layered import LayeredFamily
+from archlab.interop.families.llama import LLAMA_KEYS, Llama, Mistral
 from archlab.interop.families.tensors import TensorMap
 from archlab.interop.families.values import dropouts
 
@@ -80,13 +80,14 @@ class Glm(Glm4):
     parts = "pre-norm RMSNorm, interleaved partial RoPE, q/k/v biases, fused gate/up SwiGLU, GQA"
 
 
-class Cwm(Ministral):
-    """CwmForCausalLM (Code World Model): Ministral's layers, sliding or full as ``layer_types`` says
-    (llama3 RoPE as published), with MLP biases by ``mlp_bias``; no attention biases."""
+class Cwm(LayeredFamily, Mistral):
+    """CwmForCausalLM (Code World Model): Ministral's layers (Mistral's, sliding or full as ``layer_types``
+    says; llama3 RoPE as published), with MLP biases by ``mlp_bias``; no attention biases."""
 
     defers = True  # to SmolLM3, which holds its layouts too
 
     model_type, title, model_class, config_class = "cwm", "CWM", "CwmForCausalLM", "CwmConfig"
+    features = Mistral.features | LAYERS
     parts = "pre-norm RMSNorm, RoPE (llama3), SwiGLU, `window` on any layers (`model.layers`), GQA"
     bos_token_id = 128000  # CwmConfig's: an int (None is refused); archlab holds no special tokens
 
@@ -102,7 +103,7 @@ class Cwm(Ministral):
         return cfg
 
 
-class VaultGemma(LayeredGemma2):
+class VaultGemma(Gemma2):
     """VaultGemmaForCausalLM: Gemma 2's parts (scaled embeddings, (1 + w) RMSNorms, query_pre_attn_scalar,
     soft-capping, sliding layers) in pre-norm blocks: no norm after a sublayer."""
 
@@ -119,7 +120,7 @@ class VaultGemma(LayeredGemma2):
     parts = "Gemma 2's parts in pre-norm blocks: soft-capping, query scale, local/global windows"
 
 
-class Jais2(Arcee):
+class Jais2(Llama):
     """Jais2ForCausalLM: LLaMA's attention (biases by ``attention_bias``) and names with LayerNorms that
     have a bias (``layer_norm_eps``) and Arcee's up/down MLP (ReLU² as published; ``mlp_bias``)."""
 
@@ -128,6 +129,7 @@ class Jais2(Arcee):
     model_type, title, model_class, config_class = "jais2", "Jais 2", "Jais2ForCausalLM", "Jais2Config"
     parts = "pre-norm LayerNorm, RoPE, GQA, a plain up/down MLP (ReLU²), optional biases"
     keys = {**LLAMA_KEYS, "layer_norm_eps": "norm.eps"}
+    mlp_form = UP_DOWN
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         rules = [
