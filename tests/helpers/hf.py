@@ -500,3 +500,12 @@ def check_problem(family: str, cfg, field: str, **change: Any) -> None:
 
     assert not FAMILIES[family].problems(cfg)
     assert field in [p.field for p in FAMILIES[family].problems(changed_cfg(cfg, **change))]
+
+
+def check_routed_family_refuses(family: str, cfg, field: str) -> None:
+    """The dense layout ``cfg`` routes to ``family`` (``families.dense.dense_family``), which refuses it
+    naming ``field`` (``check_family_refuses``)."""
+    from archlab.interop.families.dense import dense_family
+
+    assert dense_family(cfg).model_type == family
+    check_family_refuses(family, cfg, field)
