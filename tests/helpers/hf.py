@@ -42,6 +42,7 @@ SMALL = dict(HF_SIZES, intermediate_size=96, num_hidden_layers=2, num_attention_
 TINY = ["model.vocab_size=96", "model.context_length=64", "model.n_layer=2", "model.mlp.d_ff=96"]
 GQA = ["model.d_model=64", "model.attention.n_head=4", "model.attention.n_kv_head=2"]
 LLAMA = ["model=llama2-7b", *TINY, *GQA]
+WIDTHS = ["model.vocab_size=96", "model.context_length=64", "model.mlp.d_ff=96", *GQA]  # TINY's and GQA's but the depth
 
 
 def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
@@ -344,6 +345,22 @@ def check_dense_layers_as_hf(hf, model) -> None:
 def windows(cfg) -> list:
     """Each layer's sliding window (None: a global layer)."""
     return [lc.attention.window for lc in layer_configs(cfg)]
+
+
+def layer_positions(cfg) -> list[tuple]:
+    """Each layer's (window, position kind, RoPE base, RoPE scaling kind); NoPE: no base, no scaling."""
+
+    def rope(position) -> tuple:
+        return (position.theta, position.scaling.kind) if position.kind == "rope" else (None, None)
+
+    return [(c.attention.window, c.position.kind, *rope(c.position)) for c in layer_configs(cfg)]
+
+
+def check_layers_kept(cfg, other) -> None:
+    """Configs ``cfg`` and ``other`` run every layer with the same window and position scheme."""
+    assert [(c.attention.window, c.position) for c in layer_configs(other)] == [
+        (c.attention.window, c.position) for c in layer_configs(cfg)
+    ]
 
 
 # a tiny LayerNorm, pre-norm, RoPE, tanh-GELU layout with every bias and a tied head (ModelConfig's defaults)
