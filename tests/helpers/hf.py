@@ -526,3 +526,23 @@ def check_routed_family_refuses(family: str, cfg, field: str) -> None:
 
     assert dense_family(cfg).model_type == family
     check_family_refuses(family, cfg, field)
+
+
+def check_per_layer_round_trip(hf, keys: dict[str, Any], **impl: Any) -> None:
+    """``from_hf(hf)`` gives HF's logits; archlab -> HF gives ``hf``'s class, logits and per-layer
+    description (layer_types, and each of no_rope_layers, moe_layers, sliding_window and
+    attention_chunk_size that ``hf``'s config ``keys`` gave), -> archlab again the same config and
+    bit-identical tensors."""
+    model = from_hf(hf)
+    assert max_diff(logits(hf), logits(model)) <= TOL
+    back = check_back_and_again(hf, model, **impl)  # the same class: the layout read maps back to the family
+    for key in ("layer_types", "no_rope_layers", "moe_layers", "sliding_window", "attention_chunk_size"):
+        if key in keys or key == "layer_types":
+            assert getattr(back.config, key) == getattr(hf.config, key)
+
+
+def check_each_part_changes_logits(model, parts: list[tuple[str, Any]]) -> None:
+    """``model``'s weights with each part taken away in turn (``parts``: ``changed_cfg``'s field, the value
+    that takes it away, on a layer kind or on every layer) give other logits (``check_changes_logits``)."""
+    for field, value in parts:
+        check_changes_logits(model, changed_cfg(model.cfg, **{field: value}), field)
