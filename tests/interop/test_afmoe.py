@@ -62,6 +62,9 @@ HF_CASES = {
         ),
     ),
 }
+# YaRN as gpt-oss publishes it (tests/interop/test_gpt_oss.py), which AFMoE has not
+GPT_OSS_YARN = dict(rope_type="yarn", rope_theta=100.0, factor=4.0, original_max_position_embeddings=16)
+GPT_OSS_YARN |= dict(beta_fast=1.0, beta_slow=0.25, truncate=False)
 # changed_cfg's field -> the value that takes the part away
 PARTS = [
     ("kinds__sliding__attention__window", None),  # the sliding layers' window
@@ -182,14 +185,7 @@ def test_config_to_hf_refuses_what_afmoe_cannot_hold(fields, field):
         (dict(attention_bias=True), "AfmoeConfig.attention_bias"),
         (dict(num_shared_experts=0), "AfmoeConfig.num_shared_experts"),
         (dict(hidden_act="relu"), "AfmoeConfig.hidden_act"),
-        (
-            dict(
-                rope_parameters=dict(
-                    rope_type="yarn", rope_theta=100.0, factor=4.0, original_max_position_embeddings=16
-                )
-            ),
-            "AfmoeConfig.rope_parameters.rope_type",
-        ),
+        (dict(rope_parameters=GPT_OSS_YARN), "AfmoeConfig.rope_parameters.rope_type"),
     ],
 )
 def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
