@@ -23,9 +23,40 @@ from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activat
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, kind_field, refuse_hf
-from archlab.interop.families.windows import checked_types, sliding_to_hf
+from archlab.interop.families.windows import SLIDING, checked_types, sliding_to_hf
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
+
+POSITION_WHY = " (or none on its full layers)"  # why a layer's position kind is refused
+VARIES = frozenset({"model.attention.window", "model.position.kind", "model.mlp.kind"})  # what may differ by layer
+
+
+def shared_rules(cfg: ModelConfig) -> list[Rule]:
+    """The shared experts its MoE layers always have."""
+    if shared_experts(cfg.mlp) < 1:
+        return [("model.mlp.n_shared_experts", ("at least 1",), " (its MoE layers always have shared experts)")]
+    return []
+
+
+def global_nope_problems(family: _LayeredSparse, found: list[Problem], cfg: ModelConfig) -> list[Problem]:
+    """``found`` (``_LayeredSparse.part_problems``) of a family whose full layers have no positions: the base
+    rule on model.position.kind wants rope, so a full layer's none is held too, and ``layout_problems``
+    (again: the base rule's problem of a kind hid its own) says which layer needs which."""
+    kept = [p for p in found if not (p.value == "none" and p.why == family.position_why)]
+    return _unique(kept + family.layout_problems(cfg, layer_configs(cfg)))
+
+
+def global_nope_layout(cfg: ModelConfig, types: list[str], dense: list[bool], window: int | None) -> ModelConfig:
+    """``cfg`` with a layer kind per layer: ``sliding`` (``window``, RoPE) or ``full`` (no positions) as
+    ``types`` says, each ``_dense`` where ``dense`` says (a gated MLP of the experts' kind)."""
+    names = [("sliding" if t == SLIDING else "full") + "_dense" * d for t, d in zip(types, dense)]
+    overrides: dict[str, dict[str, dict[str, Any]]] = {
+        "sliding": {"attention": {"window": window}},
+        "full": {"position": {"kind": "none"}},
+    }
+    for name in list(overrides):
+        overrides[f"{name}_dense"] = {**overrides[name], "mlp": {"kind": cfg.mlp.expert}}
+    return apply_layout(cfg, names, overrides)
 
 
 class Afmoe(_LayeredSparse):
@@ -55,15 +86,12 @@ class Afmoe(_LayeredSparse):
             "model.layers.pattern",
         }
     )
-    position_why = " (or none on its full layers)"
+    position_why = POSITION_WHY
     block_kind = "sandwich"
-    varies = frozenset({"model.attention.window", "model.position.kind", "model.mlp.kind"})
+    varies = VARIES
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
-        # the base rule on model.position.kind wants rope: a full layer's none is held too, and
-        # layout_problems (again: the base rule's problem of a kind hid its own) says which layer needs which
-        found = [p for p in super().part_problems(cfg) if not (p.value == "none" and p.why == self.position_why)]
-        return _unique(found + self.layout_problems(cfg, layer_configs(cfg)))
+        return global_nope_problems(self, super().part_problems(cfg), cfg)
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         no_gate_bias = " (its gate_proj has no bias, and archlab's gate takes one with qkv_bias)"
@@ -82,14 +110,8 @@ class Afmoe(_LayeredSparse):
             ("model.mlp.routing.correction_bias", (True,), " (its MoE layers always have expert_bias)"),
             ("model.mlp.routing.normalize_top_k", (True,), " (it always divides the chosen scores by their sum)"),
             ungrouped(" (it routes without groups)"),
-            *self.shared_rules(cfg),
+            *shared_rules(cfg),
         ]
-
-    @staticmethod
-    def shared_rules(cfg: ModelConfig) -> list[Rule]:
-        if shared_experts(cfg.mlp) < 1:
-            return [("model.mlp.n_shared_experts", ("at least 1",), " (its MoE layers always have shared experts)")]
-        return []
 
     def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
         found = one_window(layers)
@@ -162,16 +184,7 @@ class Afmoe(_LayeredSparse):
         cfg.scale_embedding = bool(c.mup_enabled)
         cfg.attention.qk_norm, cfg.attention.gate = "head", "elementwise"
         n_dense = min(c.num_dense_layers or 0, n)
-        names = [
-            ("sliding" if t == "sliding_attention" else "full") + "_dense" * (i < n_dense) for i, t in enumerate(types)
-        ]
-        overrides: dict[str, dict[str, dict[str, Any]]] = {
-            "sliding": {"attention": {"window": c.sliding_window}},
-            "full": {"position": {"kind": "none"}},
-        }
-        for name in list(overrides):
-            overrides[f"{name}_dense"] = {**overrides[name], "mlp": {"kind": expert}}
-        return apply_layout(cfg, names, overrides)
+        return global_nope_layout(cfg, types, [i < n_dense for i in range(n)], c.sliding_window)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)

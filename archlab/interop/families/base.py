@@ -4,6 +4,7 @@ state). Nothing here imports transformers: records read configs by attribute."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from torch import Tensor
@@ -42,6 +43,9 @@ class Problem(NamedTuple):
     value: Any
     wants: str  # "rmsnorm", "swiglu or geglu", "head_dim=64 (full rotary)"
     why: str = ""  # " (its experts are gated)": appended to the refusal
+
+
+Check = Callable[[ModelConfig], list[Problem]]  # the problems a family finds beyond its rules
 
 
 # Optional parts of a layout, at the value that means "absent". A family lists the ones it holds in

@@ -42,11 +42,30 @@ MLA_KEYS = {
 }
 
 
+def mla_tensors(t: Tensors, archlab: str, hf: str) -> None:
+    """DeepSeek's latent attention: q_proj (or q_a_proj, its norm and q_b_proj), the kv latent, its norm and
+    its up projection, o_proj."""
+    if t.cfg.attention.q_lora_rank is None:
+        t.add(f"{archlab}.q_proj", f"{hf}.q_proj")
+    else:
+        t.add(f"{archlab}.q_down", f"{hf}.q_a_proj")
+        t.add(f"{archlab}.q_norm", f"{hf}.q_a_layernorm")
+        t.add(f"{archlab}.q_up", f"{hf}.q_b_proj")
+    t.add(f"{archlab}.kv_down", f"{hf}.kv_a_proj_with_mqa")
+    t.add(f"{archlab}.kv_norm", f"{hf}.kv_a_layernorm")
+    t.add(f"{archlab}.kv_up", f"{hf}.kv_b_proj")
+    t.add(f"{archlab}.proj", f"{hf}.o_proj")
+
+
 class _DeepSeek(_Sparse):
-    """DeepSeek-V2 and -V3: multi-head latent attention (queries direct or through ``q_lora_rank``, keys
-    and values from a ``kv_lora_rank`` latent, one rotated key all heads share), YaRN RoPE, the first
-    ``first_k_dense_replace`` layers dense (width ``intermediate_size``), then routed experts of
-    ``moe_intermediate_size`` beside ``n_shared_experts`` shared ones, weights times ``routed_scaling_factor``."""
+    """DeepSeek-V3's layout, which its relatives (``mla``: GLM-4.7-Flash, Sarvam MLA) share and DeepSeek-V2
+    changes: multi-head latent attention (queries direct or through ``q_lora_rank``, keys and values from a
+    ``kv_lora_rank`` latent, one rotated key all heads share), YaRN RoPE, the first ``first_k_dense_replace``
+    layers dense (width ``intermediate_size``), then routed experts of ``moe_intermediate_size`` beside
+    ``n_shared_experts`` shared ones, weights times ``routed_scaling_factor``; V3's routing: sigmoid scores
+    plus the selection-only ``e_score_correction_bias`` (a buffer), group-limited top-k (``n_group``,
+    ``topk_group``: groups ranked by their two best scores), renormalised as ``norm_topk_prob`` says;
+    rotated pairs interleaved or halves (``rope_interleave``)."""
 
     attention_kind = "mla"
     position_why = " (it always rotates qk_rope_head_dim dims)"
@@ -54,12 +73,19 @@ class _DeepSeek(_Sparse):
     scalings = ("none", "yarn")
     shared_experts = True
     keys = {**_Sparse.keys, **MLA_KEYS}
-    topk_method: str  # the value of DeepSeek's own config key topk_method this version computes (set per subclass)
+    topk_method = "noaux_tc"  # the value of DeepSeek's own config key topk_method this version computes
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [latent_eps_rule(cfg)]
 
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [
+            ("model.mlp.routing.scoring", ("sigmoid",), ""),
+            ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+        ]
+
+    def mla_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        """The keys V2 and V3 name alike."""
         return dict(
             self.base_to_hf(cfg),
             num_key_value_heads=cfg.attention.n_head,
@@ -68,6 +94,20 @@ class _DeepSeek(_Sparse):
             # read by DeepSeek's own modeling code (trust_remote_code) and by from_hf; transformers fixes them
             scoring_func=cfg.mlp.routing.scoring,
             topk_method=self.topk_method,
+        )
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return dict(self.mla_to_hf(cfg), rope_interleave=cfg.position.pairing == "interleaved", num_mtp_layers=0)
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        return self.deepseek_from_hf(
+            c,
+            "interleaved" if c.rope_interleave else "half",
+            scoring="sigmoid",
+            correction_bias=True,
+            normalize_top_k=bool(c.norm_topk_prob),
+            n_groups=c.n_group or 1,
+            top_groups=c.topk_group or 1,
         )
 
     def deepseek_from_hf(self, c: Any, pairing: str, **routing: Any) -> ModelConfig:
@@ -104,16 +144,7 @@ class _DeepSeek(_Sparse):
         return with_dense_first(cfg, min(c.first_k_dense_replace or 0, c.num_hidden_layers))
 
     def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
-        if t.cfg.attention.q_lora_rank is None:
-            t.add(f"{archlab}.q_proj", f"{hf}.q_proj")
-        else:
-            t.add(f"{archlab}.q_down", f"{hf}.q_a_proj")
-            t.add(f"{archlab}.q_norm", f"{hf}.q_a_layernorm")
-            t.add(f"{archlab}.q_up", f"{hf}.q_b_proj")
-        t.add(f"{archlab}.kv_down", f"{hf}.kv_a_proj_with_mqa")
-        t.add(f"{archlab}.kv_norm", f"{hf}.kv_a_layernorm")
-        t.add(f"{archlab}.kv_up", f"{hf}.kv_b_proj")
-        t.add(f"{archlab}.proj", f"{hf}.o_proj")
+        mla_tensors(t, archlab, hf)
 
 
 class DeepseekV2(_DeepSeek):
@@ -140,7 +171,7 @@ class DeepseekV2(_DeepSeek):
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        return dict(super().to_hf(cfg), mlp_bias=False)
+        return dict(self.mla_to_hf(cfg), mlp_bias=False)
 
     def from_hf(self, c: Any) -> ModelConfig:
         if c.mlp_bias:
@@ -157,10 +188,8 @@ class DeepseekV2(_DeepSeek):
 
 
 class DeepseekV3(_DeepSeek):
-    """DeepseekV3ForCausalLM: sigmoid scores plus the selection-only ``e_score_correction_bias`` (a
-    buffer), group-limited top-k (``n_group``, ``topk_group``: groups ranked by their two best scores),
-    renormalised as ``norm_topk_prob`` says; rotated pairs interleaved or halves (``rope_interleave``).
-    archlab has no multi-token-prediction module (neither has DeepseekV3ForCausalLM): num_mtp_layers 0."""
+    """DeepseekV3ForCausalLM: ``_DeepSeek``'s layout. archlab has no multi-token-prediction module (neither
+    has DeepseekV3ForCausalLM): num_mtp_layers 0."""
 
     parts = "DeepSeek-V2's parts with sigmoid routing and a correction bias"
 
@@ -170,27 +199,6 @@ class DeepseekV3(_DeepSeek):
         "DeepseekV3ForCausalLM",
         "DeepseekV3Config",
     )
-    topk_method = "noaux_tc"
-
-    def family_rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [
-            ("model.mlp.routing.scoring", ("sigmoid",), ""),
-            ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
-        ]
-
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        return dict(super().to_hf(cfg), rope_interleave=cfg.position.pairing == "interleaved", num_mtp_layers=0)
-
-    def from_hf(self, c: Any) -> ModelConfig:
-        return self.deepseek_from_hf(
-            c,
-            "interleaved" if c.rope_interleave else "half",
-            scoring="sigmoid",
-            correction_bias=True,
-            normalize_top_k=bool(c.norm_topk_prob),
-            n_groups=c.n_group or 1,
-            top_groups=c.topk_group or 1,
-        )
 
 
 RECORDS: tuple[Family, ...] = (

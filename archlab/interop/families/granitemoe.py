@@ -1,29 +1,87 @@
-"""Granite's mixtures of experts: GraniteMoe, GraniteMoeShared (beside a shared gated MLP) and GraniteMoe SWA
-(its layers may differ), with Granite's multipliers (the shared softmax-routed parts in ``softmax_moe``)."""
+"""Granite's mixtures of experts: GraniteMoe, GraniteMoeShared (beside a shared gated MLP) and GraniteMoE SWA
+(its layers may differ), each a softmax-routed record (``softmax_moe``) with Granite's multipliers, and the
+rules, keys and reading they share."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from archlab.config import ModelConfig
-from archlab.config.layers import layer_configs
-from archlab.interop.families.base import LAYERS, ONE_BIAS_FLAG, Family, Problem, Rule, out_bias
+from archlab.interop.families.base import LAYERS, ONE_BIAS_FLAG, Family, Rule, out_bias
 from archlab.interop.families.granite import (
+    CHECKS,
+    MULTIPLIER_FEATURES,
     check_multipliers,
-    multiplier_problems,
     multipliers_from_hf,
     multipliers_to_hf,
 )
-from archlab.interop.families.granite_variants import GraniteSwa
-from archlab.interop.families.layered import LayeredFamily, view
-from archlab.interop.families.moe import (
-    _Sparse,
-)
+from archlab.interop.families.granite_variants import SINKS, sink_tensors, swa_layers, swa_layers_to_hf
+from archlab.interop.families.layered import Layer, LayeredFamily, view
 from archlab.interop.families.phi3 import head_dim_rule
 from archlab.interop.families.softmax_moe import _Softmax
 from archlab.interop.families.tensors import TensorMap
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.moe import expert_width
+
+FEATURES = frozenset({"model.position.scaling.kind"}) | MULTIPLIER_FEATURES
+# its checkpoints' names (the experts stacked as input_linear and output_linear, the router in router.layer)
+CHECKPOINT_RENAMES = {
+    ".block_sparse_moe.input_linear.weight": ".block_sparse_moe.experts.gate_up_proj",
+    ".block_sparse_moe.output_linear.weight": ".block_sparse_moe.experts.down_proj",
+    ".block_sparse_moe.router.layer.weight": ".block_sparse_moe.router.weight",
+}
+SHARED_NAMES = ("input_linear", "output_linear")  # shared_mlp's: [gate | up], then down
+
+
+def granite_moe_rules(rules: list[Rule], cfg: ModelConfig, title: str, shared: bool) -> list[Rule]:
+    """``rules`` (the softmax records') with GraniteMoE's: one bias flag, the top-k softmaxed, head_dim =
+    hidden_size / heads; with a ``shared`` MLP, any number of shared experts."""
+    rules = rules + [
+        out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
+        ("model.mlp.routing.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
+        head_dim_rule(cfg, title),
+    ]
+    return [r for r in rules if r[0] != "model.mlp.n_shared_experts"] if shared else rules
+
+
+def granite_moe_to_hf(kwargs: dict[str, Any], cfg: ModelConfig, shared: bool) -> dict[str, Any]:
+    """The softmax records' keys ``kwargs`` as GraniteMoE's: no window, the expert count and width, the
+    multipliers; with a ``shared`` MLP, its width."""
+    del kwargs["sliding_window"]  # its attention has none
+    kwargs = dict(
+        kwargs,
+        attention_bias=cfg.attention.qkv_bias,
+        num_local_experts=cfg.mlp.routing.n_experts,
+        intermediate_size=expert_width(cfg),
+        **multipliers_to_hf(cfg),
+    )
+    return dict(kwargs, shared_intermediate_size=cfg.mlp.n_shared_experts * expert_width(cfg)) if shared else kwargs
+
+
+def shared_from_hf(c: Any) -> dict[str, Any]:
+    """The MoE fields of GraniteMoeShared's shared MLP: n_shared_experts experts of the routed width (a
+    multiple of ``intermediate_size``)."""
+    n, rest = divmod(c.shared_intermediate_size, c.intermediate_size)
+    if rest:
+        refuse_hf(c, "shared_intermediate_size", "a multiple of intermediate_size (archlab's shared experts)")
+    return {"n_shared_experts": n}
+
+
+def granite_moe_from_hf(family: _Softmax, c: Any, shared: bool) -> ModelConfig:
+    """archlab's config of a GraniteMoE config ``c`` (with a ``shared`` MLP: GraniteMoeShared's)."""
+    check_multipliers(c)
+    mlp = family.moe_from_hf(
+        c,
+        c.num_local_experts,
+        c.intermediate_size,
+        normalize_top_k=True,
+        aux_loss_weight=float(c.router_aux_loss_coef),
+        **(shared_from_hf(c) if shared else {}),
+    )
+    cfg = family.causal_from_hf(view(c, sliding_window=None, head_dim=None), mlp)
+    bias = bool(c.attention_bias)
+    cfg.attention.qkv_bias, cfg.attention.out_bias, cfg.attention.head_dim = bias, bias, None
+    return multipliers_from_hf(c, cfg)
 
 
 class GraniteMoe(_Softmax):
@@ -35,88 +93,46 @@ class GraniteMoe(_Softmax):
 
     model_type, title = "granitemoe", "GraniteMoE"
     model_class, config_class = "GraniteMoeForCausalLM", "GraniteMoeConfig"
-    features = frozenset(
-        {
-            "model.position.scaling.kind",
-            "model.embedding_multiplier",
-            "model.block.residual_multiplier",
-            "model.attention.scale",
-            "model.head.logit_scale",
-        }
-    )
+    features = FEATURES
     parts = "Granite's layers and multipliers with a softmax top-k MoE"
     moe, router = "block_sparse_moe", "router"
-    checkpoint_renames = {
-        ".block_sparse_moe.input_linear.weight": ".block_sparse_moe.experts.gate_up_proj",
-        ".block_sparse_moe.output_linear.weight": ".block_sparse_moe.experts.down_proj",
-        ".block_sparse_moe.router.layer.weight": ".block_sparse_moe.router.weight",
-    }
+    checkpoint_renames = CHECKPOINT_RENAMES
+    checks = CHECKS
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
-        return super().rules(cfg) + [
-            out_bias(cfg.attention.qkv_bias, ONE_BIAS_FLAG),
-            ("model.mlp.routing.normalize_top_k", (True,), " (it softmaxes the top-k logits: the weights sum to 1)"),
-            head_dim_rule(cfg, self.title),
-        ]
-
-    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().part_problems(cfg) + multiplier_problems(cfg)
+        return granite_moe_rules(super().rules(cfg), cfg, self.title, shared=False)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        kwargs = super().to_hf(cfg)
-        del kwargs["sliding_window"]  # its attention has none
-        return dict(
-            kwargs,
-            attention_bias=cfg.attention.qkv_bias,
-            num_local_experts=cfg.mlp.routing.n_experts,
-            intermediate_size=expert_width(cfg),
-            **multipliers_to_hf(cfg),
-        )
+        return granite_moe_to_hf(super().to_hf(cfg), cfg, shared=False)
 
     def from_hf(self, c: Any) -> ModelConfig:
-        check_multipliers(c)
-        mlp = self.moe_from_hf(
-            c,
-            c.num_local_experts,
-            c.intermediate_size,
-            normalize_top_k=True,
-            aux_loss_weight=float(c.router_aux_loss_coef),
-            **self.shared_from_hf(c),
-        )
-        cfg = self.causal_from_hf(view(c, sliding_window=None, head_dim=None), mlp)
-        bias = bool(c.attention_bias)
-        cfg.attention.qkv_bias, cfg.attention.out_bias, cfg.attention.head_dim = bias, bias, None
-        return multipliers_from_hf(c, cfg)
-
-    def shared_from_hf(self, c: Any) -> dict[str, Any]:
-        """The MLPConfig fields of the shared experts (none here)."""
-        return {}
+        return granite_moe_from_hf(self, c, shared=False)
 
 
-class GraniteMoeShared(GraniteMoe):
+class GraniteMoeShared(_Softmax):
     """GraniteMoeSharedForCausalLM: GraniteMoE beside a shared gated MLP of ``shared_intermediate_size``
     (``shared_mlp.input_linear`` holds [gate | up]), which archlab holds as n_shared_experts experts of
     the routed width: a multiple of ``intermediate_size``, or none."""
 
     model_type, title = "granitemoeshared", "GraniteMoeShared"
     model_class, config_class = "GraniteMoeSharedForCausalLM", "GraniteMoeSharedConfig"
+    features = FEATURES
     parts = "GraniteMoE's parts with shared experts"
-    shared, shared_names, fused = "shared_mlp", ("input_linear", "output_linear"), True
+    moe, router, shared, shared_names, fused = "block_sparse_moe", "router", "shared_mlp", SHARED_NAMES, True
+    checkpoint_renames = CHECKPOINT_RENAMES
+    checks = CHECKS
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [r for r in super().rules(cfg) if r[0] != "model.mlp.n_shared_experts"]
+        return granite_moe_rules(super().rules(cfg), cfg, self.title, shared=True)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        return dict(super().to_hf(cfg), shared_intermediate_size=cfg.mlp.n_shared_experts * expert_width(cfg))
+        return granite_moe_to_hf(super().to_hf(cfg), cfg, shared=True)
 
-    def shared_from_hf(self, c: Any) -> dict[str, Any]:
-        n, rest = divmod(c.shared_intermediate_size, c.intermediate_size)
-        if rest:
-            refuse_hf(c, "shared_intermediate_size", "a multiple of intermediate_size (archlab's shared experts)")
-        return {"n_shared_experts": n}
+    def from_hf(self, c: Any) -> ModelConfig:
+        return granite_moe_from_hf(self, c, shared=True)
 
 
-class GraniteMoeSwa(LayeredFamily, GraniteMoeShared):
+class GraniteMoeSwa(LayeredFamily, _Softmax):
     """GraniteMoeSWAForCausalLM: GraniteMoeShared's layers with Granite SWA's attention
     (``granite_variants.GraniteSwa``): a sink logit per head, a ``sliding_window`` on the layers
     ``layer_types`` marks sliding, and per layer the RoPE base of ``layer_rope_theta`` (0: no position
@@ -124,34 +140,32 @@ class GraniteMoeSwa(LayeredFamily, GraniteMoeShared):
 
     model_type, title = "granitemoe_swa", "GraniteMoE SWA"
     model_class, config_class = "GraniteMoeSWAForCausalLM", "GraniteMoeSWAConfig"
-    features = GraniteMoeShared.features | LAYERS | {"model.attention.window", "model.attention.sinks"}
+    features = FEATURES | LAYERS | {"model.attention.window", "model.attention.sinks"}
     parts = "GraniteMoeShared's parts with sinks, `window` on any layers and NoPE layers (`model.layers`)"
+    moe, router, shared, shared_names, fused = "block_sparse_moe", "router", "shared_mlp", SHARED_NAMES, True
+    checkpoint_renames = CHECKPOINT_RENAMES
+    checks = CHECKS
     nope = True
-    hf_layers = GraniteSwa.hf_layers
-    layers_to_hf = GraniteSwa.layers_to_hf
-
-    # _Sparse's keys, which _Softmax.to_hf reads; LayeredFamily's method of this name goes unused (to_hf below)
-    def base_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:  # pyright: ignore[reportIncompatibleMethodOverride]
-        return _Sparse.base_to_hf(self, cfg)
-
-    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        lcs = layer_configs(cfg)
-        rep = next((lc for lc in lcs if lc.position.kind == "rope"), lcs[0])
-        return {**GraniteMoeShared.to_hf(self, rep), **self.layers_to_hf(cfg, lcs)}
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
-        return [*super().rules(cfg), ("model.attention.sinks", (True,), " (every head has a sink logit)")]
+        return [*granite_moe_rules(super().rules(cfg), cfg, self.title, shared=True), SINKS]
+
+    def hf_layers(self, c: Any) -> list[Layer]:
+        return swa_layers(c)
+
+    def uniform_to_hf(self, rep: ModelConfig) -> dict[str, Any]:
+        return granite_moe_to_hf(super().uniform_to_hf(rep), rep, shared=True)
 
     def uniform_from_hf(self, c: Any) -> ModelConfig:
-        cfg = GraniteMoeShared.from_hf(self, c)
+        cfg = granite_moe_from_hf(self, c, shared=True)
         cfg.attention.sinks = True
         return cfg
 
+    def layers_to_hf(self, cfg: ModelConfig, lcs: list[ModelConfig]) -> dict[str, Any]:
+        return swa_layers_to_hf(cfg, lcs)
+
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        sinks = [
-            TensorMap(f"blocks.{i}.attn.sinks", (f"model.layers.{i}.self_attn.sinks",)) for i in range(cfg.n_layer)
-        ]
-        return super().tensors(cfg) + sinks
+        return super().tensors(cfg) + sink_tensors(cfg)
 
 
 RECORDS: tuple[Family, ...] = (

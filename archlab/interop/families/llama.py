@@ -13,7 +13,7 @@ from archlab.config import (
     NormConfig,
     n_kv_head,
 )
-from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, out_bias
+from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Check, Family, Problem, Rule, out_bias
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_mlp
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
@@ -34,9 +34,6 @@ LLAMA_KEYS = {
     "initializer_range": "init_std",
     "tie_word_embeddings": "head.tied",
 }
-
-
-Check = Callable[[ModelConfig], list[Problem]]  # the problems a family finds beyond its rules
 
 
 class MLPForm(NamedTuple):

@@ -10,7 +10,14 @@ from typing import Any
 
 from archlab.config import BlockConfig, ModelConfig, NormConfig
 from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule
-from archlab.interop.families.deepseek import LATENT_EPS, MLA_KEYS, DeepseekV3, latent_eps_from_hf, latent_eps_rule
+from archlab.interop.families.deepseek import (
+    LATENT_EPS,
+    MLA_KEYS,
+    _DeepSeek,
+    latent_eps_from_hf,
+    latent_eps_rule,
+    mla_tensors,
+)
 from archlab.interop.families.layered import view
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_mlp
@@ -22,7 +29,7 @@ from archlab.nn.mixers.mla import MLAConfig
 from archlab.nn.mlp import d_ff
 
 
-class Glm4MoeLite(DeepseekV3):
+class Glm4MoeLite(_DeepSeek):
     """Glm4MoeLiteForCausalLM (GLM-4.7-Flash): DeepSeek-V3's latent attention, routing, shared experts and
     RoPE (whole ``qk_rope_head_dim``, interleaved or halves by ``rope_interleave``), the layers
     ``mlp_layer_types`` marks dense first; its config has no ``topk_method`` or ``first_k_dense_replace``."""
@@ -45,7 +52,7 @@ class Glm4MoeLite(DeepseekV3):
         return super().from_hf(view(c, first_k_dense_replace=dense_prefix(c)))
 
 
-class SarvamMla(DeepseekV3):
+class SarvamMla(_DeepSeek):
     """Sarvam MLA (``sarvam_mla``): DeepSeek-V3's own class, DeepseekV3ForCausalLM, its config under another name."""
 
     model_type, title, model_class, config_class = (
@@ -55,9 +62,6 @@ class SarvamMla(DeepseekV3):
         "SarvamMLAConfig",
     )
     parts = "DeepSeek-V3's parts (its class DeepseekV3ForCausalLM)"
-
-
-_DEEPSEEK_V3 = DeepseekV3()  # its attention tensors' names, which Youtu's are
 
 
 class Youtu(Family):
@@ -131,7 +135,7 @@ class Youtu(Family):
             b, h = f"blocks.{i}", f"model.layers.{i}"
             t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
             t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
-            _DEEPSEEK_V3.attention_tensors(t, f"{b}.attn", f"{h}.self_attn")
+            mla_tensors(t, f"{b}.attn", f"{h}.self_attn")
             t.gate_up(f"{b}.mlp.gate_up", f"{h}.mlp", False)
             t.add(f"{b}.mlp.down", f"{h}.mlp.down_proj")
         t.add("final_norm", "model.norm")

@@ -16,7 +16,7 @@ from archlab.config.layers import layer_configs
 from archlab.interop.families.base import LAYERS, ONE_BIAS_FLAG, Family, Problem, Rule, out_bias, ungrouped
 from archlab.interop.families.dots import SigmoidRouted
 from archlab.interop.families.experts import dense_first, mlp_tensors, pre_norm_tensors, with_dense_first
-from archlab.interop.families.glm4_moe import Glm4Moe
+from archlab.interop.families.glm4_moe import Glm4Moe, glm_attention_rules, glm_from_hf, glm_to_hf, without_mtp
 from archlab.interop.families.layered import view
 from archlab.interop.families.moe import _Sparse
 from archlab.interop.families.rope import rope_from_hf
@@ -81,13 +81,25 @@ _SARVAM_NAMES = (
 )
 
 
-class SarvamMoe(Glm4Moe):
+class SarvamMoe(SigmoidRouted):
     """Sarvam MoE (``sarvam_moe``): GLM-4.5's own class, Glm4MoeForCausalLM, its config (full RoPE and
-    QK-norm by default) under another name. Its checkpoints keep the original code's names, the q/k/v
-    rows fused (``query_key_value``): renamed and split on loading, as transformers does."""
+    QK-norm by default) under another name (GLM-4.5's rules, keys and reading: ``glm4_moe``). Its checkpoints
+    keep the original code's names, the q/k/v rows fused (``query_key_value``): renamed and split on loading,
+    as transformers does; the MTP layers left out, as GLM-4.5's."""
 
     model_type, title, model_class, config_class = "sarvam_moe", "Sarvam MoE", "Glm4MoeForCausalLM", "SarvamMoEConfig"
+    features = Glm4Moe.features
+    partial = True
     parts = "GLM-4.5's parts (its class Glm4MoeForCausalLM)"
+
+    def attention_rules(self, cfg: ModelConfig) -> list[Rule]:
+        return glm_attention_rules()
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return glm_to_hf(super().to_hf(cfg), cfg)
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        return glm_from_hf(self, c)
 
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
         for old, new in _SARVAM_NAMES:
@@ -97,7 +109,7 @@ class SarvamMoe(Glm4Moe):
             parts = state.pop(name).split(sizes)
             for x, part in zip("qkv", parts):
                 state[name.replace("query_key_value", f"{x}_proj")] = part
-        return super().from_checkpoint(cfg, state)
+        return super().from_checkpoint(cfg, without_mtp(cfg, state))
 
 
 class HYV3(_Sparse):

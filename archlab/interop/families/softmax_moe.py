@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from archlab.config import MLPConfig, ModelConfig, n_kv_head
-from archlab.interop.families.base import Problem, Rule, ungrouped
+from archlab.interop.families.base import Check, Family, Problem, Rule, ungrouped
 from archlab.interop.families.experts import dense_tensors, is_dense, pre_norm_tensors
 from archlab.interop.families.moe import _Sparse
 from archlab.interop.families.rope import rope_from_hf
@@ -48,6 +48,7 @@ class _Softmax(_Sparse):
     moe, router, shared = "mlp", "gate", "mlp.shared_experts"
     shared_names: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")
     fused = False
+    checks: tuple[Check, ...] = (Family.full_rotary,)  # after its rules' problems, in order
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
@@ -60,7 +61,7 @@ class _Softmax(_Sparse):
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
-        return super().part_problems(cfg) + self.full_rotary(cfg)
+        return super().part_problems(cfg) + [p for check in self.checks for p in check(cfg)]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         m = cfg.mlp
