@@ -13,6 +13,7 @@ from archlab import build_model, compose_model, count_params
 from archlab.accounting import kv_cache_bytes
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
+from archlab.nn.mixers.base import Tokens
 from archlab.nn.mixers.gated_deltanet import GatedDeltaNet, chunked_delta_rule, l2_normalise, recurrent_delta_rule
 from archlab.nn.validation import ignored, validate
 from tests.helpers.parts import short_fit, tiny
@@ -136,7 +137,7 @@ def test_the_layer_equals_qwen3_nexts_gated_deltanet():
     padding[0, :4] = False
     with torch.no_grad():
         expected, got = hf(x), ours(x)
-        expected_padded, got_padded = hf(x, attention_mask=padding.long()), ours(x, mask=padding)
+        expected_padded, got_padded = hf(x, attention_mask=padding.long()), ours(x, mask=Tokens(padding))
     assert expected.abs().max() > 0.1  # not a near-zero output that any layer would match
     # outputs up to ~9: float32 rounding of another summation order (measured: at most 8e-6)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

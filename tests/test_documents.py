@@ -1,6 +1,7 @@
 """Document masking on packed rows (data.document_mask, data.reset_positions): the mask against a
 hand-built block-diagonal one, a packed row's logits against each document run alone, positions that
-continue across documents against a shifted position table, the refusals, and a two-step run."""
+continue across documents against a shifted position table, the refusals, and a two-step run (with a
+recurrent mixer too: tests/test_mixer_contract.py checks each mixer's packed documents)."""
 
 from __future__ import annotations
 
@@ -196,40 +197,24 @@ def test_the_datamodule_reads_the_eos_and_refuses_what_cannot_work(tmp_path):
         assert err.value.field == field and says in str(err.value), str(err.value)
 
 
-def test_recurrent_layers_are_refused_before_any_work(tmp_path):
-    shards = write_shards(tmp_path / "eos", {"eos_id": EOS})
-    out = tmp_path / "run"
-    for mixer in ("gated_deltanet", "mamba2"):
-        cfg = compose(
-            "train",
-            [f"paths.output_dir={out}", "data=tokens", f"data.dir={shards}", "data.document_mask=true"]
-            + [f"model/attention={mixer}", "model.n_layer=1", "model.d_model=32", "logger=none"],
-            return_hydra_config=True,
-        )
-        with pytest.raises(ConfigError) as err:
-            train(cfg)
-        assert err.value.field == "data.document_mask" and mixer in str(err.value), str(err.value)
-    assert not out.exists()
-
-
 def test_the_model_refuses_documents_it_cannot_honour():
     model = build(tiny())
     idx = packed()
     with pytest.raises(ValueError, match="cached"):
         model(idx, model.new_cache(2), document_ids=document_ids(idx, EOS))
-    recurrent = build(tiny(attention={"kind": "gated_deltanet", "n_head": 4}))
-    with pytest.raises(ValueError, match="recurrent"):
-        recurrent(idx, document_ids=document_ids(idx, EOS))
 
 
-def test_a_run_trains_and_validates_within_documents(tmp_path):
+@pytest.mark.parametrize("layers", ["model/layers=none", "model/layers=mamba2_3_1"])
+def test_a_run_trains_and_validates_within_documents(tmp_path, layers):
     """Two steps through ``train``: the run's val/loss is the exported model's loss over the validation
-    windows with the documents masked and positions reset, not the loss without them."""
+    windows with the documents masked and positions reset, not the loss without them; with a recurrent
+    mixer (Mamba-2 layers beside attention) its state reset at each document."""
     shards = write_shards(tmp_path / "eos", {"eos_id": EOS})
     data = ["data=tokens", f"data.dir={shards}", "data.seq_len=16", "data.batch_size=4", "data.document_mask=true"]
     model = [
+        layers,
+        "model.n_layer=4",
         "model/position=rope",
-        "model.n_layer=1",
         "model.d_model=32",
         "model.attention.n_head=2",
         "model.init_std=0.5",
@@ -250,4 +235,4 @@ def test_a_run_trains_and_validates_within_documents(tmp_path):
         masked = next_token_loss(exported(inputs, **document_inputs(inputs, EOS, reset_positions=True)), targets)
         plain = next_token_loss(exported(inputs), targets)
     logged = summary["metrics"]["final"]["val/loss"]
-    assert logged == pytest.approx(float(masked), rel=1e-6) and logged != pytest.approx(float(plain), rel=1e-2)
+    assert logged == pytest.approx(float(masked), rel=1e-6) and logged != pytest.approx(float(plain), rel=1e-3)

@@ -15,6 +15,7 @@ from archlab import build_model, compose_model, count_params
 from archlab.accounting import kv_cache_bytes
 from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
+from archlab.nn.mixers.base import Tokens
 from archlab.nn.mixers.mamba2 import Mamba2, chunked_ssd, recurrent_ssd
 from archlab.nn.validation import ignored, validate
 from tests.helpers.parts import short_fit, tiny
@@ -142,7 +143,7 @@ def test_the_layer_equals_transformers_mamba2_mixer(bias, limit):
         padding = torch.ones(2, 13, dtype=torch.bool)
         padding[0, :4] = False
         with torch.no_grad():
-            expected_padded, got_padded = hf(x, attention_mask=padding.long()), ours(x, mask=padding)
+            expected_padded, got_padded = hf(x, attention_mask=padding.long()), ours(x, mask=Tokens(padding))
         torch.testing.assert_close(got_padded[padding], expected_padded[padding], rtol=1e-5, atol=1e-5)
 
 

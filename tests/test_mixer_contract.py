@@ -2,7 +2,7 @@
 registered kind (``MIXERS.names()``, read at collection), at the tiny sizes its line in
 ``helpers.mixers.TINY`` gives (else its defaults), and each checks against an independent expectation: cached decoding (a
 prefill, a chunk, then token by token) against the full forward; a left-padded batch against each prompt
-alone; float32 gradients against the float64 model's, and those against central differences; the closed-
+alone; packed documents against each document alone; float32 gradients against the float64 model's, and those against central differences; the closed-
 form counts and cache size against the built model and a meta build; the μP roles against every parameter
 held; a hybrid layout beside another mixer (all of the above again), and the mixer given to every layer
 by a layer kind over another mixer's model against the model of it; and tests/test_properties.py's
@@ -41,6 +41,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.generate import generate
 from archlab.nn.component import Component, Role
 from archlab.nn.mixers.base import MIXERS
+from archlab.nn.model import document_positions
 from archlab.nn.validation import validate
 from archlab.training.parametrization import roles
 
@@ -134,6 +135,34 @@ def check_padded_batch(model) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_left_padded_batch_computes_each_prompt_as_alone(kind):
     check_padded_batch(model_of(mixer_config(kind)))
+
+
+# ---- 2b. packed documents = each document alone ----
+
+
+def check_packed_documents(model) -> None:
+    """Two rows of 12 tokens packing documents of 3, 5 and 4, and of 1, 6 and 5 (a one-token document; one
+    that crosses a scan chunk of 5), with their document ids and positions restarting per document, as
+    data.document_mask and reset_positions give them: each document's logits equal its own run alone (a
+    recurrent layer's state and convolution start empty at each document)."""
+    lengths = ((3, 5, 4), (1, 6, 5))
+    rows = [[ids(1, n, seed=30 + 7 * r + i) for i, n in enumerate(row)] for r, row in enumerate(lengths)]
+    documents = torch.tensor([[i for i, n in enumerate(row) for _ in range(n)] for row in lengths])
+    with torch.no_grad():
+        logits = model(
+            torch.cat([torch.cat(row, dim=1) for row in rows]),
+            document_ids=documents,
+            position_ids=document_positions(documents),
+        )
+        for r, row in enumerate(rows):
+            starts = [0, *torch.tensor([d.shape[1] for d in row]).cumsum(0).tolist()]
+            for doc, start, end in zip(row, starts, starts[1:]):
+                assert_tight(logits[r, start:end], model(doc)[0])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_packed_documents_are_each_computed_as_alone(kind):
+    check_packed_documents(model_of(mixer_config(kind)))
 
 
 # ---- 3. gradients against a float64 reference ----
@@ -241,8 +270,8 @@ def test_every_parameter_of_the_mixer_has_a_mup_role(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_mixer_in_a_hybrid_layout(kind):
     """3 layers by ``model.layers``, the mixer, its partner (causal; for causal another kind), the mixer:
-    each layer the kind asked, the closed-form counts equal to the built model's, and cached decoding and
-    a left-padded batch as above."""
+    each layer the kind asked, the closed-form counts equal to the built model's, and cached decoding, a
+    left-padded batch and packed documents as above."""
     cfg = hybrid_config(kind)
     assert [c.attention.kind for c in layer_configs(cfg)] == [kind, partner(kind), kind]
     analytic, model = count(cfg), build_model(cfg, dtype=torch.float64, check=False)
@@ -250,6 +279,7 @@ def test_the_mixer_in_a_hybrid_layout(kind):
     model = randomise(model, seed=5).eval()
     check_cached_decoding(model)
     check_padded_batch(model)
+    check_packed_documents(model)
 
 
 def same_weights_same_logits(cfg, reference_cfg) -> None:

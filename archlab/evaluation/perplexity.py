@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from archlab import checks
 from archlab.data.tokens import read_meta
 from archlab.errors import ConfigError
-from archlab.nn.mixers.base import recurrent_layer
 from archlab.nn.model import Decoder, document_inputs
 
 VAL = "val.bin"  # the split of a shard directory that perplexity reads
@@ -119,10 +118,6 @@ def perplexity(
     reset_positions: bool = False,
 ) -> dict[str, float]:
     """The mean negative log-likelihood per scored token (nats), its exponential, and the counts."""
-    if document_mask and recurrent_layer(model.cfg) is not None:
-        raise ConfigError(
-            "document_mask", True, "false for this model: a recurrent mixer carries its state across documents"
-        )
     model = model.to(device).eval()
     ids = torch.from_numpy(held_out.ids)
     spans = windows(len(ids), seq_len, stride)

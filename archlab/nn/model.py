@@ -15,7 +15,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
-from archlab.nn.mixers.base import MIXERS, KVCache, attention_mask, rotary_head_dim
+from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import POSITIONS, Position, build_position, uninitialised_embedding
 
@@ -27,12 +27,17 @@ def document_ids(idx: Tensor, eos_id: int) -> Tensor:
     return eos.cumsum(-1) - eos
 
 
+def document_starts(documents: Tensor) -> Tensor:
+    """``[B, T]``: True where a document begins after another within the row (``document_ids``' ids change)."""
+    starts = torch.zeros_like(documents, dtype=torch.bool)
+    starts[..., 1:] = documents[..., 1:] != documents[..., :-1]
+    return starts
+
+
 def document_positions(documents: Tensor) -> Tensor:
     """Positions restarting at 0 at each document's first token, from ``document_ids``' ``[B, T]`` ids."""
     index = torch.arange(documents.shape[-1], device=documents.device)
-    starts = torch.ones_like(documents, dtype=torch.bool)
-    starts[..., 1:] = documents[..., 1:] != documents[..., :-1]
-    return index - torch.where(starts, index, 0).cummax(-1).values
+    return index - torch.where(document_starts(documents), index, 0).cummax(-1).values
 
 
 def document_inputs(idx: Tensor, eos_id: int, reset_positions: bool) -> dict[str, Tensor]:
@@ -95,13 +100,12 @@ class Decoder(nn.Module):
         ``attention_mask`` ``[B, cached + T]`` (1 = a token, 0 = padding, as in Hugging Face) hides the
         padding from every query, and numbers each row's positions from its first token, so a
         left-padded prompt is computed as it would be alone. For packed rows without a cache,
-        ``document_ids`` ``[B, T]`` keeps each query to the keys of its own document, and
+        ``document_ids`` ``[B, T]`` keeps each query to the keys of its own document (a recurrent layer's
+        state and convolution start empty at each document), and
         ``position_ids`` ``[B, T]`` replaces the positions (``document_positions``: restarting per document)."""
         if (document_ids is not None or position_ids is not None) and cache is not None:
             raise ValueError("document_ids and position_ids are for whole packed rows, not cached decoding")
         blocks = cast("Sequence[Block]", self.blocks)  # build_block's, one per layer
-        if document_ids is not None and any(block.attn.recurrent for block in blocks):
-            raise ValueError("document_ids: a recurrent layer carries its state across documents")
         start = cache.length if cache is not None else 0
         T = idx.shape[1]
         limit = self.position.max_positions
@@ -133,8 +137,10 @@ class Decoder(nn.Module):
             masks[w, c, k] = self.mask(
                 schemes[k], start, T, kept, w, x.dtype, idx.device, attention_mask, positions, c, document_ids
             )
-        # a recurrent layer's mask: which of its new positions are tokens (None: all of them)
-        tokens = None if attention_mask is None else attention_mask[:, start : start + T].bool()
+        # a recurrent layer's mask: which of its new positions are tokens, and where packed documents start
+        present = None if attention_mask is None else attention_mask[:, start : start + T].bool()
+        starts = None if document_ids is None else document_starts(document_ids)
+        tokens = None if present is None and starts is None else Tokens(present, starts)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block, k in zip(blocks, self.position_of):
             mask = tokens if block.attn.recurrent else masks[block.attn.window, block.attn.chunk, k]

@@ -10,12 +10,11 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from archlab import checks
-from archlab.config import ModelConfig, to_model_config
+from archlab.config import to_model_config
 from archlab.config.fields import plain_dict
 from archlab.config.train import world_size
 from archlab.errors import ConfigError, SweepConfigError
 from archlab.matching import QUANTITIES
-from archlab.nn.mixers.base import recurrent_layer
 from archlab.nn.validation import validate
 from archlab.training.optim import command_line_sets
 from archlab.training.outputs import check_keep
@@ -138,25 +137,10 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     if cfg.paths.output_dir is not None:
         checks.writable_dir("paths.output_dir", cfg.paths.output_dir)
     model = validate(to_model_config(cfg.model))
-    _check_documents(cfg.data, model)
     check_param(plain_dict(cfg.param), model, cfg.optim.kind)
     if cfg.lr_from is not None and command_line_sets(cfg, "optim.lr"):
         raise ConfigError("lr_from", cfg.lr_from, "null when optim.lr is set on the command line (it sets optim.lr)")
     return cfg
-
-
-def _check_documents(data: Any, model: ModelConfig) -> None:
-    """``data.document_mask`` needs every layer to mask attention: a recurrent mixer (gated_deltanet,
-    mamba2) would carry its state from one document into the next."""
-    if data.get("document_mask") is not True or (found := recurrent_layer(model)) is None:
-        return
-    layer, kind = found
-    raise ConfigError(
-        "data.document_mask",
-        True,
-        f"false for this model: layer {layer}'s model.attention.kind={kind} is a recurrent "
-        "mixer, whose state is not reset at a document's end",
-    )
 
 
 def _check_optim(o: Any, t: Any) -> None:

@@ -5,7 +5,7 @@ attention masks."""
 
 from __future__ import annotations
 
-from typing import ClassVar, Optional
+from typing import ClassVar, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +17,15 @@ from archlab.nn.positions import Rotation
 from archlab.registry import Registry
 
 
+class Tokens(NamedTuple):
+    """What a recurrent mixer is told of its new positions, each ``[B, T]`` bool or None: ``present``, which
+    are tokens (False: padding; None: all are); ``starts``, where a packed document begins (its state and
+    its convolution's window start empty there, as for the document alone; None: nowhere)."""
+
+    present: Optional[Tensor] = None
+    starts: Optional[Tensor] = None
+
+
 class Mixer(LayerPart, nn.Module):
     """A token mixer, built per layer as ``Entry(cfg, layer)`` (a layer knows its ``window``) and
     called as ``attn(x, rotary, mask, cache, layer)``. Beside the Component members it answers what the
@@ -25,7 +34,7 @@ class Mixer(LayerPart, nn.Module):
     the KV cache's size (``kv_cache_values``)."""
 
     # False: it mixes by scores over the keys and takes the attention mask (with any score bias), or None.
-    # True: a recurrent mixer; its mask is the padding of its new positions, [B, T] bool (True: a token), or None
+    # True: a recurrent mixer; its mask is a Tokens (its new positions' padding and document starts), or None
     recurrent: ClassVar[bool] = False
     window: Optional[int] = None  # keys a query sees (None: every earlier one)
     chunk: Optional[int] = None  # a query sees only the keys of its own chunk of this many positions (None: no chunks)
@@ -190,13 +199,6 @@ def visible_keys(mask: Optional[Tensor], queries: int, keys: int, device: torch.
     if mask is not None:
         return mask
     return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
-
-
-def recurrent_layer(cfg: ModelConfig) -> Optional[tuple[int, str]]:
-    """The first layer whose mixer is recurrent (gated_deltanet, mamba2: a state carried from token to
-    token, across any document boundary) and its kind; None where every layer masks by scores."""
-    kinds = (c.attention.kind for c in layer_configs(cfg))
-    return next(((i, kind) for i, kind in enumerate(kinds) if MIXERS.get(kind).recurrent), None)
 
 
 def build_mixer(cfg: ModelConfig, layer: int = 0) -> Mixer:

@@ -23,7 +23,7 @@ from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.base import MIXERS, Mixer
+from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.mamba2 import check_dt_init, drawn_dt_bias
 from archlab.nn.mixers.ops import kernels
 from archlab.nn.mixers.ops.conv import causal_conv
@@ -71,9 +71,9 @@ class GatedDeltaNet(Mixer):
     RMSNorm of each head's output with one ``v_head_dim`` scale, times silu(z) (``norm(o)·silu(z)``); the
     output projection. No position reaches it: a rotary scheme's rotation is left unused and a score
     bias never computed for its layers (Qwen3-Next's linear layers take none beside its RoPE attention),
-    the recurrence itself ordering the tokens. Its ``mask`` is the padding of the new positions ``[B, T]``
-    (True: a token): padded positions enter the convolution as zeros and neither decay nor write the
-    state, so a left-padded row computes what it would alone. The KV cache keeps, per such layer, the
+    the recurrence itself ordering the tokens. Its ``mask`` (``Tokens``): padded positions enter the
+    convolution as zeros and neither decay nor write the state, so a left-padded row computes what it
+    would alone; a packed document's first position starts from an empty state and convolution window. The KV cache keeps, per such layer, the
     last ``conv_kernel − 1`` convolution inputs ``[B, channels, conv_kernel − 1]`` and the states
     ``[B, n_head, key_head_dim, v_head_dim]``."""
 
@@ -109,12 +109,12 @@ class GatedDeltaNet(Mixer):
         B, T, _ = x.shape
         f = torch.promote_types(x.dtype, torch.float32)  # the scan's dtype: float32, or a float64 model's own
         H, Hk, dk, dv = self.n_head, self.key_heads, self.key_dim, self.value_dim
+        present, starts = mask or Tokens()
         mixed, z, b, a = self.in_proj(x).split((self.channels, H * dv, H, H), dim=-1)
-        if mask is not None:
-            mixed = mixed * mask[..., None].to(mixed.dtype)
-        mixed = F.silu(causal_conv(mixed.transpose(1, 2), self.conv_weight[:, None], None, cache, layer)).transpose(
-            1, 2
-        )
+        if present is not None:
+            mixed = mixed * present[..., None].to(mixed.dtype)
+        mixed = causal_conv(mixed.transpose(1, 2), self.conv_weight[:, None], None, cache, layer, starts)
+        mixed = F.silu(mixed).transpose(1, 2)
         q, k, v = mixed.to(f).split((Hk * dk, Hk * dk, H * dv), dim=-1)
         q = l2_normalise(q.unflatten(-1, (Hk, dk))) * dk**-0.5
         k = l2_normalise(k.unflatten(-1, (Hk, dk)))
@@ -123,17 +123,17 @@ class GatedDeltaNet(Mixer):
         v = v.unflatten(-1, (H, dv))
         beta = torch.sigmoid(b.to(f))
         g = -self.A_log.to(f).exp() * F.softplus(a.to(f) + self.dt_bias.to(f))
-        if mask is not None:  # a padded position keeps the state as it is: no decay (g = 0), no write
-            beta, g = beta * mask[..., None], g * mask[..., None]
+        if present is not None:  # a padded position keeps the state as it is: no decay (g = 0), no write
+            beta, g = beta * present[..., None], g * present[..., None]
         q, k, v, beta, g = (t.transpose(1, 2) for t in (q, k, v, beta, g))  # heads first
         state = None if cache is None else cache.recurrent_state[layer]
         state = None if state is None else state.to(f)
         if T == 1:
-            o, state = recurrent_delta_rule(q, k, v, g, beta, state)
-        elif kernels.delta_rule_applies(q):
+            o, state = recurrent_delta_rule(q, k, v, g, beta, state)  # one position: no document starts within it
+        elif kernels.delta_rule_applies(q) and starts is None:
             o, state = kernels.delta_rule(q, k, v, g, beta, state)
         else:
-            o, state = chunked_delta_rule(q, k, v, g, beta, self.scan_chunk, state)
+            o, state = chunked_delta_rule(q, k, v, g, beta, self.scan_chunk, state, starts)
         if cache is not None:
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
         o = o.transpose(1, 2)  # [B, T, H, dv]

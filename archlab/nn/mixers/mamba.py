@@ -24,7 +24,7 @@ from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.config.fields import choice
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.base import MIXERS, Mixer
+from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.mamba2 import check_dt_init
 from archlab.nn.mixers.ops.conv import causal_conv
 from archlab.nn.mixers.ops.selective_scan import chunked_scan, recurrent_scan
@@ -49,7 +49,9 @@ class MambaConfig(MixerConfig):
     dt_min: float = 0.001  # init: Δ log-uniform in [dt_min, dt_max] (floored at dt_init_floor) through the
     dt_max: float = 0.1  # projection's bias, softplus⁻¹(Δ)
     dt_init_floor: float = 1e-4
-    dt_init: str = choice("random", "constant")  # Δ's projection weight: uniform in ±std, or std (time_step_init_scheme)
+    dt_init: str = choice(
+        "random", "constant"
+    )  # Δ's projection weight: uniform in ±std, or std (time_step_init_scheme)
     dt_scale: float = 1.0  # that std is dt_scale / sqrt(dt_rank) (time_step_scale)
 
 
@@ -75,9 +77,9 @@ class Mamba(Mixer):
     """``in_proj`` to x and the gate z (inner each); x through the causal depthwise convolution and SiLU;
     ``x_proj`` to Δ's low-rank input, B and C; ``dt_proj`` to Δ per channel; the selective scan plus the D
     skip, times silu(z); ``out_proj``. No position reaches it: the recurrence orders the tokens. Its
-    ``mask`` is the padding of the new positions ``[B, T]`` (True: a token): padded positions enter the
-    convolution as zeros and have Δ = 0, so they neither decay nor write the state and a left-padded row
-    computes what it would alone. The KV cache keeps, per such layer, the last ``conv_kernel − 1``
+    ``mask`` (``Tokens``): padded positions enter the convolution as zeros and have Δ = 0, so they neither
+    decay nor write the state and a left-padded row computes what it would alone; a packed document's
+    first position starts from an empty state and convolution window. The KV cache keeps, per such layer, the last ``conv_kernel − 1``
     convolution inputs ``[B, inner, conv_kernel − 1]`` and the states ``[B, inner, state_size]``."""
 
     recurrent = True
@@ -107,19 +109,23 @@ class Mamba(Mixer):
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         f = torch.promote_types(x.dtype, torch.float32)  # the scan's dtype: float32, or a float64 model's own
+        present, starts = mask or Tokens()
         xs, z = self.in_proj(x).chunk(2, dim=-1)
-        if mask is not None:
-            xs = xs * mask[..., None].to(xs.dtype)
-        xs = F.silu(causal_conv(xs.transpose(1, 2), self.conv_weight, self.conv_bias, cache, layer)).transpose(1, 2)
+        if present is not None:
+            xs = xs * present[..., None].to(xs.dtype)
+        xs = F.silu(causal_conv(xs.transpose(1, 2), self.conv_weight, self.conv_bias, cache, layer, starts))
+        xs = xs.transpose(1, 2)
         low, B, C = self.x_proj(xs).to(f).split((self.rank, self.state_size, self.state_size), dim=-1)
         if self.norm_eps is not None:
             low, B, C = (_rms(t, self.norm_eps) for t in (low, B, C))
         dt = F.softplus(low @ self.dt_proj.weight.to(f).T + self.dt_proj.bias.to(f))  # [b, T, inner]
         xs = xs.to(f)
-        if mask is not None:  # a padded position keeps the state as it is: no decay, no write
-            dt = dt * mask[..., None]
+        if present is not None:  # a padded position keeps the state as it is: no decay, no write
+            dt = dt * present[..., None]
         A = -self.A_log.to(f).exp()
         decay = torch.exp(dt[..., None] * A)  # [b, T, inner, N]
+        if starts is not None:  # a document's first position starts from an empty state
+            decay = decay * ~starts[..., None, None]
         write = (dt * xs)[..., None] * B[:, :, None]
         state = None if cache is None else cache.recurrent_state[layer]
         state = None if state is None else state.to(f)

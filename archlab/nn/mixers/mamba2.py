@@ -24,7 +24,7 @@ from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.base import MIXERS, Mixer
+from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.ops import kernels
 from archlab.nn.mixers.ops.conv import causal_conv
 from archlab.nn.mixers.ops.ssd import chunked_ssd, recurrent_ssd
@@ -100,10 +100,10 @@ class Mamba2(Mixer):
     ``conv_kernel``, with an optional bias, and SiLU) and dt (one per head); the SSD scan over ``n_head``
     states plus the D skip; the gated RMSNorm ``norm(y·silu(z))`` over ``groups`` groups of inner/groups
     channels with one inner-wide scale (transformers' MambaRMSNormGated, eps model.norm.eps); the output
-    projection. No position reaches it: the recurrence orders the tokens. Its ``mask`` is the padding of
-    the new positions ``[B, T]`` (True: a token): padded positions enter the convolution as zeros and
-    have dt = 0, so they neither decay nor write the state and a left-padded row computes what it would
-    alone. The KV cache keeps, per such layer, the last ``conv_kernel − 1`` convolution inputs ``[B,
+    projection. No position reaches it: the recurrence orders the tokens. Its ``mask`` (``Tokens``) gives the
+    padding of the new positions: padded positions enter the convolution as zeros and have dt = 0, so they
+    neither decay nor write the state and a left-padded row computes what it would alone; and the starts
+    of packed documents, where the state and the convolution's window begin empty. The KV cache keeps, per such layer, the last ``conv_kernel − 1`` convolution inputs ``[B,
     channels, conv_kernel − 1]`` and the states ``[B, n_head, head_dim, state_size]``."""
 
     recurrent = True
@@ -136,24 +136,26 @@ class Mamba2(Mixer):
         b, T, _ = x.shape
         f = torch.promote_types(x.dtype, torch.float32)  # the scan's dtype: float32, or a float64 model's own
         H, P, G, N = self.n_head, self.head_dim, self.groups, self.state_size
+        present, starts = mask or Tokens()
         z, xBC, dt = self.in_proj(x).split((self.inner, self.channels, H), dim=-1)
-        if mask is not None:
-            xBC = xBC * mask[..., None].to(xBC.dtype)
-        xBC = F.silu(causal_conv(xBC.transpose(1, 2), self.conv_weight, self.conv_bias, cache, layer)).transpose(1, 2)
+        if present is not None:
+            xBC = xBC * present[..., None].to(xBC.dtype)
+        xBC = causal_conv(xBC.transpose(1, 2), self.conv_weight, self.conv_bias, cache, layer, starts)
+        xBC = F.silu(xBC).transpose(1, 2)
         xs, B, C = xBC.to(f).split((self.inner, G * N, G * N), dim=-1)
         xs, B, C = xs.unflatten(-1, (H, P)), B.unflatten(-1, (G, N)), C.unflatten(-1, (G, N))
         dt = F.softplus(dt.to(f) + self.dt_bias.to(f)).clamp(*self.dt_limit)
-        if mask is not None:  # a padded position keeps the state as it is: no decay, no write
-            dt = dt * mask[..., None]
+        if present is not None:  # a padded position keeps the state as it is: no decay, no write
+            dt = dt * present[..., None]
         A = -self.A_log.to(f).exp()
         state = None if cache is None else cache.recurrent_state[layer]
         state = None if state is None else state.to(f)
         if T == 1:
-            y, state = recurrent_ssd(xs, dt, A, B, C, state)
-        elif kernels.ssd_applies(xs):
+            y, state = recurrent_ssd(xs, dt, A, B, C, state)  # one position: no document starts within it
+        elif kernels.ssd_applies(xs) and starts is None:
             y, state = kernels.ssd(xs, dt, A, B, C, self.scan_chunk, state)
         else:
-            y, state = chunked_ssd(xs, dt, A, B, C, self.scan_chunk, state)
+            y, state = chunked_ssd(xs, dt, A, B, C, self.scan_chunk, state, starts)
         if cache is not None:
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
         y = (y + xs * self.D.to(f)[:, None]).flatten(2) * F.silu(z.to(f))

@@ -16,7 +16,7 @@ from torch import nn
 from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.base import MIXERS, Mixer
+from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.ops.conv import causal_conv
 
 
@@ -34,9 +34,9 @@ class ShortConvConfig(MixerConfig):
 @MIXERS.register("short_conv")
 class ShortConv(Mixer):
     """``in_proj`` to ``[B | C | x]`` (3·d_model), the causal depthwise convolution of ``B·x``, times ``C``,
-    ``out_proj``. No position reaches it: the convolution orders the tokens. Its ``mask`` is the padding of
-    the new positions ``[B, T]`` (True: a token): a padded position enters the convolution as a zero, as
-    the positions before the first do, so a left-padded row computes what it would alone. The KV cache
+    ``out_proj``. No position reaches it: the convolution orders the tokens. Its ``mask`` (``Tokens``): a
+    padded position enters the convolution as a zero, as the positions before the first do, so a
+    left-padded row computes what it would alone; a packed document's convolution reads nothing before it. The KV cache
     keeps, per such layer, the last ``conv_kernel − 1`` convolution inputs ``[B, d_model, conv_kernel − 1]``."""
 
     recurrent = True
@@ -54,11 +54,13 @@ class ShortConv(Mixer):
         return {"in_proj.weight": Role.HIDDEN, "out_proj.weight": Role.HIDDEN, **{n: Role.VECTOR for n in per_channel}}
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
+        present, starts = mask or Tokens()
         b, c, h = self.in_proj(x).chunk(3, dim=-1)
         gated = b * h
-        if mask is not None:
-            gated = gated * mask[..., None].to(gated.dtype)
-        mixed = causal_conv(gated.transpose(1, 2), self.conv_weight, self.conv_bias, cache, layer).transpose(1, 2)
+        if present is not None:
+            gated = gated * present[..., None].to(gated.dtype)
+        mixed = causal_conv(gated.transpose(1, 2), self.conv_weight, self.conv_bias, cache, layer, starts)
+        mixed = mixed.transpose(1, 2)
         return self.out_proj(c * mixed)
 
     @torch.no_grad()

@@ -16,7 +16,14 @@ def l2_normalise(x: Tensor, eps: float = 1e-6) -> Tensor:
 
 
 def chunked_delta_rule(
-    q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, chunk: int, state: Optional[Tensor] = None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    g: Tensor,
+    beta: Tensor,
+    chunk: int,
+    state: Optional[Tensor] = None,
+    starts: Optional[Tensor] = None,
 ) -> tuple[Tensor, Tensor]:
     """The gated delta rule over ``T`` positions, ``chunk`` at a time: outputs ``[B, H, T, dv]`` and the
     final state ``[B, H, dk, dv]`` from ``q``, ``k`` ``[B, H, T, dk]``, ``v`` ``[B, H, T, dv]``, log-decays
@@ -27,7 +34,8 @@ def chunked_delta_rule(
     the outputs ``O = γ·Q·S₀ + ((Q·Kᵀ) ⊙ γ_t/γ_s)_{s≤t}·U`` and the next state ``γ_C·S₀ + (K·γ_C/γ)ᵀ·U``
     take one matmul each, so only the state passes from chunk to chunk. A sequence shorter than ``chunk``
     is one chunk of its own length; a longer one is padded at the end with positions that neither decay
-    nor write."""
+    nor write. ``starts`` ``[B, T]`` (True: a document begins): the state is empty there, so nothing
+    written before it reaches it or later positions."""
     B, H, T, dk = k.shape
     dv = v.shape[-1]
     C = min(chunk, T)
@@ -42,16 +50,20 @@ def chunked_delta_rule(
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
     # γ_t/γ_s for s <= t, 0 above the diagonal (masked before exp: the differences there are positive)
     decay = (log_gamma[..., :, None] - log_gamma[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    gamma, to_end = log_gamma.exp(), (log_gamma[..., -1:] - log_gamma).exp()  # from the chunk's start, to its end
+    if starts is not None:  # documents begun within the chunk up to each position
+        seg = torch.cat((starts, starts.new_zeros(B, pad)), dim=1).unflatten(1, (n, C)).cumsum(-1)[:, None]
+        decay = decay * (seg[..., :, None] == seg[..., None, :])
+        gamma, to_end = gamma * (seg == 0), to_end * (seg == seg[..., -1:])
     k_beta = k * beta[..., None]
     system = (k_beta @ k.transpose(-1, -2)) * decay  # strictly lower part used: unitriangular below
-    gamma = log_gamma.exp()[..., None]
-    rhs = torch.cat((v * beta[..., None], k_beta * gamma), dim=-1)
+    rhs = torch.cat((v * beta[..., None], k_beta * gamma[..., None]), dim=-1)
     solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
     u_free, w = solved.split((dv, dk), dim=-1)  # U = u_free − w·S₀
     scores = (q @ k.transpose(-1, -2)) * decay
-    q_read = q * gamma  # the queries reading the chunk's initial state
-    k_write = k * (log_gamma[..., -1:] - log_gamma).exp()[..., None]  # the keys writing its final state
-    chunk_decay = log_gamma[..., -1].exp()[..., None, None]  # [B, H, n, 1, 1]
+    q_read = q * gamma[..., None]  # the queries reading the chunk's initial state
+    k_write = k * to_end[..., None]  # the keys writing its final state
+    chunk_decay = gamma[..., -1, None, None]  # [B, H, n, 1, 1]
     S = q.new_zeros(B, H, dk, dv) if state is None else state
     out = []
     # chunk by chunk through unbind: its backward stacks the chunks' gradients once, where indexing chunk i
