@@ -30,6 +30,8 @@ TINY: dict[str, dict] = {
     | {"qkv_bias": True, "out_bias": True},
     # 24 channels of state 6, Δ of rank 3, conv 4 with its bias, chunks of 4; projection biases on
     "mamba": {"inner": 24, "state_size": 6, "dt_rank": 3, "scan_chunk": 4, "bias": True},
+    # 24 channels in 4 gate blocks of 6, conv 4, chunks of 4
+    "rglru": {"n_head": 4, "width": 24, "scan_chunk": 4},
 }
 
 # the model around the mixer: d_model 32, vocab 48, context 12, RoPE (a left-padded row's positions must be
