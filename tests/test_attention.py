@@ -1,8 +1,12 @@
-"""Effect tests of the attention parts of the 2025 open models (issue 26): sinks (gpt-oss), an output
-gate per dim or per head (AFMoE, Qwen3-Next; Step-3.5), chunked local attention, the weightless l2
-QK-norm and the position-dependent query scale (Llama 4; Ministral 3). Each part is compared with the
-attention written out here with an explicit softmax, counted in closed form, decoded with the KV cache
-past a chunk, refused by every Hugging Face family, and trained a few steps."""
+"""Effect tests of the causal attention (archlab/nn/mixers/attention.py): the scores' scale and soft-capping
+and the QK-norm against the attention written out here; sliding windows (what a layer sees, what it caches,
+its FLOPs and KV-cache bytes); and the parts of the 2025 open models (issue 26): sinks (gpt-oss), an output
+gate per dim or per head (AFMoE, Qwen3-Next; Step-3.5), chunked local attention, the weightless l2 QK-norm
+and the position-dependent query scale (Llama 4; Ministral 3, by each row's positions). Each part is
+compared with the attention written out here with an explicit softmax, counted in closed form, decoded with
+the KV cache past a chunk, refused by every Hugging Face family, and trained a few steps. What the
+attention does to q and k otherwise (the QK-norm's order, scale and shift, clip_qkv):
+tests/test_attention_qk.py."""
 
 from __future__ import annotations
 
@@ -10,31 +14,15 @@ import math
 
 import pytest
 import torch
-from helpers.hf import families_of_its_mixers, max_diff, randomize
-from helpers.parts import short_fit, tiny
+from helpers import parts
+from helpers.hf import families_holding, max_diff, randomize
+from helpers.parts import EVERY_OTHER_GLOBAL, F64, build, plain, reference_attention, short_fit, tiny, tokens
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.nn.mixers.ops import cpu_attention
 from archlab.nn.validation import validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-F64 = torch.float64
-
-
-def build(cfg, seed=0):
-    """A float64 model with every weight random: matrices N(0, 0.3²), vectors (biases, norm scales, sinks)
-    0.5 + N(0, 0.3²), so sinks sit far from 0 and the gates' sigmoids spread over (0, 1)."""
-    torch.manual_seed(seed)
-    model = build_model(cfg, dtype=F64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn_like(p) * 0.3 + (0.5 if p.ndim == 1 else 0.0))
-    return model
-
-
-def tokens(cfg, T, B=2, seed=0):
-    return torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
 def query_scale(p, beta, every, offset):
@@ -253,13 +241,7 @@ def test_chunks_cut_attention_flops_and_the_kv_cache():
 def test_only_the_hugging_face_families_with_a_part_hold_it(field, value, holders):
     """Every other family of its mixer names the field it cannot hold."""
     cfg = tiny(position={"kind": "rope"}, attention={field: value})
-    families = families_of_its_mixers(cfg)
-    refusing = {
-        name
-        for name, family in families.items()
-        if f"model.attention.{field}" in [p.field for p in family.problems(cfg)]
-    }
-    assert set(families) - refusing == holders
+    assert families_holding(cfg, {f"model.attention.{field}"}) == holders
 
 
 @pytest.mark.parametrize(
@@ -278,6 +260,11 @@ def test_only_the_hugging_face_families_with_a_part_hold_it(field, value, holder
             ["model.attention.query_scale_beta=0.1", "model.attention.query_scale_offset=-1"],
             "model.attention.query_scale_offset",
         ),
+        (["model.attention.window=0"], "model.attention.window"),
+        (["model/layers=every_other_global", "model.layers.pattern=[local,globl]"], "model.layers.pattern"),
+        (["model.attention.softcap=-1"], "model.attention.softcap"),
+        (["model.attention.scale=0"], "model.attention.scale"),
+        (["model.attention.qk_norm=layer"], "model.attention.qk_norm"),
     ],
 )
 def test_bad_settings_name_their_field(overrides, field):
@@ -331,3 +318,104 @@ def test_query_scale_by_position_reads_each_row_s_rope_positions():
         with torch.no_grad():
             alone, in_batch = model(ids), model(padded, attention_mask=mask)[:, 3:]
         assert (max_diff(alone, in_batch) <= 1e-5) == alike
+
+
+# ---- the scores' scale and soft-capping, the QK-norm, and sliding windows
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"qk_norm": "head"},
+        {"qk_norm": "full", "n_kv_head": 2},
+        {"scale": 0.05},
+        {"softcap": 2.0, "n_kv_head": 1},
+        {"softcap": 2.0, "scale": 0.3, "qk_norm": "head"},
+    ],
+    ids=["qk-norm-head", "qk-norm-full-gqa", "scale", "softcap-mqa", "softcap-scale-qknorm"],
+)
+def test_attention_equals_its_formula(settings):
+    cfg = plain(attention=settings)
+    attn = build(cfg).blocks[0].attn
+    x = torch.randn(2, 7, 32, dtype=F64)
+    with torch.no_grad():
+        expected = reference_attention(attn, x, cfg.norm.eps, settings.get("qk_norm", "none"),
+                                       settings.get("softcap"), settings.get("scale"))  # fmt: skip
+        torch.testing.assert_close(attn(x), expected)
+
+
+@pytest.mark.parametrize("window, alternating", [(3, False), (4, True)])
+def test_sliding_window_sees_exactly_the_window(window, alternating):
+    """A local layer's output at t depends only on positions t-window+1..t; a global one on all of them.
+    Checked through the attention sublayer written out with that visibility."""
+    layers = EVERY_OTHER_GLOBAL if alternating else {}
+    cfg = plain(attention={"window": window, "n_kv_head": 2}, layers=layers)
+    model = build(cfg)
+    x = torch.randn(2, 9, 32, dtype=F64)
+    pos = torch.arange(9)
+    distance = pos[:, None] - pos[None, :]
+    for layer, block in enumerate(model.blocks):
+        local = not alternating or layer % 2 == 0
+        visible = (distance >= 0) & (distance < window) if local else distance >= 0
+        assert block.attn.window == (window if local else None)
+        with torch.no_grad():
+            expected = reference_attention(block.attn, x, cfg.norm.eps, visible=visible)
+            masks = model.mask(model.position, 0, 9, 0, block.attn.window, F64, x.device)
+            torch.testing.assert_close(block.attn(x, None, masks), expected)
+
+
+def test_sliding_window_model_output_depends_only_on_the_window():
+    """One layer, relative positions (RoPE): the logits at t equal those of the window alone."""
+    cfg = plain(n_layer=1, position={"kind": "rope"}, attention={"window": 4})
+    model, idx = build(cfg), tokens(cfg, T=12)
+    with torch.no_grad():
+        full = model(idx)
+        for t in range(3, 12):
+            torch.testing.assert_close(full[:, t], model(idx[:, t - 3 : t + 1])[:, -1])
+
+
+def test_a_window_layer_caches_only_its_window():
+    cfg = plain(attention={"window": 3}, layers=EVERY_OTHER_GLOBAL)
+    model = build(cfg)
+    cache = model.new_cache(2, 16)
+    with torch.no_grad():
+        model(tokens(cfg, T=10), cache)
+        model(tokens(cfg, T=1), cache)
+    assert cache.k[0].shape[2] == 2 and cache.k[1].shape[2] == 16  # layer 0 local (window - 1 kept), 1 global
+
+
+def test_windows_cut_attention_flops():
+    """12·H·hd per key a query sees: T keys in a global layer, the window in a local one."""
+    T, H, hd = 16, 4, 8
+    full = count_params(plain(n_layer=2))["flops_per_token"]
+    windowed = count_params(plain(n_layer=2, attention={"window": 4}, layers=EVERY_OTHER_GLOBAL))["flops_per_token"]
+    assert full - windowed == 12 * H * hd * (T - 4)
+
+
+def test_kv_cache_bytes_count_only_the_window_of_a_local_layer():
+    """2·KV·hd values per position kept, per layer; a local layer keeps at most its window. Checked
+    against the cache a full-context prefill actually allocates (global) or keeps (local, window - 1)."""
+    from archlab.accounting import kv_cache_bytes
+
+    cfg = plain(attention={"n_kv_head": 2, "window": 4}, layers=EVERY_OTHER_GLOBAL)  # layer 0 local, layer 1 global
+    assert kv_cache_bytes(cfg, 16) == 4 * 2 * 2 * 8 * (4 + 16)
+    assert kv_cache_bytes(plain(attention={"n_kv_head": 2}), 16) == 4 * 2 * 2 * 8 * (16 + 16)
+    model = build(cfg)
+    cache = model.new_cache(1, 16)
+    with torch.no_grad():
+        model(tokens(cfg, T=16, B=1), cache)
+    held = sum(t.numel() for t in (*cache.k, *cache.v))
+    assert held == 2 * 2 * 8 * (3 + 16)  # the window layer keeps window - 1 for the next query, plus its own
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model.attention.softcap=5.0", "model.head.softcap=10.0"],
+        ["model.attention.window=8", "model/layers=every_other_global", "model/position=rope"],
+    ],
+    ids=["softcaps", "window"],
+)
+def test_softcaps_and_windows_train(overrides):
+    """A few AdamW steps on one repeated batch lower the loss: gradients reach every part."""
+    parts.check_trains(overrides, n_layer=2, length=32, steps=25)

@@ -1,6 +1,7 @@
-"""Generation with the KV cache: greedy ids equal Hugging Face ``generate`` and uncached argmax
-decoding, past the context too (nanoGPT's reference: each step sees the last context_length tokens);
-sampling follows softmax(logits / T) over the top k, reproducibly; the CLI end to end."""
+"""Generation with the KV cache (archlab/generate.py): greedy ids equal Hugging Face ``generate`` and uncached
+argmax decoding, past the context too (nanoGPT's reference: each step sees the last context_length tokens);
+a left-padded batch with its attention mask computes each prompt as alone, whatever the positions, windows
+and soft-caps; sampling follows softmax(logits / T) over the top k, reproducibly; the CLI end to end."""
 
 import json
 import math
@@ -10,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from helpers.parts import EVERY_OTHER_GLOBAL, build, plain
 
 from archlab import ConfigError, build_model, compose_model
 from archlab.cli.generate import main as generate_main
@@ -337,3 +339,49 @@ def test_cli_refuses_an_empty_text_prompt(saved, capsys):
         exit.value.code == 2
         and "prompt='' is invalid: allowed a prompt of at least one token" in capsys.readouterr().err
     )
+
+
+# ---- left-padded batches and their attention mask
+
+
+def left_padded(prompts, pad=0):
+    """A batch of prompts of different lengths, padded on the left, and its attention mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"position": {"kind": "learned"}},
+        {"position": {"kind": "sinusoidal"}},
+        {"position": {"kind": "rope"}, "attention": {"n_kv_head": 2}},
+        {"position": {"kind": "alibi"}},
+        {"position": {"kind": "rope"}, "attention": {"window": 3, "softcap": 5.0}, "layers": EVERY_OTHER_GLOBAL},
+    ],
+    ids=["learned", "sinusoidal", "rope-gqa", "alibi", "window-softcap"],
+)
+def test_a_padded_batch_computes_each_prompt_as_alone(overrides):
+    """Left padding plus its attention mask: every row's logits at its real tokens, and its greedy
+    continuation, equal those of its prompt run alone."""
+    cfg = plain(**overrides, context_length=32)
+    model = build(cfg)
+    prompts = [[5, 9, 2, 7, 1, 3, 8], [4, 4], [11, 3, 6, 2]]
+    ids, mask = left_padded(prompts)
+    with torch.no_grad():
+        batch = model(ids, attention_mask=mask)
+        for row, prompt in enumerate(prompts):
+            alone = model(torch.tensor([prompt]))
+            torch.testing.assert_close(batch[row, -len(prompt) :], alone[0], rtol=1e-9, atol=1e-9)
+    together = generate(model, ids, max_new_tokens=12, attention_mask=mask)
+    for row, prompt in enumerate(prompts):
+        alone = generate(model, torch.tensor([prompt]), max_new_tokens=12)
+        assert together[row, ids.shape[1] :].tolist() == alone[0, len(prompt) :].tolist()
+
+
+def test_generate_refuses_a_mask_of_another_shape():
+    model = build(plain())
+    with pytest.raises(ConfigError, match="attention_mask"):
+        generate(model, torch.ones(2, 4, dtype=torch.long), 3, attention_mask=torch.ones(2, 5))

@@ -20,7 +20,7 @@ from helpers import parts
 from helpers.parts import short_fit
 from omegaconf import OmegaConf
 
-from archlab import ConfigError, build_model, count_params
+from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.accounting import check_build
 from archlab.build import compose
 from archlab.cli.check import run
@@ -357,3 +357,26 @@ def test_embedding_dim_trains_and_decodes_through_the_cache():
         cache = model.new_cache(2)
         steps = [model(idx[:, :5], cache)] + [model(idx[:, t : t + 1], cache) for t in range(5, 8)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+# ---- Gemma's scaled embeddings and the logits' soft-cap
+
+
+def test_scaled_embedding_and_logit_softcap():
+    cfg = parts.plain(n_layer=1, scale_embedding=True, head={"softcap": 3.0, "tied": False})
+    model, idx = parts.build(cfg), parts.tokens(cfg, T=6)
+    captured = {}
+    model.blocks[0].register_forward_pre_hook(lambda module, args: captured.setdefault("x", args[0]))
+    with torch.no_grad():
+        out = model(idx)
+        raw = model.final_norm(model.blocks[0](captured["x"])) @ model.head.weight.T
+    torch.testing.assert_close(captured["x"], model.tok_emb.weight[idx] * math.sqrt(32))
+    torch.testing.assert_close(out, 3.0 * torch.tanh(raw / 3.0))
+    assert out.abs().max() < 3.0
+
+
+@pytest.mark.parametrize("overrides, field", [(["model.head.softcap=0"], "model.head.softcap")])
+def test_bad_settings_name_their_field(overrides, field):
+    with pytest.raises(ConfigError) as info:
+        compose_model(["model=nano", *overrides])
+    assert info.value.field == field

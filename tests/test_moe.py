@@ -87,7 +87,7 @@ FAMILIES = {
         expert="swiglu", n_experts=8, top_k=3, expert_d_ff=12, n_shared_experts=2, shared_expert_gate=True,
     ),
 }  # fmt: skip
-# Step-3.5 (its block against Hugging Face's: tests/test_hf_step.py): sigmoid top-k with a selection bias,
+# Step-3.5 (its block against Hugging Face's: tests/interop/test_step.py): sigmoid top-k with a selection bias,
 # scaled; SwiGLU activations clamped, the shared expert with its own limit
 STEP35 = dict(
     expert="swiglu", n_experts=8, top_k=2, expert_d_ff=12, n_shared_experts=1, scoring="sigmoid",

@@ -1,7 +1,9 @@
-"""The norms (archlab/nn/norms.py): Nemotron's (1 + w) LayerNorm against transformers' NemotronLayerNorm1P,
-and ``model.norm.affine`` (OLMo's LayerNorm that learns nothing) against transformers' OlmoLayerNorm and
-the normalisation written out, per head too, its count, its validation, the families that hold it and a
-short fit."""
+"""The norms (archlab/nn/norms.py): the (1 + w) scale (``model.norm.unit_offset``: Gemma's RMSNorm, in
+float32 under bf16; Nemotron's LayerNorm1P, also against transformers' NemotronLayerNorm1P) against the
+norm written out, its count and a short fit; ``model.norm.affine`` (OLMo's LayerNorm that learns nothing)
+against transformers' OlmoLayerNorm and the normalisation written out, per head too, its count, its
+validation, the families that hold it and a short fit. The QK-norms built from them:
+tests/test_attention_qk.py."""
 
 from typing import Any
 
@@ -9,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers.hf import families_of_its_mixers, max_diff, randomize
-from helpers.parts import short_fit, tiny
+from helpers.parts import F64, build, check_trains, plain, rms, short_fit, tiny
 
 from archlab import ConfigError, build_model, compose_model, count_params
 
@@ -80,3 +82,51 @@ def test_norm_affine_validation():
     cfg = tiny(norm={"kind": "layernorm", "affine": False}, position={"kind": "rope"})
     others = [f for n, f in families_of_its_mixers(cfg).items() if n not in ("olmo", "opt", "nanochat")]
     assert all("model.norm.affine" in [p.field for p in f.problems(cfg)] for f in others)
+
+
+# ---------------------------------------------------------------- model.norm.unit_offset (Gemma's, Nemotron's)
+
+
+def test_unit_offset_rmsnorm_scales_by_one_plus_w():
+    cfg = plain(norm={"unit_offset": True})
+    fresh = build_model(cfg, dtype=F64)
+    assert torch.equal(fresh.final_norm.weight, torch.zeros(32, dtype=F64))  # starts as the identity scale
+    norm, x = build(cfg).final_norm, torch.randn(3, 32, dtype=F64)
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), rms(x, 1 + norm.weight, cfg.norm.eps))
+
+
+def test_unit_offset_layernorm_scales_by_one_plus_w_and_keeps_its_bias():
+    """Nemotron's LayerNorm1P: (x - mean) / sqrt(var + eps) · (1 + w) + b, w starting at 0; the count as
+    LayerNorm's (d scales and d shifts)."""
+    cfg = plain(norm={"kind": "layernorm", "unit_offset": True, "eps": 1e-3})
+    fresh = build_model(cfg, dtype=F64)
+    assert torch.equal(fresh.final_norm.weight, torch.zeros(32, dtype=F64))
+    norm, x = build(cfg).final_norm, torch.randn(3, 32, dtype=F64)
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
+    with torch.no_grad():
+        torch.testing.assert_close(norm(x), (x - mean) / torch.sqrt(var + 1e-3) * (1 + norm.weight) + norm.bias)
+    assert count_params(cfg)["final_norm"] == 2 * 32
+
+
+def test_unit_offset_rmsnorm_in_bf16_adds_the_offset_in_float32():
+    """Gemma computes 1 + w in float32: in bf16 a small w would be rounded away (1 + 1e-3 is 1 in bf16)."""
+    norm = build_model(plain(norm={"unit_offset": True}), dtype=torch.bfloat16).final_norm
+    with torch.no_grad():
+        norm.weight.copy_(torch.full((32,), 1e-3))
+        x = torch.randn(4, 32).to(torch.bfloat16)
+        expected = (rms(x.float(), 1 + norm.weight.float(), 1e-5)).to(torch.bfloat16)
+        assert torch.equal(norm(x), expected)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model/norm=rmsnorm", "model.norm.unit_offset=true", "model.scale_embedding=true"],
+        ["model.norm.unit_offset=true"],
+    ],
+    ids=["gemma-norm-embed", "layernorm-unit-offset"],
+)
+def test_each_part_trains(overrides):
+    """A few AdamW steps on one repeated batch lower the loss: gradients reach every part."""
+    check_trains(overrides, n_layer=2, length=32, steps=25)

@@ -239,6 +239,13 @@ def families_of_its_mixers(cfg) -> dict[str, Any]:
     return {name: f for name, f in FAMILIES.items() if not f.mixer_problems(cfg)}
 
 
+def families_holding(cfg, fields: set[str]) -> set[str]:
+    """The families of ``cfg``'s mixers (``families_of_its_mixers``) whose problems with ``cfg`` name none of
+    ``fields``: those that hold the part the fields set."""
+    families = families_of_its_mixers(cfg)
+    return {name for name, family in families.items() if not fields & {p.field for p in family.problems(cfg)}}
+
+
 def hf_config(cases: dict[str, tuple], case: str, **changes: Any) -> Any:
     """The transformers config of ``cases[case]`` (model class, config class, config keys, ...), ``changes``
     set over its keys."""

@@ -2,7 +2,7 @@
 archlab/cli/check.py's copy of the totals on purpose: the tests check the code against this one.
 
 PUBLISHED: each total is the parameter count of Hugging Face transformers' own model (5.23) of the
-published config, built on the meta device, a tied tensor counted once (``test_hf_dense_families.py``
+published config, built on the meta device, a tied tensor counted once (``interop/test_published.py``
 rebuilds the newer ones from HF_CONFIGS below). Where the authors published an exact figure it agrees:
 Pythia's model card table ("Naming convention and parameter count") gives 162,322,944 and
 1,414,647,808; the Gemma and Gemma 2 papers (arXiv 2403.08295 and 2408.00118, table 2) give the same

@@ -10,7 +10,7 @@ cannot hold is refused both ways, naming the field."""
 
 import pytest
 from helpers import hf as parity
-from helpers.hf import ATTN, SMALL, families_of_its_mixers, layout
+from helpers.hf import ATTN, SMALL, layout
 
 from archlab.interop.hf import config_from_hf, from_hf
 
@@ -134,8 +134,4 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
 def test_every_other_family_refuses_qk_norm_bias():
     """Only StableLM holds a QK-norm whose shift differs from the model's norms' (the FEATURES entry)."""
     cfg = layout("model.attention.qk_norm=head", "model.attention.qk_norm_bias=false")
-    families = families_of_its_mixers(cfg)
-    holding = {
-        n for n, f in families.items() if "model.attention.qk_norm_bias" not in {p.field for p in f.problems(cfg)}
-    }
-    assert holding == {"stablelm"}
+    assert parity.families_holding(cfg, {"model.attention.qk_norm_bias"}) == {"stablelm"}
