@@ -1,6 +1,6 @@
-"""Hugging Face parity of EXAONE MoE (archlab/interop/families/global_nope_moe.py, model_type exaone_moe): a
-MoE family whose sliding layers rotate and whose full layers have no positions, with a per-head QK-norm,
-sigmoid routing with a correction bias, shared experts and dense layers where ``mlp_layer_types`` puts them.
+"""Hugging Face parity of EXAONE MoE (archlab/interop/families/exaone_moe.py): a MoE family whose sliding layers
+rotate and whose full layers have no positions, with a per-head QK-norm, sigmoid routing with a correction
+bias, shared experts and dense layers where ``mlp_layer_types`` puts them.
 
 A tiny random model (every parameter and correction bias redrawn; GQA; a window of 4 under 12 tokens; a
 dense layer after a MoE one) gives HF eager's float32 logits in archlab, exports to its own family and back

@@ -1,6 +1,6 @@
-"""Hugging Face parity of Flint (archlab/interop/families/global_nope_moe.py): a MoE family whose sliding
-layers rotate and whose full layers have no positions, with a per-head QK-norm, attention sinks, sigmoid
-routing, a shared expert and a dense first layer (``mlp_only_layers``).
+"""Hugging Face parity of Flint (archlab/interop/families/flint.py): a MoE family whose sliding layers rotate and
+whose full layers have no positions, with a per-head QK-norm, attention sinks, sigmoid routing, a shared
+expert and a dense first layer (``mlp_only_layers``).
 
 A tiny random model (every parameter redrawn; GQA; a window of 4 under 12 tokens) gives HF eager's float32
 logits in archlab, exports to its own family and back bit for bit, loads from a save_pretrained directory,
