@@ -22,11 +22,10 @@ from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_k
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias, ungrouped
+from archlab.interop.families.deltanet import deltanet_tensors_apart, is_deltanet, linear_keys
 from archlab.interop.families.experts import stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import mlp_section, shared_experts
-from archlab.interop.families.qwen3_5 import Qwen3_5
-from archlab.interop.families.qwen3_next import is_deltanet, linear_keys
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf
@@ -228,7 +227,7 @@ class LaraMini(Family):
             t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
             t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
             if is_deltanet(lc):
-                Qwen3_5.deltanet_tensors(t, lc, f"{b}.attn", f"{h}.linear_attn")
+                deltanet_tensors_apart(t, lc, f"{b}.attn", f"{h}.linear_attn")
             else:
                 t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", lc.attention.qkv_bias)
                 t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_norm")

@@ -12,16 +12,15 @@ attention layer's with its MLP (dense, or the MoE); the kinds ``mamba2`` (Mamba-
 with the dt fields set: its mixer clamps dt below at ``time_step_min``, whatever ``time_step_limit`` says,
 so archlab's ``dt_limit_min`` is ``dt_min``), ``mamba2_alone`` and ``attention_alone`` (the MLP none) and
 ``attention`` (overriding nothing), in the shortest ``first`` and ``pattern``. Checkpoints name the base
-model ``backbone.`` and save each expert apart: renamed and stacked on loading, as transformers does."""
+model ``backbone.`` and save each expert apart: renamed and stacked on loading, as transformers does (its MoE
+layers' parts in ``nemotron_moe``)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from operator import attrgetter
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from archlab.config import (
@@ -38,6 +37,7 @@ from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DO
 from archlab.interop.families.bamba import HELD, hybrid_problems, is_mamba, mamba_kind, mamba_tensors
 from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, bare, out_bias
 from archlab.interop.families.mlps import activation, mlp_section
+from archlab.interop.families.nemotron_moe import moe_from_hf, moe_rules, moe_tensors, moe_to_hf, stack_up_down_experts
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
@@ -45,7 +45,6 @@ from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.mamba2 import Mamba2Config
 from archlab.nn.mixers.mamba2 import head_dim as mamba_head_dim
 from archlab.nn.mlp import d_ff
-from archlab.nn.moe import expert_width
 
 MAMBA_T, ATTN_T, MLP_T, MOE_T = "linear_attention", "full_attention", "mlp", "moe"
 KINDS = {
@@ -85,15 +84,6 @@ class NemotronH(Family):
         "attention_dropout": "attention.dropout",
         "mlp_bias": "mlp.bias",
     }
-    moe_keys = {  # HF key -> the field of archlab's MoE section
-        "n_routed_experts": "routing.n_experts",
-        "num_experts_per_tok": "routing.top_k",
-        "moe_intermediate_size": "expert_d_ff",
-        "n_group": "routing.n_groups",
-        "topk_group": "routing.top_groups",
-        "norm_topk_prob": "routing.normalize_top_k",
-        "routed_scaling_factor": "routing.routed_scale",
-    }
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
@@ -104,16 +94,7 @@ class NemotronH(Family):
             ("model.attention.qkv_bias", (False,), " (its attention has no biases)"),
             out_bias(False, " (its attention has no biases)"),
             ("model.mlp.kind", (*UP_DOWN_KINDS, "moe"), " (its MLP is up_proj, then down_proj, without a gate)"),
-            *(self.moe_rules() if cfg.mlp.kind == "moe" else []),
-        ]
-
-    @staticmethod
-    def moe_rules() -> list[Rule]:
-        return [
-            ("model.mlp.expert", UP_DOWN_KINDS, " (its experts are up_proj, then down_proj, without a gate)"),
-            ("model.mlp.bias", (False,), " (its experts have no biases; mlp_bias sets the shared experts')"),
-            ("model.mlp.routing.scoring", ("sigmoid",), ""),
-            ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
+            *(moe_rules() if cfg.mlp.kind == "moe" else []),
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
@@ -153,10 +134,7 @@ class NemotronH(Family):
         m, mlp_t = cfg.mlp, MOE_T if cfg.mlp.kind == "moe" else MLP_T
         for lc in lcs:
             types += [MAMBA_T if is_mamba(lc) else ATTN_T] + ([mlp_t] if has_mlp(lc) else [])
-        moe: dict[str, Any] = {}
-        if m.kind == "moe":
-            moe = {key: attrgetter(field)(m) for key, field in self.moe_keys.items()}
-            moe.update(moe_shared_expert_intermediate_size=m.n_shared_experts * expert_width(cfg), moe_latent_size=None)
+        moe = moe_to_hf(cfg) if m.kind == "moe" else {}
         out = dict(
             self.keys_to_hf(cfg),
             layers_block_type=types,
@@ -212,7 +190,7 @@ class NemotronH(Family):
         kind, approximate = UP_DOWN_FROM_HF[c.mlp_hidden_act]
         mlp = mlp_section(kind, d_ff=c.intermediate_size, bias=bool(c.mlp_bias), approximate=approximate)
         if MOE_T in types:
-            mlp = self.moe_from_hf(c, mlp)
+            mlp = moe_from_hf(c, mlp)
         cfg = ModelConfig(
             dropout=0.0,
             norm=NormConfig(kind="rmsnorm"),
@@ -259,41 +237,8 @@ class NemotronH(Family):
             cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
         return cfg
 
-    def moe_from_hf(self, c: Any, dense: Any) -> Any:
-        """The MoE of the config's ``moe`` layers: ``dense``'s activation for its experts, sigmoid scores with
-        the correction bias, the shared experts as n experts of the routed width."""
-        if c.moe_latent_size is not None:
-            refuse_hf(c, "moe_latent_size", "null (archlab's experts read and write d_model: no latent projection)")
-        n, rest = divmod(c.moe_shared_expert_intermediate_size, c.moe_intermediate_size)
-        if rest or n < 1:
-            allowed = "a positive multiple of moe_intermediate_size (archlab's shared experts: n of the routed width)"
-            refuse_hf(c, "moe_shared_expert_intermediate_size", allowed)
-        fields = {field.removeprefix("routing."): getattr(c, key) for key, field in self.moe_keys.items()}
-        fields.update(routed_scale=float(fields["routed_scale"]), normalize_top_k=bool(fields["normalize_top_k"]))
-        return mlp_section(
-            "moe",
-            expert=dense.kind,
-            approximate=getattr(dense, "approximate", "none"),  # a GELU kind's form; the others have none
-            d_ff=dense.d_ff,
-            bias=dense.bias,
-            n_shared_experts=n,
-            **fields,
-            routing=dict(scoring="sigmoid", correction_bias=True),
-        )
-
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Each MoE layer's experts, saved one tensor per expert and matrix (``mixer.experts.e.up_proj.weight``),
-        stacked as transformers holds them (``mixer.experts.up_proj`` [E, f, d]) where every expert is there."""
-        if cfg.mlp.kind != "moe":
-            return state
-        E = cfg.mlp.routing.n_experts
-        layers = {k.split(".mixer.experts.")[0] for k in state if ".mixer.experts." in k}
-        for h in layers:
-            for m in ("up_proj", "down_proj"):
-                names = [f"{h}.mixer.experts.{e}.{m}.weight" for e in range(E)]
-                if all(n in state for n in names):
-                    state[f"{h}.mixer.experts.{m}"] = torch.stack([state.pop(n) for n in names])
-        return state
+        return stack_up_down_experts(cfg, state) if cfg.mlp.kind == "moe" else state
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
@@ -319,17 +264,6 @@ class NemotronH(Family):
                 j += 1
         t.add("final_norm", "model.norm_f")
         return t.head()
-
-
-def moe_tensors(t: Tensors, archlab: str, hf: str) -> None:
-    """A MoE layer: the router (``gate``) and its correction bias, the stacked up/down experts, the shared
-    experts' up_proj and down_proj."""
-    t.add(f"{archlab}.router", f"{hf}.gate")
-    t.maps.append(TensorMap(f"{archlab}.router_bias", (f"{hf}.gate.e_score_correction_bias",)))
-    t.maps.append(TensorMap(f"{archlab}.experts.fc", (f"{hf}.experts.up_proj",)))
-    t.maps.append(TensorMap(f"{archlab}.experts.proj", (f"{hf}.experts.down_proj",)))
-    t.add(f"{archlab}.shared.fc", f"{hf}.shared_experts.up_proj")
-    t.add(f"{archlab}.shared.proj", f"{hf}.shared_experts.down_proj")
 
 
 def _with_mlp(cfg: ModelConfig) -> dict[str, Any]:

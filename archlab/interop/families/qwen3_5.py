@@ -17,11 +17,10 @@ from torch import Tensor
 
 from archlab.config import ModelConfig
 from archlab.interop.families.base import Family, Problem, Rule
+from archlab.interop.families.deltanet import cfg_types, deltanet_layers, deltanet_tensors_apart
 from archlab.interop.families.mlps import mlp_section, shared_experts
-from archlab.interop.families.qwen3_next import Qwen3Next, cfg_types
-from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.qwen3_next import Qwen3Next
 from archlab.interop.families.values import refuse_hf
-from archlab.nn.mixers.gated_deltanet import key_heads
 from archlab.nn.mlp import d_ff
 
 MROPE = frozenset({"mrope_section", "mrope_interleaved"})  # the sections of text positions are equal: plain RoPE
@@ -43,6 +42,7 @@ class Qwen3_5(Qwen3Next):
         "apart), (1 + w) RMSNorms, SwiGLU"
     )
     features = Qwen3Next.features - {"model.mlp.shared_expert_gate"}
+    deltanet_tensors = staticmethod(deltanet_tensors_apart)
     renames = {"model.language_model.": "model."}  # the published checkpoints, saved from the vision-language model
 
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -66,21 +66,8 @@ class Qwen3_5(Qwen3Next):
         self.check_hf(c)
         mlp = mlp_section("swiglu", approximate="none", bias=False, d_ff=c.intermediate_size)
         cfg = self.common_from_hf(c, mlp, MROPE)
-        self.layers_from_hf(c, cfg, [False] * len(cfg_types(c)))
+        deltanet_layers(c, cfg, [False] * len(cfg_types(c)))
         return cfg
-
-    @staticmethod
-    def deltanet_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
-        """in_proj_qkv, in_proj_z, in_proj_b, in_proj_a stacked as archlab's in_proj; the rest as Qwen3-Next's."""
-        a = lc.attention
-        qkv = 2 * key_heads(lc) * a.key_head_dim + a.n_head * a.v_head_dim
-        names = [f"{hf}.in_proj_{x}" for x in ("qkv", "z", "b", "a")]
-        t.stacked(f"{archlab}.in_proj", names, False, (qkv, a.n_head * a.v_head_dim, a.n_head, a.n_head))
-        t.maps.append(TensorMap(f"{archlab}.conv_weight", (f"{hf}.conv1d.weight",), "depthwise_conv"))
-        t.maps.append(TensorMap(f"{archlab}.A_log", (f"{hf}.A_log",)))
-        t.maps.append(TensorMap(f"{archlab}.dt_bias", (f"{hf}.dt_bias",)))
-        t.maps.append(TensorMap(f"{archlab}.norm_weight", (f"{hf}.norm.weight",)))
-        t.add(f"{archlab}.proj", f"{hf}.out_proj")
 
 
 class Qwen3_5Moe(Qwen3_5):
@@ -122,7 +109,7 @@ class Qwen3_5Moe(Qwen3_5):
             refuse_hf(c, "num_experts", "at least 1 (every Qwen3.5-MoE layer is a MoE)")
         cfg = self.common_from_hf(c, self.moe_from_hf(c, True, None), MROPE)
         cfg.mlp.d_ff = d_ff(cfg)  # no layer reads it: the rule's width, as Qwen3-Next's intermediate_size reads back
-        self.layers_from_hf(c, cfg, [False] * len(cfg_types(c)))
+        deltanet_layers(c, cfg, [False] * len(cfg_types(c)))
         return cfg
 
 

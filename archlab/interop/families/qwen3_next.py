@@ -11,8 +11,9 @@ by kind (the ``deltanet_grouped`` layout); its gated norm is a plain w. In archl
 the attention layers' and each layer is of a kind, ``model.layers``: ``deltanet`` (the causal fields
 gated_deltanet refuses reset, as ``model/layers=deltanet_3_1``, and the linear sizes), ``attention``, and
 ``_dense`` beside either for a dense layer; the first layers in ``first`` and the rest in a cycled
-``pattern``, the shortest pair that gives every layer its kind. A checkpoint's multi-token-prediction layer
-(``mtp.*``) is no part of the causal LM: left out on loading, as transformers leaves it."""
+``pattern``, the shortest pair that gives every layer its kind (the layer parts Qwen3.5 and Lara-Mini share
+in ``deltanet``). A checkpoint's multi-token-prediction layer (``mtp.*``) is no part of the causal LM: left
+out on loading, as transformers leaves it."""
 
 from __future__ import annotations
 
@@ -22,8 +23,17 @@ from torch import Tensor
 
 from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias, ungrouped
+from archlab.interop.families.deltanet import (
+    FULL,
+    LINEAR,
+    cfg_types,
+    deltanet_layers,
+    deltanet_tensors_grouped,
+    gated_attention_tensors,
+    is_deltanet,
+    linear_keys,
+)
 from archlab.interop.families.experts import dense_tensors, stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import dense_of, mlp_section, shared_experts
@@ -32,37 +42,8 @@ from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
-from archlab.nn.mixers.gated_deltanet import key_heads
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
-
-LINEAR, FULL = "linear_attention", "full_attention"
-DELTANET, ATTENTION, DENSE = "deltanet", "attention", "_dense"
-
-
-def linear_keys(lcs: list[ModelConfig]) -> dict[str, int]:
-    """The ``linear_*`` config keys of the Gated DeltaNet layers among layer configs ``lcs`` (Qwen3-Next's
-    and its descendants' names); none without such a layer (the class defaults, which no layer reads)."""
-    linear = next((lc for lc in lcs if is_deltanet(lc)), None)
-    if linear is None:
-        return {}
-    a = linear.attention
-    return {
-        "linear_num_value_heads": a.n_head,
-        "linear_num_key_heads": key_heads(linear),
-        "linear_key_head_dim": a.key_head_dim,
-        "linear_value_head_dim": a.v_head_dim,
-        "linear_conv_kernel_dim": a.conv_kernel,
-    }
-
-
-def is_deltanet(lc: ModelConfig) -> bool:
-    return lc.attention.kind == "gated_deltanet"
-
-
-def cfg_types(c: Any) -> list[str]:
-    """A transformers config's ``layer_types`` as a list."""
-    return list(c.layer_types)
 
 
 def moe_to_hf(cfg: ModelConfig) -> dict[str, Any]:
@@ -84,6 +65,7 @@ class Qwen3Next(Family):
     """Qwen3NextForCausalLM: see the module docstring."""
 
     mixer_kinds = ("gated_deltanet",)
+    deltanet_tensors = staticmethod(deltanet_tensors_grouped)  # its Gated DeltaNet's projections (``deltanet``)
 
     model_type, title, model_class, config_class = "qwen3_next", "Qwen3-Next", "Qwen3NextForCausalLM", "Qwen3NextConfig"
     prefix = "model."
@@ -189,9 +171,7 @@ class Qwen3Next(Family):
         mlp = self.moe_from_hf(c, bool(c.norm_topk_prob), c.intermediate_size)
         cfg = self.common_from_hf(c, mlp)
         only = set(c.mlp_only_layers)
-        self.layers_from_hf(
-            c, cfg, [i in only or bool((i + 1) % c.decoder_sparse_step) for i in range(len(cfg_types(c)))]
-        )
+        deltanet_layers(c, cfg, [i in only or bool((i + 1) % c.decoder_sparse_step) for i in range(len(cfg_types(c)))])
         return cfg
 
     def check_hf(self, c: Any) -> None:
@@ -257,29 +237,6 @@ class Qwen3Next(Family):
         )
         return self.keys_from_hf(c, cfg)
 
-    @staticmethod
-    def layers_from_hf(c: Any, cfg: ModelConfig, dense: list[bool]) -> None:
-        """``cfg.layers`` from ``layer_types``: a deltanet or attention kind per layer, ``_dense`` added where
-        ``dense`` says the layer's MLP is the model's dense SwiGLU rather than its MoE."""
-        names = [(DELTANET if t == LINEAR else ATTENTION) + (DENSE if d else "") for t, d in zip(cfg_types(c), dense)]
-        if set(names) == {ATTENTION}:
-            return
-        linear = dict(
-            kind="gated_deltanet",
-            n_head=c.linear_num_value_heads,
-            key_heads=c.linear_num_key_heads,
-            key_head_dim=c.linear_key_head_dim,
-            v_head_dim=c.linear_value_head_dim,
-            conv_kernel=c.linear_conv_kernel_dim,
-        )
-        kinds: dict[str, dict[str, Any]] = {}
-        for name in dict.fromkeys(names):
-            kinds[name] = {"attention": dict(linear)} if name.startswith(DELTANET) else {}
-            if name.endswith(DENSE):
-                kinds[name]["mlp"] = {"kind": "swiglu"}
-        first, pattern = shortest_layout(names)
-        cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
-
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
@@ -290,39 +247,13 @@ class Qwen3Next(Family):
             if is_deltanet(lc):
                 self.deltanet_tensors(t, lc, f"{b}.attn", f"{h}.linear_attn")
             else:
-                self.attention_tensors(t, lc, f"{b}.attn", f"{h}.self_attn")
+                gated_attention_tensors(t, lc, f"{b}.attn", f"{h}.self_attn")
             if lc.mlp.kind == "moe":
                 self.moe_tensors(t, lc, f"{b}.mlp", f"{h}.mlp")
             else:
                 dense_tensors(t, lc, f"{b}.mlp", f"{h}.mlp")
         t.add("final_norm", "model.norm")
         return t.head()
-
-    @staticmethod
-    def attention_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
-        """q_proj (query and gate rows per head), k_proj, v_proj as archlab's qkv and gate; QK-norms, o_proj."""
-        a, sizes = lc.attention, (lc.attention.n_head, head_dim(lc))
-        for kind in ("weight", "bias") if a.qkv_bias else ("weight",):
-            qkv = tuple(f"{hf}.{x}_proj.{kind}" for x in "qkv")
-            gate = f"{archlab}.gate.{kind}"
-            t.maps.append(TensorMap(f"{archlab}.qkv.{kind}", qkv, "gated_queries", sizes, others=(gate,)))
-            t.maps.append(TensorMap(gate, qkv[:1], "gated_queries_gate", sizes))
-        t.add(f"{archlab}.q_norm", f"{hf}.q_norm")
-        t.add(f"{archlab}.k_norm", f"{hf}.k_norm")
-        t.add(f"{archlab}.proj", f"{hf}.o_proj", a.out_bias)
-
-    @staticmethod
-    def deltanet_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
-        """in_proj_qkvz and in_proj_ba as archlab's one in_proj; conv1d, A_log, dt_bias, the gated norm, out_proj."""
-        a = lc.attention
-        sizes = (key_heads(lc), a.key_head_dim, a.n_head, a.v_head_dim)
-        parts = (f"{hf}.in_proj_qkvz.weight", f"{hf}.in_proj_ba.weight")
-        t.maps.append(TensorMap(f"{archlab}.in_proj.weight", parts, "deltanet_grouped", sizes))
-        t.maps.append(TensorMap(f"{archlab}.conv_weight", (f"{hf}.conv1d.weight",), "depthwise_conv"))
-        t.maps.append(TensorMap(f"{archlab}.A_log", (f"{hf}.A_log",)))
-        t.maps.append(TensorMap(f"{archlab}.dt_bias", (f"{hf}.dt_bias",)))
-        t.maps.append(TensorMap(f"{archlab}.norm_weight", (f"{hf}.norm.weight",)))
-        t.add(f"{archlab}.proj", f"{hf}.out_proj")
 
     @staticmethod
     def moe_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:

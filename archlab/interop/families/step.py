@@ -1,17 +1,9 @@
-"""Step-3.5 (StepFun, ``model_type`` step3p5), one ``base.Family`` record like those of
-``layered_moe``, whose helpers it shares.
-
-transformers 5.24 reads a step3p5 config as ``Step3p7TextConfig`` and builds its text stack as
-``Step3p7TextModel``, without an LM head; its only class with the head, ``Step3p7ForConditionalGeneration``,
-holds a vision tower beside it. ``causal_lm_class`` gives the LM-head wrapper that ``to_hf`` builds and
-``from_hf`` reads, ``Step3p5ForCausalLM``: transformers' ``Step3p7TextModel`` as ``model`` and an
-``lm_head`` Linear, the tensor names of the published checkpoints (``model.*``, ``lm_head.weight``).
-Only ``causal_lm_class`` imports transformers, when called.
-"""
+"""Step-3.5 (StepFun, ``model_type`` step3p5), one ``base.Family`` record like those of ``layered_moe``,
+whose helpers it shares. transformers 5.24 reads a step3p5 config as ``Step3p7TextConfig`` and has no
+causal-LM class for it: ``to_hf`` builds, and ``from_hf`` reads, ``step_lm.causal_lm_class``'s."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from torch import Tensor
@@ -24,6 +16,7 @@ from archlab.interop.families.layered import rope_of, view
 from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_window
 from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
+from archlab.interop.families.step_lm import causal_lm_class
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import has_field, kind_field, refuse_hf, value_of
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, sliding_to_hf
@@ -294,55 +287,6 @@ class Step35(_LayeredSparse):
         (``num_nextn_predict_layers``: not part of the causal LM)."""
         extra = tuple(f"model.layers.{i}." for i in range(cfg.n_layer, cfg.n_layer + 16))
         return {k: v for k, v in state.items() if not k.startswith(extra)}
-
-
-@functools.cache
-def causal_lm_class() -> type:
-    """``Step3p5ForCausalLM``: transformers' ``Step3p7TextModel`` as ``model`` and an ``lm_head``, with
-    ``generate`` (transformers 5.24 has no causal-LM class of its own for step3p5)."""
-    import transformers
-    from torch import nn
-    from transformers.modeling_outputs import MoeCausalLMOutputWithPast
-    from transformers.modeling_utils import slice_logits_to_keep
-    from transformers.models.step3p7.modeling_step3p7 import Step3p7PreTrainedModel
-
-    class Step3p5ForCausalLM(Step3p7PreTrainedModel, transformers.GenerationMixin):
-        config_class = transformers.Step3p7TextConfig
-        _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
-
-        def __init__(self, config: Any):
-            super().__init__(config)
-            self.model = transformers.Step3p7TextModel(config)
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-            self.post_init()
-
-        def get_output_embeddings(self) -> nn.Module:
-            return self.lm_head
-
-        def forward(
-            self,
-            input_ids: Any = None,
-            attention_mask: Any = None,
-            position_ids: Any = None,
-            cache: Any = None,
-            inputs_embeds: Any = None,
-            use_cache: Any = None,
-            logits_to_keep: int = 0,
-            **kwargs: Any,
-        ) -> Any:
-            out = self.model(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                cache=cache,
-                inputs_embeds=inputs_embeds,
-                use_cache=use_cache,
-                **kwargs,
-            )
-            logits = self.lm_head(slice_logits_to_keep(out.last_hidden_state, logits_to_keep))
-            return MoeCausalLMOutputWithPast(logits=logits, cache=out.cache)
-
-    return Step3p5ForCausalLM
 
 
 RECORDS: tuple[Family, ...] = (Step35(),)
