@@ -73,11 +73,9 @@ def max_diff(a, b) -> float:
     return (a - b).abs().max().item()
 
 
-def check_greedy_generation(hf, model=None) -> None:
-    """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``, and
-    at every step archlab's logits through its KV cache equal the logits HF decoded with (a random model's
-    greedy path may settle into a few tokens; the logits compare every step whatever it picks). ``model``:
-    the archlab model to compare, by default ``from_hf(hf)``."""
+def hf_greedy(hf) -> tuple[torch.Tensor, Any]:
+    """A seeded 5-token prompt of 2 rows, and HF ``generate``'s greedy output on it (20 new tokens, with the
+    logits it decoded with)."""
     ids = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(5))
     out = hf.generate(
         ids,
@@ -87,6 +85,15 @@ def check_greedy_generation(hf, model=None) -> None:
         return_dict_in_generate=True,
         output_logits=True,
     )
+    return ids, out
+
+
+def check_greedy_generation(hf, model=None) -> None:
+    """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``, and
+    at every step archlab's logits through its KV cache equal the logits HF decoded with (a random model's
+    greedy path may settle into a few tokens; the logits compare every step whatever it picks). ``model``:
+    the archlab model to compare, by default ``from_hf(hf)``."""
+    ids, out = hf_greedy(hf)
     model = from_hf(hf) if model is None else model
     got = generate(model, ids, max_new_tokens=20)
     assert got.shape == out.sequences.shape == (2, 25)

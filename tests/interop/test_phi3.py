@@ -11,7 +11,7 @@ layouts export to Phi-3; what it cannot hold is refused, naming the field."""
 import pytest
 import torch
 from helpers import hf as parity
-from helpers.hf import ATTN, IDS, LLAMA, LONG_IDS, SMALL, TOL, WINDOW, V, logits, max_diff
+from helpers.hf import ATTN, IDS, LLAMA, LONG_IDS, SMALL, TOL, WINDOW, logits, max_diff
 
 from archlab import compose_model
 from archlab.generate import generate
@@ -117,15 +117,7 @@ def test_greedy_generation_across_longrope_s_switch_matches_hf_generate(case):
     sequence with the long factors, as archlab's generate does; the same ids, and at every step the logits
     archlab's generate decoded with equal those HF decoded with."""
     hf = hf_model(case, seed=4)
-    ids = torch.randint(0, V, (2, 5), generator=torch.Generator().manual_seed(5))
-    out = hf.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=20,
-        do_sample=False,
-        return_dict_in_generate=True,
-        output_logits=True,
-    )
+    ids, out = parity.hf_greedy(hf)
     model, seen = from_hf(hf), []
     hook = model.head.register_forward_hook(lambda m, i, o: seen.append(o[:, -1]))
     got = generate(model, ids, max_new_tokens=20)
