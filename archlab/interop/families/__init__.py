@@ -7,7 +7,9 @@ record module (its config keys copied as they are in ``keys``, the rest computed
 ``refused.REFUSED`` names the families archlab does not convert; a record supersedes its entry
 (``refusals``). Shared parts: ``base`` (the record, ``FEATURES``, the rules many state), ``tensors`` (tensor maps),
 ``values`` and ``mlps`` (config fields and MLP sections both ways), ``rope`` and ``windows``
-(RoPE and sliding windows both ways), ``dense`` and ``moe`` (the tables that route a layout)."""
+(RoPE and sliding windows both ways), ``dense`` and ``moe`` (the tables that route a layout; the MoE parts in
+``experts``). A record is at most three classes below ``Family``: a relative reuses another's parts through
+functions and declared data, not a subclass of a subclass."""
 
 from __future__ import annotations
 

@@ -46,8 +46,8 @@ def checked_types(c: Any, other: str = SLIDING) -> list[str]:
 
 
 def uniform_window(c: Any) -> int | None:
-    """The window of a config whose layers all slide or none does (``layer_types``; the layered records of
-    ``hf_layered`` read the others): ``sliding_window``, or None."""
+    """The window of a config whose layers all slide or none does (``layer_types``; a record whose layers may
+    differ, ``layered.LayeredFamily``, reads the others): ``sliding_window``, or None."""
     types = checked_types(c)
     if SLIDING not in types:
         return None
