@@ -14,7 +14,7 @@ import torch
 from helpers import hf as parity
 from helpers.hf import EAGER, NO_TOKENS, TOL, V, logits, max_diff
 
-from archlab import ConfigError, build_model
+from archlab import ConfigError, build_model, compose_model
 from archlab.config.layers import layer_kind
 from archlab.generate import generate
 from archlab.interop.hf import FAMILIES, config_from_hf, from_hf, hf_family
@@ -153,6 +153,15 @@ def test_a_moe_layout_converts_to_hf_and_back(tmp_path):
 def test_the_record_refuses_what_nemotron_h_does_not_hold(overrides, field):
     cfg = parity.changed_cfg(from_hf(hf_model("nemotron-h")).cfg, **overrides)
     assert field in {p.field for p in FAMILIES["nemotron_h"].problems(cfg)}
+
+
+def test_a_layer_kind_of_another_mlp_is_named_not_a_crash():
+    """A layout whose layer kinds hold an MLP of another kind than the model's (Step-3.5's SwiGLU dense
+    layers beside a GELU model): Nemotron-H names each kind's MLP kind, where it read a field the other
+    option lacks (an AttributeError, through family_of and exportability alike)."""
+    cfg = compose_model(["model=step-3.5-flash", "model.mlp.kind=gelu"])
+    kinds = {p.field: (p.value, p.wants) for p in FAMILIES["nemotron_h"].problems(cfg) if p.field.endswith("mlp.kind")}
+    assert kinds == {f"model.layers.kinds.{k}.mlp.kind": ("swiglu", "gelu") for k in ("full_dense", "sliding_dense")}
 
 
 @pytest.mark.parametrize(

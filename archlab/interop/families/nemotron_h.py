@@ -39,7 +39,7 @@ from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, b
 from archlab.interop.families.mlps import activation, mlp_section
 from archlab.interop.families.nemotron_moe import moe_from_hf, moe_rules, moe_tensors, moe_to_hf, stack_up_down_experts
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import kind_field, refuse_hf
+from archlab.interop.families.values import differences, kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.mamba2 import Mamba2Config
@@ -109,11 +109,9 @@ class NemotronH(Family):
             kind = layer_kind(cfg, i)
             if kind is None or not has_mlp(lc):
                 continue
-            for f in dataclasses.fields(lc.mlp):
-                value, expected = getattr(lc.mlp, f.name), getattr(cfg.mlp, f.name)
-                if value != expected:
-                    field = kind_field(cfg, kind, f"model.mlp.{f.name}")
-                    found.append(Problem(field, value, bare(expected), f" ({self.title} has one MLP, or none)"))
+            for name, value, expected in differences(lc.mlp, cfg.mlp):  # an MLP of another kind: its kind
+                field = kind_field(cfg, kind, f"model.mlp.{name}")
+                found.append(Problem(field, value, bare(expected), f" ({self.title} has one MLP, or none)"))
         mamba = next((lc.attention for lc in lcs if is_mamba(lc)), None)
         if mamba is not None and mamba.dt_limit_min != mamba.dt_min:
             kind = layer_kind(cfg, next(i for i, lc in enumerate(lcs) if is_mamba(lc)))
