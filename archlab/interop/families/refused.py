@@ -65,16 +65,6 @@ REFUSED: dict[str, Refused] = {
         "MiniMaxForCausalLM",
         "`layer_types` 'linear_attention' (lightning attention): no archlab mixer",
     ),
-    "mamba": Refused(
-        "Mamba",
-        "MambaForCausalLM",
-        "Mamba-1's SSM (`MambaMixer`): a decay A per channel and state, Δ per channel; archlab's mamba2 has one per head",
-    ),
-    "falcon_mamba": Refused(
-        "FalconMamba",
-        "FalconMambaForCausalLM",
-        "Mamba-1's SSM (an A per channel and state, not mamba2's one per head) with RMS-normed B, C and Δ (`mixer_rms_eps`)",
-    ),
     "falcon_h1": Refused(
         "Falcon-H1",
         "FalconH1ForCausalLM",
@@ -83,7 +73,7 @@ REFUSED: dict[str, Refused] = {
     "jamba": Refused(
         "Jamba",
         "JambaForCausalLM",
-        "Mamba-1 layers (but every `attn_layer_period`-th): an A per channel and state, not archlab mamba2's one per head",
+        "Mamba-1 layers whose Δ, B and C pass RMSNorms with learned scales (archlab's mamba norms them without one)",
     ),
     "zamba": Refused(
         "Zamba",
