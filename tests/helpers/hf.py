@@ -4,7 +4,8 @@ archlab, a shrunk preset or an archlab layout to HF and back, save_pretrained di
 holds a layout another family exports, the refusals naming a field), the check that a part moves the
 logits, the two generation checks against HF ``generate``, cached decoding against HF's full forward (a
 Mamba-2 layer's time-step clamp, which HF's own decoding step ignores), and the MoE routing against HF's.
-Each family file holds its cases and calls these from its own small tests. transformers is imported only
+Each family file holds its cases, binds the standard tests ``family_tests`` builds
+over them, and calls these from its own family-specific tests. transformers is imported only
 inside the functions that build its models."""
 
 from __future__ import annotations
@@ -560,3 +561,187 @@ def check_each_part_changes_logits(model, parts: list[tuple[str, Any]]) -> None:
     that takes it away, on a layer kind or on every layer) give other logits (``check_changes_logits``)."""
     for field, value in parts:
         check_changes_logits(model, changed_cfg(model.cfg, **{field: value}), field)
+
+
+def _over_cases(cases: dict | None, test: Callable, doc: str) -> Callable:
+    """A new test calling ``test`` (whose arguments are ``case``, then tmp_path where it takes one), with
+    docstring ``doc``: parametrized over ``cases``' names, or, with no cases, of no case (``case`` None)."""
+    with_path = "tmp_path" in test.__code__.co_varnames[: test.__code__.co_argcount]
+    if cases is None:
+
+        def single(tmp_path):
+            return test(None, tmp_path)
+
+        def plain():
+            return test(None)
+
+        new = single if with_path else plain
+    else:
+
+        def single_case(case, tmp_path):
+            return test(case, tmp_path)
+
+        def plain_case(case):
+            return test(case)
+
+        new = pytest.mark.parametrize("case", list(cases))(single_case if with_path else plain_case)
+    new.__doc__ = doc
+    return new
+
+
+def family_tests(
+    hf_model: Callable,
+    cases: dict[str, tuple] | None = None,
+    presets: dict[str, tuple] | None = None,
+    *,
+    impl: dict | None = None,
+    ids: tuple[torch.Tensor, ...] = (IDS,),
+    generation_seed: int = 4,
+    family: str | None = None,
+    only: tuple[str, ...] | None = None,
+) -> dict[str, Callable]:
+    """The standard parity tests of one family file, by their names (a family file binds them:
+    ``globals().update(parity.family_tests(hf_model, HF_CASES, PRESET_CASES))``; pytest collects a module's
+    ``test_`` names, ids ``test_x[case]`` as if written there). ``hf_model``: the file's randomised HF model,
+    ``hf_model(case, seed=...)`` over ``cases`` (HF_CASES: each test parametrized over its names) or, with no
+    cases, ``hf_model(seed=...)`` of the file's one model; ``presets``: PRESET_CASES (case -> preset, HF
+    class, sizes over TINY); ``impl``: the HF implementation settings (ATTN by default, EAGER for the MoE
+    families); ``ids``: the inputs whose logits are compared; ``generation_seed``: the model's seed in
+    test_generation_matches_hf_generate; ``family``: where the layout maps to another family than HF's own
+    (check_converts_both_ways); ``only``: the names to give (all by default)."""
+    impl = ATTN if impl is None else impl
+    extra = () if family is None else (family,)
+
+    def model(case, **seed):
+        return hf_model(**seed) if cases is None else hf_model(case, **seed)
+
+    def from_hf_logits(case):
+        check_from_hf(model(case), ids=ids)
+
+    def back_and_again(case):
+        hf = model(case, seed=2)
+        check_back_and_again(hf, from_hf(hf), **impl)
+
+    def from_hf_and_back(case):
+        hf = model(case)
+        back = check_back_and_again(hf, check_from_hf(hf), **impl)
+        if getattr(hf.config, "layer_types", None) is not None:
+            assert back.config.layer_types == hf.config.layer_types
+
+    def exports(case):
+        preset, expected_class, sizes = presets[case]
+        check_exports(compose_model([f"model={preset}", *TINY, *sizes]), expected_class, **impl)
+
+    def greedy(case):
+        check_greedy_generation(model(case, seed=4))
+
+    def padded(case):
+        check_padded_generation(model(case, seed=6))
+
+    def generation(case):
+        check_generation(model(case, seed=generation_seed))
+
+    def directories(case, tmp_path):
+        check_directory_round_trip(model(case, seed=7), tmp_path, **impl)
+
+    def both_ways(case, tmp_path):
+        check_converts_both_ways(model(case), tmp_path, *extra, **impl)
+
+    def correction_bias(case):
+        check_correction_bias_moves_logits(from_hf(model(case)))
+
+    logits_doc = "HF -> archlab gives HF's logits, and the layout read maps back to the same family."
+    both_ways_doc = """HF -> archlab logits and the family the layout maps to; HF -> archlab -> HF -> archlab bit for
+    bit (through the record's own class where the layout maps to another family); a save_pretrained
+    directory through load_hf_dir (and save_hf_dir back)."""
+    tests = {
+        "test_from_hf_gives_hf_logits": (from_hf_logits, logits_doc),
+        "test_from_hf_gives_hf_logits_and_maps_back_to_the_family": (from_hf_logits, logits_doc),
+        "test_hf_to_archlab_to_hf_and_back": (
+            back_and_again,
+            """The archlab model converts back to the same HF class with the same logits, and from there to an
+    archlab model with the same config and bit-identical tensors (the correction biases included).""",
+        ),
+        "test_from_hf_gives_hf_logits_and_back": (
+            from_hf_and_back,
+            """HF -> archlab: the same logits, and the layout maps back to the family; archlab -> HF: the same
+    class, logits and layer_types (where HF has them); -> archlab again: the same config and bit-identical
+    tensors.""",
+        ),
+        "test_archlab_to_hf_to_archlab_is_bit_identical": (
+            exports,
+            """A shrunk preset converts to its family's HF class with the same logits (HF eager), and back to
+    archlab with every tensor bit for bit.""",
+        ),
+        "test_greedy_generation_matches_hf_generate": (
+            greedy,
+            """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``,
+    and at every step archlab's logits through its KV cache equal the logits HF decoded with.""",
+        ),
+        "test_padded_batch_generation_matches_hf_generate": (
+            padded,
+            """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
+    greedy continuation of each row, and its logits at every step, equal HF ``generate``'s.""",
+        ),
+        "test_generation_matches_hf_generate": (
+            generation,
+            """Greedy decoding after one prompt, past every window of 4, and of left-padded prompts of 7, 3
+    and 5 tokens in one batch: the same ids as HF ``generate`` and, at every step, archlab's logits
+    through its KV cache equal the logits HF decoded with.""",
+        ),
+        "test_save_pretrained_directories_round_trip": (
+            directories,
+            """save_pretrained (each expert saved apart, in the MoE families) -> load_hf_dir -> save_hf_dir ->
+    from_pretrained: the same logits throughout.""",
+        ),
+        "test_the_family_converts_both_ways": (both_ways, both_ways_doc),
+        "test_from_hf_gives_hf_logits_maps_back_and_loads_saved": (both_ways, both_ways_doc),
+        "test_correction_bias_changes_the_experts_chosen": (
+            correction_bias,
+            """Zeroing the routers' correction bias moves the logits: the bias changes the experts chosen.""",
+        ),
+    }
+    names = (
+        ["test_from_hf_gives_hf_logits", "test_hf_to_archlab_to_hf_and_back"]
+        + ["test_archlab_to_hf_to_archlab_is_bit_identical"] * (presets is not None)
+        + ["test_greedy_generation_matches_hf_generate", "test_padded_batch_generation_matches_hf_generate"]
+        if only is None
+        else only
+    )
+    over = {"test_archlab_to_hf_to_archlab_is_bit_identical": presets}
+    return {name: _over_cases(over.get(name, cases), *tests[name]) for name in names}
+
+
+# the sets of standard tests (family_tests' only) that several family files bind
+ROUTED_MOE_TESTS = (
+    "test_from_hf_gives_hf_logits_and_maps_back_to_the_family",
+    "test_correction_bias_changes_the_experts_chosen",
+    "test_hf_to_archlab_to_hf_and_back",
+    "test_generation_matches_hf_generate",
+    "test_save_pretrained_directories_round_trip",
+)  # an MoE family of one model with router correction biases (Dots, GLM-4 MoE, MiniMax)
+MAPPED_TESTS = (
+    "test_from_hf_gives_hf_logits_and_maps_back_to_the_family",
+    "test_hf_to_archlab_to_hf_and_back",
+    "test_generation_matches_hf_generate",
+    "test_save_pretrained_directories_round_trip",
+)  # a family of one model read, round-tripped, generated and saved (Arcee, Nemotron)
+ONE_MODEL_TESTS = (
+    "test_from_hf_gives_hf_logits",
+    "test_hf_to_archlab_to_hf_and_back",
+    "test_greedy_generation_matches_hf_generate",
+    "test_padded_batch_generation_matches_hf_generate",
+    "test_save_pretrained_directories_round_trip",
+)  # one model, the two generation checks apart (Cohere, Granite, OLMo, Mixtral)
+AND_BACK_TESTS = (
+    "test_from_hf_gives_hf_logits_and_back",
+    "test_generation_matches_hf_generate",
+)  # logits and round trip in one test, generation in one (ERNIE, GLM-4, HunYuan, Ministral)
+BOTH_WAYS_TESTS = (
+    "test_the_family_converts_both_ways",
+    "test_generation_matches_hf_generate",
+)  # check_converts_both_ways, and generation (Granite SWA, VaultGemma)
+ROUND_TRIP_TESTS = (
+    "test_from_hf_gives_hf_logits",
+    "test_hf_to_archlab_to_hf_and_back",
+)  # logits and the round trip alone (StableLM, StarCoder2, Phi-3)

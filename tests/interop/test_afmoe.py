@@ -126,12 +126,8 @@ def test_each_per_layer_part_changes_the_logits():
     parity.check_each_part_changes_logits(from_hf(hf_model("afmoe-sliding-nope")), PARTS)
 
 
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_generation_matches_hf_generate(case):
-    """20 new tokens after a 5-token prompt, past every window of 4, and prompts of 7, 3 and 5 tokens
-    left-padded into one batch: the same ids as HF ``generate``, and at every step archlab's logits through
-    its KV cache equal HF's."""
-    parity.check_generation(hf_model(case, seed=4))
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, HF_CASES, only=("test_generation_matches_hf_generate",)))
 
 
 def test_an_afmoe_layout_written_in_archlab_exports():

@@ -67,8 +67,8 @@ def test_read_values():
     assert cohere.head.logit_scale == 0.3
 
 
-def test_generation_matches_hf_generate():
-    parity.check_generation(hf_model(seed=4))
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, only=("test_generation_matches_hf_generate",)))
 
 
 @pytest.mark.parametrize(

@@ -48,10 +48,8 @@ def test_the_family_converts_both_ways(tmp_path):
     parity.check_converts_both_ways(hf_model(), tmp_path, "smollm3", **ATTN)
 
 
-def test_generation_matches_hf_generate():
-    """Greedy and left-padded batch decoding past the window of 4, every step's logits through
-    the cache."""
-    parity.check_generation(hf_model(seed=4))
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, only=("test_generation_matches_hf_generate",)))
 
 
 def test_the_record_reads_the_family_s_parts():

@@ -41,11 +41,14 @@ def hf_model(seed: int = 1):
     return parity.hf_case(HF_CASES, "ernie4_5", seed, **ATTN)
 
 
-def test_from_hf_gives_hf_logits_and_back():
-    """HF -> archlab: the same logits, and the layout maps back to the family; archlab -> HF: the same class
-    and logits; -> archlab again: the same config and bit-identical tensors."""
-    hf = hf_model()
-    parity.check_back_and_again(hf, parity.check_from_hf(hf), **ATTN)
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model,
+        generation_seed=3,
+        only=parity.AND_BACK_TESTS,
+    )
+)
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -56,12 +59,6 @@ def test_from_hf_reads_the_family_s_parts():
         True,
         True,
     )
-
-
-def test_generation_matches_hf_generate():
-    """Greedy decoding through the KV cache, alone and in a left-padded batch, gives HF ``generate``'s ids
-    and logits at every step."""
-    parity.check_generation(hf_model(seed=3))
 
 
 def test_save_pretrained_directory_round_trip(tmp_path):

@@ -22,8 +22,5 @@ def hf_model(seed: int = 1):
     return parity.hf_case(HF_CASES, "exaone", seed, **ATTN)
 
 
-def test_the_family_converts_both_ways(tmp_path):
-    """HF -> archlab logits and the family the layout maps to; HF -> archlab -> HF -> archlab bit for bit
-    (through this record's own class: the layout maps to another family); a save_pretrained directory
-    through load_hf_dir."""
-    parity.check_converts_both_ways(hf_model(), tmp_path, "llama", **ATTN)
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, family="llama", only=("test_the_family_converts_both_ways",)))

@@ -66,13 +66,8 @@ def layout(**changes) -> ModelConfig:
     return parity.with_kinds(parity.composed(*LAYOUT), **changes)
 
 
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_from_hf_gives_hf_logits_and_back(case):
-    """HF -> archlab: the same logits, and the layout maps back to the family; archlab -> HF: the same class,
-    logits and layer_types; -> archlab again: the same config and bit-identical tensors."""
-    hf = hf_model(case)
-    back = parity.check_back_and_again(hf, parity.check_from_hf(hf), **ATTN)
-    assert back.config.layer_types == hf.config.layer_types
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, HF_CASES, only=("test_from_hf_gives_hf_logits_and_back",)))
 
 
 def test_from_hf_reads_the_family_s_layers():

@@ -69,9 +69,8 @@ def hf_model(case: str, seed: int = 1):
     return parity.hf_case(HF_CASES, case, seed, **impl(case))
 
 
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_from_hf_gives_hf_logits(case):
-    parity.check_from_hf(hf_model(case))  # the layout read maps back to the same family
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, HF_CASES, only=("test_from_hf_gives_hf_logits",)))
 
 
 def test_a_falcon_layout_another_family_holds_exports_there():

@@ -11,7 +11,7 @@ naming the field."""
 
 import pytest
 from helpers import hf as parity
-from helpers.hf import ATTN, SMALL, TINY, WINDOW
+from helpers.hf import ATTN, SMALL, WINDOW
 
 from archlab import compose_model
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf
@@ -64,9 +64,8 @@ def hf_model(case: str, seed: int = 1):
     return parity.hf_case(HF_CASES, case, seed, **ATTN)
 
 
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_from_hf_gives_hf_logits(case):
-    parity.check_from_hf(hf_model(case))  # the layout read maps back to the same family
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, HF_CASES, PRESET_CASES))
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -78,36 +77,6 @@ def test_from_hf_reads_the_family_s_parts():
         5.0,
     )
     assert parity.windows(g2) == [WINDOW, None, WINDOW]  # layers 0, 2 slide; 1 is global (model.layers kinds)
-
-
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_hf_to_archlab_to_hf_and_back(case):
-    """The archlab model converts back to the same HF class with the same logits, and from there to an
-    archlab model with the same config and bit-identical tensors."""
-    hf = hf_model(case, seed=2)
-    parity.check_back_and_again(hf, from_hf(hf), **ATTN)
-
-
-@pytest.mark.parametrize("case", list(PRESET_CASES))
-def test_archlab_to_hf_to_archlab_is_bit_identical(case):
-    """A shrunk preset converts to its family's HF class with the same logits (HF eager), and back to
-    archlab with every tensor bit for bit."""
-    preset, expected_class, sizes = PRESET_CASES[case]
-    parity.check_exports(compose_model([f"model={preset}", *TINY, *sizes]), expected_class, **ATTN)
-
-
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_greedy_generation_matches_hf_generate(case):
-    """20 new tokens after a 5-token prompt, past every window of 4: the same ids as HF ``generate``, and
-    at every step archlab's logits through its KV cache equal the logits HF decoded with."""
-    parity.check_greedy_generation(hf_model(case, seed=4))
-
-
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_padded_batch_generation_matches_hf_generate(case):
-    """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
-    greedy continuation of each row, and its logits at every step, equal HF ``generate``'s."""
-    parity.check_padded_generation(hf_model(case, seed=6))
 
 
 @pytest.mark.parametrize(

@@ -48,9 +48,14 @@ def hf_model(seed: int = 1):
     return parity.hf_case(HF_CASES, "granite", seed, **ATTN)
 
 
-def test_from_hf_gives_hf_logits():
-    """12 tokens and 24; the layout read maps back to the same family."""
-    parity.check_from_hf(hf_model(), ids=(IDS, LONG_IDS))
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model,
+        ids=(IDS, LONG_IDS),
+        only=parity.ONE_MODEL_TESTS,
+    )
+)
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -61,25 +66,6 @@ def test_from_hf_reads_the_family_s_parts():
         0.3,
         0.125,
     )
-
-
-def test_hf_to_archlab_to_hf_and_back():
-    hf = hf_model(seed=2)
-    parity.check_back_and_again(hf, from_hf(hf), **ATTN)
-
-
-def test_greedy_generation_matches_hf_generate():
-    """5 + 20 tokens: ids and every step's logits through the KV cache."""
-    parity.check_greedy_generation(hf_model(seed=4))
-
-
-def test_padded_batch_generation_matches_hf_generate():
-    """Left-padded prompts of 7, 3 and 5 tokens."""
-    parity.check_padded_generation(hf_model(seed=6))
-
-
-def test_save_pretrained_directories_round_trip(tmp_path):
-    parity.check_directory_round_trip(hf_model(seed=7), tmp_path, **ATTN)
 
 
 def test_an_archlab_layout_exports_to_its_family_and_back_bit_for_bit():

@@ -51,8 +51,8 @@ def test_family_gives_hf_logits_and_round_trips(tmp_path):
     parity.check_converts_both_ways(hf_model(), tmp_path, "dots1", **EAGER)
 
 
-def test_generation_matches_hf_generate():
-    parity.check_generation(hf_model(seed=4))
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, only=("test_generation_matches_hf_generate",)))
 
 
 @pytest.mark.parametrize(

@@ -30,10 +30,8 @@ def hf_model(seed: int = 1):
     return parity.hf_case(HF_CASES, "hyperclovax", seed, **ATTN)
 
 
-def test_the_family_converts_both_ways(tmp_path):
-    """HF -> archlab logits and the family the layout maps to; HF -> archlab -> HF -> archlab bit for bit;
-    a save_pretrained directory through load_hf_dir and save_hf_dir back."""
-    parity.check_converts_both_ways(hf_model(), tmp_path, **ATTN)
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, only=("test_the_family_converts_both_ways",)))
 
 
 def test_the_record_reads_the_family_s_parts():

@@ -44,8 +44,14 @@ def hf_model(seed: int = 1):
     return parity.hf_case(HF_CASES, "minimax_m2", seed, **EAGER)
 
 
-def test_from_hf_gives_hf_logits_and_maps_back_to_the_family():
-    parity.check_from_hf(hf_model())  # to_hf of the layout read picks this class
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model,
+        impl=EAGER,
+        only=parity.ROUTED_MOE_TESTS,
+    )
+)
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -56,29 +62,6 @@ def test_from_hf_reads_the_family_s_parts():
         mm.mlp.routing.correction_bias,
         mm.mlp.routing.normalize_top_k,
     ) == ("full", 0.5, True, True)
-
-
-def test_correction_bias_changes_the_experts_chosen():
-    parity.check_correction_bias_moves_logits(from_hf(hf_model()))
-
-
-def test_hf_to_archlab_to_hf_and_back():
-    """The archlab model converts back to the same HF class with the same logits, and from there to an
-    archlab model with the same config and bit-identical tensors (the correction biases included)."""
-    hf = hf_model(seed=2)
-    parity.check_back_and_again(hf, from_hf(hf), **EAGER)
-
-
-def test_generation_matches_hf_generate():
-    """Greedy decoding after one prompt, and of left-padded prompts of 7, 3 and 5 tokens in one batch: the
-    same ids as HF ``generate`` and, at every step, the logits HF decoded with."""
-    parity.check_generation(hf_model(seed=4))
-
-
-def test_save_pretrained_directories_round_trip(tmp_path):
-    """save_pretrained (each expert saved apart) -> load_hf_dir -> save_hf_dir -> from_pretrained: the
-    same logits throughout."""
-    parity.check_directory_round_trip(hf_model(seed=7), tmp_path, **EAGER)
 
 
 @pytest.mark.parametrize(

@@ -91,12 +91,15 @@ def hf_model(case: str, seed: int = 1):
     return parity.hf_case(HF_CASES, case, seed, **ATTN)
 
 
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_from_hf_gives_hf_logits_and_back(case):
-    """HF -> archlab: the same logits, and the layout maps back to the family; archlab -> HF: the same class
-    and logits; -> archlab again: the same config and bit-identical tensors."""
-    hf = hf_model(case)
-    parity.check_back_and_again(hf, parity.check_from_hf(hf), **ATTN)
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model,
+        HF_CASES,
+        generation_seed=3,
+        only=parity.AND_BACK_TESTS,
+    )
+)
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -133,13 +136,6 @@ def test_from_hf_reads_the_family_s_parts():
     )
     assert plain.attention.query_scale_beta is None
     assert softmax_scale(plain) == 1 / math.sqrt(16)
-
-
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_generation_matches_hf_generate(case):
-    """Greedy decoding through the KV cache, alone and in a left-padded batch, gives HF ``generate``'s ids
-    and logits at every step (past the windows, and past position 8 where Ministral 3's query scale steps)."""
-    parity.check_generation(hf_model(case, seed=3))
 
 
 @pytest.mark.parametrize("case", list(HF_CASES))

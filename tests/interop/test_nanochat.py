@@ -34,10 +34,8 @@ def hf_model(seed: int = 1):
     return parity.hf_case(HF_CASES, "nanochat", seed, **ATTN)
 
 
-def test_from_hf_gives_hf_logits_maps_back_and_loads_saved(tmp_path):
-    """HF -> archlab logits and the family the layout maps to; HF -> archlab -> HF -> archlab bit for bit;
-    a save_pretrained directory through load_hf_dir and save_hf_dir back."""
-    parity.check_converts_both_ways(hf_model(), tmp_path, **ATTN)
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(parity.family_tests(hf_model, only=("test_from_hf_gives_hf_logits_maps_back_and_loads_saved",)))
 
 
 def test_greedy_and_padded_generation_match_hf_generate():

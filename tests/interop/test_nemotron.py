@@ -43,8 +43,14 @@ def hf_model(seed: int = 1):
     return parity.hf_case(HF_CASES, "nemotron", seed, **EAGER)
 
 
-def test_from_hf_gives_hf_logits_and_maps_back_to_the_family():
-    parity.check_from_hf(hf_model())  # to_hf of the layout read picks this class
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model,
+        impl=EAGER,
+        only=parity.MAPPED_TESTS,
+    )
+)
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -56,24 +62,6 @@ def test_from_hf_reads_the_family_s_parts():
         "relu2",
     )
     assert (nemotron.position.rotary_fraction, nemotron.attention.head_dim) == (0.5, 24)
-
-
-def test_hf_to_archlab_to_hf_and_back():
-    """The archlab model converts back to the same HF class with the same logits, and from there to an
-    archlab model with the same config and bit-identical tensors."""
-    hf = hf_model(seed=2)
-    parity.check_back_and_again(hf, from_hf(hf), **EAGER)
-
-
-def test_generation_matches_hf_generate():
-    """Greedy decoding after one prompt, and of left-padded prompts of 7, 3 and 5 tokens in one batch: the
-    same ids as HF ``generate`` and, at every step, the logits HF decoded with."""
-    parity.check_generation(hf_model(seed=4))
-
-
-def test_save_pretrained_directories_round_trip(tmp_path):
-    """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the same logits throughout."""
-    parity.check_directory_round_trip(hf_model(seed=7), tmp_path, **EAGER)
 
 
 def test_the_layout_picks_the_family():

@@ -72,10 +72,15 @@ def hf_model(case: str, seed: int = 1):
     return parity.hf_case(HF_CASES, case, seed, **ATTN)
 
 
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_from_hf_gives_hf_logits(case):
-    """12 tokens and 24 (the long factors past 16); the layout read maps back to the same family."""
-    parity.check_from_hf(hf_model(case), ids=(IDS, LONG_IDS))
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model,
+        HF_CASES,
+        ids=(IDS, LONG_IDS),
+        only=parity.ROUND_TRIP_TESTS,
+    )
+)
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -97,12 +102,6 @@ def test_from_hf_reads_the_family_s_parts():
     )
     p = from_hf(hf_model("phi3-longrope-attention-factor")).cfg.position.scaling
     assert (p.factor, p.attention_factor) == (2.0, 1.3)
-
-
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_hf_to_archlab_to_hf_and_back(case):
-    hf = hf_model(case, seed=2)
-    parity.check_back_and_again(hf, from_hf(hf), **ATTN)
 
 
 @pytest.mark.parametrize("case", ["phi3-window"])

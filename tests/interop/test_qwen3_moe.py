@@ -51,8 +51,19 @@ def hf_model(seed: int = 1):
     return parity.hf_case(HF_CASES, "qwen3_moe-dense-first-biases", seed, **EAGER)
 
 
-def test_from_hf_gives_hf_logits():
-    parity.check_from_hf(hf_model())  # the layout read maps back to the same family
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model,
+        impl=EAGER,
+        only=(
+            "test_from_hf_gives_hf_logits",
+            "test_hf_to_archlab_to_hf_and_back",
+            "test_greedy_generation_matches_hf_generate",
+            "test_padded_batch_generation_matches_hf_generate",
+        ),
+    )
+)
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -77,29 +88,10 @@ def test_every_token_is_routed_as_hf_routes_it():
     parity.check_routed_as_hf(hf_model(seed=8))
 
 
-def test_hf_to_archlab_to_hf_and_back():
-    """The archlab model converts back to the same HF class with the same logits, and from there to an
-    archlab model with the same config and bit-identical tensors."""
-    hf = hf_model(seed=2)
-    parity.check_back_and_again(hf, from_hf(hf), **EAGER)
-
-
 def test_archlab_to_hf_to_archlab_is_bit_identical():
     """The shrunk preset converts to its family's HF class with the same logits (HF eager), and back to
     archlab with every tensor bit for bit."""
     parity.check_exports(compose_model(["model=qwen3-30b-a3b", *TINY, *PRESET]), "Qwen3MoeForCausalLM", **EAGER)
-
-
-def test_greedy_generation_matches_hf_generate():
-    """20 new tokens after a 5-token prompt: the same ids as HF ``generate``, and at every step archlab's
-    logits through its KV cache equal the logits HF decoded with."""
-    parity.check_greedy_generation(hf_model(seed=4))
-
-
-def test_padded_batch_generation_matches_hf_generate():
-    """Prompts of 7, 3 and 5 tokens left-padded into one batch, with their attention mask: archlab's
-    greedy continuation of each row, and its logits at every step, equal HF ``generate``'s."""
-    parity.check_padded_generation(hf_model(seed=6))
 
 
 @pytest.mark.parametrize(

@@ -52,9 +52,14 @@ def hf_model(case: str, seed: int = 1):
     return parity.hf_case(HF_CASES, case, seed, **ATTN)
 
 
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_from_hf_gives_hf_logits(case):
-    parity.check_from_hf(hf_model(case))  # the layout read maps back to the same family
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model,
+        HF_CASES,
+        only=parity.ROUND_TRIP_TESTS,
+    )
+)
 
 
 def test_from_hf_reads_the_family_s_parts():
@@ -65,14 +70,6 @@ def test_from_hf_reads_the_family_s_parts():
     big = cfg.attention
     assert (cfg.block.kind, cfg.block.shared_norm) == ("parallel", True)
     assert (big.qk_norm, big.qk_norm_per_head_scale, big.qk_norm_bias, cfg.norm.bias) == ("head", True, False, True)
-
-
-@pytest.mark.parametrize("case", list(HF_CASES))
-def test_hf_to_archlab_to_hf_and_back(case):
-    """The archlab model converts back to the same HF class with the same logits, and from there to an
-    archlab model with the same config and bit-identical tensors."""
-    hf = hf_model(case, seed=2)
-    parity.check_back_and_again(hf, from_hf(hf), **ATTN)
 
 
 @pytest.mark.parametrize("case", ["stablelm-2-12b"])
