@@ -4,6 +4,7 @@ MLP, no positions."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from archlab.config import POSITION_OPTIONS, HeadConfig, ModelConfig, NormConfig
@@ -12,6 +13,39 @@ from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.mamba2 import Mamba2Config, head_dim, inner
+
+# the keys MambaConfig and Mamba2Config share, and the fields they read into
+BACKBONE_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "d_model",
+    "num_hidden_layers": "n_layer",
+    "layer_norm_epsilon": "norm.eps",
+    "initializer_range": "init_std",
+    "state_size": "attention.state_size",
+    "conv_kernel": "attention.conv_kernel",
+    "use_conv_bias": "attention.conv_bias",
+    "time_step_min": "attention.dt_min",
+    "time_step_max": "attention.dt_max",
+    "time_step_floor": "attention.dt_init_floor",
+    "tie_word_embeddings": "head.tied",
+}
+
+
+def backbone_tensors(cfg: ModelConfig, mixer: Callable[[Tensors, str, str], None]) -> list[TensorMap]:
+    """The tensors of a Mamba backbone as transformers names them (Mamba and Mamba-2 alike): the embeddings,
+    each block's norm, its convolution and what ``mixer(t, ours, theirs)`` maps of the rest of its mixer
+    (archlab's and HF's prefixes), the final norm, the head."""
+    t, a = Tensors(cfg), cfg.attention
+    t.add("tok_emb", "backbone.embeddings")
+    for i in range(cfg.n_layer):
+        ours, theirs = f"blocks.{i}.attn", f"backbone.layers.{i}.mixer"
+        t.add(f"blocks.{i}.attn_norm", f"backbone.layers.{i}.norm")
+        t.maps.append(TensorMap(f"{ours}.conv_weight", (f"{theirs}.conv1d.weight",)))
+        if a.conv_bias:
+            t.maps.append(TensorMap(f"{ours}.conv_bias", (f"{theirs}.conv1d.bias",)))
+        mixer(t, ours, theirs)
+    t.add("final_norm", "backbone.norm_f")
+    return t.head()
 
 
 class Mamba2(Family):
@@ -30,21 +64,10 @@ class Mamba2(Family):
     position_why = " (Mamba-2 has no positions: its recurrence orders the tokens)"
     renames = {"backbone.embedding.": "backbone.embeddings."}  # mamba_ssm's name, which transformers renames too
     keys = {
-        "vocab_size": "vocab_size",
-        "hidden_size": "d_model",
-        "num_hidden_layers": "n_layer",
-        "layer_norm_epsilon": "norm.eps",
-        "initializer_range": "init_std",
+        **BACKBONE_KEYS,
         "num_heads": "attention.n_head",
-        "state_size": "attention.state_size",
         "n_groups": "attention.groups",
-        "conv_kernel": "attention.conv_kernel",
-        "use_conv_bias": "attention.conv_bias",
         "chunk_size": "attention.scan_chunk",
-        "time_step_min": "attention.dt_min",
-        "time_step_max": "attention.dt_max",
-        "time_step_floor": "attention.dt_init_floor",
-        "tie_word_embeddings": "head.tied",
     }
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -96,21 +119,16 @@ class Mamba2(Family):
         return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        t, a = Tensors(cfg), cfg.attention
-        t.add("tok_emb", "backbone.embeddings")
-        for i in range(cfg.n_layer):
-            b, h = f"blocks.{i}", f"backbone.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.norm")
-            t.add(f"{b}.attn.in_proj", f"{h}.mixer.in_proj", a.qkv_bias)
-            t.maps.append(TensorMap(f"{b}.attn.conv_weight", (f"{h}.mixer.conv1d.weight",)))
-            if a.conv_bias:
-                t.maps.append(TensorMap(f"{b}.attn.conv_bias", (f"{h}.mixer.conv1d.bias",)))
+        a = cfg.attention
+
+        def mixer(t: Tensors, ours: str, theirs: str) -> None:
+            t.add(f"{ours}.in_proj", f"{theirs}.in_proj", a.qkv_bias)
             for name in ("dt_bias", "A_log", "D"):
-                t.maps.append(TensorMap(f"{b}.attn.{name}", (f"{h}.mixer.{name}",)))
-            t.maps.append(TensorMap(f"{b}.attn.norm_weight", (f"{h}.mixer.norm.weight",)))
-            t.add(f"{b}.attn.proj", f"{h}.mixer.out_proj", a.qkv_bias)
-        t.add("final_norm", "backbone.norm_f")
-        return t.head()
+                t.maps.append(TensorMap(f"{ours}.{name}", (f"{theirs}.{name}",)))
+            t.maps.append(TensorMap(f"{ours}.norm_weight", (f"{theirs}.norm.weight",)))
+            t.add(f"{ours}.proj", f"{theirs}.out_proj", a.qkv_bias)
+
+        return backbone_tensors(cfg, mixer)
 
 
 RECORDS: tuple[Family, ...] = (Mamba2(),)

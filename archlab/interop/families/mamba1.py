@@ -8,6 +8,7 @@ from typing import Any
 
 from archlab.config import POSITION_OPTIONS, HeadConfig, ModelConfig, NormConfig
 from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule
+from archlab.interop.families.mamba import BACKBONE_KEYS, backbone_tensors
 from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import refuse_hf
@@ -31,21 +32,10 @@ class Mamba(Family):
     renames = {"backbone.embedding.": "backbone.embeddings."}  # mamba_ssm's name, which transformers renames too
     bc_dt_norm = False  # FalconMamba: B, C and Δ RMS-normed
     keys = {
-        "vocab_size": "vocab_size",
-        "hidden_size": "d_model",
-        "num_hidden_layers": "n_layer",
-        "layer_norm_epsilon": "norm.eps",
-        "initializer_range": "init_std",
-        "state_size": "attention.state_size",
-        "conv_kernel": "attention.conv_kernel",
-        "use_conv_bias": "attention.conv_bias",
+        **BACKBONE_KEYS,
         "use_bias": "attention.bias",
         "time_step_scale": "attention.dt_scale",
-        "time_step_min": "attention.dt_min",
-        "time_step_max": "attention.dt_max",
-        "time_step_floor": "attention.dt_init_floor",
         "time_step_init_scheme": "attention.dt_init",
-        "tie_word_embeddings": "head.tied",
     }
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
@@ -96,22 +86,17 @@ class Mamba(Family):
         return cfg
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        t, a = Tensors(cfg), cfg.attention
-        t.add("tok_emb", "backbone.embeddings")
-        for i in range(cfg.n_layer):
-            b, h = f"blocks.{i}", f"backbone.layers.{i}.mixer"
-            t.add(f"{b}.attn_norm", f"backbone.layers.{i}.norm")
-            t.add(f"{b}.attn.in_proj", f"{h}.in_proj", a.bias)
-            t.maps.append(TensorMap(f"{b}.attn.conv_weight", (f"{h}.conv1d.weight",)))
-            if a.conv_bias:
-                t.maps.append(TensorMap(f"{b}.attn.conv_bias", (f"{h}.conv1d.bias",)))
-            t.add(f"{b}.attn.x_proj", f"{h}.x_proj", False)
-            t.add(f"{b}.attn.dt_proj", f"{h}.dt_proj", True)
+        bias = cfg.attention.bias
+
+        def mixer(t: Tensors, ours: str, theirs: str) -> None:
+            t.add(f"{ours}.in_proj", f"{theirs}.in_proj", bias)
+            t.add(f"{ours}.x_proj", f"{theirs}.x_proj", False)
+            t.add(f"{ours}.dt_proj", f"{theirs}.dt_proj", True)
             for name in ("A_log", "D"):
-                t.maps.append(TensorMap(f"{b}.attn.{name}", (f"{h}.{name}",)))
-            t.add(f"{b}.attn.out_proj", f"{h}.out_proj", a.bias)
-        t.add("final_norm", "backbone.norm_f")
-        return t.head()
+                t.maps.append(TensorMap(f"{ours}.{name}", (f"{theirs}.{name}",)))
+            t.add(f"{ours}.out_proj", f"{theirs}.out_proj", bias)
+
+        return backbone_tensors(cfg, mixer)
 
 
 class FalconMamba(Mamba):
