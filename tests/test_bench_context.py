@@ -82,7 +82,7 @@ def sweep(tmp_path_factory):
 
 def test_the_sweep_measures_every_variant_at_every_context(sweep):
     out, plot = sweep
-    names = ["attention", "gated_deltanet", "hybrid_3_1", "mamba2"]
+    names = ["attention", "gated_deltanet", "hybrid_3_1", "mamba2", "mamba", "rglru", "short_conv"]
     assert list(out["variants"]) == names and out["contexts"] == [16, 32] and out["tokens_per_step"] == 64
     assert [(r["variant"], r["context"]) for r in out["rows"]] == [(n, c) for n in names for c in (16, 32)]
     for row in out["rows"]:
@@ -142,7 +142,7 @@ def test_a_context_over_the_memory_cap_is_skipped_with_a_note(monkeypatch):
 
 
 def test_every_variant_selects_what_it_names():
-    """Each variant's option is a config the model group ships (mamba2 once it does); their mixers differ."""
+    """Each variant's option is a config the model group ships, or a registered mixer's kind; their mixers differ."""
     from archlab.bench.context import variant_config
 
     cfg = compose("bench", TINY)
@@ -152,6 +152,7 @@ def test_every_variant_selects_what_it_names():
         assert mcfg.context_length == 64
         kinds[name] = mcfg.attention.kind
     assert kinds["attention"] == "causal" and kinds["gated_deltanet"] == "gated_deltanet"
+    assert [kinds[n] for n in ("mamba", "rglru", "short_conv")] == ["mamba", "rglru", "short_conv"]  # no YAML: kind
     layers = variant_config(cfg.model, "hybrid_3_1", 64).layers
     assert list(layers.pattern) == ["deltanet", "deltanet", "deltanet", "attention"]
     assert set(VARIANTS) >= set(kinds)

@@ -1,6 +1,6 @@
 """archlab-bench's context sweep (``contexts=[...]``): how cost grows with the context for the same model
-with different token mixers. Per variant (softmax attention, Gated DeltaNet, the 3:1 hybrid, Mamba-2) and
-context: a training step at a fixed number of tokens (batch × context = ``tokens_per_step``), its peak
+with different token mixers. Per variant (softmax attention, Gated DeltaNet, the 3:1 hybrid, Mamba-2,
+Mamba-1, the RG-LRU, the short convolution) and context: a training step at a fixed number of tokens (batch × context = ``tokens_per_step``), its peak
 memory, decoding's time per token after a prefill of that context and the decoding state's bytes (the
 cache's tensors beside the closed form of ``accounting.kv_cache_bytes``), and a fitted growth exponent.
 
@@ -39,6 +39,9 @@ VARIANTS: dict[str, Optional[tuple[str, str, Optional[str]]]] = {
     "gated_deltanet": ("attention", "gated_deltanet", "attention"),
     "hybrid_3_1": ("layers", "deltanet_3_1", "layers.kinds.deltanet.attention"),
     "mamba2": ("attention", "mamba2", None),
+    "mamba": ("attention", "mamba", None),
+    "rglru": ("attention", "rglru", None),
+    "short_conv": ("attention", "short_conv", None),
 }
 MEMORY_SHARE = 0.9  # memory_cap_mib=null: this share of the memory free before the sweep
 TARGET_RATIO = 1.2  # issue 28: a linear mixer's step time grows at most this much per doubling of context
@@ -72,7 +75,8 @@ def variant_config(model_cfg: Any, name: str, context_length: int) -> Any:
     if option is not None:
         group, choice, sized = option
         size = head_dim(validate(to_model_config(cfg)))
-        cfg = OmegaConf.merge(cfg, {group: OmegaConf.load(option_file(CONF_DIR, group, choice))})
+        path = option_file(CONF_DIR, group, choice)  # an option with no file sets its kind alone
+        cfg = OmegaConf.merge(cfg, {group: OmegaConf.load(path) if path.exists() else {"kind": choice}})
         if sized is not None:
             with open_dict(cfg):  # a layer kind's section is a free-form mapping
                 OmegaConf.update(cfg, sized, {"key_head_dim": size, "v_head_dim": size}, merge=True)
