@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, Optional
 
 from archlab import checks
 from archlab.config import ModelConfig
+from archlab.config.fields import leaves
 from archlab.config.layers import check_layers, kind_config, layer_configs, used_kinds
 from archlab.errors import ConfigError
 from archlab.nn.block import BLOCKS, Block
@@ -204,14 +205,7 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
 
 def _fields(section: Any) -> list[tuple[str, Any, Any]]:
     """(name, value, default) of each field of a config section, a sub-config's as ``sub.field``."""
-    out = []
-    for f in dataclasses.fields(section):
-        value = getattr(section, f.name)
-        if dataclasses.is_dataclass(value):
-            out += [(f"{f.name}.{name}", v, d) for name, v, d in _fields(value)]
-        else:
-            out.append((f.name, value, _default(f)))
-    return out
+    return [(name, value, _default(f)) for name, value, f in leaves(section)]
 
 
 def _dotted(values: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any, NoReturn
 
 from archlab.config import ModelConfig
+from archlab.config.fields import leaves
 from archlab.errors import ConfigError
 
 
@@ -39,14 +40,7 @@ def differences(have: Any, want: Any) -> list[tuple[str, Any, Any]]:
 def leaf_fields(section: Any, prefix: str) -> list[str]:
     """``prefix.<field>`` for each field of config ``section``, a sub-config's one by one
     (``model.position.scaling.factor``)."""
-    out = []
-    for f in dataclasses.fields(section):
-        value = getattr(section, f.name)
-        if dataclasses.is_dataclass(value):
-            out += leaf_fields(value, f"{prefix}.{f.name}")
-        else:
-            out.append(f"{prefix}.{f.name}")
-    return out
+    return [name for name, _, _ in leaves(section, f"{prefix}.")]
 
 
 def value_of(cfg: ModelConfig, field: str) -> Any:

@@ -25,8 +25,8 @@ from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.config.fields import choice
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
-from archlab.nn.mixers.mamba2 import check_dt_init
-from archlab.nn.mixers.ops.conv import causal_conv
+from archlab.nn.mixers.mamba2 import check_dt_init, drawn_dt_bias
+from archlab.nn.mixers.ops.conv import causal_conv, init_conv
 from archlab.nn.mixers.ops.selective_scan import chunked_scan, recurrent_scan
 
 
@@ -145,17 +145,13 @@ class Mamba(Mixer):
         (or that constant), its bias softplus⁻¹ of a Δ log-uniform in [dt_min, dt_max], at least dt_init_floor;
         A_log = log(1..N) for every channel; D 1."""
         dt_min, dt_max, floor, scheme, scale = self.dt_init
-        nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
-        if self.conv_bias is not None:
-            nn.init.zeros_(self.conv_bias)
+        init_conv(self.conv_weight, self.conv_bias)
         bound = scale * self.rank**-0.5
         if scheme == "constant":
             nn.init.constant_(self.dt_proj.weight, bound)
         else:
             nn.init.uniform_(self.dt_proj.weight, -bound, bound)
-        u = torch.rand(self.inner, dtype=torch.float32, device=self.dt_proj.bias.device)
-        dt = (u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).exp().clamp(min=floor)
-        self.dt_proj.bias.copy_(dt + torch.log(-torch.expm1(-dt)))
+        self.dt_proj.bias.copy_(drawn_dt_bias(self.inner, dt_min, dt_max, floor, self.dt_proj.bias.device))
         A = torch.arange(1, self.state_size + 1, dtype=torch.float32, device=self.A_log.device)
         self.A_log.copy_(A.log().expand(self.inner, -1))
         nn.init.ones_(self.D)

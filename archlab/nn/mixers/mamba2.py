@@ -26,7 +26,7 @@ from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.ops import kernels
-from archlab.nn.mixers.ops.conv import causal_conv
+from archlab.nn.mixers.ops.conv import causal_conv, init_conv
 from archlab.nn.mixers.ops.ssd import chunked_ssd, recurrent_ssd
 
 
@@ -53,9 +53,10 @@ class Mamba2Config(MixerConfig):
     dt_limit_max: Optional[float] = None  # None = no upper bound (transformers' time_step_limit (0, inf))
 
 
-def drawn_dt_bias(n_head: int, dt_min: float, dt_max: float, floor: float, device: torch.device) -> Tensor:
-    """Mamba's dt_bias init, one per head: softplus⁻¹ of a dt log-uniform in [dt_min, dt_max], at least ``floor``."""
-    u = torch.rand(n_head, dtype=torch.float32, device=device)
+def drawn_dt_bias(n: int, dt_min: float, dt_max: float, floor: float, device: torch.device) -> Tensor:
+    """Mamba's dt bias init, ``n`` of them (Mamba-2: one per head; Mamba-1: per channel): softplus⁻¹ of a dt
+    log-uniform in [dt_min, dt_max], at least ``floor``."""
+    u = torch.rand(n, dtype=torch.float32, device=device)
     dt = (u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).exp().clamp(min=floor)
     return dt + torch.log(-torch.expm1(-dt))  # softplus⁻¹(dt)
 
@@ -169,9 +170,7 @@ class Mamba2(Mixer):
         it: the convolution as nn.Conv1d (uniform within 1/sqrt(conv_kernel)), its bias 0; dt_bias the
         inverse softplus of dt, log-uniform in [dt_min, dt_max] and at least dt_init_floor; A_log = log(1..H),
         so the heads decay at rates 1 to H; D 1; the norm's scale 1."""
-        nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
-        if self.conv_bias is not None:
-            nn.init.zeros_(self.conv_bias)
+        init_conv(self.conv_weight, self.conv_bias)
         self.dt_bias.copy_(drawn_dt_bias(self.n_head, *self.dt_init, self.dt_bias.device))
         self.A_log.copy_(torch.arange(1, self.n_head + 1, dtype=torch.float32, device=self.A_log.device).log())
         nn.init.ones_(self.D)

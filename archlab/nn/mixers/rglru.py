@@ -10,7 +10,6 @@ The scan is Mamba-1's with one state dim per channel (nn/mixers/ops/selective_sc
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,7 +22,7 @@ from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
-from archlab.nn.mixers.ops.conv import causal_conv
+from archlab.nn.mixers.ops.conv import causal_conv, init_conv
 from archlab.nn.mixers.ops.selective_scan import chunked_scan, recurrent_scan
 
 GATE_SCALE = 8.0  # Griffin's c: a_t = a^(c·r_t), with a = exp(−softplus(Λ))
@@ -152,8 +151,8 @@ class RGLRU(Mixer):
         """What RecurrentGemma initialises its own way: the convolution as nn.Conv1d (uniform within
         1/sqrt(conv_kernel)), the biases 0, the gates' blocks N(0, 1/block), and Λ so that a = exp(−softplus(Λ))
         lies in [0.9, 0.999] at r = 1/8 (uniform a² in [0.81, 0.998])."""
-        nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
-        for bias in (self.conv_bias, self.input_gate_bias, self.recurrent_gate_bias):
+        init_conv(self.conv_weight, self.conv_bias)
+        for bias in (self.input_gate_bias, self.recurrent_gate_bias):
             nn.init.zeros_(bias)
         block = self.width // self.n_head
         for weight in (self.input_gate_weight, self.recurrent_gate_weight):

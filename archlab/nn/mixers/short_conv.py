@@ -7,7 +7,6 @@ that grows with the context."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +16,7 @@ from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
-from archlab.nn.mixers.ops.conv import causal_conv
+from archlab.nn.mixers.ops.conv import causal_conv, init_conv
 
 
 @mixer_config("short_conv")
@@ -66,9 +65,7 @@ class ShortConv(Mixer):
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:
         """The convolution as nn.Conv1d initialises it (uniform within 1/sqrt(conv_kernel)), its bias 0."""
-        nn.init.kaiming_uniform_(self.conv_weight, a=math.sqrt(5))
-        if self.conv_bias is not None:
-            nn.init.zeros_(self.conv_bias)
+        init_conv(self.conv_weight, self.conv_bias)
 
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:

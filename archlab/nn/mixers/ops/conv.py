@@ -3,14 +3,23 @@ DeltaNet's q, k and v, a short convolution's gated input), continuing after what
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 if TYPE_CHECKING:
     from archlab.nn.mixers.base import KVCache
+
+
+@torch.no_grad()
+def init_conv(weight: Tensor, bias: Optional[Tensor]) -> None:
+    """The depthwise convolution as nn.Conv1d initialises it (uniform within 1/sqrt(kernel)), its bias 0."""
+    nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        nn.init.zeros_(bias)
 
 
 def causal_conv(
