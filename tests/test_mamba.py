@@ -16,6 +16,7 @@ from helpers.mixers import mixer_config, randomise
 from archlab import ConfigError, count_params
 from archlab.config import to_model_config
 from archlab.nn.mixers.mamba import Mamba
+from archlab.nn.mixers.ops import selective_scan
 from archlab.nn.validation import validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -55,12 +56,14 @@ def by_hand(m: Mamba, x: torch.Tensor, norm: bool) -> torch.Tensor:
     return torch.stack(out, dim=1)
 
 
-@pytest.mark.parametrize("chunk", [1, 4, 16])
+@pytest.mark.parametrize("chunk", [None, 1, 4, 16])
 @pytest.mark.parametrize("norm", [False, True])
-def test_a_layer_is_its_recurrence_token_by_token(chunk, norm):
-    """The chunked parallel scan (chunks of 4 over 11 positions: a padded tail; of 16: one chunk) and the
-    token-at-a-time one equal the recurrence written out, within 1e-12 in float64."""
-    m = layer(chunk, norm=norm)
+def test_a_layer_is_its_recurrence_token_by_token(chunk, norm, monkeypatch):
+    """The position-by-position scan (chunk None, the CPU's) and the chunked parallel one (chunks of 4 over
+    11 positions: a padded tail; of 16: one chunk) equal the recurrence written out, within 1e-12 in float64."""
+    m = layer(chunk or 4, norm=norm)
+    if chunk is not None:
+        monkeypatch.setattr(selective_scan, "SEQUENTIAL_DEVICES", set())
     x = torch.randn(2, T, D, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(m(x), by_hand(m, x, norm), rtol=0, atol=1e-12)

@@ -12,6 +12,7 @@ from helpers.mixers import mixer_config, randomise
 
 from archlab import ConfigError, count_params
 from archlab.config import to_model_config
+from archlab.nn.mixers.ops import selective_scan
 from archlab.nn.mixers.rglru import RGLRU, _BoundedSqrt
 from archlab.nn.validation import validate
 
@@ -46,9 +47,12 @@ def by_hand(m: RGLRU, x: torch.Tensor) -> torch.Tensor:
     return torch.stack(out, dim=1)
 
 
-@pytest.mark.parametrize("chunk", [1, 4, 16])
-def test_a_layer_is_its_recurrence_token_by_token(chunk):
-    m = layer(chunk)
+@pytest.mark.parametrize("chunk", [None, 1, 4, 16])
+def test_a_layer_is_its_recurrence_token_by_token(chunk, monkeypatch):
+    """The position-by-position scan (chunk None, the CPU's) and the chunked one equal the recurrence."""
+    m = layer(chunk or 4)
+    if chunk is not None:
+        monkeypatch.setattr(selective_scan, "SEQUENTIAL_DEVICES", set())
     x = torch.randn(2, T, D, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(m(x), by_hand(m, x), rtol=0, atol=1e-12)

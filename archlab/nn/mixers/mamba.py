@@ -5,9 +5,9 @@ input-dependent B, so its decoding state is constant in the context.
 
 Per inner channel ``c``, state dim ``n`` and token ``t``: ``h_t = exp(Δ_t,c·A_c,n)·h_{t−1} + Δ_t,c·B_t,n·x_t,c``,
 ``y_t,c = Σ_n h_t,n·C_t,n + D_c·x_t,c``, with ``Δ = softplus(dt_proj(dt_low) + bias)`` and ``A = −exp(A_log)``
-(FalconMamba: dt_low, B and C RMS-normed without a scale first). Training and prefill run the chunked
-parallel scan (nn/mixers/ops/selective_scan.py), decoding the recurrence; both in float32 (float64 in a
-float64 model)."""
+(FalconMamba: dt_low, B and C RMS-normed without a scale first). The scan (nn/mixers/ops/selective_scan.py)
+runs position by position on the CPU and in decoding, as a chunked parallel scan elsewhere; in float32
+(float64 in a float64 model)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.mamba2 import check_dt_init, drawn_dt_bias
 from archlab.nn.mixers.ops.conv import causal_conv, init_conv
-from archlab.nn.mixers.ops.selective_scan import chunked_scan, recurrent_scan
+from archlab.nn.mixers.ops.selective_scan import scan
 
 
 @mixer_config("mamba")
@@ -45,7 +45,7 @@ class MambaConfig(MixerConfig):
     dt_rank: Optional[int] = None  # the low rank of Δ's projection (time_step_rank); None = ceil(d_model / 16)
     bc_dt_norm: bool = False  # RMS-norm B, C and Δ's low-rank input without a scale (FalconMamba)
     bc_dt_norm_eps: float = 1e-6  # that norm's epsilon (mixer_rms_eps)
-    scan_chunk: int = 16  # positions per chunk of the parallel scan (speed and memory only)
+    scan_chunk: int = 16  # positions per chunk of the parallel scan off the CPU (speed and memory only)
     dt_min: float = 0.001  # init: Δ log-uniform in [dt_min, dt_max] (floored at dt_init_floor) through the
     dt_max: float = 0.1  # projection's bias, softplus⁻¹(Δ)
     dt_init_floor: float = 1e-4
@@ -129,10 +129,7 @@ class Mamba(Mixer):
         write = (dt * xs)[..., None] * B[:, :, None]
         state = None if cache is None else cache.recurrent_state[layer]
         state = None if state is None else state.to(f)
-        if x.shape[1] == 1:
-            y, state = recurrent_scan(decay, write, C, state)
-        else:
-            y, state = chunked_scan(decay, write, C, self.scan_chunk, state)
+        y, state = scan(decay, write, C, self.scan_chunk, state)
         if cache is not None:
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
         y = (y + xs * self.D.to(f)) * F.silu(z.to(f))

@@ -23,7 +23,7 @@ from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.ops.conv import causal_conv, init_conv
-from archlab.nn.mixers.ops.selective_scan import chunked_scan, recurrent_scan
+from archlab.nn.mixers.ops.selective_scan import scan
 
 GATE_SCALE = 8.0  # Griffin's c: a_t = a^(c·r_t), with a = exp(−softplus(Λ))
 
@@ -37,7 +37,7 @@ class RGLRUConfig(MixerConfig):
     kind: str = "rglru"
     width: Optional[int] = None  # channels of the recurrence (lru_width); None = d_model
     conv_kernel: int = 4  # width of the causal depthwise convolution before it (conv1d_width)
-    scan_chunk: int = 16  # positions per chunk of the parallel scan (speed and memory only)
+    scan_chunk: int = 16  # positions per chunk of the parallel scan off the CPU (speed and memory only)
 
 
 def width(cfg: ModelConfig) -> int:
@@ -127,10 +127,7 @@ class RGLRU(Mixer):
         ones = decay.new_ones(*decay.shape[:2], 1)  # the state's one dim, read whole
         state = None if cache is None else cache.recurrent_state[layer]
         state = None if state is None else state.to(f)
-        if x.shape[1] == 1:
-            h, state = recurrent_scan(decay[..., None], write[..., None], ones, state)
-        else:
-            h, state = chunked_scan(decay[..., None], write[..., None], ones, self.scan_chunk, state)
+        h, state = scan(decay[..., None], write[..., None], ones, self.scan_chunk, state)
         if cache is not None:
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
         return self.linear_out((h * y.to(f)).to(x.dtype))

@@ -1,0 +1,150 @@
+"""archlab's recurrent token mixers against transformers' own torch path of the same layer, on the CPU:
+forward, and forward + backward (issue 42, docs/performance.md).
+
+    python scripts/bench_mixers.py --threads 2
+    python scripts/bench_mixers.py --mixers mamba --lengths 512 1024 --repeats 7
+
+Each mixer's transformers model is built with one layer at the sizes below and converted by archlab's own
+Hugging Face record (``archlab.interop.hf.from_hf``), so both layers hold the same weights; the script
+compares their outputs first, then times both at each length, alternating in one process after a warm-up:
+the figure to read is the ratio (HF / archlab, above 1: archlab faster), the median of the per-round
+ratios. transformers runs its PyTorch path (hub kernels off; mamba_ssm, causal-conv1d and fla are CUDA
+kernels). A mixer whose family archlab does not convert in this checkout is skipped, saying so."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from statistics import median
+from typing import Any, Callable
+
+os.environ["USE_HUB_KERNELS"] = "0"  # transformers' torch path, before transformers is imported
+
+import torch
+import transformers
+from torch import Tensor, nn
+
+from archlab.bench.harness import paired_ratio, time_alternating
+from archlab.errors import ConfigError
+from archlab.interop.hf import from_hf
+
+
+@dataclass(frozen=True)
+class Case:
+    """One mixer: transformers' model and config class, its config keys at benchmark sizes (one layer), the
+    path of the layer's mixer inside it, and how to call that mixer on hidden states alone."""
+
+    model_class: str
+    config_class: str
+    keys: dict[str, Any]
+    path: str
+    call: Callable[[nn.Module, Tensor], Tensor]
+
+
+def first(output: Any) -> Tensor:
+    """A layer's output tensor, where it returns a tuple."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+CASES: dict[str, Case] = {
+    # Mamba-1: 2·d_model channels of state 16, Δ of rank 64, conv 4 (MambaConfig's proportions)
+    "mamba": Case(
+        "MambaForCausalLM",
+        "MambaConfig",
+        dict(hidden_size=1024, state_size=16, expand=2, conv_kernel=4, use_bias=False, use_conv_bias=True),
+        "backbone.layers.0.mixer",
+        lambda layer, x: layer(x),
+    ),
+}
+
+
+def layers(name: str, d_model: int, seed: int = 0) -> tuple[nn.Module, nn.Module]:
+    """archlab's mixer and transformers' for ``name``, the same weights: transformers' model at its own
+    initialisation, converted by archlab's record."""
+    case = CASES[name]
+    keys = dict(case.keys, hidden_size=d_model, num_hidden_layers=1, vocab_size=256)
+    torch.manual_seed(seed)
+    hf = getattr(transformers, case.model_class)(getattr(transformers, case.config_class)(**keys)).eval()
+    ours = from_hf(hf).eval()
+    layer = ours.blocks[0].attn
+    assert isinstance(layer, nn.Module)
+    return layer, hf.get_submodule(case.path)
+
+
+def forward(call: Callable[[], Tensor], grad: Tensor, params: list[Tensor]) -> Callable[[], None]:
+    """One forward without autograd (``grad`` and ``params`` unused: ``forward_backward``'s signature)."""
+
+    def step() -> None:
+        with torch.no_grad():
+            call()
+
+    return step
+
+
+def forward_backward(call: Callable[[], Tensor], grad: Tensor, params: list[Tensor]) -> Callable[[], None]:
+    """One forward and backward against the output gradient ``grad``, the gradients of ``params`` cleared after."""
+
+    def step() -> None:
+        call().backward(grad)
+        for p in params:
+            p.grad = None
+
+    return step
+
+
+def bench(name: str, args: argparse.Namespace) -> None:
+    """Outputs compared, then the timing table of mixer ``name``."""
+    try:
+        ours, hf = layers(name, args.d_model)
+    except (ConfigError, KeyError, AttributeError) as e:
+        print(f"\n## {name}: skipped ({type(e).__name__}: {e})")
+        return
+    case = CASES[name]
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(args.batch, max(args.lengths), args.d_model, generator=gen)
+    with torch.no_grad():
+        expected, got = first(case.call(hf, x)), ours(x)
+    print(f"\n## {name}: {sum(p.numel() for p in ours.parameters()):,} parameters a layer")
+    print(
+        f"\noutputs at {max(args.lengths)} positions: max |archlab - HF| {(got - expected).abs().max().item():.2e} "
+        f"(max |HF| {expected.abs().max().item():.2f}); median of {args.repeats} interleaved rounds after "
+        f"{args.warmup} warm-up\n"
+    )
+    print("| length | forward: archlab | HF | HF / archlab | forward + backward: archlab | HF | HF / archlab |")
+    print("|---|---|---|---|---|---|---|")
+    for T in args.lengths:
+        x = torch.randn(args.batch, T, args.d_model, generator=gen, requires_grad=True)
+        grad = torch.randn(args.batch, T, args.d_model, generator=gen)
+        calls = {
+            "archlab": (lambda x=x: ours(x), [*ours.parameters(), x]),
+            "hf": (lambda x=x: first(case.call(hf, x)), [*hf.parameters(), x]),
+        }
+        row = [f"{T}"]
+        for make in (forward, forward_backward):
+            steps = {side: make(call, grad, params) for side, (call, params) in calls.items()}
+            times = time_alternating(steps, args.warmup, args.repeats, torch.device("cpu"))
+            ratio = paired_ratio(times["archlab"], times["hf"])[1]  # HF / archlab, the median of the rounds'
+            row += [f"{median(times[side]) * 1e3:.0f} ms" for side in steps] + [f"{ratio:.2f}"]
+        print("| " + " | ".join(row) + " |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--mixers", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--d-model", type=int, default=768)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}, {args.threads} threads, ", end="")
+    print(f"d_model {args.d_model}, batch {args.batch}, float32")
+    for name in args.mixers:
+        bench(name, args)
+
+
+if __name__ == "__main__":
+    main()
