@@ -192,3 +192,18 @@ def test_bamba_9b_breakdown_by_hand():
     counts = count_params(compose_model(["model=bamba-9b"]))
     assert counts["attention"] == L * mixer and counts["mlp"] == L * 3 * d * f and counts["norms"] == L * 2 * d
     assert counts["total"] == 2 * V * d + L * (mixer + 3 * d * f + 2 * d) + d == PUBLISHED["bamba-9b"]
+
+
+def test_recurrentgemma_2b_breakdown_by_hand():
+    """RecurrentGemma-2B written out from transformers' tensor shapes: a recurrent block's linear_y, linear_x
+    and linear_out with biases, the depthwise conv_1d with its bias, the RG-LRU's two block-diagonal gates
+    with biases and Λ; an attention block's q, one head's k and v, o_proj with its bias; every layer's gated
+    MLP with biases and two RMSNorms; 18 recurrent and 8 attention layers; the final norm, a tied head."""
+    V, L, d, f, H, hd, W, K = 256000, 26, 2560, 7680, 10, 256, 2560, 4
+    recurrent = 2 * (d * W + W) + (W * d + d) + W * (K + 1) + 2 * (H * (W // H) ** 2 + W) + W
+    attention = d * H * hd + 2 * d * hd + H * hd * d + d
+    mlp = 2 * (d * f + f) + f * d + d
+    counts = count_params(compose_model(["model=recurrentgemma-2b"]))
+    assert counts["attention"] == 18 * recurrent + 8 * attention and counts["mlp"] == L * mlp
+    assert counts["total"] == V * d + 18 * recurrent + 8 * attention + L * (mlp + 2 * d) + d
+    assert counts["total"] == PUBLISHED["recurrentgemma-2b"]

@@ -86,6 +86,7 @@ REFERENCE_COUNTS = {
     "llama4-scout-17b-16e": 107_769_861_120,  # Llama4TextConfig() defaults: the text stack, no vision tower
     "qwen3-next-80b-a3b": 79_674_391_296,  # Qwen/Qwen3-Next-80B-A3B-Instruct: Qwen3NextForCausalLM, no MTP layer
     "bamba-9b": 9_992_765_440,  # BambaConfig() defaults: BambaForCausalLM, every layer Mamba-2
+    "recurrentgemma-2b": 2_682_862_080,  # google-deepmind/recurrentgemma RECURRENT_GEMMA_2B_V1 (not the HF defaults)
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every

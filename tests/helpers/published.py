@@ -67,6 +67,7 @@ PUBLISHED = {
     "llama4-scout-17b-16e": 107_769_861_120,
     "qwen3-next-80b-a3b": 79_674_391_296,
     "bamba-9b": 9_992_765_440,
+    "recurrentgemma-2b": 2_682_862_080,
 }
 
 ACTIVE = {
@@ -616,4 +617,13 @@ LAYOUT_CONFIGS = {
     "qwen3-next-80b-a3b": ("Qwen3NextForCausalLM", "Qwen3NextConfig", QWEN3_NEXT, 0),
     # BambaConfig()'s defaults (every layer Mamba-2: attn_layer_indices null)
     "bamba-9b": ("BambaForCausalLM", "BambaConfig", {}, 0),
+    # google-deepmind/recurrentgemma's Preset.RECURRENT_GEMMA_2B_V1 (recurrentgemma/common.py; its modules: one
+    # key/value head, a gated MLP of mlp_expanded_width 7680, which RecurrentGemmaMlp's intermediate_size
+    # halves) as RecurrentGemmaConfig keys; its other defaults are the preset's
+    "recurrentgemma-2b": (
+        "RecurrentGemmaForCausalLM",
+        "RecurrentGemmaConfig",
+        dict(intermediate_size=15360, num_key_value_heads=1),
+        0,
+    ),
 }

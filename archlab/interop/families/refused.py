@@ -96,11 +96,6 @@ REFUSED: dict[str, Refused] = {
     "lfm3": Refused(
         "LFM3", "Lfm3ForCausalLM", "`layer_types` 'conv' (gated short convolution, `Lfm3ShortConv`): no archlab mixer"
     ),
-    "recurrent_gemma": Refused(
-        "RecurrentGemma",
-        "RecurrentGemmaForCausalLM",
-        "`block_types` 'recurrent' (RG-LRU after a temporal conv): no archlab mixer",
-    ),
     "rwkv": Refused("RWKV", "RwkvForCausalLM", "RWKV-4 time-mix (WKV recurrence) and channel-mix blocks: no attention"),
     "xlstm": Refused("xLSTM", "xLSTMForCausalLM", "mLSTM blocks (matrix memory, exponential gates): no attention"),
     "zaya": Refused(
