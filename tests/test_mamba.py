@@ -1,7 +1,7 @@
 """Mamba-1's selective scan mixer (archlab/nn/mixers/mamba.py, ops/selective_scan.py): one layer against its
-recurrence written out token by token in float64, plain and with FalconMamba's B/C/Δ norm, at chunk sizes
-that do and do not divide the length; against transformers' ``MambaMixer`` and ``FalconMambaMixer`` (their
-torch paths) with every weight randomised; its count by hand; the refusals. Registering it gives it
+recurrence written out token by token in float64, plain, with FalconMamba's B/C/Δ norm and with Jamba's
+(a learned scale on each), at chunk sizes that do and do not divide the length; against transformers'
+``MambaMixer``, ``FalconMambaMixer`` and ``JambaMambaMixer`` (their torch paths) with every weight randomised; its count by hand; the refusals. Registering it gives it
 tests/test_mixer_contract.py's tests (cached decoding, left padding, gradients, a hybrid)."""
 
 from __future__ import annotations
@@ -24,18 +24,20 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 D, W, N, R, K, T = 8, 12, 5, 2, 4, 11  # width, inner channels, state, Δ rank, conv kernel, length
 
 
-def layer(chunk: int = 4, bias: bool = True, norm: bool = False) -> Mamba:
-    attention = {"kind": "mamba", "inner": W, "state_size": N, "dt_rank": R, "conv_kernel": K}
-    attention |= {"scan_chunk": chunk, "bias": bias, "bc_dt_norm": norm}
+def layer(chunk: int = 4, bias: bool = True, norm: bool = False, scale: bool = False, inner: int = W) -> Mamba:
+    attention = {"kind": "mamba", "inner": inner, "state_size": N, "dt_rank": R, "conv_kernel": K}
+    attention |= {"scan_chunk": chunk, "bias": bias, "bc_dt_norm": norm, "bc_dt_norm_scale": scale}
     return randomise(Mamba(mixer_config("mamba", d_model=D, attention=attention)).double(), seed=1)
 
 
 def by_hand(m: Mamba, x: torch.Tensor, norm: bool) -> torch.Tensor:
     """The layer token by token: in_proj, the causal convolution and SiLU, x_proj (normed without a scale
-    for FalconMamba), Δ = softplus(dt_proj), h_t = exp(Δ·A)·h_{t−1} + Δ·B_t·x_t, y = h·C + D·x, times silu(z)."""
+    for FalconMamba, times a learned one for Jamba), Δ = softplus(dt_proj), h_t = exp(Δ·A)·h_{t−1} + Δ·B_t·x_t,
+    y = h·C + D·x, times silu(z)."""
 
-    def rms(v):
-        return v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6) if norm else v
+    def rms(v, scale):
+        v = v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6) if norm else v
+        return v if scale is None else v * scale
 
     proj = F.linear(x, m.in_proj.weight, m.in_proj.bias)
     xs, z = proj[..., :W], proj[..., W:]
@@ -48,7 +50,8 @@ def by_hand(m: Mamba, x: torch.Tensor, norm: bool) -> torch.Tensor:
         conv = sum(w[:, j] * xs[:, t - K + 1 + j] for j in range(K) if t - K + 1 + j >= 0) + bias
         u = F.silu(conv)  # [b, W]
         sel = u @ m.x_proj.weight.T
-        low, B, C = rms(sel[:, :R]), rms(sel[:, R : R + N]), rms(sel[:, R + N :])
+        low = rms(sel[:, :R], m.dt_norm_weight)
+        B, C = rms(sel[:, R : R + N], m.b_norm_weight), rms(sel[:, R + N :], m.c_norm_weight)
         dt = F.softplus(low @ m.dt_proj.weight.T + m.dt_proj.bias)  # [b, W]
         h = torch.exp(dt[..., None] * A) * h + (dt * u)[..., None] * B[:, None, :]
         y = (h * C[:, None, :]).sum(-1) + m.D * u
@@ -57,11 +60,13 @@ def by_hand(m: Mamba, x: torch.Tensor, norm: bool) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("chunk", [None, 1, 4, 16])
-@pytest.mark.parametrize("norm", [False, True])
-def test_a_layer_is_its_recurrence_token_by_token(chunk, norm, monkeypatch):
+@pytest.mark.parametrize(("norm", "scale"), [(False, False), (True, False), (True, True)])
+def test_a_layer_is_its_recurrence_token_by_token(chunk, norm, scale, monkeypatch):
     """The position-by-position scan (chunk None, the CPU's) and the chunked parallel one (chunks of 4 over
-    11 positions: a padded tail; of 16: one chunk) equal the recurrence written out, within 1e-12 in float64."""
-    m = layer(chunk or 4, norm=norm)
+    11 positions: a padded tail; of 16: one chunk) equal the recurrence written out, within 1e-12 in float64
+    (the norms' scales drawn far from 1)."""
+    m = layer(chunk or 4, norm=norm, scale=scale)
+    assert (m.b_norm_weight is not None) == scale
     if chunk is not None:
         monkeypatch.setattr(selective_scan, "SEQUENTIAL_DEVICES", set())
     x = torch.randn(2, T, D, dtype=torch.float64)
@@ -101,6 +106,34 @@ def test_a_layer_equals_transformers_mamba_mixer(falcon, bias):
         torch.testing.assert_close(m(x), hf(x), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_layer_with_learned_norm_scales_equals_transformers_jamba_mixer(bias):
+    """transformers' ``JambaMambaMixer`` (its dt, B and C RMSNorms with learned scales, drawn far from 1
+    here) on its torch path with the same weights gives the same output, within 1e-6 (its norms compute in
+    float32 even in a float64 model); inner 2·d, as Jamba's mamba_expand is an integer."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.jamba.modeling_jamba import JambaMambaMixer
+
+    m = layer(bias=bias, norm=True, scale=True, inner=2 * D)
+    c = transformers.JambaConfig(hidden_size=D, mamba_expand=2, mamba_d_state=N, mamba_dt_rank=R, mamba_d_conv=K,
+                                 mamba_proj_bias=bias, mamba_conv_bias=True, num_hidden_layers=1, rms_norm_eps=1e-6)  # fmt: skip
+    hf = JambaMambaMixer(c, 0).double()
+    with torch.no_grad():
+        for ours, theirs in ((m.in_proj, hf.in_proj), (m.x_proj, hf.x_proj), (m.dt_proj, hf.dt_proj),
+                             (m.out_proj, hf.out_proj)):  # fmt: skip
+            theirs.weight.copy_(ours.weight)
+            if ours.bias is not None:
+                theirs.bias.copy_(ours.bias)
+        hf.conv1d.weight.copy_(m.conv_weight)
+        hf.conv1d.bias.copy_(m.conv_bias)
+        for name in ("A_log", "D"):
+            getattr(hf, name).copy_(getattr(m, name))
+        for name in ("dt", "b", "c"):
+            getattr(hf, f"{name}_layernorm").weight.copy_(getattr(m, f"{name}_norm_weight"))
+        x = torch.randn(2, T, D, dtype=torch.float64)
+        torch.testing.assert_close(m(x), hf(x), rtol=1e-6, atol=1e-6)
+
+
 def test_its_count_by_hand():
     """d 16, inner 32 (expand 2), state 4, Δ rank ceil(16/16) = 1, conv 4 with a bias: in_proj 16·64, conv
     32·5, x_proj 32·(1 + 8), dt_proj 2·32, A_log 32·4, D 32, out_proj 32·16 = 2208 per layer."""
@@ -109,6 +142,10 @@ def test_its_count_by_hand():
     assert count_params(cfg)["attention"] == 16 * 64 + 32 * 5 + 32 * 9 + 2 * 32 + 32 * 4 + 32 + 32 * 16 == 2208
     assert Mamba.kv_cache_values(cfg, 1000, 0) == 32 * (3 + 4)  # conv inputs and states, at any length
     assert math.isclose(Mamba.extra_flops(cfg, 1000, 0), 18 * 32 * 4)
+    cfg.attention.bc_dt_norm = True
+    assert count_params(cfg)["attention"] == 2208  # FalconMamba's norm holds nothing
+    cfg.attention.bc_dt_norm_scale = True
+    assert count_params(cfg)["attention"] == 2208 + 1 + 4 + 4  # Jamba's: a scale over Δ's rank, B's and C's state
 
 
 @pytest.mark.parametrize(

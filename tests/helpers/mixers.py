@@ -28,8 +28,10 @@ TINY: dict[str, dict] = {
     # (a padded position's inputs are then not zero by themselves)
     "mamba2": {"n_head": 4, "head_dim": 8, "state_size": 6, "groups": 2, "scan_chunk": 5}
     | {"qkv_bias": True, "out_bias": True},
-    # 24 channels of state 6, Δ of rank 3, conv 4 with its bias, chunks of 4; projection biases on
-    "mamba": {"inner": 24, "state_size": 6, "dt_rank": 3, "scan_chunk": 4, "bias": True},
+    # 24 channels of state 6, Δ of rank 3, conv 4 with its bias, chunks of 4; projection biases on; Δ, B and C
+    # RMS-normed with learned scales (Jamba's: parameters the plain mixer lacks)
+    "mamba": {"inner": 24, "state_size": 6, "dt_rank": 3, "scan_chunk": 4, "bias": True}
+    | {"bc_dt_norm": True, "bc_dt_norm_scale": True},
     # 24 channels in 4 gate blocks of 6, conv 4, chunks of 4
     "rglru": {"n_head": 4, "width": 24, "scan_chunk": 4},
 }

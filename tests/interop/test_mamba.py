@@ -81,6 +81,7 @@ def test_an_archlab_layout_converts_to_hf_and_back():
         ("mamba", dict(mlp={"kind": "gelu"}), "model.mlp.kind"),
         ("mamba", dict(attention={"bc_dt_norm": True}), "model.attention.bc_dt_norm"),
         ("falcon_mamba", dict(attention={"bc_dt_norm": False}), "model.attention.bc_dt_norm"),
+        ("falcon_mamba", dict(attention={"bc_dt_norm_scale": True}), "model.attention.bc_dt_norm_scale"),
         ("mamba", dict(attention={"inner": 40}), "model.attention.inner"),  # expand 1.25
         ("mamba", dict(position={"kind": "rope"}), "model.position.kind"),
     ],

@@ -51,6 +51,7 @@ class Mamba(Family):
                 f" (transformers' intermediate_size is expand·hidden_size: a multiple of d_model={d})",
             ),  # fmt: skip
             ("model.attention.bc_dt_norm", (self.bc_dt_norm,), f" ({self.title}'s mixer)"),
+            *([("model.attention.bc_dt_norm_scale", (False,), " (its norm has no scale)")] if self.bc_dt_norm else []),
         ]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

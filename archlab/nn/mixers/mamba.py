@@ -5,9 +5,9 @@ input-dependent B, so its decoding state is constant in the context.
 
 Per inner channel ``c``, state dim ``n`` and token ``t``: ``h_t = exp(Δ_t,c·A_c,n)·h_{t−1} + Δ_t,c·B_t,n·x_t,c``,
 ``y_t,c = Σ_n h_t,n·C_t,n + D_c·x_t,c``, with ``Δ = softplus(dt_proj(dt_low) + bias)`` and ``A = −exp(A_log)``
-(FalconMamba: dt_low, B and C RMS-normed without a scale first). The scan (nn/mixers/ops/selective_scan.py)
-runs position by position on the CPU and in decoding, as a chunked parallel scan elsewhere; in float32
-(float64 in a float64 model)."""
+(FalconMamba: dt_low, B and C RMS-normed without a scale first; Jamba: each norm with a learned scale). The
+scan (nn/mixers/ops/selective_scan.py) runs position by position on the CPU and in decoding, as a chunked
+parallel scan elsewhere; in float32 (float64 in a float64 model)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,7 @@ class MambaConfig(MixerConfig):
     dt_rank: Optional[int] = None  # the low rank of Δ's projection (time_step_rank); None = ceil(d_model / 16)
     bc_dt_norm: bool = False  # RMS-norm B, C and Δ's low-rank input without a scale (FalconMamba)
     bc_dt_norm_eps: float = 1e-6  # that norm's epsilon (mixer_rms_eps)
+    bc_dt_norm_scale: bool = False  # those three norms with a learned scale each (Jamba's dt/b/c_layernorm)
     scan_chunk: int = 16  # positions per chunk of the parallel scan off the CPU (speed and memory only)
     dt_min: float = 0.001  # init: Δ log-uniform in [dt_min, dt_max] (floored at dt_init_floor) through the
     dt_max: float = 0.1  # projection's bias, softplus⁻¹(Δ)
@@ -67,9 +68,11 @@ def dt_rank(cfg: ModelConfig) -> int:
     return a.dt_rank if a.dt_rank is not None else math.ceil(cfg.d_model / 16)
 
 
-def _rms(x: Tensor, eps: float) -> Tensor:
-    """``x`` over its last dim divided by its root mean square (no scale: FalconMamba's weightless norm)."""
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+def _rms(x: Tensor, eps: float, scale: Optional[Tensor]) -> Tensor:
+    """``x`` over its last dim divided by its root mean square, times ``scale`` where there is one (Jamba's;
+    FalconMamba's norm has none)."""
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return x if scale is None else x * scale.to(x.dtype)
 
 
 @MIXERS.register("mamba")
@@ -90,6 +93,10 @@ class Mamba(Mixer):
         self.inner, self.state_size, self.rank = inner(cfg), a.state_size, dt_rank(cfg)
         self.scan_chunk = a.scan_chunk
         self.norm_eps = a.bc_dt_norm_eps if a.bc_dt_norm else None
+        scaled = a.bc_dt_norm and a.bc_dt_norm_scale
+        self.dt_norm_weight, self.b_norm_weight, self.c_norm_weight = (
+            nn.Parameter(torch.empty(n)) if scaled else None for n in (self.rank, a.state_size, a.state_size)
+        )
         self.dt_init = (a.dt_min, a.dt_max, a.dt_init_floor, a.dt_init, a.dt_scale)
         self.in_proj = nn.Linear(d, 2 * self.inner, bias=a.bias)
         self.conv_weight = nn.Parameter(torch.empty(self.inner, 1, a.conv_kernel))  # nn.Conv1d's depthwise shape
@@ -105,6 +112,7 @@ class Mamba(Mixer):
         # B/C rows in Mamba-2; every per-channel vector alike
         hidden = ("in_proj.weight", "x_proj.weight", "dt_proj.weight", "out_proj.weight")
         vectors = ("conv_weight", "conv_bias", "dt_proj.bias", "A_log", "D", "in_proj.bias", "out_proj.bias")
+        vectors += ("dt_norm_weight", "b_norm_weight", "c_norm_weight")
         return {**{n: Role.HIDDEN for n in hidden}, **{n: Role.VECTOR for n in vectors}}
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
@@ -117,7 +125,8 @@ class Mamba(Mixer):
         xs = xs.transpose(1, 2)
         low, B, C = self.x_proj(xs).to(f).split((self.rank, self.state_size, self.state_size), dim=-1)
         if self.norm_eps is not None:
-            low, B, C = (_rms(t, self.norm_eps) for t in (low, B, C))
+            scales = (self.dt_norm_weight, self.b_norm_weight, self.c_norm_weight)
+            low, B, C = (_rms(t, self.norm_eps, w) for t, w in zip((low, B, C), scales))
         dt = F.softplus(low @ self.dt_proj.weight.to(f).T + self.dt_proj.bias.to(f))  # [b, T, inner]
         xs = xs.to(f)
         if present is not None:  # a padded position keeps the state as it is: no decay, no write
@@ -140,7 +149,7 @@ class Mamba(Mixer):
         """What Mamba initialises its own way (transformers, mamba_ssm): the convolution as nn.Conv1d
         (uniform within 1/sqrt(conv_kernel)), its bias 0; dt_proj's weight uniform in ±dt_scale/sqrt(dt_rank)
         (or that constant), its bias softplus⁻¹ of a Δ log-uniform in [dt_min, dt_max], at least dt_init_floor;
-        A_log = log(1..N) for every channel; D 1."""
+        A_log = log(1..N) for every channel; D 1; the norms' scales 1."""
         dt_min, dt_max, floor, scheme, scale = self.dt_init
         init_conv(self.conv_weight, self.conv_bias)
         bound = scale * self.rank**-0.5
@@ -152,6 +161,9 @@ class Mamba(Mixer):
         A = torch.arange(1, self.state_size + 1, dtype=torch.float32, device=self.A_log.device)
         self.A_log.copy_(A.log().expand(self.inner, -1))
         nn.init.ones_(self.D)
+        for w in (self.dt_norm_weight, self.b_norm_weight, self.c_norm_weight):
+            if w is not None:
+                nn.init.ones_(w)
 
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
@@ -161,11 +173,13 @@ class Mamba(Mixer):
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """In-projection (d + bias)·2I, the convolution I·(K + conv_bias), x_proj I·(R + 2N), dt_proj
-        (R + 1)·I, A_log I·N, D I, the out-projection (I + bias)·d; I = inner, R = dt_rank, N = state_size."""
+        (R + 1)·I, A_log I·N, D I, the out-projection (I + bias)·d, the norms' scales R + 2N where learned;
+        I = inner, R = dt_rank, N = state_size."""
         a, d, width, rank = cfg.attention, cfg.d_model, inner(cfg), dt_rank(cfg)
         conv = width * (a.conv_kernel + a.conv_bias)
         selective = width * (rank + 2 * a.state_size) + (rank + 1) * width + width * a.state_size + width
-        return (d + a.bias) * 2 * width + conv + selective + width * d + a.bias * d
+        scales = (rank + 2 * a.state_size) * (a.bc_dt_norm and a.bc_dt_norm_scale)
+        return (d + a.bias) * 2 * width + conv + selective + scales + width * d + a.bias * d
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
@@ -190,7 +204,7 @@ class Mamba(Mixer):
                 checks.integer(f"model.attention.{name}", getattr(a, name), 1, "a positive integer, or null")
         for name in ("state_size", "conv_kernel", "scan_chunk"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
-        for name in ("conv_bias", "bias", "bc_dt_norm"):
+        for name in ("conv_bias", "bias", "bc_dt_norm", "bc_dt_norm_scale"):
             checks.choice(f"model.attention.{name}", getattr(a, name), (True, False))
         checks.positive("model.attention.bc_dt_norm_eps", a.bc_dt_norm_eps)
         checks.positive("model.attention.dt_scale", a.dt_scale)
@@ -198,13 +212,15 @@ class Mamba(Mixer):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """``mamba <I> x state <N>, dt rank <R>, conv <K>`` (``, bc/dt normed`` for FalconMamba's)."""
+        """``mamba <I> x state <N>, dt rank <R>, conv <K>`` (``, bc/dt normed`` for FalconMamba's, ``, bc/dt
+        normed with scales`` for Jamba's)."""
         a = cfg.attention
-        normed = ", bc/dt normed" if a.bc_dt_norm else ""
+        normed = (", bc/dt normed" + " with scales" * a.bc_dt_norm_scale) if a.bc_dt_norm else ""
         return f"mamba {inner(cfg)} x state {a.state_size}, dt rank {dt_rank(cfg)}, conv {a.conv_kernel}{normed}"
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """Its sizes, biases, convolution, scan and Δ's init; the norm's epsilon only with the norm; not n_head."""
-        unread = {"kind", "n_head"} | (set() if cfg.attention.bc_dt_norm else {"bc_dt_norm_eps"})
+        """Its sizes, biases, convolution, scan and Δ's init; the norm's epsilon and scales only with the norm;
+        not n_head."""
+        unread = {"kind", "n_head"} | (set() if cfg.attention.bc_dt_norm else {"bc_dt_norm_eps", "bc_dt_norm_scale"})
         return frozenset(f.name for f in dataclasses.fields(MambaConfig)) - unread
