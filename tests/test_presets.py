@@ -207,3 +207,22 @@ def test_recurrentgemma_2b_breakdown_by_hand():
     assert counts["attention"] == 18 * recurrent + 8 * attention and counts["mlp"] == L * mlp
     assert counts["total"] == V * d + 18 * recurrent + 8 * attention + L * (mlp + 2 * d) + d
     assert counts["total"] == PUBLISHED["recurrentgemma-2b"]
+
+
+def test_jamba_v0_1_breakdown_by_hand():
+    """Jamba-v0.1 written out from transformers' JambaMambaMixer, JambaAttention, JambaMLP and
+    JambaSparseMoeBlock tensor shapes: a Mamba layer's in_proj, depthwise conv1d and its bias, x_proj to Δ's
+    rank and B, C, dt_proj and its bias, A_log, D, the three norm scales, out_proj; an attention layer's q, k,
+    v, o (no biases, no positions); a dense layer's gate, up and down, a MoE layer's router and 16 of them;
+    two RMSNorms a layer; the final norm and an untied head."""
+    V, L, d, f, H, KV, hd, E, k = 65536, 32, 4096, 14336, 32, 8, 128, 16, 2
+    W, N, R, K = 2 * d, 16, 256, 4  # Mamba (W channels): 28 layers; attention: 4 (i % 8 == 4); MoE: 16 (odd i)
+    mamba = d * 2 * W + W * (K + 1) + W * (R + 2 * N) + (R + 1) * W + W * N + W + (R + 2 * N) + W * d
+    attention = 2 * d * H * hd + 2 * d * KV * hd
+    dense, moe = 3 * d * f, E * d + E * 3 * d * f
+    counts = count_params(compose_model(["model=jamba-v0.1"]))
+    assert counts["attention"] == 28 * mamba + 4 * attention
+    assert counts["mlp"] == 16 * dense + 16 * moe
+    total = 2 * V * d + 28 * mamba + 4 * attention + 16 * (dense + moe) + L * 2 * d + d
+    assert counts["total"] == total == PUBLISHED["jamba-v0.1"]
+    assert counts["active"] == total - 16 * (E - k) * 3 * d * f == ACTIVE["jamba-v0.1"]

@@ -87,6 +87,7 @@ REFERENCE_COUNTS = {
     "qwen3-next-80b-a3b": 79_674_391_296,  # Qwen/Qwen3-Next-80B-A3B-Instruct: Qwen3NextForCausalLM, no MTP layer
     "bamba-9b": 9_992_765_440,  # BambaConfig() defaults: BambaForCausalLM, every layer Mamba-2
     "recurrentgemma-2b": 2_682_862_080,  # google-deepmind/recurrentgemma RECURRENT_GEMMA_2B_V1 (not the HF defaults)
+    "jamba-v0.1": 51_570_323_328,  # JambaConfig() defaults (ai21labs/Jamba-v0.1): JambaForCausalLM; card: 52B
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every
@@ -103,6 +104,7 @@ ACTIVE_COUNTS = {
     "gpt-oss-120b": 5_711_982_912,  # card: 5.1B active, likewise
     "llama4-scout-17b-16e": 17_172_894_720,  # card: 17B active
     "qwen3-next-80b-a3b": 3_874_929_408,  # card: 80B total, 3B active
+    "jamba-v0.1": 12_110_311_296,  # card: 12B active
 }
 
 register_configs()

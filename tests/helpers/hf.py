@@ -461,10 +461,10 @@ def mlp_kinds(cfg) -> list[str]:
     return [lc.mlp.kind for lc in layer_configs(cfg)]
 
 
-def moe_layers(hf, model) -> list[tuple[torch.nn.Module, MoE]]:
-    """(HF router, archlab MoE) of every MoE layer."""
-    pairs = [(hf.model.layers[i].mlp, block.mlp) for i, block in enumerate(model.blocks)]
-    return [(h.gate, a) for h, a in pairs if isinstance(a, MoE)]
+def moe_layers(hf, model, mlp: str = "mlp", router: str = "gate") -> list[tuple[torch.nn.Module, MoE]]:
+    """(HF router, archlab MoE) of every MoE layer; HF's MLP and router by their names in its layers."""
+    pairs = [(getattr(hf.model.layers[i], mlp), block.mlp) for i, block in enumerate(model.blocks)]
+    return [(getattr(h, router), a) for h, a in pairs if isinstance(a, MoE)]
 
 
 def by_expert(indices: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -473,11 +473,12 @@ def by_expert(indices: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tenso
     return indices.gather(-1, order), weights.gather(-1, order)
 
 
-def check_routed_as_hf(hf) -> None:
+def check_routed_as_hf(hf, mlp: str = "mlp", router: str = "gate") -> None:
     """In every MoE layer of ``from_hf(hf)``, the experts archlab's forward chooses for every token (from
-    its own hidden states) are HF's, and on HF's hidden states its router gives HF's weights."""
+    its own hidden states) are HF's, and on HF's hidden states its router gives HF's weights (HF's MLP and
+    router named as ``moe_layers`` takes them)."""
     model = from_hf(hf)
-    layers = moe_layers(hf, model)
+    layers = moe_layers(hf, model, mlp, router)
     assert layers and len(layers) == mlp_kinds(model.cfg).count("moe")
     seen_hf, seen_ours, hooks = {}, {}, []
     for n, (gate, moe) in enumerate(layers):

@@ -68,6 +68,7 @@ PUBLISHED = {
     "qwen3-next-80b-a3b": 79_674_391_296,
     "bamba-9b": 9_992_765_440,
     "recurrentgemma-2b": 2_682_862_080,
+    "jamba-v0.1": 51_570_323_328,
 }
 
 ACTIVE = {
@@ -80,6 +81,7 @@ ACTIVE = {
     "gpt-oss-120b": 5_711_982_912,
     "llama4-scout-17b-16e": 17_172_894_720,
     "qwen3-next-80b-a3b": 3_874_929_408,
+    "jamba-v0.1": 12_110_311_296,
 }
 
 _PYTHIA = dict(
@@ -626,4 +628,6 @@ LAYOUT_CONFIGS = {
         dict(intermediate_size=15360, num_key_value_heads=1),
         0,
     ),
+    # JambaConfig()'s defaults (checkpoint ai21labs/Jamba-v0.1)
+    "jamba-v0.1": ("JambaForCausalLM", "JambaConfig", {}, 0),
 }

@@ -154,9 +154,12 @@ def pre_norm_tensors(
 
 
 def stack_saved_experts(
-    cfg: ModelConfig, state: dict[str, Tensor], matrices: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+    cfg: ModelConfig,
+    state: dict[str, Tensor],
+    matrices: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"),
+    mlp: str = "mlp",
 ) -> dict[str, Tensor]:
-    """A checkpoint's per-expert matrices ``model.layers.i.mlp.experts.e.<gate | up | down>.weight`` of
+    """A checkpoint's per-expert matrices ``model.layers.i.<mlp>.experts.e.<gate | up | down>.weight`` of
     each MoE layer (not a dense one) stacked as transformers 5 holds them in memory: ``gate_up_proj``
     [E, 2f, d] (the gate rows, then the up rows) and ``down_proj`` [E, d, f]; a layer missing any expert is
     left for the caller to name."""
@@ -164,8 +167,8 @@ def stack_saved_experts(
     for i, lc in enumerate(layer_configs(cfg)):
         if is_dense(lc):
             continue
-        h = f"model.layers.{i}.mlp.experts"
-        names = [[f"{h}.{e}.{m}.weight" for e in range(cfg.mlp.routing.n_experts)] for m in (gate, up, down)]
+        h = f"model.layers.{i}.{mlp}.experts"
+        names = [[f"{h}.{e}.{m}.weight" for e in range(lc.mlp.routing.n_experts)] for m in (gate, up, down)]
         if all(n in state for ns in names for n in ns):
             gates, ups, downs = ([state.pop(n) for n in ns] for ns in names)
             state[f"{h}.gate_up_proj"] = torch.cat((torch.stack(gates), torch.stack(ups)), dim=1)

@@ -87,17 +87,18 @@ class Mamba(Family):
         return cfg
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        bias = cfg.attention.bias
+        return backbone_tensors(cfg, lambda t, ours, theirs: mixer_tensors(t, cfg.attention.bias, ours, theirs))
 
-        def mixer(t: Tensors, ours: str, theirs: str) -> None:
-            t.add(f"{ours}.in_proj", f"{theirs}.in_proj", bias)
-            t.add(f"{ours}.x_proj", f"{theirs}.x_proj", False)
-            t.add(f"{ours}.dt_proj", f"{theirs}.dt_proj", True)
-            for name in ("A_log", "D"):
-                t.maps.append(TensorMap(f"{ours}.{name}", (f"{theirs}.{name}",)))
-            t.add(f"{ours}.out_proj", f"{theirs}.out_proj", bias)
 
-        return backbone_tensors(cfg, mixer)
+def mixer_tensors(t: Tensors, bias: bool, ours: str, theirs: str) -> None:
+    """A Mamba-1 mixer's tensors but its convolution, each as it is (Mamba, FalconMamba, Jamba): in_proj,
+    x_proj, dt_proj, A_log, D, out_proj (``bias``: the projections' biases)."""
+    t.add(f"{ours}.in_proj", f"{theirs}.in_proj", bias)
+    t.add(f"{ours}.x_proj", f"{theirs}.x_proj", False)
+    t.add(f"{ours}.dt_proj", f"{theirs}.dt_proj", True)
+    for name in ("A_log", "D"):
+        t.maps.append(TensorMap(f"{ours}.{name}", (f"{theirs}.{name}",)))
+    t.add(f"{ours}.out_proj", f"{theirs}.out_proj", bias)
 
 
 class FalconMamba(Mamba):

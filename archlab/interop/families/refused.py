@@ -70,11 +70,6 @@ REFUSED: dict[str, Refused] = {
         "FalconH1ForCausalLM",
         "attention and a Mamba-2 mixer side by side in every layer, outputs summed: an archlab block has one mixer",
     ),
-    "jamba": Refused(
-        "Jamba",
-        "JambaForCausalLM",
-        "Mamba-1 layers whose Δ, B and C pass RMSNorms with learned scales (archlab's mamba norms them without one)",
-    ),
     "zamba": Refused(
         "Zamba",
         "ZambaForCausalLM",
