@@ -48,7 +48,7 @@ def first(output: Any) -> Tensor:
 
 
 CASES: dict[str, Case] = {
-    # Mamba-1: 2·d_model channels of state 16, Δ of rank 64, conv 4 (MambaConfig's proportions)
+    # Mamba-1: 2·d_model channels of state 16, Δ of rank d_model/16, conv 4 (MambaConfig's proportions)
     "mamba": Case(
         "MambaForCausalLM",
         "MambaConfig",
