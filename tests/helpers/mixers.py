@@ -34,6 +34,8 @@ TINY: dict[str, dict] = {
     | {"bc_dt_norm": True, "bc_dt_norm_scale": True},
     # 24 channels in 4 gate blocks of 6, conv 4, chunks of 4
     "rglru": {"n_head": 4, "width": 24, "scan_chunk": 4},
+    # 4 heads of 8, decay and output gate of rank 3, conv 4, chunks of 5
+    "kda": {"n_head": 4, "head_dim": 8, "gate_rank": 3, "scan_chunk": 5},
 }
 
 # the model around the mixer: d_model 32, vocab 48, context 12, RoPE (a left-padded row's positions must be
