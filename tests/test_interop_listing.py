@@ -62,9 +62,9 @@ def test_docs_hold_the_listing_as_the_command_prints_it():
 
 
 def test_a_family_archlab_lacks_is_refused_naming_the_part_it_needs():
-    refused = refusals()["kimi_linear"]
-    with pytest.raises(ConfigError, match="model_type='kimi_linear'") as e:
-        config_from_hf(transformers.KimiLinearConfig())
+    refused = refusals()["ctrl"]
+    with pytest.raises(ConfigError, match="model_type='ctrl'") as e:
+        config_from_hf(transformers.CTRLConfig())
     assert refused.missing in str(e.value) and refused.title in str(e.value)
 
 

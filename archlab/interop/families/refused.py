@@ -50,11 +50,6 @@ REFUSED: dict[str, Refused] = {
         "OlmoHybridForCausalLM",
         "Gated DeltaNet with β doubled (`linear_allow_neg_eigval`); post-norm attention layers beside pre-norm ones",
     ),
-    "kimi_linear": Refused(
-        "Kimi-Linear",
-        "KimiLinearForCausalLM",
-        "Kimi Delta Attention: the delta rule with a decay per key channel (`KimiLinearForgetGate`), not one per head",
-    ),
     "bailing_hybrid": Refused(
         "Bailing (Ling) hybrid",
         "BailingHybridForCausalLM",
