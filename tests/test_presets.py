@@ -182,6 +182,24 @@ def test_qwen3_next_80b_a3b_breakdown_by_hand():
     assert counts["active"] == total - L * (E - k) * 3 * d * f == ACTIVE["qwen3-next-80b-a3b"]
 
 
+def test_kimi_linear_48b_a3b_breakdown_by_hand():
+    """Kimi-Linear-48B-A3B (KimiLinearConfig() defaults) written out from transformers' modules: 21 KDA layers
+    (q, k, v; f_a, f_b, dt_bias, A_log; b; the q/k/v conv1d; g_a, g_b, the gated norm; o_proj), 6 MLA layers
+    without low-rank queries (q_proj, kv_a_proj_with_mqa, its norm, kv_b_proj, o_proj); layer 0's dense
+    SwiGLU, 26 MoE layers (router, 256 experts, one shared; the correction bias a buffer); two RMSNorms a
+    layer, the final norm, an untied head."""
+    V, L, d, H, dh, K, f, E, k, fe = 163840, 27, 2304, 32, 128, 4, 9216, 256, 8, 1024
+    W = H * dh
+    kda = 3 * d * W + d * dh + dh * W + W + H + d * H + 3 * W * K + d * dh + dh * W + dh + W * d
+    mla = d * H * (128 + 64) + d * (512 + 64) + 512 + 512 * H * (128 + 128) + H * 128 * d
+    moe = E * d + E * 3 * d * fe + 3 * d * fe
+    counts = count_params(compose_model(["model=kimi-linear-48b-a3b"]))
+    assert counts["attention"] == 21 * kda + 6 * mla and counts["mlp"] == 3 * d * f + 26 * moe
+    total = 2 * V * d + 21 * kda + 6 * mla + 3 * d * f + 26 * moe + L * 2 * d + d
+    assert counts["total"] == total == PUBLISHED["kimi-linear-48b-a3b"]
+    assert counts["active"] == total - 26 * (E - k) * 3 * d * fe == ACTIVE["kimi-linear-48b-a3b"]
+
+
 def test_bamba_9b_breakdown_by_hand():
     """Bamba-9B written out from transformers' BambaMixer and BambaMLP tensor shapes: in_proj to z, x, B, C
     and dt, the depthwise conv1d and its bias over x, B and C, dt_bias, A_log and D, the gated norm, out_proj;

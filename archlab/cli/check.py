@@ -88,6 +88,7 @@ REFERENCE_COUNTS = {
     "bamba-9b": 9_992_765_440,  # BambaConfig() defaults: BambaForCausalLM, every layer Mamba-2
     "recurrentgemma-2b": 2_682_862_080,  # google-deepmind/recurrentgemma RECURRENT_GEMMA_2B_V1 (not the HF defaults)
     "jamba-v0.1": 51_570_323_328,  # JambaConfig() defaults (ai21labs/Jamba-v0.1): JambaForCausalLM; card: 52B
+    "kimi-linear-48b-a3b": 49_133_074_464,  # KimiLinearConfig() defaults: KimiLinearForCausalLM ("48B": see reference.md)
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every
@@ -105,6 +106,7 @@ ACTIVE_COUNTS = {
     "llama4-scout-17b-16e": 17_172_894_720,  # card: 17B active
     "qwen3-next-80b-a3b": 3_874_929_408,  # card: 80B total, 3B active
     "jamba-v0.1": 12_110_311_296,  # card: 12B active
+    "kimi-linear-48b-a3b": 3_494_852_640,  # name: A3B; 3,117,365,280 without the input embedding
 }
 
 register_configs()

@@ -69,6 +69,7 @@ PUBLISHED = {
     "bamba-9b": 9_992_765_440,
     "recurrentgemma-2b": 2_682_862_080,
     "jamba-v0.1": 51_570_323_328,
+    "kimi-linear-48b-a3b": 49_133_074_464,
 }
 
 ACTIVE = {
@@ -82,6 +83,7 @@ ACTIVE = {
     "llama4-scout-17b-16e": 17_172_894_720,
     "qwen3-next-80b-a3b": 3_874_929_408,
     "jamba-v0.1": 12_110_311_296,
+    "kimi-linear-48b-a3b": 3_494_852_640,
 }
 
 _PYTHIA = dict(
@@ -630,4 +632,6 @@ LAYOUT_CONFIGS = {
     ),
     # JambaConfig()'s defaults (checkpoint ai21labs/Jamba-v0.1)
     "jamba-v0.1": ("JambaForCausalLM", "JambaConfig", {}, 0),
+    # KimiLinearConfig()'s defaults (its docstring: moonshotai/Kimi-Linear-48B-A3B-Instruct)
+    "kimi-linear-48b-a3b": ("KimiLinearForCausalLM", "KimiLinearConfig", {}, 0),
 }

@@ -12,12 +12,12 @@ refused both ways, naming the field."""
 
 import pytest
 from helpers import hf as parity
-from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, changed_cfg
+from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, changed_cfg, randomize
 
-from archlab import ConfigError, build_model
+from archlab import ConfigError, build_model, compose_model
 from archlab.config.layers import layer_configs
 from archlab.interop.families import FAMILIES
-from archlab.interop.hf import config_from_hf, from_hf, to_hf
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, to_hf
 from archlab.nn.validation import ignored
 
 transformers = pytest.importorskip("transformers")
@@ -150,3 +150,48 @@ def test_to_hf_refuses_what_kimi_linear_cannot_hold(fields, field):
     assert field in [p.field for p in FAMILIES["kimi_linear"].problems(cfg)]
     with pytest.raises(ConfigError):
         to_hf(build_model(cfg, device="meta"))
+
+
+def test_the_default_config_reads_as_the_preset_and_back():
+    """KimiLinearConfig()'s defaults (the kimi-linear-48b-a3b preset) read into the preset exactly, and the
+    preset writes back its layer types, MLP layer types and sizes."""
+    default = transformers.KimiLinearConfig()
+    assert config_from_hf(default) == compose_model(["model=kimi-linear-48b-a3b"])
+    back = config_to_hf(compose_model(["model=kimi-linear-48b-a3b"]))
+    for key in ("layer_types", "mlp_layer_types", "hidden_size", "num_experts", "routed_scaling_factor"):
+        assert getattr(back, key) == getattr(default, key), key
+    for key in ("linear_num_heads", "linear_head_dim", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank"):
+        assert getattr(back, key) == getattr(default, key), key
+
+
+SHRUNK = [
+    "model=kimi-linear-48b-a3b",
+    "model.n_layer=6",
+    "model.d_model=64",
+    "model.vocab_size=96",
+    "model.context_length=64",
+    "model.attention.n_head=4",
+    "model.attention.kv_lora_rank=16",
+    "model.attention.qk_nope_head_dim=8",
+    "model.attention.qk_rope_head_dim=8",
+    "model.attention.v_head_dim=12",
+    "model.mlp.d_ff=96",
+    "model.mlp.expert_d_ff=16",
+    "model.mlp.routing.n_experts=6",
+    "model.mlp.routing.top_k=2",
+    *(
+        f"model.layers.kinds.{k}.attention.{n}={v}"
+        for k in ("kda", "kda_dense")
+        for n, v in (("n_head", 2), ("head_dim", 16))
+    ),
+]
+
+
+def test_the_preset_converts_to_hf_and_back():
+    """The preset shrunk to 6 layers (KDA with the dense MLP, three KDA, one MLA, one KDA) gives HF's logits
+    and comes back with every tensor bit for bit and the same config."""
+    model = randomize(build_model(compose_model(SHRUNK)), seed=3)
+    hf, back = parity.check_to_hf_and_back(model, "KimiLinearForCausalLM", lambda hf: hf, **EAGER)
+    assert hf.config.layer_types == [LINEAR] * 4 + [FULL, LINEAR]
+    assert hf.config.mlp_layer_types == ["dense"] + ["sparse"] * 5
+    assert back.cfg == model.cfg
