@@ -257,7 +257,7 @@ def test_every_parameter_of_the_mixer_has_a_mup_role(kind):
         assert declared is not None, f"{kind} declares no μP roles"
         children = [f"{n}." for n, m in mixer.named_modules() if n and isinstance(m, Component)]
         own = [n for n, _ in mixer.named_parameters() if not n.startswith(tuple(children))]
-        assert own, kind
+        assert own or children, kind  # a mixer of two entries (parallel) holds none itself
         missing = [n for n in own if n not in declared]
         assert not missing, f"{kind} (layer {i}) declares no μP role for {missing}"
         assert all(isinstance(declared[n], Role) for n in own)

@@ -143,7 +143,8 @@ class Decoder(nn.Module):
         tokens = None if present is None and starts is None else Tokens(present, starts)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         for block, k in zip(blocks, self.position_of):
-            mask = tokens if block.attn.recurrent else masks[block.attn.window, block.attn.chunk, k]
+            scores = None if block.attn.recurrent else masks[block.attn.window, block.attn.chunk, k]
+            mask = block.attn.mask_of(scores, tokens)
             x = (
                 checkpoint(block, x, rotary[k], mask, cache, use_reentrant=False)
                 if recompute

@@ -36,6 +36,12 @@ TINY: dict[str, dict] = {
     "rglru": {"n_head": 4, "width": 24, "scan_chunk": 4},
     # 4 heads of 8, decay and output gate of rank 3, conv 4, chunks of 5
     "kda": {"n_head": 4, "head_dim": 8, "gate_rank": 3, "scan_chunk": 5},
+    # attention of 4 heads over 2 key/value heads beside Mamba-2 of 3 heads of 8 (B and C of 6, chunks of 5), its
+    # norm before the gate; every multiplier away from 1
+    "parallel": {"n_head": 4, "attention": {"n_kv_head": 2}}
+    | {"ssm": {"n_head": 3, "head_dim": 8, "state_size": 6, "scan_chunk": 5, "qkv_bias": True, "gate_norm": "before"}}
+    | {"attention_in_multiplier": 0.75, "attention_out_multiplier": 1.5, "ssm_in_multiplier": 1.25}
+    | {"ssm_out_multiplier": 0.5},
 }
 
 # the model around the mixer: d_model 32, vocab 48, context 12, RoPE (a left-padded row's positions must be

@@ -75,6 +75,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.gate": ("none", "no attention output gate"),
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
+    "model.attention.gate_norm": ("after", "Mamba-2's gated norm, norm(y·silu(z))"),
     "model.head.softcap": (None, "no logit soft-capping"),
     "model.position.scaling.kind": ("none", "unscaled RoPE"),
     "model.position.scaling.truncate": (True, "YaRN's band rounded outward"),

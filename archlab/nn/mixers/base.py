@@ -5,7 +5,7 @@ attention masks."""
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple, Optional
+from typing import Any, ClassVar, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -51,6 +51,12 @@ class Mixer(LayerPart, nn.Module):
         layer: int = 0,
     ) -> Tensor:
         raise NotImplementedError
+
+    @classmethod
+    def mask_of(cls, scores: Optional[Tensor], tokens: Optional[Tokens]) -> Any:
+        """The mask this mixer takes, of the two the decoder derives: the attention mask ``scores`` (with any
+        score bias), or for a recurrent mixer ``tokens``; a mixer running both side by side takes both."""
+        return tokens if cls.recurrent else scores
 
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
@@ -124,6 +130,8 @@ class KVCache:
     query can see, and a chunked one the last ``chunk - 1``, which hold its chunk. A recurrent layer
     (gated_deltanet, mamba2) keeps instead two tensors of a size constant in the length, which it reads and
     replaces itself: ``conv_state`` (its convolution's last inputs) and ``recurrent_state`` (its states).
+    A layer that runs attention and a recurrence side by side (``parallel``) keeps both, in its own slots
+    of the four lists, each part as it would alone.
     ``dtype`` (default: the first tensors') is the one they are stored in."""
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):

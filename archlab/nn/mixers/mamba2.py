@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
+from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
@@ -51,6 +52,9 @@ class Mamba2Config(MixerConfig):
     dt_init_floor: float = 1e-4
     dt_limit_min: float = 0.0  # dt = softplus(dt + dt_bias) clamped to [dt_limit_min, dt_limit_max]
     dt_limit_max: Optional[float] = None  # None = no upper bound (transformers' time_step_limit (0, inf))
+    # the gated norm: norm(y·silu(z)) (Mamba-2's) | norm(y)·silu(z) (Falcon-H1's mamba_norm_before_gate) | y·silu(z),
+    # no norm and no scale (Falcon-H1's mamba_rms_norm false)
+    gate_norm: str = choice("after", "before", "none")
 
 
 def drawn_dt_bias(n: int, dt_min: float, dt_max: float, floor: float, device: torch.device) -> Tensor:
@@ -100,7 +104,8 @@ class Mamba2(Mixer):
     """One in-projection to z (the gate, inner wide), x, B, C (through a causal depthwise convolution of
     ``conv_kernel``, with an optional bias, and SiLU) and dt (one per head); the SSD scan over ``n_head``
     states plus the D skip; the gated RMSNorm ``norm(y·silu(z))`` over ``groups`` groups of inner/groups
-    channels with one inner-wide scale (transformers' MambaRMSNormGated, eps model.norm.eps); the output
+    channels with one inner-wide scale (transformers' MambaRMSNormGated, eps model.norm.eps; ``gate_norm``
+    before: ``norm(y)·silu(z)``, none: ``y·silu(z)`` unnormed, both Falcon-H1's); the output
     projection. No position reaches it: the recurrence orders the tokens. Its ``mask`` (``Tokens``) gives the
     padding of the new positions: padded positions enter the convolution as zeros and have dt = 0, so they
     neither decay nor write the state and a left-padded row computes what it would alone; and the starts
@@ -123,7 +128,8 @@ class Mamba2(Mixer):
         self.dt_bias = nn.Parameter(torch.empty(a.n_head))
         self.A_log = nn.Parameter(torch.empty(a.n_head))
         self.D = nn.Parameter(torch.empty(a.n_head))
-        self.norm_weight = nn.Parameter(torch.empty(self.inner))
+        self.gate_norm = a.gate_norm
+        self.norm_weight = nn.Parameter(torch.empty(self.inner)) if a.gate_norm != "none" else None
         self.norm_eps = cfg.norm.eps
         self.proj = residual_projection(nn.Linear(self.inner, d, bias=a.out_bias))
 
@@ -159,10 +165,15 @@ class Mamba2(Mixer):
             y, state = chunked_ssd(xs, dt, A, B, C, self.scan_chunk, state, starts)
         if cache is not None:
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
-        y = (y + xs * self.D.to(f)[:, None]).flatten(2) * F.silu(z.to(f))
+        y = (y + xs * self.D.to(f)[:, None]).flatten(2)
+        gate = F.silu(z.to(f))
+        if self.norm_weight is None:
+            return self.proj((y * gate).to(x.dtype))
+        if self.gate_norm == "after":
+            y = y * gate
         y = y.unflatten(-1, (G, self.inner // G))
         y = (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.norm_eps)).flatten(2) * self.norm_weight.to(f)
-        return self.proj(y.to(x.dtype))
+        return self.proj((y if self.gate_norm == "after" else y * gate).to(x.dtype))
 
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:
@@ -174,7 +185,8 @@ class Mamba2(Mixer):
         self.dt_bias.copy_(drawn_dt_bias(self.n_head, *self.dt_init, self.dt_bias.device))
         self.A_log.copy_(torch.arange(1, self.n_head + 1, dtype=torch.float32, device=self.A_log.device).log())
         nn.init.ones_(self.D)
-        nn.init.ones_(self.norm_weight)
+        if self.norm_weight is not None:
+            nn.init.ones_(self.norm_weight)
 
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
@@ -185,12 +197,14 @@ class Mamba2(Mixer):
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """In-projection d·(2·I + 2·G·N + H) (z, x, B, C, dt; + as many biases with qkv_bias), the
         convolution (I + 2·G·N)·K (+ I + 2·G·N with conv_bias), dt_bias, A_log and D H each, the gated
-        norm's scale I, the output projection I·d (+ d with out_bias); I = n_head·head_dim."""
+        norm's scale I (none with gate_norm none), the output projection I·d (+ d with out_bias);
+        I = n_head·head_dim."""
         a, d, H, width = cfg.attention, cfg.d_model, cfg.attention.n_head, inner(cfg)
         channels = conv_channels(cfg)
         in_proj = (d + a.qkv_bias) * (width + channels + H)
         conv = channels * (a.conv_kernel + a.conv_bias)
-        return in_proj + conv + 3 * H + width + width * d + a.out_bias * d
+        norm = width if a.gate_norm != "none" else 0
+        return in_proj + conv + 3 * H + norm + width * d + a.out_bias * d
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
@@ -244,9 +258,12 @@ class Mamba2(Mixer):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """``mamba2 <H>h x <P>, state <N>, <G> groups, conv <K>``."""
+        """``mamba2 <H>h x <P>, state <N>, <G> groups, conv <K>``, then ``norm before gate`` or ``no norm``
+        where ``gate_norm`` is not after."""
         a = cfg.attention
-        return f"mamba2 {a.n_head}h x {head_dim(cfg)}, state {a.state_size}, {a.groups} groups, conv {a.conv_kernel}"
+        norm = {"after": "", "before": ", norm before gate", "none": ", no norm"}[a.gate_norm]
+        sizes = f"{a.n_head}h x {head_dim(cfg)}, state {a.state_size}, {a.groups} groups, conv {a.conv_kernel}"
+        return f"mamba2 {sizes}{norm}"
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
