@@ -27,7 +27,6 @@ from archlab.errors import ConfigError
 from archlab.interop.families import FAMILIES, refusals
 from archlab.interop.families.base import Family, Problem
 from archlab.interop.families.dense import dense_family
-from archlab.interop.families.layered import LayeredFamily
 from archlab.interop.families.moe import sparse_family
 from archlab.interop.families.refused import NOT_DECODER
 from archlab.interop.families.tensors import join, split
@@ -232,8 +231,9 @@ def archlab_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None =
 
 def _hf_weights(family: Family, hf_config: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
     """transformers' tensors as archlab's layout of ``family`` holds them, given the HF config: a scale that
-    archlab folds into a weight (Cohere2's logit_scale, into the final norm) applied; else unchanged."""
-    return family.hf_weights(hf_config, state) if isinstance(family, LayeredFamily) else state
+    archlab folds into a weight (Cohere2's logit_scale, into the final norm; Falcon-H1's key, MLP and
+    in-projection multipliers) applied; else unchanged."""
+    return family.hf_weights(hf_config, state)
 
 
 def _decoder(cfg: ModelConfig, state: dict[str, Tensor]) -> Decoder:

@@ -257,7 +257,7 @@ class Bamba(Family):
 
 def mamba_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
     """A Mamba-2 mixer's tensors, each as it is: in_proj [z | x, B, C | dt], conv1d, dt_bias, A_log, D, the
-    gated norm, out_proj."""
+    gated norm (where it has one: ``gate_norm`` not none), out_proj."""
     a = lc.attention
     t.add(f"{archlab}.in_proj", f"{hf}.in_proj", a.qkv_bias)
     t.maps.append(TensorMap(f"{archlab}.conv_weight", (f"{hf}.conv1d.weight",)))
@@ -265,7 +265,8 @@ def mamba_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
         t.maps.append(TensorMap(f"{archlab}.conv_bias", (f"{hf}.conv1d.bias",)))
     for name in ("dt_bias", "A_log", "D"):
         t.maps.append(TensorMap(f"{archlab}.{name}", (f"{hf}.{name}",)))
-    t.maps.append(TensorMap(f"{archlab}.norm_weight", (f"{hf}.norm.weight",)))
+    if a.gate_norm != "none":
+        t.maps.append(TensorMap(f"{archlab}.norm_weight", (f"{hf}.norm.weight",)))
     t.add(f"{archlab}.proj", f"{hf}.out_proj", a.out_bias)
 
 

@@ -221,6 +221,12 @@ class Family:
         """Every archlab tensor with its HF name(s) and layout."""
         raise NotImplementedError
 
+    def hf_weights(self, c: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """transformers' tensors (named as the model holds them) as archlab's layout holds them, given the
+        config ``c``: the same, but for a scale archlab folds into a weight (Cohere2's logit_scale,
+        Falcon-H1's multipliers)."""
+        return state
+
     def hf_class(self, transformers: Any) -> type:
         """The transformers class ``to_hf`` builds and ``from_hf`` takes (``model_class``)."""
         return getattr(transformers, self.model_class)

@@ -21,8 +21,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-from torch import Tensor
-
 from archlab.config import (
     ModelConfig,
     PositionConfig,
@@ -193,11 +191,6 @@ class LayeredFamily(Family):
     def from_hf(self, c: Any) -> ModelConfig:
         layers = self.hf_layers(c)
         return laid_out(self.uniform_from_hf(c), layers)
-
-    def hf_weights(self, c: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        """transformers' tensors (named as the model holds them) as archlab's layout holds them, given the
-        config ``c``: the same, but for a scale archlab folds into a weight (Cohere2's logit_scale)."""
-        return state
 
     # ---- archlab -> Hugging Face
 

@@ -60,11 +60,6 @@ REFUSED: dict[str, Refused] = {
         "MiniMaxForCausalLM",
         "`layer_types` 'linear_attention' (lightning attention): no archlab mixer",
     ),
-    "falcon_h1": Refused(
-        "Falcon-H1",
-        "FalconH1ForCausalLM",
-        "attention and a Mamba-2 mixer side by side in every layer, outputs summed: an archlab block has one mixer",
-    ),
     "zamba": Refused(
         "Zamba",
         "ZambaForCausalLM",
