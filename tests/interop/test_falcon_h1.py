@@ -9,15 +9,15 @@ HF and back; the refusals.
 
 HF's Mamba part zeroes a padded position's input before ``in_proj``, as Bamba's: the left-padded case has no
 ``mamba_proj_bias`` (with it HF's padded row differs from the prompt alone). ``FalconH1Config()``'s defaults
-(hidden 4096, 32 layers, 14336 MLP, vocab 128000) are no published Falcon-H1 checkpoint (its docstring names
-Falcon-H1-1.5B-Deep-Instruct, 1280 wide and 66 deep), so no preset is read from them."""
+count 8,514,961,408 parameters, not the 1.5B of the checkpoint its docstring names
+(Falcon-H1-1.5B-Deep-Instruct): no published model, so no preset is read from them."""
 
 import pytest
 import torch
 from helpers import hf as parity
 from helpers.hf import NO_TOKENS, TOL, V, logits, max_diff, randomize
 
-from archlab import ConfigError, build_model
+from archlab import ConfigError, build_model, count_params
 from archlab.config import to_model_config
 from archlab.interop.families import FAMILIES
 from archlab.interop.hf import config_from_hf, from_hf
@@ -181,3 +181,12 @@ def test_hf_configs_archlab_cannot_hold_are_refused():
         with pytest.raises(ConfigError) as err:
             FAMILIES["falcon_h1"].from_hf(config)
         assert err.value.field == f"FalconH1Config.{name}"
+
+
+def test_the_default_config_counts_as_transformers_meta_model():
+    """``FalconH1Config()`` read into archlab: its closed-form count equals transformers' model built on the meta
+    device, 8,514,961,408 (128 Mamba-2 heads of 8 over d_ssm 1024, state 256; untied)."""
+    config = transformers.FalconH1Config()
+    with torch.device("meta"):
+        hf = transformers.FalconH1ForCausalLM(config)
+    assert sum(p.numel() for p in hf.parameters()) == count_params(config_from_hf(config))["total"] == 8_514_961_408
