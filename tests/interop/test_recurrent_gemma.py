@@ -189,6 +189,13 @@ def test_the_published_layout_reads_into_the_preset_and_the_defaults_differ():
     assert count_params(preset)["total"] - count_params(default)["total"] == halved - kv
 
 
+def test_the_preset_writes_the_published_config():
+    """config_to_hf of ``recurrentgemma-2b`` has the published layer types, window, RoPE, heads and sizes
+    (tests/helpers/published.py LAYOUT_CONFIGS), and the published config reads back to the same count and
+    writes the same config."""
+    parity.check_preset_is_published("recurrentgemma-2b")
+
+
 @pytest.mark.parametrize(
     "overrides, field",
     [
