@@ -56,6 +56,23 @@ CASES: dict[str, Case] = {
         "backbone.layers.0.mixer",
         lambda layer, x: layer(x),
     ),
+    # Griffin's recurrent block, RecurrentGemma's proportions: lru_width d_model, gates in 8 blocks, conv 4
+    "rglru": Case(
+        "RecurrentGemmaForCausalLM",
+        "RecurrentGemmaConfig",
+        dict(num_attention_heads=8, block_types=["recurrent"], conv1d_width=4, intermediate_size=256),
+        "model.layers.0.temporal_block",
+        lambda layer, x: layer(x, torch.arange(x.shape[1])[None].expand(x.shape[0], -1), None, use_cache=False),
+    ),
+    # Kimi Delta Attention, Kimi-Linear's proportions: heads of 128, conv 4, a one-layer model of it alone
+    "kda": Case(
+        "KimiLinearForCausalLM",
+        "KimiLinearConfig",
+        dict(num_attention_heads=8, num_key_value_heads=8, linear_num_heads=8, linear_head_dim=128)
+        | dict(layer_types=["linear_attention"], mlp_layer_types=["dense"], intermediate_size=256),
+        "model.layers.0.self_attn",
+        lambda layer, x: layer(x),
+    ),
 }
 
 
@@ -63,7 +80,8 @@ def layers(name: str, d_model: int, seed: int = 0) -> tuple[nn.Module, nn.Module
     """archlab's mixer and transformers' for ``name``, the same weights: transformers' model at its own
     initialisation, converted by archlab's record."""
     case = CASES[name]
-    keys = dict(case.keys, hidden_size=d_model, num_hidden_layers=1, vocab_size=256)
+    keys = dict(case.keys, hidden_size=d_model, num_hidden_layers=1, vocab_size=256, pad_token_id=0)
+    keys |= dict(bos_token_id=1, eos_token_id=2)
     torch.manual_seed(seed)
     hf = getattr(transformers, case.model_class)(getattr(transformers, case.config_class)(**keys)).eval()
     ours = from_hf(hf).eval()
