@@ -10,6 +10,8 @@ float64 is ~1e-15 relative; we allow atol=rtol=1e-10.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import torch
 from hypothesis import HealthCheck, assume, example, given, settings
@@ -253,11 +255,14 @@ SWAPPED = sorted(set(MIXERS.names()) - {"causal", "mla"})
 
 
 @st.composite
-def mixers(draw, n_head: int) -> dict:
-    """A layer kind's ``attention``, another mixer whole with its own fields: gated_deltanet or mamba2 at tiny
-    sizes, a scan chunk shorter than the sequence (several chunks, one cut short); any other registered mixer
-    at its defaults with 2 heads (a draw it refuses is dropped, ``model_configs``)."""
-    kind = draw(st.sampled_from(SWAPPED))
+def mixers(draw, n_head: int, kind: Optional[str] = None) -> dict:
+    """A layer kind's ``attention`` (of ``kind``, else any), another mixer whole with its own fields:
+    gated_deltanet or mamba2 at tiny sizes, a scan chunk shorter than the sequence (several chunks, one cut
+    short); parallel's attention of 2 heads beside such a mamba2; any other registered mixer at its defaults
+    with 2 heads (a draw it refuses is dropped, ``model_configs``)."""
+    kind = kind or draw(st.sampled_from(SWAPPED))
+    if kind == "parallel":
+        return {"kind": "parallel", "n_head": 2, "ssm": {"n_head": n_head} | draw(mixers(n_head, "mamba2"))}
     if kind not in ("gated_deltanet", "mamba2"):
         return {"kind": kind, "n_head": 2}
     divisors = [k for k in range(1, n_head + 1) if n_head % k == 0]
