@@ -42,6 +42,8 @@ TINY: dict[str, dict] = {
     | {"ssm": {"n_head": 3, "head_dim": 8, "state_size": 6, "scan_chunk": 5, "qkv_bias": True, "gate_norm": "before"}}
     | {"attention_in_multiplier": 0.75, "attention_out_multiplier": 1.5, "ssm_in_multiplier": 1.25}
     | {"ssm_out_multiplier": 0.5},
+    # 4 heads of 6 (not d_model / n_head), blocks of 5
+    "lightning": {"n_head": 4, "head_dim": 6, "block_size": 5},
 }
 
 # the model around the mixer: d_model 32, vocab 48, context 12, RoPE (a left-padded row's positions must be
