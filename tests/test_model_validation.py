@@ -26,7 +26,7 @@ CASES = [
     (
         ["model.block.kind=hourglass"],
         "model.block.kind",
-        "one of ['parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
+        "one of ['normed_skip', 'parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
     ),
     (
         ["model.mlp.kind=mixture"],

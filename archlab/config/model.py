@@ -35,9 +35,14 @@ class NormConfig:
 class BlockConfig:
     """``model.block``: how a block wires attention and MLP into the residual stream (``BLOCKS``, archlab/nn/block.py)."""
 
-    kind: str = "pre"  # pre | post | parallel | post_sublayer | sandwich
+    kind: str = "pre"  # pre | post | parallel | post_sublayer | sandwich | normed_skip
     shared_norm: bool = True  # parallel only: one norm feeds attention and MLP (GPT-J)
     residual_multiplier: float = 1.0  # each sublayer's output times this as it joins the residual stream (Granite)
+    # normed_skip only: h = alpha·norm(x) + beta·sublayer(norm(x)), per sublayer (MiniMax-01's *_alpha/beta_factor)
+    attn_alpha: float = 1.0
+    attn_beta: float = 1.0
+    mlp_alpha: float = 1.0
+    mlp_beta: float = 1.0
 
 
 @dataclass
