@@ -33,8 +33,10 @@ from archlab.interop.families.tensors import join, split
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
-# Buffers that older checkpoints carry: causal masks (GPT-2, GPT-J, GPT-NeoX) and rotary frequencies.
+# Buffers that older checkpoints carry: causal masks (GPT-2, GPT-J, GPT-NeoX) and rotary frequencies; and
+# those a transformers model computes from its config and saves: MiniMax's lightning-attention decays.
 _BUFFERS = (".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")
+_BUFFERS += tuple(f".self_attn.{name}" for name in ("slope_rate", "query_decay", "key_decay", "diagonal_decay"))
 
 
 def _transformers() -> Any:
@@ -203,7 +205,7 @@ def hf_state_to_archlab(
 ) -> dict[str, Tensor]:
     """archlab's state dict from a transformers state dict of ``family`` (a model_type; by default the
     family ``cfg``'s layout maps to). Raises naming every HF tensor that is missing or left unconverted
-    (mask and rotary buffers excepted)."""
+    (``_BUFFERS`` excepted)."""
     cfg = validate(to_model_config(cfg))
     maps = _family(family, cfg).tensors(cfg)
     needed = {name for m in maps for name in m.hf}
@@ -272,7 +274,7 @@ def to_hf(model: Decoder, **hf_kwargs: Any) -> Any:
     hf_model = hf_model.to(device=p.device, dtype=p.dtype)
     result = hf_model.load_state_dict(archlab_state_to_hf(cfg, model.state_dict()), strict=False)
     allowed_missing = {"lm_head.weight"} if cfg.head.tied else set()
-    if set(result.missing_keys) - allowed_missing or result.unexpected_keys:
+    if {k for k in result.missing_keys if not k.endswith(_BUFFERS)} - allowed_missing or result.unexpected_keys:
         raise RuntimeError(f"conversion to {type(hf_model).__name__} left {result}")
     return hf_model.train(model.training)
 

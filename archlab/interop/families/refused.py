@@ -55,11 +55,6 @@ REFUSED: dict[str, Refused] = {
         "BailingHybridForCausalLM",
         "Kimi Delta Attention: the delta rule with a decay per key channel (`BailingHybridForgetGate`), not per head",
     ),
-    "minimax": Refused(
-        "MiniMax-Text-01",
-        "MiniMaxForCausalLM",
-        "`layer_types` 'linear_attention' (lightning attention): no archlab mixer",
-    ),
     "zamba": Refused(
         "Zamba",
         "ZambaForCausalLM",
