@@ -195,3 +195,17 @@ def test_all_lightning_layers_and_all_full_ones_convert():
         model = from_hf(hf)
         assert parity.max_diff(parity.logits(hf), parity.logits(model)) <= parity.TOL
         assert config_to_hf(model.cfg).layer_types == types
+
+
+def test_the_config_class_defaults_count_as_transformers_builds_them():
+    """MiniMaxConfig() (Mixtral-8x7B's sizes, layers alternating, no preset: docs/reference.md): the closed form,
+    archlab's meta build and transformers' meta model hold 47,373,946,880 parameters, 13,551,079,424 active,
+    not MiniMax-Text-01's published 456B / 45.9B."""
+    config = transformers.MiniMaxConfig()
+    cfg = config_from_hf(config)
+    counts = parity.count_params(cfg)
+    assert (counts["total"], counts["active"]) == (47_373_946_880, 13_551_079_424)
+    parity.build_model(cfg, device="meta")  # compares every component with the closed form
+    with torch.device("meta"):
+        hf = transformers.MiniMaxForCausalLM(config)
+    assert sum(p.numel() for p in hf.parameters()) == 47_373_946_880
