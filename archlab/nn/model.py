@@ -239,12 +239,13 @@ class Decoder(nn.Module):
 
     def auxiliary_losses(self) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary training losses the layers computed in the latest
-        forward (a mixture of experts' load balance and router z-loss), each the mean over the layers
-        that computed it; the training loss adds weight·loss."""
+        forward (a mixture of experts' load balance and router z-loss, dsa's indexer loss), each the mean
+        over the layers that computed it; the training loss adds weight·loss."""
         per_layer: dict[str, list[tuple[float, Tensor]]] = {}
         for block in self.blocks:
-            for name, pair in getattr(block.mlp, "aux_losses", {}).items():
-                per_layer.setdefault(name, []).append(pair)
+            for part in (block.attn, block.mlp):
+                for name, pair in getattr(part, "aux_losses", {}).items():
+                    per_layer.setdefault(name, []).append(pair)
         return {
             name: (pairs[0][0], torch.stack([loss for _, loss in pairs]).mean()) for name, pairs in per_layer.items()
         }

@@ -22,6 +22,9 @@ TINY: dict[str, dict] = {
     # 4 heads of nope 6 + rope 4 (v 5), queries through a rank-8 bottleneck, keys and values from a 16-dim latent
     "mla": {"n_head": 4, "q_lora_rank": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4}
     | {"v_head_dim": 5},
+    # mla's line, and an indexer of 4 heads of 8 (4 of them rotated) keeping 5 keys of the 12 a query may see
+    "dsa": {"n_head": 4, "q_lora_rank": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4}
+    | {"v_head_dim": 5, "index_n_heads": 4, "index_head_dim": 8, "index_topk": 5},
     # 4 value heads of 6, 2 query/key heads of 8, conv 4, chunks of 5
     "gated_deltanet": {"n_head": 4, "key_heads": 2, "key_head_dim": 8, "v_head_dim": 6, "scan_chunk": 5},
     # 4 heads of 8 channels, B and C of 6 in 2 groups, conv 4 with its bias, chunks of 5; projection biases on

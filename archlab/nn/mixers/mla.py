@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
@@ -19,6 +19,7 @@ from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.attention import softmax_scale, validate_shared
 from archlab.nn.mixers.base import MIXERS, Mixer, chunk_of, positions_seen
 from archlab.nn.norms import NORMS
+from archlab.nn.positions import Rotation
 
 
 @mixer_config("mla")
@@ -50,7 +51,6 @@ def latent_norm_config(cfg: ModelConfig) -> ModelConfig:
     return dataclasses.replace(cfg, norm=dataclasses.replace(cfg.norm, eps=eps))
 
 
-@MIXERS.register("mla")
 class MultiHeadLatentAttention(Mixer):
     """Queries: ``q_proj``, or with ``q_lora_rank`` the bottleneck ``q_up(q_norm(q_down(x)))``; each head
     is ``[nope | rope]``. Keys and values: ``kv_down`` gives the latent (normed by ``kv_norm``) and the
@@ -88,27 +88,47 @@ class MultiHeadLatentAttention(Mixer):
         return {f"{n}.weight": Role.HIDDEN for n in ("q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj")}
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
-        B, T, _ = x.shape
-        H, nope = self.n_head, self.nope
-        q = self.q_up(self.q_norm(self.q_down(x))) if self.low_rank_q else self.q_proj(x)
-        q = q.unflatten(-1, (H, nope + self.rope))  # [B, T, H, nope + rope]
+        q, _ = self.queries(x, rotary)
+        latent, k_rope = self.latents(x, rotary)
+        if cache is not None:
+            latent, k_rope = cache.update(layer, latent, k_rope)
+        return self.attend(q, *self.keys_values(latent, k_rope), mask)
+
+    def queries(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor]:
+        """The queries ``[B, H, T, nope + rope]``, their rope parts rotated, and what they were projected
+        from: the normed latent through the bottleneck, else ``x`` (dsa's indexer reads it too)."""
+        source = self.q_norm(self.q_down(x)) if self.low_rank_q else x
+        q = (self.q_up(source) if self.low_rank_q else self.q_proj(x)).unflatten(
+            -1, (self.n_head, self.nope + self.rope)
+        )
+        if rotary is not None:
+            q = torch.cat((q[..., : self.nope], rotary.rotate(q[..., self.nope :])), dim=-1)
+        return q.transpose(1, 2), source
+
+    def latents(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor]:
+        """What the cache stores of the new positions: the latent after ``kv_norm`` ``[B, 1, T, r]`` and the
+        shared key's rotated part ``[B, 1, T, rope]``."""
         latent, k_rope = self.kv_down(x).split((self.rank, self.rope), dim=-1)
         latent, k_rope = self.kv_norm(latent)[:, None], k_rope[:, :, None]  # [B, 1, T, r], [B, T, 1, rope]
         if rotary is not None:
-            q = torch.cat((q[..., :nope], rotary.rotate(q[..., nope:])), dim=-1)
             k_rope = rotary.rotate(k_rope)
-        k_rope = k_rope.transpose(1, 2)
-        if cache is not None:
-            latent, k_rope = cache.update(layer, latent, k_rope)
-        S = latent.shape[2]
+        return latent, k_rope.transpose(1, 2)
+
+    def keys_values(self, latent: Tensor, k_rope: Tensor) -> tuple[Tensor, Tensor]:
+        """Every head's keys ``[B, H, S, nope + rope]`` and values ``[B, H, S, v]``, expanded from the
+        ``latent`` and ``k_rope`` (``[B, 1, S, ·]``) of the positions attended to."""
+        B, _, S, _ = latent.shape
         k_nope, v = (
             self.kv_up(latent[:, 0])
-            .unflatten(-1, (H, nope + self.v_dim))
+            .unflatten(-1, (self.n_head, self.nope + self.v_dim))
             .transpose(1, 2)
-            .split((nope, self.v_dim), dim=-1)
+            .split((self.nope, self.v_dim), dim=-1)
         )  # [B, H, S, nope], [B, H, S, v]
-        k = torch.cat((k_nope, k_rope.expand(B, H, S, self.rope)), dim=-1)
-        q = q.transpose(1, 2)
+        return torch.cat((k_nope, k_rope.expand(B, self.n_head, S, self.rope)), dim=-1), v
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
+        """The output projection of the heads' attention, ``mask`` as ``Mixer.forward`` takes it."""
+        B, H, T, _ = q.shape
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
         y = F.scaled_dot_product_attention(
@@ -193,3 +213,7 @@ class MultiHeadLatentAttention(Mixer):
             f"mla {a.n_head}h x ({a.qk_nope_head_dim}+{a.qk_rope_head_dim} qk, {a.v_head_dim} v), "
             f"kv_lora {a.kv_lora_rank}, {q}{eps}"
         )
+
+
+# registered apart from the class statement: the name keeps its own type for dsa, which subclasses it
+MIXERS.register("mla")(MultiHeadLatentAttention)
