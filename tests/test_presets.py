@@ -244,3 +244,15 @@ def test_jamba_v0_1_breakdown_by_hand():
     total = 2 * V * d + 28 * mamba + 4 * attention + 16 * (dense + moe) + L * 2 * d + d
     assert counts["total"] == total == PUBLISHED["jamba-v0.1"]
     assert counts["active"] == total - 16 * (E - k) * 3 * d * f == ACTIVE["jamba-v0.1"]
+
+
+def test_deepseek_v32_exp_is_deepseek_v3_plus_its_indexers():
+    """DeepSeek-V3.2-Exp is DeepSeek-V3's layout (671,026,404,352; 37,552,282,624 active) with a lightning
+    indexer in each of its 61 attention layers: wq_b 1536·64·128, wk 7168·128, its LayerNorm 2·128 and
+    weights_proj 7168·64, 13,959,424 a layer, which every token passes."""
+    indexer = 1536 * 64 * 128 + 7168 * 128 + 2 * 128 + 7168 * 64
+    counts = count_params(compose_model(["model=deepseek-v3.2-exp"]))
+    v3 = count_params(compose_model(["model=deepseek-v3"]))
+    assert counts["attention"] - v3["attention"] == 61 * indexer == 61 * 13_959_424
+    assert counts["total"] == PUBLISHED["deepseek-v3"] + 61 * indexer == PUBLISHED["deepseek-v3.2-exp"]
+    assert counts["active"] == ACTIVE["deepseek-v3"] + 61 * indexer == ACTIVE["deepseek-v3.2-exp"]

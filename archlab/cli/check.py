@@ -89,6 +89,7 @@ REFERENCE_COUNTS = {
     "recurrentgemma-2b": 2_682_862_080,  # google-deepmind/recurrentgemma RECURRENT_GEMMA_2B_V1 (not the HF defaults)
     "jamba-v0.1": 51_570_323_328,  # JambaConfig() defaults (ai21labs/Jamba-v0.1): JambaForCausalLM; card: 52B
     "kimi-linear-48b-a3b": 49_133_074_464,  # KimiLinearConfig() defaults: KimiLinearForCausalLM ("48B": see reference.md)
+    "deepseek-v3.2-exp": 671_877_929_216,  # DeepseekV32Config() defaults: DeepseekV32ForCausalLM, no MTP module
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every
@@ -107,6 +108,7 @@ ACTIVE_COUNTS = {
     "qwen3-next-80b-a3b": 3_874_929_408,  # card: 80B total, 3B active
     "jamba-v0.1": 12_110_311_296,  # card: 12B active
     "kimi-linear-48b-a3b": 3_494_852_640,  # name: A3B; 3,117,365,280 without the input embedding
+    "deepseek-v3.2-exp": 38_403_807_488,  # V3's 37B plus the indexers; 37,477,128,448 without the input embedding
 }
 
 register_configs()

@@ -70,6 +70,7 @@ PUBLISHED = {
     "recurrentgemma-2b": 2_682_862_080,
     "jamba-v0.1": 51_570_323_328,
     "kimi-linear-48b-a3b": 49_133_074_464,
+    "deepseek-v3.2-exp": 671_877_929_216,
 }
 
 ACTIVE = {
@@ -84,6 +85,7 @@ ACTIVE = {
     "qwen3-next-80b-a3b": 3_874_929_408,
     "jamba-v0.1": 12_110_311_296,
     "kimi-linear-48b-a3b": 3_494_852_640,
+    "deepseek-v3.2-exp": 38_403_807_488,
 }
 
 _PYTHIA = dict(
@@ -634,4 +636,6 @@ LAYOUT_CONFIGS = {
     "jamba-v0.1": ("JambaForCausalLM", "JambaConfig", {}, 0),
     # KimiLinearConfig()'s defaults (its docstring: moonshotai/Kimi-Linear-48B-A3B-Instruct)
     "kimi-linear-48b-a3b": ("KimiLinearForCausalLM", "KimiLinearConfig", {}, 0),
+    # DeepseekV32Config()'s defaults (checkpoint deepseek-ai/DeepSeek-V3.2-Exp; no multi-token-prediction module)
+    "deepseek-v3.2-exp": ("DeepseekV32ForCausalLM", "DeepseekV32Config", {}, 0),
 }
