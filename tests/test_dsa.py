@@ -109,6 +109,17 @@ def test_a_layer_equals_the_reference_query_by_query(model_pairing, index_pairin
         torch.testing.assert_close(got[row], expected, rtol=1e-6, atol=1e-6)
 
 
+def test_ties_go_to_the_earlier_key_whatever_the_keys_after_them():
+    """Keys 0, 1 and 3 tie at 0 below key 2: the top 2 are keys 2 and 0, whether the row holds 4 keys or 6
+    (a cached step's row is shorter than the full forward's)."""
+    indexer = build_model(dsa(index_topk=2)).blocks[0].attn.indexer
+    for row in ([0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 0.0, 0.0, 3.0]):
+        scores = torch.tensor([[row]])
+        visible = torch.tensor([[[True] * 4 + [False] * (len(row) - 4)]])
+        chosen = indexer.select(scores, visible) & visible
+        assert torch.nonzero(chosen[0, 0]).flatten().tolist() == [0, 2]
+
+
 def test_the_choice_moves_the_output():
     """The same weights with the indexer's pairs the other way choose other keys: other outputs."""
     cfg, other = dsa(), dsa(index_pairing="interleaved")

@@ -48,14 +48,15 @@ def _transformers() -> Any:
 
 
 def _routed(cfg: ModelConfig) -> Family:
-    """``families.moe.sparse_family`` for a moe MLP or mla attention, ``families.dense.dense_family``
+    """``families.moe.sparse_family`` for a moe MLP or mla or dsa attention, ``families.dense.dense_family``
     otherwise (each lists its choices), as ``FAMILIES`` holds it (``families.layered``'s record where one
     replaces it); a model of another mixer has no route (the families that hold one say so)."""
-    if cfg.attention.kind not in ("causal", "mla"):
+    if cfg.attention.kind not in ("causal", "mla", "dsa"):
         raise ConfigError(
-            "model.attention.kind", cfg.attention.kind, "causal or mla for a family the layout table routes to"
+            "model.attention.kind", cfg.attention.kind, "causal, mla or dsa for a family the layout table routes to"
         )
-    routed = sparse_family(cfg) if cfg.mlp.kind == "moe" or cfg.attention.kind == "mla" else dense_family(cfg)
+    latent = cfg.attention.kind in ("mla", "dsa")
+    routed = sparse_family(cfg) if cfg.mlp.kind == "moe" or latent else dense_family(cfg)
     return FAMILIES[routed.model_type]
 
 

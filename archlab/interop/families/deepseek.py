@@ -127,10 +127,6 @@ class _DeepSeek(_Sparse):
                 refuse_hf(c, key, f"'{computed}' (what transformers' {self.model_class} computes)")
         position = rope_from_hf(c, c.qk_rope_head_dim, partial=False, scalings=self.rope_types())
         position.pairing = pairing
-        attention = MLAConfig(
-            dropout=float(c.attention_dropout),
-            latent_norm_eps=latent_eps_from_hf(c),
-        )
         mlp = self.moe_from_hf(
             c,
             c.n_routed_experts,
@@ -140,8 +136,12 @@ class _DeepSeek(_Sparse):
             routed_scale=float(c.routed_scaling_factor),
             **routing,
         )
-        cfg = self.base_from_hf(c, position, attention, mlp)
+        cfg = self.base_from_hf(c, position, self.attention_from_hf(c), mlp)
         return with_dense_first(cfg, min(c.first_k_dense_replace or 0, c.num_hidden_layers))
+
+    def attention_from_hf(self, c: Any) -> MLAConfig:
+        """``model.attention`` of the config: mla (a sparse-attention record's: dsa, mla's fields and more)."""
+        return MLAConfig(dropout=float(c.attention_dropout), latent_norm_eps=latent_eps_from_hf(c))
 
     def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
         mla_tensors(t, archlab, hf)

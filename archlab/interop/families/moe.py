@@ -130,13 +130,14 @@ class _Sparse(Family):
 
 
 # every model_type ``sparse_family`` answers: ``FAMILIES`` lists them after ``dense.ROUTES``, in this order
-ROUTES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3")
+ROUTES = ("mixtral", "qwen3_moe", "deepseek_v2", "deepseek_v3", "deepseek_v32")
 
 
 def sparse_family(cfg: ModelConfig) -> Family:
-    """The family of a layout with a moe MLP or mla attention (``hf.family_of`` asks):
+    """The family of a layout with a moe MLP, mla or dsa attention (``hf.family_of`` asks):
 
     =============================================================  ============
+    dsa attention, moe MLP                                           DeepSeek-V3.2
     mla attention, moe MLP with sigmoid scores or a correction bias  DeepSeek-V3
     mla attention, moe MLP otherwise                                 DeepSeek-V2
     causal attention with a per-head QK-norm, moe MLP                Qwen3-MoE
@@ -146,13 +147,15 @@ def sparse_family(cfg: ModelConfig) -> Family:
     from archlab.interop.families import FAMILIES  # the package imports this module while it collects them
 
     m = cfg.mlp
-    if cfg.attention.kind == "mla":
+    if cfg.attention.kind in ("mla", "dsa"):
         if m.kind != "moe":
             raise ConfigError(
                 "model.mlp.kind",
                 m.kind,
-                "moe to convert attention kind mla to Hugging Face DeepSeek-V2/V3 (their latent attention comes with "
-                "DeepSeekMoE; its dense layers are layer kinds: model/layers=dense_first)",
+                f"moe to convert attention kind {cfg.attention.kind} to Hugging Face DeepSeek-V2/V3/V3.2 (their latent "
+                "attention comes with DeepSeekMoE; its dense layers are layer kinds: model/layers=dense_first)",
             )
+        if cfg.attention.kind == "dsa":
+            return FAMILIES["deepseek_v32"]
         return FAMILIES["deepseek_v3" if m.routing.scoring == "sigmoid" or m.routing.correction_bias else "deepseek_v2"]
     return FAMILIES["qwen3_moe" if cfg.attention.qk_norm == "head" else "mixtral"]

@@ -84,16 +84,6 @@ REFUSED: dict[str, Refused] = {
         "compressed convolutional attention (`ZayaCCAProjection`, `cca_time0`): no archlab mixer",
     ),
     # sparse and compressed attention
-    "deepseek_v32": Refused(
-        "DeepSeek-V3.2",
-        "DeepseekV32ForCausalLM",
-        "DeepSeek sparse attention: a lightning indexer picks `index_topk` keys per query (`DeepseekV32Indexer`)",
-    ),
-    "glm_moe_dsa": Refused(
-        "GLM-5 (MoE, DSA)",
-        "GlmMoeDsaForCausalLM",
-        "DeepSeek sparse attention's indexer (`index_topk`, `GlmMoeDsaIndexer`)",
-    ),
     "axk2": Refused(
         "A.X K2", "AXK2ForCausalLM", "DeepSeek sparse attention's indexer (`indexed_attention` layers, `index_topk`)"
     ),
