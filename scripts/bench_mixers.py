@@ -73,6 +73,15 @@ CASES: dict[str, Case] = {
         "model.layers.0.self_attn",
         lambda layer, x: layer(x),
     ),
+    # MiniMax-01's lightning attention: heads of 128, blocks of 256, one linear-attention layer
+    "lightning": Case(
+        "MiniMaxForCausalLM",
+        "MiniMaxConfig",
+        dict(num_attention_heads=6, num_key_value_heads=6, head_dim=128, layer_types=["linear_attention"])
+        | dict(intermediate_size=256, num_local_experts=2, num_experts_per_tok=1),
+        "model.layers.0.self_attn",
+        lambda layer, x: layer(x, None, None),
+    ),
 }
 
 
