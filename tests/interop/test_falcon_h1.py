@@ -53,6 +53,11 @@ HF_CASES = {
     "falcon_h1-dt-limit": ("FalconH1ForCausalLM", "FalconH1Config", dict(SMALL, time_step_limit=(0.2, 1.5))),
 }
 GENERATED = ["falcon_h1", "falcon_h1-before-gate", "falcon_h1-no-norm-biases-tied"]
+# a Bamba of 2 layers (Mamba-2, then attention) at the same width
+SMALL_BAMBA = dict(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
+SMALL_BAMBA |= dict(
+    num_key_value_heads=2, attn_layer_indices=[1], mamba_n_heads=8, mamba_d_head=16, mamba_d_state=8, **NO_TOKENS
+)
 
 
 def hf_model(case: str, seed: int = 1):
@@ -190,3 +195,14 @@ def test_the_default_config_counts_as_transformers_meta_model():
     with torch.device("meta"):
         hf = transformers.FalconH1ForCausalLM(config)
     assert sum(p.numel() for p in hf.parameters()) == count_params(config_from_hf(config))["total"] == 8_514_961_408
+
+
+def test_the_other_mamba2_families_refuse_a_gated_norm_they_lack():
+    """Mamba-2's ``gate_norm`` before or none is Falcon-H1's: Mamba2ForCausalLM refuses it on the model's mixer,
+    Bamba on its Mamba-2 layer kind, each naming the field."""
+    sizes = dict(vocab_size=V, hidden_size=32, num_heads=4, head_dim=16, n_groups=1, state_size=8, **NO_TOKENS)
+    mamba2 = config_from_hf(transformers.Mamba2Config(**sizes))
+    parity.check_problem("mamba2", mamba2, "model.attention.gate_norm", attention__gate_norm="before")
+    bamba = transformers.BambaConfig(**SMALL_BAMBA)
+    field = "model.layers.kinds.mamba2.attention.gate_norm"
+    parity.check_problem("bamba", config_from_hf(bamba), field, kinds__mamba2__attention__gate_norm="none")
