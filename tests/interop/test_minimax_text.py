@@ -18,9 +18,10 @@ import pytest
 import torch
 from helpers import hf as parity
 from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, TOL, V, changed_cfg, max_diff, randomize
+from safetensors.torch import load_file, save_file
 
 from archlab.config.layers import layer_configs
-from archlab.interop.hf import config_from_hf, config_to_hf, from_hf
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, load_hf_dir
 from archlab.nn.validation import ignored
 
 transformers = pytest.importorskip("transformers")
@@ -209,3 +210,17 @@ def test_the_config_class_defaults_count_as_transformers_builds_them():
     with torch.device("meta"):
         hf = transformers.MiniMaxForCausalLM(config)
     assert sum(p.numel() for p in hf.parameters()) == 47_373_946_880
+
+
+def test_a_checkpoint_whose_slopes_differ_is_refused(tmp_path):
+    """A save_pretrained directory holds each lightning layer's slope_rate, which transformers decays by: one
+    halved (layer 0 of 'mixed') is refused naming the tensor, where the directory as saved loads."""
+    hf = hf_model("mixed")
+    hf.save_pretrained(tmp_path)
+    assert max_diff(parity.logits(load_hf_dir(tmp_path)), parity.logits(hf)) <= TOL
+    file = tmp_path / "model.safetensors"
+    state = load_file(file)
+    state["model.layers.0.self_attn.slope_rate"] = state["model.layers.0.self_attn.slope_rate"] / 2
+    save_file(state, file, metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="model.layers.0.self_attn.slope_rate"):
+        load_hf_dir(tmp_path)

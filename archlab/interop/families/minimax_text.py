@@ -1,8 +1,9 @@
 """MiniMax-01 (``MiniMaxForCausalLM``, MiniMax-Text-01): Mixtral's attention and softmax top-k MoE, with
 lightning-attention layers where ``layer_types`` says ``linear_attention`` (archlab's ``lightning``: its
 ``qkv_proj``, ``output_gate``, ``norm`` and ``out_proj`` as they are; the slope and decay buffers transformers
-computes from the layer index are not held, archlab computes them), and MiniMax's wiring (``normed_skip``: the
-skip after the norm, ``*_alpha_factor`` times it plus ``*_beta_factor`` times the sublayer's output).
+computes from the layer index are not held, archlab computes them, and checks a checkpoint's saved slopes), and
+MiniMax's wiring (``normed_skip``: the skip after the norm, ``*_alpha_factor`` times it plus ``*_beta_factor``
+times the sublayer's output).
 
 In archlab the model's own attention is the full-attention layers'; each layer is of a kind, ``lightning`` (the
 lightning attention with the model's heads) or ``attention`` (the model's own), the first layers in ``first``
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch import Tensor
+
 from archlab.config import BlockConfig, ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
@@ -22,7 +26,7 @@ from archlab.interop.families.softmax_moe import _Softmax, replaced
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf
 from archlab.nn.mixers.base import head_dim
-from archlab.nn.mixers.lightning import LightningConfig
+from archlab.nn.mixers.lightning import LightningConfig, slopes
 from archlab.nn.moe import expert_width
 
 LINEAR, FULL = "linear_attention", "full_attention"  # transformers' layer_types
@@ -172,6 +176,22 @@ class MiniMaxText(_Softmax):
             self.mlp_tensors(t, lc, f"{b}.mlp", f"{h}.mlp")
         t.add("final_norm", "model.norm")
         return t.head()
+
+    def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The lightning layers' saved slopes (``self_attn.slope_rate``, which transformers loads and decays by)
+        checked against those archlab computes from the layer index, a differing one refused naming it; then
+        the experts stacked as Mixtral's."""
+        for i, lc in enumerate(layer_configs(cfg)):
+            name = f"model.layers.{i}.self_attn.slope_rate"
+            if is_lightning(lc) and name in state:
+                want = slopes(lc.attention.n_head, i, cfg.n_layer, torch.float64)
+                have = state[name].double().flatten()
+                if have.shape != want.shape or not torch.allclose(have, want, rtol=1e-5, atol=0.0):
+                    raise ValueError(
+                        f"{name} is {have.tolist()}, not the slopes archlab computes for layer {i} of "
+                        f"{cfg.n_layer} ({want.tolist()}): archlab holds MiniMax's slopes only"
+                    )
+        return super().from_checkpoint(cfg, state)
 
 
 RECORDS: tuple[Family, ...] = (MiniMaxText(),)
