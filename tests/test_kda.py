@@ -181,14 +181,56 @@ def test_the_layer_equals_kimi_linears_delta_attention():
     torch.testing.assert_close(got_padded[padding], expected_padded[padding], rtol=1e-5, atol=1e-5)
 
 
+def hf_bailing_kda():
+    """transformers' BailingHybridDeltaAttention (its PyTorch fallback) at the sizes of ``KDA``: full-rank
+    f_proj and g_proj, the bounded decay (kda_safe_gate) at kda_lower_bound −3; RMSNorm eps 1e-6."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.bailing_hybrid.modeling_bailing_hybrid import BailingHybridDeltaAttention
+
+    config = transformers.BailingHybridConfig(
+        hidden_size=32, num_attention_heads=4, head_dim=8, short_conv_kernel_size=4, rms_norm_eps=1e-6,
+        num_hidden_layers=1, layer_types=["linear_attention"], kda_lower_bound=-3.0,
+    )  # fmt: skip
+    return BailingHybridDeltaAttention(config, 0)
+
+
+def test_the_full_rank_bounded_layer_equals_bailings_delta_attention():
+    """Gate rank 0 and the bounded decay: Bailing's layer with the same weights (its q, k, v, f_proj, g_proj
+    and b_proj as our in-projection's rows); every weight random, 13 positions, a left-padded batch too."""
+    hf = randomise(hf_bailing_kda())
+    cfg = tiny(attention=KDA | {"gate_rank": 0, "decay": "bounded", "decay_lower_bound": -3.0}, norm={"eps": 1e-6})
+    validate(cfg)
+    ours = KimiDeltaAttention(cfg)
+    rows = (hf.q_proj, hf.k_proj, hf.v_proj, hf.forget_gate.f_proj, hf.g_proj, hf.b_proj)
+    with torch.no_grad():
+        ours.in_proj.weight.copy_(torch.cat([p.weight for p in rows]))
+        ours.conv_weight.copy_(hf.conv1d.weight[:, 0])
+        ours.A_log.copy_(hf.forget_gate.A_log)
+        ours.dt_bias.copy_(hf.forget_gate.dt_bias)
+        ours.norm_weight.copy_(hf.o_norm.weight)
+        ours.proj.weight.copy_(hf.o_proj.weight)
+    assert sum(p.numel() for p in hf.parameters()) == KimiDeltaAttention.num_params(cfg) == per_layer(32, 4, 8, 0, 4)
+    build_model(cfg, device="meta")  # compares every component with the closed form
+    x = torch.randn(2, 13, 32, generator=torch.Generator().manual_seed(1))
+    padding = torch.ones(2, 13, dtype=torch.bool)
+    padding[0, :4] = False
+    with torch.no_grad():
+        expected, got = hf(x), ours(x)
+        expected_padded, got_padded = hf(x, attention_mask=padding.long()), ours(x, mask=Tokens(padding))
+    assert expected.abs().max() > 0.1
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got_padded[padding], expected_padded[padding], rtol=1e-5, atol=1e-5)
+
+
 # ---- counts, FLOPs and the cache ----
 
 
 def per_layer(d, H, dk, r, K):
     """In-projection q, k, v, f_a, g_a, b; the convolution over q, k, v; f_b and g_b; dt_bias per channel,
-    A_log per head; the norm; out."""
+    A_log per head; the norm; out. r = 0: f and g straight from the in-projection, W rows each."""
     W = H * dk
-    return d * (3 * W + 2 * r + H) + 3 * W * K + 2 * r * W + W + H + dk + W * d
+    gates = 2 * d * r + 2 * r * W if r else 2 * d * W
+    return d * (3 * W + H) + gates + 3 * W * K + W + H + dk + W * d
 
 
 def test_counts_by_hand_and_kimi_linears():
@@ -256,6 +298,9 @@ def test_the_init_draws_a_log_and_dt_bias_as_kimi_linears():
     assert 0.01 - 1e-6 <= dt.min() and dt.max() <= 0.2 + 1e-6 and dt.log().std() > 0.5
     assert all(torch.equal(m.norm_weight, torch.ones(8)) for m in layers)
     assert ignored(cfg) == []
+    assert [i.field for i in ignored(tiny(attention=KDA | {"decay_lower_bound": -2.0}))] == [
+        "model.attention.decay_lower_bound"
+    ]  # read only by the bounded decay
 
 
 REFUSED = [
@@ -264,7 +309,9 @@ REFUSED = [
     ({"attention": KDA | {"key_heads": 2}}, "model.attention.key_heads"),
     ({"attention": KDA | {"n_head": 0}}, "model.attention.n_head"),
     ({"attention": KDA | {"head_dim": 0}}, "model.attention.head_dim"),
-    ({"attention": KDA | {"gate_rank": 0}}, "model.attention.gate_rank"),
+    ({"attention": KDA | {"gate_rank": -1}}, "model.attention.gate_rank"),
+    ({"attention": KDA | {"decay": "sigmoid"}}, "model.attention.decay"),
+    ({"attention": KDA | {"decay": "bounded", "decay_lower_bound": 0.0}}, "model.attention.decay_lower_bound"),
     ({"attention": KDA | {"conv_kernel": 0}}, "model.attention.conv_kernel"),
     ({"attention": KDA | {"scan_chunk": 0}}, "model.attention.scan_chunk"),
     ({"attention": KDA | {"dt_min": 0.0}}, "model.attention.dt_min"),

@@ -135,6 +135,7 @@ CHANGES = [
     (dict(mlp__routing__scoring="softmax"), "model.mlp.routing.scoring"),
     (dict(mlp__expert="geglu"), "model.mlp.expert"),
     (dict(kinds__kda__attention__gate_rank=4), "model.layers.kinds.kda.attention.gate_rank"),
+    (dict(kinds__kda_dense__attention__decay="bounded"), "model.layers.kinds.kda_dense.attention.decay"),
     (dict(kinds__kda__attention__head_dim=8), "model.layers.kinds.kda.attention.head_dim"),
     (dict(kinds__attention__mlp__kind="gelu"), "model.layers.kinds.attention.mlp.kind"),
     (dict(kinds__kda_dense__mlp__d_ff=48), "model.layers.kinds.kda_dense.mlp.d_ff"),

@@ -37,6 +37,13 @@ LINEAR, FULL = "linear_attention", "full_attention"  # transformers' layer_types
 KDA, ATTENTION, DENSE = "kda", "attention", "_dense"  # archlab's layer kinds (names)
 
 
+# what its KDA layers fix: (field, the one value, why)
+KDA_RULES = (
+    ("gate_rank", None, " (its gate rank is linear_head_dim)"),
+    ("decay", "softplus", " (its forget gate is −exp(A_log)·softplus)"),
+)
+
+
 def is_kda(lc: ModelConfig) -> bool:
     return lc.attention.kind == "kda"
 
@@ -89,7 +96,7 @@ class KimiLinear(_Sparse):
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``_Sparse``'s of the model's own parts (not its dense-first check: its dense layers go anywhere),
         then what its layer kinds set that Kimi-Linear cannot hold, each named as the kind sets it: a KDA
-        layer whose sizes differ from the first one's or whose gate rank is set, an MLA layer whose
+        layer off ``KDA_RULES`` or whose sizes differ from the first one's, an MLA layer whose
         attention differs from the model's, a dense layer other than the experts' kind of d_ff, a MoE layer
         whose MLP differs from the model's."""
         found = super(_Sparse, self).part_problems(cfg)
@@ -103,9 +110,10 @@ class KimiLinear(_Sparse):
             kind = layer_kind(cfg, i)
             if kind is None:
                 continue
-            if is_kda(lc) and lc.attention.gate_rank is not None:
-                field = kind_field(cfg, kind, "model.attention.gate_rank")
-                layered.append(Problem(field, lc.attention.gate_rank, "null", " (its gate rank is linear_head_dim)"))
+            for name, allowed, why in KDA_RULES if is_kda(lc) else ():
+                if getattr(lc.attention, name) != allowed:
+                    field = kind_field(cfg, kind, f"model.attention.{name}")
+                    layered.append(Problem(field, getattr(lc.attention, name), bare(allowed), why))
             wanted: list[tuple[str, Any, Any, str]] = [
                 ("position", lc.position, cfg.position, "no positions in any layer"),
                 ("attention", lc.attention, linear, "one set of KDA sizes for every such layer")

@@ -10,6 +10,7 @@ Training and prefill run the chunked form (``ops/kda_rule.chunked_kda_rule``), d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,6 +20,7 @@ from torch import nn
 
 from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
+from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.mamba2 import check_dt_init, drawn_dt_bias
@@ -36,7 +38,11 @@ class KDAConfig(MixerConfig):
 
     kind: str = "kda"
     head_dim: int = 128  # query, key and value dims per head (transformers' linear_head_dim)
-    gate_rank: Optional[int] = None  # rank of the decay's and the output gate's factorisation; None = head_dim
+    gate_rank: Optional[int] = None  # rank of the decay's and output gate's factorisation; None = head_dim; 0 = full
+    # the decay from its input u = f(x) + dt_bias: softplus, −exp(A_log)·softplus(u) (Kimi-Linear); bounded,
+    # decay_lower_bound·sigmoid(exp(A_log)·u), in (decay_lower_bound, 0) (Bailing's kda_safe_gate)
+    decay: str = "softplus"
+    decay_lower_bound: float = -5.0  # bounded's least log-decay per position (Bailing's kda_lower_bound)
     conv_kernel: int = 4  # width of the causal depthwise convolution of q, k and v
     scan_chunk: int = 64  # positions per chunk of the parallel form (speed and memory only)
     dt_min: float = 0.001  # init: softplus(dt_bias) log-uniform in [dt_min, dt_max], floored (as fla's KDA)
@@ -45,16 +51,23 @@ class KDAConfig(MixerConfig):
 
 
 def gate_rank(cfg: ModelConfig) -> int:
-    """The rank of the decay's and output gate's factorisation: ``gate_rank``, else ``head_dim``."""
+    """The rank of the decay's and output gate's factorisation: ``gate_rank``, else ``head_dim``; 0: none,
+    each a full d_model x n_head·head_dim projection."""
     a = cfg.attention
     return a.gate_rank if a.gate_rank is not None else a.head_dim
+
+
+def gate_inputs(cfg: ModelConfig) -> int:
+    """The in-projection's rows for each of the decay and the output gate: the rank, or n_head·head_dim."""
+    return gate_rank(cfg) or cfg.attention.n_head * cfg.attention.head_dim
 
 
 @MIXERS.register("kda")
 class KimiDeltaAttention(Mixer):
     """One bias-free in-projection to q, k, v (through a causal depthwise convolution of ``conv_kernel``
     and SiLU), the decay's and output gate's low-rank inputs and β's input b; the decay's up-projection
-    ``f_b`` (plus ``dt_bias``, one per key channel) and the gate's ``g_b``; the rule over ``n_head`` states;
+    ``f_b`` (plus ``dt_bias``, one per key channel) and the gate's ``g_b`` (at gate rank 0 none: the
+    in-projection gives both whole, as Bailing's f_proj and g_proj); the rule over ``n_head`` states;
     an RMSNorm of each head's output with one ``head_dim`` scale, times sigmoid(gate); the output projection.
     No position reaches it (Kimi-Linear's MLA layers take none either). Its ``mask`` (``Tokens``): padded
     positions enter the convolution as zeros and neither decay nor write the state; a packed document's
@@ -67,13 +80,14 @@ class KimiDeltaAttention(Mixer):
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
         a, d = cfg.attention, cfg.d_model
-        self.n_head, self.head_dim, self.rank = a.n_head, a.head_dim, gate_rank(cfg)
-        self.scan_chunk = a.scan_chunk
+        self.n_head, self.head_dim, self.rank = a.n_head, a.head_dim, gate_inputs(cfg)
+        self.scan_chunk, self.bound = a.scan_chunk, a.decay_lower_bound if a.decay == "bounded" else None
         width = a.n_head * a.head_dim
         self.in_proj = nn.Linear(d, 3 * width + 2 * self.rank + a.n_head, bias=False)  # q, k, v, f_a, g_a, b
         self.conv_weight = nn.Parameter(torch.empty(3 * width, a.conv_kernel))
-        self.f_b = nn.Linear(self.rank, width, bias=False)
-        self.g_b = nn.Linear(self.rank, width, bias=False)
+        low_rank = gate_rank(cfg) > 0  # else in_proj's f_a and g_a rows are the decay's and gate's inputs
+        self.f_b = nn.Linear(self.rank, width, bias=False) if low_rank else nn.Identity()
+        self.g_b = nn.Linear(self.rank, width, bias=False) if low_rank else nn.Identity()
         self.A_log = nn.Parameter(torch.empty(a.n_head))
         self.dt_bias = nn.Parameter(torch.empty(width))
         self.norm_weight = nn.Parameter(torch.empty(a.head_dim))
@@ -82,8 +96,9 @@ class KimiDeltaAttention(Mixer):
         self.proj = residual_projection(nn.Linear(width, d, bias=False))
 
     def param_roles(self) -> dict[str, Role]:
-        # the low-rank factors too: their rank is a width a sweep grows with the model, as mla's
-        hidden = ("in_proj.weight", "f_b.weight", "g_b.weight", "proj.weight")
+        # the low-rank factors too (where the gates have them): their rank is a width a sweep grows, as mla's
+        factors = [f"{n}.weight" for n in ("f_b", "g_b") if isinstance(getattr(self, n), nn.Linear)]
+        hidden = ("in_proj.weight", "proj.weight", *factors)
         per_channel = ("conv_weight", "A_log", "dt_bias", "norm_weight")
         return {**{n: Role.HIDDEN for n in hidden}, **{n: Role.VECTOR for n in per_channel}}
 
@@ -99,8 +114,8 @@ class KimiDeltaAttention(Mixer):
         q, k, v = F.silu(mixed).transpose(1, 2).to(f).unflatten(-1, (3 * H, dk)).split(H, dim=2)
         q, k = l2_normalise(q) * dk**-0.5, l2_normalise(k)
         beta = torch.sigmoid(b.to(f))
-        g = F.softplus(self.f_b(f_a).to(f) + self.dt_bias.to(f)).unflatten(-1, (H, dk))
-        g = -self.A_log.to(f).exp()[:, None] * g
+        u, A = (self.f_b(f_a).to(f) + self.dt_bias.to(f)).unflatten(-1, (H, dk)), self.A_log.to(f).exp()[:, None]
+        g = -A * F.softplus(u) if self.bound is None else self.bound * torch.sigmoid(A * u)
         if present is not None:  # a padded position keeps the state as it is: no decay (g = 0), no write
             beta, g = beta * present[..., None], g * present[..., None, None]
         q, k, v, beta, g = (t.transpose(1, 2) for t in (q, k, v, beta, g))  # heads first
@@ -135,10 +150,12 @@ class KimiDeltaAttention(Mixer):
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """With W = n_head·head_dim and rank r: the in-projection d·(3W + 2r + H), the convolution 3W·K, f_b
-        and g_b r·W each, dt_bias W, A_log H, the gated norm's scale head_dim, the output W·d (no biases)."""
+        and g_b r·W each, dt_bias W, A_log H, the gated norm's scale head_dim, the output W·d (no biases);
+        at rank 0 the in-projection d·(3W + 2W + H) and no f_b, g_b."""
         a, d, H = cfg.attention, cfg.d_model, cfg.attention.n_head
         W, r = H * a.head_dim, gate_rank(cfg)
-        return d * (3 * W + 2 * r + H) + 3 * W * a.conv_kernel + 2 * r * W + W + H + a.head_dim + W * d
+        gates = 2 * d * r + 2 * r * W if r else 2 * d * W
+        return d * (3 * W + H) + gates + 3 * W * a.conv_kernel + W + H + a.head_dim + W * d
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
@@ -163,7 +180,10 @@ class KimiDeltaAttention(Mixer):
         for name in ("head_dim", "conv_kernel", "scan_chunk"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
         if a.gate_rank is not None:
-            checks.integer("model.attention.gate_rank", a.gate_rank, 1, "a positive integer, or null (head_dim)")
+            checks.integer("model.attention.gate_rank", a.gate_rank, 0, "an integer >= 0 (0: full rank), or null")
+        checks.choice("model.attention.decay", a.decay, ("softplus", "bounded"))
+        if a.decay == "bounded" and not -math.inf < a.decay_lower_bound < 0:
+            raise ConfigError("model.attention.decay_lower_bound", a.decay_lower_bound, "a finite number < 0")
         check_dt_init(a)
 
     @staticmethod
@@ -174,7 +194,10 @@ class KimiDeltaAttention(Mixer):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """Every field of its config."""
+        """Every field of its config; decay_lower_bound where the decay is bounded."""
+        bound = {"decay_lower_bound"} if cfg.attention.decay == "bounded" else set()
         return frozenset(
-            {"n_head", "head_dim", "gate_rank", "conv_kernel", "scan_chunk", "dt_min", "dt_max", "dt_init_floor"}
+            {"n_head", "head_dim", "gate_rank", "decay", "conv_kernel", "scan_chunk", "dt_min", "dt_max"}
+            | {"dt_init_floor"}
+            | bound
         )
