@@ -53,7 +53,7 @@ REFUSED: dict[str, Refused] = {
     "bailing_hybrid": Refused(
         "Bailing (Ling) hybrid",
         "BailingHybridForCausalLM",
-        "Kimi Delta Attention: the delta rule with a decay per key channel (`BailingHybridForgetGate`), not per head",
+        "MLA layers with a head-wise sigmoid output gate (`BailingHybridAttention.g_proj`), which archlab's mla lacks",
     ),
     "zamba": Refused(
         "Zamba",
