@@ -54,23 +54,26 @@ def naive_delta_rule(q, k, v, g, beta, state):
     return out, final
 
 
-def random_inputs(T, seed, B=2, H=3, dk=8, dv=6):
-    """Normed keys and scaled normed queries, values, log-decays from -3 to 0, write strengths in (0, 1)
-    and a nonzero initial state."""
+def random_inputs(T, seed, B=2, H=3, dk=8, dv=6, beta_max=1.0):
+    """Normed keys and scaled normed queries, values, log-decays from -3 to 0, write strengths in
+    (0, beta_max) and a nonzero initial state."""
     gen = torch.Generator().manual_seed(seed)
     q = l2_normalise(torch.randn(B, H, T, dk, generator=gen)) * dk**-0.5
     k = l2_normalise(torch.randn(B, H, T, dk, generator=gen))
     v = torch.randn(B, H, T, dv, generator=gen)
     g = -3 * torch.rand(B, H, T, generator=gen)
-    beta = torch.rand(B, H, T, generator=gen)
+    beta = torch.rand(B, H, T, generator=gen) * beta_max
     state = torch.randn(B, H, dk, dv, generator=gen) * 0.5
     return q, k, v, g, beta, state
 
 
 @pytest.mark.parametrize("T", [1, 3, 4, 8, 13, 20])
-def test_chunked_and_recurrent_forms_equal_the_per_token_rule(T):
-    """Chunks of 4 over lengths that are (4, 8, 20) and are not (1, 3, 13) multiples of it."""
-    q, k, v, g, beta, state = random_inputs(T, seed=T)
+@pytest.mark.parametrize("beta_max", [1.0, 2.0])
+def test_chunked_and_recurrent_forms_equal_the_per_token_rule(T, beta_max):
+    """Chunks of 4 over lengths that are (4, 8, 20) and are not (1, 3, 13) multiples of it; β in (0, 1), and in
+    (0, 2) (``allow_neg_eigval``: where β > 1 the transition's eigenvalue along k, α·(1 − β), is negative)."""
+    q, k, v, g, beta, state = random_inputs(T, seed=T, beta_max=beta_max)
+    assert (beta > 1).any() == (beta_max == 2.0)
     expected, expected_state = naive_delta_rule(q, k, v, g, beta, state)
     for out, final in (chunked_delta_rule(q, k, v, g, beta, 4, state), recurrent_delta_rule(q, k, v, g, beta, state)):
         torch.testing.assert_close(out.double(), expected, rtol=0, atol=1e-5)
@@ -142,6 +145,41 @@ def test_the_layer_equals_qwen3_nexts_gated_deltanet():
     # outputs up to ~9: float32 rounding of another summation order (measured: at most 8e-6)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(got_padded[padding], expected_padded[padding], rtol=1e-5, atol=1e-5)
+
+
+def test_with_negative_eigenvalues_the_layer_equals_olmo_hybrids_gated_deltanet():
+    """``allow_neg_eigval``: transformers' OlmoHybridGatedDeltaNet (linear_allow_neg_eigval, its q, k, v, g, b
+    and a projected apart: our in-projection's rows) with the same random weights, 13 positions in chunks of 5,
+    within 1e-5 (its output norm's epsilon is 1e-5 whatever rms_norm_eps: ours at model.norm.eps 1e-5); with
+    β in (0, 1) instead the outputs move (the doubling is not lost)."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.olmo_hybrid.modeling_olmo_hybrid import OlmoHybridGatedDeltaNet
+
+    config = transformers.OlmoHybridConfig(
+        hidden_size=32, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+        linear_value_head_dim=6, linear_conv_kernel_dim=4, num_hidden_layers=2, linear_allow_neg_eigval=True,
+    )  # fmt: skip
+    hf = randomise(OlmoHybridGatedDeltaNet(config, 0))
+    cfg = tiny(attention=GDN | {"allow_neg_eigval": True}, norm={"eps": 1e-5})
+    validate(cfg)
+    ours = GatedDeltaNet(cfg)
+    assert sum(p.numel() for p in hf.parameters()) == GatedDeltaNet.num_params(cfg)
+    with torch.no_grad():
+        rows = [getattr(hf, f"{n}_proj").weight for n in ("q", "k", "v", "g", "b", "a")]
+        ours.in_proj.weight.copy_(torch.cat(rows))
+        ours.conv_weight.copy_(hf.conv1d.weight[:, 0])
+        for name in ("A_log", "dt_bias"):
+            getattr(ours, name).copy_(getattr(hf, name))
+        ours.norm_weight.copy_(hf.o_norm.weight)
+        ours.proj.weight.copy_(hf.o_proj.weight)
+    x = torch.randn(2, 13, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected, got = hf(x), ours(x)
+        ours.beta_scale = 1.0
+        unscaled = ours(x)
+    assert expected.abs().max() > 0.1
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert (unscaled - expected).abs().max() > 1e-2
 
 
 # ---- counts, FLOPs and the cache ----

@@ -4,7 +4,9 @@ head, decayed and corrected by the gated delta rule, so its decoding state is co
 
 Per head ``h`` and token ``t`` (``k_t``, ``q_t`` L2-normed, ``q_t`` scaled by 1/sqrt(key_head_dim)):
 ``S_t = α_t·S_{t−1} + k_t·u_tᵀ`` with ``u_t = β_t·(v_t − α_t·S_{t−1}ᵀ·k_t)``, output ``o_t = S_tᵀ·q_t``;
-``α_t = exp(g_t)``, ``g_t = −exp(A_log)·softplus(a_t + dt_bias)``, ``β_t = sigmoid(b_t)``. Training and
+``α_t = exp(g_t)``, ``g_t = −exp(A_log)·softplus(a_t + dt_bias)``, ``β_t = sigmoid(b_t)`` (``2·sigmoid(b_t)``
+with ``allow_neg_eigval``: the transition ``α_t·(I − β_t·k_t·k_tᵀ)`` then has an eigenvalue in (−α_t, α_t] along
+``k_t``, a reflection the (0, 1) range cannot make; Grazzi et al. 2024, arXiv:2411.12537). Training and
 prefill run the chunked parallel form (``chunked_delta_rule``; on a GPU flash-linear-attention's kernel
 where installed, nn/mixers/ops/kernels.py), decoding the recurrence itself (``recurrent_delta_rule``); both in
 float32 (float64 in a float64 model)."""
@@ -49,6 +51,7 @@ class GatedDeltaNetConfig(MixerConfig):
     dt_min: float = 0.001  # init, where dt_bias_init is None: dt log-uniform in [dt_min, dt_max], floored
     dt_max: float = 0.1
     dt_init_floor: float = 1e-4
+    allow_neg_eigval: bool = False  # β = 2·sigmoid(b) in (0, 2), not (0, 1) (OLMo Hybrid's linear_allow_neg_eigval)
 
 
 def key_heads(cfg: ModelConfig) -> int:
@@ -97,6 +100,7 @@ class GatedDeltaNet(Mixer):
         self.norm_weight = nn.Parameter(torch.empty(a.v_head_dim))
         self.norm_eps = cfg.norm.eps
         self.dt_init = (a.dt_bias_init, a.dt_min, a.dt_max, a.dt_init_floor)
+        self.beta_scale = 2.0 if a.allow_neg_eigval else 1.0
         self.proj = residual_projection(nn.Linear(a.n_head * a.v_head_dim, d, bias=False))
 
     def param_roles(self) -> dict[str, Role]:
@@ -121,7 +125,7 @@ class GatedDeltaNet(Mixer):
         if Hk != H:  # each query/key head serves H / Hk consecutive value heads
             q, k = q.repeat_interleave(H // Hk, dim=2), k.repeat_interleave(H // Hk, dim=2)
         v = v.unflatten(-1, (H, dv))
-        beta = torch.sigmoid(b.to(f))
+        beta = torch.sigmoid(b.to(f)) * self.beta_scale
         g = -self.A_log.to(f).exp() * F.softplus(a.to(f) + self.dt_bias.to(f))
         if present is not None:  # a padded position keeps the state as it is: no decay (g = 0), no write
             beta, g = beta * present[..., None], g * present[..., None]
@@ -200,6 +204,7 @@ class GatedDeltaNet(Mixer):
                 )
         for name in ("key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
+        checks.choice("model.attention.allow_neg_eigval", a.allow_neg_eigval, (True, False))
         if a.dt_bias_init is None:
             check_dt_init(a)
         elif math.isnan(checks.finite(a.dt_bias_init)):
@@ -209,14 +214,15 @@ class GatedDeltaNet(Mixer):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """``gated_deltanet <H>v/<Hk>qk x (<dk> k, <dv> v), conv <K>``."""
+        """``gated_deltanet <H>v/<Hk>qk x (<dk> k, <dv> v), conv <K>`` (``, β in (0, 2)`` with allow_neg_eigval)."""
         a = cfg.attention
-        return f"gated_deltanet {a.n_head}v/{key_heads(cfg)}qk x ({a.key_head_dim} k, {a.v_head_dim} v), conv {a.conv_kernel}"
+        sizes = f"{a.n_head}v/{key_heads(cfg)}qk x ({a.key_head_dim} k, {a.v_head_dim} v), conv {a.conv_kernel}"
+        return f"gated_deltanet {sizes}" + ", β in (0, 2)" * a.allow_neg_eigval
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """Its heads and sizes, its convolution and scan, its dt_bias init; the dt draw's fields where it draws."""
+        """Its heads and sizes, its convolution and scan, β's range, its dt_bias init; the dt draw's fields where
+        it draws."""
         drawn = {"dt_min", "dt_max", "dt_init_floor"} if cfg.attention.dt_bias_init is None else set()
-        return frozenset(
-            {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk", "dt_bias_init"} | drawn
-        )
+        own = {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk", "dt_bias_init"}
+        return frozenset(own | {"allow_neg_eigval"} | drawn)
