@@ -83,6 +83,41 @@ def test_a_layer_without_positions_computes_what_a_model_without_positions_compu
         assert not torch.allclose(layout(idx), rope(idx), atol=1e-3)  # the global layer's positions matter
 
 
+def test_a_layer_kind_s_block_is_that_layer_s_wiring():
+    """A kind setting ``block`` (OLMo Hybrid's post-norm attention layers beside pre-norm ones): its layers
+    are the blocks of a whole model of that block, the others the model's; the count sums each layer's norms
+    (both wirings hold two), the final norm is the model's; and a family whose layers share one block (LLaMA)
+    refuses the kind's block naming it."""
+    post = ["model.layers.kinds={pre: {}, post: {block: {kind: post_sublayer}}}", "model.layers.pattern=[pre,post]"]
+    layout = build_model(compose_model([*TINY, *post])).eval()
+    pre = build_model(compose_model(TINY)).eval()
+    sub = build_model(compose_model([*TINY, "model/block=post_sublayer"])).eval()
+    assert [type(b).__name__ for b in layout.blocks] == [type(b).__name__ for b in (pre.blocks[0], sub.blocks[1])] * 2
+    assert (
+        count_params(layout.cfg)["total"]
+        == count_params(pre.cfg)["total"]
+        == sum(p.numel() for p in layout.parameters())
+    )
+    with torch.no_grad():
+        for p in layout.parameters():
+            p.uniform_(-0.5, 0.5)
+        for other in (pre, sub):  # each holds the layout's tensors of its own wiring's layers
+            own = other.state_dict()
+            other.load_state_dict({k: v for k, v in layout.state_dict().items() if k in own}, strict=False)
+        idx = torch.randint(0, V, (2, T))
+        x = layout.tok_emb(idx)
+        rotary = pre.position.rotary(torch.arange(T), x.dtype)
+        mask = pre.mask(pre.position, 0, T, 0, None, x.dtype, x.device)
+        for i, source in enumerate((pre, sub, pre, sub)):
+            x = source.blocks[i](x, rotary, mask, None)
+        torch.testing.assert_close(layout(idx), layout.head(layout.final_norm(x)), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(layout(idx), pre(idx), atol=1e-3)  # the post-norm layers' wiring matters
+    from archlab.interop.hf import FAMILIES
+
+    problems = FAMILIES["llama"].problems(layout.cfg)
+    assert "model.layers.kinds.post.block.kind" in {p.field for p in problems}
+
+
 def test_cached_decoding_equals_the_full_forward():
     model = build_model(compose_model([*TINY, *IROPE, "+model.layers.kinds.local.attention.n_kv_head=2"])).eval()
     prompt = torch.randint(0, V, (2, 5))

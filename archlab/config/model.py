@@ -106,8 +106,8 @@ class HeadConfig:
 @dataclass
 class LayersConfig:
     """``model.layers``: layers that differ (``archlab.config.layers``). Named kinds, each overriding fields
-    of the model's ``attention``, ``position`` and ``mlp``, and the layers each kind is given: the first
-    ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts."""
+    of the model's ``attention``, ``position``, ``mlp`` and ``block``, and the layers each kind is given: the
+    first ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts."""
 
     kinds: Any = None  # name -> {attention: {window: 512}, position: {kind: none}} (untyped: set from the command line)
     first: List[str] = field(default_factory=list)  # the kinds of layers 0, 1, ..., len(first) - 1 ([dense]: DeepSeek)

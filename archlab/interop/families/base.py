@@ -13,7 +13,7 @@ from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.errors import ConfigError
 from archlab.interop.families.tensors import TensorMap
-from archlab.interop.families.values import has_field, kind_field, value_of
+from archlab.interop.families.values import differences, has_field, kind_field, value_of
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.rope import rotary_dim
 
@@ -173,8 +173,11 @@ class Family:
                 found.append(Problem(field, lc.attention.kind, " or ".join(allowed), ""))
         return found
 
+    block_kinds = False  # whether its layers may differ in their block (model.layers.kinds.<kind>.block)
+
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
-        """``problems`` of a layout whose mixers this family has: the fields it cannot hold."""
+        """``problems`` of a layout whose mixers this family has: the fields it cannot hold (a layer kind's
+        block, unless ``block_kinds``: the model's block is every layer's in most families)."""
         # a feature's field the chosen mixer has not is not set: nothing to refuse
         absent = [
             (f, (default,), f" ({why})")
@@ -188,7 +191,7 @@ class Family:
         ]
         if "model.position.scaling.kind" in self.features:
             rules.append(("model.position.scaling.kind", self.scalings, ""))
-        found = []
+        found = [] if self.block_kinds else block_kind_problems(cfg, self.title)
         for field, allowed, why in rules + self.rules(cfg) + absent:
             if not has_field(cfg, field):  # a field of another option (an MLP's of another kind): not set
                 continue
@@ -255,6 +258,18 @@ class Family:
         return [
             Problem("model.position.rotary_dim", rotary_dim(cfg), f"null or {head_dim(cfg)}=head_dim (full rotary)")
         ]
+
+
+def block_kind_problems(cfg: ModelConfig, title: str) -> list[Problem]:
+    """Each field of ``block`` that a used layer kind sets away from the model's block, named as the kind's."""
+    found = []
+    for i, lc in enumerate(layer_configs(cfg)):
+        kind = layer_kind(cfg, i)
+        for name, value, expected in differences(lc.block, cfg.block) if kind is not None else []:
+            field = kind_field(cfg, kind, f"model.block.{name}")
+            if field not in {p.field for p in found}:
+                found.append(Problem(field, value, bare(expected), f" ({title}'s layers share one block)"))
+    return found
 
 
 def no_embedding_dropout(cfg: ModelConfig, title: str) -> Rule:
