@@ -150,7 +150,7 @@ def test_the_layer_equals_qwen3_nexts_gated_deltanet():
 def test_with_negative_eigenvalues_the_layer_equals_olmo_hybrids_gated_deltanet():
     """``allow_neg_eigval``: transformers' OlmoHybridGatedDeltaNet (linear_allow_neg_eigval, its q, k, v, g, b
     and a projected apart: our in-projection's rows) with the same random weights, 13 positions in chunks of 5,
-    within 1e-5 (its output norm's epsilon is 1e-5 whatever rms_norm_eps: ours at model.norm.eps 1e-5); with
+    within 1e-5 (its output norm's epsilon is 1e-5 whatever rms_norm_eps: ours ``norm_eps``, the model's 1e-6); with
     β in (0, 1) instead the outputs move (the doubling is not lost)."""
     transformers = pytest.importorskip("transformers")
     from transformers.models.olmo_hybrid.modeling_olmo_hybrid import OlmoHybridGatedDeltaNet
@@ -160,7 +160,7 @@ def test_with_negative_eigenvalues_the_layer_equals_olmo_hybrids_gated_deltanet(
         linear_value_head_dim=6, linear_conv_kernel_dim=4, num_hidden_layers=2, linear_allow_neg_eigval=True,
     )  # fmt: skip
     hf = randomise(OlmoHybridGatedDeltaNet(config, 0))
-    cfg = tiny(attention=GDN | {"allow_neg_eigval": True}, norm={"eps": 1e-5})
+    cfg = tiny(attention=GDN | {"allow_neg_eigval": True, "norm_eps": 1e-5}, norm={"eps": 1e-6})
     validate(cfg)
     ours = GatedDeltaNet(cfg)
     assert sum(p.numel() for p in hf.parameters()) == GatedDeltaNet.num_params(cfg)
@@ -266,6 +266,7 @@ REFUSED = [
     ({"attention": GDN | {"v_head_dim": 0}}, "model.attention.v_head_dim"),
     ({"attention": GDN | {"conv_kernel": 0}}, "model.attention.conv_kernel"),
     ({"attention": GDN | {"scan_chunk": 0}}, "model.attention.scan_chunk"),
+    ({"attention": GDN | {"norm_eps": 0.0}}, "model.attention.norm_eps"),
     ({"attention": GDN | {"dt_bias_init": float("nan")}}, "model.attention.dt_bias_init"),
     ({"attention": GDN | {"dt_bias_init": None, "dt_min": 0.0}}, "model.attention.dt_min"),
     ({"attention": {"key_heads": 2}}, "model.attention.key_heads"),  # the causal kind refuses its fields

@@ -52,6 +52,7 @@ class GatedDeltaNetConfig(MixerConfig):
     dt_max: float = 0.1
     dt_init_floor: float = 1e-4
     allow_neg_eigval: bool = False  # β = 2·sigmoid(b) in (0, 2), not (0, 1) (OLMo Hybrid's linear_allow_neg_eigval)
+    norm_eps: Optional[float] = None  # the output norm's epsilon; None = model.norm.eps (OLMo Hybrid: 1e-5, fixed)
 
 
 def key_heads(cfg: ModelConfig) -> int:
@@ -98,7 +99,7 @@ class GatedDeltaNet(Mixer):
         self.A_log = nn.Parameter(torch.empty(a.n_head))
         self.dt_bias = nn.Parameter(torch.empty(a.n_head))
         self.norm_weight = nn.Parameter(torch.empty(a.v_head_dim))
-        self.norm_eps = cfg.norm.eps
+        self.norm_eps = cfg.norm.eps if a.norm_eps is None else a.norm_eps
         self.dt_init = (a.dt_bias_init, a.dt_min, a.dt_max, a.dt_init_floor)
         self.beta_scale = 2.0 if a.allow_neg_eigval else 1.0
         self.proj = residual_projection(nn.Linear(a.n_head * a.v_head_dim, d, bias=False))
@@ -205,6 +206,8 @@ class GatedDeltaNet(Mixer):
         for name in ("key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
         checks.choice("model.attention.allow_neg_eigval", a.allow_neg_eigval, (True, False))
+        if a.norm_eps is not None:
+            checks.positive("model.attention.norm_eps", a.norm_eps)
         if a.dt_bias_init is None:
             check_dt_init(a)
         elif math.isnan(checks.finite(a.dt_bias_init)):
@@ -225,4 +228,4 @@ class GatedDeltaNet(Mixer):
         it draws."""
         drawn = {"dt_min", "dt_max", "dt_init_floor"} if cfg.attention.dt_bias_init is None else set()
         own = {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk", "dt_bias_init"}
-        return frozenset(own | {"allow_neg_eigval"} | drawn)
+        return frozenset(own | {"allow_neg_eigval", "norm_eps"} | drawn)
