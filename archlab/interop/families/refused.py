@@ -45,11 +45,6 @@ REFUSED: dict[str, Refused] = {
         "Qwen4ExpForCausalLM",
         "hyper-connections (`hc_count` residual streams), n-gram embeddings (`ngram_size`), and a vision tower",
     ),
-    "olmo_hybrid": Refused(
-        "OLMo Hybrid",
-        "OlmoHybridForCausalLM",
-        "Gated DeltaNet with β doubled (`linear_allow_neg_eigval`); post-norm attention layers beside pre-norm ones",
-    ),
     "bailing_hybrid": Refused(
         "Bailing (Ling) hybrid",
         "BailingHybridForCausalLM",
