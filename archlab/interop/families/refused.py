@@ -60,14 +60,6 @@ REFUSED: dict[str, Refused] = {
         "Zamba2ForCausalLM",
         "shared attention blocks fed [x, embeddings] at `hybrid_layer_ids` (`Zamba2HybridLayer`), LoRA per use",
     ),
-    "lfm2": Refused(
-        "LFM2", "Lfm2ForCausalLM", "`layer_types` 'conv' (gated short convolution, `Lfm2ShortConv`): no archlab mixer"
-    ),
-    "lfm2_moe": Refused(
-        "LFM2-MoE",
-        "Lfm2MoeForCausalLM",
-        "`layer_types` 'conv' (gated short convolution, `Lfm2MoeShortConv`): no archlab mixer",
-    ),
     "lfm3": Refused(
         "LFM3", "Lfm3ForCausalLM", "`layer_types` 'conv' (gated short convolution, `Lfm3ShortConv`): no archlab mixer"
     ),
