@@ -270,3 +270,43 @@ def test_attention_factor_validation():
         with pytest.raises(ConfigError) as err:
             build_model(tiny(position=position))
         assert err.value.field == field
+
+
+# ---- proportional RoPE (turning_fraction)
+
+
+@pytest.mark.parametrize("fraction, theta", [(0.5, 1e6), (0.25, 1e4), (0.3, 500.0)])
+def test_turning_fraction_gives_transformers_proportional_frequencies(fraction, theta):
+    """The frequencies of transformers' ``proportional`` rope_type (Gemma 4, LFM3) over a head of 64: the first
+    int(fraction · 64 / 2) pairs at theta^(-2i/64), the rest 0 (0.3 · 32 = 9.6: 9 pairs turn)."""
+    from transformers import Lfm3Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = {"rope_type": "proportional", "rope_theta": theta, "partial_rotary_factor": fraction}
+    config = Lfm3Config(hidden_size=64, num_attention_heads=1, head_dim=64, rope_parameters={"full_attention": params, "sliding_attention": params})  # fmt: skip
+    expected, _ = ROPE_INIT_FUNCTIONS["proportional"](config, layer_type="full_attention")
+    position = plain(position={"kind": "rope", "theta": theta, "turning_fraction": fraction}).position
+    got = inverse_frequencies(position, 64)
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=0)
+    turning = int(fraction * 64 // 2)
+    assert (got[turning:] == 0).all() and (got[:turning] > 0).all()
+    by_hand = [1 / theta ** (2 * i / 64) for i in range(turning)]
+    torch.testing.assert_close(got[:turning], torch.tensor(by_hand, dtype=torch.float32), rtol=1e-6, atol=0)
+
+
+def test_turning_fraction_leaves_the_still_pairs_unrotated_and_is_validated():
+    """Dims of pairs that do not turn come out of the rotation as they went in, at every position; a
+    fraction outside (0, 1] is refused naming the field; it is a field rope reads."""
+    cfg = nano("rope", turning_fraction=0.5)
+    rope = RoPE(cfg)
+    rotation = rope.rotary(torch.arange(7), torch.float32)
+    x = torch.randn(1, 7, 2, rope.dim, generator=torch.Generator().manual_seed(0))
+    y = rotation.rotate(x)
+    half, turning = rope.dim // 2, rope.dim // 4
+    still = [*range(turning, half), *range(half + turning, rope.dim)]
+    assert torch.equal(y[..., still], x[..., still])
+    assert not torch.allclose(y[:, 1:, :, :turning], x[:, 1:, :, :turning])
+    assert ignored(cfg) == []
+    for bad in (0.0, 1.5):
+        with pytest.raises(ConfigError, match="model.position.turning_fraction"):
+            build_model(nano("rope", turning_fraction=bad))

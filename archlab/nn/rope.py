@@ -67,10 +67,13 @@ class RoPEConfig(PositionConfig):
     rotary_dim: Optional[int] = None  # rotate only this many dims of each head
     rotary_fraction: Optional[float] = None  # ... or this fraction of them
     pairing: str = choice("half", "interleaved")  # half (rotate_half, LLaMA/NeoX) | interleaved (GPT-J)
+    # proportional RoPE (Gemma 4, LFM3's global layers): only the first int(this · dims / 2) pairs of the rotated
+    # dims turn, each at its own theta^(-2i/dims), the others not at all; None = every pair turns
+    turning_fraction: Optional[float] = None
     scaling: RoPEScalingConfig = field(default_factory=RoPEScalingConfig)
 
 
-_ROTATION = frozenset({"theta", "rotary_dim", "rotary_fraction", "pairing"})
+_ROTATION = frozenset({"theta", "rotary_dim", "rotary_fraction", "pairing", "turning_fraction"})
 # model.position.scaling.kind -> the fields of the scaling it reads (its mscales outside yarn: refused by validate)
 _SCALING_FIELDS = {
     "none": frozenset(),
@@ -184,6 +187,8 @@ class RoPE(Position):
             )
         if p.rotary_fraction is not None and not 0 < p.rotary_fraction <= 1:
             raise ConfigError("model.position.rotary_fraction", p.rotary_fraction, "a fraction in (0, 1]")
+        if p.turning_fraction is not None and not 0 < checks.finite(p.turning_fraction) <= 1:
+            raise ConfigError("model.position.turning_fraction", p.turning_fraction, "a fraction in (0, 1], or null")
         mixer = MIXERS.get(cfg.attention.kind)
         # a recurrent mixer takes no rotation: no head of it for the rotated dims to fit (a layer kind whose
         # mixer rotates is checked against its own heads)
@@ -356,6 +361,15 @@ def attention_factor(s: RoPEScalingConfig) -> float:
 
 
 def inverse_frequencies(p: RoPEConfig, dim: int, device: Optional[torch.device] = None, long: bool = False) -> Tensor:
+    """``scaled_frequencies``, with the pairs from int(turning_fraction · dim / 2) on at frequency 0 where
+    ``turning_fraction`` is set (proportional RoPE, as transformers' ``proportional`` rope_type computes it)."""
+    inv_freq = scaled_frequencies(p, dim, device, long)
+    if p.turning_fraction is not None:
+        inv_freq[int(p.turning_fraction * dim // 2) :] = 0.0
+    return inv_freq
+
+
+def scaled_frequencies(p: RoPEConfig, dim: int, device: Optional[torch.device] = None, long: bool = False) -> Tensor:
     """RoPE's angle per position of each rotated pair i, ``theta^(-2i/dim)`` in float32, rescaled as
     ``p.scaling.kind`` asks: ``linear`` divides every frequency by ``factor`` (positions interpolated, Chen et
     al. 2023); ``llama3`` divides only the low frequencies (wavelengths above ``original_context /

@@ -77,6 +77,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
     "model.attention.gate_norm": ("after", "Mamba-2's gated norm, norm(y·silu(z))"),
     "model.head.softcap": (None, "no logit soft-capping"),
+    "model.position.turning_fraction": (None, "every rotated pair of RoPE turning"),
     "model.position.scaling.kind": ("none", "unscaled RoPE"),
     "model.position.scaling.truncate": (True, "YaRN's band rounded outward"),
     "model.position.scaling.softmax_mscale": (True, "YaRN's mscale_all_dim read as DeepSeek's, the softmax scaled too"),
