@@ -41,8 +41,8 @@ HF_CASES = {
             block_multiple_of=16,
         ),
     ),
-    # attention first, the convolutions' biases, a wider kernel, linear RoPE scaling, an untied head; the
-    # width rule off: intermediate_size itself
+    # attention first, the convolutions' biases, a wider kernel, linear RoPE scaling, an untied head; heads
+    # of 8 (a head_dim the class reads where set: 4 · 8 < hidden 64); the width rule off: intermediate_size
     "lfm2-biases": (
         "Lfm2ForCausalLM",
         "Lfm2Config",
@@ -52,6 +52,7 @@ HF_CASES = {
             layer_types=[FULL, CONV, CONV],
             conv_bias=True,
             conv_L_cache=4,
+            head_dim=8,
             intermediate_size=96,
             block_auto_adjust_ff_dim=False,
             rope_parameters=dict(rope_type="linear", rope_theta=1e4, factor=2.0),

@@ -29,8 +29,9 @@ from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import dense_of, mlp_section
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import differences, kind_field, refuse_hf
+from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
+from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
 
@@ -70,6 +71,50 @@ def lfm_layers(c: Any, n_dense: int) -> LayersConfig:
     return LayersConfig(kinds=kinds, first=first, pattern=pattern)
 
 
+def lfm_tensors(
+    cfg: ModelConfig, qk_norms: tuple[str, str] = ("q_layernorm", "k_layernorm"), out: str = "out_proj"
+) -> list[TensorMap]:
+    """The tensors of LFM2, LFM2-MoE and LFM3 (its attention's QK-norms ``qk_norms`` and output ``out`` named as
+    Qwen3's, its head gate ``g_proj``, its sandwich norms ``post_operator_norm`` and ``post_ffn_norm``): the
+    norms, a short convolution's ``conv`` or attention's ``self_attn``, the SwiGLU ``feed_forward`` (w1, w3, w2)
+    or MoE (``gate``, ``expert_bias``, stacked experts), the final ``embedding_norm``."""
+    t = Tensors(cfg)
+    t.add("tok_emb", "model.embed_tokens")
+    for i, lc in enumerate(layer_configs(cfg)):
+        b, h = f"blocks.{i}", f"model.layers.{i}"
+        t.add(f"{b}.attn_norm", f"{h}.operator_norm")
+        t.add(f"{b}.mlp_norm", f"{h}.ffn_norm")
+        if cfg.block.kind == "sandwich":
+            t.add(f"{b}.attn_out_norm", f"{h}.post_operator_norm")
+            t.add(f"{b}.mlp_out_norm", f"{h}.post_ffn_norm")
+        a = lc.attention
+        if is_conv(lc):
+            t.add(f"{b}.attn.in_proj", f"{h}.conv.in_proj", a.bias)
+            t.maps.append(TensorMap(f"{b}.attn.conv_weight", (f"{h}.conv.conv.weight",)))
+            if a.bias:
+                t.maps.append(TensorMap(f"{b}.attn.conv_bias", (f"{h}.conv.conv.bias",)))
+            t.add(f"{b}.attn.out_proj", f"{h}.conv.out_proj", a.bias)
+        else:
+            t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", a.qkv_bias)
+            t.add(f"{b}.attn.q_norm", f"{h}.self_attn.{qk_norms[0]}")
+            t.add(f"{b}.attn.k_norm", f"{h}.self_attn.{qk_norms[1]}")
+            t.add(f"{b}.attn.proj", f"{h}.self_attn.{out}", a.out_bias)
+            if a.gate != "none":
+                t.add(f"{b}.attn.gate", f"{h}.self_attn.g_proj")
+        m, f = f"{h}.feed_forward", d_ff(lc)
+        if lc.mlp.kind == "moe":
+            t.add(f"{b}.mlp.router", f"{m}.gate")
+            if lc.mlp.routing.correction_bias:
+                t.maps.append(TensorMap(f"{b}.mlp.router_bias", (f"{m}.expert_bias",)))
+            t.maps.append(TensorMap(f"{b}.mlp.experts.gate_up", (f"{m}.experts.gate_up_proj",)))
+            t.maps.append(TensorMap(f"{b}.mlp.experts.down", (f"{m}.experts.down_proj",)))
+        else:
+            t.stacked(f"{b}.mlp.gate_up", [f"{m}.w1", f"{m}.w3"], False, (f, f))
+            t.add(f"{b}.mlp.down", f"{m}.w2")
+    t.add("final_norm", "model.embedding_norm")
+    return t.head()
+
+
 class _Lfm(Family):
     """What LFM2 and LFM2-MoE share: the attention and short-convolution layers, their norms and names."""
 
@@ -79,13 +124,11 @@ class _Lfm(Family):
     keys = {**LLAMA_KEYS, "norm_eps": "norm.eps"}
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
-        d, H = cfg.d_model, cfg.attention.n_head
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", ("pre",), ""),
             NO_HEAD_BIAS,
             ("model.position.pairing", ("half",), ""),
-            ("model.attention.head_dim", (None, d // H), f" ({self.title}'s attention uses d_model / n_head)"),
             ("model.attention.qk_norm", ("head",), " (q_layernorm and k_layernorm span one head)"),
             ("model.attention.qkv_bias", (False,), " (its attention has no biases)"),
             out_bias(False, " (its attention has no biases)"),
@@ -140,6 +183,7 @@ class _Lfm(Family):
         out = dict(
             self.keys_to_hf(cfg),
             num_key_value_heads=n_kv_head(cfg),
+            head_dim=head_dim(cfg),  # not a declared key: the classes read it where set, else d / heads
             rope_parameters=rope_to_hf(cfg),
             layer_types=[CONV_T if is_conv(lc) else FULL_T for lc in lcs],
         )
@@ -148,49 +192,22 @@ class _Lfm(Family):
         return out
 
     def common_from_hf(self, c: Any, mlp: Any) -> ModelConfig:
-        hd = c.hidden_size // c.num_attention_heads
+        hd = config_head_dim(c)
         cfg = ModelConfig(
             dropout=0.0,
             norm=NormConfig(kind="rmsnorm"),
             block=BlockConfig(kind="pre"),
             position=rope_from_hf(c, hd, partial=False, scalings=("default", "linear", "llama3")),
-            attention=AttentionConfig(n_kv_head=c.num_key_value_heads, qkv_bias=False, out_bias=False, qk_norm="head"),
+            attention=AttentionConfig(
+                n_kv_head=c.num_key_value_heads, head_dim=hd, qkv_bias=False, out_bias=False, qk_norm="head"
+            ),
             mlp=mlp,
             head=HeadConfig(bias=False),
         )
         return self.keys_from_hf(c, cfg)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        t = Tensors(cfg)
-        t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.operator_norm")
-            t.add(f"{b}.mlp_norm", f"{h}.ffn_norm")
-            if is_conv(lc):
-                bias = lc.attention.bias
-                t.add(f"{b}.attn.in_proj", f"{h}.conv.in_proj", bias)
-                t.maps.append(TensorMap(f"{b}.attn.conv_weight", (f"{h}.conv.conv.weight",)))
-                if bias:
-                    t.maps.append(TensorMap(f"{b}.attn.conv_bias", (f"{h}.conv.conv.bias",)))
-                t.add(f"{b}.attn.out_proj", f"{h}.conv.out_proj", bias)
-            else:
-                t.qkv(f"{b}.attn.qkv", f"{h}.self_attn", False)
-                t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_layernorm")
-                t.add(f"{b}.attn.k_norm", f"{h}.self_attn.k_layernorm")
-                t.add(f"{b}.attn.proj", f"{h}.self_attn.out_proj")
-            m, f = f"{h}.feed_forward", d_ff(lc)
-            if lc.mlp.kind == "moe":
-                t.add(f"{b}.mlp.router", f"{m}.gate")
-                if lc.mlp.routing.correction_bias:
-                    t.maps.append(TensorMap(f"{b}.mlp.router_bias", (f"{m}.expert_bias",)))
-                t.maps.append(TensorMap(f"{b}.mlp.experts.gate_up", (f"{m}.experts.gate_up_proj",)))
-                t.maps.append(TensorMap(f"{b}.mlp.experts.down", (f"{m}.experts.down_proj",)))
-            else:
-                t.stacked(f"{b}.mlp.gate_up", [f"{m}.w1", f"{m}.w3"], False, (f, f))
-                t.add(f"{b}.mlp.down", f"{m}.w2")
-        t.add("final_norm", "model.embedding_norm")
-        return t.head()
+        return lfm_tensors(cfg)
 
 
 class Lfm2(_Lfm):

@@ -60,9 +60,6 @@ REFUSED: dict[str, Refused] = {
         "Zamba2ForCausalLM",
         "shared attention blocks fed [x, embeddings] at `hybrid_layer_ids` (`Zamba2HybridLayer`), LoRA per use",
     ),
-    "lfm3": Refused(
-        "LFM3", "Lfm3ForCausalLM", "`layer_types` 'conv' (gated short convolution, `Lfm3ShortConv`): no archlab mixer"
-    ),
     "rwkv": Refused("RWKV", "RwkvForCausalLM", "RWKV-4 time-mix (WKV recurrence) and channel-mix blocks: no attention"),
     "xlstm": Refused("xLSTM", "xLSTMForCausalLM", "mLSTM blocks (matrix memory, exponential gates): no attention"),
     "zaya": Refused(
