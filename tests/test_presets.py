@@ -200,6 +200,21 @@ def test_kimi_linear_48b_a3b_breakdown_by_hand():
     assert counts["active"] == total - 26 * (E - k) * 3 * d * fe == ACTIVE["kimi-linear-48b-a3b"]
 
 
+def test_lfm3_1_7b_breakdown_by_hand():
+    """LFM3-1.7B written out from transformers' Lfm3ShortConv, Lfm3Attention and Lfm3MLP tensor shapes: a conv
+    layer's in_proj to B, C, x, its depthwise kernel of 7 and out_proj; an attention layer's q, k, v and o
+    projections, its per-head gate g_proj and two QK-norms; every layer's gate, up and down projections and
+    four RMSNorms (sandwich); the final norm and the tied embedding. Layers 2, 6, ... attend in full, 4, 8, ...
+    slide: 13 conv layers, 11 attention layers."""
+    V, L, d, f, H, KV, hd, K = 128000, 24, 2048, 7680, 16, 4, 128, 7
+    conv, attention = 4 * d * d + K * d, 2 * H * hd * d + 2 * KV * hd * d + H * d + 2 * hd
+    n_attention = sum(i % 4 == 2 or (i % 4 == 0 and i > 0) for i in range(L))
+    counts = count_params(compose_model(["model=lfm3-1.7b"]))
+    assert n_attention == 11 and counts["mlp"] == L * 3 * d * f
+    total = V * d + (L - n_attention) * conv + n_attention * attention + L * (3 * d * f + 4 * d) + d
+    assert counts["total"] == total == PUBLISHED["lfm3-1.7b"]
+
+
 def test_bamba_9b_breakdown_by_hand():
     """Bamba-9B written out from transformers' BambaMixer and BambaMLP tensor shapes: in_proj to z, x, B, C
     and dt, the depthwise conv1d and its bias over x, B and C, dt_bias, A_log and D, the gated norm, out_proj;

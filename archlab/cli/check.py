@@ -90,6 +90,7 @@ REFERENCE_COUNTS = {
     "jamba-v0.1": 51_570_323_328,  # JambaConfig() defaults (ai21labs/Jamba-v0.1): JambaForCausalLM; card: 52B
     "kimi-linear-48b-a3b": 49_133_074_464,  # KimiLinearConfig() defaults: KimiLinearForCausalLM ("48B": see reference.md)
     "deepseek-v3.2-exp": 671_877_929_216,  # DeepseekV32Config() defaults: DeepseekV32ForCausalLM, no MTP module
+    "lfm3-1.7b": 1_728_801_536,  # Lfm3Config() defaults (LiquidAI/LFM3-1.7B): Lfm3ForCausalLM
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every

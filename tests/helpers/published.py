@@ -71,6 +71,7 @@ PUBLISHED = {
     "jamba-v0.1": 51_570_323_328,
     "kimi-linear-48b-a3b": 49_133_074_464,
     "deepseek-v3.2-exp": 671_877_929_216,
+    "lfm3-1.7b": 1_728_801_536,
 }
 
 ACTIVE = {
@@ -638,4 +639,6 @@ LAYOUT_CONFIGS = {
     "kimi-linear-48b-a3b": ("KimiLinearForCausalLM", "KimiLinearConfig", {}, 0),
     # DeepseekV32Config()'s defaults (checkpoint deepseek-ai/DeepSeek-V3.2-Exp; no multi-token-prediction module)
     "deepseek-v3.2-exp": ("DeepseekV32ForCausalLM", "DeepseekV32Config", {}, 0),
+    # Lfm3Config()'s defaults, whose docstring names LiquidAI/LFM3-1.7B
+    "lfm3-1.7b": ("Lfm3ForCausalLM", "Lfm3Config", {}, 0),
 }

@@ -11,9 +11,9 @@ import pytest
 from helpers import hf as parity
 from helpers.hf import ATTN, HF_SIZES, NO_TOKENS
 
-from archlab import build_model
+from archlab import build_model, compose_model
 from archlab.interop.families import FAMILIES
-from archlab.interop.hf import config_from_hf, from_hf
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf
 from archlab.nn.validation import ignored
 
 transformers = pytest.importorskip("transformers")
@@ -137,3 +137,24 @@ def test_an_lfm2_layout_exports_to_lfm2_which_lfm3_holds_too():
     model = from_hf(parity.randomize(transformers.Lfm3ForCausalLM(config), 3))
     assert FAMILIES["lfm3"].problems(model.cfg) == []
     assert parity.hf_family(model.cfg) == "lfm2"
+
+
+def test_the_class_defaults_load_as_the_preset_and_back():
+    """Lfm3Config()'s defaults (LiquidAI/LFM3-1.7B) read into the lfm3-1.7b preset exactly, and the preset
+    writes back their layer types, windows, RoPE per layer type and sizes."""
+    published = transformers.Lfm3Config()
+    cfg = config_from_hf(published)
+    assert cfg == compose_model(["model=lfm3-1.7b"])
+    back = config_to_hf(cfg)
+    keys = ["layer_types", "rope_parameters", "sliding_window", "head_dim", "intermediate_size", "conv_L_cache"]
+    keys += ["use_sandwich_norm", "use_attention_gate", "num_key_value_heads", "tie_word_embeddings", "vocab_size"]
+    assert {k: getattr(back, k) for k in keys} == {k: getattr(published, k) for k in keys}
+
+
+def test_the_preset_shrunk_converts_to_hf_and_back():
+    """The preset at 6 layers and small widths (its layer kinds kept) gives HF's logits and comes back bit for
+    bit."""
+    shrunk = ["model.n_layer=6", "model.d_model=64", "model.vocab_size=96", "model.context_length=64"]
+    shrunk += ["model.attention.head_dim=16", "model.mlp.d_ff=80", "model.layers.kinds.sliding.attention.window=4"]
+    model, hf = parity.check_exports(compose_model(["model=lfm3-1.7b", *shrunk]), "Lfm3ForCausalLM", "lfm3", **ATTN)
+    assert hf.config.layer_types == [CONV, CONV, FULL, CONV, SLIDING, CONV]
