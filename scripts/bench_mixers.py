@@ -73,6 +73,15 @@ CASES: dict[str, Case] = {
         "model.layers.0.self_attn",
         lambda layer, x: layer(x),
     ),
+    # LFM2's gated short convolution, conv 3, one conv layer
+    "short_conv": Case(
+        "Lfm2ForCausalLM",
+        "Lfm2Config",
+        dict(num_attention_heads=8, num_key_value_heads=8, layer_types=["conv"], conv_L_cache=3)
+        | dict(intermediate_size=256, block_auto_adjust_ff_dim=False),
+        "model.layers.0.conv",
+        lambda layer, x: layer(x),
+    ),
     # MiniMax-01's lightning attention: heads of 128, blocks of 256, one linear-attention layer
     "lightning": Case(
         "MiniMaxForCausalLM",
