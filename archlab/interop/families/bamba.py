@@ -244,10 +244,7 @@ class Bamba(Family):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-            t.add(f"{b}.mlp_norm", f"{h}.pre_ff_layernorm")
+        for lc, b, h in t.layers(attn_norm="input_layernorm", mlp_norm="pre_ff_layernorm"):
             hybrid_tensors(t, lc, f"{b}.attn", h)
             t.gate_up(f"{b}.mlp.gate_up", f"{h}.feed_forward", lc.mlp.bias)
             t.add(f"{b}.mlp.down", f"{h}.feed_forward.down_proj", lc.mlp.bias)

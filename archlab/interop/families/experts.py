@@ -143,10 +143,7 @@ def pre_norm_tensors(
     mlp = mlp_tensors if mlp is None else mlp
     t = Tensors(cfg)
     t.add("tok_emb", "model.embed_tokens")
-    for i, lc in enumerate(layer_configs(cfg)):
-        b, h = f"blocks.{i}", f"model.layers.{i}"
-        t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-        t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+    for lc, b, h in t.layers(attn_norm="input_layernorm", mlp_norm="post_attention_layernorm"):
         attention(t, lc, f"{b}.attn", f"{h}.self_attn")
         mlp(t, lc, f"{b}.mlp", f"{h}.{mlp_name}")
     t.add("final_norm", "model.norm")

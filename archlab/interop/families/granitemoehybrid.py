@@ -200,10 +200,7 @@ class GraniteMoeHybrid(Family):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+        for lc, b, h in t.layers(attn_norm="input_layernorm", mlp_norm="post_attention_layernorm"):
             hybrid_tensors(t, lc, f"{b}.attn", h)
             if lc.mlp.kind == "moe":
                 moe = f"{h}.block_sparse_moe"

@@ -229,10 +229,7 @@ class Jamba(Family):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-            t.add(f"{b}.mlp_norm", f"{h}.pre_ff_layernorm")
+        for lc, b, h in t.layers(attn_norm="input_layernorm", mlp_norm="pre_ff_layernorm"):
             if is_mamba(lc):
                 ours, theirs = f"{b}.attn", f"{h}.mamba"
                 t.maps.append(TensorMap(f"{ours}.conv_weight", (f"{theirs}.conv1d.weight",)))

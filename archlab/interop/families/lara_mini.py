@@ -222,10 +222,7 @@ class LaraMini(Family):
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
         width = cfg.mlp.n_shared_experts * expert_width(cfg)
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+        for lc, b, h in t.layers(attn_norm="input_layernorm", mlp_norm="post_attention_layernorm"):
             if is_deltanet(lc):
                 deltanet_tensors_apart(t, lc, f"{b}.attn", f"{h}.linear_attn")
             else:

@@ -80,10 +80,7 @@ def lfm_tensors(
     or MoE (``gate``, ``expert_bias``, stacked experts), the final ``embedding_norm``."""
     t = Tensors(cfg)
     t.add("tok_emb", "model.embed_tokens")
-    for i, lc in enumerate(layer_configs(cfg)):
-        b, h = f"blocks.{i}", f"model.layers.{i}"
-        t.add(f"{b}.attn_norm", f"{h}.operator_norm")
-        t.add(f"{b}.mlp_norm", f"{h}.ffn_norm")
+    for lc, b, h in t.layers(attn_norm="operator_norm", mlp_norm="ffn_norm"):
         if cfg.block.kind == "sandwich":
             t.add(f"{b}.attn_out_norm", f"{h}.post_operator_norm")
             t.add(f"{b}.mlp_out_norm", f"{h}.post_ffn_norm")

@@ -162,10 +162,7 @@ class MiniMaxText(_Softmax):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.input_layernorm")
-            t.add(f"{b}.mlp_norm", f"{h}.post_attention_layernorm")
+        for lc, b, h in t.layers(attn_norm="input_layernorm", mlp_norm="post_attention_layernorm"):
             if is_lightning(lc):
                 for name in ("qkv_proj", "output_gate"):
                     t.add(f"{b}.attn.{name}", f"{h}.self_attn.{name}")

@@ -216,10 +216,7 @@ class RecurrentGemma(Family):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        for i, lc in enumerate(layer_configs(cfg)):
-            b, h = f"blocks.{i}", f"model.layers.{i}"
-            t.add(f"{b}.attn_norm", f"{h}.temporal_pre_norm")
-            t.add(f"{b}.mlp_norm", f"{h}.channel_pre_norm")
+        for lc, b, h in t.layers(attn_norm="temporal_pre_norm", mlp_norm="channel_pre_norm"):
             if is_recurrent(lc):
                 recurrent_tensors(t, f"{b}.attn", f"{h}.temporal_block")
             else:

@@ -3,12 +3,14 @@ the two conversions of a layout (``join``, ``split``), and ``Tensors``, which co
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from archlab.config import ModelConfig, n_kv_head
+from archlab.config.layers import layer_configs
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -160,6 +162,16 @@ class Tensors:
             self.maps.append(
                 TensorMap(f"{archlab}.bias", (f"{hf}.bias",), "same" if layout == "transposed" else layout, sizes)
             )
+
+    def layers(self, **norms: str) -> Iterator[tuple[ModelConfig, str, str]]:
+        """Each layer's config and its tensors' prefixes, archlab's ``blocks.<i>`` and HF's ``model.layers.<i>``,
+        after mapping its ``norms`` (archlab's block norm = the HF module under the layer: ``attn_norm=
+        "input_layernorm"``), as most decoders name them."""
+        for i, lc in enumerate(layer_configs(self.cfg)):
+            b, h = f"blocks.{i}", f"model.layers.{i}"
+            for ours, theirs in norms.items():
+                self.add(f"{b}.{ours}", f"{h}.{theirs}")
+            yield lc, b, h
 
     def stacked(self, archlab: str, hf: list[str], bias: bool, sizes: tuple[int, ...]) -> None:
         """archlab's fused Linear = the HF Linears ``hf`` stacked along their output rows."""
