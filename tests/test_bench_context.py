@@ -64,12 +64,16 @@ TINY = [  # 4 layers so that the 3:1 hybrid holds an attention layer; heads of 1
 def expected_state_bytes(variant: str, context: int, decode: int = 2) -> int | None:
     """By hand, float32, batch 1, heads of 16 (d_model 32 / 2 heads): an attention layer caches keys and
     values, 2·2·16 values per position, for context + decode positions; a Gated DeltaNet layer its
-    convolution's last 3 inputs of 2·2·16 + 2·16 = 96 channels and 2 states of 16 × 16, 800 values."""
-    attention, deltanet = 2 * 2 * 16 * (context + decode), 96 * 3 + 2 * 16 * 16
+    convolution's last 3 inputs of 2·2·16 + 2·16 = 96 channels and 2 states of 16 × 16, 800 values; a KDA
+    layer its convolution's last 3 inputs of 3·2·16 = 96 channels and the same states; a lightning layer its
+    2 states of 16 × 16 alone."""
+    attention, deltanet, lightning = 2 * 2 * 16 * (context + decode), 96 * 3 + 2 * 16 * 16, 2 * 16 * 16
     layers = {
         "attention": [attention] * 4,
         "gated_deltanet": [deltanet] * 4,
         "hybrid_3_1": [deltanet] * 3 + [attention],
+        "kda": [deltanet] * 4,
+        "lightning": [lightning] * 4,
     }
     return 4 * sum(layers[variant]) if variant in layers else None
 
@@ -82,7 +86,7 @@ def sweep(tmp_path_factory):
 
 def test_the_sweep_measures_every_variant_at_every_context(sweep):
     out, plot = sweep
-    names = ["attention", "gated_deltanet", "hybrid_3_1", "mamba2", "mamba", "rglru", "short_conv"]
+    names = ["attention", "gated_deltanet", "hybrid_3_1", "kda", "lightning", "mamba2", "mamba", "rglru", "short_conv"]
     assert list(out["variants"]) == names and out["contexts"] == [16, 32] and out["tokens_per_step"] == 64
     assert [(r["variant"], r["context"]) for r in out["rows"]] == [(n, c) for n in names for c in (16, 32)]
     for row in out["rows"]:
@@ -153,6 +157,9 @@ def test_every_variant_selects_what_it_names():
         kinds[name] = mcfg.attention.kind
     assert kinds["attention"] == "causal" and kinds["gated_deltanet"] == "gated_deltanet"
     assert [kinds[n] for n in ("mamba", "rglru", "short_conv")] == ["mamba", "rglru", "short_conv"]  # no YAML: kind
+    for name in ("kda", "lightning"):  # heads of the composed attention's size, 16
+        a = variant_config(cfg.model, name, 64).attention
+        assert (a.kind, a.n_head, a.head_dim) == (name, 2, 16)
     layers = variant_config(cfg.model, "hybrid_3_1", 64).layers
     assert list(layers.pattern) == ["deltanet", "deltanet", "deltanet", "attention"]
     assert set(VARIANTS) >= set(kinds)

@@ -152,7 +152,7 @@ def model_configs(draw) -> dict:
             "unit_offset": norm_kind == "rmsnorm" and draw(st.booleans()),
         },
         "block": {
-            "kind": draw(st.sampled_from(["pre", "post", "parallel", "post_sublayer", "sandwich"])),
+            "kind": draw(st.sampled_from(["pre", "post", "parallel", "post_sublayer", "sandwich", "normed_skip"])),
             "shared_norm": draw(st.booleans()),
             "residual_multiplier": draw(st.sampled_from([1.0, 0.22])),  # Granite
         },

@@ -15,7 +15,7 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -32,16 +32,30 @@ from archlab.bench.harness import (
 if TYPE_CHECKING:
     from archlab.nn.model import Decoder
 
-# a variant: the config group and option merged onto the composed model (None: the model as composed), and
-# where its Gated DeltaNet layers' sizes go (None: it has none)
-VARIANTS: dict[str, Optional[tuple[str, str, Optional[str]]]] = {
+
+class Variant(NamedTuple):
+    """A variant of the sweep: the config group and option merged onto the composed model (as
+    ``model/<group>=<option>`` selects it), and where its linear layers are sized like the composed attention:
+    the section ``sized`` (None: nowhere) whose ``fields`` take the attention's head size."""
+
+    group: str
+    option: str
+    sized: Optional[str] = None
+    fields: tuple[str, ...] = ()
+
+
+DELTANET_SIZES = ("key_head_dim", "v_head_dim")
+# name -> its Variant (None: the model as composed)
+VARIANTS: dict[str, Optional[Variant]] = {
     "attention": None,
-    "gated_deltanet": ("attention", "gated_deltanet", "attention"),
-    "hybrid_3_1": ("layers", "deltanet_3_1", "layers.kinds.deltanet.attention"),
-    "mamba2": ("attention", "mamba2", None),
-    "mamba": ("attention", "mamba", None),
-    "rglru": ("attention", "rglru", None),
-    "short_conv": ("attention", "short_conv", None),
+    "gated_deltanet": Variant("attention", "gated_deltanet", "attention", DELTANET_SIZES),
+    "hybrid_3_1": Variant("layers", "deltanet_3_1", "layers.kinds.deltanet.attention", DELTANET_SIZES),
+    "kda": Variant("attention", "kda", "attention", ("head_dim",)),
+    "lightning": Variant("attention", "lightning", "attention", ("head_dim",)),
+    "mamba2": Variant("attention", "mamba2"),
+    "mamba": Variant("attention", "mamba"),
+    "rglru": Variant("attention", "rglru"),
+    "short_conv": Variant("attention", "short_conv"),
 }
 MEMORY_SHARE = 0.9  # memory_cap_mib=null: this share of the memory free before the sweep
 TARGET_RATIO = 1.2  # issue 28: a linear mixer's step time grows at most this much per doubling of context
@@ -50,7 +64,7 @@ TARGET_RATIO = 1.2  # issue 28: a linear mixer's step time grows at most this mu
 def selects(name: str) -> str:
     """What variant ``name`` selects, as a command-line override says it."""
     option = VARIANTS[name]
-    return "the model as composed" if option is None else f"model/{option[0]}={option[1]}"
+    return "the model as composed" if option is None else f"model/{option.group}={option.option}"
 
 
 def option_file(conf_dir: Path, group: str, option: str) -> Path:
@@ -60,9 +74,9 @@ def option_file(conf_dir: Path, group: str, option: str) -> Path:
 def variant_config(model_cfg: Any, name: str, context_length: int) -> Any:
     """The composed model (a DictConfig) with variant ``name``'s option merged in at its group, as
     ``model/<group>=<option>`` selects it, and ``context_length`` set; a validated ``ModelConfig``. Its
-    Gated DeltaNet layers get the composed attention's heads: ``n_head`` states (one per value head, as
-    many query/key heads) of ``key_head_dim = v_head_dim =`` the attention's head size, so both mixers
-    project d_model to the same widths."""
+    Gated DeltaNet, KDA and lightning layers get the composed attention's heads: ``n_head`` states (one per
+    value head, as many query/key heads) of the attention's head size (``key_head_dim = v_head_dim``, or
+    ``head_dim``), so both mixers project d_model to the same widths."""
     from omegaconf import OmegaConf, open_dict
 
     from archlab.build import CONF_DIR
@@ -73,13 +87,12 @@ def variant_config(model_cfg: Any, name: str, context_length: int) -> Any:
     option = VARIANTS[name]
     cfg = OmegaConf.merge(model_cfg, {"context_length": context_length})
     if option is not None:
-        group, choice, sized = option
         size = head_dim(validate(to_model_config(cfg)))
-        path = option_file(CONF_DIR, group, choice)  # an option with no file sets its kind alone
-        cfg = OmegaConf.merge(cfg, {group: OmegaConf.load(path) if path.exists() else {"kind": choice}})
-        if sized is not None:
+        path = option_file(CONF_DIR, option.group, option.option)  # an option with no file sets its kind alone
+        cfg = OmegaConf.merge(cfg, {option.group: OmegaConf.load(path) if path.exists() else {"kind": option.option}})
+        if option.sized is not None:
             with open_dict(cfg):  # a layer kind's section is a free-form mapping
-                OmegaConf.update(cfg, sized, {"key_head_dim": size, "v_head_dim": size}, merge=True)
+                OmegaConf.update(cfg, option.sized, dict.fromkeys(option.fields, size), merge=True)
     return validate(to_model_config(cfg))
 
 
