@@ -39,6 +39,8 @@ TINY: dict[str, dict] = {
     "rglru": {"n_head": 4, "width": 24, "scan_chunk": 4},
     # 4 heads of 8, decay and output gate of rank 3, conv 4, chunks of 5
     "kda": {"n_head": 4, "head_dim": 8, "gate_rank": 3, "scan_chunk": 5},
+    # 4 heads of 4 query/key and 8 value dims, chunks of 5, every bias on (use_bias)
+    "mlstm": {"n_head": 4, "scan_chunk": 5, "bias": True},
     # attention of 4 heads over 2 key/value heads beside Mamba-2 of 3 heads of 8 (B and C of 6, chunks of 5), its
     # norm before the gate; every multiplier away from 1
     "parallel": {"n_head": 4, "attention": {"n_kv_head": 2}}
