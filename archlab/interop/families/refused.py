@@ -61,7 +61,6 @@ REFUSED: dict[str, Refused] = {
         "shared attention blocks fed [x, embeddings] at `hybrid_layer_ids` (`Zamba2HybridLayer`), LoRA per use",
     ),
     "rwkv": Refused("RWKV", "RwkvForCausalLM", "RWKV-4 time-mix (WKV recurrence) and channel-mix blocks: no attention"),
-    "xlstm": Refused("xLSTM", "xLSTMForCausalLM", "mLSTM blocks (matrix memory, exponential gates): no attention"),
     "zaya": Refused(
         "ZAYA",
         "ZayaForCausalLM",
