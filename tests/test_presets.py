@@ -227,6 +227,18 @@ def test_bamba_9b_breakdown_by_hand():
     assert counts["total"] == 2 * V * d + L * (mixer + 3 * d * f + 2 * d) + d == PUBLISHED["bamba-9b"]
 
 
+def test_xlstm_7b_breakdown_by_hand():
+    """xLSTM-7B written out from transformers' xLSTMLayer and xLSTMFeedForward tensor shapes: q and k 2048
+    wide, v and the output gate 4096, the input and forget gates 8 each with biases, the multi-head norm's
+    scale, out_proj; the SwiGLU's two up projections and its down projection (10944); two RMSNorms a block;
+    the final norm and an untied head."""
+    V, L, d, H, qk, v, f = 50304, 32, 4096, 8, 2048, 4096, 10944
+    mixer = d * (2 * qk + 2 * v) + 2 * H * (d + 1) + v + v * d
+    counts = count_params(compose_model(["model=xlstm-7b"]))
+    assert counts["attention"] == L * mixer and counts["mlp"] == L * 3 * d * f
+    assert counts["total"] == 2 * V * d + L * (mixer + 3 * d * f + 2 * d) + d == PUBLISHED["xlstm-7b"]
+
+
 def test_recurrentgemma_2b_breakdown_by_hand():
     """RecurrentGemma-2B written out from transformers' tensor shapes: a recurrent block's linear_y, linear_x
     and linear_out with biases, the depthwise conv_1d with its bias, the RG-LRU's two block-diagonal gates

@@ -88,6 +88,7 @@ REFERENCE_COUNTS = {
     "bamba-9b": 9_992_765_440,  # BambaConfig() defaults: BambaForCausalLM, every layer Mamba-2
     "recurrentgemma-2b": 2_682_862_080,  # google-deepmind/recurrentgemma RECURRENT_GEMMA_2B_V1 (not the HF defaults)
     "jamba-v0.1": 51_570_323_328,  # JambaConfig() defaults (ai21labs/Jamba-v0.1): JambaForCausalLM; card: 52B
+    "xlstm-7b": 6_865_424_896,  # xLSTMConfig() defaults (NX-AI/xLSTM-7b): xLSTMForCausalLM
     "kimi-linear-48b-a3b": 49_133_074_464,  # KimiLinearConfig() defaults: KimiLinearForCausalLM ("48B": see reference.md)
     "deepseek-v3.2-exp": 671_877_929_216,  # DeepseekV32Config() defaults: DeepseekV32ForCausalLM, no MTP module
     "lfm3-1.7b": 1_728_801_536,  # Lfm3Config() defaults (LiquidAI/LFM3-1.7B): Lfm3ForCausalLM

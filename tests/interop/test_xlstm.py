@@ -3,15 +3,20 @@
 from 1, the gates' weights scaled so the soft cap bends them) give the same float32 logits in archlab and in
 transformers' native torch kernels (chunks of 4: its chunkwise and recurrent kernels both run), soft caps
 of 15 and 30 and of 2.5 and 3 (bending most values); its tie_word_embeddings, which ties nothing; greedy decoding equals HF ``generate``; HF -> archlab -> HF -> archlab gives
-back every tensor bit for bit, and a save_pretrained directory round trips; the refusals."""
+back every tensor bit for bit, and a save_pretrained directory round trips; the refusals; ``xLSTMConfig()``'s
+defaults read into the ``xlstm-7b`` preset."""
+
+import dataclasses
 
 import pytest
 import torch
 from helpers import hf as parity
 from helpers.hf import NO_TOKENS, V
+from helpers.published import PUBLISHED
 
+from archlab import compose_model, count_params
 from archlab.errors import ConfigError
-from archlab.interop.hf import FAMILIES, config_from_hf
+from archlab.interop.hf import FAMILIES, config_from_hf, config_to_hf
 
 transformers = pytest.importorskip("transformers")
 
@@ -123,3 +128,25 @@ def test_a_left_padded_prompt_gives_hf_logits_of_the_prompt_alone():
         ours = model(padded, None, mask)[0, -1].float()
     assert (alone - hf_padded).abs().max() > 0.1
     assert (ours - alone).abs().max() <= parity.TOL
+
+
+def test_the_default_config_reads_into_the_xlstm_7b_preset():
+    """transformers' ``xLSTMConfig()`` (its docstring's NX-AI/xLSTM-7b) reads into ``xlstm-7b`` field for field
+    but the context (xLSTMConfig has none), counting what transformers' meta model holds, and the preset
+    writes back its sizes."""
+    read = config_from_hf(transformers.xLSTMConfig())
+    preset = compose_model(["model=xlstm-7b"])
+    assert dataclasses.replace(read, context_length=8192) == preset
+    assert count_params(preset)["total"] == PUBLISHED["xlstm-7b"] == 6_865_424_896
+    written = config_to_hf(preset)
+    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "qk_dim", "v_dim", "gate_soft_cap")
+    default = transformers.xLSTMConfig()
+    assert [getattr(written, k) for k in keys] == [getattr(default, k) for k in keys]
+    assert round_up_ff(written) == round_up_ff(default) == 10944
+
+
+def round_up_ff(c) -> int:
+    """xLSTMFeedForward's width from a config, as transformers computes it."""
+    from transformers.models.xlstm.configuration_xlstm import round_up_to_next_multiple_of
+
+    return round_up_to_next_multiple_of(c.hidden_size * c.ffn_proj_factor, c.ffn_round_up_to_multiple_of)
