@@ -111,7 +111,8 @@ class XLSTM(Family):
         if c.use_bias:
             refuse_hf(c, "use_bias", "false (it gives xLSTM's RMSNorms a bias, which archlab's have not)")
         if c.weight_mode != "single":
-            refuse_hf(c, "weight_mode", "'single' (separate q, k, v, gate projections; 'fused' is not read yet)")
+            why = "'single' ('fused' is not read: transformers 5.24 cannot build it, its _init_weights failing)"
+            refuse_hf(c, "weight_mode", why)
         d, H = c.hidden_size, c.num_heads
         qk, v = int(d * c.qk_dim_factor), int(d * c.v_dim_factor)
         for name, width in (("qk_dim_factor", qk), ("v_dim_factor", v)):
