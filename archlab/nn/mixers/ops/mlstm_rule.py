@@ -82,24 +82,26 @@ def chunked_mlstm_rule(
     log_w = log_w.masked_fill(~causal, -torch.inf)
     intra_max = log_w.amax(-1)  # [B, H, n, C]
     scores = (q @ k.transpose(-1, -2)).masked_fill(~causal, 0.0)
+    carry_base = b - base  # the carried (or emptied) state's log-decay to each position, before its m₀
     Cs, ns, ms = state if state is not None else empty_state(B, H, dk, dv, q)
-    out = []
+    states = []  # the state entering each chunk: a sequential pass over the chunks' last positions
     for c in range(n):
-        m0 = torch.where(carried[:, :, c], ms[..., None], torch.zeros_like(ms[..., None]))
-        carry = b[:, :, c] - base[:, :, c] + m0  # [B, H, C]
-        m = torch.maximum(carry, intra_max[:, :, c])
-        w = torch.exp(log_w[:, :, c] - m[..., None])  # [B, H, C, C]
-        keep = torch.exp(carry - m) * carried[:, :, c]
-        q_c = q[:, :, c]
-        num = keep[..., None] * (q_c @ Cs) + (scores[:, :, c] * w) @ v[:, :, c]
-        den = keep * (q_c @ ns[..., None])[..., 0] + (scores[:, :, c] * w).sum(-1)
-        out.append(read(num, den, m, eps))
-        w_end, keep_end = w[..., -1, :], keep[..., -1]  # the chunk's last position: the next state
-        k_end = k[:, :, c] * w_end[..., None]
+        states.append((Cs, ns, ms))
+        carry = carry_base[:, :, c, -1] + torch.where(carried[:, :, c, -1], ms, torch.zeros_like(ms))
+        m_end = torch.maximum(carry, intra_max[:, :, c, -1])
+        keep_end = torch.exp(carry - m_end) * carried[:, :, c, -1]
+        k_end = k[:, :, c] * torch.exp(log_w[:, :, c, -1] - m_end[..., None])[..., None]
         Cs = keep_end[..., None, None] * Cs + k_end.transpose(-1, -2) @ v[:, :, c]
         ns = keep_end[..., None] * ns + k_end.sum(-2)
-        ms = m[..., -1]
-    return torch.cat(out, dim=2)[:, :, :T], (Cs, ns, ms)
+        ms = m_end
+    C0, n0, m0 = (torch.stack(t, dim=2) for t in zip(*states, strict=True))  # [B, H, n, ...]
+    carry = carry_base + torch.where(carried, m0[..., None], torch.zeros_like(m0[..., None]))
+    m = torch.maximum(carry, intra_max)  # [B, H, n, C]
+    weighted = scores * torch.exp(log_w - m[..., None])
+    keep = torch.exp(carry - m) * carried
+    num = keep[..., None] * (q @ C0) + weighted @ v
+    den = keep * (q @ n0[..., None])[..., 0] + weighted.sum(-1)
+    return read(num, den, m, eps).flatten(2, 3)[:, :, :T], (Cs, ns, ms)
 
 
 def recurrent_mlstm_rule(
