@@ -82,6 +82,14 @@ CASES: dict[str, Case] = {
         "model.layers.0.conv",
         lambda layer, x: layer(x),
     ),
+    # xLSTM's mLSTM layer, xLSTM-7B's proportions: 8 heads, keys half the values' width, chunks of 64
+    "mlstm": Case(
+        "xLSTMForCausalLM",
+        "xLSTMConfig",
+        dict(num_heads=8, num_blocks=1, return_last_states=True),
+        "backbone.blocks.0.mlstm_layer",
+        lambda layer, x: layer(x),
+    ),
     # MiniMax-01's lightning attention: heads of 128, blocks of 256, one linear-attention layer
     "lightning": Case(
         "MiniMaxForCausalLM",
