@@ -41,6 +41,8 @@ TINY: dict[str, dict] = {
     "kda": {"n_head": 4, "head_dim": 8, "gate_rank": 3, "scan_chunk": 5},
     # 4 heads of 4 query/key and 8 value dims, chunks of 5, every bias on (use_bias)
     "mlstm": {"n_head": 4, "scan_chunk": 5, "bias": True},
+    # 24 WKV channels (attention_hidden_size apart from d_model), chunks of 5
+    "rwkv4": {"width": 24, "scan_chunk": 5},
     # attention of 4 heads over 2 key/value heads beside Mamba-2 of 3 heads of 8 (B and C of 6, chunks of 5), its
     # norm before the gate; every multiplier away from 1
     "parallel": {"n_head": 4, "attention": {"n_kv_head": 2}}
