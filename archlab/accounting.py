@@ -16,6 +16,7 @@ from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
+from archlab.nn.mlp import MLPS
 from archlab.nn.validation import Resolved, entries, resolve
 
 COMPONENTS = (
@@ -88,12 +89,13 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
 
 def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:
     """Bytes the KV cache holds for one sequence of ``length`` tokens (default ``context_length``), from
-    the attention entry's closed form (a sliding-window layer keeps only its window). Not validated: the
+    the attention entry's closed form (a sliding-window layer keeps only its window), and a stateful MLP's. Not validated: the
     report reads it from runs recorded by earlier versions, whose checks were looser."""
     cfg = to_model_config(cfg)
     T = length or cfg.context_length
     return bytes_per_value * sum(
-        MIXERS.get(c.attention.kind).kv_cache_values(c, T, i) for i, c in enumerate(layer_configs(cfg))
+        MIXERS.get(c.attention.kind).kv_cache_values(c, T, i) + MLPS.get(c.mlp.kind).state_values(c)
+        for i, c in enumerate(layer_configs(cfg))
     )
 
 

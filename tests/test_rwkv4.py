@@ -121,7 +121,7 @@ def test_a_layer_equals_transformers_rwkv_self_attention():
         state[4] -= 1e30
         want, state = hf(x[:, :T], state=state, use_cache=True)
         cfg = mixer_config("rwkv4", d_model=D, attention={"kind": "rwkv4", "width": W}, n_layer=1)
-        cache = build_model(cfg).new_cache(1, T + 3)
+        cache = build_model(cfg, dtype=torch.float64).new_cache(1, T + 3)
         torch.testing.assert_close(m(x[:, :T], cache=cache), want, rtol=0, atol=1e-6)
         cache.length = T
         for t in range(T, T + 3):

@@ -49,6 +49,11 @@ class Block(LayerPart, nn.Module):
     def attend(self, x: Tensor, rotary: Optional[Rotation], mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
         return self.drop(self.attn(x, rotary, mask, cache, self.layer))
 
+    def feed(self, x: Tensor, mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
+        """The MLP of ``x``; a ``stateful`` one (RWKV's channel-mix) is handed the mixer's mask and the cache."""
+        assert self.mlp is not None  # called only where the block holds one
+        return self.mlp(x, mask, cache, self.layer) if self.mlp.stateful else self.mlp(x)
+
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
         """The norms this wiring holds, by attribute name."""
@@ -98,7 +103,7 @@ class PreNorm(Block):
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
-        return x + self.into_residual(self.drop(self.mlp(self.mlp_norm(x))))
+        return x + self.into_residual(self.drop(self.feed(self.mlp_norm(x), mask, cache)))
 
 
 @BLOCKS.register("post")
@@ -113,7 +118,7 @@ class PostNorm(Block):
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
-        return self.mlp_norm(x + self.into_residual(self.drop(self.mlp(x))))
+        return self.mlp_norm(x + self.into_residual(self.drop(self.feed(x, mask, cache))))
 
 
 @BLOCKS.register("parallel")
@@ -127,7 +132,7 @@ class Parallel(Block):
         if self.mlp is None:
             return x + self.into_residual(attended)
         h_mlp = h if self.mlp_norm is None else self.mlp_norm(x)
-        return x + self.into_residual(attended) + self.into_residual(self.drop(self.mlp(h_mlp)))
+        return x + self.into_residual(attended) + self.into_residual(self.drop(self.feed(h_mlp, mask, cache)))
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
@@ -149,7 +154,7 @@ class PostSublayerNorm(Block):
         if self.mlp is None:
             return x
         assert self.mlp_out_norm is not None
-        return x + self.into_residual(self.drop(self.mlp_out_norm(self.mlp(x))))
+        return x + self.into_residual(self.drop(self.mlp_out_norm(self.feed(x, mask, cache))))
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
@@ -169,7 +174,7 @@ class SandwichNorm(Block):
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None and self.mlp_out_norm is not None
-        return x + self.into_residual(self.drop(self.mlp_out_norm(self.mlp(self.mlp_norm(x)))))
+        return x + self.into_residual(self.drop(self.mlp_out_norm(self.feed(self.mlp_norm(x), mask, cache))))
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:

@@ -119,6 +119,8 @@ class MLP(LayerPart, nn.Module):
     block holds it (and its norm) at all."""
 
     present: ClassVar[bool] = True  # False: the blocks hold no MLP and no norm before or after it (kind none)
+    # True: it reads the token before too (RWKV's channel-mix), called as mlp(x, tokens, cache, layer)
+    stateful: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
@@ -126,6 +128,11 @@ class MLP(LayerPart, nn.Module):
     @staticmethod
     def gated(cfg: ModelConfig) -> bool:
         return False
+
+    @staticmethod
+    def state_values(cfg: ModelConfig) -> int:
+        """Values a ``stateful`` MLP keeps in the KV cache per sequence, whatever the context: none."""
+        return 0
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:

@@ -29,7 +29,7 @@ class NormedSkip(Block):
             return h
         assert self.mlp_norm is not None
         h = self.mlp_norm(h)
-        return self.mlp_alpha * h + self.mlp_beta * self.drop(self.mlp(h))
+        return self.mlp_alpha * h + self.mlp_beta * self.drop(self.feed(h, mask, cache))
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:

@@ -131,7 +131,8 @@ class KVCache:
     (gated_deltanet, mamba2) keeps instead two tensors of a size constant in the length, which it reads and
     replaces itself: ``conv_state`` (its convolution's last inputs) and ``recurrent_state`` (its states).
     A layer that runs attention and a recurrence side by side (``parallel``) keeps both, in its own slots
-    of the four lists, each part as it would alone.
+    of the four lists, each part as it would alone. A ``stateful`` MLP (RWKV's channel-mix, which reads the
+    token before) keeps its layer's last input in ``shift``.
     ``dtype`` (default: the first tensors') is the one they are stored in."""
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
@@ -142,6 +143,7 @@ class KVCache:
         self.v: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.conv_state: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.recurrent_state: list[Optional[Tensor]] = [None] * cfg.n_layer
+        self.shift: list[Optional[Tensor]] = [None] * cfg.n_layer  # a stateful MLP's last input [B, d]
         self.length = 0  # positions already seen; advanced by the model after each forward
 
     def kept(self, window: Optional[int]) -> int:
