@@ -60,7 +60,6 @@ REFUSED: dict[str, Refused] = {
         "Zamba2ForCausalLM",
         "shared attention blocks fed [x, embeddings] at `hybrid_layer_ids` (`Zamba2HybridLayer`), LoRA per use",
     ),
-    "rwkv": Refused("RWKV", "RwkvForCausalLM", "RWKV-4 time-mix (WKV recurrence) and channel-mix blocks: no attention"),
     "zaya": Refused(
         "ZAYA",
         "ZayaForCausalLM",
