@@ -28,7 +28,7 @@ class RWKV4Config(MixerConfig):
 
     kind: str = "rwkv4"
     width: Optional[int] = None  # channels of key, value, receptance, WKV (attention_hidden_size); None = d_model
-    scan_chunk: int = 16  # positions per chunk of the parallel WKV in training (speed and memory only)
+    scan_chunk: int = 8  # positions per chunk of the parallel WKV (speed and memory only; docs/performance.md)
 
 
 def width(cfg: ModelConfig) -> int:
