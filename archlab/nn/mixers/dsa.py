@@ -127,6 +127,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
         T = x.shape[1]
         q, source = self.queries(x, rotary)
         latent, k_rope = self.latents(x, rotary)
+        gate = self.gates(x)  # before the indexer's inputs are detached: the loss reaches the gate
         x, source = x.detach(), source.detach()  # the indexer's inputs: it learns from its own loss alone
         index_k = self.indexer.keys(x, rotary)
         if cache is not None:  # the indexer's key rides beside the shared rotated key
@@ -137,7 +138,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
         learn = self.training and self.loss_weight > 0
         self.aux_losses = {}
         if S <= self.indexer.topk and not learn:
-            return self.attend(q, k, v, mask)  # every key seen is chosen: mla's attention
+            return self.attend(q, k, v, mask, gate)  # every key seen is chosen: mla's attention
         visible = visible_keys(mask, T, S, x.device)
         visible = visible if visible.dtype == torch.bool else visible > float("-inf")
         visible = visible[:, 0] if visible.dim() == 4 else visible  # [B, T, S] or [T, S]
@@ -149,7 +150,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
             loss = kl_to_attention(q.detach(), k.detach(), bias, chosen, scores, self.scale)
             self.aux_losses = {"index_kl": (self.loss_weight, loss)}
         narrowed = chosen[:, None] if bias is None else torch.where(chosen[:, None], bias, float("-inf"))
-        return self.attend(q, k, v, narrowed)
+        return self.attend(q, k, v, narrowed, gate)
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:

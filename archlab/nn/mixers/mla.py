@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
+from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.attention import softmax_scale, validate_shared
@@ -39,6 +40,15 @@ class MLAConfig(MixerConfig):
     qk_rope_head_dim: int = 64  # rotated query dims per head, and the one rotated key all heads share
     v_head_dim: int = 128  # value dims per head
     latent_norm_eps: Optional[float] = None  # eps of the q and kv latent norms; None = model.norm.eps (MiniCPM3)
+    gate: str = choice(
+        "none", "elementwise", "head"
+    )  # output times sigmoid(W·x) before proj, as the causal kind's: per value dim of each head | per head (Ling)
+
+
+def gate_width(cfg: ModelConfig) -> int:
+    """The output gate's projection width: none 0, elementwise n_head·v_head_dim, head n_head."""
+    a = cfg.attention
+    return {"none": 0, "elementwise": a.n_head * a.v_head_dim, "head": a.n_head}[a.gate]
 
 
 def latent_norm_config(cfg: ModelConfig) -> ModelConfig:
@@ -82,17 +92,28 @@ class MultiHeadLatentAttention(Mixer):
         self.kv_norm = norm(latent_cfg, self.rank)
         self.kv_up = nn.Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)
         self.proj = residual_projection(nn.Linear(self.n_head * self.v_dim, d, bias=False))
+        width = gate_width(cfg)
+        self.gate = nn.Linear(d, width, bias=False) if width else None
 
     def param_roles(self) -> dict[str, Role]:
-        # the low-rank projections too: their ranks are widths a width sweep grows with d_model
-        return {f"{n}.weight": Role.HIDDEN for n in ("q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj")}
+        # the low-rank projections too: their ranks are widths a width sweep grows with d_model; a gate per
+        # head reads the width into one value per head: an output (as the causal kind's); per value dim, hidden
+        names = ("q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj")
+        gate = Role.OUTPUT if self.gate is not None and self.gate.out_features == self.n_head else Role.HIDDEN
+        return {f"{n}.weight": Role.HIDDEN for n in names} | {"gate.weight": gate}
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         q, _ = self.queries(x, rotary)
         latent, k_rope = self.latents(x, rotary)
         if cache is not None:
             latent, k_rope = cache.update(layer, latent, k_rope)
-        return self.attend(q, *self.keys_values(latent, k_rope), mask)
+        return self.attend(q, *self.keys_values(latent, k_rope), mask, self.gates(x))
+
+    def gates(self, x: Tensor) -> Optional[Tensor]:
+        """The output gate of ``x``'s positions, sigmoid(gate(x)) ``[B, T, H, v or 1]``; None without one."""
+        if self.gate is None:
+            return None
+        return torch.sigmoid(self.gate(x)).unflatten(-1, (self.n_head, -1))
 
     def queries(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor]:
         """The queries ``[B, H, T, nope + rope]``, their rope parts rotated, and what they were projected
@@ -126,8 +147,9 @@ class MultiHeadLatentAttention(Mixer):
         )  # [B, H, S, nope], [B, H, S, v]
         return torch.cat((k_nope, k_rope.expand(B, self.n_head, S, self.rope)), dim=-1), v
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor]) -> Tensor:
-        """The output projection of the heads' attention, ``mask`` as ``Mixer.forward`` takes it."""
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], gate: Optional[Tensor]) -> Tensor:
+        """The output projection of the heads' attention, ``mask`` as ``Mixer.forward`` takes it, each head's
+        output times ``gate`` (``gates``) where there is one."""
         B, H, T, _ = q.shape
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
@@ -135,7 +157,10 @@ class MultiHeadLatentAttention(Mixer):
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
             is_causal=mask is None and T > 1, scale=self.scale,
         )  # fmt: skip
-        return self.proj(y.transpose(1, 2).reshape(B, T, H * self.v_dim))
+        y = y.transpose(1, 2)  # [B, T, H, v]
+        if gate is not None:
+            y = y * gate
+        return self.proj(y.reshape(B, T, H * self.v_dim))
 
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
@@ -150,7 +175,8 @@ class MultiHeadLatentAttention(Mixer):
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """Queries d·H·(nope + rope), or d·q_r + norm(q_r) + q_r·H·(nope + rope) through the bottleneck;
-        keys and values d·(r + rope) + norm(r) + r·H·(nope + v); output H·v·d (no biases)."""
+        keys and values d·(r + rope) + norm(r) + r·H·(nope + v); output H·v·d; the gate d·H (head) or
+        d·H·v (elementwise) (no biases)."""
         a, d, H = cfg.attention, cfg.d_model, cfg.attention.n_head
         norm = NORMS.get(cfg.norm.kind).num_params
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -160,7 +186,7 @@ class MultiHeadLatentAttention(Mixer):
             queries = d * a.q_lora_rank + norm(cfg, a.q_lora_rank) + a.q_lora_rank * H * qk
         r = a.kv_lora_rank
         keys_values = d * (r + a.qk_rope_head_dim) + norm(cfg, r) + r * H * (a.qk_nope_head_dim + a.v_head_dim)
-        return queries + keys_values + H * a.v_head_dim * d
+        return queries + keys_values + H * a.v_head_dim * d + d * gate_width(cfg)
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
@@ -209,9 +235,10 @@ class MultiHeadLatentAttention(Mixer):
         a = cfg.attention
         q = f"q_lora {a.q_lora_rank}" if a.q_lora_rank is not None else "direct q"
         eps = f", latent norm eps {a.latent_norm_eps:g}" if a.latent_norm_eps is not None else ""
+        gate = f", {a.gate} gate" if a.gate != "none" else ""
         return (
             f"mla {a.n_head}h x ({a.qk_nope_head_dim}+{a.qk_rope_head_dim} qk, {a.v_head_dim} v), "
-            f"kv_lora {a.kv_lora_rank}, {q}{eps}"
+            f"kv_lora {a.kv_lora_rank}, {q}{eps}{gate}"
         )
 
 
