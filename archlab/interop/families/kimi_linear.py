@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from archlab.config import ModelConfig
+from archlab.config import ModelConfig, PositionConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.base import LAYERS, Family, Problem, Rule, bare
@@ -81,6 +81,8 @@ class KimiLinear(_Sparse):
     features = frozenset({LATENT_EPS}) | LAYERS
     shared_experts = True
     keys = {**{k: v for k, v in _Sparse.keys.items() if k != "tie_word_embeddings"}, **MLA_KEYS}
+    kda_rules: tuple[tuple[str, Any, str], ...] = KDA_RULES  # what its KDA layers fix
+    layer_positions = "no positions in any layer"  # why every layer's position section is the model's
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [latent_eps_rule(cfg)]
@@ -110,12 +112,12 @@ class KimiLinear(_Sparse):
             kind = layer_kind(cfg, i)
             if kind is None:
                 continue
-            for name, allowed, why in KDA_RULES if is_kda(lc) else ():
+            for name, allowed, why in self.kda_rules if is_kda(lc) else ():
                 if getattr(lc.attention, name) != allowed:
                     field = kind_field(cfg, kind, f"model.attention.{name}")
                     layered.append(Problem(field, getattr(lc.attention, name), bare(allowed), why))
             wanted: list[tuple[str, Any, Any, str]] = [
-                ("position", lc.position, cfg.position, "no positions in any layer"),
+                ("position", lc.position, cfg.position, self.layer_positions),
                 ("attention", lc.attention, linear, "one set of KDA sizes for every such layer")
                 if is_kda(lc)
                 else ("attention", lc.attention, cfg.attention, "one attention for every MLA layer"),
@@ -173,7 +175,6 @@ class KimiLinear(_Sparse):
         types, mlps = list(c.layer_types), list(c.mlp_layer_types)  # one per layer, as the config checks
         if set(types) - {LINEAR, FULL}:
             refuse_hf(c, "layer_types", f"'{LINEAR}' or '{FULL}' in each entry", types)
-        attention = MLAConfig(dropout=float(c.attention_dropout), latent_norm_eps=latent_eps_from_hf(c))
         mlp = self.moe_from_hf(
             c,
             c.num_experts,
@@ -187,12 +188,11 @@ class KimiLinear(_Sparse):
             n_groups=c.n_group or 1,
             top_groups=c.topk_group or 1,
         )
-        cfg = self.base_from_hf(c, NoPositionConfig(), attention, mlp)
+        cfg = self.base_from_hf(c, self.position_from_hf(c), self.mla_from_hf(c), mlp)
         cfg.head.tied = False
         names = [(KDA if t == LINEAR else ATTENTION) + (DENSE if d == "dense" else "") for t, d in zip(types, mlps)]
         if set(names) != {ATTENTION}:
-            linear = dict(kind="kda", n_head=c.linear_num_heads, head_dim=c.linear_head_dim)
-            linear["conv_kernel"] = c.linear_conv_kernel_dim
+            linear = self.kda_from_hf(c)
             kinds: dict[str, dict[str, Any]] = {}
             for name in dict.fromkeys(names):
                 kinds[name] = {"attention": dict(linear)} if name.startswith(KDA) else {}
@@ -201,6 +201,20 @@ class KimiLinear(_Sparse):
             first, pattern = shortest_layout(names)
             cfg.layers = LayersConfig(kinds=kinds, first=first, pattern=pattern)
         return cfg
+
+    def position_from_hf(self, c: Any) -> PositionConfig:
+        """``model.position``: none (its MLA layers take no positions)."""
+        return NoPositionConfig()
+
+    def mla_from_hf(self, c: Any) -> MLAConfig:
+        """The MLA layers' attention, ``model.attention``."""
+        return MLAConfig(dropout=float(c.attention_dropout), latent_norm_eps=latent_eps_from_hf(c))
+
+    def kda_from_hf(self, c: Any) -> dict[str, Any]:
+        """The KDA layers' ``attention`` section."""
+        return dict(
+            kind="kda", n_head=c.linear_num_heads, head_dim=c.linear_head_dim, conv_kernel=c.linear_conv_kernel_dim
+        )
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         return pre_norm_tensors(cfg, layer_attention_tensors)

@@ -45,11 +45,6 @@ REFUSED: dict[str, Refused] = {
         "Qwen4ExpForCausalLM",
         "hyper-connections (`hc_count` residual streams), n-gram embeddings (`ngram_size`), and a vision tower",
     ),
-    "bailing_hybrid": Refused(
-        "Bailing (Ling) hybrid",
-        "BailingHybridForCausalLM",
-        "MLA layers with a head-wise sigmoid output gate (`BailingHybridAttention.g_proj`), which archlab's mla lacks",
-    ),
     "zamba": Refused(
         "Zamba",
         "ZambaForCausalLM",

@@ -1,0 +1,193 @@
+"""Hugging Face parity of the Bailing (Ling) hybrid (archlab/interop/families/bailing_hybrid.py,
+``BailingHybridForCausalLM``, transformers 5.24): KDA layers with full-size gates beside multi-head latent
+attention with interleaved RoPE and a sigmoid gate per head, over DeepSeek-V3's MoE or dense layers.
+
+Tiny random models (every parameter and buffer redrawn: matrices N(0, 0.2²); vectors, A_log, dt_bias and
+the norm scales among them, 0.5 + N(0, 0.3²); the correction bias, which moves the experts chosen: checked)
+give HF eager's float32 logits (KDA through its torch fallback) in archlab; the layout maps back to the
+family; archlab -> HF -> archlab is bit-identical; greedy and left-padded batched generation equal HF
+``generate``; a save_pretrained directory loads; a checkpoint's MTP layers and Ling's own tensor names are
+read; what the record cannot hold is refused both ways, naming the field."""
+
+import pytest
+import torch
+from helpers import hf as parity
+from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, changed_cfg
+
+from archlab import ConfigError, build_model
+from archlab.config.layers import layer_configs
+from archlab.interop.families import FAMILIES
+from archlab.interop.hf import config_from_hf, from_hf, to_hf
+from archlab.nn.validation import ignored
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
+
+LINEAR, FULL = "linear_attention", "full_attention"
+BASE = dict(
+    HF_SIZES,
+    **NO_TOKENS,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    head_dim=16,
+    kv_lora_rank=16,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=8,
+    v_head_dim=12,
+    intermediate_size=96,
+    moe_intermediate_size=16,
+    short_conv_kernel_size=4,
+)
+# case -> (transformers model class, config class, config keys)
+HF_CASES = {
+    # layer_group_size 2 (KDA, MLA, KDA, MLA), the first layer dense (first_k_dense_replace); queries direct;
+    # 8 experts in 4 groups, 2 groups and 3 experts picked; the bounded decay above -3; RoPE base 10^4
+    "groups": (
+        "BailingHybridForCausalLM",
+        "BailingHybridConfig",
+        dict(
+            BASE,
+            num_hidden_layers=4,
+            layer_group_size=2,
+            first_k_dense_replace=1,
+            q_lora_rank=None,
+            num_experts=8,
+            num_experts_per_tok=3,
+            n_shared_experts=1,
+            n_group=4,
+            topk_group=2,
+            routed_scaling_factor=2.5,
+            kda_lower_bound=-3.0,
+            rope_theta=10_000.0,
+        ),
+    ),
+    # layer types written out: MLA first, the middle KDA layer dense; low-rank queries, weights as scored,
+    # two shared experts' width, Kimi's softplus decay (kda_safe_gate false), rms_norm_eps 1e-5 (the latent
+    # norms keep 1e-6); tie_word_embeddings, which the class ignores: read as an untied head
+    "lora-softplus": (
+        "BailingHybridForCausalLM",
+        "BailingHybridConfig",
+        dict(
+            BASE,
+            num_hidden_layers=3,
+            layer_types=[FULL, LINEAR, LINEAR],
+            mlp_layer_types=["sparse", "dense", "sparse"],
+            q_lora_rank=24,
+            num_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=2,
+            n_group=1,
+            topk_group=1,
+            norm_topk_prob=False,
+            kda_safe_gate=False,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+        ),
+    ),
+}
+
+
+def hf_model(case: str, seed: int = 1):
+    return parity.hf_case(HF_CASES, case, seed, **EAGER)
+
+
+# the standard parity tests (tests/helpers/hf.py family_tests), bound by name
+globals().update(
+    parity.family_tests(
+        hf_model, HF_CASES, impl=EAGER, only=(*parity.ROUTED_MOE_TESTS, "test_from_hf_gives_hf_logits_and_back")
+    )
+)
+
+
+def test_the_layer_kinds_read_from_the_config():
+    """layer_group_size and first_k_dense_replace become kinds kda / attention (_dense where dense) in the
+    shortest first + pattern; KDA at gate rank 0 with the bounded decay; gated mla with interleaved RoPE;
+    no field set that its part does not read; written back as both lists, the group size and dense count."""
+    cfg = from_hf(hf_model("groups")).cfg
+    assert ignored(cfg) == []
+    assert (cfg.layers.first, cfg.layers.pattern) == (["kda_dense"], ["attention", "kda"])
+    kda = {"kind": "kda", "n_head": 4, "head_dim": 16, "conv_kernel": 4, "gate_rank": 0, "decay": "bounded"}
+    assert cfg.layers.kinds["kda"]["attention"] == kda | {"decay_lower_bound": -3.0}
+    assert (cfg.attention.kind, cfg.attention.gate, cfg.attention.q_lora_rank) == ("mla", "head", None)
+    assert (cfg.position.kind, cfg.position.pairing, cfg.position.theta) == ("rope", "interleaved", 10_000.0)
+    r = cfg.mlp.routing
+    assert (r.scoring, r.correction_bias, r.n_groups, r.top_groups, r.routed_scale) == ("sigmoid", True, 4, 2, 2.5)
+    back = to_hf(build_model(cfg, device="meta")).config
+    assert (back.layer_group_size, back.first_k_dense_replace, back.num_mtp_layers) == (2, 1, 0)
+    assert back.layer_types == [LINEAR, FULL] * 2 and back.mlp_layer_types == ["dense"] + ["sparse"] * 3
+    other = from_hf(hf_model("lora-softplus")).cfg
+    assert [lc.attention.kind for lc in layer_configs(other)] == ["mla", "kda", "kda"]
+    assert [lc.mlp.kind for lc in layer_configs(other)] == ["moe", "swiglu", "moe"]
+    assert layer_configs(other)[1].attention.decay == "softplus"
+    assert (other.attention.latent_norm_eps, other.head.tied) == (1e-6, False)
+
+
+def test_checkpoints_mtp_layers_and_ling_names_are_read():
+    """A checkpoint as the Hub's Ling models save it (word_embeddings, attention, dense, f_proj and the
+    forget gate's tensors on the attention, expert_bias, q/k/v convolutions apart, one tensor per expert)
+    with an MTP layer after the decoder: read as the HF model's own tensors, the MTP layer dropped."""
+    hf = hf_model("groups")
+    cfg = from_hf(hf).cfg
+    state = {k: v.clone() for k, v in hf.state_dict().items()}
+    saved: dict[str, torch.Tensor] = {}
+    for k, v in state.items():
+        if k.endswith("conv1d.weight"):
+            for name, part in zip("qkv", v.chunk(3)):
+                saved[k.replace("conv1d", f"{name}_conv1d")] = part
+            continue
+        if k.endswith("experts.gate_up_proj"):
+            for e, (gate, up) in enumerate(zip(*v.chunk(2, dim=1))):
+                saved[k.replace("gate_up_proj", f"{e}.gate_proj.weight")] = gate
+                saved[k.replace("gate_up_proj", f"{e}.up_proj.weight")] = up
+            continue
+        if k.endswith("experts.down_proj"):
+            for e, down in enumerate(v):
+                saved[k.replace("down_proj", f"{e}.down_proj.weight")] = down
+            continue
+        k = k.replace("forget_gate.", "").replace("e_score_correction_bias", "expert_bias")
+        k = k.replace("model.embed_tokens.", "model.word_embeddings.").replace(".o_proj.", ".dense.")
+        saved[k.replace(".self_attn.", ".attention.")] = v
+    saved["model.layers.4.attention.q_proj.weight"] = torch.zeros(3)  # the MTP layer: dropped
+    read = FAMILIES["bailing_hybrid"].from_checkpoint(cfg, saved)
+    assert read.keys() == state.keys()
+    assert all(torch.equal(read[k], state[k]) for k in state)
+
+
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        (dict(hidden_act="gelu"), "BailingHybridConfig.hidden_act"),
+        (dict(attention_bias=True), "BailingHybridConfig.attention_bias"),
+        (dict(num_key_value_heads=2), "BailingHybridConfig.num_key_value_heads"),
+        (dict(n_shared_experts=0), "BailingHybridConfig.n_shared_experts"),
+        (dict(layer_types=[LINEAR, FULL, "sliding_attention", FULL]), "BailingHybridConfig.layer_types"),
+    ],
+)  # fmt: skip
+def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
+    parity.check_refuses(lambda: config_from_hf(parity.hf_config(HF_CASES, "groups", **changes)), field)
+
+
+CHANGES = [
+    (dict(attention__gate="none"), "model.attention.gate"),
+    (dict(attention__gate="elementwise"), "model.attention.gate"),
+    (dict(position__pairing="half"), "model.position.pairing"),
+    (dict(attention__n_head=2), "model.attention.n_head"),
+    (dict(head__tied=True), "model.head.tied"),
+    (dict(mlp__routing__scoring="softmax"), "model.mlp.routing.scoring"),
+    (dict(kinds__kda__attention__gate_rank=4), "model.layers.kinds.kda.attention.gate_rank"),
+    (dict(kinds__kda__attention__decay="softplus"), "model.layers.kinds.kda.attention.decay"),
+    (dict(kinds__kda_dense__attention__decay_lower_bound=-2.0), "model.layers.kinds.kda.attention.decay_lower_bound"),
+    (dict(kinds__attention__mlp__kind="gelu"), "model.layers.kinds.attention.mlp.kind"),
+]
+
+
+@pytest.mark.parametrize("fields, field", CHANGES, ids=[f"{f}={list(c.values())[0]}" for c, f in CHANGES])
+def test_to_hf_refuses_what_bailing_cannot_hold(fields, field):
+    """The layout read from HF with one field changed: the record names it (the MLA layers' gate and
+    pairing; KDA heads other than the MLA layers'; a KDA kind whose gates or decay differ from the first
+    KDA layer's), and to_hf refuses the model."""
+    cfg = changed_cfg(from_hf(hf_model("groups")).cfg, **fields)
+    assert field in [p.field for p in FAMILIES["bailing_hybrid"].problems(cfg)]
+    with pytest.raises(ConfigError):
+        to_hf(build_model(cfg, device="meta"))
