@@ -39,6 +39,8 @@ BASE = dict(
     moe_intermediate_size=16,
     short_conv_kernel_size=4,
 )
+YARN = dict(rope_type="yarn", rope_theta=10_000.0, factor=4.0, original_max_position_embeddings=16)
+YARN |= dict(beta_fast=8.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0)
 # case -> (transformers model class, config class, config keys)
 HF_CASES = {
     # layer_group_size 2 (KDA, MLA, KDA, MLA), the first layer dense (first_k_dense_replace); queries direct;
@@ -64,7 +66,8 @@ HF_CASES = {
     ),
     # layer types written out: MLA first, the middle KDA layer dense; low-rank queries, weights as scored,
     # two shared experts' width, Kimi's softplus decay (kda_safe_gate false), rms_norm_eps 1e-5 (the latent
-    # norms keep 1e-6); tie_word_embeddings, which the class ignores: read as an untied head
+    # norms keep 1e-6); DeepSeek's YaRN (factor 4 over 16 positions, mscale_all_dim scaling the softmax);
+    # tie_word_embeddings, which the class ignores: read as an untied head
     "lora-softplus": (
         "BailingHybridForCausalLM",
         "BailingHybridConfig",
@@ -82,6 +85,7 @@ HF_CASES = {
             norm_topk_prob=False,
             kda_safe_gate=False,
             rms_norm_eps=1e-5,
+            rope_parameters=YARN,
             tie_word_embeddings=True,
         ),
     ),
@@ -121,6 +125,7 @@ def test_the_layer_kinds_read_from_the_config():
     assert [lc.mlp.kind for lc in layer_configs(other)] == ["moe", "swiglu", "moe"]
     assert layer_configs(other)[1].attention.decay == "softplus"
     assert (other.attention.latent_norm_eps, other.head.tied) == (1e-6, False)
+    assert (other.position.scaling.kind, other.position.scaling.factor) == ("yarn", 4.0)
 
 
 def test_checkpoints_mtp_layers_and_ling_names_are_read():
