@@ -215,6 +215,24 @@ def test_lfm3_1_7b_breakdown_by_hand():
     assert counts["total"] == total == PUBLISHED["lfm3-1.7b"]
 
 
+def test_ling_3_0_flash_breakdown_by_hand():
+    """Ling-3.0-Flash written out from transformers' BailingHybrid tensor shapes: a KDA layer's q, k, v,
+    f_proj, g_proj (each d x 4096), b_proj, the convolution of 4 over q, k, v, A_log per head, dt_bias per
+    channel, the gated norm of 128, o_proj; an MLA layer's q_proj, kv_a_proj_with_mqa, its norm, kv_b_proj,
+    o_proj and the per-head gate g_proj; two dense layers, then the router, 512 experts and the shared one;
+    two norms per layer, the final norm, embedding and untied head. Layers 5, 11, ..., 41 are MLA."""
+    V, L, d, H, hd, K, f, E, k, fe = 157184, 42, 2560, 32, 128, 4, 6144, 512, 8, 768
+    W = H * hd
+    kda = 5 * d * W + d * H + 3 * W * K + H + W + hd + W * d
+    mla = d * H * (128 + 64) + d * (512 + 64) + 512 + 512 * H * (128 + 128) + H * 128 * d + d * H
+    n_mla = sum((i + 1) % 6 == 0 for i in range(L))
+    moe = E * d + E * 3 * d * fe + 3 * d * fe
+    total = 2 * V * d + (L - n_mla) * kda + n_mla * mla + 2 * 3 * d * f + (L - 2) * moe + L * 2 * d + d
+    counts = count_params(compose_model(["model=ling-3.0-flash"]))
+    assert n_mla == 7 and counts["total"] == total == PUBLISHED["ling-3.0-flash"]
+    assert counts["active"] == total - (L - 2) * (E - k) * 3 * d * fe == ACTIVE["ling-3.0-flash"]
+
+
 def test_bamba_9b_breakdown_by_hand():
     """Bamba-9B written out from transformers' BambaMixer and BambaMLP tensor shapes: in_proj to z, x, B, C
     and dt, the depthwise conv1d and its bias over x, B and C, dt_bias, A_log and D, the gated norm, out_proj;

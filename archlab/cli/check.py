@@ -92,6 +92,7 @@ REFERENCE_COUNTS = {
     "kimi-linear-48b-a3b": 49_133_074_464,  # KimiLinearConfig() defaults: KimiLinearForCausalLM ("48B": see reference.md)
     "deepseek-v3.2-exp": 671_877_929_216,  # DeepseekV32Config() defaults: DeepseekV32ForCausalLM, no MTP module
     "lfm3-1.7b": 1_728_801_536,  # Lfm3Config() defaults (LiquidAI/LFM3-1.7B): Lfm3ForCausalLM
+    "ling-3.0-flash": 124_414_191_072,  # BailingHybridConfig() defaults (inclusionAI/Ling-3.0-Flash), no MTP layer
 }
 
 # Active parameters per token of the mixture-of-experts presets, from the same meta-built models: every
@@ -111,6 +112,7 @@ ACTIVE_COUNTS = {
     "jamba-v0.1": 12_110_311_296,  # card: 12B active
     "kimi-linear-48b-a3b": 3_494_852_640,  # name: A3B; 3,117,365,280 without the input embedding
     "deepseek-v3.2-exp": 38_403_807_488,  # V3's 37B plus the indexers; 37,477,128,448 without the input embedding
+    "ling-3.0-flash": 5_505_672_672,  # BailingHybridConfig() defaults; 5,103,281,632 without the input embedding
 }
 
 register_configs()

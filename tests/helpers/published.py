@@ -73,6 +73,7 @@ PUBLISHED = {
     "kimi-linear-48b-a3b": 49_133_074_464,
     "deepseek-v3.2-exp": 671_877_929_216,
     "lfm3-1.7b": 1_728_801_536,
+    "ling-3.0-flash": 124_414_191_072,
 }
 
 ACTIVE = {
@@ -88,6 +89,7 @@ ACTIVE = {
     "jamba-v0.1": 12_110_311_296,
     "kimi-linear-48b-a3b": 3_494_852_640,
     "deepseek-v3.2-exp": 38_403_807_488,
+    "ling-3.0-flash": 5_505_672_672,
 }
 
 _PYTHIA = dict(
@@ -642,4 +644,6 @@ LAYOUT_CONFIGS = {
     "deepseek-v3.2-exp": ("DeepseekV32ForCausalLM", "DeepseekV32Config", {}, 0),
     # Lfm3Config()'s defaults, whose docstring names LiquidAI/LFM3-1.7B
     "lfm3-1.7b": ("Lfm3ForCausalLM", "Lfm3Config", {}, 0),
+    # BailingHybridConfig()'s defaults, whose docstring names inclusionAI/Ling-3.0-Flash (no MTP layer built)
+    "ling-3.0-flash": ("BailingHybridForCausalLM", "BailingHybridConfig", {}, 0),
 }

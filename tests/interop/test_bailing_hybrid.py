@@ -12,12 +12,12 @@ read; what the record cannot hold is refused both ways, naming the field."""
 import pytest
 import torch
 from helpers import hf as parity
-from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, changed_cfg
+from helpers.hf import EAGER, HF_SIZES, NO_TOKENS, changed_cfg, randomize
 
-from archlab import ConfigError, build_model
+from archlab import ConfigError, build_model, compose_model
 from archlab.config.layers import layer_configs
 from archlab.interop.families import FAMILIES
-from archlab.interop.hf import config_from_hf, from_hf, to_hf
+from archlab.interop.hf import config_from_hf, config_to_hf, from_hf, to_hf
 from archlab.nn.validation import ignored
 
 transformers = pytest.importorskip("transformers")
@@ -196,3 +196,36 @@ def test_to_hf_refuses_what_bailing_cannot_hold(fields, field):
     assert field in [p.field for p in FAMILIES["bailing_hybrid"].problems(cfg)]
     with pytest.raises(ConfigError):
         to_hf(build_model(cfg, device="meta"))
+
+
+def test_the_default_config_reads_as_the_preset_and_back():
+    """BailingHybridConfig()'s defaults (the ling-3.0-flash preset) read into the preset exactly, and the
+    preset writes back their layer types, MLP layer types, group size, dense count and sizes."""
+    default = transformers.BailingHybridConfig()
+    assert config_from_hf(default) == compose_model(["model=ling-3.0-flash"])
+    back = config_to_hf(compose_model(["model=ling-3.0-flash"]))
+    keys = ["layer_types", "mlp_layer_types", "layer_group_size", "first_k_dense_replace", "hidden_size"]
+    keys += ["num_experts", "n_group", "topk_group", "routed_scaling_factor", "rope_parameters", "kda_safe_gate"]
+    keys += ["kda_lower_bound", "linear_num_heads", "linear_head_dim", "kv_lora_rank", "q_lora_rank"]
+    assert {k: getattr(back, k) for k in keys} == {k: getattr(default, k) for k in keys}
+
+
+def test_the_preset_shrunk_converts_to_hf_and_back():
+    """The preset shrunk to 14 layers (two dense KDA, then twice KDA, KDA, KDA, MLA, KDA, KDA; 8 experts in 4 groups, 3 picked) gives HF's logits and comes
+    back with every tensor bit for bit and the same config."""
+    shrunk = ["model=ling-3.0-flash", "model.n_layer=14", "model.d_model=64", "model.vocab_size=96"]
+    shrunk += ["model.context_length=64", "model.attention.n_head=4", "model.attention.kv_lora_rank=16"]
+    shrunk += ["model.attention.qk_nope_head_dim=8", "model.attention.qk_rope_head_dim=8"]
+    shrunk += ["model.attention.v_head_dim=12", "model.mlp.d_ff=96", "model.mlp.expert_d_ff=16"]
+    shrunk += ["model.mlp.routing.n_experts=8", "model.mlp.routing.top_k=3", "model.mlp.routing.n_groups=4"]
+    shrunk += ["model.mlp.routing.top_groups=2"]
+    shrunk += [f"model.layers.kinds.{k}.attention.{n}={v}" for k in ("kda", "kda_dense") for n, v in SIZES]
+    model = randomize(build_model(compose_model(shrunk)), seed=3)
+    hf, back = parity.check_to_hf_and_back(model, "BailingHybridForCausalLM", lambda hf: hf, **EAGER)
+    assert hf.config.layer_types == [FULL if i % 6 == 5 else LINEAR for i in range(14)]
+    assert hf.config.mlp_layer_types == ["dense"] * 2 + ["sparse"] * 12
+    assert (hf.config.layer_group_size, hf.config.first_k_dense_replace) == (6, 2)
+    assert back.cfg == model.cfg
+
+
+SIZES = (("n_head", 4), ("head_dim", 16))
