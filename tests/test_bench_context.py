@@ -86,7 +86,8 @@ def sweep(tmp_path_factory):
 
 def test_the_sweep_measures_every_variant_at_every_context(sweep):
     out, plot = sweep
-    names = ["attention", "gated_deltanet", "hybrid_3_1", "kda", "lightning", "mamba2", "mamba", "rglru", "short_conv"]
+    names = ["attention", "gated_deltanet", "hybrid_3_1", "kda", "lightning", "mamba2", "mlstm", "rwkv4", "mamba"]
+    names += ["rglru", "short_conv"]
     assert list(out["variants"]) == names and out["contexts"] == [16, 32] and out["tokens_per_step"] == 64
     assert [(r["variant"], r["context"]) for r in out["rows"]] == [(n, c) for n in names for c in (16, 32)]
     for row in out["rows"]:
@@ -156,7 +157,8 @@ def test_every_variant_selects_what_it_names():
         assert mcfg.context_length == 64
         kinds[name] = mcfg.attention.kind
     assert kinds["attention"] == "causal" and kinds["gated_deltanet"] == "gated_deltanet"
-    assert [kinds[n] for n in ("mamba", "rglru", "short_conv")] == ["mamba", "rglru", "short_conv"]  # no YAML: kind
+    plain = ("mamba", "mlstm", "rwkv4", "rglru", "short_conv")
+    assert [kinds[n] for n in plain] == list(plain)  # no YAML: the kind alone
     for name in ("kda", "lightning"):  # heads of the composed attention's size, 16
         a = variant_config(cfg.model, name, 64).attention
         assert (a.kind, a.n_head, a.head_dim) == (name, 2, 16)

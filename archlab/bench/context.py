@@ -53,6 +53,8 @@ VARIANTS: dict[str, Optional[Variant]] = {
     "kda": Variant("attention", "kda", "attention", ("head_dim",)),
     "lightning": Variant("attention", "lightning", "attention", ("head_dim",)),
     "mamba2": Variant("attention", "mamba2"),
+    "mlstm": Variant("attention", "mlstm"),
+    "rwkv4": Variant("attention", "rwkv4"),
     "mamba": Variant("attention", "mamba"),
     "rglru": Variant("attention", "rglru"),
     "short_conv": Variant("attention", "short_conv"),
