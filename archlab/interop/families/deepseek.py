@@ -103,11 +103,7 @@ class _DeepSeek(_Sparse):
         return self.deepseek_from_hf(
             c,
             "interleaved" if c.rope_interleave else "half",
-            scoring="sigmoid",
-            correction_bias=True,
-            normalize_top_k=bool(c.norm_topk_prob),
-            n_groups=c.n_group or 1,
-            top_groups=c.topk_group or 1,
+            **self.v3_routing(c),
         )
 
     def deepseek_from_hf(self, c: Any, pairing: str, **routing: Any) -> ModelConfig:

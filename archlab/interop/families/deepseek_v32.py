@@ -68,11 +68,7 @@ class _SparseAttention(_DeepSeek):
         return self.deepseek_from_hf(
             view(c, first_k_dense_replace=dense_prefix(c)),
             "interleaved",
-            scoring="sigmoid",
-            correction_bias=True,
-            normalize_top_k=bool(c.norm_topk_prob),
-            n_groups=c.n_group or 1,
-            top_groups=c.topk_group or 1,
+            **self.v3_routing(c),
         )
 
     def attention_from_hf(self, c: Any) -> DSAConfig:

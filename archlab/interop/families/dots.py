@@ -73,11 +73,7 @@ class SigmoidRouted(_Sparse):
             d_ff=c.intermediate_size,
             n_shared_experts=c.n_shared_experts,
             routed_scale=float(c.routed_scaling_factor),
-            scoring="sigmoid",
-            correction_bias=True,
-            normalize_top_k=bool(c.norm_topk_prob),
-            n_groups=c.n_group or 1,
-            top_groups=c.topk_group or 1,
+            **self.v3_routing(c),
         )
         cfg = self.base_from_hf(c, position, attention, mlp)
         return with_dense_first(cfg, min(c.first_k_dense_replace or 0, c.num_hidden_layers))

@@ -182,11 +182,7 @@ class KimiLinear(_Sparse):
             d_ff=c.intermediate_size,
             n_shared_experts=c.num_shared_experts,
             routed_scale=float(c.routed_scaling_factor),
-            scoring="sigmoid",
-            correction_bias=True,
-            normalize_top_k=bool(c.norm_topk_prob),
-            n_groups=c.n_group or 1,
-            top_groups=c.topk_group or 1,
+            **self.v3_routing(c),
         )
         cfg = self.base_from_hf(c, self.position_from_hf(c), self.mla_from_hf(c), mlp)
         cfg.head.tied = False

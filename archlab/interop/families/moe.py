@@ -110,6 +110,19 @@ class _Sparse(Family):
             routing=dict(n_experts=n_experts, top_k=c.num_experts_per_tok),
         )
 
+    @staticmethod
+    def v3_routing(c: Any) -> dict[str, Any]:
+        """DeepSeek-V3's router as its configs spell it (and the families that copy it: dots.llm1, Kimi-Linear):
+        sigmoid scores, a selection-only correction bias, the top-k renormalised as ``norm_topk_prob`` says,
+        ``n_group`` groups of which ``topk_group`` are kept (null: one)."""
+        return dict(
+            scoring="sigmoid",
+            correction_bias=True,
+            normalize_top_k=bool(c.norm_topk_prob),
+            n_groups=c.n_group or 1,
+            top_groups=c.topk_group or 1,
+        )
+
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         return pre_norm_tensors(cfg, lambda t, lc, archlab, hf: self.attention_tensors(t, archlab, hf))
 
