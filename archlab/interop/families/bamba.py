@@ -24,12 +24,21 @@ from archlab.config import (
 )
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
-from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    first_per_field,
+    out_bias,
+    section_problems,
+)
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf
+from archlab.interop.families.values import config_head_dim, kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.mamba2 import Mamba2Config, inner
@@ -94,14 +103,8 @@ def hybrid_problems(cfg: ModelConfig, title: str, held: tuple[str, ...] = HELD) 
             ("position", lc.position, cfg.position, "one RoPE for every layer"),
             ("mlp", lc.mlp, cfg.mlp, "one MLP for every layer"),
         ]
-        for section, have, want, why in wanted:
-            for name, value, expected in differences(have, want):
-                field = kind_field(cfg, kind, f"model.{section}.{name}")
-                layered.append(Problem(field, value, bare(expected), f" ({title} has {why})"))
-    seen: dict[str, Problem] = {}
-    for p in layered:
-        seen.setdefault(p.field, p)
-    return found + list(seen.values())
+        layered.extend(section_problems(cfg, kind, wanted, title))
+    return found + first_per_field(layered)
 
 
 def mamba_to_hf(cfg: ModelConfig) -> dict[str, Any]:

@@ -5,7 +5,7 @@ state). Nothing here imports transformers: records read configs by attribute."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 from torch import Tensor
 
@@ -261,6 +261,25 @@ class Family:
         ]
 
 
+def section_problems(
+    cfg: ModelConfig, kind: Optional[str], wanted: list[tuple[str, Any, Any, str]], title: str
+) -> list[Problem]:
+    """Each field of layer kind ``kind`` off what the family holds, from (section, the layer's, the family's, why)."""
+    return [
+        Problem(kind_field(cfg, kind, f"model.{section}.{name}"), value, bare(expected), f" ({title} has {why})")
+        for section, have, want, why in wanted
+        for name, value, expected in differences(have, want)
+    ]
+
+
+def first_per_field(problems: list[Problem]) -> list[Problem]:
+    """``problems`` with each field named once, by its first problem (layers of one kind repeat theirs)."""
+    first: dict[str, Problem] = {}
+    for p in problems:
+        first.setdefault(p.field, p)
+    return list(first.values())
+
+
 def block_kind_problems(cfg: ModelConfig, title: str) -> list[Problem]:
     """Each field of ``block`` that a used layer kind sets away from the model's block, named as the kind's."""
     found = []
@@ -268,9 +287,8 @@ def block_kind_problems(cfg: ModelConfig, title: str) -> list[Problem]:
         kind = layer_kind(cfg, i)
         for name, value, expected in differences(lc.block, cfg.block) if kind is not None else []:
             field = kind_field(cfg, kind, f"model.block.{name}")
-            if field not in {p.field for p in found}:
-                found.append(Problem(field, value, bare(expected), f" ({title}'s layers share one block)"))
-    return found
+            found.append(Problem(field, value, bare(expected), f" ({title}'s layers share one block)"))
+    return first_per_field(found)
 
 
 def no_embedding_dropout(cfg: ModelConfig, title: str) -> Rule:

@@ -17,7 +17,7 @@ from archlab.config import (
 )
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig
-from archlab.interop.families.base import Problem, bare
+from archlab.interop.families.base import Problem, bare, first_per_field
 from archlab.interop.families.mlps import (
     dense_of,
 )
@@ -91,10 +91,7 @@ def dense_first_problems(cfg: ModelConfig, title: str) -> list[Problem]:
                 )
                 field = kind_field(cfg, kind, f"model.{section}.{name}")
                 found.append(Problem(field, value, bare(wanted), why))
-    first: dict[str, Problem] = {}
-    for p in found:
-        first.setdefault(p.field, p)
-    return list(first.values())
+    return first_per_field(found)
 
 
 def dense_tensors(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:

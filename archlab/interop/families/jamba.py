@@ -21,13 +21,21 @@ from torch import Tensor
 from archlab.config import MLP_OPTIONS, POSITION_OPTIONS, BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
-from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, bare, out_bias
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    Family,
+    Problem,
+    Rule,
+    first_per_field,
+    out_bias,
+    section_problems,
+)
 from archlab.interop.families.experts import stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mamba1 import mixer_tensors
 from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import differences, kind_field, refuse_hf
+from archlab.interop.families.values import kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.mamba import MambaConfig, dt_rank, inner
 from archlab.nn.mlp import d_ff
@@ -147,10 +155,7 @@ class Jamba(Family):
                 ("position", lc.position, cfg.position, "no positions"),
                 ("mlp", lc.mlp, want_moe if is_moe(lc) else cfg.mlp, "one dense MLP and one MoE"),
             ]
-            for section, have, want, why in wanted:
-                for name, value, expected in differences(have, want):
-                    field = kind_field(cfg, kind, f"model.{section}.{name}")
-                    found.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
+            found.extend(section_problems(cfg, kind, wanted, self.title))
         n = cfg.n_layer
         for what, chosen, default in (
             ("attention", [i for i, lc in enumerate(lcs) if not is_mamba(lc)], ATTN_DEFAULT),
@@ -159,10 +164,7 @@ class Jamba(Family):
             if periodic(chosen, n, default) is None:
                 why = f" ({self.title} places its {what} layers at i % period == offset)"
                 found.append(Problem("model.layers.pattern", list(cfg.layers.pattern), f"{what} layers {chosen}", why))
-        seen: dict[str, Problem] = {}
-        for p in found:
-            seen.setdefault(p.field, p)
-        return list(seen.values())
+        return first_per_field(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs, n = layer_configs(cfg), cfg.n_layer

@@ -21,13 +21,13 @@ from torch import Tensor
 from archlab.config import ModelConfig, PositionConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
-from archlab.interop.families.base import LAYERS, Family, Problem, Rule, bare
+from archlab.interop.families.base import LAYERS, Family, Problem, Rule, bare, first_per_field, section_problems
 from archlab.interop.families.deepseek import LATENT_EPS, MLA_KEYS, latent_eps_from_hf, latent_eps_rule, mla_tensors
 from archlab.interop.families.experts import is_dense, pre_norm_tensors
 from archlab.interop.families.mlps import dense_of
 from archlab.interop.families.moe import _Sparse
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import differences, kind_field, refuse_hf
+from archlab.interop.families.values import kind_field, refuse_hf
 from archlab.nn.mixers.mla import MLAConfig
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width
@@ -125,14 +125,8 @@ class KimiLinear(_Sparse):
                 if is_dense(lc)
                 else ("mlp", lc.mlp, cfg.mlp, "one MoE for every MoE layer"),
             ]
-            for section, have, want, why in wanted:
-                for name, value, expected in differences(have, want):
-                    field = kind_field(cfg, kind, f"model.{section}.{name}")
-                    layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
-        first: dict[str, Problem] = {}
-        for p in layered:
-            first.setdefault(p.field, p)
-        return found + list(first.values())
+            layered.extend(section_problems(cfg, kind, wanted, self.title))
+        return found + first_per_field(layered)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs, m = layer_configs(cfg), cfg.mlp

@@ -21,7 +21,17 @@ from torch import Tensor
 from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
-from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias, ungrouped
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    bare,
+    first_per_field,
+    out_bias,
+    ungrouped,
+)
 from archlab.interop.families.deltanet import deltanet_tensors_apart, is_deltanet, linear_keys
 from archlab.interop.families.experts import stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -116,10 +126,7 @@ class LaraMini(Family):
                 elif wanted == "rope":
                     differ(kind, "position", lc.position, rope, "one RoPE for every sliding layer")
             differ(kind, "mlp", lc.mlp, cfg.mlp, "one MoE for every layer")
-        first: dict[str, Problem] = {}
-        for p in layered:
-            first.setdefault(p.field, p)
-        return found + list(first.values())
+        return found + first_per_field(layered)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)

@@ -23,13 +23,23 @@ from torch import Tensor
 from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
-from archlab.interop.families.base import LAYERS, NO_HEAD_BIAS, Family, Problem, Rule, bare, out_bias, ungrouped
+from archlab.interop.families.base import (
+    LAYERS,
+    NO_HEAD_BIAS,
+    Family,
+    Problem,
+    Rule,
+    first_per_field,
+    out_bias,
+    section_problems,
+    ungrouped,
+)
 from archlab.interop.families.experts import dense_first, is_dense, stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import dense_of, mlp_section
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf
+from archlab.interop.families.values import config_head_dim, kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
@@ -165,14 +175,8 @@ class _Lfm(Family):
                 ("position", lc.position, cfg.position, "one RoPE"),
                 ("mlp", lc.mlp, mlp, "one MLP, and dense first layers of the experts' kind and d_ff"),
             ]
-            for section, have, want, why in wanted:
-                for name, value, expected in differences(have, want):
-                    field = kind_field(cfg, kind, f"model.{section}.{name}")
-                    layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
-        first: dict[str, Problem] = {}
-        for p in layered:
-            first.setdefault(p.field, p)
-        return found + list(first.values())
+            layered.extend(section_problems(cfg, kind, wanted, self.title))
+        return found + first_per_field(layered)
 
     def common_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)

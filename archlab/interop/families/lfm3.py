@@ -21,13 +21,23 @@ from torch import Tensor
 from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
-from archlab.interop.families.base import LAYERS, NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias
+from archlab.interop.families.base import (
+    LAYERS,
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    first_per_field,
+    out_bias,
+    section_problems,
+)
 from archlab.interop.families.layered import rope_of
 from archlab.interop.families.lfm2 import CONV, CONV_T, FULL_T, is_conv, lfm_tensors
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.tensors import TensorMap
-from archlab.interop.families.values import differences, kind_field, refuse_hf
+from archlab.interop.families.values import differences, refuse_hf
 from archlab.interop.families.windows import SLIDING
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
@@ -121,14 +131,8 @@ class Lfm3(Family):
             if lc.position.kind == "rope" and not is_conv(lc):
                 plain = RoPEConfig(theta=lc.position.theta, turning_fraction=lc.position.turning_fraction)
                 wanted.append(("position", lc.position, plain, "RoPE half-paired, unscaled, over whole heads"))
-            for section, have, want, why in wanted:
-                for name, value, expected in differences(have, want):
-                    field = kind_field(cfg, kind, f"model.{section}.{name}")
-                    layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
-        first: dict[str, Problem] = {}
-        for p in super().part_problems(cfg) + layered:
-            first.setdefault(p.field, p)
-        return list(first.values())
+            layered.extend(section_problems(cfg, kind, wanted, self.title))
+        return first_per_field(super().part_problems(cfg) + layered)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)

@@ -35,7 +35,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
 from archlab.interop.families.arcee import UP_DOWN_FROM_HF, UP_DOWN_KINDS, UP_DOWN_TO_HF
 from archlab.interop.families.bamba import HELD, hybrid_problems, is_mamba, mamba_kind, mamba_tensors
-from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, bare, out_bias
+from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, bare, first_per_field, out_bias
 from archlab.interop.families.mlps import activation, mlp_section
 from archlab.interop.families.nemotron_moe import moe_from_hf, moe_rules, moe_tensors, moe_to_hf, stack_up_down_experts
 from archlab.interop.families.tensors import TensorMap, Tensors
@@ -121,10 +121,7 @@ class NemotronH(Family):
         if cfg.mlp.kind == "moe" and cfg.mlp.n_shared_experts < 1:
             why = " (its MoE layers always have shared experts)"
             found.append(Problem("model.mlp.n_shared_experts", cfg.mlp.n_shared_experts, "at least 1", why))
-        seen: dict[str, Problem] = {}
-        for p in found:
-            seen.setdefault(p.field, p)
-        return list(seen.values())
+        return first_per_field(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)

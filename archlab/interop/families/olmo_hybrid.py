@@ -19,7 +19,16 @@ from torch import Tensor
 from archlab.config import POSITION_OPTIONS, BlockConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
-from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    bare,
+    first_per_field,
+    out_bias,
+)
 from archlab.interop.families.deltanet import is_deltanet, linear_keys
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import mlp_section
@@ -114,10 +123,7 @@ class OlmoHybrid(Family):
                 for name, value, wanted in differences(have, expected):
                     field = kind_field(cfg, kind, f"model.{section}.{name}")
                     found.append(Problem(field, value, bare(wanted), f" ({self.title} has one of each layer)"))
-        seen: dict[str, Problem] = {}
-        for p in found:
-            seen.setdefault(p.field, p)
-        return list(seen.values())
+        return first_per_field(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)

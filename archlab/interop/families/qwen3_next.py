@@ -23,7 +23,17 @@ from torch import Tensor
 
 from archlab.config import BlockConfig, HeadConfig, MLPConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.interop.families.base import NO_HEAD_BIAS, ONE_BIAS_FLAG, Family, Problem, Rule, bare, out_bias, ungrouped
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    ONE_BIAS_FLAG,
+    Family,
+    Problem,
+    Rule,
+    first_per_field,
+    out_bias,
+    section_problems,
+    ungrouped,
+)
 from archlab.interop.families.deltanet import (
     FULL,
     LINEAR,
@@ -39,7 +49,7 @@ from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import dense_of, mlp_section, shared_experts
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf
+from archlab.interop.families.values import config_head_dim, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
@@ -138,14 +148,8 @@ class Qwen3Next(Family):
             dense = lc.mlp.kind != "moe"
             why = dense_why if dense else "one MoE for every MoE layer"
             wanted.append(("mlp", lc.mlp, dense_mlp if dense else cfg.mlp, why))
-            for section, have, want, why in wanted:
-                for name, value, expected in differences(have, want):
-                    field = kind_field(cfg, kind, f"model.{section}.{name}")
-                    layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
-        first: dict[str, Problem] = {}
-        for p in layered:
-            first.setdefault(p.field, p)
-        return list(first.values())
+            layered.extend(section_problems(cfg, kind, wanted, self.title))
+        return first_per_field(layered)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)

@@ -26,12 +26,20 @@ import torch
 from archlab.config import BlockConfig, HeadConfig, ModelConfig, NormConfig, n_kv_head
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import LayersConfig, shortest_layout
-from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, bare, out_bias
+from archlab.interop.families.base import (
+    NO_HEAD_BIAS,
+    Family,
+    Problem,
+    Rule,
+    first_per_field,
+    out_bias,
+    section_problems,
+)
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import mlp_section
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
-from archlab.interop.families.values import config_head_dim, differences, kind_field, refuse_hf
+from archlab.interop.families.values import config_head_dim, kind_field, refuse_hf
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.rglru import width
@@ -151,14 +159,8 @@ class RecurrentGemma(Family):
                 ("position", lc.position, cfg.position, "one RoPE for every layer"),
                 ("mlp", lc.mlp, cfg.mlp, "one MLP for every layer"),
             ]
-            for section, have, want, why in wanted:
-                for name, value, expected in differences(have, want):
-                    field = kind_field(cfg, kind, f"model.{section}.{name}")
-                    found.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
-        seen: dict[str, Problem] = {}
-        for p in found:
-            seen.setdefault(p.field, p)
-        return list(seen.values())
+            found.extend(section_problems(cfg, kind, wanted, self.title))
+        return first_per_field(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         lcs = layer_configs(cfg)
