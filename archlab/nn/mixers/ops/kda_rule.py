@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-SUB = 16  # positions per block inside a chunk whose pairs take the per-channel decay difference directly
+SUB = 8  # positions per block inside a chunk whose pairs take the per-channel decay difference directly
 
 
 def decayed_products(a: Tensor, b: Tensor, G: Tensor, sub: int) -> Tensor:
