@@ -70,3 +70,20 @@ def test_scan_runs_position_by_position_on_the_cpu_else_in_chunks(monkeypatch):
     assert type(scan(a, u, C, 4, state)[0].grad_fn).__name__ != "_SequentialScanBackward"
     one = scan(a[:, :1], u[:, :1], C[:, :1], 4, state)[0]  # decoding's one position: the recurrence anywhere
     assert type(one.grad_fn).__name__ == "_SequentialScanBackward"
+
+
+@pytest.mark.parametrize("sequential_devices", [{"cpu"}, set()])
+def test_bf16_autocast_leaves_the_scan_in_float32(monkeypatch, sequential_devices):
+    """Trained under bf16-mixed (``trainer.precision=auto`` on a CPU with native bf16), the scan gives what
+    it gives in float32, readout included, and its backward runs (the readout's gradient reaching the
+    written backward in bf16 once failed there)."""
+    monkeypatch.setattr(selective_scan, "SEQUENTIAL_DEVICES", sequential_devices)
+    args = [t.float().requires_grad_() for t in inputs(seed=2)]
+    y, h = scan(*args[:3], 4, args[3])
+    expected = torch.autograd.grad((y**2).sum() + h.sum(), args)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y_mixed, h_mixed = scan(*args[:3], 4, args[3])
+    assert y_mixed.dtype == h_mixed.dtype == torch.float32
+    torch.testing.assert_close((y_mixed, h_mixed), (y, h), rtol=0, atol=0)
+    got = torch.autograd.grad((y_mixed**2).sum() + h_mixed.sum(), args)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)

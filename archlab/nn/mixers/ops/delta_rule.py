@@ -9,12 +9,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from archlab.nn.mixers.ops.float32 import without_autocast
+
 
 def l2_normalise(x: Tensor, eps: float = 1e-6) -> Tensor:
     """``x / sqrt(Σx² + eps)`` over the last dim (the eps inside the root, as flash-linear-attention's)."""
     return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
 
 
+@without_autocast
 def chunked_delta_rule(
     q: Tensor,
     k: Tensor,
@@ -76,6 +79,7 @@ def chunked_delta_rule(
     return torch.cat(out, dim=2)[:, :, :T], S
 
 
+@without_autocast
 def recurrent_delta_rule(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Optional[Tensor] = None
 ) -> tuple[Tensor, Tensor]:

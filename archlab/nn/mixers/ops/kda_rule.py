@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from archlab.nn.mixers.ops.float32 import without_autocast
+
 SUB = 8  # positions per block inside a chunk whose pairs take the per-channel decay difference directly
 
 
@@ -36,6 +38,7 @@ def decayed_products(a: Tensor, b: Tensor, G: Tensor, sub: int) -> Tensor:
     return (cross.unflatten(-1, (m, sub)) + diag[..., :, :, None, :] * eye).flatten(-2).flatten(-3, -2)
 
 
+@without_autocast
 def chunked_kda_rule(
     q: Tensor,
     k: Tensor,
@@ -90,6 +93,7 @@ def chunked_kda_rule(
     return torch.cat(out, dim=2)[:, :, :T], S
 
 
+@without_autocast
 def recurrent_kda_rule(
     q: Tensor, k: Tensor, v: Tensor, g: Tensor, beta: Tensor, state: Optional[Tensor] = None
 ) -> tuple[Tensor, Tensor]:

@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from archlab.nn.mixers.ops.float32 import without_autocast
+
 State = tuple[Tensor, Tensor, Tensor]  # C [B, H, dk, dv], n [B, H, dk], m [B, H]
 
 
@@ -37,6 +39,7 @@ def read(num: Tensor, den: Tensor, m: Tensor, eps: float) -> Tensor:
     return num / (torch.maximum(den.abs(), torch.exp(-m)) + eps)[..., None]
 
 
+@without_autocast
 def chunked_mlstm_rule(
     q: Tensor,
     k: Tensor,
@@ -104,6 +107,7 @@ def chunked_mlstm_rule(
     return read(num, den, m, eps).flatten(2, 3)[:, :, :T], (Cs, ns, ms)
 
 
+@without_autocast
 def recurrent_mlstm_rule(
     q: Tensor,
     k: Tensor,

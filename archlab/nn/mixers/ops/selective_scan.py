@@ -10,6 +10,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from archlab.nn.mixers.ops.float32 import without_autocast
+
 SEQUENTIAL_DEVICES = {"cpu"}  # device types whose scans run position by position (the tests empty it to run chunks)
 
 
@@ -68,11 +70,13 @@ class _SequentialScan(torch.autograd.Function):
         return G * before, G, torch.einsum("btd,btdn->btn", dy, H), a[:, 0] * G[:, 0]
 
 
+@without_autocast
 def scan(a: Tensor, u: Tensor, C: Tensor, chunk: int, state: Optional[Tensor]) -> tuple[Tensor, Tensor]:
     """``y`` ``[b, T, D]`` and the last state ``[b, D, N]`` of the scan from ``state`` (None: zeros), by the
     form fastest where it runs: position by position on the CPU (``[b, D, N]`` per step is little work, and
     the whole-sequence passes of the chunked form cost more in memory traffic than they save), else chunked
-    (a GPU runs the doubling steps' elementwise ops at once where a loop would launch kernels per position)."""
+    (a GPU runs the doubling steps' elementwise ops at once where a loop would launch kernels per position).
+    Without autocast, the readout keeps the state's dtype, and the written backward gets its gradient in it."""
     if a.device.type in SEQUENTIAL_DEVICES or u.shape[1] == 1:
         return _SequentialScan.apply(a, u, C, u.new_zeros(u.shape[0], *u.shape[2:]) if state is None else state)
     return chunked_scan(a, u, C, chunk, state)

@@ -9,7 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from archlab.nn.mixers.ops.float32 import without_autocast
 
+
+@without_autocast
 def chunked_ssd(
     x: Tensor,
     dt: Tensor,
@@ -71,6 +74,7 @@ def chunked_ssd(
     return y, S.reshape(b, H, P, N)
 
 
+@without_autocast
 def recurrent_ssd(
     x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor, state: Optional[Tensor] = None
 ) -> tuple[Tensor, Tensor]:

@@ -12,6 +12,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from archlab.nn.mixers.ops.float32 import without_autocast
+
 EMPTY = -1e30  # the exponent of an empty state (num = den = 0), finite so that every difference of two is
 
 
@@ -121,6 +123,7 @@ def wkv_chunked(
     return (o_num / o_den).flatten(1, 2)[:, :T], state
 
 
+@without_autocast
 def wkv(
     w: Tensor,
     u: Tensor,
