@@ -46,6 +46,15 @@ def assert_near(ours: torch.Tensor, theirs: torch.Tensor, what: str) -> None:
     assert error <= TOLERANCE, f"{what}: {error:.2e} of the largest value"
 
 
+def assert_forms_match(reference: tuple[torch.Tensor, torch.Tensor], form: str, **ours) -> None:
+    """Each of ``ours`` (a form's name: its outputs and final state, laid out as fla's) against the
+    reference's outputs and state."""
+    o, S = reference
+    for name, (outputs, state) in ours.items():
+        assert_near(outputs, o, f"{name} outputs against {form}")
+        assert_near(state, S, f"{name} final state against {form}")
+
+
 def operands(seed: int, per_channel: bool) -> dict[str, torch.Tensor]:
     """Heads-first ``[B, H, T, d]`` operands of a delta rule: unit-norm keys, queries scaled by dk^-1/2,
     log-decays in (−0.5, 0) per key channel or per head, write strengths in (0, 1), a starting state."""
@@ -63,6 +72,10 @@ def time_first(*tensors: torch.Tensor) -> list[torch.Tensor]:
     return [t.transpose(1, 2) for t in tensors]  # [B, H, T, ...] -> fla's [B, T, H, ...]
 
 
+def heads_last(outputs: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return outputs.transpose(1, 2), state  # a rule's [B, H, T, dv] outputs as fla's [B, T, H, dv]
+
+
 @pytest.mark.parametrize("form", ["naive_recurrent_kda", "naive_chunk_kda"])
 def test_kda_rule_is_fla_reference(form):
     x = operands(0, per_channel=True)
@@ -71,16 +84,12 @@ def test_kda_rule_is_fla_reference(form):
         x = {name: t[:, :, : 2 * CHUNK] if name != "state" else t for name, t in x.items()}
         extra = {"chunk_size": CHUNK}
     q, k, v, g, beta = time_first(x["q"], x["k"], x["v"], x["g"], x["beta"])
-    o, S = getattr(reference("kda"), form)(
+    expected = getattr(reference("kda"), form)(
         q, k, v, g, beta, scale=1.0, initial_state=x["state"], output_final_state=True, **extra
     )
     args = (x["q"], x["k"], x["v"], x["g"], x["beta"])
-    for name, (ours, ours_state) in {
-        "chunked": chunked_kda_rule(*args, CHUNK, x["state"]),
-        "recurrent": recurrent_kda_rule(*args, x["state"]),
-    }.items():
-        assert_near(ours.transpose(1, 2), o, f"{name} outputs against {form}")
-        assert_near(ours_state, S, f"{name} final state against {form}")
+    chunked, recurrent = chunked_kda_rule(*args, CHUNK, x["state"]), recurrent_kda_rule(*args, x["state"])
+    assert_forms_match(expected, form, chunked=heads_last(*chunked), recurrent=heads_last(*recurrent))
 
 
 @pytest.mark.parametrize("form", ["naive_recurrent_gated_delta_rule", "naive_chunk_gated_delta_rule"])
@@ -89,20 +98,16 @@ def test_delta_rule_is_fla_reference(form):
     q, k, v, g, beta = time_first(x["q"], x["k"], x["v"], x["g"], x["beta"])
     module = reference("gated_delta_rule")
     if form == "naive_chunk_gated_delta_rule":
-        o, S = module.naive_chunk_gated_delta_rule(
+        expected = module.naive_chunk_gated_delta_rule(
             q, k, v, g, beta, chunk_size=CHUNK, scale=1.0, initial_state=x["state"], output_final_state=True
         )
     else:
-        o, S = module.naive_recurrent_gated_delta_rule(
+        expected = module.naive_recurrent_gated_delta_rule(
             q, k, v, beta, g, scale=1.0, initial_state=x["state"], output_final_state=True
         )
     args = (x["q"], x["k"], x["v"], x["g"], x["beta"])
-    for name, (ours, ours_state) in {
-        "chunked": chunked_delta_rule(*args, CHUNK, x["state"]),
-        "recurrent": recurrent_delta_rule(*args, x["state"]),
-    }.items():
-        assert_near(ours.transpose(1, 2), o, f"{name} outputs against {form}")
-        assert_near(ours_state, S, f"{name} final state against {form}")
+    chunked, recurrent = chunked_delta_rule(*args, CHUNK, x["state"]), recurrent_delta_rule(*args, x["state"])
+    assert_forms_match(expected, form, chunked=heads_last(*chunked), recurrent=heads_last(*recurrent))
 
 
 @pytest.mark.parametrize("form", ["naive_recurrent_simple_gla", "naive_chunk_simple_gla"])
@@ -119,11 +124,13 @@ def test_ssd_is_fla_simple_gla(form):
     gla = {"initial_state": state, "output_final_state": True}
     if form == "naive_chunk_simple_gla":
         gla["chunk_size"] = CHUNK
-    o, S = getattr(module, form)(queries, keys, x * dt[..., None], dt * A, scale=1.0, **gla)
+    expected = getattr(module, form)(queries, keys, x * dt[..., None], dt * A, scale=1.0, **gla)
     ssd_state = state.transpose(-1, -2)  # [B, H, P, N]
-    for name, (ours, ours_state) in {
-        "chunked": chunked_ssd(x, dt, A, keys, queries, CHUNK, ssd_state),
-        "recurrent": recurrent_ssd(x, dt, A, keys, queries, ssd_state),
-    }.items():
-        assert_near(ours, o, f"{name} outputs against {form}")
-        assert_near(ours_state.transpose(-1, -2), S, f"{name} final state against {form}")
+    chunked = chunked_ssd(x, dt, A, keys, queries, CHUNK, ssd_state)
+    recurrent = recurrent_ssd(x, dt, A, keys, queries, ssd_state)
+    assert_forms_match(
+        expected,
+        form,
+        chunked=(chunked[0], chunked[1].transpose(-1, -2)),
+        recurrent=(recurrent[0], recurrent[1].transpose(-1, -2)),
+    )
