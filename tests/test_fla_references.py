@@ -16,6 +16,7 @@ from types import ModuleType
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.mixers import assert_relative
 
 from archlab.nn.mixers.ops.delta_rule import chunked_delta_rule, recurrent_delta_rule
 from archlab.nn.mixers.ops.kda_rule import chunked_kda_rule, recurrent_kda_rule
@@ -41,18 +42,13 @@ def reference(op: str) -> ModuleType:
     return module
 
 
-def assert_near(ours: torch.Tensor, theirs: torch.Tensor, what: str) -> None:
-    error = ((ours - theirs).abs().max() / theirs.abs().max()).item()
-    assert error <= TOLERANCE, f"{what}: {error:.2e} of the largest value"
-
-
 def assert_forms_match(reference: tuple[torch.Tensor, torch.Tensor], form: str, **ours) -> None:
     """Each of ``ours`` (a form's name: its outputs and final state, laid out as fla's) against the
     reference's outputs and state."""
     o, S = reference
     for name, (outputs, state) in ours.items():
-        assert_near(outputs, o, f"{name} outputs against {form}")
-        assert_near(state, S, f"{name} final state against {form}")
+        assert_relative(outputs, o, TOLERANCE, f"{name} outputs against {form}")
+        assert_relative(state, S, TOLERANCE, f"{name} final state against {form}")
 
 
 def operands(seed: int, per_channel: bool) -> dict[str, torch.Tensor]:

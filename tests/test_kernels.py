@@ -13,6 +13,7 @@ from archlab import build_model
 from archlab.nn.mixers.gated_deltanet import chunked_delta_rule, l2_normalise
 from archlab.nn.mixers.mamba2 import chunked_ssd
 from archlab.nn.mixers.ops import kernels
+from tests.helpers.mixers import assert_relative
 from tests.helpers.parts import tiny
 from tests.test_deltanet import randomise
 
@@ -21,8 +22,7 @@ BF16_TOLERANCE = 1e-2  # the largest difference, relative to the largest value c
 
 
 def assert_near(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    error = (actual.float() - expected.float()).abs().max() / expected.float().abs().max()
-    assert error <= BF16_TOLERANCE, f"{what}: {error.item():.2e} of its largest value"
+    assert_relative(actual, expected, BF16_TOLERANCE, what)
 
 
 def gradients(scan, inputs: list[torch.Tensor], seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:

@@ -128,3 +128,9 @@ def decode_in_pieces(
             start = end
     assert cache.length == idx.shape[1]
     return torch.cat(out, dim=1)
+
+
+def assert_relative(actual: torch.Tensor, expected: torch.Tensor, tolerance: float, what: str) -> None:
+    """``actual`` within ``tolerance`` of ``expected``'s largest magnitude everywhere, compared in float32."""
+    error = ((actual.float() - expected.float()).abs().max() / expected.float().abs().max()).item()
+    assert error <= tolerance, f"{what}: {error:.2e} of its largest value"
