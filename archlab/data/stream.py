@@ -32,15 +32,25 @@ class BatchStream(IterableDataset):
     global batch of ``world_size * B`` rows, starting at batch ``start``."""
 
     def __init__(
-        self, make_batch: BatchFn, seed: int, batch_size: int, rank: int = 0, world_size: int = 1, start: int = 0
+        self,
+        make_batch: Callable[..., tuple[torch.Tensor, torch.Tensor]],  # a BatchFn, or one a subclass calls its way
+        seed: int,
+        batch_size: int,
+        rank: int = 0,
+        world_size: int = 1,
+        start: int = 0,
     ):
         self.make_batch, self.seed, self.batch_size = make_batch, seed, batch_size
         self.rank, self.world_size, self.start = rank, world_size, start
 
     def batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         rows = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
-        inputs, targets = self.make_batch(batch_rng(self.seed, 0, index), self.world_size * self.batch_size)
+        inputs, targets = self.global_batch(index)
         return inputs[rows], targets[rows]
+
+    def global_batch(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch ``index`` of every process: ``world_size * batch_size`` rows from its own generator."""
+        return self.make_batch(batch_rng(self.seed, 0, index), self.world_size * self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # DataLoader workers are read round-robin, so worker w producing batches w, w+n, ... keeps the order
@@ -51,16 +61,24 @@ class BatchStream(IterableDataset):
             index += step
 
 
-def stream_loader(make_batch: BatchFn, seed: int, batch_size: int, num_workers: int, trainer: Any) -> DataLoader:
-    """The training loader: this rank's slice of the stream, resumed after the batches that
-    ``trainer`` (restored from a checkpoint, or fresh) has already trained on."""
+def stream_loader(
+    make_batch: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    seed: int,
+    batch_size: int,
+    num_workers: int,
+    trainer: Any,
+    stream: type[BatchStream] = BatchStream,
+) -> DataLoader:
+    """The training loader: this rank's slice of the stream (a ``BatchStream``, or the subclass ``stream``
+    that calls ``make_batch`` its own way), resumed after the batches that ``trainer`` (restored from a
+    checkpoint, or fresh) has already trained on."""
     rank, world, start = 0, 1, 0
     if trainer is not None:
         rank, world = trainer.global_rank, trainer.world_size
         # restored from the checkpoint before the loaders are built; 0 on a fresh run
         start = trainer.fit_loop.epoch_loop.batch_progress.total.ready
-    stream = BatchStream(make_batch, seed, batch_size, rank, world, start)
-    return DataLoader(stream, batch_size=None, num_workers=num_workers, persistent_workers=num_workers > 0)
+    batches = stream(make_batch, seed, batch_size, rank, world, start)
+    return DataLoader(batches, batch_size=None, num_workers=num_workers, persistent_workers=num_workers > 0)
 
 
 class RankPadded(Dataset):

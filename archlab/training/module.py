@@ -59,6 +59,7 @@ class LitModel(L.LightningModule):
         activation_checkpointing: bool = False,
         documents: Optional[dict[str, Any]] = None,
         param: Optional[dict[str, Any]] = None,
+        val_pools: Optional[dict[str, list[str]]] = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -66,6 +67,9 @@ class LitModel(L.LightningModule):
         self.model: Optional[Decoder] = None
         self.param = param or {"kind": "sp"}  # checkpoints of earlier versions have none: sp
         self.val_names = list(val_names)
+        # a set that pools the batches of others (a data mixture's val: every source's) has no loader of its own
+        self.val_pools = dict(val_pools or {})
+        self.loader_names = [n for n in self.val_names if n not in self.val_pools]
         V = self.model_cfg.vocab_size
         # a NaN batch loss makes the mean NaN (torchmetrics' default drops it and averages the rest)
         self.val_loss = nn.ModuleDict({n: MeanMetric(nan_strategy=math.nan) for n in self.val_names})
@@ -150,14 +154,15 @@ class LitModel(L.LightningModule):
             set_rng_state(self._rng_before_validation, self.device)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        name = self.val_names[dataloader_idx]
+        name = self.loader_names[dataloader_idx]
         inputs, targets = batch
         logits = self(inputs)
         scored = (targets != IGNORE).sum()
         # a batch of padding rows only (see RankPadded) has no loss: weight 0, and 0 rather than NaN
         loss = torch.where(scored > 0, next_token_loss(logits, targets), 0.0)
-        self._val_loss(name).update(loss, weight=scored)
-        self._val_acc(name).update(logits.argmax(dim=-1), targets)
+        for into in (name, *(pool for pool, names in self.val_pools.items() if name in names)):
+            self._val_loss(into).update(loss, weight=scored)
+            self._val_acc(into).update(logits.argmax(dim=-1), targets)
 
     def on_validation_epoch_end(self) -> None:
         """Token-weighted mean loss, its exponential (perplexity) and accuracy on the scored positions,

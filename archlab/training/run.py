@@ -228,7 +228,7 @@ def _fit(
 ) -> L.Trainer:
     """Build the LightningModule and the Trainer and fit. ``recorder`` writes the summary; a failure it
     did not record (the module or the trainer failing to build) gets a failed summary here."""
-    callbacks = [*callbacks, recorder]
+    callbacks = [*callbacks, *getattr(dm, "callbacks", []), recorder]  # a datamodule's own: a mixture's counts
     trainer = lit = None
     try:
         lit = LitModel(
@@ -240,6 +240,7 @@ def _fit(
             compile=cfg.compile,
             activation_checkpointing=cfg.activation_checkpointing,
             documents=getattr(dm, "documents", None),
+            val_pools=getattr(dm, "val_pools", None),
         )
         trainer = instantiate_node(
             cfg.trainer,
