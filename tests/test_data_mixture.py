@@ -249,3 +249,10 @@ def test_a_mixture_run_records_its_tokens_validates_each_source_and_resumes_bit_
     with open(next((tmp_path / "full" / "logs").rglob("metrics.csv"))) as f:
         logged = [row for row in csv.DictReader(f) if row["mixture/a/tokens"]]
     assert [float(row["mixture/a/tokens"]) for row in logged][-1] == 16 * rows[0]
+
+
+def test_the_report_table_shows_each_source_s_loss():
+    from archlab.report.write import table_columns
+
+    columns = ["final val/loss", "best val/loss", "final val/a/loss", "final val/a/acc", "final val_long/loss"]
+    assert list(table_columns(columns, [{}])) == ["final val/loss", "best val/loss", "final val/a/loss"]

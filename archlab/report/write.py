@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Callable, Optional
@@ -97,6 +98,7 @@ def _cell(figure: tuple[float, float, int], seeds: int) -> str:
     return text if n == seeds else f"{text} (n={n})"
 
 
+PER_SOURCE = re.compile(r"final val/[^/]+/loss")  # a data mixture's source's own validation loss
 TABLE_COSTS = {
     "params total": "params",
     "params active": "active params",
@@ -106,15 +108,21 @@ TABLE_COSTS = {
 
 
 def table_columns(columns: list[str], stats: list[dict]) -> dict[str, str]:
-    """The markdown table's figures (key -> header): the leading metric, final and best, archlab-eval's
-    metrics, then parameters (active ones beside them where some variant, a mixture of experts, has fewer
-    active than total), FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
+    """The markdown table's figures (key -> header): the leading metric, final and best, each data mixture
+    source's final loss (``val/<source>/loss``), archlab-eval's metrics, then parameters (active ones
+    beside them where some variant, a mixture of experts, has fewer active than total), FLOPs/token as
+    trained and tokens/s; every other figure is in the CSV only."""
     primary = next((c[len("final ") :] for c in columns if c.startswith("final ")), None)
     wanted = {f"final {primary}": f"final {primary}", f"best {primary}": f"best {primary}"} if primary else {}
     sparse = any(st.get("params active") != st.get("params total") for st in stats)
     return {
         k: header
-        for k, header in {**wanted, **{c: c for c in columns if c.startswith("eval ")}, **TABLE_COSTS}.items()
+        for k, header in {
+            **wanted,
+            **{c: c for c in columns if PER_SOURCE.fullmatch(c)},
+            **{c: c for c in columns if c.startswith("eval ")},
+            **TABLE_COSTS,
+        }.items()
         if k in columns and (k != "params active" or sparse)
     }
 
