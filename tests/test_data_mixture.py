@@ -256,3 +256,29 @@ def test_the_report_table_shows_each_source_s_loss():
 
     columns = ["final val/loss", "best val/loss", "final val/a/loss", "final val/a/acc", "final val_long/loss"]
     assert list(table_columns(columns, [{}])) == ["final val/loss", "best val/loss", "final val/a/loss"]
+
+
+@pytest.mark.slow  # two runs, one of them two processes (about a minute on 2 cores): -m slow
+def test_two_processes_train_on_the_mixture_one_process_does_with_their_rows_together(sources, tmp_path):
+    """DDP over gloo with 3 rows per process draws the batches of one process with 6 rows: the same rows per
+    source, recorded alike, and the same validation figures (pooled and per source) to float tolerance."""
+    import os
+    import subprocess
+    import sys
+
+    given = json.dumps(mixture(sources, a=3, b=1)).replace('"', "")
+    common = [*TINY, f"data.mixture={given}", "logger=none"]
+    script = Path(sys.executable).with_name("archlab-train")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = {"one": ["data.batch_size=6"], "two": ["trainer=ddp_cpu", "trainer.devices=2", "data.batch_size=3"]}
+    for name, more in runs.items():
+        command = [str(script), *common, *more, f"paths.output_dir={tmp_path / name}"]
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+    one, two = (json.loads((tmp_path / name / "summary.json").read_text()) for name in runs)
+    assert one["mixture"] == two["mixture"] and two["trainer"]["world_size"] == 2
+    rows = Allocation([3, 1], 6, 0).totals(6).tolist()
+    assert [two["mixture"]["sources"][n]["rows"] for n in "ab"] == rows
+    final_one, final_two = one["metrics"]["final"], two["metrics"]["final"]
+    assert final_one.keys() == final_two.keys() >= {"val/loss", "val/a/loss", "val/b/loss"}
+    assert all(final_two[k] == pytest.approx(final_one[k], rel=1e-4) for k in final_one)
