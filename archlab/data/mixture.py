@@ -136,6 +136,7 @@ class MixtureBatches:
         self.allocations: dict[int, Allocation] = {}
 
     def allocation(self, rows: int) -> Allocation:
+        """The allocation of batches of ``rows`` rows (every process's), made once."""
         if rows not in self.allocations:
             self.allocations[rows] = Allocation(self.weights, rows, self.seed)
         return self.allocations[rows]
