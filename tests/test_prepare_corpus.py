@@ -241,3 +241,31 @@ def test_a_text_file_with_a_pretrained_tokenizer_splits_by_tokens_without_eos(tm
     cut = int(len(ids) * 0.9)  # the text file's split, by tokens
     assert shards(tmp_path / "shards") == [ids[:cut], ids[cut:]] and "eos_id" not in meta
     assert meta["tokenizer_file"]["sha256"] == hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()
+
+
+PREFIX = b'{"id": 2, "text": "Document '  # line 3 of write_jsonl's file up to the byte made invalid
+
+
+@pytest.mark.parametrize(
+    "name, damage, says",
+    [
+        (
+            "bad.jsonl",
+            lambda raw: raw.replace(PREFIX + b"2", PREFIX + b"\xff"),
+            f"(line 3: byte {len(PREFIX) + 1} of the line is not UTF-8)",
+        ),
+        ("cut.jsonl.gz", lambda raw: gzip.compress(raw)[:-30], "a whole gzip file (after line"),
+        ("plain.jsonl.gz", lambda raw: raw, "a gzip file, as its name says (Not a gzipped file"),
+    ],
+)
+def test_unreadable_jsonl_is_one_line_naming_the_file(tmp_path, tokenizer_file, capsys, name, damage, says):
+    from archlab.cli.prepare import main
+
+    raw = write_jsonl(tmp_path / "c.jsonl", DOCS).read_bytes()
+    source = tmp_path / name
+    source.write_bytes(damage(raw))
+    with pytest.raises(SystemExit) as exit_:
+        main([f"input={source}", f"output={tmp_path / 'never'}", f"tokenizer={tokenizer_file}"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: input='{source}' is invalid: allowed ") and says in err, err

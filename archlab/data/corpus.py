@@ -8,9 +8,10 @@ from __future__ import annotations
 import glob
 import gzip
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import Any, Iterator
 
 from archlab.errors import ConfigError
 
@@ -107,8 +108,25 @@ def _agree(path: str, fmt: str, found: str) -> str:
     return found
 
 
-def _jsonl(file: Path) -> IO[str]:
-    return gzip.open(file, "rt", encoding="utf-8") if suffix(file) == ".jsonl.gz" else file.open(encoding="utf-8")
+def _jsonl(file: Path) -> Iterator[tuple[int, str]]:
+    """The lines of a JSONL file (gunzipped for ``.jsonl.gz``), numbered from 1; one ConfigError naming the
+    file and the line for bytes that are not UTF-8, and the file for gzip data that is cut short or not gzip."""
+    gzipped = suffix(file) == ".jsonl.gz"
+    number = 0
+    try:
+        with gzip.open(file, "rb") if gzipped else file.open("rb") as lines:
+            for number, line in enumerate(lines, 1):
+                yield number, line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            "input", str(file), f"UTF-8 text (line {number}: byte {err.start + 1} of the line is not UTF-8)"
+        ) from None
+    except gzip.BadGzipFile as err:
+        raise ConfigError("input", str(file), f"a gzip file, as its name says ({err})") from None
+    except (EOFError, zlib.error) as err:
+        raise ConfigError(
+            "input", str(file), f"a whole gzip file (after line {number}: {err}; truncated or damaged?)"
+        ) from None
 
 
 def _text(value: Any, file: Path, where: str, field: str) -> str:
@@ -118,19 +136,16 @@ def _text(value: Any, file: Path, where: str, field: str) -> str:
 
 
 def jsonl_texts(file: Path, field: str) -> Iterator[str]:
-    with _jsonl(file) as lines:
-        for number, line in enumerate(lines, 1):
-            if line.strip():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ConfigError("input", str(file), f"JSON lines (line {number}: {err})") from None
-                if not isinstance(record, dict) or field not in record:
-                    has = sorted(record) if isinstance(record, dict) else type(record).__name__
-                    raise ConfigError(
-                        "text_field", field, f"a field of every record: line {number} of {file} has {has}"
-                    )
-                yield _text(record[field], file, f"line {number}", field)
+    for number, line in _jsonl(file):
+        if line.strip():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ConfigError("input", str(file), f"JSON lines (line {number}: {err})") from None
+            if not isinstance(record, dict) or field not in record:
+                has = sorted(record) if isinstance(record, dict) else type(record).__name__
+                raise ConfigError("text_field", field, f"a field of every record: line {number} of {file} has {has}")
+            yield _text(record[field], file, f"line {number}", field)
 
 
 def _batches(file: Path, fmt: str, field: str) -> Iterator[Any]:
@@ -188,21 +203,20 @@ def _check_jsonl(files: list[Path], field: str) -> int:
     """The records of the JSONL files (their non-blank lines); the first record must hold ``field``."""
     count, first = 0, None
     for file in files:
-        with _jsonl(file) as lines:
-            for line in lines:
-                if line.strip():
-                    count += 1
-                    if first is None:
-                        try:
-                            first = json.loads(line)
-                        except json.JSONDecodeError as err:
-                            raise ConfigError("input", str(file), f"JSON lines (its first record: {err})") from None
-                        has = sorted(first) if isinstance(first, dict) else type(first).__name__
-                        if not isinstance(first, dict) or field not in first:
-                            raise ConfigError(
-                                "text_field", field, f"a field of the records: the first record of {file} has {has}"
-                            )
-                        _text(first[field], file, "(its first record)", field)
+        for _, line in _jsonl(file):
+            if line.strip():
+                count += 1
+                if first is None:
+                    try:
+                        first = json.loads(line)
+                    except json.JSONDecodeError as err:
+                        raise ConfigError("input", str(file), f"JSON lines (its first record: {err})") from None
+                    has = sorted(first) if isinstance(first, dict) else type(first).__name__
+                    if not isinstance(first, dict) or field not in first:
+                        raise ConfigError(
+                            "text_field", field, f"a field of the records: the first record of {file} has {has}"
+                        )
+                    _text(first[field], file, "(its first record)", field)
     return count
 
 
