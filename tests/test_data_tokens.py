@@ -84,3 +84,24 @@ def test_bad_directories_and_settings_are_named(tmp_path, shards):
         assert err.value.field == field and hint in str(err.value), (kwargs, str(err.value))
     meta = json.loads((shards / "meta.json").read_text())
     TokensDataModule(str(shards), seq_len=meta["val_tokens"] - 1)  # the longest window that fits
+
+
+def test_a_meta_eos_id_outside_the_vocabulary_is_refused_as_the_command_line_one_is(tmp_path):
+    """eos_id 600 with a vocabulary of 512 would mask nothing (no id of the shards is 600): meta.json's value
+    is held to the range data.eos_id is."""
+    d = write_raw(tmp_path / "eos", "uint16", [1, 2, 511] * 20, [3, 4, 5] * 10)
+    meta = {"vocab_size": 512, "dtype": "uint16"}
+    (d / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError) as given:
+        TokensDataModule(str(d), seq_len=4, document_mask=True, eos_id=600)
+    assert given.value.field == "data.eos_id" and "[0, 512)" in str(given.value)
+    (d / "meta.json").write_text(json.dumps({**meta, "eos_id": 600}))
+    with pytest.raises(ConfigError) as err:
+        TokensDataModule(str(d), seq_len=4, document_mask=True)
+    assert err.value.field == "data.dir" and "[0, 512)" in str(err.value)
+    assert f"{d / 'meta.json'} says eos_id=600" in str(err.value)
+    (d / "meta.json").write_text(json.dumps({**meta, "eos_id": 511}))  # the largest id is one
+    assert TokensDataModule(str(d), seq_len=4, document_mask=True).documents == {
+        "eos_id": 511,
+        "reset_positions": False,
+    }

@@ -38,6 +38,16 @@ def read_meta(directory: Path) -> Optional[dict[str, Any]]:
             f"a meta.json with {' and '.join(META_KEYS)} ({path} lacks "
             f"{', '.join(lacking)}; archlab-prepare writes both)",
         )
+    vocab_size, eos_id = meta["vocab_size"], meta.get("eos_id")
+    if isinstance(vocab_size, int):
+        if eos_id is not None and (
+            isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < vocab_size
+        ):
+            raise ConfigError(
+                "data.dir",
+                str(directory),
+                f"a meta.json whose eos_id is null or an id in [0, {vocab_size}) ({path} says eos_id={eos_id!r})",
+            )
     return meta
 
 
