@@ -16,6 +16,7 @@ from archlab.registry import Registry
 
 # kind -> tokenizer class; each has fit(text, vocab_size), from_dict(spec), to_dict(), encode(), decode()
 TOKENIZERS: Registry[type] = Registry("tokenizer", ("fit", "from_dict", "to_dict", "encode", "decode"))
+SHOWN = 10  # unseen characters an error lists (it counts the rest)
 
 
 @TOKENIZERS.register("char")
@@ -44,7 +45,8 @@ class CharTokenizer:
     def encode(self, text: str) -> list[int]:
         missing = sorted(set(text) - self.index.keys())
         if missing:
-            raise ValueError(f"characters not in the vocabulary: {missing[:10]!r}")
+            more = f" and {len(missing) - SHOWN} more ({len(missing)} in all)" if len(missing) > SHOWN else ""
+            raise ValueError(f"characters not in the vocabulary: {missing[:SHOWN]!r}{more}")
         return [self.index[c] for c in text]
 
     def decode(self, ids: Iterable[int]) -> str:

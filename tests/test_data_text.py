@@ -188,3 +188,15 @@ def test_bad_files_and_settings_are_named(tmp_path, text_file):
             TextDataModule(**kwargs)
         assert err.value.field == field and hint in str(err.value), (kwargs, str(err.value))
     TextDataModule(str(path), seq_len=99)  # the longest window that fits
+
+
+def test_unseen_characters_are_listed_up_to_ten_and_the_rest_counted():
+    from archlab.tokenizer import CharTokenizer
+
+    tokenizer = CharTokenizer("abc")
+    with pytest.raises(ValueError) as thirteen:
+        tokenizer.encode("abc" + "DEFGHIJKLMNOP")  # 13 unseen, in sorted order D..P
+    assert str(thirteen.value) == (f"characters not in the vocabulary: {list('DEFGHIJKLM')!r} and 3 more (13 in all)")
+    with pytest.raises(ValueError) as two:
+        tokenizer.encode("aXbY")
+    assert str(two.value) == "characters not in the vocabulary: ['X', 'Y']"

@@ -105,3 +105,18 @@ def test_a_meta_eos_id_outside_the_vocabulary_is_refused_as_the_command_line_one
         "eos_id": 511,
         "reset_positions": False,
     }
+
+
+def test_a_vocabulary_larger_than_the_shard_dtype_holds_is_refused(tmp_path):
+    """uint16 shards hold ids below 65536: a vocabulary of 70,000 with them means ids that wrapped around
+    when written (70,000 -> 4464), which no later check can see."""
+    d = write_raw(tmp_path / "u16", "uint16", range(100), range(50))
+    with pytest.raises(ConfigError) as given:
+        TokensDataModule(str(d), seq_len=4, vocab_size=70_000, dtype="uint16")
+    assert given.value.field == "data.dtype" and "holds 65536" in str(given.value)
+    (d / "meta.json").write_text(json.dumps({"vocab_size": 70_000, "dtype": "uint16"}))
+    with pytest.raises(ConfigError) as err:
+        TokensDataModule(str(d), seq_len=4)
+    assert err.value.field == "data.dir" and "meta.json is uint16, which holds 65536" in str(err.value)
+    (d / "meta.json").write_text(json.dumps({"vocab_size": 2**16, "dtype": "uint16"}))  # ids 0..65535 fit
+    assert TokensDataModule(str(d), seq_len=4).vocab_size == 65536

@@ -38,8 +38,9 @@ def read_meta(directory: Path) -> Optional[dict[str, Any]]:
             f"a meta.json with {' and '.join(META_KEYS)} ({path} lacks "
             f"{', '.join(lacking)}; archlab-prepare writes both)",
         )
-    vocab_size, eos_id = meta["vocab_size"], meta.get("eos_id")
-    if isinstance(vocab_size, int):
+    vocab_size, dtype, eos_id = meta["vocab_size"], meta["dtype"], meta.get("eos_id")
+    if isinstance(vocab_size, int) and dtype in DTYPES:
+        check_capacity(vocab_size, dtype, "data.dir", str(directory), f"the dtype in {path}")
         if eos_id is not None and (
             isinstance(eos_id, bool) or not isinstance(eos_id, int) or not 0 <= eos_id < vocab_size
         ):
@@ -49,6 +50,18 @@ def read_meta(directory: Path) -> Optional[dict[str, Any]]:
                 f"a meta.json whose eos_id is null or an id in [0, {vocab_size}) ({path} says eos_id={eos_id!r})",
             )
     return meta
+
+
+def check_capacity(vocab_size: int, dtype: str, field: str, value: Any, where: str) -> None:
+    """Shards of ``dtype`` hold ids below 2^bits: a larger vocabulary's ids would have wrapped around."""
+    holds = 2 ** (8 * np.dtype(dtype).itemsize)
+    if vocab_size > holds:
+        raise ConfigError(
+            field,
+            value,
+            f"a dtype that holds vocab_size={vocab_size} ids: {where} is {dtype}, which holds {holds} "
+            "(uint32 shards for a larger vocabulary: archlab-prepare chooses it)",
+        )
 
 
 def largest_id(path: Path, dtype: np.dtype) -> int:
@@ -104,6 +117,8 @@ class TokensDataModule(WindowDataModule):
         assert vocab_size is not None  # checks.integer refuses anything but an int
         if dtype not in DTYPES:
             raise ConfigError("data.dtype", dtype, " | ".join(DTYPES))
+        if meta is None:
+            check_capacity(vocab_size, dtype, "data.dtype", dtype, "data.dtype")
         self.vocab_size, self.dtype = vocab_size, np.dtype(dtype).newbyteorder("<")
         self.counts = {split: self.count_tokens(split) for split in SPLITS}
         if meta is not None:
