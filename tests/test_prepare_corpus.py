@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +167,41 @@ def test_an_interrupted_run_continues_to_the_same_bytes(tmp_path, tokenizer_file
         assert (out / name).read_bytes() == (tmp_path / "whole" / name).read_bytes()
     assert meta == json.loads((tmp_path / "whole" / "meta.json").read_text())
     assert sorted(p.name for p in out.iterdir()) == ["meta.json", "train.bin", "val.bin"]
+
+
+def test_a_continued_run_refuses_an_input_edited_since(tmp_path, tokenizer_file, monkeypatch):
+    """An edit that keeps the document count (and here the size) must not be joined to the chunks encoded
+    from the file before it: the progress record holds each file's size and modification time."""
+    source = write_jsonl(tmp_path / "c.jsonl", DOCS)
+    encode = archlab.data.chunks.encode_chunk
+
+    def interrupted(index, *args):
+        if index == 2:
+            raise Interrupted
+        return encode(index, *args)
+
+    monkeypatch.setattr(archlab.data.chunks, "encode_chunk", interrupted)
+    with pytest.raises(Interrupted):
+        run(tmp_path, source, tokenizer=str(tokenizer_file))
+    monkeypatch.setattr(archlab.data.chunks, "encode_chunk", encode)
+    before = source.stat()
+    source.write_text(source.read_text().replace("quick", "QUICK"))  # the same documents, bytes and lines
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # a second later, on any file system
+    assert source.stat().st_size == before.st_size
+    with pytest.raises(ConfigError) as err:
+        run(tmp_path, source, tokenizer=str(tokenizer_file))
+    assert err.value.field == "input" and err.value.value == str(source.resolve())
+    assert f"{before.st_size} bytes" in str(err.value) and "progress.json deleted to start afresh" in str(err.value)
+    assert not (tmp_path / "shards" / "meta.json").exists()
+    (tmp_path / "shards" / "progress.json").unlink()  # as the error says: start afresh, from the edited file
+    run(tmp_path, source, tokenizer=str(tokenizer_file))
+    edited = [d.replace("quick", "QUICK") for d in DOCS]
+    val = [9, 19]  # the documents that validate at val_fraction=0.1
+    expected = [
+        encoded(tokenizer_file, [d for i, d in enumerate(edited) if i not in val]),
+        encoded(tokenizer_file, [edited[i] for i in val]),
+    ]
+    assert shards(tmp_path / "shards") == expected
 
 
 def big_vocabulary(tmp_path):

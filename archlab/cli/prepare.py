@@ -22,7 +22,15 @@ from archlab.checks import writable_dir
 from archlab.cli.errors import short_config_errors
 from archlab.cli.settings import settings_or_help
 from archlab.config.commands import PrepareConfig
-from archlab.data.chunks import Plan, begin, default_workers, finish, validation_documents, write_shards
+from archlab.data.chunks import (
+    Plan,
+    begin,
+    default_workers,
+    finish,
+    input_state,
+    validation_documents,
+    write_shards,
+)
 from archlab.data.common import read_text, split_point, token_dtype
 from archlab.data.corpus import Corpus, open_corpus
 from archlab.errors import ConfigError
@@ -164,7 +172,7 @@ def prepare_corpus(cfg: PrepareConfig, corpus: Corpus) -> dict:
         tokenizer, eos, eos_id, dtype = None, cfg.eos or FITTED_EOS, None, cfg.dtype
         tokenizer_identity = {"kind": "bpe", "vocab_size": cfg.vocab_size}
     identity = {
-        "input": {"files": [str(f.resolve()) for f in corpus.files], "documents": corpus.documents},
+        "input": input_state(corpus.files, corpus.documents),
         "format": corpus.format,
         "text_field": cfg.text_field,
         "tokenizer": tokenizer_identity,

@@ -12,6 +12,7 @@ import shutil
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from fractions import Fraction
 from multiprocessing import get_context
 from pathlib import Path
@@ -53,15 +54,62 @@ def is_validation(index: int, share: Fraction) -> bool:
     return (index + 1) * share.numerator // share.denominator > index * share.numerator // share.denominator
 
 
+def input_state(files: list[Path], documents: int) -> dict[str, Any]:
+    """The input as ``progress.json`` records it: each file's path, size and modification time (an edit
+    that keeps the document count still changes these), and the document count."""
+    return {
+        "files": [
+            {"path": str(f.resolve()), "bytes": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files
+        ],
+        "documents": documents,
+    }
+
+
+def changed_input(out: Path, earlier: Any, now: dict[str, Any]) -> ConfigError:
+    """The error for an input that is not the one the interrupted run in ``out`` read: the first file
+    edited, added or removed since, else the document count."""
+    restart = f"or {out / PROGRESS} deleted to start afresh"
+    files = earlier.get("files") if isinstance(earlier, dict) else None
+    before = {f.get("path"): f for f in files if isinstance(f, dict)} if isinstance(files, list) else {}
+    after = {f["path"]: f for f in now["files"]}
+    for path in sorted(before.keys() | after.keys(), key=str):
+        if before.get(path) != after.get(path):
+            then, since = (
+                "absent" if f is None else f"{f.get('bytes')} bytes, modified {modified(f.get('mtime_ns'))}"
+                for f in (before.get(path), after.get(path))
+            )
+            return ConfigError(
+                "input",
+                path,
+                f"the input of the interrupted run that {out} holds, unchanged, to continue it: this file was "
+                f"{then} then and is {since} now; the file restored, {restart}",
+            )
+    return ConfigError(
+        "input",
+        str(sorted(after)),
+        f"the input of the interrupted run that {out} holds, unchanged, to continue it ({earlier}); {restart}",
+    )
+
+
+def modified(mtime_ns: Any) -> str:
+    """A modification time in nanoseconds as an ISO date and time (UTC, to the microsecond)."""
+    if not isinstance(mtime_ns, int):
+        return "at an unknown time"
+    return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc).isoformat(timespec="microseconds")
+
+
 def begin(out: Path, identity: dict[str, Any]) -> bool:
-    """Record ``identity`` (the settings that fix the output, by field) in ``progress.json``; True when an
-    earlier run with the same settings left chunks to continue from. Settings that differ from that run's
-    are a ConfigError naming the first such field."""
+    """Record ``identity`` (the settings that fix the output, by field; ``input`` as ``input_state`` gives it)
+    in ``progress.json``; True when an earlier run with the same settings and unchanged input files left
+    chunks to continue from. Settings that differ from that run's are a ConfigError naming the first such
+    field, an input file edited since a ConfigError naming the file."""
     progress = out / PROGRESS
     if progress.is_file():
         earlier = json.loads(progress.read_text())
         for field, value in identity.items():
             if earlier.get(field) != value:
+                if field == "input":
+                    raise changed_input(out, earlier.get(field), value)
                 raise ConfigError(
                     field,
                     value,
