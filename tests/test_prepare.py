@@ -153,3 +153,31 @@ def test_every_tokenizer_function_has_a_caller():
                     used.add(node.attr)
     assert "tokenizer_from_dict" in functions
     assert functions <= used, f"called nowhere in archlab: {sorted(functions - used)}"
+
+
+def test_another_tokenizer_is_refused_where_shards_were_prepared_and_the_directory_kept(tmp_path, source):
+    """A char preparation over a BPE one would overwrite the shards and leave the BPE's tokenizer.json
+    beside them: refused, naming the directory and both tokenizers; the same tokenizer prepares again."""
+    out = tmp_path / "shards"
+    prepare(PrepareConfig(input=str(source), output=str(out), tokenizer="bpe", vocab_size=300))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    another_text = tmp_path / "another.txt"
+    another_text.write_text("Something else entirely, in other words. " * 20)
+    prepare(PrepareConfig(input=str(another_text), output=str(tmp_path / "another"), tokenizer="bpe", vocab_size=300))
+    another = tmp_path / "another" / "tokenizer.json"
+    assert another.read_bytes() != before["tokenizer.json"]
+    for other in ("char", str(another)):
+        with pytest.raises(ConfigError) as err:
+            prepare(PrepareConfig(input=str(source), output=str(out), tokenizer=other))
+        says = str(err.value)
+        assert err.value.field == "output" and f"{out} holds shards made with tokenizer=bpe" in says, says
+        assert f"this run's is tokenizer={other}" in says
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    meta = prepare(PrepareConfig(input=str(source), output=str(out), tokenizer="bpe", vocab_size=270))  # fitted again
+    assert meta["vocab_size"] <= 270 and sorted(before) == sorted(p.name for p in out.iterdir())
+    meta = prepare(PrepareConfig(input=str(source), output=str(out), tokenizer=str(out)))  # its own tokenizer.json
+    assert meta["tokenizer_file"]["path"] == str((out / "tokenizer.json").resolve())
+    prepare(PrepareConfig(input=str(source), output=str(tmp_path / "chars")))
+    with pytest.raises(ConfigError) as err:
+        prepare(PrepareConfig(input=str(source), output=str(tmp_path / "chars"), tokenizer="byte"))
+    assert "made with tokenizer=char, this run's is tokenizer=byte" in str(err.value)

@@ -80,6 +80,33 @@ def check(cfg: PrepareConfig) -> None:
         checks.integer("workers", cfg.workers)
     checks.integer("chunk_documents", cfg.chunk_documents)
     writable_dir("output", cfg.output)
+    check_output(cfg)
+
+
+def check_output(cfg: PrepareConfig) -> None:
+    """An output directory that holds a finished preparation is prepared again only with the same tokenizer
+    (the same kind fitted again, or the same tokenizer.json, by its SHA-256): another would leave the files of
+    two preparations side by side (a fitted BPE's tokenizer.json beside shards of another tokenizer)."""
+    out = Path(cfg.output).expanduser()
+    try:
+        meta = json.loads((out / "meta.json").read_text())
+        kind, recorded = meta["tokenizer"]["kind"], meta.get("tokenizer_file")
+    except (OSError, ValueError, TypeError, KeyError):
+        return  # no finished preparation there (an interrupted one is checked by its progress.json)
+    fitted = out / "tokenizer.json"  # where a BPE fitted by archlab-prepare is kept
+    if isinstance(recorded, dict):
+        was, sha = recorded.get("path"), recorded.get("sha256")
+    else:
+        was, sha = f"tokenizer={kind}", file_record(fitted)["sha256"] if fitted.is_file() else None
+    given = pretrained_file(cfg.tokenizer)
+    same = kind == cfg.tokenizer and not isinstance(recorded, dict)
+    if not same and (given is None or file_record(given)["sha256"] != sha):
+        raise ConfigError(
+            "output",
+            cfg.output,
+            f"a new directory, or one prepared with the same tokenizer: {out} holds shards made with {was}, "
+            f"this run's is tokenizer={cfg.tokenizer} (give another output, or delete {out} first)",
+        )
 
 
 def shard_dtype(cfg: PrepareConfig, vocab_size: int) -> str:
