@@ -305,3 +305,49 @@ def test_unreadable_jsonl_is_one_line_naming_the_file(tmp_path, tokenizer_file, 
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith(f"error: input='{source}' is invalid: allowed ") and says in err, err
+
+
+def test_an_evaluation_only_preparation_encodes_held_out_documents_with_a_training_runs_tokenizer(tmp_path):
+    """val_fraction=1: a held-out set encoded with the tokenizer a training corpus was prepared with, every
+    document validating and no train.bin (nothing of it can leak into training), read by archlab-eval's
+    perplexity as shards of the training run's own tokenizer."""
+    from archlab.data import TokensDataModule
+    from archlab.evaluation.perplexity import read_held_out
+    from archlab.tokenizer import tokenizer_from_dict
+
+    train = run(tmp_path, write_jsonl(tmp_path / "train.jsonl", DOCS), "train", tokenizer="bpe", vocab_size=300)
+    held_out = [f"A held-out document, number {i}, about the lazy dog." for i in range(4)]
+    test_jsonl = write_jsonl(tmp_path / "test.jsonl", held_out)
+    meta = run(tmp_path, test_jsonl, "test", tokenizer=str(tmp_path / "train"), val_fraction=1.0)
+    out = tmp_path / "test"
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "val.bin"]
+    expected = encoded(tmp_path / "train" / "tokenizer.json", held_out)  # each document, then the EOS
+    assert np.fromfile(out / "val.bin", dtype="<u2").tolist() == expected
+    assert (meta["train_documents"], meta["val_documents"]) == (0, 4)
+    assert (meta["train_tokens"], meta["val_tokens"]) == (0, len(expected))
+    assert meta["tokenizer"] == train["tokenizer"] and meta["eos_id"] == train["eos_id"]
+    read = read_held_out(str(out), tokenizer_from_dict(train["tokenizer"]), train["vocab_size"])
+    assert read.ids.tolist() == expected and read.eos_id == train["eos_id"]
+    with pytest.raises(ConfigError) as err:
+        TokensDataModule(str(out), seq_len=4)
+    assert err.value.field == "data.dir" and "evaluation-only preparation" in str(err.value)
+    text = tmp_path / "held_out.txt"  # a text file, with the byte vocabulary (fixed: no fitting)
+    text.write_text(" ".join(held_out), encoding="utf-8")
+    assert run(tmp_path, text, "bytes", tokenizer="byte", val_fraction=1.0)["val_tokens"] == len(text.read_bytes())
+    assert np.fromfile(tmp_path / "bytes" / "val.bin", dtype="<u2").tolist() == list(text.read_bytes())
+    assert not (tmp_path / "bytes" / "train.bin").exists()
+    for source, settings, field, says in [
+        (test_jsonl, {"tokenizer": "bpe", "vocab_size": 300}, "tokenizer", "a training run's tokenizer"),
+        (text, {"tokenizer": "char"}, "tokenizer", "a training run's tokenizer"),
+        (test_jsonl, {"tokenizer": str(tmp_path / "train"), "out": "train"}, "output", "holds shards to train on"),
+        (
+            test_jsonl,
+            {"tokenizer": str(tmp_path / "train"), "out": "test", "val_fraction": 0.5},
+            "output",
+            "holds an evaluation-only",
+        ),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            run(tmp_path, source, **{"out": "never", "val_fraction": 1.0, **settings})
+        assert err.value.field == field and says in str(err.value), (settings, str(err.value))
+    assert not (tmp_path / "never").exists() and (tmp_path / "train" / "train.bin").is_file()

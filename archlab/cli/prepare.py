@@ -5,6 +5,7 @@ nanoGPT-format shards (train.bin, val.bin) plus meta.json, for data=tokens.
     archlab-prepare input=notes.txt output=shards tokenizer=bpe vocab_size=512
     archlab-prepare input=corpus.jsonl output=shards tokenizer=bpe vocab_size=4096
     archlab-prepare input=corpus/ output=shards tokenizer=gpt2/tokenizer.json workers=8
+    archlab-prepare input=test.jsonl output=test_shards tokenizer=shards val_fraction=1   # evaluation only
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from archlab.data.chunks import (
     validation_documents,
     write_shards,
 )
-from archlab.data.common import read_text, split_point, token_dtype
+from archlab.data.common import evaluation_only, read_text, split_point, token_dtype
 from archlab.data.corpus import Corpus, open_corpus
 from archlab.errors import ConfigError
 from archlab.tokenizer import TOKENIZERS, BPETokenizer, end_of_document
@@ -71,7 +72,15 @@ def check(cfg: PrepareConfig) -> None:
         raise ConfigError(
             "vocab_size", cfg.vocab_size, f"null for tokenizer={cfg.tokenizer} (its vocabulary is fixed by the text)"
         )
-    checks.fraction("val_fraction", cfg.val_fraction)
+    if cfg.val_fraction != 1:
+        checks.fraction("val_fraction", cfg.val_fraction)
+    elif pretrained_file(cfg.tokenizer) is None and cfg.tokenizer != "byte":
+        raise ConfigError(
+            "tokenizer",
+            cfg.tokenizer,
+            "a training run's tokenizer for val_fraction=1 (an evaluation-only preparation): its tokenizer.json or "
+            "shard directory, or byte; a tokenizer fitted to held-out text would not be the model's",
+        )
     if cfg.dtype is not None:
         checks.choice("dtype", cfg.dtype, [None, *DTYPES])
         if cfg.vocab_size is not None:
@@ -85,12 +94,12 @@ def check(cfg: PrepareConfig) -> None:
 
 def check_output(cfg: PrepareConfig) -> None:
     """An output directory that holds a finished preparation is prepared again only with the same tokenizer
-    (the same kind fitted again, or the same tokenizer.json, by its SHA-256): another would leave the files of
-    two preparations side by side (a fitted BPE's tokenizer.json beside shards of another tokenizer)."""
+    (the same kind fitted again, or the same tokenizer.json, by its SHA-256) and for the same use (training,
+    or evaluation only): anything else would leave files of two preparations side by side."""
     out = Path(cfg.output).expanduser()
     try:
         meta = json.loads((out / "meta.json").read_text())
-        kind, recorded = meta["tokenizer"]["kind"], meta.get("tokenizer_file")
+        kind, recorded, before = meta["tokenizer"]["kind"], meta.get("tokenizer_file"), meta["val_fraction"]
     except (OSError, ValueError, TypeError, KeyError):
         return  # no finished preparation there (an interrupted one is checked by its progress.json)
     fitted = out / "tokenizer.json"  # where a BPE fitted by archlab-prepare is kept
@@ -106,6 +115,14 @@ def check_output(cfg: PrepareConfig) -> None:
             cfg.output,
             f"a new directory, or one prepared with the same tokenizer: {out} holds shards made with {was}, "
             f"this run's is tokenizer={cfg.tokenizer} (give another output, or delete {out} first)",
+        )
+    if evaluation_only(before) != evaluation_only(cfg.val_fraction):
+        uses = {True: "an evaluation-only preparation (val.bin alone)", False: "shards to train on (train.bin)"}
+        raise ConfigError(
+            "output",
+            cfg.output,
+            f"a new directory, or one prepared for the same use: {out} holds {uses[evaluation_only(before)]}, "
+            f"this run writes {uses[evaluation_only(cfg.val_fraction)]} (give another output, or delete {out} first)",
         )
 
 
@@ -144,7 +161,7 @@ def prepare_text(cfg: PrepareConfig, source: Path) -> dict:
     dtype = shard_dtype(cfg, tokenizer.vocab_size)
     ids = np.asarray(tokenizer.encode(text), dtype=np.dtype(dtype).newbyteorder("<"))
     split = split_point(len(ids), cfg.val_fraction)
-    if split == 0 or split == len(ids):
+    if (split == 0 and not evaluation_only(cfg.val_fraction)) or split == len(ids):
         raise ConfigError(
             "input",
             cfg.input,
@@ -153,7 +170,8 @@ def prepare_text(cfg: PrepareConfig, source: Path) -> dict:
         )
     out = Path(cfg.output).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    ids[:split].tofile(out / "train.bin")
+    if split:
+        ids[:split].tofile(out / "train.bin")
     ids[split:].tofile(out / "val.bin")
     if cfg.tokenizer == "bpe":
         tokenizer.tok.save(str(out / "tokenizer.json"))  # the tokenizers library's own format
@@ -182,7 +200,7 @@ def prepare_corpus(cfg: PrepareConfig, corpus: Corpus) -> dict:
             "bpe or a pretrained tokenizer for a corpus (its documents end with an EOS token, which char and byte lack)",
         )
     val_documents = validation_documents(corpus.documents, cfg.val_fraction)
-    if val_documents in (0, corpus.documents):
+    if val_documents == 0 or (val_documents == corpus.documents and not evaluation_only(cfg.val_fraction)):
         raise ConfigError(
             "input",
             cfg.input,
@@ -247,10 +265,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     meta = prepare(cfg)
     documents = f" in {meta['train_documents']} and {meta['val_documents']} documents" if "eos_id" in meta else ""
+    use = (
+        f"evaluate a model of this tokenizer on them with: archlab-eval <run directory> perplexity={cfg.output}"
+        if evaluation_only(cfg.val_fraction)
+        else f"train on them with: archlab-train data=tokens data.dir={cfg.output}"
+    )
     print(
         f"wrote {meta['train_tokens']} training and {meta['val_tokens']} validation tokens{documents} "
-        f"({meta['dtype']}, {meta['tokenizer']['kind']} vocabulary of {meta['vocab_size']}) to {cfg.output}\n"
-        f"train on them with: archlab-train data=tokens data.dir={cfg.output}"
+        f"({meta['dtype']}, {meta['tokenizer']['kind']} vocabulary of {meta['vocab_size']}) to {cfg.output}\n{use}"
     )
     if cfg.vocab_size is not None and meta["vocab_size"] < cfg.vocab_size:
         print(

@@ -141,7 +141,9 @@ class PrepareConfig:
     )
     vocab_size: Optional[int] = setting(None, "bpe only: the vocabulary to train")
     val_fraction: float = setting(
-        0.1, "the validation split: the last fraction of a text's tokens, or that fraction of a corpus's documents"
+        0.1,
+        "the validation split: the last fraction of a text's tokens, or that fraction of a corpus's documents; "
+        "1 = evaluation only (val.bin alone, with a training run's tokenizer)",
     )
     format: str = setting("auto", "auto (by the input's name), text, jsonl, parquet or datasets")
     text_field: str = setting("text", "a corpus: the field of each record that holds its text")

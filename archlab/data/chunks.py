@@ -20,6 +20,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
+from archlab.data.common import evaluation_only
 from archlab.data.corpus import Corpus
 from archlab.errors import ConfigError
 
@@ -233,7 +234,7 @@ def write_shards(corpus: Corpus, plan: Plan, workers: int) -> dict[str, int]:
                         finished(*future.result())
             for future in wait(pending).done:
                 finished(*future.result())
-    for split in SPLITS:
+    for split in SPLITS[1:] if evaluation_only(plan.val_fraction) else SPLITS:  # no train.bin
         joined = plan.out / f"{split}.bin.tmp"
         with joined.open("wb") as sink:
             for index in sorted(records):

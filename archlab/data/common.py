@@ -33,3 +33,9 @@ def split_point(n: int, val_fraction: float) -> int:
 def token_dtype(vocab_size: int) -> str:
     """The smallest shard dtype that holds every id of a ``vocab_size`` vocabulary."""
     return "uint16" if vocab_size <= 2**16 else "uint32"
+
+
+def evaluation_only(val_fraction: object) -> bool:
+    """``val_fraction=1``: every token validates and no ``train.bin`` is written (held-out text, encoded
+    with a training run's tokenizer, for evaluation only)."""
+    return val_fraction == 1

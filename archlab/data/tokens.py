@@ -10,6 +10,7 @@ from typing import Any, Optional
 import numpy as np
 
 from archlab import checks
+from archlab.data.common import evaluation_only
 from archlab.data.windows import WindowDataModule
 from archlab.errors import ConfigError
 from archlab.tokenizer import tokenizer_from_dict
@@ -119,6 +120,13 @@ class TokensDataModule(WindowDataModule):
             raise ConfigError("data.dtype", dtype, " | ".join(DTYPES))
         if meta is None:
             check_capacity(vocab_size, dtype, "data.dtype", dtype, "data.dtype")
+        if meta is not None and evaluation_only(meta.get("val_fraction")):
+            raise ConfigError(
+                "data.dir",
+                str(dir),
+                "shards to train on: this is an evaluation-only preparation (val_fraction=1, val.bin alone); "
+                f"evaluate on it with archlab-eval <run> perplexity={dir}",
+            )
         self.vocab_size, self.dtype = vocab_size, np.dtype(dtype).newbyteorder("<")
         self.counts = {split: self.count_tokens(split) for split in SPLITS}
         if meta is not None:
