@@ -68,34 +68,40 @@ def input_state(files: list[Path], documents: int) -> dict[str, Any]:
 
 def changed_input(out: Path, earlier: Any, now: dict[str, Any]) -> ConfigError:
     """The error for an input that is not the one the interrupted run in ``out`` read: the first file
-    edited, added or removed since, else the document count."""
-    restart = f"or {out / PROGRESS} deleted to start afresh"
+    edited, added or removed since."""
+    restart = f"the file restored, or {out / PROGRESS} deleted to start afresh"
     files = earlier.get("files") if isinstance(earlier, dict) else None
     before = {f.get("path"): f for f in files if isinstance(f, dict)} if isinstance(files, list) else {}
     after = {f["path"]: f for f in now["files"]}
-    for path in sorted(before.keys() | after.keys(), key=str):
-        if before.get(path) != after.get(path):
-            then, since = (
-                "absent" if f is None else f"{f.get('bytes')} bytes, modified {modified(f.get('mtime_ns'))}"
-                for f in (before.get(path), after.get(path))
-            )
-            return ConfigError(
-                "input",
-                path,
-                f"the input of the interrupted run that {out} holds, unchanged, to continue it: this file was "
-                f"{then} then and is {since} now; the file restored, {restart}",
-            )
+    if not before:  # a record of an older archlab-prepare: the paths alone
+        return ConfigError(
+            "input",
+            str(sorted(after)),
+            f"the input of the interrupted run that {out} holds, which its {PROGRESS} does not record "
+            f"(an older archlab-prepare wrote it): {out / PROGRESS} deleted to start afresh",
+        )
+    changed = next((p for p in sorted(before.keys() | after.keys(), key=str) if before.get(p) != after.get(p)), None)
+    if changed is None:  # the same files, read as another number of documents
+        return ConfigError(
+            "input",
+            str(sorted(after)),
+            f"the input of the interrupted run that {out} holds, unchanged: it held {earlier.get('documents')} "
+            f"documents, now {now['documents']}; {out / PROGRESS} deleted to start afresh",
+        )
+    then, since = (
+        "absent" if f is None else f"{f['bytes']} bytes, modified {modified(f['mtime_ns'])}"
+        for f in (before.get(changed), after.get(changed))
+    )
     return ConfigError(
         "input",
-        str(sorted(after)),
-        f"the input of the interrupted run that {out} holds, unchanged, to continue it ({earlier}); {restart}",
+        changed,
+        f"the input of the interrupted run that {out} holds, unchanged, to continue it: this file was {then} "
+        f"then and is {since} now; {restart}",
     )
 
 
-def modified(mtime_ns: Any) -> str:
+def modified(mtime_ns: int) -> str:
     """A modification time in nanoseconds as an ISO date and time (UTC, to the microsecond)."""
-    if not isinstance(mtime_ns, int):
-        return "at an unknown time"
     return datetime.fromtimestamp(mtime_ns / 1e9, timezone.utc).isoformat(timespec="microseconds")
 
 
