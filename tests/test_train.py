@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.training import cli, compose_train
+from helpers.training import cli, compose_train, counting
 from safetensors import safe_open
 
 from archlab.accounting import COMPONENTS, count, flops_per_token
@@ -184,7 +184,8 @@ def test_grad_norm_keeps_the_largest_finite_norm_and_its_step():
 
 def test_python_entry_trains_and_resumes_exactly(conf, tmp_path):
     """A run resumed from its step-20 checkpoint (dropout on: the RNG is restored too) ends with the
-    same metrics and bit-identical weights as the uninterrupted run."""
+    same metrics and bit-identical weights as the uninterrupted run, and so does its EMA (started at step
+    5, so the checkpoint carries it), whose validation is that of its exported weights."""
     from archlab.training.run import train
 
     common = [
@@ -192,6 +193,8 @@ def test_python_entry_trains_and_resumes_exactly(conf, tmp_path):
         "trainer.val_check_interval=20",
         "callbacks.checkpoint.save_top_k=-1",
         "model.dropout=0.1",
+        "callbacks.ema.decay=0.9",
+        "callbacks.ema.start_step=5",
     ]
     full = train(compose_train(conf, tmp_path / "full", common))
     assert full["choices"]["data"] == "tiny" and full["status"] == "completed"
@@ -203,6 +206,18 @@ def test_python_entry_trains_and_resumes_exactly(conf, tmp_path):
     a = load_weights(tmp_path / "full" / "model.safetensors").state_dict()
     b = load_weights(tmp_path / "resumed" / "model.safetensors").state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["ema"]["history"] == full["ema"]["history"] and full["ema"]["started_at"] == 5
+    ema = load_weights(tmp_path / "full" / "model_ema.safetensors")
+    resumed_ema = load_weights(tmp_path / "resumed" / "model_ema.safetensors").state_dict()
+    assert all(torch.equal(ema.state_dict()[k], resumed_ema[k]) for k in resumed_ema)
+    assert not torch.equal(ema.state_dict()["tok_emb.weight"], a["tok_emb.weight"])
+    # the EMA's final val/loss is its exported weights' token-weighted loss on the validation rows (the
+    # tiny data's: every target but each row's first scored), computed here without the trainer
+    inputs, targets = counting(1, 0, 32, 12, 16)
+    with torch.no_grad():
+        loss = torch.nn.functional.cross_entropy(ema.eval()(inputs).flatten(0, 1), targets.flatten(), ignore_index=-100)
+    assert full["ema"]["final"]["val/loss"] == pytest.approx(float(loss), rel=1e-5)
+    assert full["metrics"]["final"]["val/loss"] != full["ema"]["final"]["val/loss"]
 
 
 def test_resume_auto_continues_from_the_newest_checkpoint(conf, tmp_path):

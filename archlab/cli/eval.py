@@ -25,6 +25,7 @@ from archlab.config.commands import EvalConfig
 from archlab.errors import ConfigError
 from archlab.evaluation.results import RESULTS, write_results
 from archlab.precision import check_device
+from archlab.run_files import EXPORT
 
 TASK_ONLY = ("include_path", "num_fewshot", "limit", "prefix_token_id")
 
@@ -54,12 +55,15 @@ def check(cfg: EvalConfig) -> None:
 
 
 def out_dir(cfg: EvalConfig, run: Optional[Path]) -> Path:
-    """Where results.json goes: ``out``, else the run's eval/, else eval/ beside the model."""
+    """Where results.json goes: ``out``, else the run's eval/, else eval/ beside the model. Another weights
+    file of a run than its model.safetensors (model_ema.safetensors, an archlab-average) gets its own
+    eval/<file stem>/, so its results are never taken for the run's."""
     if cfg.out is not None:
         return checks.writable_dir("out", cfg.out)
     source = Path(cfg.source).expanduser()
     home = run if run is not None else source if source.is_dir() else source.parent
-    return checks.writable_dir("out", str(home / RESULTS.parent))
+    other = run is not None and source.suffix == ".safetensors" and source.name != EXPORT
+    return checks.writable_dir("out", str(home / RESULTS.parent / (source.stem if other else "")))
 
 
 def run(cfg: EvalConfig) -> tuple[Path, dict[str, Any]]:

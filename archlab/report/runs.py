@@ -220,6 +220,9 @@ def run_figures(run: Run) -> dict[str, float]:
     for key, value in (s.get("metrics", {}).get("final") or {}).items():
         if key != "step" and finite_number(value) is not None:
             out[f"final {key}"] = float(value)
+    for key, value in ((s.get("ema") or {}).get("final") or {}).items():  # the weights' average (callbacks.ema)
+        if key != "step" and finite_number(value) is not None:
+            out[f"ema {key}"] = float(value)
     for key, best in (s.get("metrics", {}).get("best") or {}).items():
         if finite_number(best.get("value")) is not None:
             out[f"best {key}"] = float(best["value"])

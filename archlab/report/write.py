@@ -43,8 +43,8 @@ def aggregate(variant: Variant) -> dict[str, tuple[float, float, int]]:
 
 
 def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> list[str]:
-    """Final metrics first (``metric``, else the runs' primary metric, leading), then best metrics,
-    then cost figures."""
+    """Final metrics first (``metric``, else the runs' primary metric, leading), then the final metrics of
+    the weights' moving average (``ema ...``), best metrics, then cost figures."""
     keys = {k for v in variants for k in aggregate(v)}
     primary = (
         f"final {metric}"
@@ -61,6 +61,7 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
     )
     order = [primary] if primary in keys else []
     order += sorted(k for k in keys if k.startswith("final ") and k != primary)
+    order += sorted(k for k in keys if k.startswith("ema "))
     order += sorted(k for k in keys if k.startswith("best "))
     order += sorted(k for k in keys if k.startswith("eval "))
     order += sorted(k for k in keys if k.startswith("matched ")) + (
@@ -108,12 +109,21 @@ TABLE_COSTS = {
 
 
 def table_columns(columns: list[str], stats: list[dict]) -> dict[str, str]:
-    """The markdown table's figures (key -> header): the leading metric, final and best, each data mixture
-    source's final loss (``val/<source>/loss``), archlab-eval's metrics, then parameters (active ones
-    beside them where some variant, a mixture of experts, has fewer active than total), FLOPs/token as
-    trained and tokens/s; every other figure is in the CSV only."""
+    """The markdown table's figures (key -> header): the leading metric, final (beside it the final of the
+    weights' moving average, where the runs kept one: callbacks.ema) and best, each data mixture source's
+    final loss (``val/<source>/loss``), archlab-eval's metrics, then parameters (active ones beside them where
+    some variant, a mixture of experts, has fewer active than total), FLOPs/token as trained and tokens/s;
+    every other figure is in the CSV only."""
     primary = next((c[len("final ") :] for c in columns if c.startswith("final ")), None)
-    wanted = {f"final {primary}": f"final {primary}", f"best {primary}": f"best {primary}"} if primary else {}
+    wanted = (
+        {
+            f"final {primary}": f"final {primary}",
+            f"ema {primary}": f"EMA final {primary}",
+            f"best {primary}": f"best {primary}",
+        }
+        if primary
+        else {}
+    )
     sparse = any(st.get("params active") != st.get("params total") for st in stats)
     return {
         k: header
