@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from archlab.config.commands import (
+    AverageConfig,
     BenchConfig,
     CheckConfig,
     CoordConfig,
@@ -32,6 +33,7 @@ SCHEMAS = {
     "archlab-report": ReportConfig,
     "archlab-interop": InteropConfig,
     "archlab-eval": EvalConfig,
+    "archlab-average": AverageConfig,
 }
 
 
@@ -69,6 +71,7 @@ def test_help_exits_0_and_lists_every_setting(command, tmp_path):
         ("archlab-report", ["no-such-sweep"], "sweep_dir"),
         ("archlab-interop", ["format=html"], "format"),
         ("archlab-eval", ["no-such-run", "tasks=[arc_easy]", "batch_size=0"], "batch_size"),
+        ("archlab-average", ["no-such-run", "last=2"], "run"),
     ],
 )
 def test_a_bad_setting_is_one_error_line_and_exit_2(command, args, field, tmp_path):

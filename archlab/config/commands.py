@@ -1,5 +1,5 @@
 """Schemas of the commands other than archlab-train: archlab-check, archlab-bench, archlab-generate,
-archlab-export, archlab-interop, archlab-prepare, archlab-report and archlab-eval (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
+archlab-export, archlab-interop, archlab-prepare, archlab-report, archlab-eval and archlab-average (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
 Each field's ``help`` is the line ``--help`` prints beside it."""
 
 from __future__ import annotations
@@ -115,6 +115,15 @@ class ExportConfig:
     )
     out: str = setting(help="the new (or empty) directory to write the Hugging Face model and tokenizer into")
     format: str = setting("hf", "hf: config.json, model.safetensors and tokenizer.json for transformers' Auto classes")
+
+
+@dataclass
+class AverageConfig:
+    """``archlab-average``: the mean of a run's last k checkpoints, as a safetensors file."""
+
+    run: str = setting(help="a run directory: its checkpoints/*.ckpt are averaged (a bare path is taken as run)")
+    last: int = setting(help="how many of the run's newest checkpoints (by step) to average")
+    out: Optional[str] = setting(None, "the .safetensors file to write; null = <run>/model_last<k>.safetensors")
 
 
 @dataclass
