@@ -25,8 +25,8 @@ line is checked:
   ``compare_hf``) the layout mapped to its Hugging Face config; with ``contexts=``, the context sweep's
   setting check, every variant's model validated; nothing is timed.
 - ``archlab-check``, ``archlab-generate``, ``archlab-prepare``, ``archlab-report``, ``archlab-export``,
-  ``archlab-interop``: run for real, in process. Files they read that no earlier line made (nor should have made) are
-  stand-ins made here: a tiny model for ``archlab-generate`` and a safetensors ``archlab-export``, a
+  ``archlab-interop``, ``archlab-average``: run for real, in process. Files they read that no earlier line
+  made (nor should have made) are stand-ins made here: a tiny model for ``archlab-generate`` and a safetensors ``archlab-export``, a
   short text for ``data.path=``/``input=``, an empty file for ``ckpt_path=``, a copy of a committed
   study's runs for ``archlab-report``. Absolute paths under /tmp/ are moved into
   the working directory.
@@ -81,6 +81,7 @@ COMMANDS = (
     "archlab-interop",
     "archlab-eval",
     "archlab-coord",
+    "archlab-average",
 )
 GPU_FIELDS = ("trainer.accelerator", "trainer.devices")
 STAND_IN_TEXT = (
@@ -355,11 +356,15 @@ def tiny_steps(steps: int) -> int:
 
 def tiny(overrides: list[str]) -> list[str]:
     """A documented run (or sweep) in tiny form: a few steps (``tiny_steps``), one validation of two
-    batches at the end, no text samples; everything else as written."""
+    batches at the end, no text samples, a checkpoint every step where it sets a checkpoint interval (an
+    ``archlab-average`` after it has several); everything else as written."""
     steps = tiny_steps(compose("train", sweep_points(overrides, {})[0]).trainer.max_steps)
     changed = ("trainer.max_steps", "trainer.val_check_interval", "trainer.limit_val_batches", "callbacks.samples")
-    kept = [o for o in overrides if o.split("=", 1)[0] not in changed]
     values = (steps, steps, 2, "null")
+    every = "callbacks.checkpoint.every_n_train_steps"
+    if every in settings(overrides):
+        changed, values = (*changed, every), (*values, 1)
+    kept = [o for o in overrides if o.split("=", 1)[0] not in changed]
     return kept + [f"{key}={value}" for key, value in zip(changed, values)]
 
 
@@ -573,6 +578,12 @@ def run_eval(argv: list[str], ws: Workspace) -> None:
         run_exiting(main, argv)
 
 
+def run_average(argv: list[str], ws: Workspace) -> None:
+    from archlab.cli.average import main
+
+    run_exiting(main, [ws.localize(a) for a in argv])
+
+
 def run_interop(argv: list[str], ws: Workspace) -> None:
     from archlab.cli.interop import main
 
@@ -596,6 +607,7 @@ RULES: dict[str, Callable[[list[str], Workspace], None]] = {
     "archlab-export": run_export,
     "archlab-interop": run_interop,
     "archlab-eval": run_eval,
+    "archlab-average": run_average,
 }
 
 
