@@ -75,6 +75,23 @@ def test_a_start_step_the_run_never_reaches_is_refused_before_training():
     assert refused.value.field == "callbacks.ema.start_step" and "trainer.max_steps=10" in str(refused.value)
 
 
+def test_sharded_weights_are_refused_before_training(tmp_path):
+    """Under FSDP (parameters are DTensors: each process holds a shard) the average is refused."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        lit = tiny_lit()
+        fully_shard(lit.decoder, mesh=init_device_mesh("cpu", (1,)))
+        with pytest.raises(ConfigError) as refused:
+            EMA(decay=0.9).on_fit_start(SimpleNamespace(max_steps=10), lit)  # type: ignore[arg-type]
+    finally:
+        dist.destroy_process_group()
+    assert refused.value.field == "callbacks.ema.decay" and "trainer=fsdp" in str(refused.value)
+
+
 def test_archlab_train_refuses_a_bad_decay_before_any_work(conf, tmp_path):
     from archlab.training.run import train
 
