@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from archlab.figures import as_numbers
-from archlab.report.runs import finite_number, run_file
+from archlab.report.runs import figure_of, run_figures, run_file
 from archlab.report.stats import higher_is_better
 from archlab.report.text import label, number
 
@@ -54,8 +54,8 @@ class BestRun:
 
 
 def final_value(run: Run, metric: str) -> Optional[float]:
-    final = ((run.summary or {}).get("metrics") or {}).get("final") or {}
-    return finite_number(final.get(metric))
+    """The run's final ``metric`` (an archlab-eval metric: its score in eval/results.json)."""
+    return run_figures(run).get(figure_of(metric))
 
 
 def best_runs(variants: list[Variant], metric: str, tuned: Optional[str]) -> list[BestRun]:

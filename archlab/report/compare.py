@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 from archlab.errors import ConfigError
 from archlab.figures import as_numbers, ordered, save_figure
 from archlab.report.plots import SINGLE_PANEL, Line, small_multiples
+from archlab.report.runs import figure_of
 from archlab.report.stats import Interval, best_setting, higher_is_better, paired_difference, t_interval
 from archlab.report.text import difference, label, number, plus_minus, values_label
 
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
     from archlab.report.runs import Variant
 
 METRIC_KINDS = ("final", "best")  # the figures that get intervals: each metric's final and best value
+
+
+def figures_of(metric: str) -> list[str]:
+    """The figures of ``metric`` the report gives intervals: its final and best value, or the one value of
+    an archlab-eval metric (``eval <task> <metric>``)."""
+    figure = figure_of(metric)
+    return [figure] if figure == metric else [f"{kind} {metric}" for kind in METRIC_KINDS]
 
 
 def axis_values(variants: list[Variant], axis: str) -> list[str]:
@@ -72,8 +80,8 @@ def interval_section(variants: list[Variant], metric: str) -> list[str]:
     """Markdown: each variant's final and best ``metric`` as mean ± 95% half-width, n stated."""
     lines = []
     for v in variants:
-        found = {kind: interval(v, f"{kind} {metric}") for kind in METRIC_KINDS}
-        parts = [f"{kind} {metric} {plus_minus(i.mean, i.half_width)}" for kind, i in found.items() if i]
+        found = {figure: interval(v, figure) for figure in figures_of(metric)}
+        parts = [f"{figure} {plus_minus(i.mean, i.half_width)}" for figure, i in found.items() if i]
         if not parts:
             continue
         n = max(i.n for i in found.values() if i)
@@ -119,7 +127,7 @@ def choose_best(variants: list[Variant], axis: str, metric: str) -> list[Choice]
         groups.setdefault(rest, {})[v.settings[axis]] = v
     choices = []
     for rest, members in groups.items():
-        tried = {value: i for value, v in members.items() if (i := interval(v, f"final {metric}"))}
+        tried = {value: i for value, v in members.items() if (i := interval(v, figure_of(metric)))}
         if tried:
             value = best_setting({k: i.mean for k, i in tried.items()}, higher_is_better(metric))
             choices.append(Choice(dict(rest), list(members), tried, members[value]))
@@ -128,27 +136,26 @@ def choose_best(variants: list[Variant], axis: str, metric: str) -> list[Choice]
 
 def best_over_section(choices: list[Choice], axis: str, metric: str, plot: Optional[Path]) -> list[str]:
     rest = list(choices[0].settings) if choices else []
+    figures = figures_of(metric)
     direction = "higher" if higher_is_better(metric) else "lower"
     lines = [
         "",
         f"## Best {axis} per variant",
         "",
-        f"Each variant at the {axis} with the best mean final {metric} ({direction} is better) over its completed "
+        f"Each variant at the {axis} with the best mean {figures[0]} ({direction} is better) over its completed "
         f"seeds; baseline comparisons and scaling fits take each variant at that value. Cells: mean ± 95% CI "
         f"half-width." + (f" {plot.name}: {metric} against {axis}." if plot else ""),
         "",
-        "| "
-        + " | ".join([*rest, axis, "seeds", f"final {metric}", f"best {metric}", f"final {metric} by {axis}"])
-        + " |",
-        "|" + "---|" * (len(rest) + 5),
+        "| " + " | ".join([*rest, axis, "seeds", *figures, f"{figures[0]} by {axis}"]) + " |",
+        "|" + "---|" * (len(rest) + 3 + len(figures)),
     ]
     for c in choices:
         cells = []
-        for kind in METRIC_KINDS:
-            i = interval(c.chosen, f"{kind} {metric}")
+        for figure in figures:
+            i = interval(c.chosen, figure)
             cells.append(plus_minus(i.mean, i.half_width) if i else "-")
         tried = ", ".join(f"{value}: {number(i.mean)}" for value, i in c.tried.items())
-        n = len(c.chosen.per_seed.get(f"final {metric}", {}))
+        n = len(c.chosen.per_seed.get(figures[0], {}))
         lines.append("| " + " | ".join([*c.settings.values(), c.chosen.settings[axis], str(n), *cells, tried]) + " |")
     return lines
 
@@ -263,7 +270,7 @@ def baseline_section(comparisons: list[Comparison], baseline: str, metric: str, 
         "",
         f"## Against the baseline: {baseline}",
         "",
-        f"Final {metric} of each variant minus its baseline's (the variant with {baseline} and the same other "
+        f"The {figure_of(metric)} of each variant minus its baseline's (the variant with {baseline} and the same other "
         "settings" + (f", each at its own best {tuned}" if tuned else "") + "), paired by seed over the seeds "
         "both completed: mean difference ± the half-width of its 95% t interval, and which way it points where "
         "the interval excludes 0. Every final and best metric: report.csv.",
@@ -293,7 +300,7 @@ def _comparison_line(c: Comparison, baseline: str, metric: str, tuned: Optional[
     """One variant against its baseline, e.g. ``- model/mlp=swiglu: −0.021 ± 0.008 vs model/mlp=gelu (95% CI,
     3 seeds, paired): lower (better)``."""
     name = _name(c.variant, tuned)
-    d = c.differences.get(f"final {metric}")
+    d = c.differences.get(figure_of(metric))
     if c.baseline is None:
         return f"- {name}: no baseline variant ({baseline} with its other settings) in these runs"
     if d is None:

@@ -19,9 +19,11 @@ import yaml
 
 from archlab.errors import ConfigError
 from archlab.figures import as_numbers, ordered
+from archlab.report.stats import higher_is_better
 from archlab.run_files import EVAL_RESULTS, HYDRA_FILES, PENDING_HYDRA_FILES, SUMMARY, continues_run
 
 PERPLEXITY_FIGURES = ("nll", "ppl")  # of a perplexity entry: its counts are no figure to compare
+EVAL_FIGURE = "eval "  # how archlab-eval's figures start (eval/results.json): eval <task> <metric>
 
 
 @dataclass
@@ -255,7 +257,35 @@ def run_figures(run: Run) -> dict[str, float]:
     if match:
         out[f"matched {match['field']}"] = float(match["value"])
         out["match residual"] = float(match["relative_difference"])
-    return {**out, **eval_figures(run.path)}
+    return {**out, **training_eval_figures(s), **eval_figures(run.path)}
+
+
+def figure_of(metric: str) -> str:
+    """The figure a ``metric=`` names: archlab-eval's ``eval <task> <metric>`` as it is, any other metric's
+    final value (``final val/loss``, ``final eval/web/ppl``)."""
+    return metric if metric.startswith(EVAL_FIGURE) else f"final {metric}"
+
+
+def training_evaluations(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every evaluation during training (``callbacks.evaluation``): step and ``eval/<set or task>/<metric>``."""
+    history = (summary.get("evaluation") or {}).get("history") or []
+    return [h for h in history if isinstance(h, dict) and isinstance(h.get("step"), int)]
+
+
+def training_eval_figures(summary: dict[str, Any]) -> dict[str, float]:
+    """``final`` and ``best`` of each metric evaluated during training (highest accuracy, lowest loss or
+    perplexity: ``higher_is_better``), as the validation metrics' are."""
+    out: dict[str, float] = {}
+    for key, value in ((summary.get("evaluation") or {}).get("final") or {}).items():
+        if finite_number(value) is not None:
+            out[f"final {key}"] = float(value)
+    for entry in training_evaluations(summary):
+        for key, value in entry.items():
+            if key.startswith("eval/") and finite_number(value) is not None:
+                best = out.get(f"best {key}")
+                better = max if higher_is_better(key) else min
+                out[f"best {key}"] = float(value) if best is None else better(best, float(value))
+    return out
 
 
 def eval_figures(run_dir: Path) -> dict[str, float]:
@@ -271,7 +301,7 @@ def eval_figures(run_dir: Path) -> dict[str, float]:
         for key, value in metrics.items() if isinstance(metrics, dict) else ():
             wanted = key in PERPLEXITY_FIGURES if task.startswith("perplexity:") else "," in key
             if wanted and "_stderr" not in key and finite_number(value) is not None:
-                out[f"eval {task} {key.removesuffix(',none')}"] = float(value)
+                out[f"{EVAL_FIGURE}{task} {key.removesuffix(',none')}"] = float(value)
     return out
 
 

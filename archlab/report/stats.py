@@ -7,6 +7,7 @@ Pure numpy and scipy (no torch, no files), so every figure a report states can b
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import warnings
 from dataclasses import dataclass
@@ -62,8 +63,16 @@ def paired_difference(values: Mapping[K, float], baseline: Mapping[K, float]) ->
     return t_interval(values[s] - baseline[s] for s in common) if common else None
 
 
+LOWER_IS_BETTER = ("loss", "ppl", "nll", "perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte")
+
+
 def higher_is_better(metric: str) -> bool:
-    """Accuracies are better higher; losses and perplexities lower."""
+    """Accuracies are better higher; losses and perplexities lower. An evaluation's metric (archlab-eval's
+    ``eval <task> <metric>``, ``eval/<task>/<metric>`` during training: lm-eval's acc, acc_norm,
+    exact_match, f1...) is better higher unless it is a loss or perplexity (``LOWER_IS_BETTER``)."""
+    if metric.startswith(("eval ", "eval/")):
+        name = re.split(r"[/ ]", metric)[-1]
+        return re.split(r"[,.]", name)[0] not in LOWER_IS_BETTER
     return metric.rsplit("/", 1)[-1] == "acc"
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 from archlab.errors import ConfigError
 from archlab.figures import as_numbers, ordered
 from archlab.report.compare import check_axis
+from archlab.report.runs import figure_of
 from archlab.report.stats import Interval, higher_is_better, paired_difference, t_interval
 from archlab.report.text import label, plus_minus
 
@@ -83,7 +84,7 @@ def transfers(variants: list[Variant], tuned: str, axis: str, proxy: Optional[st
     """Per group of the settings other than ``tuned`` and ``axis``: how the best ``tuned`` value moves
     along ``axis`` by the final ``metric`` (a diverged run counts as the worst)."""
     sign = -1.0 if higher_is_better(metric) else 1.0
-    figure = f"final {metric}"
+    figure = figure_of(metric)
     groups: dict[tuple, dict[str, dict[str, Variant]]] = {}
     for v in variants:
         rest = tuple((k, x) for k, x in v.settings.items() if k not in (tuned, axis))

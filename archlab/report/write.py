@@ -21,12 +21,23 @@ from typing import Callable, Optional
 from archlab.config.commands import ReportConfig
 from archlab.errors import ConfigError
 from archlab.figures import save_figure
-from archlab.report import best, compare, stability
+from archlab.report import best, compare, stability, training_eval
 from archlab.report import scaling as scaling_fits
 from archlab.report import transfer as transfer_along
 from archlab.report.analysis import Analysis, analyse
 from archlab.report.plots import SINGLE_PANEL, Line, Point, final_figure, small_multiples
-from archlab.report.runs import Run, Variant, finite_number, group_variants, load_runs, run_figures, swept_axes
+from archlab.report.runs import (
+    EVAL_FIGURE,
+    Run,
+    Variant,
+    figure_of,
+    finite_number,
+    group_variants,
+    load_runs,
+    run_figures,
+    swept_axes,
+    training_evaluations,
+)
 from archlab.report.stability import Stability
 from archlab.report.text import label, plus_minus, values_label
 
@@ -47,7 +58,7 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
     the weights' moving average (``ema ...``), best metrics, then cost figures."""
     keys = {k for v in variants for k in aggregate(v)}
     primary = (
-        f"final {metric}"
+        figure_of(metric)
         if metric
         else next(
             (
@@ -63,7 +74,7 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
     order += sorted(k for k in keys if k.startswith("final ") and k != primary)
     order += sorted(k for k in keys if k.startswith("ema "))
     order += sorted(k for k in keys if k.startswith("best "))
-    order += sorted(k for k in keys if k.startswith("eval "))
+    order += sorted(k for k in keys if k.startswith(EVAL_FIGURE) and k != primary)
     order += sorted(k for k in keys if k.startswith("matched ")) + (
         ["match residual"] if "match residual" in keys else []
     )
@@ -88,6 +99,7 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
 def validation_curve(run: Run, metric: str) -> list[tuple[int, float]]:
     """(optimizer steps done, value) of ``metric`` at every validation, from the run's summary history."""
     history = ((run.summary or {}).get("metrics") or {}).get("history") or []
+    history = training_evaluations(run.summary or {}) if metric.startswith("eval/") else history
     return [(h["step"], float(h[metric])) for h in history if finite_number(h.get(metric)) is not None]
 
 
@@ -111,28 +123,19 @@ TABLE_COSTS = {
 def table_columns(columns: list[str], stats: list[dict]) -> dict[str, str]:
     """The markdown table's figures (key -> header): the leading metric, final (beside it the final of the
     weights' moving average, where the runs kept one: callbacks.ema) and best, each data mixture source's
-    final loss (``val/<source>/loss``), archlab-eval's metrics, then parameters (active ones beside them where
-    some variant, a mixture of experts, has fewer active than total), FLOPs/token as trained and tokens/s;
-    every other figure is in the CSV only."""
-    primary = next((c[len("final ") :] for c in columns if c.startswith("final ")), None)
-    wanted = (
-        {
-            f"final {primary}": f"final {primary}",
-            f"ema {primary}": f"EMA final {primary}",
-            f"best {primary}": f"best {primary}",
-        }
-        if primary
-        else {}
-    )
+    final loss (``val/<source>/loss``), archlab-eval's metrics and the final ones evaluated during training,
+    then parameters (active ones beside them where some variant, a mixture of experts, has fewer active than
+    total), FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
+    primary = next((c.removeprefix("final ") for c in columns if c.startswith(("final ", EVAL_FIGURE))), None)
+    wanted = {f: f for f in compare.figures_of(primary)} if primary else {}
+    if primary and f"ema {primary}" in columns:
+        wanted = {f"final {primary}": f"final {primary}", f"ema {primary}": f"EMA final {primary}", **wanted}
+    wanted.update({c: c for c in columns if PER_SOURCE.fullmatch(c)})
+    wanted.update({c: c for c in columns if c.startswith(("final eval/", EVAL_FIGURE))})
     sparse = any(st.get("params active") != st.get("params total") for st in stats)
     return {
         k: header
-        for k, header in {
-            **wanted,
-            **{c: c for c in columns if PER_SOURCE.fullmatch(c)},
-            **{c: c for c in columns if c.startswith("eval ")},
-            **TABLE_COSTS,
-        }.items()
+        for k, header in {**wanted, **TABLE_COSTS}.items()
         if k in columns and (k != "params active" or sparse)
     }
 
@@ -177,7 +180,7 @@ def _less(settings: dict[str, str], axis: Optional[str]) -> dict[str, str]:
 
 
 def _is_metric(column: str) -> bool:
-    return column.startswith(tuple(f"{kind} " for kind in compare.METRIC_KINDS))
+    return column.startswith((*(f"{kind} " for kind in compare.METRIC_KINDS), EVAL_FIGURE))
 
 
 def write_report(cfg: ReportConfig) -> dict[str, Path]:
@@ -205,10 +208,16 @@ def write_report(cfg: ReportConfig) -> dict[str, Path]:
     pooled = {k: sorted({r.overrides.get(k, "(default)") for r in runs}) for k in ignore}
     stats = [aggregate(v) for v in variants]
     finals = sorted({c.removeprefix("final ") for st in stats for c in st if c.startswith("final ")})
-    if cfg.metric and finals and cfg.metric not in finals:
-        raise ConfigError("metric", cfg.metric, f"a final metric of these runs: {', '.join(finals)}")
+    scores = sorted({c for st in stats for c in st if c.startswith(EVAL_FIGURE)})  # archlab-eval's
+    if cfg.metric and (finals or scores) and cfg.metric not in finals + scores:
+        raise ConfigError(
+            "metric",
+            cfg.metric,
+            f"a final metric of these runs: {', '.join(finals)}"
+            + (f"; or a score: {', '.join(scores)}" if scores else ""),
+        )
     columns = metric_columns(variants, cfg.metric)
-    leading = next((c.removeprefix("final ") for c in columns if c.startswith("final ")), None)
+    leading = next((c.removeprefix("final ") for c in columns if c.startswith(("final ", EVAL_FIGURE))), None)
     analysis = analyse(variants, axes, leading, cfg)
     found = stability.assess(variants, leading, cfg)
     winners = best.best_runs(variants, leading, analysis.tuned) if leading else []
@@ -298,10 +307,37 @@ def write_report(cfg: ReportConfig) -> dict[str, Path]:
                 f"- `{r.path.relative_to(Path(sweep_dir)) if r.path.is_relative_to(Path(sweep_dir)) else r.path}` "
                 f"({label(r.overrides)}): **{r.status}** — {error}"
             )
+    md += _training_evals(variants, columns, leading, out, plots, written)
     if plots:
         md += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in plots.values()]
     written["markdown"].write_text("\n".join(md) + "\n")
     return {**written, **plots}
+
+
+def _training_evals(
+    variants: list[Variant],
+    columns: list[str],
+    leading: Optional[str],
+    out: Path,
+    plots: dict[str, Path],
+    written: dict[str, Path],
+) -> list[str]:
+    """The evaluations during training: their curves beside a validation metric's (the leading one, else the
+    first loss) in eval_curves.png, every step in eval_curves.csv, and report.md's section; nothing where no
+    run evaluated during training."""
+    metrics = training_eval.eval_metrics(variants)
+    if not metrics:
+        return []
+    validation = [c.removeprefix("final ") for c in columns if c.startswith("final ") and "eval" not in c]
+    losses = [m for m in validation if m.endswith("/loss")]
+    beside = leading if leading in validation else (losses or validation or [None])[0]
+    panels = [beside, *metrics] if beside else metrics
+    found = training_eval.curves(variants, panels)
+    plots["eval_curves"] = training_eval.plot(found, panels, out)
+    written["eval curves csv"] = training_eval.write_csv(
+        [c for c in found if c.metric in metrics], out / "eval_curves.csv"
+    )
+    return training_eval.section(found, metrics, plots["eval_curves"], written["eval curves csv"])
 
 
 def _ignored_keys(cfg: ReportConfig) -> tuple[str, ...]:
