@@ -23,6 +23,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-
 ALPHABET = "abcdefghijklmnop"  # the tiny data's tokenizer (data.with_tokenizer=true, vocab 16)
 RUN = ["data.with_tokenizer=true", "trainer.max_steps=10", "trainer.val_check_interval=5", "logger=csv"]
 RUN += ["callbacks.samples=null", "model.dropout=0.1"]  # dropout: evaluation must leave its draws alone
+RUN += ["callbacks.checkpoint.save_top_k=-1"]  # every validation's checkpoint kept, to resume from
 TASK = """task: tiny_letters
 dataset_path: json
 dataset_kwargs:
@@ -118,6 +119,22 @@ def test_evaluating_leaves_the_training_run_as_it_was(evaluated, conf):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_resumed_run_keeps_the_evaluations_before_its_checkpoint(evaluated, conf):
+    """Resumed from the step-5 checkpoint: the evaluation at step 4 comes with it, 8 and 10 follow, every
+    figure as in the uninterrupted run."""
+    from archlab.training.run import train
+
+    root, sets, summary = evaluated
+    mid = root / "run" / "checkpoints" / "step000005.ckpt"
+    resumed = train(compose_train(conf, root / "resumed", [*RUN, *evaluation(sets), f"ckpt_path={mid}"]))
+
+    def figures(history):
+        return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+
+    assert figures(resumed["evaluation"]["history"]) == figures(summary["evaluation"]["history"])
+    assert resumed["evaluation"]["history"][0] == summary["evaluation"]["history"][0]  # its seconds too
+
+
 @pytest.mark.parametrize(
     "settings, field",
     [
@@ -196,3 +213,20 @@ def test_in_training_task_scores_are_archlab_evals_on_the_saved_weights(conf, tm
     assert found["final"] == {"eval/tiny_letters/acc": results["tiny_letters"]["acc,none"]}
     plain = train(compose_train(conf, tmp_path / "plain", RUN))  # lm-eval seeds every RNG; dropout is on
     assert summary["metrics"]["history"] == plain["metrics"]["history"]
+
+
+@pytest.mark.slow  # two spawned processes: about 2 minutes on a busy 2-core CPU
+def test_under_ddp_rank_zero_evaluates_and_the_figures_are_archlab_evals(conf, tmp_path):
+    """Two spawned CPU processes: rank 0 evaluates while rank 1 waits; the run's last figures are
+    archlab-eval's on the weights it saved."""
+    from archlab.cli.eval import run
+    from archlab.training.run import train
+
+    sets = held_out(tmp_path)
+    ddp = ["trainer=ddp_spawn", "trainer.accelerator=cpu", "data.batch_size=4"]
+    summary = train(compose_train(conf, tmp_path / "run", [*RUN, *ddp, *evaluation(sets)]))
+    assert summary["trainer"]["world_size"] == 2
+    found = summary["evaluation"]
+    assert [h["step"] for h in found["history"]] == [4, 8, 10]
+    _, results = run(EvalConfig(source=str(tmp_path / "run"), perplexity=str(sets["notes"]), out=str(tmp_path / "e")))
+    assert found["final"]["eval/notes/nll"] == results["perplexity:notes.txt"]["nll"]
