@@ -171,7 +171,9 @@ class ReportConfig:
     )
     out: Optional[str] = setting(None, "where to write report.md, report.csv and the plots; null = sweep_dir")
     metric: Optional[str] = setting(
-        None, "the final metric that leads the table and is plotted; null = the runs' primary one"
+        None,
+        "the final metric that leads the table and is plotted (val/loss; an evaluation's: eval/<set>/ppl, "
+        "'eval <task> acc'); null = the runs' primary one",
     )
     baseline: Optional[str] = setting(
         None, "<axis>=<value>, e.g. model/mlp=gelu: every other variant minus this one, paired by seed; null = none"

@@ -8,6 +8,7 @@ other ranks wait at a barrier; a strategy that shards the weights (FSDP) is refu
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import random
 import re
@@ -156,8 +157,6 @@ class TrainingEvaluation(Callback):
         if self.prefix_token_id is not None:
             checks.integer(f"{FIELD}.prefix_token_id", self.prefix_token_id, 0, "null or a token id >= 0")
         if self.tasks:
-            import importlib.util
-
             if importlib.util.find_spec("lm_eval") is None:
                 raise ConfigError(
                     f"{FIELD}.tasks", self.tasks, 'tasks with lm-eval installed: pip install -e ".[eval]"'
