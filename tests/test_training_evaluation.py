@@ -106,6 +106,18 @@ def test_every_evaluation_reaches_the_log_and_its_cost_is_recorded(evaluated):
     assert found["perplexity"] == {k: str(v) for k, v in evaluated[1].items()} and found["every_n_steps"] == 4
 
 
+def test_the_trackers_summary_holds_the_final_evaluation_and_its_cost(evaluated):
+    """What MLflow and W&B get at the end beside summary.json (``summary/...``)."""
+    from archlab.training.loggers import summary_fields
+
+    _, _, summary = evaluated
+    fields = summary_fields(summary)
+    for key, value in summary["evaluation"]["final"].items():
+        assert fields[f"summary/final/{key}"] == value
+    assert fields["summary/evaluation/seconds"] == summary["evaluation"]["seconds"]
+    assert fields["summary/evaluation/fraction_of_training"] == summary["evaluation"]["fraction_of_training"]
+
+
 def test_evaluating_leaves_the_training_run_as_it_was(evaluated, conf):
     """The same run without evaluation (dropout on): the same validation history, bit-identical weights."""
     from archlab.training.run import train

@@ -105,15 +105,21 @@ def _override_tags(overrides: list[str]) -> dict[str, str]:
 
 def summary_fields(summary: dict[str, Any]) -> dict[str, Any]:
     """The summary's scalars as flat ``summary/<key>`` entries (numbers and strings; nulls left out): status
-    and error, steps, wall time, the final metrics, the primary metric and the throughput."""
+    and error, steps, wall time, the final metrics (those evaluated during training too), the primary
+    metric, the throughput and the evaluation's cost."""
+    evaluation = summary.get("evaluation") or {}
     parts = {
         "status": summary.get("status"),
         "error": summary.get("error"),
         "steps": summary.get("steps"),
         "wall_time_s": summary.get("wall_time_s"),
-        "final": {k: v for k, v in (summary.get("metrics") or {}).get("final", {}).items() if k != "step"},
+        "final": {
+            **{k: v for k, v in (summary.get("metrics") or {}).get("final", {}).items() if k != "step"},
+            **(evaluation.get("final") or {}),
+        },
         "primary_metric": summary.get("primary_metric"),
         "throughput": summary.get("throughput"),
+        "evaluation": {k: evaluation.get(k) for k in ("seconds", "seconds_per_evaluation", "fraction_of_training")},
     }
     flat: dict[str, Any] = {}
 
