@@ -328,7 +328,7 @@ def _training_evals(
     metrics = training_eval.eval_metrics(variants)
     if not metrics:
         return []
-    validation = [c.removeprefix("final ") for c in columns if c.startswith("final ") and "eval" not in c]
+    validation = [c.removeprefix("final ") for c in columns if c.startswith("final ") and "final eval/" not in c]
     losses = [m for m in validation if m.endswith("/loss")]
     beside = leading if leading in validation else (losses or validation or [None])[0]
     panels = [beside, *metrics] if beside else metrics
