@@ -14,7 +14,7 @@ from helpers.hf import randomize
 from archlab import build_model, compose_model
 from archlab.errors import ConfigError
 from archlab.generate import generate
-from archlab.tokenizer import ByteTokenizer
+from archlab.tokenizer import BPETokenizer, ByteTokenizer
 from archlab.weights import TOKENIZER_KEY, save_weights
 
 pytest.importorskip("transformers")
@@ -310,6 +310,64 @@ def test_an_export_and_a_checkpoint_are_evaluated_as_the_model_they_hold(exporte
         for n in sources
     }
     assert nll["hf"] == pytest.approx(nll["file"], abs=1e-5) and nll["ckpt"] == pytest.approx(nll["file"], abs=1e-6)
+
+
+def bpe_run(root, layout):
+    """A run as training leaves one on archlab-prepare's shards of the rows' texts: documents ending with
+    its BPE's EOS (in meta.json), the summary's data settings naming the shards, the final weights (random, of
+    the config ``layout`` at the BPE's vocabulary) with the tokenizer; returns the run, the shards and the EOS."""
+    import dataclasses
+
+    import numpy as np
+
+    texts = [r["question"] for r in ROWS] + [" ".join(r["choices"]) for r in ROWS]
+    tok = BPETokenizer.fit(texts, 300, special_tokens=["<|endoftext|>"])
+    eos = tok.tok.token_to_id("<|endoftext|>")
+    shards, run = root / "shards", root / "run"
+    shards.mkdir()
+    ids = [i for text in texts for i in [*tok.encode(text), eos]]
+    np.array(ids, dtype=np.uint16).tofile(shards / "val.bin")
+    meta = {"vocab_size": tok.vocab_size, "dtype": "uint16", "tokenizer": tok.to_dict(), "eos_id": eos}
+    (shards / "meta.json").write_text(json.dumps(meta))
+    model = randomize(build_model(dataclasses.replace(layout, vocab_size=tok.vocab_size)), 1)
+    save_weights(model, run / "model.safetensors", metadata={TOKENIZER_KEY: json.dumps(tok.to_dict())})
+    data = {"_target_": "archlab.data.TokensDataModule", "dir": str(shards), "eos_id": None}
+    (run / "summary.json").write_text(json.dumps({"status": "completed", "config": {"data": data}}))
+    return run, shards, eos
+
+
+def test_an_export_is_evaluated_as_the_run_it_came_from(exported, tmp_path, monkeypatch):
+    """The export of a run on BPE shards names the shards' EOS (config.json, the tokenizer's eos_token) and
+    carries the shards' tokenizer: a rolling task conditioned on that EOS and the perplexity of the run's own
+    shards give the run directory's numbers."""
+    import lm_eval.evaluator
+
+    from archlab.cli.eval import main
+    from archlab.cli.export import main as export
+
+    monkeypatch.setattr(lm_eval.evaluator, "add_env_info", lambda results: None)  # `pip list`: 3 s a call
+    _, model, tasks = exported
+    run, shards, eos = bpe_run(tmp_path, model.cfg)
+    export([str(run), f"out={tmp_path / 'hf'}"])
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["eos_token_id"] == eos
+    assert transformers_tokenizer(tmp_path / "hf").eos_token_id == eos
+    found = {}
+    for name, source in (("run", run), ("hf", tmp_path / "hf")):
+        out = tmp_path / f"eval_{name}"
+        main([str(source), "tasks=[tiny_rolling]", f"include_path={tasks}", f"out={out}"])
+        main([str(source), f"perplexity={shards}", "document_mask=true", f"out={out}"])
+        found[name] = json.loads((out / "results.json").read_text())["results"]
+    held_out = f"perplexity:{shards.name}/val.bin"
+    assert found["hf"][held_out]["nll"] == pytest.approx(found["run"][held_out]["nll"], abs=1e-5)
+    assert found["hf"][held_out]["tokens"] == found["run"][held_out]["tokens"] > 0
+    score = "bits_per_byte,none"
+    assert found["hf"]["tiny_rolling"][score] == pytest.approx(found["run"]["tiny_rolling"][score], abs=1e-5)
+
+
+def transformers_tokenizer(path):
+    import transformers
+
+    return transformers.AutoTokenizer.from_pretrained(path)
 
 
 @pytest.mark.slow  # indexing lm-eval's own 14,000 task configs takes about 17 s

@@ -84,6 +84,28 @@ def test_exported_model_and_tokenizer_match_archlab(kind, tmp_path, capsys):
             hf_tok("Z€")
 
 
+@pytest.mark.parametrize("kind", ["char", "byte"])
+def test_the_runs_eos_is_named_without_changing_any_encoding(kind, tmp_path, capsys):
+    """A run whose data ends documents with a newline (``data.eos_id``): config.json and generation_config.json
+    name it; the tokenizer's eos_token too where marking it special changes no encoding (a character of a char
+    vocabulary), not for the byte tokenizer, whose newline symbol "Ċ" would then match that character in a
+    text; archlab's tokenizer is carried beside (archlab_tokenizer.json)."""
+    tokenizer = TOKENIZERS[kind]()
+    eos = tokenizer.encode("\n")[0]
+    saved(tmp_path / "run" / "model.safetensors", LAYOUTS[kind][0], tokenizer)
+    data = {"_target_": "archlab.data.TokensDataModule", "dir": "shards", "eos_id": eos}
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({"config": {"data": data}}))
+    main([str(tmp_path / "run"), f"out={tmp_path / 'hf'}"])
+    capsys.readouterr()
+    for name in ("config.json", "generation_config.json"):
+        assert json.loads((tmp_path / "hf" / name).read_text())["eos_token_id"] == eos
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert (hf_tok.eos_token, hf_tok.eos_token_id) == (("\n", eos) if kind == "char" else (None, None))
+    for text in [TEXT, "a\nb\n\n", *(["Ċ and \u010a\n"] if kind == "byte" else [])]:
+        assert hf_tok(text)["input_ids"] == tokenizer.encode(text), text
+    assert json.loads((tmp_path / "hf" / "archlab_tokenizer.json").read_text()) == tokenizer.to_dict()
+
+
 @pytest.fixture(scope="module")
 def run(conf, tmp_path_factory):
     """A short training run with a char tokenizer, a checkpoint at step 2 and the final weights at step 4."""

@@ -1,20 +1,19 @@
 """What ``archlab-eval`` evaluates, found as ``archlab-export`` finds it: a run directory (its
 ``model.safetensors``), a training checkpoint (with its run's tokenizer), a safetensors file written by
-archlab, or a Hugging Face directory (``archlab-export``'s output: config.json, weights, tokenizer.json).
+archlab, or a Hugging Face directory (``archlab-export``'s output: config.json, weights, tokenizer.json, and
+archlab's own tokenizer, which it takes where there is one, so the run's shards are the export's too).
 ``read_model`` checks the source and reads its config and tokenizer; ``load_model`` reads the weights."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
-from archlab.interop.export import SOURCES, load_model, read_source, run_of
+from archlab.interop.export import SOURCES, load_model, read_export_tokenizer, read_json, read_source, run_eos, run_of
 from archlab.nn.model import Decoder
-from archlab.run_files import SUMMARY, read_summary
 from archlab.tokenizer import BPETokenizer
 
 HF_CONFIG = "config.json"  # what marks a Hugging Face directory
@@ -32,32 +31,13 @@ class EvalModel:
     run: Optional[Path]
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
-def _run_eos(run: Optional[Path]) -> Optional[int]:
-    """The EOS id the run's data separated documents with: ``data.eos_id``, else its shards' meta.json."""
-    data = ((read_summary(run / SUMMARY) or {}).get("config") or {}).get("data") if run is not None else None
-    if not isinstance(data, dict):
-        return None
-    if isinstance(data.get("eos_id"), int):
-        return data["eos_id"]
-    found = _json(Path(str(data.get("dir"))) / "meta.json").get("eos_id") if data.get("dir") else None
-    return found if isinstance(found, int) else None
-
-
 def _hf_eos(path: Path, tokenizer: Optional[BPETokenizer]) -> Optional[int]:
     """A Hugging Face directory's EOS: config.json's ``eos_token_id``, else tokenizer_config.json's token."""
-    found = _json(path / HF_CONFIG).get("eos_token_id")
+    found = read_json(path / HF_CONFIG).get("eos_token_id")
     found = found[0] if isinstance(found, list) and found else found
     if isinstance(found, int):
         return found
-    token = _json(path / "tokenizer_config.json").get("eos_token")
+    token = read_json(path / "tokenizer_config.json").get("eos_token")
     token = token.get("content") if isinstance(token, dict) else token
     return tokenizer.tok.token_to_id(token) if tokenizer is not None and isinstance(token, str) else None
 
@@ -71,12 +51,13 @@ def read_model(source: str, field: str = "source") -> EvalModel:
 
         config = config_from_hf(read_hf_config(path))
         file = path / "tokenizer.json"
-        tokenizer = BPETokenizer.load(file, field) if file.is_file() else None
-        found = EvalModel(path, config, tokenizer, _hf_eos(path, tokenizer), None)
+        hf_tokenizer = BPETokenizer.load(file, field) if file.is_file() else None
+        tokenizer = read_export_tokenizer(path, field) or hf_tokenizer
+        found = EvalModel(path, config, tokenizer, _hf_eos(path, hf_tokenizer), None)
     else:
         weights, config, tokenizer = read_source(source, field)
         run = path if path.is_dir() else run_of(weights)
-        found = EvalModel(weights, config, tokenizer, _run_eos(run), run)
+        found = EvalModel(weights, config, tokenizer, run_eos(run), run)
     if found.tokenizer is None:
         raise ConfigError(
             field,

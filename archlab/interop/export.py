@@ -5,7 +5,9 @@ archlab, as a Hugging Face directory that ``AutoModelForCausalLM`` and ``AutoTok
 layout's Hugging Face class, the output directory), raising one ConfigError naming the field; only then
 does ``export_hf`` load weights and write files. A run directory exports its ``model.safetensors``, the
 final weights the run wrote (as ``archlab-generate`` reads them); a checkpoint, the weights it holds, with
-the tokenizer of the run it belongs to.
+the tokenizer of the run it belongs to. The export carries what evaluating it as the run needs: the EOS that
+ended the run's documents (config.json's ``eos_token_id``) and archlab's own tokenizer (``TOKENIZER_FILE``),
+the identity its shards record, beside the Hugging Face form of it.
 """
 
 from __future__ import annotations
@@ -24,27 +26,62 @@ from archlab.interop.hf import exportability, to_hf
 from archlab.interop.hf_tokenizer import to_hf_tokenizer
 from archlab.nn.validation import validate
 from archlab.run_files import EXPORT, SUMMARY, read_checkpoint, read_summary
+from archlab.tokenizer import tokenizer_from_dict
 from archlab.weights import CONFIG_KEY, TOKENIZER_KEY, load_weights, read_metadata, read_tokenizer
 
 FORMATS = ("hf",)
 SOURCES = "a run directory, a training checkpoint (.ckpt) or a safetensors file written by archlab"
+TOKENIZER_FILE = "archlab_tokenizer.json"  # in an export: archlab's tokenizer as its to_dict, the shards' identity
 
 
 @dataclass
 class ExportPlan:
     """What an export reads and writes, every part checked: the weights file (safetensors or .ckpt), its
-    model config, its tokenizer, the Hugging Face class it becomes and the output directory."""
+    model config, its tokenizer, the Hugging Face class it becomes, the output directory and the EOS id of
+    the run's data (None where none is known)."""
 
     weights: Path
     config: ModelConfig
     tokenizer: Any
     model_class: str
     out: Path
+    eos_id: Optional[int] = None
 
 
 def run_of(ckpt: Path) -> Optional[Path]:
     """The run directory a checkpoint lies in: the nearest one above it holding a run's summary or export."""
     return next((d for d in ckpt.resolve().parents if (d / SUMMARY).is_file() or (d / EXPORT).is_file()), None)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; ``{}`` where there is none."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def run_eos(run: Optional[Path]) -> Optional[int]:
+    """The EOS id the run's data separated documents with: ``data.eos_id``, else its shards' meta.json."""
+    data = ((read_summary(run / SUMMARY) or {}).get("config") or {}).get("data") if run is not None else None
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("eos_id"), int):
+        return data["eos_id"]
+    found = read_json(Path(str(data.get("dir"))) / "meta.json").get("eos_id") if data.get("dir") else None
+    return found if isinstance(found, int) else None
+
+
+def read_export_tokenizer(directory: Path, field: str) -> Any:
+    """archlab's tokenizer an export carries (``TOKENIZER_FILE``); None where it carries none."""
+    spec = read_json(directory / TOKENIZER_FILE)
+    if not spec:
+        return None
+    try:
+        return tokenizer_from_dict(spec)
+    except Exception as err:  # noqa: BLE001 - the tokenizers library raises a bare Exception for a spec it cannot read
+        raise ConfigError(field, str(directory / TOKENIZER_FILE), f"a tokenizer archlab-export wrote ({err})") from None
 
 
 def _run_tokenizer(ckpt: Path, field: str) -> Any:
@@ -124,11 +161,18 @@ def plan_export(source: str, format: str, out: str) -> ExportPlan:
         )
     if importlib.util.find_spec("transformers") is None:
         raise ConfigError("format", format, 'hf with transformers installed: pip install -e ".[hf]"')
+    eos_id = run_eos(run_of(weights))
+    if eos_id is not None and not 0 <= eos_id < config.vocab_size:
+        raise ConfigError(
+            "source",
+            source,
+            f"a run whose data's eos_id is within model.vocab_size={config.vocab_size} (it is {eos_id})",
+        )
     path = checks.writable_dir("out", out)
     if path.is_dir() and any(path.iterdir()):
         held = ", ".join(sorted(p.name for p in path.iterdir())[:5])
         raise ConfigError("out", out, f"a new or empty directory (this one holds {held})")
-    return ExportPlan(weights, config, tokenizer, family.model_class, path)
+    return ExportPlan(weights, config, tokenizer, family.model_class, path, eos_id)
 
 
 def load_model(weights: Path, config: ModelConfig, field: str = "source") -> Any:
@@ -147,12 +191,14 @@ def load_model(weights: Path, config: ModelConfig, field: str = "source") -> Any
 
 
 def export_hf(plan: ExportPlan) -> Path:
-    """Write the plan's model and tokenizer as a Hugging Face directory (config.json, model.safetensors,
-    generation_config.json, tokenizer.json, tokenizer_config.json); returns it."""
+    """Write the plan's model and tokenizer as a Hugging Face directory (config.json and
+    generation_config.json with the EOS id, model.safetensors, tokenizer.json, tokenizer_config.json) with
+    archlab's tokenizer beside them (``TOKENIZER_FILE``); returns it."""
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # one small directory: no "Writing model shards" bar
-    hf_model = to_hf(load_model(plan.weights, plan.config).eval())
+    hf_model = to_hf(load_model(plan.weights, plan.config).eval(), eos_token_id=plan.eos_id)
     hf_model.save_pretrained(str(plan.out))
-    to_hf_tokenizer(plan.tokenizer, plan.config.context_length).save_pretrained(str(plan.out))
+    to_hf_tokenizer(plan.tokenizer, plan.config.context_length, plan.eos_id).save_pretrained(str(plan.out))
+    (plan.out / TOKENIZER_FILE).write_text(json.dumps(plan.tokenizer.to_dict()) + "\n", encoding="utf-8")
     return plan.out

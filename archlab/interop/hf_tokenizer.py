@@ -3,13 +3,14 @@ same text and decode them to the same text, so ``AutoTokenizer`` loads an export
 
 Each becomes a ``tokenizers`` library Tokenizer (the tokenizer.json format): char, a word-level vocabulary
 over single characters (an unknown character fails, as archlab's does); byte, a byte-level BPE without
-merges whose ids are the byte values; bpe, archlab's own Tokenizer, which is already one. None has
-special tokens: archlab's tokenizers add none.
+merges whose ids are the byte values; bpe, archlab's own Tokenizer, which is already one. None adds
+special tokens to a text; the EOS that ended the run's documents is named as the tokenizer's ``eos_token``
+where naming it changes no encoding (``eos_token``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from archlab.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
 
@@ -41,12 +42,32 @@ def backend(tokenizer: Any) -> Any:
     raise TypeError(f"no Hugging Face form for the tokenizer {type(tokenizer).__name__}")
 
 
-def to_hf_tokenizer(tokenizer: Any, model_max_length: int) -> Any:
+def eos_token(tokenizer: Any, eos_id: Optional[int]) -> Optional[str]:
+    """The token of ``eos_id`` where Hugging Face may hold it as its special ``eos_token``: one the text is
+    already split at (a BPE's added token, a character of a char vocabulary), so that marking it special
+    changes no encoding. None for a byte or a merged BPE token (transformers would match its symbol, "Ċ" for
+    a newline, in the text): config.json's ``eos_token_id`` alone names those."""
+    if eos_id is None:
+        return None
+    if isinstance(tokenizer, CharTokenizer):
+        return tokenizer.chars[eos_id] if eos_id < tokenizer.vocab_size else None
+    if isinstance(tokenizer, BPETokenizer):
+        added = tokenizer.tok.get_added_tokens_decoder().get(eos_id)
+        return added.content if added is not None else None
+    return None
+
+
+def to_hf_tokenizer(tokenizer: Any, model_max_length: int, eos_id: Optional[int] = None) -> Any:
     """A ``transformers.PreTrainedTokenizerFast`` of ``tokenizer`` (``save_pretrained`` writes tokenizer.json
-    and tokenizer_config.json); ``model_max_length`` is the model's context. Decoding leaves spaces as
-    they are (``clean_up_tokenization_spaces`` off), as archlab's decode does."""
+    and tokenizer_config.json); ``model_max_length`` is the model's context, ``eos_id`` the EOS of its data
+    (its ``eos_token`` where ``eos_token`` allows one). Decoding leaves spaces as they are
+    (``clean_up_tokenization_spaces`` off), as archlab's decode does."""
     from transformers import PreTrainedTokenizerFast
 
+    token = eos_token(tokenizer, eos_id)
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend(tokenizer), clean_up_tokenization_spaces=False, model_max_length=model_max_length
+        tokenizer_object=backend(tokenizer),
+        clean_up_tokenization_spaces=False,
+        model_max_length=model_max_length,
+        **({} if token is None else {"eos_token": token}),
     )
