@@ -254,6 +254,30 @@ def test_cli_prints_ids_without_a_tokenizer(saved, capsys, ckpt):
     assert printed == expected[0].tolist()
 
 
+def test_cli_takes_a_run_a_checkpoint_and_an_export_as_eval_and_export_do(saved, tmp_path, capsys):
+    """A run directory (its model.safetensors), one of its checkpoints (the run's tokenizer) and its
+    archlab-export directory continue a text prompt as the safetensors file they hold does."""
+    pytest.importorskip("transformers")
+    from archlab.cli.export import main as export
+    from archlab.config.model import model_config_dict
+
+    path, _ = saved
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "model.safetensors").write_bytes(path.read_bytes())
+    m = load_weights(path)
+    state = {f"model.{k}": v for k, v in m.state_dict().items()}
+    ckpt = run / "checkpoints" / "last.ckpt"
+    torch.save({"hyper_parameters": {"model": model_config_dict(m.cfg)}, "state_dict": state}, ckpt)
+    export([str(run), f"out={tmp_path / 'hf'}"])
+    capsys.readouterr()
+    tok = ByteTokenizer()
+    expected = tok.decode(generate(m, torch.tensor([tok.encode("To be")]), 12)[0].tolist())
+    for source in (path, run, ckpt, tmp_path / "hf"):
+        generate_main([str(source), "prompt=To be", "max_new_tokens=12", "temperature=0"])
+        assert capsys.readouterr().out == expected + "\n", source
+
+
 def test_cli_generates_past_the_context(saved, capsys):
     """The saved model's context is 64 tokens: 100 new ones after a 3-token prompt (docs/generation.md
     asks for 200 after training with data.seq_len=64)."""
@@ -283,7 +307,7 @@ def test_settings_keep_text_verbatim_and_read_the_rest_as_yaml():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["prompt=hi"], "prompt='hi' is invalid: allowed prompt_ids=[...] instead"),
+        (["prompt=hi"], "prompt='hi' is invalid: allowed prompt_ids=[...] instead: "),
         (["prompt_ids=[1,2]", "max_new_tokens=abc"], "max_new_tokens='abc' is invalid: allowed a value of type int"),
         (["prompt_ids=[1,2]", "colour=red"], "colour='red' is invalid"),
         (["prompt_ids=[1,2]", "max_new_tokens=-1"], "max_new_tokens=-1 is invalid: allowed an integer >= 0"),
@@ -318,7 +342,7 @@ def test_cli_refuses_a_file_that_is_not_an_archlab_export(saved, tmp_path, capsy
     (tmp_path / "cut.safetensors").write_bytes(with_tok.read_bytes()[:100])
     save_file({"w": torch.zeros(2)}, str(tmp_path / "other.safetensors"))
     for name, reason in [
-        ("notes.txt", "this one does not read"),
+        ("notes.txt", "a run directory, a training checkpoint (.ckpt) or a safetensors file"),
         ("cut.safetensors", "this one does not read"),
         ("other.safetensors", "has no 'archlab_model_config' metadata"),
     ]:

@@ -1,6 +1,9 @@
-"""archlab-generate: continue a prompt with a model saved by archlab (safetensors), using the KV cache.
+"""archlab-generate: continue a prompt with a trained model, using the KV cache. The model is found as
+archlab-eval and archlab-export find it: a run directory (its model.safetensors), a training checkpoint (with
+its run's tokenizer), a safetensors file written by archlab, or a Hugging Face directory (archlab-export's).
 
-    archlab-generate model.safetensors prompt="To be" max_new_tokens=100 temperature=0.8 top_k=50 seed=0
+    archlab-generate outputs/run prompt="To be" max_new_tokens=100 temperature=0.8 top_k=50 seed=0
+    archlab-generate outputs/run/checkpoints/last.ckpt prompt="To be" temperature=0
     archlab-generate ckpt=model.safetensors prompt_ids=[1,2,3] temperature=0   # a file without a tokenizer
 
 Settings are key=value like the Hydra apps, but parsed here: everything after prompt= is taken verbatim,
@@ -11,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Optional
 
 import torch
@@ -22,7 +24,6 @@ from archlab.config.commands import GenerateConfig
 from archlab.errors import ConfigError
 from archlab.generate import generate
 from archlab.precision import check_device
-from archlab.weights import TOKENIZER_KEY, load_weights, read_tokenizer
 
 
 def parse_settings(settings: list[str]) -> GenerateConfig:
@@ -33,19 +34,21 @@ def parse_settings(settings: list[str]) -> GenerateConfig:
 
 def run(cfg: GenerateConfig) -> str:
     """The generated sequence (prompt included) as text, or as a JSON list of ids without a tokenizer."""
-    if cfg.ckpt is None or not Path(cfg.ckpt).is_file():
-        raise ConfigError("ckpt", cfg.ckpt, "an existing safetensors file written by archlab.weights.save_weights")
+    from archlab.evaluation.models import find_model, load
+    from archlab.interop.export import SOURCES
+
+    if cfg.ckpt is None:
+        raise ConfigError("ckpt", cfg.ckpt, f"{SOURCES}, or a Hugging Face directory (archlab-export's)")
+    found = find_model(cfg.ckpt, "ckpt")
     if (cfg.prompt is None) == (cfg.prompt_ids is None):
         raise ConfigError("prompt", cfg.prompt, "exactly one of prompt=<text> or prompt_ids=[...]")
     if cfg.seed is not None and not 0 <= cfg.seed < 2**63:
         raise ConfigError("seed", cfg.seed, "null or an integer in [0, 2**63)")
     check_device(cfg.device)
-    tokenizer = read_tokenizer(cfg.ckpt, field="ckpt")
+    tokenizer = found.tokenizer
     if cfg.prompt is not None:
         if tokenizer is None:
-            raise ConfigError(
-                "prompt", cfg.prompt, f"prompt_ids=[...] instead: {cfg.ckpt} has no {TOKENIZER_KEY!r} metadata"
-            )
+            raise ConfigError("prompt", cfg.prompt, f"prompt_ids=[...] instead: {cfg.ckpt} holds no tokenizer")
         try:
             ids = tokenizer.encode(cfg.prompt)
         except ValueError as e:
@@ -55,7 +58,7 @@ def run(cfg: GenerateConfig) -> str:
     if not ids:
         field = "prompt" if cfg.prompt is not None else "prompt_ids"
         raise ConfigError(field, cfg.prompt if cfg.prompt is not None else ids, "a prompt of at least one token")
-    model = load_weights(cfg.ckpt, device=cfg.device)
+    model = load(found).to(cfg.device)
     generator = torch.Generator(cfg.device).manual_seed(cfg.seed) if cfg.seed is not None else None
     prompt = torch.tensor([ids], dtype=torch.long, device=cfg.device)
     out = generate(model, prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k, generator)[0].tolist()

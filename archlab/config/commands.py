@@ -95,9 +95,13 @@ class CoordConfig:
 class GenerateConfig:
     """``archlab-generate``: a saved model, a prompt and how to sample its continuation."""
 
-    ckpt: Optional[str] = setting(None, "safetensors file written by archlab (a bare path is taken as ckpt)")
-    prompt: Optional[str] = setting(None, "text, taken verbatim, encoded with the tokenizer stored in the file")
-    prompt_ids: Optional[List[int]] = setting(None, "token ids, e.g. [1,2,3], for a file without a tokenizer")
+    ckpt: Optional[str] = setting(
+        None,
+        "the model: a run directory, a training checkpoint (.ckpt), a safetensors file written by archlab or a "
+        "Hugging Face directory (archlab-export's) (a bare path is taken as ckpt)",
+    )
+    prompt: Optional[str] = setting(None, "text, taken verbatim, encoded with the model's tokenizer")
+    prompt_ids: Optional[List[int]] = setting(None, "token ids, e.g. [1,2,3], for a model without a tokenizer")
     max_new_tokens: int = setting(100, "tokens to generate after the prompt")
     temperature: float = setting(1.0, "softmax temperature; 0 = greedy")
     top_k: Optional[int] = setting(None, "sample among the k most likely tokens; null = all")

@@ -42,9 +42,10 @@ def _hf_eos(path: Path, tokenizer: Optional[BPETokenizer]) -> Optional[int]:
     return tokenizer.tok.token_to_id(token) if tokenizer is not None and isinstance(token, str) else None
 
 
-def read_model(source: str, field: str = "source") -> EvalModel:
-    """The checked ``source``: ConfigError naming ``field`` where nothing evaluable is there, or it has no
-    tokenizer (lm-eval's tasks are text)."""
+def find_model(source: str, field: str = "source") -> EvalModel:
+    """The checked ``source`` (a run directory, a checkpoint, a safetensors file or a Hugging Face
+    directory), its tokenizer None where it has none; ConfigError naming ``field`` where no model is there.
+    ``archlab-generate`` finds its model here too."""
     path = Path(source).expanduser()
     if path.is_dir() and (path / HF_CONFIG).is_file():
         from archlab.interop.hf import config_from_hf, read_hf_config
@@ -53,11 +54,16 @@ def read_model(source: str, field: str = "source") -> EvalModel:
         file = path / "tokenizer.json"
         hf_tokenizer = BPETokenizer.load(file, field) if file.is_file() else None
         tokenizer = read_export_tokenizer(path, field) or hf_tokenizer
-        found = EvalModel(path, config, tokenizer, _hf_eos(path, hf_tokenizer), None)
-    else:
-        weights, config, tokenizer = read_source(source, field)
-        run = path if path.is_dir() else run_of(weights)
-        found = EvalModel(weights, config, tokenizer, run_eos(run), run)
+        return EvalModel(path, config, tokenizer, _hf_eos(path, hf_tokenizer), None)
+    weights, config, tokenizer = read_source(source, field)
+    run = path if path.is_dir() else run_of(weights)
+    return EvalModel(weights, config, tokenizer, run_eos(run), run)
+
+
+def read_model(source: str, field: str = "source") -> EvalModel:
+    """The checked ``source``: ConfigError naming ``field`` where nothing evaluable is there, or it has no
+    tokenizer (lm-eval's tasks are text)."""
+    found = find_model(source, field)
     if found.tokenizer is None:
         raise ConfigError(
             field,
