@@ -378,3 +378,76 @@ def test_an_unknown_task_is_refused_with_the_local_and_the_closest_names(exporte
     with pytest.raises(ConfigError, match=r"tiny_mc.*hellaswag") as refused:
         task_manager(["hellaswg"], str(tasks))
     assert refused.value.field == "tasks"
+
+
+@pytest.fixture(scope="module")
+def gpt2_export(exported):
+    """A random tiny GPT-2 (learned positions: n_positions sizes a tensor) exported, with the byte tokenizer."""
+    from archlab.cli.export import main as export
+
+    root = exported[0] / "gpt2"
+    sizes = ["model=gpt2", f"model.context_length={CTX}", "model.n_layer=2", "model.d_model=32"]
+    model = randomize(build_model(compose_model([*sizes, "model.attention.n_head=4", "model.vocab_size=256"])), 3)
+    save_weights(model, root / "model.safetensors", metadata={TOKENIZER_KEY: json.dumps(ByteTokenizer().to_dict())})
+    export([str(root / "model.safetensors"), f"out={root / 'hf'}"])
+    return root / "hf"
+
+
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("n_layer", 3, "config.json: n_layer=3 is invalid: allowed 2, the layers"),
+        ("n_layer", 1, "config.json: n_layer=1 is invalid: allowed 2, the layers"),
+        ("vocab_size", 300, "config.json: vocab_size=300 is invalid: allowed 256, the embedding rows"),
+        ("n_positions", 64, "config.json: n_positions=64 is invalid: allowed 48, the position rows"),
+        ("n_embd", 64, "config.json: n_embd=64 is invalid: allowed 32, the width"),
+        ("model_type", "bert", "config.json: model_type='bert' is invalid: allowed a model_type archlab converts"),
+        (None, None, "config.json' is invalid: allowed a config.json that is JSON (Expecting"),
+    ],
+)
+def test_an_edited_config_json_is_one_line_naming_the_file_and_the_key(gpt2_export, tmp_path, key, value, says, capsys):
+    """An export whose config.json was edited (or broken): archlab-eval and archlab-generate print one line
+    naming config.json and the key, with what the weights hold, before any weights are read."""
+    import shutil
+
+    from archlab.cli.eval import main
+    from archlab.cli.generate import main as generate
+
+    hf = tmp_path / "hf"
+    shutil.copytree(gpt2_export, hf)
+    config = hf / "config.json"
+    if key is None:
+        config.write_text(config.read_text().rstrip().rstrip("}") + ",}")
+    else:
+        config.write_text(json.dumps({**json.loads(config.read_text()), key: value}))
+    (tmp_path / "held_out.txt").write_text("abcdefghij" * 9)
+    for command, args in ((main, [f"perplexity={tmp_path / 'held_out.txt'}"]), (generate, ["prompt_ids=[1]"])):
+        with pytest.raises(SystemExit) as exit:
+            command([str(hf), *args])
+        err = capsys.readouterr().err
+        assert exit.value.code == 2 and len(err.strip().splitlines()) == 1 and str(config) in err, err
+        assert says in err, err
+    assert not (hf / "eval").exists()
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (("doc_to_target", "doc_to_targt"), "doc_to_targt is no field of an lm-eval task (closest: doc_to_target"),
+        (("output_type: multiple_choice", "output_type: multiple_choise"), "invalid output_type 'multiple_choise'"),
+        (("tiny_mc.jsonl", "no_such.jsonl"), "FileNotFoundError"),
+    ],
+)
+def test_a_task_config_lm_eval_cannot_build_is_one_line_naming_its_file(exported, tmp_path, edit, says, capsys):
+    """A local task's YAML with a misspelt field, a value lm-eval refuses or data it cannot find: one line
+    naming the task, its YAML file and the field, before the model's weights are read."""
+    from archlab.cli.eval import main
+
+    root, _, tasks = exported
+    yaml = tmp_path / "tiny_typo.yaml"
+    yaml.write_text((tasks / "tiny_mc.yaml").read_text().replace("task: tiny_mc", "task: tiny_typo").replace(*edit))
+    with pytest.raises(SystemExit) as exit:
+        main([str(root / "model.safetensors"), "tasks=[tiny_typo]", f"include_path={tmp_path}", f"out={tmp_path}"])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: tasks='tiny_typo' is invalid") and f"{yaml}: " in err and says in err, err

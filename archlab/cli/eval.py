@@ -7,7 +7,8 @@ eval/ directory, which archlab-report reads as columns.
     archlab-eval outputs/run/checkpoints/last.ckpt perplexity=shards/ document_mask=true
     archlab-eval hf/model perplexity=notes.txt seq_len=256 stride=128         # an archlab-export directory
 
-Every setting, the model's files and the task names are checked before any weights are read.
+Every setting, the model's files (an export's config.json against its weights' shapes) and the tasks (each
+built from its config, its data read) are checked before any weights are read.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def run(cfg: EvalConfig) -> tuple[Path, dict[str, Any]]:
         results: dict[str, Any] = {"results": {held_out.name: figures}}
     else:
         assert cfg.tasks is not None  # check: tasks or perplexity
-        from archlab.evaluation.harness import ArchlabLM, evaluate, rolling_tasks, task_manager
+        from archlab.evaluation.harness import ArchlabLM, evaluate, load_tasks, rolling_tasks, task_manager
 
         manager = task_manager(cfg.tasks, cfg.include_path)
         rolling = rolling_tasks(manager, cfg.tasks) if found.eos_id is None and cfg.prefix_token_id is None else []
@@ -99,8 +100,9 @@ def run(cfg: EvalConfig) -> tuple[Path, dict[str, Any]]:
                 f"a token id: {', '.join(rolling)} score texts from their start, conditioned on it, and this "
                 "model's tokenizer has no EOS to take",
             )
+        tasks = load_tasks(manager, cfg.tasks)
         lm = ArchlabLM(load(found), found.tokenizer, cfg.batch_size, cfg.device, found.eos_id, cfg.prefix_token_id)
-        results = evaluate(lm, cfg.tasks, manager, cfg.num_fewshot, cfg.limit)
+        results = evaluate(lm, tasks, manager, cfg.num_fewshot, cfg.limit)
     return write_results(results, directory), results["results"]
 
 

@@ -6,8 +6,10 @@ numbers on a model that exports (tests/test_evaluation.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -190,11 +192,39 @@ def task_manager(tasks: list[str], include_path: Optional[str]) -> Any:
     return manager
 
 
+UNKNOWN_FIELD = re.compile(r"unexpected keyword argument '(\w+)'")  # a dataclass's TypeError, as Python words it
+
+
+def load_tasks(manager: Any, tasks: list[str]) -> list[Any]:
+    """lm-eval's Task (or Group) of each of ``tasks``, built (their data read) before any weights are: a
+    config lm-eval cannot build (a misspelt field, a value it refuses, data it cannot read) is one ConfigError
+    naming ``tasks``, the task's YAML file and, for a field lm-eval does not know, the closest it does."""
+    from lm_eval.api.task import TaskConfig
+
+    built = []
+    for task in tasks:
+        try:
+            loaded = manager.load([task])
+        except Exception as err:  # noqa: BLE001 - lm-eval raises whatever its config, templates or data raise
+            path = getattr(manager.task_index.get(task), "yaml_path", None)
+            where = f"{path}" if path is not None else f"lm-eval's config of {task}"
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            unknown = UNKNOWN_FIELD.search(reason) if isinstance(err, TypeError) else None
+            if unknown is not None:
+                close = difflib.get_close_matches(unknown[1], [f.name for f in dataclasses.fields(TaskConfig)], n=3)
+                reason = f"{unknown[1]} is no field of an lm-eval task (closest: {', '.join(close) or 'none'})"
+            else:
+                reason = f"{type(err).__name__}: {reason}"
+            raise ConfigError("tasks", task, f"a task lm-eval builds; {where}: {reason}") from None
+        built.extend([loaded["groups"][task]] if task in loaded["groups"] else loaded["tasks"].values())
+    return built
+
+
 def evaluate(
-    lm: ArchlabLM, tasks: list[str], manager: Any, num_fewshot: Optional[int], limit: Optional[float]
+    lm: ArchlabLM, tasks: list[Any], manager: Any, num_fewshot: Optional[int], limit: Optional[float]
 ) -> dict[str, Any]:
-    """lm-eval's results of ``tasks`` on ``lm`` (its results dict, per-task metrics under ``results``),
-    without the per-sample log."""
+    """lm-eval's results of ``tasks`` (names, or what ``load_tasks`` built of them) on ``lm`` (its results
+    dict, per-task metrics under ``results``), without the per-sample log."""
     from lm_eval.evaluator import simple_evaluate
 
     found = simple_evaluate(

@@ -12,11 +12,10 @@ from typing import Any, Optional
 
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.evaluation.hf_dir import HF_CONFIG, read_hf_dir
 from archlab.interop.export import SOURCES, load_model, read_export_tokenizer, read_json, read_source, run_eos, run_of
 from archlab.nn.model import Decoder
 from archlab.tokenizer import BPETokenizer
-
-HF_CONFIG = "config.json"  # what marks a Hugging Face directory
 
 
 @dataclass
@@ -48,9 +47,7 @@ def find_model(source: str, field: str = "source") -> EvalModel:
     ``archlab-generate`` finds its model here too."""
     path = Path(source).expanduser()
     if path.is_dir() and (path / HF_CONFIG).is_file():
-        from archlab.interop.hf import config_from_hf, read_hf_config
-
-        config = config_from_hf(read_hf_config(path))
+        config = read_hf_dir(path, field)
         file = path / "tokenizer.json"
         hf_tokenizer = BPETokenizer.load(file, field) if file.is_file() else None
         tokenizer = read_export_tokenizer(path, field) or hf_tokenizer
