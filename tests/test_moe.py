@@ -608,6 +608,8 @@ BAD = [
     (dict(aux_loss_weight=-0.1), "model.mlp.routing.aux_loss_weight"),
     (dict(z_loss_weight=float("nan")), "model.mlp.routing.z_loss_weight"),
     (dict(aux_loss_weight=float("inf")), "model.mlp.routing.aux_loss_weight"),
+    (dict(correction_bias=True, bias_update_speed=-0.001), "model.mlp.routing.bias_update_speed"),
+    (dict(bias_update_speed=0.001), "model.mlp.routing.bias_update_speed"),  # no correction bias to move
     (dict(expert="swiglu", approximate="tanh"), "model.mlp.approximate"),  # the expert kind's own rule
     (dict(expert="relu", approximate="tanh"), "model.mlp.approximate"),
     (dict(expert="relu2", approximate="tanh"), "model.mlp.approximate"),
@@ -659,6 +661,8 @@ MOE_RUN = [
     "model/layers=dense_first",
     "model.mlp.routing.aux_loss_weight=0.01",
     "model.mlp.routing.z_loss_weight=0.001",
+    "model.mlp.routing.correction_bias=true",
+    "model.mlp.routing.bias_update_speed=0.01",
     "trainer.max_steps=6",
     "trainer.val_check_interval=3",
     "data.batch_size=4",
@@ -678,9 +682,12 @@ def ddp_run(conf, tmp_path_factory):
 @pytest.mark.slow  # two processes (about 55 s with its fixture): -m slow
 def test_ddp_trains_logs_aux_losses_and_resumes_exactly(conf, ddp_run, tmp_path):
     """Resumed from the step-3 checkpoint, the run ends with the uninterrupted run's weights (bit for
-    bit) and validation history; the aux losses are logged each step."""
+    bit, the correction bias moved by the balancing too) and validation history; the aux losses are logged
+    each step; the router's load is both processes' tokens (summed before the bias update)."""
     summary = json.loads((ddp_run / "summary.json").read_text())
     assert summary["trainer"]["world_size"] == 2 and summary["steps"] == 6
+    tokens_per_step = summary["throughput"]["tokens"] / 6  # both processes' (ThroughputMonitor)
+    assert summary["router_load"]["steps"] == 1 and summary["router_load"]["assignments"] == tokens_per_step * 2
     assert summary["parameters"]["built"]["mlp"] == count(summary["model"])["mlp"]
     csv = next((ddp_run / "logs").rglob("metrics.csv")).read_text().splitlines()
     header = csv[0].split(",")
@@ -693,6 +700,7 @@ def test_ddp_trains_logs_aux_losses_and_resumes_exactly(conf, ddp_run, tmp_path)
     a = load_weights(ddp_run / "model.safetensors").state_dict()
     b = load_weights(tmp_path / "model.safetensors").state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert a["blocks.1.mlp.router_bias"].abs().sum() > 0
     assert json.loads((tmp_path / "summary.json").read_text())["metrics"]["history"] == summary["metrics"]["history"]
 
 

@@ -11,7 +11,7 @@ Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
 
 - scores: ``softmax(logits)`` over all experts, or ``sigmoid(logits)`` (DeepSeek-V3);
 - choice: ``scores + router_bias`` (DeepSeek-V3's aux-loss-free correction bias, a buffer: it moves the
-  selection only); with ``n_groups > 1`` only the experts of the ``top_groups`` groups whose two best
+  selection only; ``bias_update_speed`` γ > 0 moves it after each optimizer step, ``update_correction_bias``); with ``n_groups > 1`` only the experts of the ``top_groups`` groups whose two best
   choice scores sum highest remain (the others -inf), and of those the ``top_k`` best are chosen;
 - logits: ``x·Wᵀ``, plus a learned bias with ``router_bias`` (gpt-oss);
 - weights: the chosen experts' scores (without the correction bias), divided by their sum + 1e-20 when
@@ -59,6 +59,9 @@ class RoutingConfig:
     top_groups: int = 1  # groups a token may pick from, ranked by the sum of their two best scores (V3: 4)
     routed_scale: float = 1.0  # the routed experts' weights times this (DeepSeek-V3: 2.5)
     correction_bias: bool = False  # a per-expert bias added to the scores for selection only (DeepSeek-V3)
+    # γ: after each optimizer step the correction bias moves γ·sign(mean load − load) per expert (DeepSeek-V3's
+    # auxiliary-loss-free balancing, γ=0.001); 0: training leaves it where it is
+    bias_update_speed: float = 0.0
     router_bias: bool = False  # the router Linear has a learned bias, added to its logits (gpt-oss)
     weight_input: bool = False  # the routing weight scales an expert's input, not its output (Llama 4)
     aux_loss_weight: float = 0.0  # weight of the load-balancing loss (Switch Transformer; Mixtral: 0.02)
@@ -85,6 +88,12 @@ class MoEConfig(ClampFields, TanhField, GatedWidthConfig):
 def not_compiled(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """``torch.compiler.disable(fn)``, keeping ``fn``'s signature: torch leaves ``disable`` unannotated."""
     return cast("Callable[_P, _R]", torch.compiler.disable(fn))
+
+
+def _recomputing() -> bool:
+    """Whether this forward is activation checkpointing's recomputation inside backward (it routed these
+    tokens once already: counting them again would double the load)."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def shared_config(cfg: ModelConfig) -> ModelConfig:
@@ -146,7 +155,6 @@ class Experts(nn.Module):
 _OWN_FIELDS = frozenset({"expert", "expert_d_ff", "n_shared_experts", "shared_expert_gate", "routing"})
 
 
-@MLPS.register("moe")
 class MoE(MLP):
     """Routed experts (``experts``), their ``router`` and any ``shared`` experts, as the module
     docstring describes. In training it keeps its auxiliary losses (``aux_losses``, those whose weight
@@ -163,6 +171,7 @@ class MoE(MLP):
     """
 
     router_bias: Optional[Tensor]  # a buffer: DeepSeek-V3's correction bias, else None
+    load: Tensor  # a buffer, not saved: (token, expert) assignments per expert since ``update_correction_bias``
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
@@ -175,6 +184,8 @@ class MoE(MLP):
         self.register_buffer(
             "router_bias", torch.zeros(r.n_experts, dtype=torch.float32) if r.correction_bias else None
         )
+        self.bias_update_speed = r.bias_update_speed
+        self.register_buffer("load", torch.zeros(r.n_experts, dtype=torch.long), persistent=False)
         f = expert_width(cfg)
         self.experts = Experts(cfg, f)
         width = m.n_shared_experts * f
@@ -242,8 +253,20 @@ class MoE(MLP):
         is assignment ``order[i]`` = token·k + slot) and the rows each expert got."""
         assignments = indices.flatten()
         order = assignments.argsort(stable=True)
-        counts = torch.bincount(assignments, minlength=self.n_experts).tolist()
-        return x[order // indices.shape[1]], order, counts
+        counts = torch.bincount(assignments, minlength=self.n_experts)
+        if self.training and not _recomputing():
+            self.load += counts
+        return x[order // indices.shape[1]], order, counts.tolist()
+
+    @torch.no_grad()
+    def update_correction_bias(self, load: Tensor) -> None:
+        """DeepSeek-V3's auxiliary-loss-free step, after an optimizer step: each expert's correction bias
+        moves by ``bias_update_speed``·sign(mean load − its load), ``load`` [E] the assignments of the step's
+        tokens (every process's, summed); then the count starts again. γ=0 or no correction bias: unchanged."""
+        if self.router_bias is not None and self.bias_update_speed > 0:
+            load = load.to(self.router_bias.device, torch.float64)
+            self.router_bias += self.bias_update_speed * torch.sign(load.mean() - load).to(self.router_bias.dtype)
+        self.load.zero_()
 
     def combine(self, out: Tensor, order: Tensor, weights: Optional[Tensor]) -> Tensor:
         """The experts' outputs ``out`` [N·k, d] (rows in ``order``) back in (token, slot) order, each
@@ -273,7 +296,9 @@ class MoE(MLP):
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:
         """The GPT-2 init of what no Linear holds (``Decoder.init_weights`` calls it): each expert's input
-        matrix N(0, std), its output matrix N(0, residual_std), biases zero; the correction bias zero."""
+        matrix N(0, std), its output matrix N(0, residual_std), biases zero; the correction bias and the
+        load count zero."""
+        self.load.zero_()
         w_in, w_out = self.experts.matrices()
         nn.init.normal_(w_in, 0.0, std)
         nn.init.normal_(w_out, 0.0, residual_std)
@@ -355,6 +380,9 @@ class MoE(MLP):
         return f"moe top-{r.top_k} of {r.n_experts}{shared} {experts}{routing}"
 
 
+MLPS.register("moe")(MoE)  # after the class, not as its decorator: the name keeps MoE's own type for its callers
+
+
 def _validate_routing(r: RoutingConfig) -> None:
     """Whole numbers of experts and groups that fit one another; weights that are not negative."""
     checks.integer("model.mlp.routing.n_experts", r.n_experts)
@@ -383,3 +411,10 @@ def _validate_routing(r: RoutingConfig) -> None:
     checks.positive("model.mlp.routing.routed_scale", r.routed_scale)
     checks.non_negative("model.mlp.routing.aux_loss_weight", r.aux_loss_weight)
     checks.non_negative("model.mlp.routing.z_loss_weight", r.z_loss_weight)
+    checks.non_negative("model.mlp.routing.bias_update_speed", r.bias_update_speed)
+    if r.bias_update_speed > 0 and not r.correction_bias:
+        raise ConfigError(
+            "model.mlp.routing.bias_update_speed",
+            r.bias_update_speed,
+            "0, or a speed with correction_bias=true (it moves the correction bias)",
+        )

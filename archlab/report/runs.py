@@ -253,6 +253,10 @@ def run_figures(run: Run) -> dict[str, float]:
     grad_norm = finite_number((s.get("grad_norm") or {}).get("max"))
     if grad_norm is not None:
         out["max grad norm"] = grad_norm
+    router = s.get("router_load") or {}  # a mixture of experts' last window of loads (RouterLoad)
+    for key, figure in (("max_over_mean", "router max/mean"), ("cv", "router cv")):
+        if finite_number(router.get(key)) is not None:
+            out[figure] = float(router[key])
     match = s.get("match") or {}  # null where nothing was matched: no matched figure then
     if match:
         out[f"matched {match['field']}"] = float(match["value"])

@@ -90,6 +90,8 @@ def metric_columns(variants: list[Variant], metric: Optional[str] = None) -> lis
             "KV cache bytes/token",
             "tokens/s",
             "wall time (s)",
+            "router max/mean",
+            "router cv",
         )
         if k in keys
     ]
@@ -117,6 +119,7 @@ TABLE_COSTS = {
     "params active": "active params",
     "flops/token": "FLOPs/token",
     "tokens/s": "tokens/s",
+    "router max/mean": "router max/mean",
 }
 
 
@@ -125,7 +128,8 @@ def table_columns(columns: list[str], stats: list[dict]) -> dict[str, str]:
     weights' moving average, where the runs kept one: callbacks.ema) and best, each data mixture source's
     final loss (``val/<source>/loss``), archlab-eval's metrics and the final ones evaluated during training,
     then parameters (active ones beside them where some variant, a mixture of experts, has fewer active than
-    total), FLOPs/token as trained and tokens/s; every other figure is in the CSV only."""
+    total), FLOPs/token as trained, tokens/s and a mixture of experts' load max/mean; every other figure is
+    in the CSV only."""
     primary = next((c.removeprefix("final ") for c in columns if c.startswith(("final ", EVAL_FIGURE))), None)
     wanted = {f: f for f in compare.figures_of(primary)} if primary else {}
     if primary and f"ema {primary}" in columns:

@@ -20,6 +20,7 @@ from archlab.nn.model import Decoder, document_inputs
 from archlab.nn.validation import validate
 from archlab.training.optim import build_optimizer, build_scheduler
 from archlab.training.parametrization import initialise
+from archlab.training.routing import balance_routers
 
 
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
@@ -79,6 +80,7 @@ class LitModel(L.LightningModule):
         self.history: list[dict[str, float]] = []  # one entry per validation: step and metrics
         self._rng_to_restore: Optional[dict[str, Tensor]] = None
         self._rng_before_validation: Optional[dict[str, Tensor]] = None
+        self.router_load: dict[int, Tensor] = {}  # the last optimizer step's load per MoE layer (RouterLoad reads it)
 
     @property
     def decoder(self) -> Decoder:
@@ -139,6 +141,12 @@ class LitModel(L.LightningModule):
         assert not isinstance(optimizer, list)  # configure_optimizers returns one
         self.log("train/lr", optimizer.param_groups[0]["lr"])
         return loss
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # every MoE layer's correction bias moves by the step's load, summed over the processes
+        # (model.mlp.routing.bias_update_speed; 0: unchanged)
+        self.router_load = balance_routers(self.decoder, lambda t: self.trainer.strategy.reduce(t, reduce_op="sum"))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         # Validate (and so checkpoint) after the last step too, not only every val_check_interval
