@@ -17,6 +17,7 @@ SUMMARY = "summary.json"  # what the run was and gave: archlab.training.summary 
 EXPORT = "model.safetensors"  # the final weights, written when the run completes
 EMA_EXPORT = "model_ema.safetensors"  # their moving average (callbacks.ema), written beside them
 AVERAGE_EXPORT = "model_last{k}.safetensors"  # archlab-average's mean of the run's last k checkpoints
+HEALTH = "health.jsonl"  # per-layer health every K steps (callbacks.health): the report's heatmaps
 EVAL_RESULTS = "eval/results.json"  # archlab-eval's results in a run directory: archlab-report's eval columns
 HYDRA_FILES = ".hydra"  # the job's composed config, overrides and Hydra settings, as Hydra names them
 PENDING_HYDRA_FILES = ".hydra.pending"  # where Hydra writes them first: hydra.output_subdir in conf/train.yaml

@@ -663,6 +663,7 @@ MOE_RUN = [
     "model.mlp.routing.z_loss_weight=0.001",
     "model.mlp.routing.correction_bias=true",
     "model.mlp.routing.bias_update_speed=0.01",
+    "callbacks.health.every_n_steps=3",
     "trainer.max_steps=6",
     "trainer.val_check_interval=3",
     "data.batch_size=4",
@@ -716,3 +717,13 @@ def test_fsdp2_trains_a_moe_like_ddp(conf, ddp_run, tmp_path):
     ddp = load_weights(ddp_run / "model.safetensors").state_dict()
     assert fsdp["blocks.1.mlp.experts.gate_up"].shape == (4, 32, 32)
     assert max((fsdp[k] - ddp[k]).abs().max().item() for k in ddp) < 1e-5
+    # per-layer health: FSDP's norms summed over the shards, the RMS averaged over the processes, as DDP's
+    fsdp_health, ddp_health = (
+        [json.loads(ln) for ln in (d / "health.jsonl").read_text().splitlines()] for d in (tmp_path, ddp_run)
+    )
+    assert [r["step"] for r in fsdp_health] == [r["step"] for r in ddp_health] == [3, 6]
+    for a, b in zip(fsdp_health, ddp_health):
+        for figure in ("rms", "grad_norm", "grad_norm_role", "update_ratio"):
+            assert a[figure].keys() == b[figure].keys() and all(
+                a[figure][k] == pytest.approx(b[figure][k], rel=1e-3) for k in a[figure]
+            ), figure

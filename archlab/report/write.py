@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from archlab.config.commands import ReportConfig
 from archlab.errors import ConfigError
 from archlab.figures import save_figure
-from archlab.report import best, compare, stability, training_eval
+from archlab.report import best, compare, health, stability, training_eval
 from archlab.report import scaling as scaling_fits
 from archlab.report import transfer as transfer_along
 from archlab.report.analysis import Analysis, analyse
@@ -249,6 +249,7 @@ def write_report(cfg: ReportConfig) -> dict[str, Path]:
 
     colour_axis = analysis.tuned or (stability.LR_AXIS if stability.LR_AXIS in axes else None)
     plots = _plots(variants, stats, columns, colour_axis, out)
+    plots |= health.plot_health(variants, out)  # the runs' per-layer health (callbacks.health), where recorded
     # choices and fits come of best_over and scaling (analysis.tuned and .scaling), which analyse refuses
     # unless a run completed: leading is known
     if leading and analysis.tuned and analysis.choices:
