@@ -50,14 +50,16 @@ class Probe:
         self.sharded = any(hasattr(p, "to_local") for p in model.parameters())
         self._squares: dict[str, list[Tensor]] = {}
         self._handles: list[Any] = []
+        # the same hook functions every time: a compiled block then finds the graph it traced with them
+        self._hooks = [self._keep(str(i)) for i in range(len(blocks))]
         self._before: Optional[list[Tensor]] = None
 
     def watch(self) -> None:
         """Hook every block: the mean square of its output over each forward until ``gradients``."""
         if self._handles:
             return
-        for i, block in enumerate(self.model.blocks):
-            self._handles.append(block.register_forward_hook(self._keep(str(i))))
+        for block, hook in zip(self.model.blocks, self._hooks):
+            self._handles.append(block.register_forward_hook(hook))
 
     def _keep(self, name: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: Any, output: Tensor) -> None:
