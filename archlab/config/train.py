@@ -108,6 +108,9 @@ class TrainConfig:
     seed: int = setting(0, "seeds weights, data order and dropout; two runs with one seed match")
     ckpt_path: Optional[str] = setting(None, "continue exactly from this checkpoint, into a new run directory")
     resume: Optional[str] = setting(None, "auto: continue from the newest checkpoint of this run directory")
+    branch_from: Optional[str] = setting(
+        None, "a stable-phase run directory: start this wsd run from its checkpoint where this run's decay begins"
+    )
     compile: bool = setting(False, "torch.compile each block")
     activation_checkpointing: bool = setting(False, "recompute each block's activations in backward (less memory)")
     threads: Optional[int] = setting(None, "torch intra-op threads per process (null: torch's default)")

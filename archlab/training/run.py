@@ -26,6 +26,7 @@ from archlab.errors import ConfigError, DirectoryHoldsRun
 from archlab.nn.validation import validate
 from archlab.precision import resolve_precision
 from archlab.run_files import SUMMARY
+from archlab.training.branch import branch_checkpoint, branch_record
 from archlab.training.checkpoints import AtomicCheckpointIO, check_checkpoint, config_differences
 from archlab.training.instantiate import instantiate_group, instantiate_node
 from archlab.training.loggers import CSVLogger, log_config, log_summary
@@ -86,7 +87,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def resolve_checkpoint(cfg: DictConfig, out: Path) -> Optional[str]:
-    """``ckpt_path`` as given, or with ``resume=auto`` the newest checkpoint of this run directory."""
+    """``ckpt_path`` as given, or with ``resume=auto`` the newest checkpoint of this run directory; with
+    ``branch_from``, the stable run's checkpoint this branch starts from (``training/branch.py``)."""
+    if cfg.get("branch_from") is not None:
+        return branch_checkpoint(cfg, out)
     if cfg.ckpt_path is not None:  # recorded in summary.json: absolute, like every path there, and as given
         return os.path.abspath(cfg.ckpt_path)  # (a last.ckpt link not swapped for its target of the moment)
     if cfg.resume == "auto":
@@ -207,6 +211,7 @@ def _run_info(
         "match": matched,
         "ignored": ignored_settings(cfg, model_cfg),
         "resumed_from": ckpt_path,
+        "branch": branch_record(cfg),
         "precision": {"setting": str(cfg.trainer.precision), "used": precision[0], "why": precision[1]},
         "config": {
             k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v

@@ -62,18 +62,22 @@ def cooldown_steps(decay_steps: int, decay_fraction: float) -> int:
     return max(1, int(decay_fraction * decay_steps + 0.5))
 
 
+def decay_start(decay_steps: int, decay_fraction: float) -> int:
+    """The first step of the wsd decay: the peak holds before it (a cooldown branch starts here)."""
+    return decay_steps - cooldown_steps(decay_steps, decay_fraction)
+
+
 def wsd_factor(step: int, warmup_steps: int, decay_steps: int, min_lr_ratio: float, decay_fraction: float) -> float:
     """``wsd``: warm-up, the peak until the last ``cooldown_steps`` before ``decay_steps``, then
     ``1 - sqrt(progress)`` from 1 down to ``min_lr_ratio`` at ``decay_steps``, then the floor."""
     if step < warmup_steps:
         return warmup_factor(step, warmup_steps)
-    cooldown = cooldown_steps(decay_steps, decay_fraction)
-    start = decay_steps - cooldown
+    start = decay_start(decay_steps, decay_fraction)
     if step < start:
         return 1.0
     if step >= decay_steps:
         return min_lr_ratio
-    return min_lr_ratio + (1.0 - math.sqrt((step - start) / cooldown)) * (1.0 - min_lr_ratio)
+    return min_lr_ratio + (1.0 - math.sqrt((step - start) / (decay_steps - start))) * (1.0 - min_lr_ratio)
 
 
 def schedule(scheduler: dict[str, Any], max_steps: int) -> Callable[[int], float]:
@@ -111,6 +115,6 @@ def warmup_limit(scheduler: Any, max_steps: int) -> tuple[int, Optional[str]]:
     others must end their warm-up before ``decay_steps`` (null: ``max_steps``)."""
     decay = scheduler.decay_steps if scheduler.decay_steps is not None else max_steps
     if scheduler.kind == "wsd" and scheduler.decay_fraction is not None and 0.0 < scheduler.decay_fraction < 1.0:
-        start = decay - cooldown_steps(decay, scheduler.decay_fraction)
+        start = decay_start(decay, scheduler.decay_fraction)
         return start, f"the decay over the last {decay - start} of {decay} steps (scheduler.decay_fraction)"
     return decay - 1, None
