@@ -186,7 +186,9 @@ class ReportConfig:
         None, "a swept axis, e.g. optim.lr: each variant at its value with the best mean metric; null = none"
     )
     scaling: Optional[str] = setting(
-        None, "a swept size axis, e.g. model.d_model: fit L = a*X^-b + e against FLOPs and parameters; null = none"
+        None,
+        "a swept size axis, e.g. model.d_model: fit L = a*X^-b + e against FLOPs and parameters; "
+        "ND: a ladder, L(N, D) = E + A/N^alpha + B/D^beta over every run, and the compute-optimal N and D; null = none",
     )
     transfer: Optional[str] = setting(
         None,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 from archlab.config.commands import ReportConfig
 from archlab.errors import ConfigError
 from archlab.report import compare
+from archlab.report import ladder as ladders
 from archlab.report import scaling as scaling_fits
 from archlab.report import transfer as transfer_along
 from archlab.report.best import EdgeWarning, grid_edges
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 class Analysis:
     """What the report's options ask beyond the table, worked out (and every option checked) before any
     file is written: best_over's choices (and those at the edge of their grid), baseline comparisons (with best_over also at each of its values),
-    scaling fits and compute multipliers."""
+    scaling fits and compute multipliers, or with ``scaling=ND`` the ladder's L(N, D)."""
 
     metric: Optional[str]
     tuned: Optional[str] = None
@@ -35,6 +36,7 @@ class Analysis:
     scaling: Optional[str] = None
     fits: list[scaling_fits.ScalingFit] = field(default_factory=list)
     multipliers: list[scaling_fits.Multiplier] = field(default_factory=list)
+    ladder: Optional[ladders.Ladder] = None  # scaling=ND: L(N, D) over every run
 
 
 def analyse(variants: list[Variant], axes: list[str], metric: Optional[str], cfg: ReportConfig) -> Analysis:
@@ -43,8 +45,10 @@ def analyse(variants: list[Variant], axes: list[str], metric: Optional[str], cfg
     best value), then the baseline comparisons and the scaling fits on the variants so chosen. ``metric``:
     the report's leading metric, None where no run completed."""
     baseline, best_over, scaling, transfer = cfg.baseline, cfg.best_over, cfg.scaling, cfg.transfer
+    ladder = scaling == ladders.LADDER
+    scaling = None if ladder else scaling  # an axis, for the one-variable fits
     found = Analysis(metric, tuned=best_over, scaling=scaling)
-    given = {"best_over": best_over, "scaling": scaling, "baseline": baseline, "transfer": transfer}
+    given = {"best_over": best_over, "scaling": cfg.scaling, "baseline": baseline, "transfer": transfer}
     if metric is None:  # nothing to compare: no option may be given
         if any(given.values()):
             option = next(k for k, v in given.items() if v)
@@ -59,6 +63,8 @@ def analyse(variants: list[Variant], axes: list[str], metric: Optional[str], cfg
         found.baseline = compare.parse_baseline(baseline, axes, variants, taken)
     if scaling is not None:
         scaling_fits.check_scaling(scaling, variants, metric)
+    if ladder:
+        ladders.ladder_points(variants, metric)  # refused here, before any fit
     if transfer is not None:
         axis, proxy = transfer_along.parse(transfer, axes, variants, best_over)
         assert best_over is not None  # parse refuses transfer without it
@@ -77,4 +83,6 @@ def analyse(variants: list[Variant], axes: list[str], metric: Optional[str], cfg
         found.fits = scaling_fits.fit_scaling(chosen, scaling, metric, tuned=best_over)
         if found.baseline is not None:
             found.multipliers = scaling_fits.multipliers(found.fits, *found.baseline)
+    if ladder:
+        found.ladder = ladders.fit_ladder(chosen, metric)
     return found

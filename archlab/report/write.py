@@ -22,6 +22,7 @@ from archlab.config.commands import ReportConfig
 from archlab.errors import ConfigError
 from archlab.figures import save_figure
 from archlab.report import best, compare, health, stability, training_eval
+from archlab.report import ladder as ladders
 from archlab.report import scaling as scaling_fits
 from archlab.report import transfer as transfer_along
 from archlab.report.analysis import Analysis, analyse
@@ -192,7 +193,8 @@ def write_report(cfg: ReportConfig) -> dict[str, Path]:
     figure), report.json (best runs, warnings, stability) and PNG plots for the sweep in ``cfg.sweep_dir``,
     into ``cfg.out`` (default: the sweep's directory); return their paths. ``cfg.metric`` (e.g. ``val/loss``)
     leads them and is plotted; default: the runs' primary metric. ``baseline``, ``best_over``, ``scaling``
-    and ``transfer``: see ``analyse``; scaling also writes scaling.csv and scaling.png. ``spike_factor``,
+    and ``transfer``: see ``analyse``; scaling also writes scaling.csv and scaling.png (``scaling=ND``: ladder.csv
+    and ladder.png). ``spike_factor``,
     ``spike_window``, ``lr_tolerance``: see ``stability.assess``. ``ignore``: override keys that do not make
     variants (where a run ran: ``trainer.accelerator``); the report names them and the values they took."""
     stability.check_settings(cfg)
@@ -261,6 +263,9 @@ def write_report(cfg: ReportConfig) -> dict[str, Path]:
         written["scaling csv"] = scaling_fits.write_scaling_csv(
             analysis.fits, analysis.multipliers, out / "scaling.csv"
         )
+    if leading and analysis.ladder:
+        plots["ladder"] = ladders.plot_ladder(analysis.ladder, leading, out)
+        written["ladder csv"] = ladders.write_ladder_csv(analysis.ladder, out / "ladder.csv")
     table = table_columns(columns, stats)
     md = [
         f"# Sweep report: `{Path(sweep_dir)}`",
@@ -295,6 +300,8 @@ def write_report(cfg: ReportConfig) -> dict[str, Path]:
             md += scaling_fits.scaling_section(
                 analysis.fits, analysis.multipliers, analysis.scaling, leading, plots.get("scaling")
             )
+        if analysis.ladder:
+            md += ladders.ladder_section(analysis.ladder, leading, plots.get("ladder"))
         md += best.best_runs_section(winners, leading)
     md += stability.stability_section(found)
     problems = [r for r in runs if r.status != "completed"]
