@@ -4,6 +4,7 @@ tokens; a stable run it would not continue exactly is refused, naming the field,
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -57,10 +58,13 @@ def test_a_branch_ends_bit_identical_to_the_wsd_run_it_stands_for(conf, tmp_path
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
 
 
-def fake_stable_run(path: Path, cfg, steps=(4, 8), scheduler=None, optim=None) -> None:
+def fake_stable_run(path: Path, cfg, steps=(4, 8), scheduler=None, optim=None, summary=None) -> None:
     """A stable run's checkpoints as archlab-train writes them, their hyper_parameters from ``cfg`` (the
-    non-tensor part is all branch_from reads)."""
+    non-tensor part is all branch_from reads), and its summary.json's config where ``summary`` gives one."""
     (path / "checkpoints").mkdir(parents=True)
+    if summary is not None:
+        config = {"data": plain_dict(cfg.data, resolve=True), "seed": cfg.seed, **summary}
+        (path / "summary.json").write_text(json.dumps({"status": "completed", "config": config}))
     hparams = {
         "optim": optim or plain_dict(cfg.optim, resolve=True),
         "param": plain_dict(cfg.param, resolve=True),
@@ -102,6 +106,8 @@ def test_the_checkpoint_where_the_decay_begins_is_found_and_checked(conf, tmp_pa
         ),
         (["scheduler=cosine"], {}, "scheduler.kind", "wsd with branch_from"),
         (["ckpt_path=x.ckpt"], {}, "branch_from", "null when ckpt_path is given"),
+        (["seed=1"], {"summary": {}}, "branch_from", "config.seed: checkpoint 0, this run 1"),
+        (["data.batch_size=4"], {"summary": {}}, "branch_from", "data.batch_size: checkpoint 8, this run 4"),
     ],
 )
 def test_a_stable_run_the_branch_would_not_continue_exactly_is_refused(conf, tmp_path, extra, stable, field, words):

@@ -81,24 +81,29 @@ def _checkpoints(stable: Path) -> dict[int, tuple[Path, dict[str, Any]]]:
 
 
 def _check_same_stable_phase(cfg: DictConfig, stable: Path, saved: dict[str, Any], start: int) -> None:
-    """Refuse a stable run whose optimizer or parametrisation differs from this run's, or whose learning-rate
-    multiplier differs from this run's at any step before ``start`` (the branch would not be the run it
-    stands for). The stable run's ``trainer.max_steps`` is read from its summary.json where its schedule
-    depends on it."""
+    """Refuse a stable run whose optimizer, parametrisation, data or seed (the last two from its summary.json,
+    where it has one) differs from this run's, or whose learning-rate multiplier differs from this run's at
+    any step before ``start``: the branch would not be the run it stands for. Its ``trainer.max_steps``, read
+    from its summary.json too, where its schedule depends on it."""
     diffs = [
         d
         for name in ("optim", "param")
         for d in config_differences(saved.get(name) or {}, plain_dict(cfg[name], resolve=True), prefix=name)
     ]
+    recorded = (read_summary(stable / SUMMARY) or {}).get("config") or {}
+    if recorded:  # a stable run still training has no summary yet: its data and seed go unchecked
+        diffs += config_differences(recorded.get("data") or {}, plain_dict(cfg.data, resolve=True), prefix="data")
+        diffs += config_differences({"seed": recorded.get("seed")}, {"seed": cfg.seed}, prefix="config")
     if diffs:
         raise ConfigError(
-            FIELD, str(stable), "a stable run with this run's optimizer; it differs in " + "; ".join(diffs)
+            FIELD,
+            str(stable),
+            "a stable run with this run's optimizer, data and seed; it differs in " + "; ".join(diffs),
         )
     theirs_cfg = saved.get("scheduler") or {}
     theirs_steps = 0  # a constant schedule does not read it
     if theirs_cfg.get("kind", "cosine") != "constant" and theirs_cfg.get("decay_steps") is None:
-        summary = read_summary(stable / SUMMARY) or {}
-        theirs_steps = ((summary.get("config") or {}).get("trainer") or {}).get("max_steps")
+        theirs_steps = (recorded.get("trainer") or {}).get("max_steps")
         if not isinstance(theirs_steps, int):
             raise ConfigError(
                 FIELD,
