@@ -6,6 +6,7 @@ fitted is refused, naming the field, before anything is written."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from helpers.report_runs import job, report, rows
 
 from archlab.errors import ConfigError
 from archlab.report import ladder_fit
-from archlab.report.ladder_fit import Law, bootstrap, check_points, fit_law
+from archlab.report.ladder import Ladder, Point, ladder_section
+from archlab.report.ladder_fit import Bootstrap, Law, bootstrap, check_points, fit_law
 
 # Hoffmann et al. 2022's own fit (Sec. 3.3): E = 1.69, A = 406.4, B = 410.7, α = 0.34, β = 0.28
 CHINCHILLA = Law(1.69, 406.4, 410.7, 0.34, 0.28)
@@ -117,3 +119,14 @@ def test_a_ladder_that_cannot_be_fitted_is_refused_before_anything_is_written(tm
         report(tmp_path / "sweep", tmp_path / "out", scaling="ND", **({"metric": metric} if metric else {}))
     assert refused.value.field == field and words in refused.value.allowed
     assert not (tmp_path / "out").exists()
+
+
+def test_a_fit_whose_loss_does_not_fall_with_d_gives_no_compute_optimal_allocation():
+    """β ≤ 0: L has no minimum along C = 6ND; the section says so rather than print the closed form's nan."""
+    rising = Law(1.0, 50.0, 0.5, 0.3, -0.05)
+    points = [Point(Path(f"run{i}"), n, d, float(rising(n, d))) for i, (n, d) in enumerate([(1e5, 1e7), (1e6, 1e8)])]
+    found = Ladder(points, Bootstrap(rising, [rising, CHINCHILLA]), budgets=[1e15])
+    text = "\n".join(ladder_section(found, "val/loss", None))
+    assert "No compute-optimal allocation: the fit has α = 0.3, β = -0.05" in text and "N_opt |" not in text
+    assert not rising.falls and found.fit.falling == [CHINCHILLA]
+    assert found.fit.optimum(1e20)[0] == (CHINCHILLA.optimum(1e20)[0],) * 2  # the one refit that has one

@@ -137,11 +137,20 @@ def ladder_section(ladder: Ladder, metric: str, plot: Optional[Path]) -> list[st
     ]
     for name in PARAMETERS:
         lines.append(f"| {SYMBOLS[name]} | {_g(getattr(law, name))} | {_between(*fit.parameter(name))} |")
+    if not law.falls:
+        return [
+            *lines,
+            "",
+            f"No compute-optimal allocation: the fit has α = {_g(law.alpha)}, β = {_g(law.beta)}, and L has a "
+            "minimum along C = 6ND only where it falls with both N and D (α, β > 0).",
+        ]
+    kept = len(fit.falling)
     lines += [
         "",
         "Compute-optimal allocation at C = 6ND (N_opt = G·(C/6)^(β/(α+β)), D_opt = (C/6)^(α/(α+β))/G, "
         f"G = (αA/(βB))^(1/(α+β))); the last {len(EXTRAPOLATE)} budgets lie beyond the largest run "
-        f"({_g(ladder.largest_run)} FLOPs): extrapolated.",
+        f"({_g(ladder.largest_run)} FLOPs): extrapolated."
+        + (f" Intervals over the {kept} refits with α, β > 0." if kept < len(fit.laws) else ""),
         "",
         f"| C (FLOPs) | N_opt | {level} | D_opt | {level} | D/N | L at the optimum |",
         "|---|---|---|---|---|---|---|",
@@ -158,14 +167,15 @@ def ladder_section(ladder: Ladder, metric: str, plot: Optional[Path]) -> list[st
 
 def write_ladder_csv(ladder: Ladder, path: Path) -> Path:
     """ladder.csv, one figure a row (quantity, C, value, the bootstrap interval): the five parameters, then
-    N_opt, D_opt and the loss at each budget, then every run's point and its fitted loss."""
+    N_opt, D_opt and the loss at each budget (where the fit has them), then every run's point and its
+    fitted loss."""
     law, fit = ladder.law, ladder.fit
     with path.open("w", newline="") as out:
         writer = csv.writer(out)
         writer.writerow(["quantity", "C", "value", "ci low", "ci high", "run"])
         for name in PARAMETERS:
             writer.writerow([name, "", getattr(law, name), *fit.parameter(name), ""])
-        for c in ladder.budgets:
+        for c in ladder.budgets if law.falls else []:
             n, d = law.optimum(c)
             (n_low, n_high), (d_low, d_high) = fit.optimum(c)
             writer.writerow(["N_opt", c, n, n_low, n_high, ""])
@@ -195,8 +205,9 @@ def plot_ladder(ladder: Ladder, metric: str, out: Path) -> Path:
     for i, c in enumerate(ladder.budgets):
         colour = cmap(i / max(1, len(ladder.budgets) - 1))
         right.plot(n_all, law(n_all, c / (6 * n_all)), color=colour, label=f"C = {_g(c)}")
-        n_opt, d_opt = law.optimum(c)
-        right.plot([n_opt], [law(n_opt, d_opt)], "*", ms=10, color=colour)
+        if law.falls:
+            n_opt, d_opt = law.optimum(c)
+            right.plot([n_opt], [law(n_opt, d_opt)], "*", ms=10, color=colour)
     right.scatter(
         [p.n for p in ladder.points],
         [p.loss for p in ladder.points],
@@ -207,7 +218,7 @@ def plot_ladder(ladder: Ladder, metric: str, out: Path) -> Path:
     )
     right.set(xscale="log", xlabel=f"N: non-embedding parameters ({N_FIELD})", ylabel=f"{metric} at C = 6ND")
     right.set_title("isoFLOP curves (★: compute-optimal N)", fontsize=9)
-    optima = [float(law(*law.optimum(c))) for c in ladder.budgets]
+    optima = [float(law(*law.optimum(c))) for c in ladder.budgets if law.falls]
     right.set_ylim(min(*optima, *(p.loss for p in ladder.points)) * 0.9, max(p.loss for p in ladder.points) * 1.15)
     for ax in (left, right):
         ax.grid(alpha=0.3, which="both")

@@ -46,6 +46,11 @@ class Law:
     def __call__(self, n, d):
         return self.E + self.A / np.power(n, self.alpha) + self.B / np.power(d, self.beta)
 
+    @property
+    def falls(self) -> bool:
+        """Whether L falls with both N and D (α, β > 0): only then has C = 6ND a compute-optimal N and D."""
+        return self.alpha > 0 and self.beta > 0
+
     def optimum(self, compute):
         """The N and D that minimise L at training compute C = 6ND (Hoffmann et al. eq. 4):
         N_opt = G·(C/6)^(β/(α+β)), D_opt = G⁻¹·(C/6)^(α/(α+β)), G = (αA/(βB))^(1/(α+β))."""
@@ -165,9 +170,16 @@ class Bootstrap:
     def parameter(self, name: str) -> tuple[float, float]:
         return self.interval([getattr(law, name) for law in self.laws])
 
+    @property
+    def falling(self) -> list[Law]:
+        """The refits whose L falls with both N and D: those with a compute-optimal allocation."""
+        return [law for law in self.laws if law.falls]
+
     def optimum(self, compute: float) -> tuple[tuple[float, float], tuple[float, float]]:
-        """The intervals of N_opt and D_opt at ``compute``."""
-        found = [law.optimum(compute) for law in self.laws]
+        """The intervals of N_opt and D_opt at ``compute`` over the ``falling`` refits (nan: none)."""
+        found = [law.optimum(compute) for law in self.falling]
+        if not found:
+            return (math.nan, math.nan), (math.nan, math.nan)
         return self.interval([f[0] for f in found]), self.interval([f[1] for f in found])
 
 
