@@ -1,6 +1,6 @@
 """Cooldown branches (``branch_from``): a wsd run that starts from a stable-phase run's checkpoint at the step
-its own decay begins, so one stable run gives a cooled-down model at several budgets (Hägele et al. 2024,
-Sec. 4: a cooldown branched from the constant phase matches a run trained to that length)."""
+its own decay begins, so one stable run gives a cooled-down model at several budgets (Hägele et al. 2024:
+a cooldown branched from the constant phase matches a run trained to that length)."""
 
 from __future__ import annotations
 
