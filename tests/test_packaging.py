@@ -18,11 +18,10 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def test_every_package_of_the_tree_is_listed():
-    """pyproject.toml lists the packages by name (discovery cannot map conf/ to archlab.conf): a new
-    subpackage left out of the list would be missing from every install."""
-    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "archlab").rglob("__init__.py")} | {
-        "archlab.conf"
-    }
+    """pyproject.toml lists the packages by name (discovery cannot map conf/ to archlab.conf), archlab's
+    Hydra plugins beside them: a new subpackage left out of the list would be missing from every install."""
+    inits = [*(ROOT / "archlab").rglob("__init__.py"), *(ROOT / "hydra_plugins").rglob("__init__.py")]
+    on_disk = {".".join(p.parent.relative_to(ROOT).parts) for p in inits} | {"archlab.conf"}
     assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == on_disk
     assert PYPROJECT["tool"]["setuptools"]["package-dir"] == {"archlab.conf": "conf"}
 

@@ -1,0 +1,1 @@
+"""archlab's Hydra plugins (Hydra finds a launcher inside the ``hydra_plugins`` namespace alone)."""
