@@ -232,3 +232,50 @@ def test_without_transformers_the_export_line_says_so(capsys, monkeypatch):
         'exports to: GPT2LMHeadModel (Hugging Face, with archlab-export); transformers is not installed (pip install -e ".[hf]"), which the export needs'
         in out.splitlines()
     )
+
+
+HYBRID = ["+mixer_variant=hybrid_1_4", "model.n_layer=4"]  # Gated DeltaNet 3:1 with attention (study_mixers)
+
+
+def test_check_previews_match_sizing_a_hybrid_against_its_plain_model(capsys):
+    """``match.reference={layers: {pattern: []}}``: the hybrid's d_ff sized so its total equals the same
+    model with every layer attention. The value is the closest d_ff by the closed-form counts of both
+    models composed apart, and the rest of the report is of the sized model."""
+    from dataclasses import replace
+
+    from archlab import compose_model
+    from archlab.accounting import count
+
+    match = ["match.reference={layers: {pattern: []}}"]
+    code, out = check_in_process(capsys, *HYBRID, *match, "format=json")
+    result = json.loads(out)
+    assert code == 0 and result["match"]["field"] == "mlp.d_ff"
+    d_ff = result["match"]["value"]
+    target = count(compose_model([*HYBRID, "model.layers.pattern=[]"]))["total"]
+    hybrid = compose_model(HYBRID)
+    totals = {k: count(replace(hybrid, mlp=replace(hybrid.mlp, d_ff=k)))["total"] for k in (d_ff - 1, d_ff, d_ff + 1)}
+    assert result["match"]["target"] == target and result["analytic"]["total"] == totals[d_ff]
+    assert abs(totals[d_ff] - target) == min(abs(t - target) for t in totals.values()) <= 0.005 * target
+    assert len(result["layer_kinds"]) == 2 and result["model"]["mlp"]["d_ff"] == d_ff
+    _, out = check_in_process(capsys, *HYBRID, *match)
+    assert (
+        f"match (total, reference {{layers: []}}): model.mlp.d_ff={d_ff} gives {totals[d_ff]:,} against the "
+        f"reference's {target:,}"
+    ).replace("{layers: []}", "{layers: {pattern: []}}") in out
+
+
+def test_check_previews_match_of_training_flops_as_a_factor_on_the_steps(capsys):
+    """``training_flops`` sizes no model field: the factor on the reference's steps, its FLOPs per token
+    over the hybrid's."""
+    from dataclasses import replace
+
+    from archlab import compose_model
+    from archlab.accounting import count
+
+    overrides = [*HYBRID, "match.reference={layers: {pattern: []}}", "match.quantity=training_flops", "format=json"]
+    _, out = check_in_process(capsys, *overrides)
+    hybrid = compose_model(HYBRID)
+    plain = count(replace(hybrid, layers=replace(hybrid.layers, pattern=[])))
+    hybrid = count(hybrid)
+    factor = json.loads(out)["match"]["steps_factor"]
+    assert factor == pytest.approx(plain["flops_per_token"] / hybrid["flops_per_token"], rel=1e-12)

@@ -4,11 +4,12 @@ published ones, or, given any ``model`` override, one composed model's breakdown
     archlab-check                                      # the preset table; exit 1 on any mismatch
     archlab-check model=llama3-70b                     # one model, per component
     archlab-check model=gpt2 model/position=rope format=json
+    archlab-check model/mlp=swiglu 'match.reference={mlp: {kind: gelu}}'   # what archlab-train's match sets
 
 For one model it also gives each layer kind's layers, parts and counts (model.layers), says which
 Hugging Face class the layout exports to (archlab-export), or every
 field that blocks an export and the nearest class that would hold it, and every field set that the
-chosen variant ignores.
+chosen variant ignores. With ``match.*`` (archlab-train's) it prints what match sets and reports the sized model.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -29,14 +30,14 @@ from archlab.accounting import COMPONENTS, built_counts, count
 from archlab.build import CONF_DIR, build_model, compose
 from archlab.cli.errors import short_config_errors
 from archlab.cli.settings import run_hydra_command
-from archlab.config import left_out, model_config_dict, to_model_config
+from archlab.config import model_config_dict, to_model_config, with_fields
 from archlab.config.commands import CheckConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.interop.families.base import bare
 from archlab.interop.hf import exportability
-from archlab.nn.validation import entries, ignored, validate
+from archlab.nn.validation import entries, validate
 
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
 # config.json (the Hub repo named per line), built on the meta device, tied tensors counted once. Where the
@@ -259,6 +260,8 @@ def print_breakdown(title: str, result: dict, layout: str, console: Console) -> 
                 markup=False,
             )
     console.print(export_line(result["hf_export"]), soft_wrap=True, markup=False)
+    if result["match"] is not None:
+        console.print(match_line(result["match"], result["model"]), soft_wrap=True, markup=False)
     for line in result["ignored"]:
         console.print(line, soft_wrap=True, markup=False)
     table = Table("component", "analytic", "built (meta)", "", box=box.SIMPLE_HEAD)
@@ -279,22 +282,57 @@ def print_breakdown(title: str, result: dict, layout: str, console: Console) -> 
     return all(analytic[c] == built[c] for c in (*COMPONENTS, "total"))
 
 
+def preview_match(cfg: DictConfig) -> Optional[dict[str, Any]]:
+    """What ``match.*`` sets in archlab-train (``training.sweep.apply_match``), set in ``cfg.model`` so the
+    report is of the sized model; None without ``match.reference`` or where the variant lacks
+    ``match.field``. ``training_flops`` sets no model field: the factor on the reference's steps instead."""
+    from archlab.training.sweep import apply_match
+
+    m = cfg.match
+    if m.quantity != "training_flops" or m.reference is None:
+        return apply_match(cfg)
+    model = validate(to_model_config(cfg.model))
+    reference = validate(with_fields(model, cast(dict, OmegaConf.to_container(m.reference)), "match.reference"))
+    ours, theirs = count(model)["flops_per_token"], count(reference)["flops_per_token"]
+    return {"reference": OmegaConf.to_container(m.reference), "quantity": m.quantity, "steps_factor": theirs / ours}
+
+
+def match_line(record: dict[str, Any], model: dict[str, Any]) -> str:
+    """``preview_match``'s record on one line, with the sizes it counted at (archlab-train's data sets them)."""
+    reference = json.dumps(record["reference"]).replace('"', "")
+    if record["quantity"] == "training_flops":
+        return (
+            f"match (training_flops, reference {reference}): trainer.max_steps = {record['steps_factor']:.4f} x "
+            "the reference's steps (its training FLOPs per token over this model's)"
+        )
+    return (
+        f"match ({record['quantity']}, reference {reference}): model.{record['field']}={record['value']} gives "
+        f"{record['params']:,} against the reference's {record['target']:,} ({record['relative_difference']:+.2%}), "
+        f"at model.vocab_size={model['vocab_size']} and context_length={model['context_length']} "
+        "(archlab-train matches at its data's)"
+    )
+
+
 def run(cfg: DictConfig, overrides: list[str]) -> int:
     """Print the report for the composed ``cfg`` and its command-line ``overrides``; return the
     exit status: 0 when every count agrees, 1 on any mismatch."""
     if cfg.format not in ("table", "json"):
         raise ConfigError("format", cfg.format, "table or json")
     console = Console(width=max(Console().width, 110), highlight=False)
-    if not model_overridden(overrides):
+    if not model_overridden(overrides) and cfg.match.reference is None:
         rows = preset_rows()
         if cfg.format == "json":
             print(json.dumps(rows, indent=2))
         else:
             print_table(rows, console)
         return int(any(row["status"] == "MISMATCH" for row in rows))
+    from archlab.training.sweep import ignored_settings
+
+    matched = preview_match(cfg)
     model = validate(to_model_config(cfg.model))
-    ignored_fields = left_out(cfg.model) + [str(item) for item in ignored(model)]
+    ignored_fields = ignored_settings(cfg, model)
     result = {**report(cfg.model), "layer_kinds": layer_kinds(cfg.model), "hf_export": export_report(cfg.model)}
+    result["match"] = matched
     # the model as built: each section with its chosen option's fields alone (--cfg job prints what Hydra
     # composed: every option's fields, ??? where unset)
     result["model"] = model_config_dict(model)

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 from archlab.config.fields import setting
 from archlab.config.model import ModelConfig
-from archlab.config.train import ParamConfig
+from archlab.config.train import MatchConfig, ParamConfig
 
 
 @dataclass
@@ -17,6 +17,7 @@ class CheckConfig:
     """``archlab-check``: one composed model, or (with no ``model=``) every preset."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
+    match: MatchConfig = field(default_factory=MatchConfig)  # archlab-train's: previewed, the model sized by it
     format: str = setting("table", "table or json")
 
 
