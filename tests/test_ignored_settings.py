@@ -21,9 +21,11 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 TINY = ["model.n_layer=2", "model.d_model=32", "model.attention.n_head=4", "model.vocab_size=64"]
 TINY += ["model.context_length=16"]
 
-# (the variant, a field it ignores set away from its default)
+# (the variant, a field it ignores set away from its default); the reason where another field takes its place
 IGNORED = [
     (["model/mlp=swiglu", "model.mlp.d_ff=40"], "model.mlp.multiplier", 3.0),  # an explicit d_ff wins
+    (["model/mlp=swiglu", "model.mlp.d_ff=40"], "model.mlp.multiple_of", 16),  # SwiGLU's rule, which d_ff replaces
+    (["model/mlp=swiglu", "model.mlp.multiplier=2.0"], "model.mlp.ffn_dim_multiplier", 1.3),
     (["model/norm=rmsnorm"], "model.norm.bias", False),
     (["model/block=pre"], "model.block.shared_norm", False),
     (["model/position=rope"], "model.position.scaling.low_freq_factor", 2.0),  # llama3 scaling's; scaling is none
@@ -80,10 +82,12 @@ def test_an_ignored_field_is_named_and_changes_nothing(variant, field, value):
     found = ignored(cfg)
     assert [(i.field, i.value) for i in found] == [(field, value)]
     family = field.split(".")[1]
-    assert str(found[0]) == (
-        f"{field}={value!r} is ignored for this variant "
-        f"(model.{family}.kind={getattr(base, family).kind} does not use it)"
-    )
+    why = f"model.{family}.kind={getattr(base, family).kind} does not use it"
+    if base.mlp.d_ff is not None and field.startswith("model.mlp."):  # the width rules' fields
+        why = f"model.mlp.d_ff={base.mlp.d_ff} is set, which gives the width itself"
+    elif field == "model.mlp.ffn_dim_multiplier":
+        why = f"model.mlp.multiplier={base.mlp.multiplier} is set, which gives the width as d_model times it"
+    assert str(found[0]) == f"{field}={value!r} is ignored for this variant ({why})"
     (a, state_a), (b, state_b) = _logits(base), _logits(cfg)
     assert state_a.keys() == state_b.keys() and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
     assert torch.equal(a, b)
@@ -133,3 +137,21 @@ def test_a_run_says_once_what_its_variant_ignores_and_matches_nothing_it_lacks(t
     assert s["match"] is None and "expert_d_ff" not in s["model"]["mlp"]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert [w for w in warned if "ignored for this variant" in w or "is left out" in w] == expected
+
+
+def test_a_width_rule_that_match_replaced_says_so(tmp_path):
+    """SwiGLU reads multiple_of, until match sets d_ff: the notice names d_ff and match, not the kind."""
+    from archlab.training.sweep import apply_match, ignored_settings
+
+    conf = tiny_config_dir(tmp_path / "conf")
+    overrides = ["model/mlp=swiglu", "model.mlp.multiple_of=16", "match.reference={mlp: {kind: gelu}}"]
+    cfg = compose_train(conf, tmp_path / "run", overrides)
+    assert ignored_settings(cfg, to_model_config(cfg.model)) == [
+        "model.mlp.approximate='tanh' is left out: MLP swiglu has no such field"
+    ]
+    record = apply_match(cfg)
+    assert record is not None and record["field"] == "mlp.d_ff"
+    assert ignored_settings(cfg, to_model_config(cfg.model))[1:] == [
+        f"model.mlp.multiple_of=16 is ignored for this variant (model.mlp.d_ff={record['value']} is set, which gives "
+        "the width itself: match.field sets it)"
+    ]

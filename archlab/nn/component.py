@@ -70,6 +70,12 @@ class Component:
         ``archlab-check`` say so (``nn.validation.ignored``). None: it uses them all."""
         return None
 
+    @classmethod
+    def unread(cls, cfg: ModelConfig, field: str) -> Optional[str]:
+        """Why a field this variant has goes unread at these settings (another field takes its place), for
+        ``nn.validation.ignored`` to say; None: the variant does not use it at all."""
+        return None
+
 
 class LayerPart(Component):
     """An entry built per layer, ``Entry(cfg, layer)``: a layer may differ from the others (a sliding

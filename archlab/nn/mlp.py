@@ -168,6 +168,18 @@ def width_fields(cfg: ModelConfig, gated: bool) -> frozenset[str]:
     return frozenset({"d_ff", "multiplier", "ffn_dim_multiplier", "multiple_of"})
 
 
+def width_unread(cfg: ModelConfig, field: str) -> Optional[str]:
+    """Why a width rule's field goes unread (``width_fields``): the rule that wins over it is set."""
+    m = cfg.mlp
+    if field not in ("multiplier", "ffn_dim_multiplier", "multiple_of"):
+        return None
+    if m.d_ff is not None:
+        return f"model.mlp.d_ff={m.d_ff} is set, which gives the width itself"
+    if m.multiplier is not None:
+        return f"model.mlp.multiplier={m.multiplier} is set, which gives the width as d_model times it"
+    return None
+
+
 def _validate_sizes(cfg: ModelConfig) -> None:
     m = cfg.mlp
     for name in ("d_ff", "multiplier", "ffn_dim_multiplier"):
@@ -216,6 +228,10 @@ class DenseMLP(MLP):
         """The width rules that apply (an explicit d_ff wins over the others), the biases and
         ``approximate`` (refused where there is no tanh form); none of a mixture of experts' fields."""
         return width_fields(cfg, cls.gated(cfg)) | {"bias", "approximate"}
+
+    @classmethod
+    def unread(cls, cfg: ModelConfig, field: str) -> Optional[str]:
+        return width_unread(cfg, field)
 
     @staticmethod
     def form(cfg: ModelConfig) -> str:

@@ -172,6 +172,13 @@ def _reads(cfg: ModelConfig, family: str) -> Optional[frozenset[str]]:
     return FAMILIES[family].get(getattr(cfg, family).kind).reads(cfg)
 
 
+def _why(cfg: ModelConfig, family: str, field: str, where: str = "") -> str:
+    """Why ``field`` of ``family``'s section goes unread: the entry's reason (another field takes its
+    place), else that the chosen kind does not use it."""
+    kind = getattr(cfg, family).kind
+    return FAMILIES[family].get(kind).unread(cfg, field) or f"model.{family}.kind={kind}{where} does not use it"
+
+
 def ignored(cfg: ModelConfig) -> list[Ignored]:
     """Every field set away from its dataclass default that no chosen entry reads (``reads``; a
     sub-config's fields one by one, ``scaling.factor``): of the model's sections (read by its own entries
@@ -189,14 +196,13 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
         read = frozenset().union(*(r for r in reads if r is not None))
         for name, value, default in _fields(section):
             if name != "kind" and not _is_read(name, read) and value != default:
-                why = f"model.{family}.kind={section.kind} does not use it"
-                out.append(Ignored(f"model.{family}.{name}", value, why))
+                out.append(Ignored(f"model.{family}.{name}", value, _why(cfg, family, name)))
     for name, layer in layers.items():
         for family, fields in kinds[name].items():
             read = _reads(layer, family)
             for field, value in _dotted(fields or {}):
                 if read is not None and field != "kind" and not _is_read(field, read):
-                    why = f"model.{family}.kind={getattr(layer, family).kind} in layer kind {name} does not use it"
+                    why = _why(layer, family, field, f" in layer kind {name}")
                     out.append(Ignored(f"model.layers.kinds.{name}.{family}.{field}", value, why))
     for name in sorted(set(kinds) - set(used)):
         out.append(Ignored(f"model.layers.kinds.{name}", kinds[name], "no layer is given it"))

@@ -54,8 +54,12 @@ def ignored_settings(cfg: DictConfig, model: ModelConfig) -> list[str]:
     (``nn.validation.ignored``), and a ``match.field`` it does not have (nothing is matched then). A
     sweep that crosses variants sets such fields for all of them: the run goes on and says so. A mixer's
     field set where another mixer is chosen is left out of the model (``config.left_out``), and said so too."""
-    out = left_out(cfg) + [str(item) for item in ignored(model)]
     m = cfg.match
+    sized = f"model.{m.field}=" if m.reference is not None and m.quantity != "training_flops" else None
+    out = left_out(cfg) + [
+        str(item._replace(why=f"{item.why}: match.field sets it") if sized and item.why.startswith(sized) else item)
+        for item in ignored(model)
+    ]
     if m.reference is not None and m.quantity != "training_flops" and not uses(model, m.field):
         family = m.field.rpartition(".")[0]
         kind = getattr(model, family).kind
