@@ -288,3 +288,15 @@ def test_lr_from_sets_the_rate_and_refuses_another_parametrisation_or_axis(tmp_p
     with pytest.raises(ConfigError) as caught:  # both would set the rate
         validate_train(compose("train", ["optim.lr=1e-3", f"lr_from={tmp_path / 'proxy'}"]))
     assert caught.value.field == "lr_from"
+
+
+def test_a_proxy_width_the_heads_do_not_divide_is_refused_naming_it():
+    """base_d_model=34 over 4 heads: a proxy head dim of 8.5, which flooring to 8 would misscale every
+    attention score; refused naming the field, and taken with the proxy's head dim given outright."""
+    cfg = _model()
+    assert cfg.attention.n_head == 4 and cfg.attention.head_dim is None
+    with pytest.raises(ConfigError) as err:
+        check_param(_param("mup", 34), cfg, "adamw")
+    assert err.value.field == "param.base_d_model" and "multiple of model.attention.n_head=4" in str(err.value)
+    check_param(_param("mup", 34, base_head_dim=8), cfg, "adamw")
+    check_param(_param("completep", 36, 2), cfg, "adamw")

@@ -70,6 +70,7 @@ def check_param(param: Any, model: ModelConfig, optim_kind: str) -> None:
             checks.positive(f"param.{name}", value)
     if kind == "sp":
         return
+    _check_proxy_heads(param, model)
     if optim_kind != "adamw":
         raise ConfigError(
             "optim.kind",
@@ -107,6 +108,22 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
     if kinds:
         scaled = dataclasses.replace(scaled, layers=dataclasses.replace(model.layers, kinds=kinds))
     return scaled
+
+
+def _check_proxy_heads(param: Any, model: ModelConfig) -> None:
+    """The proxy's head dim, where it comes from ``base_d_model`` (heads splitting the width, no
+    ``base_head_dim``), must be whole: base_d_model / n_head floored would scale the scores by a head
+    size the proxy never had."""
+    a = model.attention
+    if param["base_head_dim"] is not None or not hasattr(a, "scale") or getattr(a, "head_dim", None) is not None:
+        return
+    if param["base_d_model"] % a.n_head:
+        raise ConfigError(
+            "param.base_d_model",
+            param["base_d_model"],
+            f"a multiple of model.attention.n_head={a.n_head} (the proxy's head dim is base_d_model / n_head), "
+            "or param.base_head_dim set to the proxy's head dim",
+        )
 
 
 def _temperature(model: ModelConfig, param: Any) -> Optional[float]:
