@@ -1,12 +1,14 @@
 """The precision a run computes in. ``trainer.precision=auto`` takes bf16 autocast (``bf16-mixed``) where
-the hardware multiplies bf16 natively (a CUDA GPU that supports it; a CPU with AVX-512 BF16 or AMX), and
-float32 (``32-true``) elsewhere, where bf16 would be emulated and slower. ``check_device`` refuses a
+the hardware multiplies bf16 natively (a CUDA GPU that supports it; a CPU with AVX-512 BF16 or AMX, for a
+model of d_model >= ``CPU_BF16_MIN_D_MODEL``), and float32 (``32-true``) elsewhere, where bf16 would be
+emulated and slower, or on a CPU the casts outweigh the smaller matmuls (docs/performance.md). ``check_device`` refuses a
 ``device`` setting this machine cannot run on."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -14,6 +16,9 @@ from archlab.errors import ConfigError
 
 # /proc/cpuinfo flags of CPUs with bf16 matmul instructions: x86 AVX-512 BF16 and AMX, Arm's BF16 extension
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+# the narrowest model auto runs under bf16 autocast on a CPU: narrower, its small matmuls gain less than
+# autocast's casts cost, or nothing (docs/performance.md: d_model 64 and 128 slower or no faster, 384 faster)
+CPU_BF16_MIN_D_MODEL = 256
 
 
 def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
@@ -51,9 +56,10 @@ def _native_cpu_bf16() -> tuple[str, ...]:
     return tuple(cpu_bf16_flags())
 
 
-def resolve_precision(precision: str, accelerator: str) -> tuple[str, str]:
-    """The precision Lightning gets for ``trainer.precision`` on ``trainer.accelerator``, and why (one
-    phrase for the run's log and summary.json). Anything but ``auto`` is kept as set."""
+def resolve_precision(precision: str, accelerator: str, d_model: Optional[int] = None) -> tuple[str, str]:
+    """The precision Lightning gets for ``trainer.precision`` on ``trainer.accelerator`` for a model of
+    width ``d_model`` (None: any), and why (one phrase for the run's log and summary.json). Anything but
+    ``auto`` is kept as set."""
     if str(precision) != "auto":
         return str(precision), "as set by trainer.precision"
 
@@ -63,6 +69,11 @@ def resolve_precision(precision: str, accelerator: str) -> tuple[str, str]:
             return "bf16-mixed", "auto: the GPU computes bf16 natively"
         return "32-true", "auto: no GPU bf16 support found"
     flags = _native_cpu_bf16()
+    if flags and d_model is not None and d_model < CPU_BF16_MIN_D_MODEL:
+        return "32-true", (
+            f"auto: this CPU multiplies bf16 natively ({', '.join(flags)}), but at d_model={d_model} "
+            f"(< {CPU_BF16_MIN_D_MODEL}) bf16 autocast's casts outweigh its faster matmuls"
+        )
     if flags:
         return "bf16-mixed", f"auto: this CPU multiplies bf16 natively ({', '.join(flags)})"
     return "32-true", "auto: this CPU has no bf16 matmul instructions (bf16 would be emulated)"

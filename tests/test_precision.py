@@ -47,6 +47,22 @@ def test_auto_follows_the_cpu(monkeypatch):
     assert resolve_precision("bf16-mixed", "cpu")[0] == "bf16-mixed"
 
 
+def test_auto_on_a_cpu_keeps_float32_for_a_narrow_model(monkeypatch):
+    """Below d_model 256 bf16 autocast gains nothing on a CPU (docs/performance.md): float32, and the
+    reason names the width; from 256 on, and on a GPU whatever the width, bf16."""
+    monkeypatch.setattr(precision, "_native_cpu_bf16", lambda: ("avx512_bf16",))
+    used, why = resolve_precision("auto", "cpu", d_model=128)
+    assert used == "32-true" and "d_model=128 (< 256)" in why and "avx512_bf16" in why
+    assert resolve_precision("auto", "cpu", d_model=256) == (
+        "bf16-mixed",
+        "auto: this CPU multiplies bf16 natively (avx512_bf16)",
+    )
+    assert resolve_precision("bf16-mixed", "cpu", d_model=64)[0] == "bf16-mixed"  # as set
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert resolve_precision("auto", "gpu", d_model=64)[0] == "bf16-mixed"
+
+
 def test_trainer_cpu_asks_for_auto_and_the_run_records_what_it_used(tmp_path, monkeypatch):
     """trainer=cpu composes precision=auto; a run records the setting, what it used and why, and
     Lightning ran in the precision chosen."""
@@ -60,7 +76,9 @@ def test_trainer_cpu_asks_for_auto_and_the_run_records_what_it_used(tmp_path, mo
     monkeypatch.setattr(precision, "_native_cpu_bf16", lambda: ("avx512_bf16",))
     conf = tiny_config_dir(tmp_path / "conf")
     cfg = compose_train(
-        conf, tmp_path / "run", ["trainer.precision=auto", "trainer.max_steps=8", "callbacks.samples=null"]
+        conf,
+        tmp_path / "run",
+        ["trainer.precision=auto", "trainer.max_steps=8", "callbacks.samples=null", "model.d_model=256"],
     )
     summary = train(cfg)
     recorded = json.loads((tmp_path / "run" / "summary.json").read_text())

@@ -48,7 +48,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     start = time.time()
     _single_console()
     validate_train(cfg)
-    precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator)
+    precision = resolve_precision(cfg.trainer.precision, cfg.trainer.accelerator, cfg.model.d_model)
     log.info("precision: %s (%s)", *precision)
     out, out_field = output_dir(cfg)
     cfg.paths.output_dir = str(out)  # the logger and checkpoint configs interpolate it
