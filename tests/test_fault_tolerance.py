@@ -272,3 +272,27 @@ def test_same_seed_same_summary_other_seed_differs(tmp_path):
     other = mqar_run(tmp_path / "d", ["trainer.val_check_interval=4", "seed=1"])
     assert other["metrics"]["final"]["val/loss"] != a["metrics"]["final"]["val/loss"]
     assert not bitwise_equal(weights(tmp_path / "a"), weights(tmp_path / "d"))
+
+
+def test_a_truncated_checkpoint_names_the_newest_earlier_one_that_loads(tmp_path):
+    """step 30 cut short (and last.ckpt linking to it): the refusal names step 20, the newest whole one,
+    not step 10 (older) nor step 25 (also cut short)."""
+    import os
+
+    directory = tmp_path / "checkpoints"
+    directory.mkdir()
+    for i, step in enumerate((10, 20, 25, 30)):
+        path = directory / f"step{step:06d}.ckpt"
+        torch.save({"global_step": step, "state_dict": {"w": torch.arange(100.0)}}, path)
+        if step in (25, 30):
+            path.write_bytes(path.read_bytes()[:200])
+        os.utime(path, ns=(i * 10**9, i * 10**9))
+    (directory / "last.ckpt").symlink_to("step000030.ckpt")
+    for given in ("step000030.ckpt", "last.ckpt"):
+        with pytest.raises(ConfigError) as err:
+            check_checkpoint(directory / given, {})
+        assert err.value.field == "ckpt_path" and "does not load" in str(err.value)
+        assert str(err.value).endswith(
+            f"the newest checkpoint beside it that loads is {directory / 'step000020.ckpt'} "
+            f"(ckpt_path={directory / 'step000020.ckpt'})"
+        )

@@ -179,6 +179,20 @@ def config_differences(saved: dict[str, Any], current: dict[str, Any], prefix: s
     ]
 
 
+def loadable_before(path: Path) -> Optional[Path]:
+    """The newest other checkpoint in ``path``'s directory that loads (a link to ``path`` passed over):
+    the one a run whose ``path`` was cut short can continue from."""
+    bad = path.resolve()
+    others = [p for p in path.parent.glob("*.ckpt") if p.exists() and p.resolve() != bad]
+    for other in sorted(others, key=lambda p: p.stat().st_mtime_ns, reverse=True):
+        try:
+            read_checkpoint(other, "ckpt_path")
+        except ConfigError:
+            continue
+        return other
+    return None
+
+
 def check_checkpoint(
     path: Optional[str | Path],
     model: dict[str, Any],
@@ -192,7 +206,17 @@ def check_checkpoint(
     ``max_steps`` is accepted, for ``resume=auto`` finishing its own run). Returns its step."""
     if path is None:
         return None
-    checkpoint = read_checkpoint(path, field)
+    try:
+        checkpoint = read_checkpoint(path, field)
+    except ConfigError as err:
+        earlier = loadable_before(Path(path)) if Path(path).exists() else None
+        if earlier is None:
+            raise
+        raise ConfigError(
+            err.field,
+            err.value,
+            f"{err.allowed}; the newest checkpoint beside it that loads is {earlier} (ckpt_path={earlier})",
+        ) from None
     saved = (checkpoint.get("hyper_parameters") or {}).get("model")
     if not isinstance(saved, dict):
         raise ConfigError(
