@@ -300,3 +300,28 @@ def test_a_proxy_width_the_heads_do_not_divide_is_refused_naming_it():
     assert err.value.field == "param.base_d_model" and "multiple of model.attention.n_head=4" in str(err.value)
     check_param(_param("mup", 34, base_head_dim=8), cfg, "adamw")
     check_param(_param("completep", 36, 2), cfg, "adamw")
+
+
+@pytest.mark.parametrize(
+    "setting, why",
+    [
+        (
+            "widths=[64,64]",
+            "two or more distinct positive integers",
+        ),  # the slope's regression had one x: after training
+        (
+            "widths=[64,66]",
+            "d_model=66 is a valid model: model.attention.n_head=4 is invalid",
+        ),  # 4 heads do not split 66
+        ("depths=[2,2]", "two or more distinct positive integers"),
+    ],
+)
+def test_archlab_coord_refuses_sizes_it_cannot_fit_before_training(setting, why):
+    from archlab.build import compose
+    from archlab.training.coordcheck import check_settings
+
+    field = setting.partition("=")[0]
+    cfg = compose("coord", [setting, *(["widths=null"] if field == "depths" else [])])
+    with pytest.raises(ConfigError) as err:
+        check_settings(cfg)
+    assert err.value.field == field and why in str(err.value)

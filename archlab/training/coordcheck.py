@@ -137,12 +137,17 @@ def check_settings(cfg: Any) -> None:
     check_param(plain_dict(cfg.param, resolve=True), model, "adamw")
     if not cfg.widths and not cfg.depths:
         raise ConfigError("widths", cfg.widths, "at least two d_model values (or depths: two n_layer values)")
-    for name in ("widths", "depths"):
-        sizes = cfg[name]
-        if sizes is not None and (
-            len(sizes) < 2 or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)
-        ):
-            raise ConfigError(name, list(sizes), "null, or two or more positive integers (a slope needs two sizes)")
+    for name, axis in (("widths", "d_model"), ("depths", "n_layer")):
+        if cfg[name] is None:
+            continue
+        sizes = list(cfg[name])
+        if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes) or len(set(sizes)) < 2:
+            raise ConfigError(name, sizes, "null, or two or more distinct positive integers (a slope needs two sizes)")
+        for size in sizes:  # each size a model of its own: one that cannot be built fails here, not after training
+            try:
+                _sized(model, axis, size)
+            except ConfigError as err:
+                raise ConfigError(name, sizes, f"sizes at which {axis}={size} is a valid model: {err}") from None
     for name in ("steps", "batch_size", "seq_len"):
         checks.integer(name, cfg[name])
     checks.positive("lr", cfg.lr)
