@@ -38,6 +38,26 @@ def test_a_worker_killed_while_another_runs_fails_its_call_alone(tmp_path):
     assert len({first[1], last, os.getpid()}) == 3  # three processes: call 2 did not run in call 1's dead one
 
 
+def test_the_launcher_is_found_where_hydras_scan_misses_it(monkeypatch):
+    """Under an editable install Hydra's scan of hydra_plugins misses archlab's launcher (setuptools lists
+    no directory for the namespace): ``register`` (archlab-train calls it) hands Hydra the class."""
+    from hydra.core.plugins import Plugins
+    from omegaconf import OmegaConf
+
+    from archlab.training.launcher import register
+
+    plugins = Plugins.instance()
+    name = "hydra_plugins.archlab_launcher.local.IsolatedJoblibLauncher"
+    monkeypatch.setattr(
+        plugins, "class_name_to_class", {k: v for k, v in plugins.class_name_to_class.items() if k != name}
+    )
+    node = OmegaConf.create({"_target_": name, "n_jobs": 2})
+    with pytest.raises(RuntimeError, match="Unknown plugin class"):
+        plugins._instantiate(node)
+    register()
+    assert type(plugins._instantiate(node)).__name__ == "IsolatedJoblibLauncher"
+
+
 APP = """\
 import os, signal, time
 from pathlib import Path

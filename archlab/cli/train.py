@@ -52,8 +52,10 @@ def _app(cfg: DictConfig) -> float | None:
 
 def main() -> None:
     from archlab.training.console import end_sweep
+    from archlab.training.launcher import register
 
     register_configs()
+    register()  # hydra/launcher=local's class, which Hydra's scan misses under an editable install
     try:
         run_hydra_command("archlab-train", __doc__, "train", TrainConfig, _app)
     finally:

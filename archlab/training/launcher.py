@@ -59,6 +59,17 @@ def run_isolated(calls: Sequence[tuple[Callable, tuple]], n: int) -> list[Union[
             pool.shutdown(wait=True)
 
 
+def register() -> None:
+    """Hand Hydra the launcher class: its scan of ``hydra_plugins`` misses the package under an editable
+    install (setuptools' finder maps it, but lists no directory in the namespace to walk), which would
+    make ``hydra/launcher=local`` an unknown plugin."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.archlab_launcher.local import IsolatedJoblibLauncher
+
+    Plugins.instance().register(IsolatedJoblibLauncher)
+
+
 def launch(launcher: JoblibLauncher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
     """Run the jobs as joblib's launcher does, at its ``n_jobs`` (its other settings are for joblib's pool,
     not used), returning each job's result in order, a failed one where the job's worker died."""
