@@ -121,3 +121,30 @@ def test_a_sweep_with_a_killed_worker_runs_the_other_jobs_and_counts_it_failed(t
     assert "TerminatedWorkerError" not in proc.stderr and "Traceback" not in proc.stderr
     assert "job 1 (x=1) ended without a result: its worker process died (exit code SIGKILL(-9)" in proc.stderr
     assert proc.returncode != 0
+
+
+def test_an_interrupt_stops_the_running_calls_and_starts_no_more(tmp_path):
+    """Ctrl-C in the launching process (a SIGINT to it alone, the workers left running) kills
+    the running workers and starts none of the waiting calls: nothing runs on after the sweep stopped."""
+    import threading
+
+    started = tmp_path / "started"
+    started.mkdir()
+
+    def work(i: int) -> int:
+        (started / str(i)).touch()
+        time.sleep(30)
+        return i
+
+    def interrupt() -> None:
+        for _ in range(600):  # both slots busy
+            if len(list(started.iterdir())) == 2:
+                break
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    begin = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_isolated([(work, (i,)) for i in range(4)], n=2)
+    assert time.perf_counter() - begin < 25 and sorted(p.name for p in started.iterdir()) == ["0", "1"]

@@ -50,11 +50,17 @@ def run_isolated(calls: Sequence[tuple[Callable, tuple]], n: int) -> list[Union[
             code = re.search(r"exit codes of the workers are \{(.*?)\}", str(err))
             return WorkerDied(f"exit code {code.group(1) if code else 'unknown'}")
 
+    threads = ThreadPoolExecutor(max_workers=n)
     try:
-        with ThreadPoolExecutor(max_workers=n) as threads:
-            futures = [threads.submit(run, fn, args) for fn, args in calls]
-            return [f.result() for f in futures]
+        futures = [threads.submit(run, fn, args) for fn, args in calls]
+        return [f.result() for f in futures]
+    except BaseException:  # Ctrl-C: no further call starts, and the running ones stop
+        threads.shutdown(wait=False, cancel_futures=True)
+        for pool in list(pools):
+            pool.shutdown(wait=False, kill_workers=True)
+        raise
     finally:
+        threads.shutdown(wait=True)
         for pool in pools:
             pool.shutdown(wait=True)
 
