@@ -17,6 +17,7 @@ from helpers.training import compose_train
 
 from archlab import build_model, compose_model
 from archlab.cli.export import main
+from archlab.interop.export import run_eos
 from archlab.run_files import SHARDED_METADATA
 from archlab.tokenizer import BPETokenizer, ByteTokenizer, CharTokenizer
 from archlab.weights import TOKENIZER_KEY, load_weights, save_weights
@@ -217,3 +218,26 @@ def test_a_sharded_checkpoints_metadata_is_read_by_lightnings_name():
     from lightning.fabric.utilities.load import _METADATA_FILENAME
 
     assert SHARDED_METADATA == _METADATA_FILENAME
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"dir": "shards"},  # relative to where training ran
+        {"mixture": {"web": {"dir": "shards", "weight": 3}, "code": {"dir": "other", "weight": 1}}},
+    ],
+    ids=["dir", "mixture"],
+)
+def test_the_runs_eos_is_read_from_its_shards_as_training_read_them(data, tmp_path, monkeypatch):
+    """A run trained from another directory on relative shard paths, or on a data mixture, still names its
+    documents' EOS: the shards' meta.json, found against Hydra's record of where training ran."""
+    trained_in, run = tmp_path / "project", tmp_path / "project" / "outputs" / "run"
+    (trained_in / "shards").mkdir(parents=True)
+    (trained_in / "shards" / "meta.json").write_text(json.dumps({"eos_id": 7, "vocab_size": 64}))
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  runtime:\n    cwd: {trained_in}\n")
+    (run / "summary.json").write_text(json.dumps({"config": {"data": data}}))
+    monkeypatch.chdir(tmp_path)  # elsewhere: "shards" alone names nothing here
+    assert run_eos(run) == 7
+    (run / ".hydra" / "hydra.yaml").unlink()  # without the record, the path is read as given
+    assert run_eos(run) is None

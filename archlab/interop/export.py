@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from omegaconf import OmegaConf
+
 from archlab import checks
 from archlab.config import ModelConfig, recorded_model_config
 from archlab.errors import ConfigError
@@ -25,7 +27,7 @@ from archlab.interop.families.base import bare
 from archlab.interop.hf import exportability, to_hf
 from archlab.interop.hf_tokenizer import to_hf_tokenizer
 from archlab.nn.validation import validate
-from archlab.run_files import EXPORT, SUMMARY, read_checkpoint, read_summary
+from archlab.run_files import EXPORT, HYDRA_FILES, SUMMARY, read_checkpoint, read_summary
 from archlab.tokenizer import tokenizer_from_dict
 from archlab.weights import CONFIG_KEY, TOKENIZER_KEY, load_weights, read_metadata, read_tokenizer
 
@@ -63,14 +65,28 @@ def read_json(path: Path) -> dict[str, Any]:
 
 
 def run_eos(run: Optional[Path]) -> Optional[int]:
-    """The EOS id the run's data separated documents with: ``data.eos_id``, else its shards' meta.json."""
+    """The EOS id the run's data separated documents with: ``data.eos_id``, else its shards' meta.json (a
+    data mixture's first source: the mixture refuses sources whose EOS differ)."""
     data = ((read_summary(run / SUMMARY) or {}).get("config") or {}).get("data") if run is not None else None
-    if not isinstance(data, dict):
+    if run is None or not isinstance(data, dict):
         return None
     if isinstance(data.get("eos_id"), int):
         return data["eos_id"]
-    found = read_json(Path(str(data.get("dir"))) / "meta.json").get("eos_id") if data.get("dir") else None
+    sources = data.get("mixture") if isinstance(data.get("mixture"), dict) else {}
+    dirs = [data.get("dir"), *(s.get("dir") for s in sources.values() if isinstance(s, dict))]
+    shards = next((d for d in dirs if d), None)
+    found = read_json(_as_trained(run, str(shards)) / "meta.json").get("eos_id") if shards else None
     return found if isinstance(found, int) else None
+
+
+def _as_trained(run: Path, path: str) -> Path:
+    """``path`` as the run read it: a relative one against the directory training ran in (Hydra's record of it,
+    ``hydra.runtime.cwd``), so a command run from elsewhere finds the same files."""
+    hydra = run / HYDRA_FILES / "hydra.yaml"
+    if Path(path).is_absolute() or not hydra.is_file():
+        return Path(path)
+    cwd = OmegaConf.select(OmegaConf.load(hydra), "hydra.runtime.cwd", default=None)
+    return Path(str(cwd)) / path if cwd else Path(path)
 
 
 def read_export_tokenizer(directory: Path, field: str) -> Any:
