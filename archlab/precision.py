@@ -1,8 +1,8 @@
 """The precision a run computes in. ``trainer.precision=auto`` takes bf16 autocast (``bf16-mixed``) where
 the hardware multiplies bf16 natively (a CUDA GPU that supports it; a CPU with AVX-512 BF16 or AMX, for a
 model of d_model >= ``CPU_BF16_MIN_D_MODEL``), and float32 (``32-true``) elsewhere, where bf16 would be
-emulated and slower, or on a CPU the casts outweigh the smaller matmuls (docs/performance.md). ``check_device`` refuses a
-``device`` setting this machine cannot run on."""
+emulated and slower, or on a CPU the casts outweigh the smaller matmuls (docs/performance.md).
+``check_device`` refuses a ``device`` setting this machine cannot run on."""
 
 from __future__ import annotations
 

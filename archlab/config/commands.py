@@ -1,6 +1,7 @@
 """Schemas of the commands other than archlab-train: archlab-check, archlab-bench, archlab-generate,
-archlab-export, archlab-interop, archlab-prepare, archlab-report, archlab-eval and archlab-average (plain dataclasses; the Hydra ones are stored by ``archlab.config.store``).
-Each field's ``help`` is the line ``--help`` prints beside it."""
+archlab-export, archlab-interop, archlab-prepare, archlab-report, archlab-eval and archlab-average (plain
+dataclasses; the Hydra ones are stored by ``archlab.config.store``). Each field's ``help`` is the line
+``--help`` prints beside it."""
 
 from __future__ import annotations
 

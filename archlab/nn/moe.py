@@ -11,8 +11,9 @@ Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
 
 - scores: ``softmax(logits)`` over all experts, or ``sigmoid(logits)`` (DeepSeek-V3);
 - choice: ``scores + router_bias`` (DeepSeek-V3's aux-loss-free correction bias, a buffer: it moves the
-  selection only; ``bias_update_speed`` γ > 0 moves it after each optimizer step, ``update_correction_bias``); with ``n_groups > 1`` only the experts of the ``top_groups`` groups whose two best
-  choice scores sum highest remain (the others -inf), and of those the ``top_k`` best are chosen;
+  selection only; ``bias_update_speed`` γ > 0 moves it after each optimizer step, ``update_correction_bias``);
+  with ``n_groups > 1`` only the experts of the ``top_groups`` groups whose two best choice scores sum
+  highest remain (the others -inf), and of those the ``top_k`` best are chosen;
 - logits: ``x·Wᵀ``, plus a learned bias with ``router_bias`` (gpt-oss);
 - weights: the chosen experts' scores (without the correction bias), divided by their sum + 1e-20 when
   ``normalize_top_k``, times ``routed_scale``. Each chosen expert's output is summed times its weight,
