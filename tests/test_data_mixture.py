@@ -227,7 +227,8 @@ def test_a_mixture_run_records_its_tokens_validates_each_source_and_resumes_bit_
     given = json.dumps(mixture(sources, a=3, c=1)).replace('"', "")
 
     def fit(out: str, *more: str) -> dict:
-        overrides = [f"paths.output_dir={tmp_path / out}", *TINY, f"data.mixture={given}", *more]
+        overrides = [f"paths.output_dir={tmp_path / out}", *TINY, f"data.mixture={given}", "callbacks.ema.decay=0.5"]
+        overrides += more
         return train(compose("train", overrides, return_hydra_config=True))
 
     full = fit("full")
@@ -246,6 +247,9 @@ def test_a_mixture_run_records_its_tokens_validates_each_source_and_resumes_bit_
     final = full["metrics"]["final"]
     assert final["val/loss"] == pytest.approx((final["val/a/loss"] + final["val/c/loss"]) / 2, rel=1e-5)
     assert final["val/a/loss"] != final["val/c/loss"]
+    ema = full["ema"]["final"]  # the weights' average validated on the same sets, pooled the same way
+    assert ema["val/loss"] == pytest.approx((ema["val/a/loss"] + ema["val/c/loss"]) / 2, rel=1e-5)
+    assert ema["val/a/loss"] != final["val/a/loss"]
     with open(next((tmp_path / "full" / "logs").rglob("metrics.csv"))) as f:
         logged = [row for row in csv.DictReader(f) if row["mixture/a/tokens"]]
     assert [float(row["mixture/a/tokens"]) for row in logged][-1] == 16 * rows[0]

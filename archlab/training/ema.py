@@ -189,22 +189,26 @@ def swapped_in(weights: Mapping[str, Tensor], params: Mapping[str, Tensor]) -> I
 
 
 def validate(trainer: L.Trainer, lit: LitModel) -> dict[str, Tensor]:
-    """``LitModel``'s validation figures (token-weighted loss, perplexity, accuracy per validation set) of
-    the weights the module holds now, over the batches its validation just ran, reduced over processes."""
+    """``LitModel``'s validation figures (token-weighted loss, perplexity, accuracy per validation set, and
+    per set that pools others': a data mixture's ``val``) of the weights the module holds now, over the
+    batches its validation just ran, reduced over processes."""
     found = trainer.val_dataloaders
     loaders = found if isinstance(found, (list, tuple)) else [] if found is None else [found]
-    out: dict[str, Tensor] = {}
-    for name, loader, limit in zip(lit.val_names, loaders, trainer.num_val_batches):
-        loss = MeanMetric(nan_strategy=math.nan).to(lit.device)
-        acc = MulticlassAccuracy(num_classes=lit.model_cfg.vocab_size, average="micro", ignore_index=IGNORE)
-        acc = acc.to(lit.device)
+    loss = {n: MeanMetric(nan_strategy=math.nan).to(lit.device) for n in lit.val_names}
+    vocab = lit.model_cfg.vocab_size
+    acc = {n: MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE).to(lit.device) for n in lit.val_names}
+    for name, loader, limit in zip(lit.loader_names, loaders, trainer.num_val_batches):
+        into = (name, *(pool for pool, members in lit.val_pools.items() if name in members))
         for inputs, targets in islice(loader, int(limit) if math.isfinite(limit) else None):
             inputs, targets = inputs.to(lit.device), targets.to(lit.device)
             with trainer.precision_plugin.val_step_context():  # the autocast validation_step runs under
                 logits = lit(inputs)
             scored = (targets != IGNORE).sum()
-            loss.update(torch.where(scored > 0, next_token_loss(logits, targets), 0.0), weight=scored)
-            acc.update(logits.argmax(dim=-1), targets)
-        mean = loss.compute()
-        out.update({f"{name}/loss": mean, f"{name}/ppl": torch.exp(mean), f"{name}/acc": acc.compute()})
+            for n in into:
+                loss[n].update(torch.where(scored > 0, next_token_loss(logits, targets), 0.0), weight=scored)
+                acc[n].update(logits.argmax(dim=-1), targets)
+    out: dict[str, Tensor] = {}
+    for name in lit.val_names:
+        mean = loss[name].compute()
+        out.update({f"{name}/loss": mean, f"{name}/ppl": torch.exp(mean), f"{name}/acc": acc[name].compute()})
     return out
