@@ -1,6 +1,7 @@
 """Per-layer health in the report: from each run's ``health.jsonl`` (``callbacks.health``), a layer × step
-heatmap per variant of each figure (block-output RMS, gradient norm, update/weight ratio), the variants'
-panels side by side on one log colour scale per figure, so two variants' layers compare; a variant's cell is
+heatmap per variant of each figure (block-output RMS, attention entropy and largest logit, gradient norm,
+update/weight ratio), the variants' panels side by side on one colour scale per figure (log10 but for the
+attention's two), so two variants' layers compare; a variant's cell is
 the mean over its completed seeds at the steps every seed recorded."""
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from archlab.report.runs import Variant
 from archlab.report.text import values_label
 from archlab.run_files import HEALTH
 
-FIGURES = {"rms": "block output RMS", "grad_norm": "gradient norm", "update_ratio": "update/weight ratio"}
+FIGURES = {
+    "rms": "block output RMS",
+    "attn_entropy": "attention entropy (nats)",
+    "attn_max_logit": "largest attention logit",
+    "grad_norm": "gradient norm",
+    "update_ratio": "update/weight ratio",
+}
+LINEAR = {"attn_entropy", "attn_max_logit"}  # drawn as they are: an entropy may be 0, a logit negative
 
 
 def read_health(run_dir: Path) -> list[dict]:
@@ -41,8 +49,22 @@ def _value(value: object) -> float:
 
 
 def plot_health(variants: list[Variant], out: Path) -> dict[str, Path]:
-    """``health.png`` where some variant's runs recorded their health: a row per figure, a panel per such
-    variant, blocks up and steps across, log10 of the figure as colour (one scale per row); name -> path."""
+    """``health.png`` where some variant's runs recorded their health: ``health_rows`` drawn, blocks up and
+    steps across, the figure (log10 but for ``LINEAR``) as colour (one scale per row); name -> path."""
+    rows = health_rows(variants)
+    if not rows:
+        return {}
+    axes = ", ".join(variants[0].settings)
+    title = "per-layer health (mean over seeds)" + (f"; panels: {axes}" if axes else "")
+    return {"health": _draw(rows, title, out / "health.png")}
+
+
+Panel = tuple[str, list[int], list[str], list[list[float]]]  # variant, steps, blocks, [block][step]
+Row = tuple[str, bool, list[Panel]]  # the figure's title, whether drawn linear, a panel per variant
+
+
+def health_rows(variants: list[Variant]) -> list[Row]:
+    """A row per figure some run recorded, in ``FIGURES``' order, a panel per variant with health records."""
     per_variant = []
     for v in variants:
         runs = [records for records in (read_health(r.path) for r in v.completed) if records]
@@ -52,26 +74,20 @@ def plot_health(variants: list[Variant], out: Path) -> dict[str, Path]:
     for figure, title in FIGURES.items():
         panels = [(name, *health_matrix(runs, figure)) for name, runs in per_variant]
         if any(p[2] and p[1] for p in panels):
-            rows.append((title, panels))
-    if not rows:
-        return {}
-    axes = ", ".join(variants[0].settings)
-    title = "per-layer health (mean over seeds)" + (f"; panels: {axes}" if axes else "")
-    return {"health": _draw(rows, title, out / "health.png")}
+            rows.append((title, figure in LINEAR, panels))
+    return rows
 
 
-Panel = tuple[str, list[int], list[str], list[list[float]]]  # variant, steps, blocks, [block][step]
-
-
-def _draw(rows: list[tuple[str, list[Panel]]], title: str, path: Path) -> Path:
+def _draw(rows: list[Row], title: str, path: Path) -> Path:
     import numpy as np
 
     plt = pyplot()
-    cols = len(rows[0][1])
+    cols = len(rows[0][2])
     size = (PANEL[0] * cols + 1.2, PANEL[1] * len(rows) + 0.4)  # and the colour bars, the title
     fig, grid = plt.subplots(len(rows), cols, figsize=size, squeeze=False, layout="constrained")
-    for axes, (figure, panels) in zip(grid, rows):
-        logs = [np.log10(np.where(np.array(m) > 0, np.array(m), np.nan)) if m else None for *_, m in panels]
+    for axes, (figure, linear, panels) in zip(grid, rows):
+        scale = (lambda m: m) if linear else (lambda m: np.log10(np.where(m > 0, m, np.nan)))
+        logs = [scale(np.array(m, dtype=float)) if m else None for *_, m in panels]
         finite = np.concatenate([x[np.isfinite(x)] for x in logs if x is not None] or [np.zeros(0)])
         low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
         image = None
@@ -88,6 +104,6 @@ def _draw(rows: list[tuple[str, list[Panel]]], title: str, path: Path) -> Path:
             ax.set_xlabel("step")
             ax.set_ylabel("block")
         if image is not None:
-            fig.colorbar(image, ax=list(axes), shrink=0.8, label=f"log10 {figure}")
+            fig.colorbar(image, ax=list(axes), shrink=0.8, label=figure if linear else f"log10 {figure}")
     fig.suptitle(title)
     return save_figure(fig, path)

@@ -1,13 +1,13 @@
 """Per-layer health during training (``callbacks.health``): every K optimizer steps, each block's output RMS
-(as the coordinate check computes it), the gradient norm and the update/weight ratio per block and per μP
-role, logged and written one line per step to the run's ``health.jsonl``, which archlab-report draws as a
+(as the coordinate check computes it), its attention's entropy and largest logit (where its mixer has
+scores), the gradient norm and the update/weight ratio per block and per μP role, logged and written one line per step to the run's ``health.jsonl``, which archlab-report draws as a
 layer × step heatmap. Between those steps it costs nothing: no hook is registered, no tensor copied."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import lightning as L
 import torch
@@ -16,13 +16,14 @@ from torch import Tensor, nn
 
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
+from archlab.nn.mixers.base import Mixer, ScoreStats
 from archlab.nn.model import Decoder
 from archlab.run_files import HEALTH
 from archlab.training.module import LitModel
 from archlab.training.parametrization import roles
 
 OTHER = "other"  # the parameters outside the blocks: embeddings, final norm, head
-Reduce = Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "mean") over the processes
+Reduce = Callable[[Tensor, str], Tensor]  # (tensor, "sum" | "mean" | "max") over the processes
 
 
 def _local(tensor: Tensor) -> Tensor:
@@ -33,9 +34,10 @@ def _local(tensor: Tensor) -> Tensor:
 
 class Probe:
     """One model's measurements, in the order a step makes them: ``watch`` before its forward (hooks on
-    every block), ``gradients`` after its backward (norms, and a copy of the weights), ``updates`` after the
-    optimizer step (the copy compared). ``reduce`` sums or averages over the processes: the activations are
-    each process's batch (averaged), a sharded parameter's squares are summed; replicated ones are whole."""
+    every block and its mixer), ``gradients`` after its backward (norms, and a copy of the weights),
+    ``updates`` after the optimizer step (the copy compared). ``reduce`` sums or averages over the
+    processes: the activations are each process's batch (averaged; the largest logit the largest), a sharded
+    parameter's squares are summed; replicated ones are whole."""
 
     def __init__(self, model: Decoder, role_of: dict[int, Role], reduce: Optional[Reduce] = None):
         self.model = model
@@ -49,17 +51,21 @@ class Probe:
             self.by_role.setdefault(role_of[id(p)].value, []).append(p)
         self.sharded = any(hasattr(p, "to_local") for p in model.parameters())
         self._squares: dict[str, list[Tensor]] = {}
+        self._scores: dict[str, list[ScoreStats]] = {}
         self._handles: list[Any] = []
         # the same hook functions every time: a compiled block then finds the graph it traced with them
         self._hooks = [self._keep(str(i)) for i in range(len(blocks))]
+        self._score_hooks = [self._keep_scores(str(i)) for i in range(len(blocks))]
         self._before: Optional[list[Tensor]] = None
 
     def watch(self) -> None:
-        """Hook every block: the mean square of its output over each forward until ``gradients``."""
+        """Hook every block: the mean square of its output, and its mixer's score statistics of its input,
+        over each forward until ``gradients``."""
         if self._handles:
             return
-        for block, hook in zip(self.model.blocks, self._hooks):
+        for block, hook, scores in zip(self.model.blocks, self._hooks, self._score_hooks):
             self._handles.append(block.register_forward_hook(hook))
+            self._handles.append(cast(Mixer, block.attn).register_forward_pre_hook(scores))
 
     def _keep(self, name: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: Any, output: Tensor) -> None:
@@ -68,9 +74,20 @@ class Probe:
 
         return hook
 
+    def _keep_scores(self, name: str) -> Callable[..., None]:
+        def hook(mixer: nn.Module, inputs: tuple) -> None:
+            x, rotary, mask, cache = inputs[:4]
+            if cache is None and torch._C._current_graph_task_id() == -1:
+                stats = cast(Mixer, mixer).score_stats(x.detach(), rotary, mask)
+                if stats is not None:
+                    self._scores.setdefault(name, []).append(stats)
+
+        return hook
+
     def gradients(self) -> dict[str, dict[str, float]]:
-        """Stop watching; the block outputs' RMS (the mean square over this step's forwards), the gradient
-        norms per block and per role, and a copy of the weights for ``updates``."""
+        """Stop watching; the block outputs' RMS (the mean square over this step's forwards), the blocks'
+        attention entropy (the mean over the forwards) and largest logit (the largest), the gradient norms
+        per block and per role, and a copy of the weights for ``updates``."""
         for handle in self._handles:
             handle.remove()
         self._handles = []
@@ -79,11 +96,21 @@ class Probe:
         self._squares = {}
         if squares is not None and self.reduce is not None:
             squares = self.reduce(squares, "mean")
+        scored = sorted(self._scores, key=int)
+        entropy = max_logit = torch.zeros(0)
+        if scored:
+            entropy = torch.stack([torch.stack([s.entropy for s in self._scores[n]]).mean() for n in scored])
+            max_logit = torch.stack([torch.stack([s.max_logit for s in self._scores[n]]).max() for n in scored])
+        self._scores = {}
+        if scored and self.reduce is not None:
+            entropy, max_logit = self.reduce(entropy, "mean"), self.reduce(max_logit, "max")
         grads = {k: [p.grad for p in ps if p.grad is not None] for k, ps in self.groups.items()}
         role_grads = {k: [p.grad for p in ps if p.grad is not None] for k, ps in self.by_role.items()}
         self._before = [p.detach().clone() for p in self.model.parameters()]
         return {
             "rms": {} if squares is None else dict(zip(names, squares.sqrt().tolist())),
+            "attn_entropy": dict(zip(scored, entropy.tolist())),
+            "attn_max_logit": dict(zip(scored, max_logit.tolist())),
             "grad_norm": self._norms(grads),
             "grad_norm_role": self._norms(role_grads),
         }

@@ -18,7 +18,18 @@ from archlab.config import MixerConfig, ModelConfig, mixer_config, n_kv_head
 from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.base import MIXERS, Mixer, chunk_of, head_dim, positions_seen, split_head_dim, visible_keys
+from archlab.nn.mixers.base import (
+    MIXERS,
+    KVCache,
+    Mixer,
+    ScoreStats,
+    chunk_of,
+    head_dim,
+    positions_seen,
+    scores_of,
+    split_head_dim,
+    visible_keys,
+)
 from archlab.nn.mixers.ops import cpu_attention
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import POSITIONS, Rotation
@@ -203,13 +214,7 @@ class CausalSelfAttention(Mixer):
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         B, T, _ = x.shape
         q, k, v = (t.transpose(1, 2) for t in self.project(x, rotary))
-        beta, every, offset = self.query_scale
-        if beta is not None and self.query_scale_by == "position":  # RoPE's, each row's own (Ministral 3)
-            assert rotary is not None and rotary.positions is not None, "validate: query_scale_by=position needs RoPE"
-            q = q * query_scales_at(rotary.positions, beta, every, offset).to(q.dtype)
-        elif beta is not None:  # by index, counted on from the cache (Llama 4's cache_position)
-            start = cache.length if cache is not None else 0
-            q = q * query_scales(start, T, beta, every, offset, q.device).to(q.dtype)
+        q = self.scaled(q, rotary, cache)
         if cache is not None:
             k, v = cache.update(layer, k, v)
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
@@ -233,6 +238,24 @@ class CausalSelfAttention(Mixer):
         if self.gate is not None:  # one gate per value dim, or per head (broadcast over its dims)
             y = y * torch.sigmoid(self.gate(x)).view(B, T, self.n_head, -1)
         return self.proj(y.reshape(B, T, self.n_head * self.head_dim))
+
+    def scaled(self, q: Tensor, rotary: Optional[Rotation], cache: Optional[KVCache]) -> Tensor:
+        """Queries ``[B, H, T, hd]`` times the query scale where ``query_scale_beta`` is set."""
+        beta, every, offset = self.query_scale
+        if beta is not None and self.query_scale_by == "position":  # RoPE's, each row's own (Ministral 3)
+            assert rotary is not None and rotary.positions is not None, "validate: query_scale_by=position needs RoPE"
+            return q * query_scales_at(rotary.positions, beta, every, offset).to(q.dtype)
+        if beta is not None:  # by index, counted on from the cache (Llama 4's cache_position)
+            start = cache.length if cache is not None else 0
+            return q * query_scales(start, q.shape[2], beta, every, offset, q.device).to(q.dtype)
+        return q
+
+    @torch.no_grad()
+    def score_stats(self, x, rotary=None, mask=None) -> Optional[ScoreStats]:  # typed as Mixer.score_stats
+        """From the queries and keys the forward computes: QK-norm, RoPE, query scale, soft-cap, mask
+        (window, chunk, padding, documents, ALiBi's bias) and sinks as the forward has them."""
+        q, k, _ = (t.transpose(1, 2) for t in self.project(x, rotary))
+        return scores_of(self.scaled(q, rotary, None), k, mask, self.scale, self.softcap, self.sinks)
 
     def explicit_attention(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float, softcap: float

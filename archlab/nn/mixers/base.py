@@ -1,7 +1,7 @@
 """The token-mixer interface every mixer implements (``Mixer``, registered in ``MIXERS`` under
 ``model.attention.kind``), the head sizes other families ask of the chosen mixer, and what the mixers
-share at run time: the KV cache (keys and values, or a recurrent mixer's constant-size state) and the
-attention masks."""
+share at run time: the KV cache (keys and values, or a recurrent mixer's constant-size state), the
+attention masks and the scores' entropy and largest logit that per-layer health reads."""
 
 from __future__ import annotations
 
@@ -30,8 +30,9 @@ class Mixer(LayerPart, nn.Module):
     """A token mixer, built per layer as ``Entry(cfg, layer)`` (a layer knows its ``window``) and
     called as ``attn(x, rotary, mask, cache, layer)``. Beside the Component members it answers what the
     other families ask of a mixer: its head sizes (``qk_head_dim``, ``rotary_head_dim``), whether a rotary
-    scheme acts in it (``takes_rotary``) and what it needs of the scheme's fields (``validate_rotary``), and
-    the KV cache's size (``kv_cache_values``)."""
+    scheme acts in it (``takes_rotary``) and what it needs of the scheme's fields (``validate_rotary``), the
+    KV cache's size (``kv_cache_values``), and where it has softmax scores their entropy and largest logit
+    (``score_stats``)."""
 
     # False: it mixes by scores over the keys and takes the attention mask (with any score bias), or None.
     # True: a recurrent mixer; its mask is a Tokens (its new positions' padding and document starts), or None
@@ -51,6 +52,12 @@ class Mixer(LayerPart, nn.Module):
         layer: int = 0,
     ) -> Tensor:
         raise NotImplementedError
+
+    def score_stats(self, x: Tensor, rotary: Optional[Rotation] = None, mask: Any = None) -> Optional[ScoreStats]:
+        """For the input ``x`` ``[B, T, d]`` of a training forward (no cache) with its ``rotary`` and ``mask``,
+        the entropy and largest logit of this mixer's softmax scores (``scores_of``); None: it has no scores
+        (a recurrent mixer), or none this measures."""
+        return None
 
     @classmethod
     def mask_of(cls, scores: Optional[Tensor], tokens: Optional[Tokens]) -> Any:
@@ -209,6 +216,49 @@ def visible_keys(mask: Optional[Tensor], queries: int, keys: int, device: torch.
     if mask is not None:
         return mask
     return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
+
+
+SAMPLED_QUERIES = 64  # score_stats reads at most this many queries per sequence
+
+
+class ScoreStats(NamedTuple):
+    """A mixer's attention scores summarised (0-dim float32): ``entropy``, the mean over batch rows, heads
+    and the sampled queries of the softmax's entropy in nats; ``max_logit``, the largest logit it saw."""
+
+    entropy: Tensor
+    max_logit: Tensor
+
+
+def scores_of(
+    q: Tensor,
+    k: Tensor,
+    mask: Optional[Tensor],
+    scale: float,
+    softcap: Optional[float] = None,
+    sinks: Optional[Tensor] = None,
+) -> ScoreStats:
+    """``ScoreStats`` of the softmax attention of queries ``q`` ``[B, H, T, d]`` over keys ``k``
+    ``[B, KV, T, d]`` (KV divides H) of the same T positions, in float32, as the forward's softmax sees
+    them: ``q·k·scale``, soft-capped to ``softcap·tanh(s / softcap)``, then ``mask`` as ``Mixer.forward``
+    takes it (None: causal; boolean; or a bias with -inf, ALiBi's), and each head's sink as one more
+    logit. Only every ⌈T / SAMPLED_QUERIES⌉-th query counting back from the last is read; a query that
+    sees no key (padding) is left out."""
+    T = q.shape[2]
+    every = -(-T // SAMPLED_QUERIES)  # ⌈T / SAMPLED_QUERIES⌉
+    rows = torch.arange(T - 1, -1, -every, device=q.device)
+    k = k.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    scores = q[:, :, rows].float() @ k.transpose(-2, -1) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    visible = visible_keys(mask, T, T, q.device)[..., rows, :]
+    scores = scores.masked_fill(~visible, float("-inf")) if visible.dtype == torch.bool else scores + visible.float()
+    if sinks is not None:
+        scores = torch.cat((scores, sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)), dim=-1)
+    seen = scores.isfinite()
+    log_p = scores.log_softmax(dim=-1)
+    entropy = -(log_p.exp() * log_p).where(seen, 0.0).sum(-1)
+    valid = seen.any(-1)
+    return ScoreStats((entropy * valid).sum() / valid.sum(), scores.where(seen, float("-inf")).max())
 
 
 def build_mixer(cfg: ModelConfig, layer: int = 0) -> Mixer:

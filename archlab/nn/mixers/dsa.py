@@ -152,6 +152,10 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
         narrowed = chosen[:, None] if bias is None else torch.where(chosen[:, None], bias, float("-inf"))
         return self.attend(q, k, v, narrowed, gate)
 
+    def score_stats(self, x, rotary=None, mask=None):  # typed as Mixer.score_stats
+        """None: the indexer narrows each query's keys, which mla's scores over every key would not show."""
+        return None
+
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """mla's, and the indexer's: queries q_in·h·D (q_in the query rank, else d), key d·D and its

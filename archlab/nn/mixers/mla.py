@@ -18,7 +18,7 @@ from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.attention import softmax_scale, validate_shared
-from archlab.nn.mixers.base import MIXERS, Mixer, chunk_of, positions_seen
+from archlab.nn.mixers.base import MIXERS, Mixer, ScoreStats, chunk_of, positions_seen, scores_of
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import Rotation
 
@@ -108,6 +108,13 @@ class MultiHeadLatentAttention(Mixer):
         if cache is not None:
             latent, k_rope = cache.update(layer, latent, k_rope)
         return self.attend(q, *self.keys_values(latent, k_rope), mask, self.gates(x))
+
+    @torch.no_grad()
+    def score_stats(self, x, rotary=None, mask=None) -> Optional[ScoreStats]:  # typed as Mixer.score_stats
+        """From every head's keys as the forward expands them from the latent and the shared rotated key."""
+        q, _ = self.queries(x, rotary)
+        k, _ = self.keys_values(*self.latents(x, rotary))
+        return scores_of(q, k, mask, self.scale)
 
     def gates(self, x: Tensor) -> Optional[Tensor]:
         """The output gate of ``x``'s positions, sigmoid(gate(x)) ``[B, T, H, v or 1]``; None without one."""

@@ -82,6 +82,10 @@ class ParallelMixer(Mixer):
         y = _scaled(self.ssm(_scaled(x, ssm_in), None, tokens, cache, layer), ssm_out)
         return y + _scaled(self.attention(_scaled(x, attention_in), rotary, scores, cache, layer), attention_out)
 
+    def score_stats(self, x, rotary=None, mask=None):  # typed as Mixer.score_stats
+        """The attention part's, of its scaled input."""
+        return self.attention.score_stats(_scaled(x, self.multipliers[0]), rotary, None if mask is None else mask[0])
+
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
         """The attention part's."""
