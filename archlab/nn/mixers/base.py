@@ -246,19 +246,19 @@ def scores_of(
     T = q.shape[2]
     every = -(-T // SAMPLED_QUERIES)  # ⌈T / SAMPLED_QUERIES⌉
     rows = torch.arange(T - 1, -1, -every, device=q.device)
-    k = k.float().repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    scores = q[:, :, rows].float() @ k.transpose(-2, -1) * scale
+    B, H, KV, Q = q.shape[0], q.shape[1], k.shape[1], len(rows)
+    q = q[:, :, rows].float().reshape(B, KV, H // KV * Q, -1) * scale  # each key head's group of query heads
+    scores = (q @ k.float().transpose(-2, -1)).view(B, H, Q, T)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     visible = visible_keys(mask, T, T, q.device)[..., rows, :]
     scores = scores.masked_fill(~visible, float("-inf")) if visible.dtype == torch.bool else scores + visible.float()
     if sinks is not None:
         scores = torch.cat((scores, sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)), dim=-1)
-    seen = scores.isfinite()
-    log_p = scores.log_softmax(dim=-1)
-    entropy = -(log_p.exp() * log_p).where(seen, 0.0).sum(-1)
-    valid = seen.any(-1)
-    return ScoreStats((entropy * valid).sum() / valid.sum(), scores.where(seen, float("-inf")).max())
+    p = scores.softmax(dim=-1)  # NaN in a row with no key seen
+    entropy = -torch.xlogy(p, p).sum(-1)
+    valid = entropy.isfinite()
+    return ScoreStats(entropy.nan_to_num().sum() / valid.sum(), scores.max())
 
 
 def build_mixer(cfg: ModelConfig, layer: int = 0) -> Mixer:
