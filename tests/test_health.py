@@ -91,7 +91,8 @@ def test_no_hook_outside_the_watched_steps():
     probe.gradients()
     assert all(not block._forward_hooks for block in model.blocks)
     model(BATCH[:, :-1])
-    assert probe.gradients()["rms"] == {}  # nothing seen since
+    figures = probe.gradients()
+    assert figures["rms"] == figures["attn_entropy"] == {}  # nothing seen since
 
 
 SCORED = {  # a sliding window over GQA heads with QK-norm and RoPE; ALiBi's bias, soft-capping and sinks; mla
@@ -270,3 +271,19 @@ def test_the_report_draws_a_layer_by_step_heatmap_per_variant(tmp_path):
 def test_a_sweep_without_health_records_draws_no_heatmap(tmp_path):
     job(tmp_path, ["optim.lr=1e-3"], [2.0])
     assert not [k for k in report(tmp_path) if k.startswith("health")]
+
+
+def test_a_compiled_block_measures_its_attention_on_a_later_watched_step():
+    """Compiled, first run unwatched: the watched step still records the attention figures, the eager ones."""
+    model = build_model(to_model_config({**MODEL, "position": {"kind": "rope"}}))
+    probe = Probe(model, roles(model))
+    probe.watch()
+    model(BATCH[:, :-1])
+    eager = probe.gradients()["attn_entropy"]
+    for block in model.blocks:
+        block.compile(backend="eager")
+    model(BATCH[:, :-1])
+    assert probe.gradients()["attn_entropy"] == {}
+    probe.watch()
+    model(BATCH[:, :-1])
+    assert probe.gradients()["attn_entropy"] == pytest.approx(eager, rel=1e-6)

@@ -1,7 +1,9 @@
 """Per-layer health during training (``callbacks.health``): every K optimizer steps, each block's output RMS
 (as the coordinate check computes it), its attention's entropy and largest logit (where its mixer has
-scores), the gradient norm and the update/weight ratio per block and per μP role, logged and written one line per step to the run's ``health.jsonl``, which archlab-report draws as a
-layer × step heatmap. Between those steps it costs nothing: no hook is registered, no tensor copied."""
+scores), the gradient norm and the update/weight ratio per block and per μP role, logged and written one
+line per step to the run's ``health.jsonl``, which archlab-report draws as a layer × step heatmap. Between
+those steps it costs next to nothing: no block hook, no tensor copied (an attention mixer's hook returns
+at once)."""
 
 from __future__ import annotations
 
@@ -55,17 +57,22 @@ class Probe:
         self._handles: list[Any] = []
         # the same hook functions every time: a compiled block then finds the graph it traced with them
         self._hooks = [self._keep(str(i)) for i in range(len(blocks))]
-        self._score_hooks = [self._keep_scores(str(i)) for i in range(len(blocks))]
+        # a mixer with scores keeps its hook, idle unless watching: a compiled block traces a hook of a
+        # module inside it only when first compiled (dynamo does not guard a submodule's hooks), its flag then
+        self._watching = False
+        for i, mixer in enumerate(cast(Mixer, b.attn) for b in blocks):
+            if type(mixer).score_stats is not Mixer.score_stats:
+                mixer.register_forward_pre_hook(self._keep_scores(str(i)))
         self._before: Optional[list[Tensor]] = None
 
     def watch(self) -> None:
         """Hook every block: the mean square of its output, and its mixer's score statistics of its input,
         over each forward until ``gradients``."""
+        self._watching = True
         if self._handles:
             return
-        for block, hook, scores in zip(self.model.blocks, self._hooks, self._score_hooks):
+        for block, hook in zip(self.model.blocks, self._hooks):
             self._handles.append(block.register_forward_hook(hook))
-            self._handles.append(cast(Mixer, block.attn).register_forward_pre_hook(scores))
 
     def _keep(self, name: str) -> Callable[..., None]:
         def hook(module: nn.Module, inputs: Any, output: Tensor) -> None:
@@ -77,7 +84,7 @@ class Probe:
     def _keep_scores(self, name: str) -> Callable[..., None]:
         def hook(mixer: nn.Module, inputs: tuple) -> None:
             x, rotary, mask, cache = inputs[:4]
-            if cache is None and torch._C._current_graph_task_id() == -1:
+            if self._watching and cache is None and torch._C._current_graph_task_id() == -1:
                 stats = cast(Mixer, mixer).score_stats(x.detach(), rotary, mask)
                 if stats is not None:
                     self._scores.setdefault(name, []).append(stats)
@@ -88,6 +95,7 @@ class Probe:
         """Stop watching; the block outputs' RMS (the mean square over this step's forwards), the blocks'
         attention entropy (the mean over the forwards) and largest logit (the largest), the gradient norms
         per block and per role, and a copy of the weights for ``updates``."""
+        self._watching = False
         for handle in self._handles:
             handle.remove()
         self._handles = []
