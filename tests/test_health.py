@@ -95,7 +95,8 @@ def test_no_hook_outside_the_watched_steps():
     assert figures["rms"] == figures["attn_entropy"] == {}  # nothing seen since
 
 
-SCORED = {  # a sliding window over GQA heads with QK-norm and RoPE; ALiBi's bias, soft-capping and sinks; mla
+SCORED = {  # a sliding window over GQA heads with QK-norm and RoPE; ALiBi's bias, soft-capping and sinks; mla;
+    # parallel's attention part
     "gqa window": {"n_head": 4, "n_kv_head": 2, "window": 5, "qk_norm": "head"},
     "alibi softcap sinks": {"n_head": 2, "softcap": 0.5, "sinks": True},
     "mla": {
@@ -105,6 +106,12 @@ SCORED = {  # a sliding window over GQA heads with QK-norm and RoPE; ALiBi's bia
         "qk_nope_head_dim": 4,
         "qk_rope_head_dim": 4,
         "v_head_dim": 4,
+    },
+    "parallel": {  # the attention part's, of its input scaled by 0.75
+        "kind": "parallel",
+        "n_head": 2,
+        "attention_in_multiplier": 0.75,
+        "ssm": {"kind": "mamba2", "n_head": 2, "head_dim": 8, "state_size": 4, "scan_chunk": 4},
     },
 }
 
@@ -148,6 +155,7 @@ def test_attention_entropy_and_max_logit_equal_an_explicit_float64_softmax(case,
     model = build_model(to_model_config({**MODEL, "position": {"kind": position}, "attention": SCORED[case]}))
     model.double()
     attn: Any = model.blocks[1].attn
+    attn = attn.attention if case == "parallel" else attn  # the part the parallel mixer's figures are of
     seen = {}
     attn.register_forward_hook(lambda m, inputs, out: seen.update(inputs=inputs, out=out))
     probe = Probe(model, roles(model))
