@@ -10,6 +10,7 @@ import json
 import pytest
 import torch
 from helpers.hf import randomize
+from helpers.tasks import write_multiple_choice
 
 from archlab import build_model, compose_model
 from archlab.errors import ConfigError
@@ -31,19 +32,6 @@ ROWS = [
     {"question": "Fire is", "choices": ["cold", "hot", "wet", "made of a very long word indeed"], "answer": 1},
     {"question": "x" * 60, "choices": ["truncated from the left", "y"], "answer": 0},  # longer than the context
 ]
-TASK = """task: tiny_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{answer}}}}"
-metric_list:
-  - metric: acc
-"""
 
 
 ROLLING = """task: tiny_rolling
@@ -64,9 +52,8 @@ def write_task(directory):
     """Local tasks over tiny_mc.jsonl, in ``directory``: multiple choice (tiny_mc.yaml) and the questions'
     rolling log-likelihoods (tiny_rolling.yaml)."""
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "tiny_mc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    (directory / "tiny_mc.yaml").write_text(TASK.format(data=directory / "tiny_mc.jsonl"))
-    (directory / "tiny_rolling.yaml").write_text(ROLLING.format(data=directory / "tiny_mc.jsonl"))
+    data = write_multiple_choice(directory, "tiny_mc", ROWS)
+    (directory / "tiny_rolling.yaml").write_text(ROLLING.format(data=data))
     return directory
 
 

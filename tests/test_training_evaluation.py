@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from helpers.tasks import write_multiple_choice
 from helpers.training import compose_train
 
 from archlab.config.commands import EvalConfig
@@ -24,20 +25,6 @@ ALPHABET = "abcdefghijklmnop"  # the tiny data's tokenizer (data.with_tokenizer=
 RUN = ["data.with_tokenizer=true", "trainer.max_steps=10", "trainer.val_check_interval=5", "logger=csv"]
 RUN += ["callbacks.samples=null", "model.dropout=0.1"]  # dropout: evaluation must leave its draws alone
 RUN += ["callbacks.checkpoint.save_top_k=-1"]  # every validation's checkpoint kept, to resume from
-TASK = """task: tiny_letters
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{answer}}}}"
-target_delimiter: ""
-metric_list:
-  - metric: acc
-"""
 ROWS = [
     {"question": "abcd", "choices": ["e", "k", "ponm"], "answer": 0},
     {"question": "fgh", "choices": ["a", "i"], "answer": 1},
@@ -213,8 +200,7 @@ def test_in_training_task_scores_are_archlab_evals_on_the_saved_weights(conf, tm
     from archlab.cli.eval import run
     from archlab.training.run import train
 
-    (tmp_path / "tiny_letters.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    (tmp_path / "tiny_letters.yaml").write_text(TASK.format(data=tmp_path / "tiny_letters.jsonl"))
+    write_multiple_choice(tmp_path, "tiny_letters", ROWS, delimiter="")
     tasks = ["callbacks.evaluation.tasks=[tiny_letters]", f"callbacks.evaluation.include_path={tmp_path}"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets"))
