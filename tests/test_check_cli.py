@@ -193,33 +193,6 @@ def test_a_layout_that_cannot_export_lists_every_blocking_field_and_the_nearest_
     assert "exports to: LlamaForCausalLM (Hugging Face, with archlab-export)" in out.splitlines()
 
 
-@pytest.mark.parametrize(
-    "layout, fix, model_class",
-    [  # study_layers' 3:1 local/global: GPT-NeoX after dropping the pattern, or SmolLM3 keeping it
-        (
-            ["+layers_variant=local_global_rope", "model.n_layer=4"],
-            ["model/norm=rmsnorm", "model/mlp=swiglu"],
-            "SmolLM3ForCausalLM",
-        ),
-        (  # DeepSeek-like MoE every other layer: LLaMA after dropping it, or Granite-MoE keeping it
-            ["model=llama2-7b", "model.n_layer=4", "model/layers=moe_every_other"],
-            ["model.mlp.kind=moe", "model.attention.sinks=true"],
-            "GraniteMoeSWAForCausalLM",
-        ),
-    ],
-)
-def test_the_nearest_class_keeps_the_layers_the_layout_gives(capsys, layout, fix, model_class):
-    """A class that holds the layout's per-layer parts ranks before one that needs them dropped, though it
-    needs more fields changed: set as the line says, the layout exports with its pattern."""
-    _, out = check_in_process(capsys, *layout, "format=json")
-    export = json.loads(out)["hf_export"]
-    assert export["nearest"] == model_class and len(export["blocking"]) == len(fix)
-    assert not any(b["field"].startswith("model.layers.") for b in export["blocking"])
-    _, out = check_in_process(capsys, *layout, *fix, "format=json")
-    result = json.loads(out)
-    assert result["hf_export"]["exports_to"] == model_class and len(result["layer_kinds"]) == 2
-
-
 def test_without_transformers_the_export_line_says_so(capsys, monkeypatch):
     import importlib.util
 

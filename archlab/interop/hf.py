@@ -77,25 +77,12 @@ def family_of(cfg: ModelConfig) -> Family:
         return holding
     if routed is None:
         return _routed(cfg)  # raises, naming the field no family holds
-    if drops_layout(routed.problems(cfg)):
+    if any(p.field.startswith("model.layers.") for p in routed.problems(cfg)):
         # the routed family holds no per-layer layout: the family with the fewest problems names them
         return min(
             FAMILIES.values(), key=lambda f: (bool(f.mixer_problems(cfg)), len(f.problems(cfg)), f is not routed)
         )
     return routed
-
-
-def drops_layout(problems: list[Problem]) -> bool:
-    """Whether holding a layout in a family takes changing its per-layer parts (``model.layers.*``: the
-    pattern, the first layers, a layer kind's fields), which a study of that layout compares."""
-    return any(p.field.startswith("model.layers.") for p in problems)
-
-
-def nearness(family: Family, problems: list[Problem], cfg: ModelConfig, routed: Family | None) -> tuple:
-    """How far ``family`` is from holding ``cfg`` (``problems``, its own), smallest first: a family of
-    other mixers farthest (its one problem, the mixer, hides the rest), then one that drops or changes
-    the layout's per-layer parts, then the number of fields to change, the routed family first on a tie."""
-    return bool(family.mixer_problems(cfg)), drops_layout(problems), len(problems), family is not routed
 
 
 def hf_family(cfg: Any) -> str:
@@ -106,8 +93,7 @@ def hf_family(cfg: Any) -> str:
 
 def exportability(cfg: Any) -> tuple[Family, list[Problem]]:
     """The family a layout exports to, with no problems; or, where it cannot export, the nearest family
-    (``nearness``: one that keeps the layout's mixers and per-layer parts before one that drops them, then
-    the fewest problems, the one ``family_of`` routes to first on a tie) and every problem of that one.
+    (the fewest problems, the one ``family_of`` routes to first on a tie) and every problem of that one.
     Reads the family records alone: transformers need not be installed."""
     cfg = validate(to_model_config(cfg))
     try:
@@ -115,7 +101,10 @@ def exportability(cfg: Any) -> tuple[Family, list[Problem]]:
     except ConfigError:  # a block or position kind that no family's layout has: every family lists it
         routed = None
     problems = {f.model_type: f.problems(cfg) for f in FAMILIES.values()}
-    nearest = min(FAMILIES.values(), key=lambda f: nearness(f, problems[f.model_type], cfg, routed))
+    # a family of other mixers is farthest: its one problem, the mixer, hides the rest
+    nearest = min(
+        FAMILIES.values(), key=lambda f: (bool(f.mixer_problems(cfg)), len(problems[f.model_type]), f is not routed)
+    )
     return nearest, problems[nearest.model_type]
 
 
