@@ -18,7 +18,10 @@ class CheckConfig:
     """``archlab-check``: one composed model, or (with no ``model=``) every preset."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    match: MatchConfig = field(default_factory=MatchConfig)  # archlab-train's: previewed, the model sized by it
+    match: MatchConfig = field(
+        default_factory=MatchConfig,
+        metadata={"help": "archlab-train's match, previewed: what it sets, and the model sized by it"},
+    )
     format: str = setting("table", "table or json")
 
 
