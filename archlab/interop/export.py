@@ -72,7 +72,8 @@ def run_eos(run: Optional[Path]) -> Optional[int]:
         return None
     if isinstance(data.get("eos_id"), int):
         return data["eos_id"]
-    sources = data.get("mixture") if isinstance(data.get("mixture"), dict) else {}
+    mixture = data.get("mixture")
+    sources = mixture if isinstance(mixture, dict) else {}
     dirs = [data.get("dir"), *(s.get("dir") for s in sources.values() if isinstance(s, dict))]
     shards = next((d for d in dirs if d), None)
     found = read_json(_as_trained(run, str(shards)) / "meta.json").get("eos_id") if shards else None
