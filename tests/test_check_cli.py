@@ -193,6 +193,42 @@ def test_a_layout_that_cannot_export_lists_every_blocking_field_and_the_nearest_
     assert "exports to: LlamaForCausalLM (Hugging Face, with archlab-export)" in out.splitlines()
 
 
+@pytest.mark.parametrize(
+    "layout, model_class, fix",
+    [  # issue 43's study: LLaMA's parts with Gated DeltaNet 3:1 are Qwen3.5's after three fields, not LLaMA's
+        (  # after dropping the pattern
+            ["model=llama2-7b", "model/layers=deltanet_3_1"],
+            "Qwen3_5ForCausalLM",
+            ["model.norm.unit_offset=true", "model.attention.qk_norm=head", "model.attention.gate=elementwise"],
+        ),
+        (  # 3:1 local/global on the default model: SmolLM3's norm and MLP, not GPT-NeoX without the pattern
+            ["+layers_variant=local_global_rope"],
+            "SmolLM3ForCausalLM",
+            ["model.norm.kind=rmsnorm", "model.mlp.kind=swiglu"],
+        ),
+        (  # MoE every other layer: Granite-MoE-SWA names its sinks first and, once they are set, its experts
+            ["model=llama2-7b", "model/layers=moe_every_other"],
+            "GraniteMoeSWAForCausalLM",
+            ["model.mlp.kind=moe", "model.attention.sinks=true"],
+        ),
+    ],
+)
+def test_the_nearest_class_keeps_the_layers_and_following_it_exports(capsys, layout, model_class, fix):
+    """A class that holds the layout's per-layer parts ranks before one that needs them dropped, though it
+    needs more fields; every field it needs is listed at once, and set as the line says, the layout
+    exports to that class with its layer kinds."""
+    layout = [*layout, "model.n_layer=4"]
+    _, out = check_in_process(capsys, *layout, "format=json")
+    before = json.loads(out)
+    export = before["hf_export"]
+    assert export["nearest"] == model_class
+    assert sorted(f"{b['field']}={b['allowed'].split(' or ')[0]}" for b in export["blocking"]) == sorted(fix)
+    _, out = check_in_process(capsys, *layout, *fix, "format=json")
+    after = json.loads(out)
+    assert after["hf_export"]["exports_to"] == model_class
+    assert [k["layers"] for k in after["layer_kinds"].values()] == [k["layers"] for k in before["layer_kinds"].values()]
+
+
 def test_without_transformers_the_export_line_says_so(capsys, monkeypatch):
     import importlib.util
 

@@ -30,6 +30,7 @@ from archlab.interop.families.dense import dense_family
 from archlab.interop.families.moe import sparse_family
 from archlab.interop.families.refused import NOT_DECODER
 from archlab.interop.families.tensors import join, split
+from archlab.interop.nearest import nearest
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
@@ -93,19 +94,18 @@ def hf_family(cfg: Any) -> str:
 
 def exportability(cfg: Any) -> tuple[Family, list[Problem]]:
     """The family a layout exports to, with no problems; or, where it cannot export, the nearest family
-    (the fewest problems, the one ``family_of`` routes to first on a tie) and every problem of that one.
-    Reads the family records alone: transformers need not be installed."""
+    (``nearest.nearest``: one that keeps the layout's mixers and per-layer parts first) and every change
+    that makes it hold the layout. Reads the family records alone: transformers need not be installed."""
     cfg = validate(to_model_config(cfg))
     try:
         routed: Family | None = _routed(cfg)
     except ConfigError:  # a block or position kind that no family's layout has: every family lists it
         routed = None
-    problems = {f.model_type: f.problems(cfg) for f in FAMILIES.values()}
-    # a family of other mixers is farthest: its one problem, the mixer, hides the rest
-    nearest = min(
-        FAMILIES.values(), key=lambda f: (bool(f.mixer_problems(cfg)), len(problems[f.model_type]), f is not routed)
-    )
-    return nearest, problems[nearest.model_type]
+    holding = next((f for f in FAMILIES.values() if not f.problems(cfg)), None)
+    if holding is not None:
+        return family_of(cfg), []
+    found = nearest(list(FAMILIES.values()), cfg, routed)
+    return found.family, found.problems
 
 
 def _family(name: str | None, cfg: ModelConfig) -> Family:

@@ -43,6 +43,7 @@ class Problem(NamedTuple):
     value: Any
     wants: str  # "rmsnorm", "swiglu or geglu", "head_dim=64 (full rotary)"
     why: str = ""  # " (its experts are gated)": appended to the refusal
+    allowed: tuple = ()  # the values it holds, where they can be listed: the export hint sets the first
 
 
 Check = Callable[[ModelConfig], list[Problem]]  # the problems a family finds beyond its rules
@@ -165,13 +166,15 @@ class Family:
         family's mixers."""
         found = []
         if cfg.attention.kind != self.attention_kind:
-            found.append(Problem("model.attention.kind", cfg.attention.kind, self.attention_kind, ""))
+            found.append(
+                Problem("model.attention.kind", cfg.attention.kind, self.attention_kind, "", (self.attention_kind,))
+            )
         allowed = (self.attention_kind, *self.mixer_kinds)
         for i, lc in enumerate(layer_configs(cfg)):
             kind = layer_kind(cfg, i)
             field = kind_field(cfg, kind, "model.attention.kind")
             if kind is not None and lc.attention.kind not in allowed and field not in {p.field for p in found}:
-                found.append(Problem(field, lc.attention.kind, " or ".join(allowed), ""))
+                found.append(Problem(field, lc.attention.kind, " or ".join(allowed), "", allowed))
         return found
 
     block_kinds = False  # whether its layers may differ in their block (model.layers.kinds.<kind>.block)
@@ -198,7 +201,7 @@ class Family:
                 continue
             value = value_of(cfg, field)
             if value not in allowed:
-                found.append(Problem(field, value, " or ".join(bare(a) for a in allowed), why))
+                found.append(Problem(field, value, " or ".join(bare(a) for a in allowed), why, tuple(allowed)))
         return found
 
     def refusal(self, problem: Problem) -> ConfigError:
@@ -266,7 +269,13 @@ def section_problems(
 ) -> list[Problem]:
     """Each field of layer kind ``kind`` off what the family holds, from (section, the layer's, the family's, why)."""
     return [
-        Problem(kind_field(cfg, kind, f"model.{section}.{name}"), value, bare(expected), f" ({title} has {why})")
+        Problem(
+            kind_field(cfg, kind, f"model.{section}.{name}"),
+            value,
+            bare(expected),
+            f" ({title} has {why})",
+            (expected,),
+        )
         for section, have, want, why in wanted
         for name, value, expected in differences(have, want)
     ]
@@ -287,7 +296,7 @@ def block_kind_problems(cfg: ModelConfig, title: str) -> list[Problem]:
         kind = layer_kind(cfg, i)
         for name, value, expected in differences(lc.block, cfg.block) if kind is not None else []:
             field = kind_field(cfg, kind, f"model.block.{name}")
-            found.append(Problem(field, value, bare(expected), f" ({title}'s layers share one block)"))
+            found.append(Problem(field, value, bare(expected), f" ({title}'s layers share one block)", (expected,)))
     return first_per_field(found)
 
 

@@ -90,7 +90,7 @@ def dense_first_problems(cfg: ModelConfig, title: str) -> list[Problem]:
                     else f" ({title} holds one value for every layer but the dense layers' MLP kind)"
                 )
                 field = kind_field(cfg, kind, f"model.{section}.{name}")
-                found.append(Problem(field, value, bare(wanted), why))
+                found.append(Problem(field, value, bare(wanted), why, (wanted,)))
     return first_per_field(found)
 
 

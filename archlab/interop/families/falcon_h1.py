@@ -102,7 +102,9 @@ class FalconH1(Family):
         found = super().part_problems(cfg) + Family.full_rotary(cfg)
         for name, value, expected in differences(a, want):
             found.append(
-                Problem(f"model.attention.{name}", value, bare(expected), f" ({self.title} has no key for it)")
+                Problem(
+                    f"model.attention.{name}", value, bare(expected), f" ({self.title} has no key for it)", (expected,)
+                )
             )
         return found
 

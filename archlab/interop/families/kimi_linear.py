@@ -115,7 +115,7 @@ class KimiLinear(_Sparse):
             for name, allowed, why in self.kda_rules if is_kda(lc) else ():
                 if getattr(lc.attention, name) != allowed:
                     field = kind_field(cfg, kind, f"model.attention.{name}")
-                    layered.append(Problem(field, getattr(lc.attention, name), bare(allowed), why))
+                    layered.append(Problem(field, getattr(lc.attention, name), bare(allowed), why, (allowed,)))
             wanted: list[tuple[str, Any, Any, str]] = [
                 ("position", lc.position, cfg.position, self.layer_positions),
                 ("attention", lc.attention, linear, "one set of KDA sizes for every such layer")

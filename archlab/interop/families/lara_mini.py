@@ -102,7 +102,7 @@ class LaraMini(Family):
         def differ(kind: str | None, section: str, have: Any, want: Any, why: str) -> None:
             for name, value, expected in differences(have, want):
                 field = kind_field(cfg, kind, f"model.{section}.{name}")
-                layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})"))
+                layered.append(Problem(field, value, bare(expected), f" ({self.title} has {why})", (expected,)))
 
         for i, lc in enumerate(lcs):
             kind = layer_kind(cfg, i)

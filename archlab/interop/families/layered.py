@@ -247,8 +247,8 @@ class LayeredFamily(Family):
                         == field
                         != kind_field(cfg, layer_kind(cfg, 0), field)
                     ):  # layer 0's kind sets it
-                        return [(0, Problem(field, first[field], bare(value), why))]
-                    return [(i, Problem(field, value, bare(first[field]), why))]
+                        return [(0, Problem(field, first[field], bare(value), why, (value,)))]
+                    return [(i, Problem(field, value, bare(first[field]), why, (first[field],)))]
         windows = [(i, lc.attention.window) for i, lc in enumerate(lcs) if lc.attention.window is not None]
         for i, w in windows:
             if w != windows[0][1]:
@@ -265,7 +265,7 @@ class LayeredFamily(Family):
                 field, value, wanted = differ[0]
                 where = "layers of its type" if self.rope_per_type else "layers with RoPE"
                 why = f" ({self.title} has one set of RoPE parameters for all its {where})"
-                return [(i, Problem(f"model.position.{field}", value, bare(wanted), why))]
+                return [(i, Problem(f"model.position.{field}", value, bare(wanted), why, (wanted,)))]
         return self.layer_problems(lcs)
 
 

@@ -74,7 +74,7 @@ class Mellum(_LayeredSparse):
             for name, value, wanted in differences(lc.position, ref.position):
                 field = kind_field(cfg, layer_kind(cfg, i), f"model.position.{name}")
                 why = f" ({self.title} has one set of RoPE parameters per layer type)"
-                found.append(Problem(field, value, bare(wanted), why))
+                found.append(Problem(field, value, bare(wanted), why, (wanted,)))
         return _unique(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -78,7 +78,7 @@ class MiniMaxText(_Softmax):
 
         def add(kind: str, name: str, value: Any, wanted: Any, why: str) -> None:
             field = kind_field(cfg, kind, name)
-            found.setdefault(field, Problem(field, value, bare(wanted), f" ({self.title} has {why})"))
+            found.setdefault(field, Problem(field, value, bare(wanted), f" ({self.title} has {why})", (wanted,)))
 
         for i, lc in enumerate(lcs):
             kind = layer_kind(cfg, i)

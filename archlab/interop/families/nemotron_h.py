@@ -111,7 +111,9 @@ class NemotronH(Family):
                 continue
             for name, value, expected in differences(lc.mlp, cfg.mlp):  # an MLP of another kind: its kind
                 field = kind_field(cfg, kind, f"model.mlp.{name}")
-                found.append(Problem(field, value, bare(expected), f" ({self.title} has one MLP, or none)"))
+                found.append(
+                    Problem(field, value, bare(expected), f" ({self.title} has one MLP, or none)", (expected,))
+                )
         mamba = next((lc.attention for lc in lcs if is_mamba(lc)), None)
         if mamba is not None and mamba.dt_limit_min != mamba.dt_min:
             kind = layer_kind(cfg, next(i for i, lc in enumerate(lcs) if is_mamba(lc)))

@@ -122,7 +122,9 @@ class OlmoHybrid(Family):
             ):
                 for name, value, wanted in differences(have, expected):
                     field = kind_field(cfg, kind, f"model.{section}.{name}")
-                    found.append(Problem(field, value, bare(wanted), f" ({self.title} has one of each layer)"))
+                    found.append(
+                        Problem(field, value, bare(wanted), f" ({self.title} has one of each layer)", (wanted,))
+                    )
         return first_per_field(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
