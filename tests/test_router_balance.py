@@ -75,11 +75,16 @@ def test_the_update_uses_the_loads_summed_over_processes():
     assert torch.allclose(moe.router_bias, torch.tensor([0.4, 0.3, 0.0, 0.1]))
 
 
-def test_speed_zero_leaves_the_bias_where_it_is():
+def test_speed_zero_leaves_the_bias_where_it_is_and_reduces_nothing():
+    """γ = 0: no collective each step (the window's sum is reduced once, by RouterLoad), the bias as it was."""
+
+    def no_collective(t):
+        raise AssertionError("reduced with γ = 0")
+
     model = moe_model()
     moe = fixed_routing(model, [0.3, 0.2, 0.1, 0.0])
     model(torch.randint(0, V, (2, 6)))
-    assert balance_routers(model, lambda t: t)[0].tolist() == [12, 12, 0, 0]
+    assert balance_routers(model, no_collective)[0].tolist() == [12, 12, 0, 0]
     assert moe.router_bias.tolist() == pytest.approx([0.3, 0.2, 0.1, 0.0])
 
 
@@ -118,18 +123,22 @@ def test_evaluation_is_not_counted():
 
 
 def test_router_load_logs_shares_and_records_the_imbalance():
-    """Two steps of loads 2, 1, 0, 1 and 4, 1, 0, 1 in one window, 6, 2, 0, 2: shares 0.6, 0.2, 0, 0.2,
-    max/mean 6/2.5, cv sqrt((3.5² + 0.5² + 2.5² + 0.5²)/4)/2.5."""
+    """Two steps of loads 2, 1, 0, 1 and 4, 1, 0, 1 in one window, 6, 2, 0, 2, and another process's the
+    same (the window's sum reduced over processes once, as it closes): 12, 4, 0, 4, shares 0.6, 0.2, 0,
+    0.2, max/mean 6/2.5, cv sqrt((3.5² + 0.5² + 2.5² + 0.5²)/4)/2.5, 20 assignments per layer."""
     callback = RouterLoad(log_every_n_steps=2)
     logged = {}
     module = SimpleNamespace(router_load={}, log_dict=logged.update)
+    reduced = []
+    strategy = SimpleNamespace(reduce=lambda t, reduce_op: reduced.append(reduce_op) or 2 * t)
     for step, load in ((1, [2, 1, 0, 1]), (2, [4, 1, 0, 1])):
         module.router_load = {1: torch.tensor(load)}
-        callback.on_train_batch_end(SimpleNamespace(global_step=step), module, None, None, 0)
+        callback.on_train_batch_end(SimpleNamespace(global_step=step, strategy=strategy), module, None, None, 0)
         assert module.router_load == {}  # taken
     record = callback.summary_fields()["router_load"]
     cv = math.sqrt((3.5**2 + 0.25 + 2.5**2 + 0.25) / 4) / 2.5
-    assert record["steps"] == 2 and record["max_over_mean"] == pytest.approx(2.4) and record["cv"] == pytest.approx(cv)
+    assert reduced == ["sum"] and record["steps"] == 2 and record["assignments"] == 20
+    assert record["max_over_mean"] == pytest.approx(2.4) and record["cv"] == pytest.approx(cv)
     assert record["layers"]["1"]["load"] == pytest.approx([0.6, 0.2, 0.0, 0.2])
     assert logged["router/layer1/expert0"] == pytest.approx(0.6) and logged["router/layer1/cv"] == pytest.approx(cv)
 

@@ -17,14 +17,11 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from torch.optim.swa_utils import get_ema_multi_avg_fn
-from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
 
 from archlab import checks
-from archlab.data.common import IGNORE
 from archlab.errors import ConfigError
 from archlab.run_files import EMA_EXPORT
-from archlab.training.module import LitModel, next_token_loss
+from archlab.training.module import LitModel
 from archlab.weights import TOKENIZER_KEY, save_weights
 
 log = logging.getLogger("archlab.train")
@@ -189,26 +186,15 @@ def swapped_in(weights: Mapping[str, Tensor], params: Mapping[str, Tensor]) -> I
 
 
 def validate(trainer: L.Trainer, lit: LitModel) -> dict[str, Tensor]:
-    """``LitModel``'s validation figures (token-weighted loss, perplexity, accuracy per validation set, and
-    per set that pools others': a data mixture's ``val``) of the weights the module holds now, over the
-    batches its validation just ran, reduced over processes."""
+    """``LitModel``'s validation figures (``val_figures``) of the weights the module holds now, over the
+    batches its validation just ran, by its own ``score_batch``."""
     found = trainer.val_dataloaders
     loaders = found if isinstance(found, (list, tuple)) else [] if found is None else [found]
-    loss = {n: MeanMetric(nan_strategy=math.nan).to(lit.device) for n in lit.val_names}
-    vocab = lit.model_cfg.vocab_size
-    acc = {n: MulticlassAccuracy(vocab, average="micro", ignore_index=IGNORE).to(lit.device) for n in lit.val_names}
+    loss, acc = lit.val_metrics()
+    loss = {n: m.to(lit.device) for n, m in loss.items()}
+    acc = {n: m.to(lit.device) for n, m in acc.items()}
     for name, loader, limit in zip(lit.loader_names, loaders, trainer.num_val_batches):
-        into = (name, *(pool for pool, members in lit.val_pools.items() if name in members))
         for inputs, targets in islice(loader, int(limit) if math.isfinite(limit) else None):
-            inputs, targets = inputs.to(lit.device), targets.to(lit.device)
             with trainer.precision_plugin.val_step_context():  # the autocast validation_step runs under
-                logits = lit(inputs)
-            scored = (targets != IGNORE).sum()
-            for n in into:
-                loss[n].update(torch.where(scored > 0, next_token_loss(logits, targets), 0.0), weight=scored)
-                acc[n].update(logits.argmax(dim=-1), targets)
-    out: dict[str, Tensor] = {}
-    for name in lit.val_names:
-        mean = loss[name].compute()
-        out.update({f"{name}/loss": mean, f"{name}/ppl": torch.exp(mean), f"{name}/acc": acc[name].compute()})
-    return out
+                lit.score_batch(name, inputs.to(lit.device), targets.to(lit.device), loss, acc)
+    return lit.val_figures(loss, acc)

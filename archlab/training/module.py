@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, cast
+from typing import Any, Mapping, Optional, Sequence, cast
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, Metric
 from torchmetrics.classification import MulticlassAccuracy
 
 from archlab.build import build_model
@@ -71,12 +71,8 @@ class LitModel(L.LightningModule):
         # a set that pools the batches of others (a data mixture's val: every source's) has no loader of its own
         self.val_pools = dict(val_pools or {})
         self.loader_names = [n for n in self.val_names if n not in self.val_pools]
-        V = self.model_cfg.vocab_size
-        # a NaN batch loss makes the mean NaN (torchmetrics' default drops it and averages the rest)
-        self.val_loss = nn.ModuleDict({n: MeanMetric(nan_strategy=math.nan) for n in self.val_names})
-        self.val_acc = nn.ModuleDict(
-            {n: MulticlassAccuracy(num_classes=V, average="micro", ignore_index=IGNORE) for n in self.val_names}
-        )
+        loss, acc = self.val_metrics()
+        self.val_loss, self.val_acc = nn.ModuleDict(loss), nn.ModuleDict(acc)
         self.history: list[dict[str, float]] = []  # one entry per validation: step and metrics
         self._rng_to_restore: Optional[dict[str, Tensor]] = None
         self._rng_before_validation: Optional[dict[str, Tensor]] = None
@@ -89,19 +85,55 @@ class LitModel(L.LightningModule):
             raise RuntimeError("LitModel.model is built by configure_model: call it (the Trainer does) first")
         return self.model
 
-    def _val_loss(self, name: str) -> MeanMetric:
-        return cast(MeanMetric, self.val_loss[name])
+    def val_metrics(self) -> tuple[dict[str, MeanMetric], dict[str, MulticlassAccuracy]]:
+        """Fresh metrics of every validation set: the token-weighted mean loss and the accuracy."""
+        V = self.model_cfg.vocab_size
+        # a NaN batch loss makes the mean NaN (torchmetrics' default drops it and averages the rest)
+        loss = {n: MeanMetric(nan_strategy=math.nan) for n in self.val_names}
+        acc = {n: MulticlassAccuracy(num_classes=V, average="micro", ignore_index=IGNORE) for n in self.val_names}
+        return loss, acc
 
-    def _val_acc(self, name: str) -> MulticlassAccuracy:
-        return cast(MulticlassAccuracy, self.val_acc[name])
+    def score_batch(
+        self,
+        name: str,
+        inputs: Tensor,
+        targets: Tensor,
+        loss: Mapping[str, Metric],
+        acc: Mapping[str, Metric],
+    ) -> None:
+        """One batch of validation set ``name`` into the metrics ``loss`` and ``acc`` (by set name) of that
+        set and of each set that pools it (a data mixture's ``val``)."""
+        logits = self(inputs)
+        scored = (targets != IGNORE).sum()
+        # a batch of padding rows only (see RankPadded) has no loss: weight 0, and 0 rather than NaN
+        batch_loss = torch.where(scored > 0, next_token_loss(logits, targets), 0.0)
+        for into in (name, *(pool for pool, names in self.val_pools.items() if name in names)):
+            loss[into].update(batch_loss, weight=scored)
+            acc[into].update(logits.argmax(dim=-1), targets)
+
+    def val_figures(self, loss: Mapping[str, Metric], acc: Mapping[str, Metric]) -> dict[str, Tensor]:
+        """Per set, the mean loss, its exponential (perplexity) and the accuracy on the scored positions,
+        reduced over all processes by torchmetrics."""
+        out: dict[str, Tensor] = {}
+        for name in self.val_names:
+            mean = loss[name].compute()
+            out.update({f"{name}/loss": mean, f"{name}/ppl": torch.exp(mean), f"{name}/acc": acc[name].compute()})
+        return out
+
+    def _own_metrics(self) -> tuple[Mapping[str, Metric], Mapping[str, Metric]]:
+        """The module's own validation metrics (registered, so they move with it and reduce over processes)."""
+        return cast(Mapping[str, Metric], self.val_loss), cast(Mapping[str, Metric], self.val_acc)
+
+    def _reset_metrics(self) -> None:
+        for metrics in self._own_metrics():
+            for metric in metrics.values():
+                metric.reset()
 
     def setup(self, stage: str) -> None:
         # Spawned processes (ddp_spawn) receive the module's tensors in one shared memory; Lightning gives
         # parameters and buffers private copies but not metric states, so ranks adding into them at once
         # lost updates (a wrong first val/loss). A reset gives each process its own.
-        for name in self.val_names:
-            self._val_loss(name).reset()
-            self._val_acc(name).reset()
+        self._reset_metrics()
 
     def configure_model(self) -> None:
         """Build (once), with the GPT-2 init drawn from the seeded RNG, so every rank starts identical;
@@ -162,27 +194,13 @@ class LitModel(L.LightningModule):
             set_rng_state(self._rng_before_validation, self.device)
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        name = self.loader_names[dataloader_idx]
         inputs, targets = batch
-        logits = self(inputs)
-        scored = (targets != IGNORE).sum()
-        # a batch of padding rows only (see RankPadded) has no loss: weight 0, and 0 rather than NaN
-        loss = torch.where(scored > 0, next_token_loss(logits, targets), 0.0)
-        for into in (name, *(pool for pool, names in self.val_pools.items() if name in names)):
-            self._val_loss(into).update(loss, weight=scored)
-            self._val_acc(into).update(logits.argmax(dim=-1), targets)
+        self.score_batch(self.loader_names[dataloader_idx], inputs, targets, *self._own_metrics())
 
     def on_validation_epoch_end(self) -> None:
-        """Token-weighted mean loss, its exponential (perplexity) and accuracy on the scored positions,
-        reduced over all processes by torchmetrics."""
-        metrics = {}
-        for name in self.val_names:
-            loss = self._val_loss(name).compute()
-            metrics[f"{name}/loss"] = loss
-            metrics[f"{name}/ppl"] = torch.exp(loss)
-            metrics[f"{name}/acc"] = self._val_acc(name).compute()
-            self._val_loss(name).reset()
-            self._val_acc(name).reset()
+        """``val_figures`` logged and kept in ``history``; the metrics start again."""
+        metrics = self.val_figures(*self._own_metrics())
+        self._reset_metrics()
         self.log_dict(metrics, sync_dist=True)  # already reduced by torchmetrics: a no-op mean, no warning
         if not self.trainer.sanity_checking:
             entry = {k: float(v) for k, v in metrics.items()}

@@ -24,17 +24,21 @@ def moe_layers(model: Decoder) -> dict[int, MoE]:
 
 
 def balance_routers(model: Decoder, reduce: Callable[[Tensor], Tensor]) -> dict[int, Tensor]:
-    """End an optimizer step: each MoE layer's load [E] (``reduce``: summed over the processes, so every
-    process updates the same bias) moves its correction bias (``MoE.update_correction_bias``) and its
-    count starts again; those loads by layer (none without MoE layers)."""
+    """End an optimizer step: each MoE layer's load [E] moves its correction bias
+    (``MoE.update_correction_bias``; the loads summed over the processes by ``reduce``, so every process
+    updates the same bias, where some layer's γ is not 0) and its count starts again; this process's loads
+    by layer, on the device (none without MoE layers): ``RouterLoad`` sums them over its window, then over
+    the processes, so a step with γ = 0 costs no collective and no copy to the host."""
     layers = moe_layers(model)
     if not layers:
         return {}
-    loads = reduce(torch.cat([moe.load for moe in layers.values()]))  # one collective for every layer
-    per_layer = loads.split([moe.n_experts for moe in layers.values()])
-    for moe, load in zip(layers.values(), per_layer):
+    local = torch.cat([moe.load for moe in layers.values()])
+    balanced = any(moe.bias_update_speed > 0 for moe in layers.values())
+    loads = reduce(local.clone()) if balanced else local  # one collective for every layer
+    splits = [moe.n_experts for moe in layers.values()]
+    for moe, load in zip(layers.values(), loads.split(splits)):
         moe.update_correction_bias(load)
-    return {i: load.detach().cpu() for i, load in zip(layers, per_layer)}
+    return dict(zip(layers, local.split(splits)))
 
 
 def imbalance(load: Tensor) -> dict[str, float]:
@@ -73,13 +77,16 @@ class RouterLoad(Callback):
             self.window[layer] = self.window.get(layer, torch.zeros_like(load)) + load
         self.steps += 1
         if trainer.global_step % self.log_every_n_steps == 0:
-            self._close_window(pl_module)
+            self._close_window(trainer, pl_module)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.steps:  # the steps after the last full window
-            self._close_window(None)
+            self._close_window(trainer, None)
 
-    def _close_window(self, pl_module: Optional[L.LightningModule]) -> None:
+    def _close_window(self, trainer: L.Trainer, pl_module: Optional[L.LightningModule]) -> None:
+        order = sorted(self.window)
+        summed = trainer.strategy.reduce(torch.cat([self.window[i] for i in order]), reduce_op="sum")
+        self.window = dict(zip(order, summed.cpu().split([len(self.window[i]) for i in order])))
         layers = {}
         for layer, load in sorted(self.window.items()):
             share = load.double() / load.sum().clamp(min=1)
