@@ -88,13 +88,16 @@ def chunked_mlstm_rule(
     carry_base = b - base  # the carried (or emptied) state's log-decay to each position, before its m₀
     Cs, ns, ms = state if state is not None else empty_state(B, H, dk, dv, q)
     states = []  # the state entering each chunk: a sequential pass over the chunks' last positions
-    for c in range(n):
+    # chunk by chunk through unbind: its backward stacks the chunks' gradients once, where indexing chunk c
+    # would zero-fill a whole-sequence gradient per chunk (quadratic in the chunks of a sequence)
+    ends = (carry_base[..., -1], carried[..., -1], intra_max[..., -1], log_w[..., -1, :], k, v)
+    for base_c, carried_c, intra_c, log_w_c, k_c, v_c in zip(*(t.unbind(2) for t in ends), strict=True):
         states.append((Cs, ns, ms))
-        carry = carry_base[:, :, c, -1] + torch.where(carried[:, :, c, -1], ms, torch.zeros_like(ms))
-        m_end = torch.maximum(carry, intra_max[:, :, c, -1])
-        keep_end = torch.exp(carry - m_end) * carried[:, :, c, -1]
-        k_end = k[:, :, c] * torch.exp(log_w[:, :, c, -1] - m_end[..., None])[..., None]
-        Cs = keep_end[..., None, None] * Cs + k_end.transpose(-1, -2) @ v[:, :, c]
+        carry = base_c + torch.where(carried_c, ms, torch.zeros_like(ms))
+        m_end = torch.maximum(carry, intra_c)
+        keep_end = torch.exp(carry - m_end) * carried_c
+        k_end = k_c * torch.exp(log_w_c - m_end[..., None])[..., None]
+        Cs = keep_end[..., None, None] * Cs + k_end.transpose(-1, -2) @ v_c
         ns = keep_end[..., None] * ns + k_end.sum(-2)
         ms = m_end
     C0, n0, m0 = (torch.stack(t, dim=2) for t in zip(*states, strict=True))  # [B, H, n, ...]

@@ -106,14 +106,15 @@ def wkv_chunked(
     if state is None:
         state = torch.stack((k.new_zeros(B, C), k.new_zeros(B, C), k.new_full((B, C), EMPTY)), dim=-1)
     entering = []
-    for j in range(n):  # the state entering chunk j, then the one leaving it
+    # chunk by chunk through unbind: its backward stacks the chunks' gradients once, where indexing chunk j
+    # would zero-fill a whole-sequence gradient per chunk (quadratic in the chunks of a sequence)
+    chunks = zip(*(t.unbind(1) for t in (carried_in, decay[:, :, -1], c_num, c_den, c_top)), strict=True)
+    for carried_j, decay_j, c_num_j, c_den_j, c_top_j in chunks:  # the state entering chunk j, then leaving it
         entering.append(state)
         s_num, s_den, s_top = state.unbind(-1)
-        s_top = torch.where(carried_in[:, j, None], s_top + decay[:, j, -1], EMPTY)
-        both = torch.stack((s_top, c_top[:, j]), dim=-1)
-        state = torch.stack(
-            _fold(both, torch.stack((s_num, c_num[:, j]), -1), torch.stack((s_den, c_den[:, j]), -1), -1), -1
-        )
+        s_top = torch.where(carried_j[:, None], s_top + decay_j, EMPTY)
+        both = torch.stack((s_top, c_top_j), dim=-1)
+        state = torch.stack(_fold(both, torch.stack((s_num, c_num_j), -1), torch.stack((s_den, c_den_j), -1), -1), -1)
     s_num, s_den, s_top = torch.stack(entering, dim=1)[:, :, None].unbind(-1)  # [B, n, 1, C]
     s_top = torch.where((doc == 0)[..., None], s_top + before, float("-inf"))  # no state after a start
     both = torch.stack((s_top.expand_as(top), top), dim=-1)
