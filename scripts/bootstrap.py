@@ -123,8 +123,10 @@ def _uv(python: Path, args: Sequence[str]) -> int:
 def install_project(python: Path) -> int:
     """The project and its dev extras, keeping the torch already installed: through uv, which resolves
     and installs the hundred-odd packages in seconds where pip takes minutes, and with pip where uv cannot
-    be had or fails."""
-    if _pip(python, ["uv"]) == 0 and _uv(python, ["-e", ".[dev]"]) == 0:
+    be had or fails. Both compile the packages' bytecode as they install them (uv only when asked): where
+    PYTHONDONTWRITEBYTECODE is set, nothing else would, and every process (each test's subprocess) would
+    compile lightning, torchmetrics and transformers from source again, seconds each."""
+    if _pip(python, ["uv"]) == 0 and _uv(python, ["--compile-bytecode", "-e", ".[dev]"]) == 0:
         return 0
     _say("installing with pip instead")
     return _pip(python, ["-e", ".[dev]"])
