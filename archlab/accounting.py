@@ -27,6 +27,7 @@ COMPONENTS = (
     "attention",
     "mlp",
     "norms",
+    "streams",
     "final_norm",
     "head",
 )
@@ -49,6 +50,8 @@ def count(cfg: Any) -> dict[str, int]:
     mlp = [entries(c).mlp.num_params(c, i) for i, c in layers]
     block_norms = [entries(c).block.num_params(c, i) for i, c in layers]  # a block's own parameters: its norms
     norm = chosen.norm.num_params(cfg)
+    # a sublayer's connection to several residual streams (model.stream): attention's, and the MLP's where present
+    connections = [(1 + entries(c).mlp.present) * chosen.stream.connection_params(c) for _, c in layers]
     counts = {
         "token_embedding": cfg.vocab_size * embedding_width(cfg),
         "position_embedding": chosen.position.num_params(cfg),
@@ -58,6 +61,7 @@ def count(cfg: Any) -> dict[str, int]:
         "attention": sum(attention),
         "mlp": sum(mlp),
         "norms": sum(block_norms),
+        "streams": sum(connections) + chosen.stream.num_params(cfg),
         "final_norm": norm if chosen.block.final_norm else 0,
         "head": chosen.head.num_params(cfg),
     }
@@ -68,7 +72,7 @@ def count(cfg: Any) -> dict[str, int]:
     inactive = counts["attention"] + counts["mlp"] - active
     counts["active"] = counts["total"] - inactive
     counts["active_non_embedding"] = counts["non_embedding"] - inactive
-    counts["per_block"] = attention[-1] + mlp[-1] + block_norms[-1]
+    counts["per_block"] = attention[-1] + mlp[-1] + block_norms[-1] + connections[-1]
     counts["flops_per_token"] = flops_per_token(resolved, counts["active_non_embedding"])
     return counts
 
@@ -84,6 +88,8 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
         for i, c in enumerate(layers)
         for part in (entries(c).attention, entries(c).mlp, entries(c).block)
     )
+    connections = sum(1 + entries(c).mlp.present for c in layers)  # a sublayer's connection to the streams
+    extra += entries(model).stream.extra_flops(model, connections)
     return 6 * active_non_embedding + extra
 
 
@@ -107,10 +113,11 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "embedding_norm": "embedding_norm",
         "project_in": "embedding_projection",
         "project_out": "embedding_projection",
+        "stream": "streams",
         "final_norm": "final_norm",
         "head": "head",
     }
-    part = {"attn": "attention", "mlp": "mlp"}  # a block's other modules are its norms
+    part = {"attn": "attention", "mlp": "mlp", "attn_stream": "streams", "mlp_stream": "streams"}  # else norms
     counts: dict[str, int] = defaultdict(int)
     for name, p in model.named_parameters():
         top = name.split(".")[0]

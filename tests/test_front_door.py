@@ -120,7 +120,7 @@ def test_setup_falls_back_to_pypi_then_a_second_call_installs_nothing(monkeypatc
         ["pip", "torch==2.13.0", "--index-url", CPU_INDEX, "--timeout", "5", "--retries", "0"],
         ["pip", "torch==2.13.0"],
         ["pip", "uv"],
-        ["uv", "-e", ".[dev]"],
+        ["uv", "--compile-bytecode", "-e", ".[dev]"],
     ]
     assert _fake_setup(monkeypatch, tmp_path, {"torch": True, "archlab": True}, []) == []
 

@@ -539,6 +539,21 @@ def test_gpt_oss_llama4_and_step35_parts_train(family):
     assert losses[-1] < 0.8 * losses[0]
 
 
+def test_building_and_running_a_moe_model_imports_no_dynamo():
+    """torch.compiler.disable on the routed experts is applied when a block is compiled, not at import: a
+    fresh process that builds and runs a MoE model never loads torch._dynamo (about a second)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch; from archlab import build_model, compose_model; "
+        "m = build_model(compose_model(['model=nano', 'model/mlp=moe', 'model.n_layer=1'])); "
+        "m(torch.randint(0, 256, (1, 8))); print('torch._dynamo' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr[-2000:]
+
+
 def test_decoder_averages_aux_losses_over_moe_layers_with_checkpointing_and_compile():
     """Decoder.auxiliary_losses: the mean over MoE layers (dense layers hold none). Activation
     checkpointing (the forward re-run in backward) gives the same gradients, and so does each block

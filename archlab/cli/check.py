@@ -180,6 +180,7 @@ def _layout(cfg: Any) -> str:
         f"{'' if m.embedding_dim is None else f' embedding_dim={m.embedding_dim}'}  norm={e.norm.describe(m)} "
         f"block={e.block.describe(m)} position={e.position.describe(m)} attention={e.attention.describe(m)} "
         f"mlp={e.mlp.describe(m)} head={e.head.describe(m)}"
+        f"{f' stream={e.stream.describe(m)}' if e.stream.multiple else ''}"
     )
 
 

@@ -1,10 +1,9 @@
 """Structured model configs: the contract every registry family reads (plain dataclasses; Hydra's
 ConfigStore holds them, see ``archlab.config.store``).
 
-The token mixer, the position scheme and the MLP are one class per option, each holding exactly its fields
-(``MixerConfig``, ``PositionConfig``, ``MLPConfig`` and the subclass each option's module registers,
-``OPTIONS``); the other families are one
-dataclass each, whose ``kind`` picks the variant, whose own entry checks the fields it uses (see
+The token mixer, the position scheme, the MLP and the residual stream are one class per option, each holding
+exactly its fields (``MixerConfig``, ``PositionConfig``, ``MLPConfig``, ``StreamConfig`` and the subclass each
+option's module registers, ``OPTIONS``); the other families are one dataclass each, whose ``kind`` picks the variant, whose own entry checks the fields it uses (see
 ``archlab.nn``).
 """
 
@@ -88,8 +87,22 @@ class MLPConfig:
 # the MLPs' config classes, filled as archlab.nn.mlp and archlab.nn.moe are imported
 MLP_OPTIONS = Options("mlp", "MLP", MLPConfig, keep_shared=True)
 mlp_config = MLP_OPTIONS.register  # @mlp_config(kind): the decorated MLPConfig subclass is MLP kind's config
+
+
+@dataclass
+class StreamConfig:
+    """``model.stream``: the residual stream(s) the blocks read and write (registry ``STREAMS``,
+    archlab/nn/streams/). ``kind`` picks it, and its own config class, a subclass registered with
+    ``stream_config`` beside its entry, holds exactly the fields it reads."""
+
+    kind: str = "plain"
+
+
+# the residual streams' config classes, filled as archlab.nn.streams is imported
+STREAM_OPTIONS = Options("stream", "residual stream", StreamConfig)
+stream_config = STREAM_OPTIONS.register  # @stream_config(kind): the decorated class is stream kind's config
 # the sections whose options own their configs
-OPTIONS = {"attention": MIXER_OPTIONS, "position": POSITION_OPTIONS, "mlp": MLP_OPTIONS}
+OPTIONS = {"attention": MIXER_OPTIONS, "position": POSITION_OPTIONS, "mlp": MLP_OPTIONS, "stream": STREAM_OPTIONS}
 
 
 @dataclass
@@ -139,6 +152,8 @@ class ModelConfig:
     # a MixerConfig: the chosen mixer's own class (typed Any: each mixer's fields are read through its own class)
     attention: Any = field(default_factory=lambda: MIXER_OPTIONS.classes["causal"]())
     mlp: Any = field(default_factory=lambda: MLP_OPTIONS.classes["gelu"]())  # an MLPConfig: the chosen MLP's own class
+    # a StreamConfig: the chosen residual stream's own class (plain: one stream, x + sublayer(x))
+    stream: Any = field(default_factory=lambda: STREAM_OPTIONS.classes["plain"]())
     head: HeadConfig = field(default_factory=HeadConfig)
     layers: LayersConfig = field(default_factory=LayersConfig)
 

@@ -13,6 +13,7 @@ from archlab.nn.mixers.base import KVCache, build_mixer
 from archlab.nn.mlp import MLPS, build_mlp
 from archlab.nn.norms import NORMS, build_norm
 from archlab.nn.positions import Rotation
+from archlab.nn.streams.base import build_connection
 from archlab.registry import Registry
 
 
@@ -38,6 +39,9 @@ class Block(LayerPart, nn.Module):
         self.mlp_out_norm = build_norm(cfg) if "mlp_out_norm" in names else None
         self.drop = nn.Dropout(cfg.dropout)
         self.residual_multiplier = cfg.block.residual_multiplier
+        # each sublayer's connection to the residual streams (model.stream); None: one plain stream, x + f(x)
+        self.attn_stream = build_connection(cfg, 2 * layer)
+        self.mlp_stream = build_connection(cfg, 2 * layer + 1) if self.mlp is not None else None
 
     def param_roles(self) -> dict[str, Role]:
         return {}  # its norms, attention and MLP are entries that answer for their own
@@ -99,11 +103,24 @@ class PreNorm(Block):
 
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_norm is not None  # built: this wiring's norm_names
+        if self.attn_stream is not None:  # several streams [B, T, n, d]: each connection reads and writes them
+            return self._connected(x, rotary, mask, cache)
         x = x + self.into_residual(self.attend(self.attn_norm(x), rotary, mask, cache))
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
         return x + self.into_residual(self.drop(self.feed(self.mlp_norm(x), mask, cache)))
+
+    def _connected(self, h, rotary, mask, cache):
+        """The same sublayers, each joined to the residual streams ``h`` by its connection."""
+        assert self.attn_norm is not None and self.attn_stream is not None
+        attn_norm = self.attn_norm
+        h = self.attn_stream(h, lambda x: self.into_residual(self.attend(attn_norm(x), rotary, mask, cache)))
+        if self.mlp is None:
+            return h
+        assert self.mlp_norm is not None and self.mlp_stream is not None
+        mlp_norm = self.mlp_norm
+        return self.mlp_stream(h, lambda x: self.into_residual(self.drop(self.feed(mlp_norm(x), mask, cache))))
 
 
 @BLOCKS.register("post")

@@ -1,5 +1,5 @@
-"""The decoder: token embedding (-> projection in -> its norm) -> position scheme -> blocks -> final norm
-(-> projection out) -> head."""
+"""The decoder: token embedding (-> projection in -> its norm) -> position scheme (-> widened into residual
+streams) -> blocks (-> streams merged) -> final norm (-> projection out) -> head."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from archlab.nn.head import build_head, embedding_width
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import POSITIONS, Position, build_position, uninitialised_embedding
+from archlab.nn.streams import build_stream
 
 
 def document_ids(idx: Tensor, eos_id: int) -> Tensor:
@@ -80,6 +81,7 @@ class Decoder(nn.Module):
         own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if own_position(cfg, c)}
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
         self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
+        self.stream = build_stream(cfg)  # several residual streams: widened after the embeddings, merged at the end
         self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
         self.project_out = nn.Linear(cfg.d_model, width, bias=False) if cfg.embedding_dim is not None else None
         self.head = build_head(cfg)
@@ -142,6 +144,8 @@ class Decoder(nn.Module):
         starts = None if document_ids is None else document_starts(document_ids)
         tokens = None if present is None and starts is None else Tokens(present, starts)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
+        if self.stream is not None:
+            x = self.stream.widen(x)
         for block, k in zip(blocks, self.position_of):
             scores = None if block.attn.recurrent else masks[block.attn.window, block.attn.chunk, k]
             mask = block.attn.mask_of(scores, tokens)
@@ -152,6 +156,8 @@ class Decoder(nn.Module):
             )
         if cache is not None:
             cache.length += T
+        if self.stream is not None:
+            x = self.stream.merge(x)
         if self.final_norm is not None:
             x = self.final_norm(x)
         if self.project_out is not None:
@@ -207,6 +213,9 @@ class Decoder(nn.Module):
         Per block, not the whole model: every block runs the same compiled graph, so compile time does not
         grow with depth (docs/performance.md compares the two)."""
         for block in self.blocks:
+            for module in block.modules():  # parts that must run eagerly (a mixture of experts' dispatch)
+                if (exclude := getattr(module, "exclude_from_compile", None)) is not None:
+                    exclude()
             block.compile()
 
     def new_cache(self, batch_size: int, max_len: Optional[int] = None) -> KVCache:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, ParamSpec, TypeVar, cast
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -43,9 +43,6 @@ from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
 from archlab.nn.mlp import MLP, MLPS, ClampFields, GatedWidthConfig, TanhField, d_ff, dense_kind
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 @dataclass
@@ -84,11 +81,6 @@ class MoEConfig(ClampFields, TanhField, GatedWidthConfig):
     # the shared SwiGLU experts' swiglu_limit where it differs from the routed ones' (Step-3.5: 16); 0: no clamp
     shared_swiglu_limit: Optional[float] = None
     routing: RoutingConfig = field(default_factory=RoutingConfig)
-
-
-def not_compiled(fn: Callable[_P, _R]) -> Callable[_P, _R]:
-    """``torch.compiler.disable(fn)``, keeping ``fn``'s signature: torch leaves ``disable`` unannotated."""
-    return cast("Callable[_P, _R]", torch.compiler.disable(fn))
 
 
 def _recomputing() -> bool:
@@ -238,7 +230,12 @@ class MoE(MLP):
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
         return logits, weights * self.routed_scale, indices
 
-    @not_compiled  # the group sizes are data: a compiled graph would specialise on each
+    def exclude_from_compile(self) -> None:
+        """Run ``routed`` eagerly inside a compiled block: its group sizes are data, which a compiled graph
+        would specialise on each of. ``Decoder.compile_blocks`` calls it before compiling; doing it here at
+        import would import torch._dynamo (about a second) into every process that builds a model."""
+        self.__dict__["routed"] = torch.compiler.disable(self.routed)  # the instance's, before the class's
+
     def routed(self, x: Tensor, weights: Tensor, indices: Tensor) -> Tensor:
         """The routed experts' weighted sum for tokens ``x`` [N, d], in the experts' output dtype:
         ``dispatch``, ``experts``, ``combine`` (``archlab-bench`` splits a step along them). With

@@ -21,6 +21,7 @@ from archlab.nn.mixers.base import MIXERS, Mixer
 from archlab.nn.mlp import MLP, MLPS
 from archlab.nn.norms import NORMS, Norm
 from archlab.nn.positions import POSITIONS, Position
+from archlab.nn.streams import STREAMS, Stream
 from archlab.registry import Lookup
 
 # model.<family> -> its registry; the family's ``kind`` picks the entry
@@ -32,6 +33,7 @@ FAMILIES: dict[str, Lookup[type[Component]]] = {
     "position": POSITIONS,
     "mlp": MLPS,
     "head": HEADS,
+    "stream": STREAMS,
 }
 
 
@@ -118,6 +120,12 @@ def _validate_kind(cfg: ModelConfig, name: str, layer: ModelConfig) -> None:
         if rest and rest in (overrides.get(family) or {}):
             raise ConfigError(f"model.layers.kinds.{name}.{family}.{rest}", err.value, err.allowed) from None
         raise ConfigError(err.field, err.value, f"{err.allowed} (in layer kind {name})") from None
+    if layer.stream != cfg.stream:
+        raise ConfigError(
+            f"model.layers.kinds.{name}.stream",
+            overrides["stream"],
+            "no change: the residual streams run through every layer (set model.stream for the whole model)",
+        )
     if layer.position != cfg.position:
         for scheme in (cfg.position.kind, layer.position.kind):
             if not POSITIONS.get(scheme).in_attention:
@@ -138,6 +146,7 @@ class Entries(NamedTuple):
     position: type[Position]
     mlp: type[MLP]
     head: type[Head]
+    stream: type[Stream]
 
 
 def entries(cfg: ModelConfig) -> Entries:
@@ -149,6 +158,7 @@ def entries(cfg: ModelConfig) -> Entries:
         position=POSITIONS.get(cfg.position.kind),
         mlp=MLPS.get(cfg.mlp.kind),
         head=HEADS.get(cfg.head.kind),
+        stream=STREAMS.get(cfg.stream.kind),
     )
 
 

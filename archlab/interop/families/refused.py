@@ -82,7 +82,8 @@ REFUSED: dict[str, Refused] = {
     "deepseek_v4": Refused(
         "DeepSeek-V4",
         "DeepseekV4ForCausalLM",
-        "compressed sparse attention (`compress_rates`) and hyper-connections (`hc_mult` residual streams)",
+        "compressed sparse attention (`compress_rates`) and hash-routed experts (`hash_moe` layers); its "
+        "hyper-connections are `model.stream=mhc`",
     ),
     "minimax_m3_vl_text": Refused(
         "MiniMax-M3 (text)",

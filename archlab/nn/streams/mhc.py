@@ -1,0 +1,160 @@
+"""``mhc``: manifold-constrained hyper-connections (Xie et al. 2026, arXiv:2512.24880), as DeepSeek-V4 has
+them (transformers' ``DeepseekV4HyperConnection`` and ``DeepseekV4HyperHead``). The blocks carry ``n``
+residual streams ``H`` ``[B, T, n, d]``, the embeddings copied into each. Every sublayer F reads and writes
+them through weights computed from the streams themselves: with ``x = rms(vec(H))`` (no learned scale),
+``pre = σ(s₀·x·W_pre + b_pre) + ε``, ``post = 2σ(s₁·x·W_post + b_post)`` and ``comb`` the Sinkhorn-Knopp
+projection of ``softmax(s₂·x·W_comb + b_comb) + ε`` onto the doubly stochastic matrices,
+``H ← post ⊗ F(Σᵢ preᵢ Hᵢ) + combᵀ H``, so the residual mix keeps its norm however deep the stack. Before the
+final norm the streams are merged by weights computed likewise (``pre`` alone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from archlab import checks
+from archlab.config import ModelConfig, StreamConfig, stream_config
+from archlab.errors import ConfigError
+from archlab.nn.component import Component, Role
+from archlab.nn.streams.base import STREAMS, Stream, Sublayer
+
+
+@stream_config("mhc")
+@dataclass
+class MHCConfig(StreamConfig):
+    """``model.stream`` with kind mhc: DeepSeek-V4's defaults (hc_mult, hc_sinkhorn_iters, hc_eps)."""
+
+    kind: str = "mhc"
+    n: int = 4  # residual streams (hc_mult)
+    sinkhorn_iters: int = 20  # row and column normalisations of the mixing matrix (hc_sinkhorn_iters)
+    eps: float = 1e-6  # added to pre and to comb, and to each normalisation's denominator (hc_eps)
+
+
+def _rms(x: Tensor, eps: float) -> Tensor:
+    """``x`` over the root mean square of its last dim, in float32, no learned scale."""
+    x = x.float()
+    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+
+
+class MHCConnection(Component, nn.Module):
+    """One sublayer's connection: the projection ``fn`` ``[(2 + n)·n, n·d]`` of the normed streams to the
+    pre, post and comb logits, their biases ``base`` and the three scales ``scale``, in float32."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        s = cfg.stream
+        self.n, self.iters, self.eps, self.norm_eps = s.n, s.sinkhorn_iters, s.eps, cfg.norm.eps
+        self.fn = nn.Parameter(torch.empty((2 + s.n) * s.n, s.n * cfg.d_model))
+        self.base = nn.Parameter(torch.empty((2 + s.n) * s.n))
+        self.scale = nn.Parameter(torch.empty(3))
+
+    def param_roles(self) -> dict[str, Role]:
+        # fn reads the width and writes a fixed number of weights: an output matrix, as a router
+        return {"fn": Role.OUTPUT, "base": Role.VECTOR, "scale": Role.VECTOR}
+
+    @torch.no_grad()
+    def init_parameters(self, std: float, residual_std: float) -> None:
+        """DeepSeek-V4's: fn N(0, init_std), base 0, scales 1."""
+        nn.init.normal_(self.fn, 0.0, std)
+        nn.init.zeros_(self.base)
+        nn.init.ones_(self.scale)
+
+    def weights(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``pre`` and ``post`` ``[B, T, n]`` and ``comb`` ``[B, T, n, n]`` (doubly stochastic) of the streams
+        ``h`` ``[B, T, n, d]``, in float32."""
+        n = self.n
+        logits = F.linear(_rms(h.flatten(2), self.norm_eps), self.fn.float())
+        pre_w, post_w, comb_w = logits.split((n, n, n * n), dim=-1)
+        pre_b, post_b, comb_b = self.base.float().split((n, n, n * n))
+        s_pre, s_post, s_comb = self.scale.float().unbind(0)
+        pre = torch.sigmoid(pre_w * s_pre + pre_b) + self.eps
+        post = 2 * torch.sigmoid(post_w * s_post + post_b)
+        comb = torch.softmax(comb_w.unflatten(-1, (n, n)) * s_comb + comb_b.view(n, n), dim=-1) + self.eps
+        comb = comb / (comb.sum(-2, keepdim=True) + self.eps)
+        for _ in range(self.iters - 1):  # Sinkhorn-Knopp: rows, then columns, sum to 1
+            comb = comb / (comb.sum(-1, keepdim=True) + self.eps)
+            comb = comb / (comb.sum(-2, keepdim=True) + self.eps)
+        return pre, post, comb
+
+    def forward(self, h: Tensor, sublayer: Sublayer) -> Tensor:
+        """The streams ``h`` ``[B, T, n, d]`` after ``sublayer`` read their ``pre``-weighted sum and its
+        output was written by ``post``, beside the streams mixed by ``comb``."""
+        pre, post, comb = self.weights(h)
+        y = sublayer((pre.unsqueeze(-1) * h).sum(2).to(h.dtype))
+        return post.to(h.dtype).unsqueeze(-1) * y.unsqueeze(-2) + comb.to(h.dtype).transpose(-1, -2) @ h
+
+
+@STREAMS.register("mhc")
+class MHC(Stream):
+    """The model's part: the embeddings copied into the ``n`` streams, and merged before the final norm by
+    ``Σᵢ preᵢ Hᵢ``, ``pre = σ(s·rms(vec(H))·W + b) + ε`` (``hc_fn`` ``[n, n·d]``, ``hc_base`` ``[n]``,
+    ``hc_scale`` ``[1]``: DeepSeek-V4's ``hc_head``)."""
+
+    @staticmethod
+    def connection(cfg: ModelConfig, index: int) -> nn.Module:
+        return MHCConnection(cfg)
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        s = cfg.stream
+        self.n, self.eps, self.norm_eps = s.n, s.eps, cfg.norm.eps
+        self.hc_fn = nn.Parameter(torch.empty(s.n, s.n * cfg.d_model))
+        self.hc_base = nn.Parameter(torch.empty(s.n))
+        self.hc_scale = nn.Parameter(torch.empty(1))
+
+    def param_roles(self) -> dict[str, Role]:
+        return {"hc_fn": Role.OUTPUT, "hc_base": Role.VECTOR, "hc_scale": Role.VECTOR}
+
+    @torch.no_grad()
+    def init_parameters(self, std: float, residual_std: float) -> None:
+        """DeepSeek-V4's: hc_fn N(0, init_std), hc_base 0, hc_scale 1."""
+        nn.init.normal_(self.hc_fn, 0.0, std)
+        nn.init.zeros_(self.hc_base)
+        nn.init.ones_(self.hc_scale)
+
+    def widen(self, x: Tensor) -> Tensor:
+        return x.unsqueeze(2).expand(-1, -1, self.n, -1).contiguous()
+
+    def merge(self, h: Tensor) -> Tensor:
+        logits = F.linear(_rms(h.flatten(2), self.norm_eps), self.hc_fn.float())
+        pre = torch.sigmoid(logits * self.hc_scale.float() + self.hc_base.float()) + self.eps
+        return (pre.unsqueeze(-1) * h).sum(2).to(h.dtype)
+
+    @staticmethod
+    def num_params(cfg: ModelConfig) -> int:
+        """The merge: hc_fn n·(n·d), hc_base n, hc_scale 1."""
+        n = cfg.stream.n
+        return n * n * cfg.d_model + n + 1
+
+    @classmethod
+    def connection_params(cls, cfg: ModelConfig) -> int:
+        """fn (2 + n)·n·(n·d), base (2 + n)·n, scale 3."""
+        n = cfg.stream.n
+        return (2 + n) * n * (n * cfg.d_model + 1) + 3
+
+    @classmethod
+    def extra_flops(cls, cfg: ModelConfig, connections: int) -> int:
+        """Per connection the collapse and the expansion (n·d multiply-adds each) and the mix (n²·d); the
+        merge's collapse (n·d); forward and backward, 6 FLOPs per multiply-add. Sinkhorn's n²·iters per
+        token does not grow with the width: left out."""
+        n, d = cfg.stream.n, cfg.d_model
+        return 6 * d * (connections * (n * n + 2 * n) + n)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """``mhc ×<n>, sinkhorn <iters>``."""
+        return f"mhc ×{cfg.stream.n}, sinkhorn {cfg.stream.sinkhorn_iters}"
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        s = cfg.stream
+        checks.integer("model.stream.n", s.n, 1, "a positive integer (residual streams)")
+        checks.integer("model.stream.sinkhorn_iters", s.sinkhorn_iters, 1)
+        checks.positive("model.stream.eps", s.eps)
+        if cfg.block.kind != "pre":
+            raise ConfigError(
+                "model.block.kind", cfg.block.kind, "pre with model.stream.kind=mhc (it reads each sublayer's input)"
+            )
