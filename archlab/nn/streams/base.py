@@ -18,7 +18,7 @@ Sublayer = Callable[[Tensor], Tensor]  # a block's attention or MLP branch: [B, 
 
 class Stream(ModelPart, nn.Module):
     """The model's part of a residual stream: ``widen`` after the embeddings (``[B, T, d]`` to the streams),
-    ``merge`` before the final norm; its ``connection`` class joins one sublayer to the streams. A plain
+    ``merge`` before the final norm; ``connection`` builds what joins one sublayer to the streams. A plain
     stream's model builds neither (``multiple`` False), so its forward is today's, op for op."""
 
     multiple: ClassVar[bool] = True  # whether the blocks carry more than one stream (and the model this part)
