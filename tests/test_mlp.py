@@ -161,3 +161,43 @@ def test_layout_line_names_the_parts():
 def test_each_part_trains(overrides):
     """A few AdamW steps on one repeated batch lower the loss, every parameter reached by a gradient."""
     parts.check_trains(overrides, n_layer=1, length=16, steps=15)
+
+
+# ---------------------------------------------------------------- xIELU
+
+
+def test_xielu_mlp_is_counted_by_hand_and_trains():
+    """d 32 (tiny), d_ff 48, biases: 2·32·48 + 48 + 32 + 2 scalars per layer; a few AdamW steps on one batch
+    lower the loss and move α_p and α_n (μP: vectors)."""
+    from archlab.training.parametrization import roles
+
+    cfg = tiny(mlp={"kind": "xielu", "d_ff": 48})
+    assert entries(cfg).mlp.num_params(cfg) == 2 * 32 * 48 + 48 + 32 + 2
+    model = build_model(cfg)
+    act = model.blocks[0].mlp.act
+    assert {roles(model)[id(p)].value for p in (act.alpha_p, act.alpha_n)} == {"vector"}
+    before = (act.alpha_p.item(), act.alpha_n.item())
+    idx = torch.randint(0, cfg.vocab_size, (4, 16), generator=torch.Generator().manual_seed(0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(6):
+        loss = torch.nn.functional.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] and (act.alpha_p.item(), act.alpha_n.item()) != before
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"alpha_n_init": 0.5}, "model.mlp.alpha_n_init"),  # α_n − β must be positive: softplus's range
+        ({"alpha_p_init": 0.0}, "model.mlp.alpha_p_init"),
+        ({"eps": 1e-3}, "model.mlp.eps"),
+    ],
+)
+def test_xielu_refuses_settings_it_cannot_hold(fields, field):
+    with pytest.raises(ConfigError) as err:
+        tiny(mlp={"kind": "xielu", **fields})
+    assert err.value.field == field

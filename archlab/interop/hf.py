@@ -38,6 +38,7 @@ from archlab.nn.validation import validate
 # those a transformers model computes from its config and saves: MiniMax's lightning-attention decays.
 _BUFFERS = (".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq")
 _BUFFERS += tuple(f".self_attn.{name}" for name in ("slope_rate", "query_decay", "key_decay", "diagonal_decay"))
+_BUFFERS += (".act_fn.beta", ".act_fn.eps")  # xIELU's constants (Apertus), at the defaults its record requires
 
 
 def _transformers() -> Any:

@@ -217,13 +217,11 @@ REFUSED: dict[str, Refused] = {
         "LongcatFlashForCausalLM",
         "two MLA and two MLPs per layer beside a shortcut MoE (ScMoE), and zero experts (`zero_expert_num`)",
     ),
-    "apertus": Refused(
-        "Apertus", "ApertusForCausalLM", "the xIELU activation (`hidden_act` 'xielu', learned `alpha_p`, `alpha_n`)"
-    ),
     "apertus1p5_text": Refused(
         "Apertus 1.5",
         "Apertus1p5TextForCausalLM",
-        "the xIELU activation (`hidden_act` 'xielu', learned `alpha_p`, `alpha_n`)",
+        "a head pruned to the text tokens (`output_vocab_size` rows of the `vocab_size` embeddings); the rest is "
+        "Apertus's",
     ),
     "modernbert-decoder": Refused(
         "ModernBERT decoder",
