@@ -31,7 +31,7 @@ CASES = [
     (
         ["model.mlp.kind=mixture"],
         "model.mlp.kind",
-        "one of ['geglu', 'gelu', 'moe', 'none', 'relu', 'relu2', 'rwkv_channel_mix', 'swiglu']",
+        "one of ['geglu', 'gelu', 'moe', 'none', 'relu', 'relu2', 'rwkv_channel_mix', 'swiglu', 'xielu']",
     ),
     (
         ["model/mlp=moe", "model.mlp.shared_swiglu_limit=-1"],

@@ -82,8 +82,7 @@ REFUSED: dict[str, Refused] = {
     "deepseek_v4": Refused(
         "DeepSeek-V4",
         "DeepseekV4ForCausalLM",
-        "compressed sparse attention (`compress_rates`) and hash-routed experts (`hash_moe` layers); its "
-        "hyper-connections are `model.stream=mhc`",
+        "compressed sparse attention (`compress_rates`) and hash-routed experts (`hash_moe` layers)",
     ),
     "minimax_m3_vl_text": Refused(
         "MiniMax-M3 (text)",
@@ -244,11 +243,6 @@ REFUSED: dict[str, Refused] = {
         "a sinusoidal table of sines then cosines (`positional_encoding`): archlab interleaves sin and cos",
     ),
     # mixtures of experts
-    "qwen2_moe": Refused(
-        "Qwen2-MoE",
-        "Qwen2MoeForCausalLM",
-        "no archlab record yet (holdable: its gated shared expert is `model.mlp.shared_expert_gate`)",
-    ),
     "phimoe": Refused(
         "PhiMoE",
         "PhimoeForCausalLM",
