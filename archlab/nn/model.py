@@ -15,6 +15,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
+from archlab.nn.mixers.attention import link_first_values
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import POSITIONS, Position, build_position, uninitialised_embedding
@@ -77,6 +78,7 @@ class Decoder(nn.Module):
         self.drop = nn.Dropout(embedding_dropout(cfg))  # on the embeddings entering the first block
         configs = list(layers) if layers is not None else layer_configs(cfg)  # a layer kind overrides the model's parts
         self.blocks = nn.ModuleList(build_block(c, i) for i, c in enumerate(configs))
+        link_first_values([b.attn for b in cast("Sequence[Block]", self.blocks)])  # value residual: layer 0's values
         # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module
         own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if own_position(cfg, c)}
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})

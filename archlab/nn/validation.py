@@ -120,6 +120,12 @@ def _validate_kind(cfg: ModelConfig, name: str, layer: ModelConfig) -> None:
         if rest and rest in (overrides.get(family) or {}):
             raise ConfigError(f"model.layers.kinds.{name}.{family}.{rest}", err.value, err.allowed) from None
         raise ConfigError(err.field, err.value, f"{err.allowed} (in layer kind {name})") from None
+    if getattr(cfg.attention, "value_residual", False) and layer.attention != cfg.attention:
+        raise ConfigError(
+            f"model.layers.kinds.{name}.attention",
+            overrides["attention"],
+            "no change with model.attention.value_residual=true (every layer mixes its values with the first's)",
+        )
     if layer.stream != cfg.stream:
         raise ConfigError(
             f"model.layers.kinds.{name}.stream",

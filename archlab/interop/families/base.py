@@ -74,6 +74,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.window": (None, "no sliding window"),
     "model.attention.chunk": (None, "no chunked attention"),
     "model.attention.sinks": (False, "no attention sinks"),
+    "model.attention.value_residual": (False, "no value residual"),
     "model.attention.gate": ("none", "no attention output gate"),
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),

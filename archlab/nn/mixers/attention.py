@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Optional, cast
+from typing import Optional, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -68,6 +68,9 @@ class AttentionConfig(MixerConfig):
     query_scale_length: int = 8192  # positions per step of the floor
     query_scale_offset: int = 0  # added to the position before the floor (Llama 4 counts from 1)
     query_scale_by: str = choice("index", "position")  # p: the cache index (Llama 4) | RoPE's position (Ministral 3)
+    # value residual learning (ResFormer): every layer after the first mixes its values with the first layer's,
+    # λ₁·v₁ + λ₂·vₙ, two learned λ per layer starting at 0.5
+    value_residual: bool = False
 
 
 def softmax_scale(cfg: ModelConfig) -> float:
@@ -126,6 +129,32 @@ def query_scales_at(p: Tensor, beta: float, every: int, offset: int) -> Tensor:
     return (1 + beta * torch.log1p(torch.floor((p + offset) / every))).view(-1, 1, p.shape[-1], 1)
 
 
+class FirstValues:
+    """The first attention layer's values of the latest forward, which every later layer's mixes its own with
+    (value residual learning, Zhou et al. 2024, arXiv:2410.17897); one per model, held by the first layer and
+    handed to the others by ``Decoder``. A cached step's are its new positions' (the cache keeps mixed values)."""
+
+    def __init__(self) -> None:
+        self.v: Optional[Tensor] = None
+
+    def mix(self, v: Tensor, weights: Optional[Tensor]) -> Tensor:
+        """The first layer's ``v`` (``weights`` None: kept for the others), else λ₁·v₁ + λ₂·v."""
+        if weights is None:
+            self.v = v
+            return v
+        assert self.v is not None, "the first layer runs first"
+        return weights[0].to(v.dtype) * self.v + weights[1].to(v.dtype) * v
+
+
+def link_first_values(mixers: Sequence[Mixer]) -> None:
+    """Hand the first layer's ``FirstValues`` to every later attention layer of a value-residual model (those
+    that hold ``value_mix``)."""
+    first = next((f for m in mixers if isinstance(f := getattr(m, "first_values", None), FirstValues)), None)
+    for m in mixers:
+        if first is not None and isinstance(getattr(m, "value_mix", None), nn.Parameter):
+            vars(m)["first_values"] = first
+
+
 @MIXERS.register("causal")
 class CausalSelfAttention(Mixer):
     """One fused q/k/v projection (optionally clipped), optional QK-norm and query scaling, scaled dot-product attention over
@@ -148,6 +177,10 @@ class CausalSelfAttention(Mixer):
         self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset)
         self.query_scale_by = a.query_scale_by
         self.norm_eps = cfg.norm.eps  # l2 QK-norm's (Llama 4: rms_norm_eps, the model's norms' own)
+        # value residual: the first layer's values, shared by the model's layers (Decoder links them), and
+        # every later layer's two weights λ₁, λ₂
+        self.first_values: Optional[FirstValues] = FirstValues() if a.value_residual and layer == 0 else None
+        self.value_mix = nn.Parameter(torch.empty(2)) if a.value_residual and layer > 0 else None
         self.qk_norm, self.clip = a.qk_norm, a.clip_qkv
         # the weighted norms (head, full) before RoPE unless asked after it; l2 is after it always (Llama 4)
         self.norm_first = a.qk_norm in ("head", "full") and not a.qk_norm_after_rope
@@ -209,11 +242,14 @@ class CausalSelfAttention(Mixer):
             **{f"{n}.weight": r for n, r in projections.items()},
             **{f"{n}.bias": Role.VECTOR for n in projections},
             "sinks": Role.VECTOR,
+            "value_mix": Role.VECTOR,
         }
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         B, T, _ = x.shape
         q, k, v = (t.transpose(1, 2) for t in self.project(x, rotary))
+        if self.first_values is not None:  # value residual: the first layer's values, or these mixed with them
+            v = self.first_values.mix(v, self.value_mix)
         q = self.scaled(q, rotary, cache)
         if cache is not None:
             k, v = cache.update(layer, k, v)
@@ -284,6 +320,8 @@ class CausalSelfAttention(Mixer):
         Hugging Face's gpt-oss."""
         if self.sinks is not None:
             nn.init.normal_(self.sinks, 0.0, std)
+        if self.value_mix is not None:  # ResFormer's equal halves
+            nn.init.constant_(self.value_mix, 0.5)
 
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
@@ -295,12 +333,13 @@ class CausalSelfAttention(Mixer):
         """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for, plus the
         QK-norms (per head: two norms of hd, or with a scale per head one of H·hd and one of KV·hd, as over
         the whole projection; l2: none), the gate (d·g, and g biases with qkv_bias; g = H·hd elementwise, H
-        per head) and H sinks. Clipping and the norm's order add none."""
+        per head), H sinks and, after the first layer, the value residual's two weights. Clipping and the
+        norm's order add none."""
         a, d, hd, kv = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg)
         qkv_out = (a.n_head + 2 * kv) * hd
         params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
         gate = {"none": 0, "elementwise": a.n_head * hd, "head": a.n_head}[a.gate]
-        params += (d + a.qkv_bias) * gate + a.sinks * a.n_head
+        params += (d + a.qkv_bias) * gate + a.sinks * a.n_head + 2 * (a.value_residual and layer > 0)
         norm, norm_cfg = NORMS.get(cfg.norm.kind).num_params, qk_norm_config(cfg)
         if a.qk_norm == "head" and not a.qk_norm_per_head_scale:
             params += 2 * norm(norm_cfg, hd)
@@ -414,6 +453,7 @@ class CausalSelfAttention(Mixer):
         parts += ["sinks"] if a.sinks else []
         parts += [f"{a.gate} gate"] if a.gate != "none" else []
         parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
+        parts += ["value residual"] if a.value_residual else []
         return ", ".join(parts)
 
     @classmethod
@@ -427,7 +467,7 @@ class CausalSelfAttention(Mixer):
         )
         return frozenset(
             {"n_head", "n_kv_head", "head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale", "softcap"}
-            | {"window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv"}
+            | {"window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv", "value_residual"}
             # refused by validate where they cannot apply
             | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale

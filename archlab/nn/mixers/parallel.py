@@ -132,6 +132,9 @@ class ParallelMixer(Mixer):
             if getattr(a.attention, name) is not None:
                 why = "null (a parallel layer's attention sees every earlier position)"
                 raise ConfigError(f"model.attention.attention.{name}", getattr(a.attention, name), why)
+        if a.attention.value_residual:
+            why = "false (a parallel layer's attention takes no other layer's values)"
+            raise ConfigError("model.attention.attention.value_residual", a.attention.value_residual, why)
         for name in MULTIPLIERS:
             checks.positive(f"model.attention.{name}", getattr(a, name))
         _named(CausalSelfAttention.validate, attention_part(cfg), "attention")
