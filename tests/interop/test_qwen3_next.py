@@ -235,9 +235,9 @@ def test_two_linear_kinds_of_different_sizes_are_refused():
     assert [p.field for p in config_problems(cfg)] == ["model.layers.kinds.wide.attention.conv_kernel"]
 
 
-def test_only_qwen3_next_holds_the_shared_expert_gate():
-    """Every other family of its mixer but Qwen3.5-MoE (the same MoE) names model.mlp.shared_expert_gate among
-    the fields it cannot hold (its FEATURES entry), and a Qwen3-MoE layout with a gated shared expert converts to none."""
+def test_only_the_families_of_a_gated_shared_expert_hold_it():
+    """Every other family of its mixer but Qwen3.5-MoE (the same MoE) and Qwen2-MoE (whose shared expert is
+    gated alike) names model.mlp.shared_expert_gate among the fields it cannot hold (its FEATURES entry)."""
     from archlab.interop.families import FAMILIES
 
     cfg = compose_model(["model=qwen3-30b-a3b", "model.mlp.n_shared_experts=1", "model.mlp.shared_expert_gate=true"])
@@ -246,6 +246,6 @@ def test_only_qwen3_next_holds_the_shared_expert_gate():
         for n, f in FAMILIES.items()
         if not f.mixer_problems(cfg) and "model.mlp.shared_expert_gate" not in {p.field for p in f.problems(cfg)}
     }
-    assert holders == {"qwen3_next", "qwen3_5_moe_text"}  # Qwen3.5-MoE's MoE is Qwen3-Next's
+    assert holders == {"qwen3_next", "qwen3_5_moe_text", "qwen2_moe"}  # Qwen3.5-MoE's MoE is Qwen3-Next's
     with pytest.raises(ConfigError):
         config_to_hf(cfg)

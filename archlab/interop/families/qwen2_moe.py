@@ -87,12 +87,8 @@ class Qwen2Moe(_Softmax):
                 aux_loss_weight=float(c.router_aux_loss_coef),
             ),
         )
-        c_window = c.sliding_window
-        c.sliding_window = None  # 0 where use_sliding_window is false: no window
-        try:
-            cfg = with_dense_first(self.causal_from_hf(c, mlp), min(len(dense), c.num_hidden_layers))
-        finally:
-            c.sliding_window = c_window
+        cfg = with_dense_first(self.causal_from_hf(c, mlp), min(len(dense), c.num_hidden_layers))
+        cfg.attention.window = None  # its config holds 0 where use_sliding_window is false
         cfg.attention.qkv_bias = bool(c.qkv_bias)
         return cfg
 

@@ -21,7 +21,7 @@ from archlab.nn.component import Component, Role
 from archlab.nn.norms import NORMS, build_norm
 from archlab.nn.streams.base import STREAMS, Stream, Sublayer
 
-DYNAMIC_SCALE = 0.01  # s_α and s_β at init (the reference implementation's dynamic_alpha/beta scale)
+DYNAMIC_SCALE = 0.01  # s_α and s_β at init: the dynamic terms' gradient scale (W starts at 0, so no output change)
 
 
 @stream_config("hyper")
