@@ -11,7 +11,7 @@ from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs
 from archlab.interop.families.base import LAYERS, Family, Rule, out_bias
 from archlab.interop.families.experts import dense_first, is_dense, with_dense_first
-from archlab.interop.families.mlps import mlp_section
+from archlab.interop.families.qwen3_next import Qwen3Next
 from archlab.interop.families.softmax_moe import _Softmax
 from archlab.interop.families.tensors import Tensors
 from archlab.interop.families.values import refuse_hf
@@ -65,28 +65,7 @@ class Qwen2Moe(_Softmax):
             refuse_hf(c, "mlp_only_layers", "the first N layers, [0, 1, ..., N-1] (archlab's dense layer kinds)")
         if c.hidden_act != "silu":
             refuse_hf(c, "hidden_act", "silu (its experts are SwiGLU)")
-        f, shared = c.moe_intermediate_size, c.shared_expert_intermediate_size
-        if shared < f or shared % f:
-            refuse_hf(
-                c,
-                "shared_expert_intermediate_size",
-                f"a positive multiple of moe_intermediate_size={f} (archlab's shared experts: n·expert_d_ff)",
-            )
-        mlp = mlp_section(
-            "moe",
-            expert="swiglu",
-            bias=False,
-            d_ff=c.intermediate_size,
-            expert_d_ff=f,
-            n_shared_experts=shared // f,
-            shared_expert_gate=True,
-            routing=dict(
-                n_experts=c.num_experts,
-                top_k=c.num_experts_per_tok,
-                normalize_top_k=bool(c.norm_topk_prob),
-                aux_loss_weight=float(c.router_aux_loss_coef),
-            ),
-        )
+        mlp = Qwen3Next.moe_from_hf(c, bool(c.norm_topk_prob), c.intermediate_size)  # the same MoE block
         cfg = with_dense_first(self.causal_from_hf(c, mlp), min(len(dense), c.num_hidden_layers))
         cfg.attention.window = None  # its config holds 0 where use_sliding_window is false
         cfg.attention.qkv_bias = bool(c.qkv_bias)
