@@ -3,8 +3,8 @@ ConfigStore holds them, see ``archlab.config.store``).
 
 The token mixer, the position scheme, the MLP and the residual stream are one class per option, each holding
 exactly its fields (``MixerConfig``, ``PositionConfig``, ``MLPConfig``, ``StreamConfig`` and the subclass each
-option's module registers, ``OPTIONS``); the other families are one dataclass each, whose ``kind`` picks the variant, whose own entry checks the fields it uses (see
-``archlab.nn``).
+option's module registers, ``OPTIONS``); the other families are one dataclass each, whose ``kind`` picks the
+variant, whose own entry checks the fields it uses (see ``archlab.nn``).
 """
 
 from __future__ import annotations

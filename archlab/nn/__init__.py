@@ -1,7 +1,8 @@
 """The decoder's parts, one registry family per file (the token mixers, one per file, in the ``mixers``
-package). Importing any of them imports the modules that register entries into another module's
-registry (``rope`` into ``POSITIONS``, every mixer into ``MIXERS``, ``moe``, ``channel_mix`` and ``xielu`` into ``MLPS``,
-``normed_skip`` into ``BLOCKS``; ``streams`` holds its own), so every registry is whole whichever module a caller reaches first."""
+package; the residual streams in ``streams``). Importing any of them imports the modules that register
+entries into another module's registry (``rope`` into ``POSITIONS``, every mixer into ``MIXERS``, ``moe``,
+``channel_mix`` and ``xielu`` into ``MLPS``, ``normed_skip`` into ``BLOCKS``), so every registry is whole
+whichever module a caller reaches first."""
 
 from archlab.nn import channel_mix, mixers, moe, normed_skip, rope, streams, xielu
 
