@@ -9,7 +9,9 @@ from typing import Callable, ClassVar, Optional
 
 from torch import Tensor, nn
 
+from archlab import checks
 from archlab.config import ModelConfig
+from archlab.errors import ConfigError
 from archlab.nn.component import ModelPart
 from archlab.registry import Registry
 
@@ -24,10 +26,13 @@ class Stream(ModelPart, nn.Module):
     multiple: ClassVar[bool] = True  # whether the blocks carry more than one stream (and the model this part)
 
     def __init__(self, cfg: ModelConfig):
+        """Built only where the blocks carry several streams (``multiple``): ``cfg.stream.n`` of them."""
         super().__init__()
+        self.n = cfg.stream.n
 
     def widen(self, x: Tensor) -> Tensor:
-        raise NotImplementedError
+        """The embeddings ``[B, T, d]`` copied into each of the ``n`` streams ``[B, T, n, d]``."""
+        return x.unsqueeze(2).expand(-1, -1, self.n, -1).contiguous()
 
     def merge(self, h: Tensor) -> Tensor:
         raise NotImplementedError
@@ -51,6 +56,15 @@ class Stream(ModelPart, nn.Module):
 
 
 STREAMS: Registry[type[Stream]] = Registry("model.stream.kind", base=Stream)
+
+
+def check_streams(cfg: ModelConfig) -> None:
+    """What every option of several streams needs: a positive ``n``, and pre-norm blocks (a connection reads
+    each sublayer's input, which the other wirings do not take apart from the stream)."""
+    checks.integer("model.stream.n", cfg.stream.n, 1, "a positive integer (residual streams)")
+    if cfg.block.kind != "pre":
+        why = f"pre with model.stream.kind={cfg.stream.kind} (it reads each sublayer's input)"
+        raise ConfigError("model.block.kind", cfg.block.kind, why)
 
 
 def build_stream(cfg: ModelConfig) -> Optional[Stream]:

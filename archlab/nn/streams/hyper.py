@@ -14,12 +14,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from archlab import checks
 from archlab.config import ModelConfig, StreamConfig, stream_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Component, Role
 from archlab.nn.norms import NORMS, build_norm
-from archlab.nn.streams.base import STREAMS, Stream, Sublayer
+from archlab.nn.streams.base import STREAMS, Stream, Sublayer, check_streams
 
 DYNAMIC_SCALE = 0.01  # s_α and s_β at init: the dynamic terms' gradient scale (W starts at 0, so no output change)
 
@@ -99,15 +98,8 @@ class Hyper(Stream):
     def connection(cfg: ModelConfig, index: int) -> nn.Module:
         return HyperConnection(cfg, index)
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__(cfg)
-        self.n = cfg.stream.n
-
     def param_roles(self) -> dict[str, Role]:
         return {}
-
-    def widen(self, x: Tensor) -> Tensor:
-        return x.unsqueeze(2).expand(-1, -1, self.n, -1).contiguous()
 
     def merge(self, h: Tensor) -> Tensor:
         return h.sum(2)
@@ -134,10 +126,6 @@ class Hyper(Stream):
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
-        checks.integer("model.stream.n", cfg.stream.n, 1, "a positive integer (residual streams)")
+        check_streams(cfg)
         if not isinstance(cfg.stream.dynamic, bool):
             raise ConfigError("model.stream.dynamic", cfg.stream.dynamic, "true or false")
-        if cfg.block.kind != "pre":
-            raise ConfigError(
-                "model.block.kind", cfg.block.kind, "pre with model.stream.kind=hyper (it reads each sublayer's input)"
-            )

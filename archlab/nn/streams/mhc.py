@@ -17,9 +17,8 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig, StreamConfig, stream_config
-from archlab.errors import ConfigError
 from archlab.nn.component import Component, Role
-from archlab.nn.streams.base import STREAMS, Stream, Sublayer
+from archlab.nn.streams.base import STREAMS, Stream, Sublayer, check_streams
 
 
 @stream_config("mhc")
@@ -37,6 +36,11 @@ def _rms(x: Tensor, eps: float) -> Tensor:
     """``x`` over the root mean square of its last dim, in float32, no learned scale."""
     x = x.float()
     return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+
+
+def _collapse(h: Tensor, pre: Tensor) -> Tensor:
+    """The streams ``h`` ``[B, T, n, d]`` summed by their weights ``pre`` ``[B, T, n]``, in ``h``'s dtype."""
+    return (pre.unsqueeze(-1) * h).sum(2).to(h.dtype)
 
 
 class MHCConnection(Component, nn.Module):
@@ -83,7 +87,7 @@ class MHCConnection(Component, nn.Module):
         """The streams ``h`` ``[B, T, n, d]`` after ``sublayer`` read their ``pre``-weighted sum and its
         output was written by ``post``, beside the streams mixed by ``comb``."""
         pre, post, comb = self.weights(h)
-        y = sublayer((pre.unsqueeze(-1) * h).sum(2).to(h.dtype))
+        y = sublayer(_collapse(h, pre))
         return post.to(h.dtype).unsqueeze(-1) * y.unsqueeze(-2) + comb.to(h.dtype).transpose(-1, -2) @ h
 
 
@@ -100,7 +104,7 @@ class MHC(Stream):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         s = cfg.stream
-        self.n, self.eps, self.norm_eps = s.n, s.eps, cfg.norm.eps
+        self.eps, self.norm_eps = s.eps, cfg.norm.eps
         self.hc_fn = nn.Parameter(torch.empty(s.n, s.n * cfg.d_model))
         self.hc_base = nn.Parameter(torch.empty(s.n))
         self.hc_scale = nn.Parameter(torch.empty(1))
@@ -115,13 +119,9 @@ class MHC(Stream):
         nn.init.zeros_(self.hc_base)
         nn.init.ones_(self.hc_scale)
 
-    def widen(self, x: Tensor) -> Tensor:
-        return x.unsqueeze(2).expand(-1, -1, self.n, -1).contiguous()
-
     def merge(self, h: Tensor) -> Tensor:
         logits = F.linear(_rms(h.flatten(2), self.norm_eps), self.hc_fn.float())
-        pre = torch.sigmoid(logits * self.hc_scale.float() + self.hc_base.float()) + self.eps
-        return (pre.unsqueeze(-1) * h).sum(2).to(h.dtype)
+        return _collapse(h, torch.sigmoid(logits * self.hc_scale.float() + self.hc_base.float()) + self.eps)
 
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:
@@ -150,11 +150,6 @@ class MHC(Stream):
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
-        s = cfg.stream
-        checks.integer("model.stream.n", s.n, 1, "a positive integer (residual streams)")
-        checks.integer("model.stream.sinkhorn_iters", s.sinkhorn_iters, 1)
-        checks.positive("model.stream.eps", s.eps)
-        if cfg.block.kind != "pre":
-            raise ConfigError(
-                "model.block.kind", cfg.block.kind, "pre with model.stream.kind=mhc (it reads each sublayer's input)"
-            )
+        check_streams(cfg)
+        checks.integer("model.stream.sinkhorn_iters", cfg.stream.sinkhorn_iters, 1)
+        checks.positive("model.stream.eps", cfg.stream.eps)
