@@ -21,7 +21,7 @@ from torch.optim.swa_utils import get_ema_multi_avg_fn
 from archlab import checks
 from archlab.errors import ConfigError
 from archlab.run_files import EMA_EXPORT
-from archlab.training.module import LitModel
+from archlab.training.module import LitModel, history_entry
 from archlab.weights import TOKENIZER_KEY, save_weights
 
 log = logging.getLogger("archlab.train")
@@ -114,10 +114,7 @@ class EMA(Callback):
         with swapped_in(self.weights, self._parameters(lit)):
             metrics = validate(trainer, lit)
         lit.log_dict({ema_name(k): v for k, v in metrics.items()}, sync_dist=True)  # reduced already: a no-op
-        entry = {k: float(v) for k, v in metrics.items()}
-        self.history.append(
-            {"step": trainer.global_step, **{k: v if math.isfinite(v) else None for k, v in entry.items()}}
-        )
+        self.history.append(history_entry(trainer.global_step, metrics))
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.weights is None:

@@ -28,6 +28,13 @@ def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
 
 
+def history_entry(step: int, metrics: dict[str, Tensor]) -> dict[str, Any]:
+    """One validation's figures as a run's history keeps them (summary.json): floats, a non-finite one as
+    None (JSON has no NaN), beside the step."""
+    figures = {k: float(v) for k, v in metrics.items()}
+    return {"step": step, **{k: v if math.isfinite(v) else None for k, v in figures.items()}}
+
+
 def rng_state(device: torch.device) -> dict[str, Tensor]:
     """The global torch RNG state (CPU, and the device's on CUDA) as uint8 tensors."""
     state = {"cpu": torch.get_rng_state()}
@@ -203,9 +210,7 @@ class LitModel(L.LightningModule):
         self._reset_metrics()
         self.log_dict(metrics, sync_dist=True)  # already reduced by torchmetrics: a no-op mean, no warning
         if not self.trainer.sanity_checking:
-            entry = {k: float(v) for k, v in metrics.items()}
-            entry = {k: (v if math.isfinite(v) else None) for k, v in entry.items()}
-            self.history.append({"step": self.global_step, **entry})
+            self.history.append(history_entry(self.global_step, metrics))
 
     def configure_optimizers(self) -> OptimizerLRSchedulerConfig:
         mixed = str(self.trainer.precision).endswith("-mixed")
