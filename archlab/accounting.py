@@ -17,6 +17,7 @@ from archlab.config.layers import layer_configs
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
 from archlab.nn.mlp import MLPS
+from archlab.nn.mtp import mtp_layer, mtp_layer_index
 from archlab.nn.validation import Resolved, entries, resolve
 
 COMPONENTS = (
@@ -30,12 +31,15 @@ COMPONENTS = (
     "streams",
     "final_norm",
     "head",
+    "mtp",
 )
 
 
 def count(cfg: Any) -> dict[str, int]:
-    """Per-component counts (per-layer parts summed over all layers), ``total``, ``non_embedding``,
-    ``active`` and ``active_non_embedding``, ``per_block`` (the last block) and ``flops_per_token``.
+    """Per-component counts (per-layer parts summed over all layers), ``total``, ``inference`` (total less
+    the multi-token prediction modules, ``mtp``), ``non_embedding``, ``active`` and
+    ``active_non_embedding`` (of the model without those modules), ``per_block`` (the last block) and
+    ``flops_per_token`` (of a training step, the modules' included).
 
     ``non_embedding`` drops the position table and the token table unless it doubles as the head,
     i.e. the parameters that take part in a matmul per token (nanoGPT's convention). ``active`` counts
@@ -64,13 +68,15 @@ def count(cfg: Any) -> dict[str, int]:
         "streams": sum(connections) + chosen.stream.num_params(cfg),
         "final_norm": norm if chosen.block.final_norm else 0,
         "head": chosen.head.num_params(cfg),
+        "mtp": cfg.head.mtp.depth * mtp_module_params(cfg),
     }
     counts["total"] = sum(counts[c] for c in COMPONENTS)
+    counts["inference"] = counts["total"] - counts["mtp"]  # what next-token decoding holds
     shared = chosen.head.shared_embedding_params(cfg)
-    counts["non_embedding"] = counts["total"] - counts["token_embedding"] - counts["position_embedding"] + shared
+    counts["non_embedding"] = counts["inference"] - counts["token_embedding"] - counts["position_embedding"] + shared
     active = sum(entries(c).attention.active_params(c, i) + entries(c).mlp.active_params(c, i) for i, c in layers)
     inactive = counts["attention"] + counts["mlp"] - active
-    counts["active"] = counts["total"] - inactive
+    counts["active"] = counts["inference"] - inactive
     counts["active_non_embedding"] = counts["non_embedding"] - inactive
     counts["per_block"] = attention[-1] + mlp[-1] + block_norms[-1] + connections[-1]
     counts["flops_per_token"] = flops_per_token(resolved, counts["active_non_embedding"])
@@ -90,7 +96,37 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
     )
     connections = sum(1 + entries(c).mlp.present for c in layers)  # a sublayer's connection to the streams
     extra += entries(model).stream.extra_flops(model, connections)
-    return 6 * active_non_embedding + extra
+    return 6 * active_non_embedding + extra + mtp_flops_per_token(model, T)
+
+
+def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
+    """One multi-token prediction module's parameters (``active``: those one token passes through): three
+    norms, the projection of 2·d_model to d_model, and its block's attention, MLP and norms."""
+    layer, index = mtp_layer(cfg), mtp_layer_index(cfg, 0)
+    chosen = entries(layer)
+    if active:
+        sublayers = chosen.attention.active_params(layer, index) + chosen.mlp.active_params(layer, index)
+    else:
+        sublayers = chosen.attention.num_params(layer, index) + chosen.mlp.num_params(layer, index)
+    norms = 3 * entries(cfg).norm.num_params(cfg)
+    return norms + 2 * cfg.d_model * cfg.d_model + sublayers + chosen.block.num_params(layer, index)
+
+
+def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
+    """Training FLOPs per token of the multi-token prediction modules: 6 per active parameter, the head's
+    matmul once more per module (6·vocab·width), and what each block does beyond its weights."""
+    depth = cfg.head.mtp.depth
+    if not depth:
+        return 0
+    layer = mtp_layer(cfg)
+    chosen = entries(layer)
+    extra = sum(
+        part.extra_flops(layer, seq_len, mtp_layer_index(cfg, k))
+        for k in range(depth)
+        for part in (chosen.attention, chosen.mlp, chosen.block)
+    )
+    width = embedding_width(cfg)
+    return 6 * depth * (mtp_module_params(cfg, active=True) + cfg.vocab_size * width) + extra
 
 
 def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:
@@ -116,6 +152,7 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "stream": "streams",
         "final_norm": "final_norm",
         "head": "head",
+        "mtp": "mtp",
     }
     part = {"attn": "attention", "mlp": "mlp", "attn_stream": "streams", "mlp_stream": "streams"}  # else norms
     counts: dict[str, int] = defaultdict(int)

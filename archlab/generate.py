@@ -27,7 +27,15 @@ def next_token(logits: Tensor, temperature: float = 0.0, top_k: Optional[int] = 
     return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
 
 
-def _check(model: Decoder, prompt_ids: Tensor, max_new_tokens: int, temperature: float, top_k: Optional[int]) -> None:
+def check_request(
+    model: Decoder,
+    prompt_ids: Tensor,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: Optional[int],
+    attention_mask: Optional[Tensor] = None,
+) -> None:
+    """One ConfigError naming the first bad argument of a decoding request, before any work."""
     if not isinstance(prompt_ids, Tensor) or prompt_ids.dim() != 2 or prompt_ids.shape[1] == 0:
         shape = tuple(prompt_ids.shape) if isinstance(prompt_ids, Tensor) else type(prompt_ids).__name__
         raise ConfigError("prompt_ids", shape, "a [batch, length >= 1] tensor of token ids")
@@ -41,6 +49,10 @@ def _check(model: Decoder, prompt_ids: Tensor, max_new_tokens: int, temperature:
     bad = prompt_ids[(prompt_ids < 0) | (prompt_ids >= model.cfg.vocab_size)]
     if len(bad):
         raise ConfigError("prompt_ids", int(bad[0]), f"ids in [0, model.vocab_size={model.cfg.vocab_size})")
+    if attention_mask is not None and tuple(attention_mask.shape) != tuple(prompt_ids.shape):
+        raise ConfigError(
+            "attention_mask", tuple(attention_mask.shape), f"the prompt's shape {tuple(prompt_ids.shape)}"
+        )
 
 
 @torch.no_grad()
@@ -73,11 +85,7 @@ def generate(
     left-padded: each row then continues exactly as its prompt would alone (past the context too: the
     last ``context_length`` columns hold each row's last ``context_length`` tokens, or all of them).
     """
-    _check(model, prompt_ids, max_new_tokens, temperature, top_k)
-    if attention_mask is not None and tuple(attention_mask.shape) != tuple(prompt_ids.shape):
-        raise ConfigError(
-            "attention_mask", tuple(attention_mask.shape), f"the prompt's shape {tuple(prompt_ids.shape)}"
-        )
+    check_request(model, prompt_ids, max_new_tokens, temperature, top_k, attention_mask)
     if not max_new_tokens:
         return prompt_ids.clone()
     was_training = model.training

@@ -18,8 +18,9 @@ from archlab.config import to_model_config
 from archlab.data import TokensDataModule
 from archlab.data.windows import ValidationWindows
 from archlab.errors import ConfigError
+from archlab.nn.loss import next_token_loss
 from archlab.nn.model import Decoder, document_ids, document_inputs, document_positions
-from archlab.training.module import LitModel, next_token_loss
+from archlab.training.module import LitModel
 from archlab.training.run import train
 from archlab.weights import load_weights
 

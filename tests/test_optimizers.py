@@ -14,7 +14,7 @@ from torch import nn
 from archlab import build_model, compose_model
 from archlab.build import compose
 from archlab.errors import ConfigError
-from archlab.training.module import next_token_loss
+from archlab.nn.loss import next_token_loss
 from archlab.training.optim import MuonAdamW, build_optimizer
 from archlab.training.validation import validate_train
 from archlab.weights import load_weights

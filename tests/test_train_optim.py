@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from archlab import build_model, compose_model
-from archlab.training.module import LitModel, next_token_loss
+from archlab.nn.loss import next_token_loss
+from archlab.training.module import LitModel
 from archlab.training.optim import build_optimizer, build_scheduler, lr_factor, param_groups
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread

@@ -269,8 +269,10 @@ def print_breakdown(title: str, result: dict, layout: str, console: Console) -> 
     for c in (*COMPONENTS, "total"):
         table.add_row(c, f"{analytic[c]:,}", f"{built[c]:,}", "OK" if analytic[c] == built[c] else "MISMATCH")
     console.print(table)
+    if analytic["mtp"]:
+        console.print(f"at inference (without the multi-token prediction modules): {analytic['inference']:,}")
     console.print(f"non-embedding parameters: {analytic['non_embedding']:,}")
-    if analytic["active"] != analytic["total"]:
+    if analytic["active"] != analytic["inference"]:
         console.print(
             f"active parameters per token: {analytic['active']:,} "
             f"({analytic['active'] - analytic['token_embedding']:,} without the input embedding)"
@@ -278,7 +280,8 @@ def print_breakdown(title: str, result: dict, layout: str, console: Console) -> 
     console.print(f"per block (the last): {analytic['per_block']:,}")
     console.print(
         "training FLOPs per token (6N, N the active non-embedding parameters, + the attention scores and "
-        f"weighted sums, forward and backward, at T = context_length): {result['flops_per_token']:,}"
+        "weighted sums, and any multi-token prediction modules, forward and backward, at T = context_length): "
+        f"{result['flops_per_token']:,}"
     )
     return all(analytic[c] == built[c] for c in (*COMPONENTS, "total"))
 

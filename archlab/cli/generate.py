@@ -5,6 +5,7 @@ its run's tokenizer), a safetensors file written by archlab, or a Hugging Face d
     archlab-generate outputs/run prompt="To be" max_new_tokens=100 temperature=0.8 top_k=50 seed=0
     archlab-generate outputs/run/checkpoints/last.ckpt prompt="To be" temperature=0
     archlab-generate ckpt=model.safetensors prompt_ids=[1,2,3] temperature=0   # a file without a tokenizer
+    archlab-generate outputs/run prompt="To be" temperature=0 speculative=true  # drafted by model.head.mtp
 
 Settings are key=value like the Hydra apps, but parsed here: everything after prompt= is taken verbatim,
 so a prompt may hold commas, quotes and colons that Hydra's override grammar would reject.
@@ -24,6 +25,7 @@ from archlab.config.commands import GenerateConfig
 from archlab.errors import ConfigError
 from archlab.generate import generate
 from archlab.precision import check_device
+from archlab.speculative import speculate
 
 
 def parse_settings(settings: list[str]) -> GenerateConfig:
@@ -45,6 +47,8 @@ def run(cfg: GenerateConfig) -> str:
     if cfg.seed is not None and not 0 <= cfg.seed < 2**63:
         raise ConfigError("seed", cfg.seed, "null or an integer in [0, 2**63)")
     check_device(cfg.device)
+    if cfg.speculative and cfg.temperature != 0:
+        raise ConfigError("temperature", cfg.temperature, "0 with speculative=true (drafts are checked greedily)")
     tokenizer = found.tokenizer
     if cfg.prompt is not None:
         if tokenizer is None:
@@ -61,7 +65,17 @@ def run(cfg: GenerateConfig) -> str:
     model = load(found).to(cfg.device)
     generator = torch.Generator(cfg.device).manual_seed(cfg.seed) if cfg.seed is not None else None
     prompt = torch.tensor([ids], dtype=torch.long, device=cfg.device)
-    out = generate(model, prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k, generator)[0].tolist()
+    if cfg.speculative:
+        done = speculate(model, prompt, cfg.max_new_tokens)
+        rate = f" ({done.accepted / done.drafted:.0%})" if done.drafted else ""
+        print(
+            f"speculative: {done.rounds} forwards of the model after the prompt for {cfg.max_new_tokens} tokens; "
+            f"{done.accepted} of {done.drafted} drafted tokens kept{rate}",
+            file=sys.stderr,
+        )
+        out = done.ids[0].tolist()
+    else:
+        out = generate(model, prompt, cfg.max_new_tokens, cfg.temperature, cfg.top_k, generator)[0].tolist()
     return tokenizer.decode(out) if tokenizer is not None else json.dumps(out)
 
 

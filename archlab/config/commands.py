@@ -112,6 +112,11 @@ class GenerateConfig:
     top_k: Optional[int] = setting(None, "sample among the k most likely tokens; null = all")
     seed: Optional[int] = setting(0, "sampling seed; null = a different sample every run")
     device: str = setting("cpu", "cpu, cuda or cuda:<index>")
+    speculative: bool = setting(
+        False,
+        "greedy tokens drafted by the model's multi-token prediction modules and checked by the model in one "
+        "forward per round: the same tokens as temperature=0, in fewer forwards (needs temperature=0)",
+    )
 
 
 @dataclass

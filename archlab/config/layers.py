@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, cast
 
-from archlab.config.model import OPTIONS, LayersConfig, ModelConfig
+from archlab.config.model import OPTIONS, LayersConfig, ModelConfig, MTPConfig
 from archlab.errors import ConfigError
 
 FAMILIES = ("attention", "position", "mlp", "block")  # what a layer kind may override
@@ -28,8 +28,9 @@ def layer_kind(cfg: ModelConfig, layer: int) -> Optional[str]:
 
 
 def kind_config(cfg: ModelConfig, name: str) -> ModelConfig:
-    """The model's config with kind ``name``'s fields set in it, and no layer kinds of its own; a family or
-    field a kind cannot set is refused naming it. Sections a kind leaves alone are the model's own objects."""
+    """The model's config with kind ``name``'s fields set in it, and no layer kinds or multi-token prediction
+    modules of its own; a family or field a kind cannot set is refused naming it. Sections a kind leaves
+    alone are the model's own objects."""
     overrides = (cfg.layers.kinds or {})[name]
     where = f"model.layers.kinds.{name}"
     if not isinstance(overrides, dict):
@@ -51,7 +52,9 @@ def kind_config(cfg: ModelConfig, name: str) -> ModelConfig:
             if key not in names:
                 raise ConfigError(f"{where}.{family}.{key}", value, f"a field of model.{family}: {', '.join(names)}")
         sections[family] = dataclasses.replace(section, **fields)
-    return dataclasses.replace(cfg, layers=LayersConfig(), **sections)
+    # a layer holds no multi-token prediction modules (the model's, after its layers, are built of layers)
+    head = dataclasses.replace(cfg.head, mtp=MTPConfig()) if cfg.head.mtp.depth else cfg.head
+    return dataclasses.replace(cfg, layers=LayersConfig(), head=head, **sections)
 
 
 def check_layers(cfg: ModelConfig) -> dict[str, ModelConfig]:

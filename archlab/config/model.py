@@ -106,6 +106,18 @@ OPTIONS = {"attention": MIXER_OPTIONS, "position": POSITION_OPTIONS, "mlp": MLP_
 
 
 @dataclass
+class MTPConfig:
+    """``model.head.mtp``: multi-token prediction (DeepSeek-V3, arXiv:2412.19437 §2.2; archlab/nn/mtp.py):
+    ``depth`` modules after the model, module k predicting the token k + 1 after each position from module
+    k − 1's state and the next token's embedding, through the shared embedding and head; trained with
+    ``weight`` times the mean of their losses beside the next-token loss."""
+
+    depth: int = 0  # D, the extra tokens predicted (0: none; DeepSeek-V3, Qwen3-Next: 1)
+    weight: float = 0.3  # λ: loss = next-token + λ·mean_k(CE_k) (DeepSeek-V3: 0.3, then 0.1)
+    layer: Optional[str] = None  # each module's block: a kind of model.layers.kinds; null: the model's own parts
+
+
+@dataclass
 class HeadConfig:
     """``model.head``: the output projection to the vocabulary (``HEADS``, archlab/nn/head.py)."""
 
@@ -114,6 +126,7 @@ class HeadConfig:
     bias: bool = False
     softcap: Optional[float] = None  # logits -> softcap·tanh(logits/softcap) (Gemma 2: 30)
     logit_scale: float = 1.0  # logits times this, then any softcap (Cohere: logit_scale; Granite: 1/logits_scaling)
+    mtp: MTPConfig = field(default_factory=MTPConfig)  # multi-token prediction modules (archlab/nn/mtp.py)
 
 
 @dataclass

@@ -7,8 +7,6 @@ from pathlib import Path
 
 from archlab.errors import ConfigError
 
-IGNORE = -100  # targets that are not scored (torch.nn.functional.cross_entropy's ignore_index)
-
 
 def read_text(path: str | Path, field: str) -> str:
     """The file's text; ConfigError naming ``field`` when it is missing, empty or not UTF-8."""

@@ -23,9 +23,9 @@ import torch
 from torch.utils.data import TensorDataset
 
 from archlab import checks
-from archlab.data.common import IGNORE
 from archlab.data.stream import BatchFn, batch_rng, eval_loader, stream_loader
 from archlab.errors import ConfigError
+from archlab.nn.loss import IGNORE
 
 
 def mqar_batch(

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from archlab.data.common import IGNORE
+from archlab.nn.loss import IGNORE
 
 # make_batch(rng, n) -> (inputs, targets): n examples drawn from the generator rng
 BatchFn = Callable[[np.random.Generator, int], tuple[torch.Tensor, torch.Tensor]]

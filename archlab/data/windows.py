@@ -18,9 +18,9 @@ import torch
 from torch.utils.data import Dataset
 
 from archlab import checks
-from archlab.data.common import IGNORE
 from archlab.data.stream import eval_loader, stream_loader
 from archlab.errors import ConfigError
+from archlab.nn.loss import IGNORE
 
 
 def random_windows(rng: np.random.Generator, n: int, data: Any, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:

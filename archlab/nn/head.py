@@ -36,7 +36,12 @@ class Head(ModelPart, nn.Module):
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
         tied = "tied" if cfg.head.tied else "untied"
-        return tied if cfg.head.logit_scale == 1.0 else f"{tied} logits×{cfg.head.logit_scale:g}"
+        head = tied if cfg.head.logit_scale == 1.0 else f"{tied} logits×{cfg.head.logit_scale:g}"
+        mtp = cfg.head.mtp
+        if not mtp.depth:
+            return head
+        blocks = "" if mtp.layer is None else f", {mtp.layer} blocks"
+        return f"{head}, MTP depth {mtp.depth} (λ {mtp.weight:g}{blocks})"
 
 
 HEADS: Registry[type[Head]] = Registry("model.head.kind", base=Head)

@@ -1,10 +1,11 @@
 """The decoder: token embedding (-> projection in -> its norm) -> position scheme (-> widened into residual
-streams) -> blocks (-> streams merged) -> final norm (-> projection out) -> head."""
+streams) -> blocks (-> streams merged) -> final norm (-> projection out) -> head; beside the head, any
+multi-token prediction modules (``nn/mtp.py``), trained through ``forward``'s ``targets``."""
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, cast
+from typing import Iterable, Optional, Sequence, cast
 
 import torch
 from torch import Tensor, nn
@@ -15,8 +16,10 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
+from archlab.nn.loss import IGNORE, next_token_loss
 from archlab.nn.mixers.attention import link_first_values
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
+from archlab.nn.mtp import MTPModule, MultiTokenPrediction, mtp_layer
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import POSITIONS, Position, build_position, uninitialised_embedding
 from archlab.nn.streams import build_stream
@@ -47,6 +50,19 @@ def document_inputs(idx: Tensor, eos_id: int, reset_positions: bool) -> dict[str
     with ``reset_positions`` its ``position_ids``, restarting at each document."""
     documents = document_ids(idx, eos_id)
     return {"document_ids": documents, **({"position_ids": document_positions(documents)} if reset_positions else {})}
+
+
+def row_positions(attention_mask: Optional[Tensor], position_ids: Optional[Tensor]) -> Optional[Tensor]:
+    """Each row's positions ``[B, cached + T]`` where they are not the column index: ``position_ids``, or
+    numbered from each row's first token by the attention mask (left padding)."""
+    if position_ids is not None or attention_mask is None:
+        return position_ids
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def query_positions(start: int, length: int, positions: Optional[Tensor], device: torch.device) -> Tensor:
+    """The positions of the ``length`` new tokens after ``start`` cached ones: ``[T]``, or ``[B, T]`` by row."""
+    return torch.arange(start, start + length, device=device) if positions is None else positions[:, start:]
 
 
 def own_position(cfg: ModelConfig, layer: ModelConfig) -> bool:
@@ -81,6 +97,11 @@ class Decoder(nn.Module):
         link_first_values([b.attn for b in cast("Sequence[Block]", self.blocks)])  # value residual: layer 0's values
         # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module
         own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if own_position(cfg, c)}
+        # multi-token prediction modules (model.head.mtp), their blocks of layer kind mtp.layer or the model's
+        self.mtp = MultiTokenPrediction(cfg) if cfg.head.mtp.depth else None
+        self.mtp_position = cfg.head.mtp.layer if self.mtp is not None and own_position(cfg, mtp_layer(cfg)) else None
+        if self.mtp_position is not None:
+            own[self.mtp_position] = mtp_layer(cfg)
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
         self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
         self.stream = build_stream(cfg)  # several residual streams: widened after the embeddings, merged at the end
@@ -98,6 +119,7 @@ class Decoder(nn.Module):
         attention_mask: Optional[Tensor] = None,
         document_ids: Optional[Tensor] = None,
         position_ids: Optional[Tensor] = None,
+        targets: Optional[Tensor] = None,
     ) -> Tensor:
         """Logits ``[B, T, vocab]`` for tokens ``idx`` ``[B, T]``; with ``cache``, continue after it.
 
@@ -106,22 +128,25 @@ class Decoder(nn.Module):
         left-padded prompt is computed as it would be alone. For packed rows without a cache,
         ``document_ids`` ``[B, T]`` keeps each query to the keys of its own document (a recurrent layer's
         state and convolution start empty at each document), and
-        ``position_ids`` ``[B, T]`` replaces the positions (``document_positions``: restarting per document)."""
-        if (document_ids is not None or position_ids is not None) and cache is not None:
-            raise ValueError("document_ids and position_ids are for whole packed rows, not cached decoding")
-        blocks = cast("Sequence[Block]", self.blocks)  # build_block's, one per layer
-        start = cache.length if cache is not None else 0
-        T = idx.shape[1]
-        limit = self.position.max_positions
-        if limit is not None and start + T > limit:  # checked on ints: no device sync, no graph break
-            raise ValueError(
-                f"position {start + T - 1} is past model.context_length={limit}: learned positions have "
-                "no entry there; shorten the sequence or raise model.context_length"
-            )
-        positions = position_ids
-        if positions is None and attention_mask is not None:
-            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-        q_pos = torch.arange(start, start + T, device=idx.device) if positions is None else positions[:, start:]
+        ``position_ids`` ``[B, T]`` replaces the positions (``document_positions``: restarting per document).
+        ``targets`` ``[B, T]`` (the next tokens, ``IGNORE`` where unscored) has the multi-token prediction
+        modules, where the model has them, compute their loss (``auxiliary_losses``); it is through
+        ``forward`` that a sharded model gathers every weight."""
+        h = self.hidden(idx, cache, attention_mask, document_ids, position_ids)
+        if self.mtp is not None:
+            self.mtp.aux_losses = {}
+            if targets is not None:
+                loss = self.mtp_loss(h, idx, targets, document_ids, position_ids)
+                self.mtp.aux_losses["mtp_loss"] = (self.mtp.weight, loss)
+        return self.logits(h)
+
+    def logits(self, h: Tensor) -> Tensor:
+        """The head's logits from the states it reads (``hidden``'s, or a multi-token prediction module's)."""
+        return self.head(h if self.project_out is None else self.project_out(h))
+
+    def embed(self, idx: Tensor) -> Tensor:
+        """Token ids ``[B, T]`` as the first block's input before any position scheme: the table's rows,
+        projected into d_model, normed and scaled where the layout says."""
         x = self.tok_emb(idx)
         if self.project_in is not None:
             x = self.project_in(x)
@@ -131,24 +156,76 @@ class Decoder(nn.Module):
             x = x * torch.tensor(self.cfg.d_model**0.5, dtype=torch.float32).to(x.dtype)
         if self.cfg.embedding_multiplier != 1.0:  # a Python float, unrounded, as Granite multiplies
             x = x * self.cfg.embedding_multiplier
-        x = self.drop(self.position.embed(x, q_pos))
+        return x
+
+    def hidden(
+        self,
+        idx: Tensor,
+        cache: Optional[KVCache] = None,
+        attention_mask: Optional[Tensor] = None,
+        document_ids: Optional[Tensor] = None,
+        position_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        """What the head reads, ``[B, T, d_model]``: the last block's output merged from its streams and
+        normed (``forward``'s arguments; ``forward`` is its logits)."""
+        if (document_ids is not None or position_ids is not None) and cache is not None:
+            raise ValueError("document_ids and position_ids are for whole packed rows, not cached decoding")
+        start = cache.length if cache is not None else 0
+        T = idx.shape[1]
+        limit = self.position.max_positions
+        if limit is not None and start + T > limit:  # checked on ints: no device sync, no graph break
+            raise ValueError(
+                f"position {start + T - 1} is past model.context_length={limit}: learned positions have "
+                "no entry there; shorten the sequence or raise model.context_length"
+            )
+        positions = row_positions(attention_mask, position_ids)
+        x = self.drop(self.position.embed(self.embed(idx), query_positions(start, T, positions, idx.device)))
+        if self.stream is not None:
+            x = self.stream.widen(x)
+        x = self.run(
+            x,
+            zip(cast("Sequence[Block]", self.blocks), self.position_of),
+            cache,
+            attention_mask,
+            positions,
+            document_ids,
+        )
+        if cache is not None:
+            cache.length += T
+        if self.stream is not None:
+            x = self.stream.merge(x)
+        return x if self.final_norm is None else self.final_norm(x)
+
+    def run(
+        self,
+        x: Tensor,
+        layers: Iterable[tuple[Block, Optional[str]]],
+        cache: Optional[KVCache],
+        attention_mask: Optional[Tensor],
+        positions: Optional[Tensor],
+        document_ids: Optional[Tensor],
+    ) -> Tensor:
+        """``x`` ``[B, T, ...]`` through ``layers`` (each block with the key of its position scheme in
+        ``layer_positions``, None for the model's), the cache's positions before it: the rotations and
+        masks each needs, computed once per scheme and window."""
+        layers = list(layers)
+        start = cache.length if cache is not None else 0
+        T, device = x.shape[1], x.device
+        q_pos = query_positions(start, T, positions, device)
         schemes = {None: self.position, **{k: cast(Position, p) for k, p in self.layer_positions.items()}}
-        rotary = {k: p.rotary(q_pos, x.dtype, cached=cache is not None) for k, p in schemes.items()}
+        rotary = {k: schemes[k].rotary(q_pos, x.dtype, cached=cache is not None) for k in {k for _, k in layers}}
         masks: dict[tuple[Optional[int], Optional[int], Optional[str]], Optional[Tensor]] = {}
-        mixers = [(block, k) for block, k in zip(blocks, self.position_of) if not block.attn.recurrent]
-        for w, c, k in {(block.attn.window, block.attn.chunk, k) for block, k in mixers}:
+        for w, c, k in {(block.attn.window, block.attn.chunk, k) for block, k in layers if not block.attn.recurrent}:
             kept = cache.kept(w or c) if cache is not None else 0  # a chunked layer caches as a window of its chunk
             masks[w, c, k] = self.mask(
-                schemes[k], start, T, kept, w, x.dtype, idx.device, attention_mask, positions, c, document_ids
+                schemes[k], start, T, kept, w, x.dtype, device, attention_mask, positions, c, document_ids
             )
         # a recurrent layer's mask: which of its new positions are tokens, and where packed documents start
         present = None if attention_mask is None else attention_mask[:, start : start + T].bool()
         starts = None if document_ids is None else document_starts(document_ids)
         tokens = None if present is None and starts is None else Tokens(present, starts)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
-        if self.stream is not None:
-            x = self.stream.widen(x)
-        for block, k in zip(blocks, self.position_of):
+        for block, k in layers:
             scores = None if block.attn.recurrent else masks[block.attn.window, block.attn.chunk, k]
             mask = block.attn.mask_of(scores, tokens)
             x = (
@@ -156,15 +233,35 @@ class Decoder(nn.Module):
                 if recompute
                 else block(x, rotary[k], mask, cache)
             )
-        if cache is not None:
-            cache.length += T
-        if self.stream is not None:
-            x = self.stream.merge(x)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        if self.project_out is not None:
-            x = self.project_out(x)
-        return self.head(x)
+        return x
+
+    def mtp_loss(
+        self,
+        h: Tensor,
+        idx: Tensor,
+        targets: Tensor,
+        document_ids: Optional[Tensor] = None,
+        position_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        """The multi-token prediction modules' mean cross-entropy: module k reads ``h`` (k = 1) or module
+        k − 1's states at positions ``i < T − k`` with the embedding of token ``idx[i + k]``, and predicts
+        ``targets[i + k]``; a target past the position's document (packed rows) is not scored."""
+        assert self.mtp is not None
+        T, losses, state = idx.shape[1], [], h
+        for k, module in enumerate(cast("Sequence[MTPModule]", self.mtp.depths), start=1):
+            n = T - k
+            if n <= 0:  # rows shorter than the depth: nothing left to predict
+                break
+            documents = None if document_ids is None else document_ids[:, :n]
+            positions = None if position_ids is None else position_ids[:, :n]
+            x = module.enter(self.embed(idx[:, k:]), state[:, :n])
+            state = module.norm(self.run(x, [(module.block, self.mtp_position)], None, None, positions, documents))
+            wanted = targets[:, k:]
+            if document_ids is not None:
+                wanted = wanted.masked_fill(document_ids[:, k:] != documents, IGNORE)
+            scored = (wanted != IGNORE).sum()
+            losses.append(torch.where(scored > 0, next_token_loss(self.logits(state), wanted), 0.0))
+        return torch.stack(losses).mean() if losses else h.new_zeros(())
 
     @staticmethod
     def mask(
@@ -214,19 +311,31 @@ class Decoder(nn.Module):
         """``torch.compile`` each block in place (``compile=true`` in archlab-train and archlab-bench).
         Per block, not the whole model: every block runs the same compiled graph, so compile time does not
         grow with depth (docs/performance.md compares the two)."""
-        for block in self.blocks:
+        for block in self.all_blocks():
             for module in block.modules():  # parts that must run eagerly (a mixture of experts' dispatch)
                 if (exclude := getattr(module, "exclude_from_compile", None)) is not None:
                     exclude()
             block.compile()
+
+    def all_blocks(self) -> list[Block]:
+        """The model's blocks, then those of its multi-token prediction modules."""
+        depths = [] if self.mtp is None else cast("Sequence[MTPModule]", self.mtp.depths)
+        return [*cast("Sequence[Block]", self.blocks), *(m.block for m in depths)]
 
     def new_cache(self, batch_size: int, max_len: Optional[int] = None) -> KVCache:
         """An empty KV cache for ``batch_size`` sequences of up to ``max_len`` positions."""
         return KVCache(self.cfg, batch_size, max_len or self.cfg.context_length, self.tok_emb.weight.dtype)
 
     def param_roles(self) -> dict[str, Role]:
-        """The μP roles of the parameters no entry holds (``Component.param_roles``)."""
-        return {"tok_emb.weight": Role.INPUT, "project_in.weight": Role.HIDDEN, "project_out.weight": Role.HIDDEN}
+        """The μP roles of the parameters no entry holds (``Component.param_roles``), the multi-token
+        prediction modules' projections among them (their norms and blocks are entries)."""
+        mtp = {f"mtp.depths.{k}.eh_proj.weight": Role.HIDDEN for k in range(self.cfg.head.mtp.depth)}
+        return {
+            "tok_emb.weight": Role.INPUT,
+            "project_in.weight": Role.HIDDEN,
+            "project_out.weight": Role.HIDDEN,
+            **mtp,
+        }
 
     @torch.no_grad()
     def init_weights(self, residual_depth: Optional[int] = None) -> None:
@@ -250,13 +359,15 @@ class Decoder(nn.Module):
 
     def auxiliary_losses(self) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary training losses the layers computed in the latest
-        forward (a mixture of experts' load balance and router z-loss, dsa's indexer loss), each the mean
-        over the layers that computed it; the training loss adds weight·loss."""
+        forward (a mixture of experts' load balance and router z-loss, dsa's indexer loss, the multi-token
+        prediction modules' loss), each the mean over the layers that computed it (the modules' blocks among
+        them where they ran); the training loss adds weight·loss."""
         per_layer: dict[str, list[tuple[float, Tensor]]] = {}
-        for block in self.blocks:
-            for part in (block.attn, block.mlp):
-                for name, pair in getattr(part, "aux_losses", {}).items():
-                    per_layer.setdefault(name, []).append(pair)
+        ran = self.blocks if self.mtp is None or not self.mtp.aux_losses else self.all_blocks()  # modules run too
+        parts = [part for block in ran for part in (block.attn, block.mlp)]
+        for part in [*parts, *([] if self.mtp is None else [self.mtp])]:
+            for name, pair in getattr(part, "aux_losses", {}).items():
+                per_layer.setdefault(name, []).append(pair)
         return {
             name: (pairs[0][0], torch.stack([loss for _, loss in pairs]).mean()) for name, pairs in per_layer.items()
         }

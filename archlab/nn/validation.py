@@ -19,6 +19,7 @@ from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
 from archlab.nn.mixers.base import MIXERS, Mixer
 from archlab.nn.mlp import MLP, MLPS
+from archlab.nn.mtp import MultiTokenPrediction
 from archlab.nn.norms import NORMS, Norm
 from archlab.nn.positions import POSITIONS, Position
 from archlab.nn.streams import STREAMS, Stream
@@ -103,8 +104,9 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
     _check_choices(cfg, "model")
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
+    MultiTokenPrediction.validate(cfg)
     kinds = check_layers(cfg)
-    for name in sorted(used_kinds(cfg)):
+    for name in sorted(used_kinds(cfg) | ({cfg.head.mtp.layer} & set(kinds) if cfg.head.mtp.depth else set())):
         _validate_kind(cfg, name, kinds[name])
     return kinds
 

@@ -7,7 +7,6 @@ from typing import Any, Mapping, Optional, Sequence, cast
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 from torch import Tensor, nn
 from torchmetrics import MeanMetric, Metric
@@ -15,17 +14,12 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from archlab.build import build_model
 from archlab.config import to_model_config
-from archlab.data.common import IGNORE
+from archlab.nn.loss import IGNORE, next_token_loss
 from archlab.nn.model import Decoder, document_inputs
 from archlab.nn.validation import validate
 from archlab.training.optim import build_optimizer, build_scheduler
 from archlab.training.parametrization import initialise
 from archlab.training.routing import balance_routers
-
-
-def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
-    """Mean cross-entropy over the scored positions (targets != IGNORE), computed in float32."""
-    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE)
 
 
 def history_entry(step: int, metrics: dict[str, Tensor]) -> dict[str, Any]:
@@ -161,18 +155,20 @@ class LitModel(L.LightningModule):
             fully_shard(model, mesh=mesh)
         self.model = model
 
-    def forward(self, idx: Tensor) -> Tensor:
-        """Logits for packed rows ``idx``, within documents where the data asks (``documents``)."""
+    def forward(self, idx: Tensor, targets: Optional[Tensor] = None) -> Tensor:
+        """Logits for packed rows ``idx``, within documents where the data asks (``documents``); with
+        ``targets``, any multi-token prediction modules compute their loss too (``Decoder.forward``)."""
         documents = self.hparams["documents"]
         if documents is None:
-            return self.decoder(idx)
-        return self.decoder(idx, **document_inputs(idx, documents["eos_id"], documents["reset_positions"]))
+            return self.decoder(idx, targets=targets)
+        inputs = document_inputs(idx, documents["eos_id"], documents["reset_positions"])
+        return self.decoder(idx, targets=targets, **inputs)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         inputs, targets = batch
-        loss = next_token_loss(self(inputs), targets)
+        loss = next_token_loss(self(inputs, targets), targets)
         self.log("train/loss", loss, prog_bar=True)
-        # auxiliary losses (a mixture of experts' load balance, router z-loss), logged unweighted
+        # auxiliary losses (a mixture of experts' load balance, router z-loss, multi-token prediction), logged unweighted
         for name, (weight, aux) in self.decoder.auxiliary_losses().items():
             self.log(f"train/{name}", aux)
             loss = loss + weight * aux

@@ -18,8 +18,9 @@ from archlab.nn.moe import MoE
 
 
 def moe_layers(model: Decoder) -> dict[int, MoE]:
-    """layer index -> its MoE, for the layers of ``model`` whose MLP is one."""
-    mlps = (getattr(block, "mlp", None) for block in model.blocks)
+    """layer index -> its MoE, for the layers of ``model`` whose MLP is one (a multi-token prediction
+    module's block numbered after the model's layers)."""
+    mlps = (getattr(block, "mlp", None) for block in model.all_blocks())
     return {i: mlp for i, mlp in enumerate(mlps) if isinstance(mlp, MoE)}
 
 

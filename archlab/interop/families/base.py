@@ -61,6 +61,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.embedding_dim": (None, "token embeddings of d_model, no projections"),
     "model.block.residual_multiplier": (1.0, "sublayer outputs added to the residual stream unscaled"),
     "model.head.logit_scale": (1.0, "unscaled logits"),
+    "model.head.mtp.depth": (0, "no multi-token prediction modules"),
     "model.norm.unit_offset": (False, "norm scales stored as w"),
     "model.norm.affine": (True, "norms with a learned scale"),
     "model.attention.qk_norm": ("none", "no QK-norm"),

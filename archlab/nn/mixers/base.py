@@ -5,7 +5,7 @@ attention masks and the scores' entropy and largest logit that per-layer health 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NamedTuple, Optional
+from typing import Any, ClassVar, NamedTuple, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -140,18 +140,49 @@ class KVCache:
     A layer that runs attention and a recurrence side by side (``parallel``) keeps both, in its own slots
     of the four lists, each part as it would alone. A ``stateful`` MLP (RWKV's channel-mix, which reads the
     token before) keeps its layer's last input in ``shift``.
-    ``dtype`` (default: the first tensors') is the one they are stored in."""
+    ``dtype`` (default: the first tensors') is the one they are stored in; ``layers`` the config of each
+    slot where they are not the model's layers (a multi-token prediction module's block numbered after them).
 
-    def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
+    Every tensor a layer hands over replaces the one before it, but for a global layer's, written in place
+    past ``length``: so ``snapshot`` (the lists and the length) and ``restore`` take decoding back to a
+    position, as speculative decoding does after rejecting drafts."""
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        batch_size: int,
+        max_len: int,
+        dtype: Optional[torch.dtype] = None,
+        layers: Optional[Sequence[ModelConfig]] = None,
+    ):
         self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
+        configs = layer_configs(cfg) if layers is None else list(layers)
         # a chunked layer keeps the window of its chunk: with left padding each row's chunks start elsewhere
-        self.windows = [window_of(c) or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
-        self.k: list[Optional[Tensor]] = [None] * cfg.n_layer
-        self.v: list[Optional[Tensor]] = [None] * cfg.n_layer
-        self.conv_state: list[Optional[Tensor]] = [None] * cfg.n_layer
-        self.recurrent_state: list[Optional[Tensor]] = [None] * cfg.n_layer
-        self.shift: list[Optional[Tensor]] = [None] * cfg.n_layer  # a stateful MLP's last input [B, d]
+        self.windows = [window_of(c) or chunk_of(c, layer) for layer, c in enumerate(configs)]
+        self.k: list[Optional[Tensor]] = [None] * len(configs)
+        self.v: list[Optional[Tensor]] = [None] * len(configs)
+        self.conv_state: list[Optional[Tensor]] = [None] * len(configs)
+        self.recurrent_state: list[Optional[Tensor]] = [None] * len(configs)
+        self.shift: list[Optional[Tensor]] = [None] * len(configs)  # a stateful MLP's last input [B, d]
         self.length = 0  # positions already seen; advanced by the model after each forward
+
+    def snapshot(self) -> tuple[int, tuple[list[Optional[Tensor]], ...]]:
+        """What ``restore`` takes decoding back to: the length and every layer's tensors as they are now."""
+        lists = (self.k, self.v, self.conv_state, self.recurrent_state, self.shift)
+        return self.length, tuple(list(held) for held in lists)
+
+    def restore(self, snapshot: tuple[int, tuple[list[Optional[Tensor]], ...]]) -> None:
+        """Decoding back where ``snapshot`` was taken: what was cached since is forgotten."""
+        self.length, (k, v, conv, recurrent, shift) = snapshot[0], snapshot[1]
+        self.k, self.v, self.conv_state, self.recurrent_state, self.shift = (
+            list(t) for t in (k, v, conv, recurrent, shift)
+        )
+
+    def truncatable(self) -> bool:
+        """Whether lowering ``length`` alone forgets the last positions: every layer keeps all its keys and
+        values in place (no window, chunk, recurrent state or stateful MLP), so nothing else moved."""
+        states = (*self.conv_state, *self.recurrent_state, *self.shift)
+        return all(w is None for w in self.windows) and all(t is None for t in states)
 
     def kept(self, window: Optional[int]) -> int:
         """How many cached positions a layer with this window (or chunk) attends to besides the new ones."""
