@@ -15,6 +15,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
+from archlab.nn.loop import Loop
 from archlab.nn.mixers.attention import link_first_values
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
 from archlab.nn.norms import build_norm
@@ -83,6 +84,7 @@ class Decoder(nn.Module):
         own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if own_position(cfg, c)}
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
         self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
+        self.loop = Loop(cfg)  # the order the layers run in: a looped range again, pass after pass (model.layers.loop)
         self.stream = build_stream(cfg)  # several residual streams: widened after the embeddings, merged at the end
         self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
         self.project_out = nn.Linear(cfg.d_model, width, bias=False) if cfg.embedding_dim is not None else None
@@ -148,13 +150,14 @@ class Decoder(nn.Module):
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
         if self.stream is not None:
             x = self.stream.widen(x)
-        for block, k in zip(blocks, self.position_of):
+        for layer, layer_cache in self.loop.steps(blocks, cache):
+            block, k = blocks[layer], self.position_of[layer]
             scores = None if block.attn.recurrent else masks[block.attn.window, block.attn.chunk, k]
             mask = block.attn.mask_of(scores, tokens)
             x = (
-                checkpoint(block, x, rotary[k], mask, cache, use_reentrant=False)
+                checkpoint(block, x, rotary[k], mask, layer_cache, use_reentrant=False)
                 if recompute
-                else block(x, rotary[k], mask, cache)
+                else block(x, rotary[k], mask, layer_cache)
             )
         if cache is not None:
             cache.length += T
@@ -251,12 +254,12 @@ class Decoder(nn.Module):
     def auxiliary_losses(self) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary training losses the layers computed in the latest
         forward (a mixture of experts' load balance and router z-loss, dsa's indexer loss), each the mean
-        over the layers that computed it; the training loss adds weight·loss."""
+        over the layers that computed it (a looped layer's: over its passes); the training loss adds weight·loss."""
         per_layer: dict[str, list[tuple[float, Tensor]]] = {}
-        for block in self.blocks:
-            for part in (block.attn, block.mlp):
-                for name, pair in getattr(part, "aux_losses", {}).items():
-                    per_layer.setdefault(name, []).append(pair)
+        latest = [getattr(part, "aux_losses", {}) for block in self.blocks for part in (block.attn, block.mlp)]
+        for losses in (*self.loop.earlier_losses, *latest):
+            for name, pair in losses.items():
+                per_layer.setdefault(name, []).append(pair)
         return {
             name: (pairs[0][0], torch.stack([loss for _, loss in pairs]).mean()) for name, pairs in per_layer.items()
         }

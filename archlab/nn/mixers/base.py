@@ -139,11 +139,12 @@ class KVCache:
     replaces itself: ``conv_state`` (its convolution's last inputs) and ``recurrent_state`` (its states).
     A layer that runs attention and a recurrence side by side (``parallel``) keeps both, in its own slots
     of the four lists, each part as it would alone. A ``stateful`` MLP (RWKV's channel-mix, which reads the
-    token before) keeps its layer's last input in ``shift``.
+    token before) keeps its layer's last input in ``shift``. Each later pass of a looped layer
+    (``model.layers.loop``) keeps its own in a cache of its own, ``of_pass``.
     ``dtype`` (default: the first tensors') is the one they are stored in."""
 
     def __init__(self, cfg: ModelConfig, batch_size: int, max_len: int, dtype: Optional[torch.dtype] = None):
-        self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
+        self.cfg, self.batch_size, self.max_len, self.dtype = cfg, batch_size, max_len, dtype
         # a chunked layer keeps the window of its chunk: with left padding each row's chunks start elsewhere
         self.windows = [window_of(c) or chunk_of(c, layer) for layer, c in enumerate(layer_configs(cfg))]
         self.k: list[Optional[Tensor]] = [None] * cfg.n_layer
@@ -152,6 +153,18 @@ class KVCache:
         self.recurrent_state: list[Optional[Tensor]] = [None] * cfg.n_layer
         self.shift: list[Optional[Tensor]] = [None] * cfg.n_layer  # a stateful MLP's last input [B, d]
         self.length = 0  # positions already seen; advanced by the model after each forward
+        self.passes: dict[int, KVCache] = {}  # a looped layer's later passes' caches, by pass (of_pass)
+
+    def of_pass(self, index: int) -> KVCache:
+        """The cache pass ``index`` of a looped layer reads and writes (0: this one): a cache of its own for a
+        later pass, made empty on its first use, at this one's length."""
+        if index == 0:
+            return self
+        cache = self.passes.get(index)
+        if cache is None:
+            cache = self.passes[index] = KVCache(self.cfg, self.batch_size, self.max_len, self.dtype)
+        cache.length = self.length
+        return cache
 
     def kept(self, window: Optional[int]) -> int:
         """How many cached positions a layer with this window (or chunk) attends to besides the new ones."""
