@@ -23,6 +23,7 @@ from archlab.config.layers import layer_kind
 from archlab.config.model import LoopConfig
 from archlab.errors import ConfigError
 from archlab.generate import generate
+from archlab.interop.families import FAMILIES
 from archlab.interop.hf import exportability
 from archlab.nn.model import Decoder
 from archlab.nn.validation import ignored, validate, without_ignored
@@ -316,6 +317,17 @@ def test_check_says_the_loop_and_the_export_refuses_it():
     assert [(p.field, p.value) for p in problems] == [("model.layers.loop.passes", 3)]
     with pytest.raises(ConfigError, match="model.layers.loop.passes"):
         family.check(with_loop(gpt2, 1, None, 3))
+
+
+def test_every_family_refuses_a_loop_whatever_its_layers():
+    """Per-layer families check each layer's config, which has no loop: the loop is refused for the model."""
+    gemma3 = compose_model(["model=gemma3-1b", "model.n_layer=6"])  # local and global layer kinds
+    assert exportability(gemma3)[1] == []
+    for cfg in (with_loop(gemma3, 2, 4, 2), with_loop(plain(), 0, None, 2)):
+        held = [f for f in FAMILIES.values() if not f.mixer_problems(cfg)]
+        assert len(held) > 20
+        for family in held:
+            assert "model.layers.loop.passes" in [p.field for p in family.problems(cfg)], family.title
 
 
 @pytest.mark.slow  # a Lightning fit, about 4 s: the unit-level gradient test above runs in CI
