@@ -14,6 +14,7 @@ from torch import nn
 
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
+from archlab.config.loop import schedule
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
 from archlab.nn.mlp import MLPS
@@ -45,7 +46,9 @@ def count(cfg: Any) -> dict[str, int]:
     i.e. the parameters that take part in a matmul per token (nanoGPT's convention). ``active`` counts
     what one token's forward pass goes through: everything but the routed experts it is not sent to
     (the embedding in full). FLOPs per token of a training step are 6·active_non_embedding + 12·L·H·Q·T
-    (PaLM, arXiv:2204.02311, appendix B). A ``Resolved`` config is read as it is, not validated again.
+    (PaLM, arXiv:2204.02311, appendix B). A looped layer (``model.layers.loop``) holds its weights once
+    and counts them once; its FLOPs count per pass (``flops_per_token``). A ``Resolved`` config is read as
+    it is, not validated again.
     """
     resolved = resolve(cfg if isinstance(cfg, Resolved) else to_model_config(cfg))
     cfg = resolved.cfg
@@ -86,17 +89,28 @@ def count(cfg: Any) -> dict[str, int]:
 def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_len: int | None = None) -> int:
     """Training FLOPs per token at ``seq_len`` (default ``context_length``): 6 per parameter that takes
     part in a matmul for this token, plus what the chosen entries do beyond their weights (attention's
-    scores)."""
+    scores); a looped layer's parameters and scores once per pass."""
     model, layers = cfg if isinstance(cfg, Resolved) else (cfg, layer_configs(cfg))
     T = seq_len or model.context_length
+    order = schedule(model)
+    runs = [(i, layers[i]) for i, _ in order]  # each layer as often as it runs
     extra = sum(
-        part.extra_flops(c, T, i)
-        for i, c in enumerate(layers)
-        for part in (entries(c).attention, entries(c).mlp, entries(c).block)
+        part.extra_flops(c, T, i) for i, c in runs for part in (entries(c).attention, entries(c).mlp, entries(c).block)
     )
-    connections = sum(1 + entries(c).mlp.present for c in layers)  # a sublayer's connection to the streams
+    connections = sum(1 + entries(c).mlp.present for _, c in runs)  # a sublayer's connection to the streams
     extra += entries(model).stream.extra_flops(model, connections)
-    return 6 * active_non_embedding + extra + mtp_flops_per_token(model, T)
+    again = sum(_run_params(model, layers[i], i) for i, p in order if p > 0)
+    # a looped layer's weights once per pass after its first; the multi-token prediction modules
+    return 6 * (active_non_embedding + again) + extra + mtp_flops_per_token(model, T)
+
+
+def _run_params(model: ModelConfig, cfg: ModelConfig, layer: int) -> int:
+    """The parameters one token passes through in a run of layer ``layer`` (of config ``cfg``, in ``model``):
+    its attention's and its MLP's (active), its block's norms and its sublayers' connections to the streams."""
+    e = entries(cfg)
+    connections = (1 + e.mlp.present) * entries(model).stream.connection_params(cfg)
+    active = e.attention.active_params(cfg, layer) + e.mlp.active_params(cfg, layer)
+    return active + e.block.num_params(cfg, layer) + connections
 
 
 def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
@@ -131,13 +145,15 @@ def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
 
 def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:
     """Bytes the KV cache holds for one sequence of ``length`` tokens (default ``context_length``), from
-    the attention entry's closed form (a sliding-window layer keeps only its window), and a stateful MLP's. Not validated: the
-    report reads it from runs recorded by earlier versions, whose checks were looser."""
+    the attention entry's closed form (a sliding-window layer keeps only its window), and a stateful MLP's,
+    for each pass of a looped layer. Not validated: the report reads it from runs recorded by earlier
+    versions, whose checks were looser."""
     cfg = to_model_config(cfg)
     T = length or cfg.context_length
+    layers = layer_configs(cfg)
+    runs = [(i, layers[i]) for i, _ in schedule(cfg)]  # a looped layer's passes each keep their own
     return bytes_per_value * sum(
-        MIXERS.get(c.attention.kind).kv_cache_values(c, T, i) + MLPS.get(c.mlp.kind).state_values(c)
-        for i, c in enumerate(layer_configs(cfg))
+        MIXERS.get(c.attention.kind).kv_cache_values(c, T, i) + MLPS.get(c.mlp.kind).state_values(c) for i, c in runs
     )
 
 

@@ -132,7 +132,7 @@ class Drafting:
         known, state, drafts = tokens, pending, []
         for k, module in enumerate(self.modules, start=1):
             x = module.enter(model.embed(known[:, start + k : N - 1 + k]), state)
-            layer = [(module.block, model.mtp_position)]
+            layer = [(module.block, model.mtp_position, cache)]
             parts = []
             if committed:
                 parts.append(self.through(layer, x[:, :committed]))

@@ -174,7 +174,7 @@ def drafts_without_a_cache(model, tokens):
     for k, m in enumerate(model.mtp.depths, start=1):
         n = state.shape[1]
         x = m.enter(model.embed(known[:, k : k + n]), state)
-        state = m.norm(model.run(x, [(m.block, model.mtp_position)], None, None, None, None))
+        state = m.norm(model.run(x, [(m.block, model.mtp_position, None)], None, None, None, None))
         out.append(model.logits(state[:, -1:]).argmax(-1))
         known = torch.cat((known, out[-1]), dim=1)
     return torch.cat(out, dim=1)
@@ -213,8 +213,9 @@ def test_speculative_decoding_keeps_drafts_and_equals_greedy(cycle_model, monkey
         {},
         {"attention": {"n_head": HEADS, "window": 4}},
         {"attention": {"kind": "gated_deltanet", "n_head": HEADS}, "position": {"kind": "none"}},
+        {"n_layer": 2, "attention": {"n_head": HEADS, "window": 4}, "layers": {"loop": {"passes": 2}}},
     ],
-    ids=["global", "window", "recurrent"],
+    ids=["global", "window", "recurrent", "looped"],
 )
 def test_rejected_drafts_take_every_cache_back(extra, padded, monkeypatch):
     """Drafts replaced by greedy decoding's tokens, one of them wrong in some rounds: rounds keep a part of
@@ -241,6 +242,11 @@ def test_rejected_drafts_take_every_cache_back(extra, padded, monkeypatch):
     def counting(self, tokens, drafts, remaining):
         out = verify(self, tokens, drafts, remaining)
         kept.append(out[0].shape[1] - 1)
+        # the states the modules read next equal the model's over the whole sequence, without a cache
+        whole = torch.cat((tokens, out[0][:, :-1]), dim=1)
+        columns = None if self.mask is None else self.mask[:, : whole.shape[1]]
+        expected = self.model.hidden(whole, attention_mask=columns)[:, tokens.shape[1] - 1 :]
+        torch.testing.assert_close(out[1], expected, rtol=1e-5, atol=1e-5)
         return out
 
     monkeypatch.setattr(Drafting, "draft", oracle)

@@ -1,5 +1,5 @@
-"""Property tests over random combinations of every model option, per-layer layouts (``model.layers``)
-included: the analytic count equals the built count component by component, forward shapes,
+"""Property tests over random combinations of every model option, per-layer layouts (``model.layers``) and
+looped layers included: the analytic count equals the built count component by component, forward shapes,
 causality, and KV-cache decoding == full forward.
 
 Models are tiny (d_model <= 64, n_layer <= 3, vocab <= 64, seq <= 16) and built in float64 so the
@@ -189,6 +189,10 @@ def model_configs(draw) -> dict:
         },
         "layers": layers,
     }
+    if draw(st.booleans()):  # a range of the layers run again with their weights (model.layers.loop)
+        start = draw(st.integers(0, raw["n_layer"] - 1))
+        end = draw(st.sampled_from([None, *range(start + 1, raw["n_layer"] + 1)]))
+        raw["layers"] = {**layers, "loop": {"start": start, "end": end, "passes": draw(st.integers(2, 3))}}
     generic = {k for o in (layers.get("kinds") or {}).values() for k in [(o.get("attention") or {}).get("kind")]}
     if generic - {None, "gated_deltanet", "mamba2"}:  # a mixer drawn at its defaults: only where they fit
         assume(_valid(raw))

@@ -130,14 +130,27 @@ class HeadConfig:
 
 
 @dataclass
+class LoopConfig:
+    """``model.layers.loop``: layers ``start`` to ``end`` (``end`` excluded) run ``passes`` times in all, pass
+    after pass, with one set of weights (``archlab.config.loop``: the looped block of Universal Transformers,
+    Huginn, Ouro); 1 pass is no loop."""
+
+    start: int = 0  # the first looped layer
+    end: Optional[int] = None  # the layer after the last looped one; None = model.n_layer
+    passes: int = 1  # how many times the looped layers run in all (Inkling2Loop's loop_num_passes)
+
+
+@dataclass
 class LayersConfig:
     """``model.layers``: layers that differ (``archlab.config.layers``). Named kinds, each overriding fields
     of the model's ``attention``, ``position``, ``mlp`` and ``block``, and the layers each kind is given: the
-    first ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts."""
+    first ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts.
+    ``loop``: a range of layers run again, with the same weights."""
 
     kinds: Any = None  # name -> {attention: {window: 512}, position: {kind: none}} (untyped: set from the command line)
     first: List[str] = field(default_factory=list)  # the kinds of layers 0, 1, ..., len(first) - 1 ([dense]: DeepSeek)
     pattern: List[str] = field(default_factory=list)  # the kinds of the layers after them, cycled ([local, global])
+    loop: LoopConfig = field(default_factory=LoopConfig)
 
 
 @dataclass

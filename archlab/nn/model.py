@@ -16,12 +16,13 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
+from archlab.nn.loop import Loop
 from archlab.nn.loss import IGNORE, next_token_loss
 from archlab.nn.mixers.attention import link_first_values
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
 from archlab.nn.mtp import MTPModule, MultiTokenPrediction, mtp_layer
 from archlab.nn.norms import build_norm
-from archlab.nn.positions import POSITIONS, Position, build_position, uninitialised_embedding
+from archlab.nn.positions import POSITIONS, Position, Rotation, build_position, uninitialised_embedding
 from archlab.nn.streams import build_stream
 
 
@@ -104,6 +105,7 @@ class Decoder(nn.Module):
             own[self.mtp_position] = mtp_layer(cfg)
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
         self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
+        self.loop = Loop(cfg)  # the order the layers run in: a looped range again, pass after pass (model.layers.loop)
         self.stream = build_stream(cfg)  # several residual streams: widened after the embeddings, merged at the end
         self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
         self.project_out = nn.Linear(cfg.d_model, width, bias=False) if cfg.embedding_dim is not None else None
@@ -182,14 +184,9 @@ class Decoder(nn.Module):
         x = self.drop(self.position.embed(self.embed(idx), query_positions(start, T, positions, idx.device)))
         if self.stream is not None:
             x = self.stream.widen(x)
-        x = self.run(
-            x,
-            zip(cast("Sequence[Block]", self.blocks), self.position_of),
-            cache,
-            attention_mask,
-            positions,
-            document_ids,
-        )
+        blocks = cast("Sequence[Block]", self.blocks)
+        walk = ((blocks[i], self.position_of[i], c) for i, c in self.loop.steps(blocks, cache))
+        x = self.run(x, walk, cache, attention_mask, positions, document_ids)
         if cache is not None:
             cache.length += T
         if self.stream is not None:
@@ -199,39 +196,44 @@ class Decoder(nn.Module):
     def run(
         self,
         x: Tensor,
-        layers: Iterable[tuple[Block, Optional[str]]],
+        layers: Iterable[tuple[Block, Optional[str], Optional[KVCache]]],
         cache: Optional[KVCache],
         attention_mask: Optional[Tensor],
         positions: Optional[Tensor],
         document_ids: Optional[Tensor],
     ) -> Tensor:
-        """``x`` ``[B, T, ...]`` through ``layers`` (each block with the key of its position scheme in
-        ``layer_positions``, None for the model's), the cache's positions before it: the rotations and
-        masks each needs, computed once per scheme and window."""
-        layers = list(layers)
+        """``x`` ``[B, T, ...]`` through ``layers``, each block with the key of its position scheme in
+        ``layer_positions`` (None for the model's) and the cache it reads, after ``cache``'s positions (its
+        length): the rotations and masks each needs, computed once per scheme and window as they are first
+        needed (``layers`` is walked once, as it runs: a loop's walk records each pass's losses after it)."""
         start = cache.length if cache is not None else 0
         T, device = x.shape[1], x.device
         q_pos = query_positions(start, T, positions, device)
         schemes = {None: self.position, **{k: cast(Position, p) for k, p in self.layer_positions.items()}}
-        rotary = {k: schemes[k].rotary(q_pos, x.dtype, cached=cache is not None) for k in {k for _, k in layers}}
+        rotary: dict[Optional[str], Optional[Rotation]] = {}
         masks: dict[tuple[Optional[int], Optional[int], Optional[str]], Optional[Tensor]] = {}
-        for w, c, k in {(block.attn.window, block.attn.chunk, k) for block, k in layers if not block.attn.recurrent}:
-            kept = cache.kept(w or c) if cache is not None else 0  # a chunked layer caches as a window of its chunk
-            masks[w, c, k] = self.mask(
-                schemes[k], start, T, kept, w, x.dtype, device, attention_mask, positions, c, document_ids
-            )
         # a recurrent layer's mask: which of its new positions are tokens, and where packed documents start
         present = None if attention_mask is None else attention_mask[:, start : start + T].bool()
         starts = None if document_ids is None else document_starts(document_ids)
         tokens = None if present is None and starts is None else Tokens(present, starts)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
-        for block, k in layers:
-            scores = None if block.attn.recurrent else masks[block.attn.window, block.attn.chunk, k]
+        for block, k, layer_cache in layers:
+            if k not in rotary:
+                rotary[k] = schemes[k].rotary(q_pos, x.dtype, cached=cache is not None)
+            scores = None
+            if not block.attn.recurrent:
+                w, c = block.attn.window, block.attn.chunk
+                if (w, c, k) not in masks:
+                    kept = cache.kept(w or c) if cache is not None else 0  # a chunk is cached as a window of it
+                    masks[w, c, k] = self.mask(
+                        schemes[k], start, T, kept, w, x.dtype, device, attention_mask, positions, c, document_ids
+                    )
+                scores = masks[w, c, k]
             mask = block.attn.mask_of(scores, tokens)
             x = (
-                checkpoint(block, x, rotary[k], mask, cache, use_reentrant=False)
+                checkpoint(block, x, rotary[k], mask, layer_cache, use_reentrant=False)
                 if recompute
-                else block(x, rotary[k], mask, cache)
+                else block(x, rotary[k], mask, layer_cache)
             )
         return x
 
@@ -255,7 +257,9 @@ class Decoder(nn.Module):
             documents = None if document_ids is None else document_ids[:, :n]
             positions = None if position_ids is None else position_ids[:, :n]
             x = module.enter(self.embed(idx[:, k:]), state[:, :n])
-            state = module.norm(self.run(x, [(module.block, self.mtp_position)], None, None, positions, documents))
+            state = module.norm(
+                self.run(x, [(module.block, self.mtp_position, None)], None, None, positions, documents)
+            )
             wanted = targets[:, k:]
             if document_ids is not None:
                 wanted = wanted.masked_fill(document_ids[:, k:] != documents, IGNORE)
@@ -360,13 +364,14 @@ class Decoder(nn.Module):
     def auxiliary_losses(self) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary training losses the layers computed in the latest
         forward (a mixture of experts' load balance and router z-loss, dsa's indexer loss, the multi-token
-        prediction modules' loss), each the mean over the layers that computed it (the modules' blocks among
-        them where they ran); the training loss adds weight·loss."""
+        prediction modules' loss), each the mean over the layers that computed it (a looped layer's: over its
+        passes; the modules' blocks among them where they ran); the training loss adds weight·loss."""
         per_layer: dict[str, list[tuple[float, Tensor]]] = {}
         ran = self.blocks if self.mtp is None or not self.mtp.aux_losses else self.all_blocks()  # modules run too
-        parts = [part for block in ran for part in (block.attn, block.mlp)]
-        for part in [*parts, *([] if self.mtp is None else [self.mtp])]:
-            for name, pair in getattr(part, "aux_losses", {}).items():
+        latest = [getattr(part, "aux_losses", {}) for block in ran for part in (block.attn, block.mlp)]
+        modules = [] if self.mtp is None else [self.mtp.aux_losses]
+        for losses in (*self.loop.earlier_losses, *latest, *modules):
+            for name, pair in losses.items():
                 per_layer.setdefault(name, []).append(pair)
         return {
             name: (pairs[0][0], torch.stack([loss for _, loss in pairs]).mean()) for name, pairs in per_layer.items()

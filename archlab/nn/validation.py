@@ -13,6 +13,7 @@ from archlab import checks
 from archlab.config import ModelConfig
 from archlab.config.fields import leaves
 from archlab.config.layers import check_layers, kind_config, layer_configs, used_kinds
+from archlab.config.loop import check_loop, unread_loop
 from archlab.errors import ConfigError
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
@@ -106,8 +107,10 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
         registry.get(getattr(cfg, family).kind).validate(cfg)
     MultiTokenPrediction.validate(cfg)
     kinds = check_layers(cfg)
-    for name in sorted(used_kinds(cfg) | ({cfg.head.mtp.layer} & set(kinds) if cfg.head.mtp.depth else set())):
+    mtp_kind = {cfg.head.mtp.layer} & set(kinds) if cfg.head.mtp.depth and cfg.head.mtp.layer is not None else set()
+    for name in sorted(used_kinds(cfg) | mtp_kind):
         _validate_kind(cfg, name, kinds[name])
+    check_loop(cfg)
     return kinds
 
 
@@ -201,7 +204,7 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     """Every field set away from its dataclass default that no chosen entry reads (``reads``; a
     sub-config's fields one by one, ``scaling.factor``): of the model's sections (read by its own entries
     or by a layer kind's built from them), of a layer kind's overrides (read by that layer's entries), and
-    a layer kind no layer is given."""
+    a layer kind no layer is given, and the loop's range where it makes no loop."""
     kinds = cfg.layers.kinds or {}
     used = sorted(used_kinds(cfg))
     layers = {name: kind_config(cfg, name) for name in used}
@@ -224,6 +227,7 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
                     out.append(Ignored(f"model.layers.kinds.{name}.{family}.{field}", value, why))
     for name in sorted(set(kinds) - set(used)):
         out.append(Ignored(f"model.layers.kinds.{name}", kinds[name], "no layer is given it"))
+    out += [Ignored(field, value, "model.layers.loop.passes=1: no loop") for field, value in unread_loop(cfg)]
     return out
 
 
@@ -262,7 +266,7 @@ def without_ignored(cfg: ModelConfig) -> ModelConfig:
     out = copy.deepcopy(cfg)
     for item in ignored(cfg):
         path = item.field.split(".")[1:]
-        if path[0] == "layers":  # a layer kind no layer is given, or a field a kind's layer does not read
+        if path[:2] == ["layers", "kinds"]:  # a layer kind no layer is given, or a field a kind's layer does not read
             node, *keys = out.layers.kinds, *path[2:]
             for key in keys[:-1]:
                 node = node[key]

@@ -161,8 +161,13 @@ class Family:
     def problems(self, cfg: ModelConfig) -> list[Problem]:
         """Every field (``model.a.b``) whose value this family cannot hold exactly, in the order ``check``
         meets them: ``archlab-check`` lists them all at once. A mixer this family has not (``mixer_problems``)
-        is the one problem: the family's other rules read fields of the mixers it has."""
-        return self.mixer_problems(cfg) or self.part_problems(cfg)
+        is the one problem: the family's other rules read fields of the mixers it has. No family runs layers
+        again (``model.layers.loop``), whatever its parts: the whole model's field, which no layer's config has."""
+        passes = cfg.layers.loop.passes
+        loop = (
+            [] if passes == 1 else [Problem("model.layers.loop.passes", passes, "1", " (every layer run once)", (1,))]
+        )
+        return self.mixer_problems(cfg) or self.part_problems(cfg) + loop
 
     def mixer_problems(self, cfg: ModelConfig) -> list[Problem]:
         """The model's mixer where it is not ``attention_kind``, and each layer kind's that is none of this

@@ -129,6 +129,14 @@ def positions_seen(cfg: ModelConfig, length: int, layer: int) -> int:
     return length if span is None else min(span, length)
 
 
+class Snapshot(NamedTuple):
+    """A KV cache as it was (``KVCache.snapshot``): its length, its five lists, its passes' snapshots."""
+
+    length: int
+    lists: tuple[list[Optional[Tensor]], ...]
+    passes: dict[int, Snapshot]
+
+
 class KVCache:
     """What attention keeps of every layer for a batch, decoded up to ``max_len`` positions: two tensors
     per layer, ``k`` and ``v``, each ``[B, heads, T, dim]`` (causal: keys and values; mla: its latent and
@@ -139,13 +147,14 @@ class KVCache:
     replaces itself: ``conv_state`` (its convolution's last inputs) and ``recurrent_state`` (its states).
     A layer that runs attention and a recurrence side by side (``parallel``) keeps both, in its own slots
     of the four lists, each part as it would alone. A ``stateful`` MLP (RWKV's channel-mix, which reads the
-    token before) keeps its layer's last input in ``shift``.
+    token before) keeps its layer's last input in ``shift``. Each later pass of a looped layer
+    (``model.layers.loop``) keeps its own in a cache of its own, ``of_pass``.
     ``dtype`` (default: the first tensors') is the one they are stored in; ``layers`` the config of each
     slot where they are not the model's layers (a multi-token prediction module's block numbered after them).
 
     Every tensor a layer hands over replaces the one before it, but for a global layer's, written in place
-    past ``length``: so ``snapshot`` (the lists and the length) and ``restore`` take decoding back to a
-    position, as speculative decoding does after rejecting drafts."""
+    past ``length``: so ``snapshot`` (the lists, the length and the passes' caches) and ``restore`` take
+    decoding back to a position, as speculative decoding does after rejecting drafts."""
 
     def __init__(
         self,
@@ -155,7 +164,7 @@ class KVCache:
         dtype: Optional[torch.dtype] = None,
         layers: Optional[Sequence[ModelConfig]] = None,
     ):
-        self.batch_size, self.max_len, self.dtype = batch_size, max_len, dtype
+        self.cfg, self.batch_size, self.max_len, self.dtype = cfg, batch_size, max_len, dtype
         configs = layer_configs(cfg) if layers is None else list(layers)
         # a chunked layer keeps the window of its chunk: with left padding each row's chunks start elsewhere
         self.windows = [window_of(c) or chunk_of(c, layer) for layer, c in enumerate(configs)]
@@ -165,24 +174,41 @@ class KVCache:
         self.recurrent_state: list[Optional[Tensor]] = [None] * len(configs)
         self.shift: list[Optional[Tensor]] = [None] * len(configs)  # a stateful MLP's last input [B, d]
         self.length = 0  # positions already seen; advanced by the model after each forward
+        self.passes: dict[int, KVCache] = {}  # a looped layer's later passes' caches, by pass (of_pass)
 
-    def snapshot(self) -> tuple[int, tuple[list[Optional[Tensor]], ...]]:
-        """What ``restore`` takes decoding back to: the length and every layer's tensors as they are now."""
+    def of_pass(self, index: int) -> KVCache:
+        """The cache pass ``index`` of a looped layer reads and writes (0: this one): a cache of its own for a
+        later pass, made empty on its first use, at this one's length."""
+        if index == 0:
+            return self
+        cache = self.passes.get(index)
+        if cache is None:
+            cache = self.passes[index] = KVCache(self.cfg, self.batch_size, self.max_len, self.dtype)
+        cache.length = self.length
+        return cache
+
+    def snapshot(self) -> Snapshot:
+        """What ``restore`` takes decoding back to: the length, every layer's tensors as they are now and
+        the looped passes' caches likewise."""
         lists = (self.k, self.v, self.conv_state, self.recurrent_state, self.shift)
-        return self.length, tuple(list(held) for held in lists)
-
-    def restore(self, snapshot: tuple[int, tuple[list[Optional[Tensor]], ...]]) -> None:
-        """Decoding back where ``snapshot`` was taken: what was cached since is forgotten."""
-        self.length, (k, v, conv, recurrent, shift) = snapshot[0], snapshot[1]
-        self.k, self.v, self.conv_state, self.recurrent_state, self.shift = (
-            list(t) for t in (k, v, conv, recurrent, shift)
+        return Snapshot(
+            self.length, tuple(list(held) for held in lists), {p: c.snapshot() for p, c in self.passes.items()}
         )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Decoding back where ``snapshot`` was taken: what was cached since is forgotten."""
+        self.length = snapshot.length
+        self.k, self.v, self.conv_state, self.recurrent_state, self.shift = (list(t) for t in snapshot.lists)
+        self.passes = {p: c for p, c in self.passes.items() if p in snapshot.passes}  # a pass begun since: none
+        for p, taken in snapshot.passes.items():
+            self.passes[p].restore(taken)
 
     def truncatable(self) -> bool:
         """Whether lowering ``length`` alone forgets the last positions: every layer keeps all its keys and
         values in place (no window, chunk, recurrent state or stateful MLP), so nothing else moved."""
         states = (*self.conv_state, *self.recurrent_state, *self.shift)
-        return all(w is None for w in self.windows) and all(t is None for t in states)
+        held = all(w is None for w in self.windows) and all(t is None for t in states)
+        return held and all(c.truncatable() for c in self.passes.values())
 
     def kept(self, window: Optional[int]) -> int:
         """How many cached positions a layer with this window (or chunk) attends to besides the new ones."""
