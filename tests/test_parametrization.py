@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from typing import Any, cast
 
 import pytest
 import torch
@@ -325,3 +326,37 @@ def test_archlab_coord_refuses_sizes_it_cannot_fit_before_training(setting, why)
     with pytest.raises(ConfigError) as err:
         check_settings(cfg)
     assert err.value.field == field and why in str(err.value)
+
+
+def test_mup_gives_the_parallel_mixers_attention_part_its_temperature():
+    """The parallel mixer (Falcon-H1's attention beside Mamba-2) holds its softmax scores' multiplier in its
+    attention part: at twice the proxy's width (d_model 128 over 64, 4 heads of 32 against 16) μP's
+    temperature (1/sqrt(32))·sqrt(16/32) = 1/8 reaches it, as the model's mixer and as a layer kind's
+    (it was left at sp's 1/sqrt(32)); the model's causal layers get theirs."""
+    parallel = ["model.attention.kind=parallel", "+model.attention.ssm={n_head: 4}"]
+    param = _param("mup", 64)
+    scaled = parametrize(_model(*parallel), param)
+    assert cast(Any, build_model(scaled, device="meta").blocks[0]).attn.attention.scale == pytest.approx(1 / 8)
+    kind = ["+model.layers.kinds.both={attention: {kind: parallel, ssm: {n_head: 4}}}"]
+    model = build_model(
+        parametrize(_model(*kind, "+model.layers.kinds.plain={}", "model.layers.pattern=[both,plain]"), param),
+        device="meta",
+    )
+    first, second = [cast(Any, block).attn for block in model.blocks][:2]
+    assert [first.attention.scale, second.scale] == [pytest.approx(1 / 8)] * 2
+
+
+def test_a_layer_kinds_heads_that_do_not_split_the_proxy_width_are_refused_naming_it():
+    """A kind of 8 heads over a proxy of width 36: a proxy head dim of 4.5, refused naming the kind's field,
+    though the model's own 4 heads split 36 (it was floored to 4, misscaling that kind's scores)."""
+    cfg = _model(
+        "+model.layers.kinds.many={attention: {n_head: 8}}",
+        "+model.layers.kinds.plain={}",
+        "model.layers.pattern=[many,plain]",
+    )
+    with pytest.raises(ConfigError) as err:
+        check_param(_param("mup", 36), cfg, "adamw")
+    assert err.value.field == "param.base_d_model"
+    assert "multiple of model.layers.kinds.many.attention.n_head=8" in str(err.value)
+    check_param(_param("mup", 40), cfg, "adamw")
+    check_param(_param("mup", 36, base_head_dim=8), cfg, "adamw")
