@@ -274,8 +274,9 @@ def test_lr_from_takes_the_proxys_best_mean_rate_and_warns_at_the_grid_edge(tmp_
     assert edge.value == "1e-2" and edge.edge is not None and "highest" in edge.text
 
 
-def test_lr_from_sets_the_rate_and_refuses_another_parametrisation_or_axis(tmp_path):
+def test_lr_from_sets_the_rate_and_refuses_another_parametrisation_or_group(tmp_path):
     _proxy(tmp_path / "proxy", _param("mup", 64), {"1e-3": [2.0], "3e-3": [1.9]})
+    lr_from = f"lr_from={tmp_path / 'proxy'}"
     cfg = compose("train", ["param=mup", "model.d_model=256", f"lr_from={tmp_path / 'proxy'}"])
     transfer_lr(cfg)
     assert cfg.optim.lr == 3e-3
@@ -283,12 +284,54 @@ def test_lr_from_sets_the_rate_and_refuses_another_parametrisation_or_axis(tmp_p
         transfer_lr(compose("train", ["param=sp", f"lr_from={tmp_path / 'proxy'}"]))
     assert caught.value.field == "lr_from"
     job(tmp_path / "proxy", ["optim.lr=1e-3", "seed=0", "model.d_model=32"], [2.0], config={"param": _param("mup", 64)})
-    with pytest.raises(ConfigError, match="model.d_model") as caught:
-        transfer_lr(compose("train", ["param=mup", f"lr_from={tmp_path / 'proxy'}"]))
+    with pytest.raises(ConfigError, match="none has model.d_model=256") as caught:  # a group of no run
+        transfer_lr(compose("train", ["param=mup", "model.d_model=256", lr_from], return_hydra_config=True))
     assert caught.value.field == "lr_from"
     with pytest.raises(ConfigError) as caught:  # both would set the rate
         validate_train(compose("train", ["optim.lr=1e-3", f"lr_from={tmp_path / 'proxy'}"]))
     assert caught.value.field == "lr_from"
+
+
+def _multi_axis_proxy(root):
+    """A hand-built ``-m`` sweep of optim.lr × model/mlp × seed under mup at width 64: gelu's best rate is
+    1e-2, swiglu's 1e-3 (final losses, two seeds each)."""
+    losses = {"gelu": {"1e-3": [2.0, 2.2], "1e-2": [1.7, 1.9]}, "swiglu": {"1e-3": [1.5, 1.6], "1e-2": [1.8, 2.0]}}
+    for mlp, by_lr in losses.items():
+        for lr, per_seed in by_lr.items():
+            for seed, loss in enumerate(per_seed):
+                overrides = ["param=mup", f"optim.lr={lr}", f"model/mlp={mlp}", f"seed={seed}"]
+                job(root, overrides, [loss + 1, loss], config={"param": _param("mup", 64)})
+
+
+def _train_cfg(*overrides: str):
+    return compose("train", ["param=mup", "param.base_d_model=64", *overrides], return_hydra_config=True)
+
+
+def test_lr_from_takes_the_group_of_a_multi_axis_sweep_the_run_shares_or_names(tmp_path):
+    """A sweep of optim.lr and model/mlp: a run at another width hands on the rate of the group its command
+    line shares (model/mlp=swiglu: 1e-3, the lower mean 1.55), or of the group lr_from_group names (gelu:
+    1e-2, mean 1.8; a number as a number); a run in neither, a group key the sweep does not vary, or
+    lr_from_group without lr_from is refused naming the field."""
+    _multi_axis_proxy(tmp_path / "proxy")
+    lr_from = f"lr_from={tmp_path / 'proxy'}"
+    shared = _train_cfg("model.d_model=256", "model/mlp=swiglu", lr_from)
+    transfer_lr(shared)
+    assert shared.optim.lr == 1e-3
+    found = transferred(tmp_path / "proxy", "optim.lr", "val/loss", "lr_from", {"model/mlp": "gelu"})
+    assert (found.value, found.mean, found.seeds, found.group) == ("1e-2", pytest.approx(1.8), 2, {"model/mlp": "gelu"})
+    assert "of the group model/mlp=gelu" in found.text
+    named = _train_cfg("model.d_model=256", lr_from, "lr_from_group={model/mlp: gelu}")
+    transfer_lr(named)
+    assert named.optim.lr == 1e-2
+    with pytest.raises(ConfigError, match=r"none has model/mlp=\(default\).*model/mlp=gelu; model/mlp=swiglu") as err:
+        transfer_lr(_train_cfg("model.d_model=256", lr_from))  # this run's MLP is the default: no group's
+    assert err.value.field == "lr_from"
+    with pytest.raises(ConfigError, match="axes of the sweep but optim.lr: model/mlp") as err:
+        transfer_lr(_train_cfg(lr_from, "lr_from_group={model.d_model: 64}"))
+    assert err.value.field == "lr_from_group"
+    with pytest.raises(ConfigError) as err:
+        validate_train(_train_cfg("lr_from_group={model/mlp: gelu}"))
+    assert err.value.field == "lr_from_group"
 
 
 def test_a_proxy_width_the_heads_do_not_divide_is_refused_naming_it():
