@@ -403,3 +403,21 @@ def test_a_layer_kinds_heads_that_do_not_split_the_proxy_width_are_refused_namin
     assert "multiple of model.layers.kinds.many.attention.n_head=8" in str(err.value)
     check_param(_param("mup", 40), cfg, "adamw")
     check_param(_param("mup", 36, base_head_dim=8), cfg, "adamw")
+
+
+def test_mup_holds_a_sqrt_d_model_embedding_multiplier_at_the_proxys_width():
+    """Gemma's embeddings × sqrt(d_model) would grow the input layer's coordinates as sqrt(m) (the
+    coordinate check's embeddings slope was 0.52): away from the proxy μP multiplies by sqrt(base_d_model),
+    as an embedding multiplier; at the proxy's own width the model is sp's, Gemma's rounding and all."""
+    cfg = _model("model.scale_embedding=true", "model.d_model=128")
+    scaled = parametrize(cfg, _param("completep", 32, 4))
+    assert (scaled.scale_embedding, scaled.embedding_multiplier) == (False, math.sqrt(32))
+    assert parametrize(cfg, _param("mup", 128)) == cfg
+    torch.manual_seed(0)
+    model = build_model(scaled)
+    seen = {}
+    model.blocks[0].register_forward_pre_hook(lambda module, args: seen.setdefault("x", args[0]))
+    idx = torch.tensor([[1, 2, 3]])
+    model(idx)
+    expected = model.tok_emb(idx) * math.sqrt(32) + cast(Any, model.position).table(torch.arange(3))
+    torch.testing.assert_close(seen["x"], expected)

@@ -7,8 +7,9 @@ the proxy's own size every multiplier is 1 and the run is the ``sp`` run. With m
 and l = n_layer / base_n_layer:
 
 - the model (``parametrize``): logits × 1/m (``model.head.logit_scale``), attention scores × sqrt(base
-  head dim / head dim) (1/head_dim scaling), and under completep each residual branch × 1/l
-  (``model.block.residual_multiplier``). They are model fields, so checkpoints, generation and exports
+  head dim / head dim) (1/head_dim scaling), a sqrt(d_model) embedding multiplier (Gemma's
+  ``model.scale_embedding``) held at sqrt(base_d_model) (``model.embedding_multiplier``), and under
+  completep each residual branch × 1/l (``model.block.residual_multiplier``). They are model fields, so checkpoints, generation and exports
   carry them.
 - the init (``initialise``): hidden matrices' std × 1/sqrt(m), output matrices' × 1/m; under completep the
   residual projections' GPT-2 factor counts the proxy's depth, not the model's.
@@ -93,6 +94,10 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
     if scale is not None:
         attention = _with_scale(attention, scale)
     scaled = dataclasses.replace(model, head=head, block=block, attention=attention)
+    if model.scale_embedding and m != 1.0:  # μP's input layer: a multiplier of the proxy's width, not this one's
+        scaled = dataclasses.replace(
+            scaled, scale_embedding=False, embedding_multiplier=math.sqrt(param["base_d_model"])
+        )
     kinds = {}
     for name, overrides in (model.layers.kinds or {}).items():
         own = dict(overrides.get("attention") or {})
