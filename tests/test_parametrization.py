@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+from typing import Any, cast
 
 import pytest
 import torch
@@ -273,8 +274,9 @@ def test_lr_from_takes_the_proxys_best_mean_rate_and_warns_at_the_grid_edge(tmp_
     assert edge.value == "1e-2" and edge.edge is not None and "highest" in edge.text
 
 
-def test_lr_from_sets_the_rate_and_refuses_another_parametrisation_or_axis(tmp_path):
+def test_lr_from_sets_the_rate_and_refuses_another_parametrisation_or_group(tmp_path):
     _proxy(tmp_path / "proxy", _param("mup", 64), {"1e-3": [2.0], "3e-3": [1.9]})
+    lr_from = f"lr_from={tmp_path / 'proxy'}"
     cfg = compose("train", ["param=mup", "model.d_model=256", f"lr_from={tmp_path / 'proxy'}"])
     transfer_lr(cfg)
     assert cfg.optim.lr == 3e-3
@@ -282,12 +284,54 @@ def test_lr_from_sets_the_rate_and_refuses_another_parametrisation_or_axis(tmp_p
         transfer_lr(compose("train", ["param=sp", f"lr_from={tmp_path / 'proxy'}"]))
     assert caught.value.field == "lr_from"
     job(tmp_path / "proxy", ["optim.lr=1e-3", "seed=0", "model.d_model=32"], [2.0], config={"param": _param("mup", 64)})
-    with pytest.raises(ConfigError, match="model.d_model") as caught:
-        transfer_lr(compose("train", ["param=mup", f"lr_from={tmp_path / 'proxy'}"]))
+    with pytest.raises(ConfigError, match="none has model.d_model=256") as caught:  # a group of no run
+        transfer_lr(compose("train", ["param=mup", "model.d_model=256", lr_from], return_hydra_config=True))
     assert caught.value.field == "lr_from"
     with pytest.raises(ConfigError) as caught:  # both would set the rate
         validate_train(compose("train", ["optim.lr=1e-3", f"lr_from={tmp_path / 'proxy'}"]))
     assert caught.value.field == "lr_from"
+
+
+def _multi_axis_proxy(root):
+    """A hand-built ``-m`` sweep of optim.lr × model/mlp × seed under mup at width 64: gelu's best rate is
+    1e-2, swiglu's 1e-3 (final losses, two seeds each)."""
+    losses = {"gelu": {"1e-3": [2.0, 2.2], "1e-2": [1.7, 1.9]}, "swiglu": {"1e-3": [1.5, 1.6], "1e-2": [1.8, 2.0]}}
+    for mlp, by_lr in losses.items():
+        for lr, per_seed in by_lr.items():
+            for seed, loss in enumerate(per_seed):
+                overrides = ["param=mup", f"optim.lr={lr}", f"model/mlp={mlp}", f"seed={seed}"]
+                job(root, overrides, [loss + 1, loss], config={"param": _param("mup", 64)})
+
+
+def _train_cfg(*overrides: str):
+    return compose("train", ["param=mup", "param.base_d_model=64", *overrides], return_hydra_config=True)
+
+
+def test_lr_from_takes_the_group_of_a_multi_axis_sweep_the_run_shares_or_names(tmp_path):
+    """A sweep of optim.lr and model/mlp: a run at another width hands on the rate of the group its command
+    line shares (model/mlp=swiglu: 1e-3, the lower mean 1.55), or of the group lr_from_group names (gelu:
+    1e-2, mean 1.8; a number as a number); a run in neither, a group key the sweep does not vary, or
+    lr_from_group without lr_from is refused naming the field."""
+    _multi_axis_proxy(tmp_path / "proxy")
+    lr_from = f"lr_from={tmp_path / 'proxy'}"
+    shared = _train_cfg("model.d_model=256", "model/mlp=swiglu", lr_from)
+    transfer_lr(shared)
+    assert shared.optim.lr == 1e-3
+    found = transferred(tmp_path / "proxy", "optim.lr", "val/loss", "lr_from", {"model/mlp": "gelu"})
+    assert (found.value, found.mean, found.seeds, found.group) == ("1e-2", pytest.approx(1.8), 2, {"model/mlp": "gelu"})
+    assert "of the group model/mlp=gelu" in found.text
+    named = _train_cfg("model.d_model=256", lr_from, "lr_from_group={model/mlp: gelu}")
+    transfer_lr(named)
+    assert named.optim.lr == 1e-2
+    with pytest.raises(ConfigError, match=r"none has model/mlp=\(default\).*model/mlp=gelu; model/mlp=swiglu") as err:
+        transfer_lr(_train_cfg("model.d_model=256", lr_from))  # this run's MLP is the default: no group's
+    assert err.value.field == "lr_from"
+    with pytest.raises(ConfigError, match="axes of the sweep but optim.lr: model/mlp") as err:
+        transfer_lr(_train_cfg(lr_from, "lr_from_group={model.d_model: 64}"))
+    assert err.value.field == "lr_from_group"
+    with pytest.raises(ConfigError) as err:
+        validate_train(_train_cfg("lr_from_group={model/mlp: gelu}"))
+    assert err.value.field == "lr_from_group"
 
 
 def test_a_proxy_width_the_heads_do_not_divide_is_refused_naming_it():
@@ -325,3 +369,55 @@ def test_archlab_coord_refuses_sizes_it_cannot_fit_before_training(setting, why)
     with pytest.raises(ConfigError) as err:
         check_settings(cfg)
     assert err.value.field == field and why in str(err.value)
+
+
+def test_mup_gives_the_parallel_mixers_attention_part_its_temperature():
+    """The parallel mixer (Falcon-H1's attention beside Mamba-2) holds its softmax scores' multiplier in its
+    attention part: at twice the proxy's width (d_model 128 over 64, 4 heads of 32 against 16) μP's
+    temperature (1/sqrt(32))·sqrt(16/32) = 1/8 reaches it, as the model's mixer and as a layer kind's
+    (it was left at sp's 1/sqrt(32)); the model's causal layers get theirs."""
+    parallel = ["model.attention.kind=parallel", "+model.attention.ssm={n_head: 4}"]
+    param = _param("mup", 64)
+    scaled = parametrize(_model(*parallel), param)
+    assert cast(Any, build_model(scaled, device="meta").blocks[0]).attn.attention.scale == pytest.approx(1 / 8)
+    kind = ["+model.layers.kinds.both={attention: {kind: parallel, ssm: {n_head: 4}}}"]
+    model = build_model(
+        parametrize(_model(*kind, "+model.layers.kinds.plain={}", "model.layers.pattern=[both,plain]"), param),
+        device="meta",
+    )
+    first, second = [cast(Any, block).attn for block in model.blocks][:2]
+    assert [first.attention.scale, second.scale] == [pytest.approx(1 / 8)] * 2
+
+
+def test_a_layer_kinds_heads_that_do_not_split_the_proxy_width_are_refused_naming_it():
+    """A kind of 8 heads over a proxy of width 36: a proxy head dim of 4.5, refused naming the kind's field,
+    though the model's own 4 heads split 36 (it was floored to 4, misscaling that kind's scores)."""
+    cfg = _model(
+        "+model.layers.kinds.many={attention: {n_head: 8}}",
+        "+model.layers.kinds.plain={}",
+        "model.layers.pattern=[many,plain]",
+    )
+    with pytest.raises(ConfigError) as err:
+        check_param(_param("mup", 36), cfg, "adamw")
+    assert err.value.field == "param.base_d_model"
+    assert "multiple of model.layers.kinds.many.attention.n_head=8" in str(err.value)
+    check_param(_param("mup", 40), cfg, "adamw")
+    check_param(_param("mup", 36, base_head_dim=8), cfg, "adamw")
+
+
+def test_mup_holds_a_sqrt_d_model_embedding_multiplier_at_the_proxys_width():
+    """Gemma's embeddings × sqrt(d_model) would grow the input layer's coordinates as sqrt(m) (the
+    coordinate check's embeddings slope was 0.52): away from the proxy μP multiplies by sqrt(base_d_model),
+    as an embedding multiplier; at the proxy's own width the model is sp's, Gemma's rounding and all."""
+    cfg = _model("model.scale_embedding=true", "model.d_model=128")
+    scaled = parametrize(cfg, _param("completep", 32, 4))
+    assert (scaled.scale_embedding, scaled.embedding_multiplier) == (False, math.sqrt(32))
+    assert parametrize(cfg, _param("mup", 128)) == cfg
+    torch.manual_seed(0)
+    model = build_model(scaled)
+    seen = {}
+    model.blocks[0].register_forward_pre_hook(lambda module, args: seen.setdefault("x", args[0]))
+    idx = torch.tensor([[1, 2, 3]])
+    model(idx)
+    expected = model.tok_emb(idx) * math.sqrt(32) + cast(Any, model.position).table(torch.arange(3))
+    torch.testing.assert_close(seen["x"], expected)

@@ -121,6 +121,9 @@ class TrainConfig:
     lr_from: Optional[str] = setting(
         None, "a proxy's sweep over optim.lr: take its best rate (by objective) for this run (tune small, train large)"
     )
+    lr_from_group: Any = setting(
+        None, "the group of a multi-axis lr_from sweep, {axis: value} (null: the one sharing the command line's values)"
+    )
 
 
 def world_size(devices: Any, num_nodes: Any) -> int:

@@ -82,14 +82,30 @@ def coordinate_check(
     seq_len: int = 64,
     seed: int = 0,
 ) -> dict[str, Any]:
-    """The check along ``axis`` (d_model or n_layer) at ``sizes``: per size, the records of
-    ``activation_rms``, one random batch of tokens for all of them; per measured tensor (the layers the
-    smallest model has, and the logits), the slope at the last step."""
+    """The check along ``axis`` (d_model or n_layer) at ``sizes``: ``check_models`` of ``model`` at each."""
+    models = {size: _sized(model, axis, size) for size in sizes}
+    return check_models(models, param, axis, steps, lr, batch_size, seq_len, seed)
+
+
+def check_models(
+    models: dict[int, ModelConfig],
+    param: dict[str, Any],
+    axis: str,
+    steps: int = 4,
+    lr: float = 1e-2,
+    batch_size: int = 8,
+    seq_len: int = 64,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The check of ``models``, one per size along ``axis`` (a layout whose other widths follow d_model
+    too, sized by the caller): per size, the records of ``activation_rms``, one random batch of tokens for
+    all of them; per measured tensor (the layers the smallest model has, and the logits), the slope at the
+    last step."""
+    sizes = list(models)
     generator = torch.Generator().manual_seed(seed)
-    batch = torch.randint(0, model.vocab_size, (batch_size, seq_len + 1), generator=generator)
+    batch = torch.randint(0, models[sizes[0]].vocab_size, (batch_size, seq_len + 1), generator=generator)
     runs = {}
-    for size in sizes:
-        sized = _sized(model, axis, size)
+    for size, sized in models.items():
         torch.manual_seed(seed)
         runs[size] = activation_rms(sized, param, batch, steps, lr)
     last = {size: records[-1] for size, records in runs.items()}

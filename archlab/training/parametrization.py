@@ -7,8 +7,9 @@ the proxy's own size every multiplier is 1 and the run is the ``sp`` run. With m
 and l = n_layer / base_n_layer:
 
 - the model (``parametrize``): logits × 1/m (``model.head.logit_scale``), attention scores × sqrt(base
-  head dim / head dim) (1/head_dim scaling), and under completep each residual branch × 1/l
-  (``model.block.residual_multiplier``). They are model fields, so checkpoints, generation and exports
+  head dim / head dim) (1/head_dim scaling), a sqrt(d_model) embedding multiplier (Gemma's
+  ``model.scale_embedding``) held at sqrt(base_d_model) (``model.embedding_multiplier``), and under
+  completep each residual branch × 1/l (``model.block.residual_multiplier``). They are model fields, so checkpoints, generation and exports
   carry them.
 - the init (``initialise``): hidden matrices' std × 1/sqrt(m), output matrices' × 1/m; under completep the
   residual projections' GPT-2 factor counts the proxy's depth, not the model's.
@@ -31,7 +32,7 @@ from torch import nn
 
 from archlab import checks
 from archlab.config import ModelConfig
-from archlab.config.layers import kind_config
+from archlab.config.layers import kind_config, used_kinds
 from archlab.errors import ConfigError
 from archlab.nn.component import Component, Role
 from archlab.nn.mixers.base import head_dim
@@ -91,53 +92,85 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
     attention = model.attention
     scale = _temperature(model, param)
     if scale is not None:
-        attention = dataclasses.replace(attention, scale=scale)
+        attention = _with_scale(attention, scale)
     scaled = dataclasses.replace(model, head=head, block=block, attention=attention)
+    if model.scale_embedding and m != 1.0:  # μP's input layer: a multiplier of the proxy's width, not this one's
+        scaled = dataclasses.replace(
+            scaled, scale_embedding=False, embedding_multiplier=math.sqrt(param["base_d_model"])
+        )
     kinds = {}
     for name, overrides in (model.layers.kinds or {}).items():
         own = dict(overrides.get("attention") or {})
         layer = kind_config(model, name)
-        if "scale" not in own and hasattr(layer.attention, "scale"):  # a kind's own score multiplier stays
+        section = _scores(layer.attention)
+        # where the score multiplier sits in the kind's overrides: its own, or its attention part's
+        holder = own if section is layer.attention else dict(own.get("attention") or {})
+        if section is not None and "scale" not in holder:  # a kind's own score multiplier stays
             # a kind of the model's mixer inherits its new scale: it gets the temperature of its own head size
             # instead (or keeps its scale at the proxy's head size), as a kind that swaps in a softmax mixer does
             temperature = _temperature(layer, param)
-            wanted = layer.attention.scale if temperature is None else temperature
-            if wanted != kind_config(scaled, name).attention.scale:
-                own["scale"] = wanted
+            wanted = section.scale if temperature is None else temperature
+            if wanted != cast(Any, _scores(kind_config(scaled, name).attention)).scale:
+                holder["scale"] = wanted
+                if holder is not own:
+                    own["attention"] = holder
         kinds[name] = {**overrides, "attention": own} if own else dict(overrides)
     if kinds:
         scaled = dataclasses.replace(scaled, layers=dataclasses.replace(model.layers, kinds=kinds))
     return scaled
 
 
+def _scores(attention: Any) -> Any:
+    """The config holding a mixer's softmax score multiplier (``scale``): the mixer's own (causal, mla), or
+    that of its attention part (the parallel mixer's, Falcon-H1's); None for a mixer with none (the
+    recurrent ones; differential attention, fixed at 1/sqrt(head_dim) as DiffLlama's)."""
+    if hasattr(attention, "scale"):
+        return attention
+    part = getattr(attention, "attention", None)
+    return part if hasattr(part, "scale") else None
+
+
+def _with_scale(attention: Any, scale: float) -> Any:
+    """``attention`` with its score multiplier (see ``_scores``) set to ``scale``."""
+    if hasattr(attention, "scale"):
+        return dataclasses.replace(attention, scale=scale)
+    return dataclasses.replace(attention, attention=dataclasses.replace(attention.attention, scale=scale))
+
+
 def _check_proxy_heads(param: Any, model: ModelConfig) -> None:
-    """The proxy's head dim, where it comes from ``base_d_model`` (heads splitting the width, no
-    ``base_head_dim``), must be whole: base_d_model / n_head floored would scale the scores by a head
-    size the proxy never had."""
-    a = model.attention
-    if param["base_head_dim"] is not None or not hasattr(a, "scale") or getattr(a, "head_dim", None) is not None:
+    """The proxy's head dim of every softmax mixer the model uses (its own, each layer kind's), where it
+    comes from ``base_d_model`` (heads splitting the width, no ``base_head_dim``), must be whole:
+    base_d_model / n_head floored would scale the scores by a head size the proxy never had."""
+    if param["base_head_dim"] is not None:
         return
-    if param["base_d_model"] % a.n_head:
-        raise ConfigError(
-            "param.base_d_model",
-            param["base_d_model"],
-            f"a multiple of model.attention.n_head={a.n_head} (the proxy's head dim is base_d_model / n_head), "
-            "or param.base_head_dim set to the proxy's head dim",
-        )
+    layers = [(None, model)] + [(name, kind_config(model, name)) for name in sorted(used_kinds(model))]
+    for name, layer in layers:
+        section = _scores(layer.attention)
+        if section is None or getattr(section, "head_dim", 0) is not None:  # no scores, or a head dim set
+            continue
+        n_head = layer.attention.n_head
+        if param["base_d_model"] % n_head:
+            where = "model.attention.n_head" if name is None else f"model.layers.kinds.{name}.attention.n_head"
+            raise ConfigError(
+                "param.base_d_model",
+                param["base_d_model"],
+                f"a multiple of {where}={n_head} (the proxy's head dim is base_d_model / n_head), "
+                "or param.base_head_dim set to the proxy's head dim",
+            )
 
 
 def _temperature(model: ModelConfig, param: Any) -> Optional[float]:
     """μP's score multiplier for the mixer of ``model`` (a model's or a layer's config): its scale (else
     1/sqrt(head_dim)) times sqrt(base head_dim / head_dim), 1/head_dim attention at the proxy's scale;
-    None where the head size is the proxy's or the mixer's config has no score multiplier (a recurrent
-    mixer's; differential attention's, fixed at 1/sqrt(head_dim) as DiffLlama's)."""
-    if not hasattr(model.attention, "scale"):
+    None where the head size is the proxy's or the mixer has no score multiplier (``_scores``)."""
+    section = _scores(model.attention)
+    if section is None:
         return None
     hd = head_dim(model)
     base = param["base_head_dim"] or head_dim(dataclasses.replace(model, d_model=param["base_d_model"]))
     if hd == base:
         return None
-    scale = model.attention.scale if model.attention.scale is not None else 1 / math.sqrt(hd)
+    scale = section.scale if section.scale is not None else 1 / math.sqrt(hd)
     return scale * math.sqrt(base / hd)
 
 

@@ -140,6 +140,12 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     check_param(plain_dict(cfg.param), model, cfg.optim.kind)
     if cfg.lr_from is not None and command_line_sets(cfg, "optim.lr"):
         raise ConfigError("lr_from", cfg.lr_from, "null when optim.lr is set on the command line (it sets optim.lr)")
+    group = cfg.lr_from_group
+    if group is not None and (cfg.lr_from is None or not isinstance(group, DictConfig)):
+        value = plain_dict(group) if isinstance(group, DictConfig) else group
+        raise ConfigError(
+            "lr_from_group", value, "null, or with lr_from a mapping {axis: value} of one group of its runs"
+        )
     return cfg
 
 
