@@ -24,7 +24,7 @@ from archlab import checks
 from archlab.config import ModelConfig, recorded_model_config
 from archlab.errors import ConfigError
 from archlab.interop.families.base import bare
-from archlab.interop.hf import exportability, to_hf
+from archlab.interop.hf import exportability, to_hf, write_mtp
 from archlab.interop.hf_tokenizer import to_hf_tokenizer
 from archlab.nn.validation import validate
 from archlab.run_files import EXPORT, HYDRA_FILES, SUMMARY, read_checkpoint, read_summary
@@ -214,8 +214,10 @@ def export_hf(plan: ExportPlan) -> Path:
     from transformers.utils import logging
 
     logging.disable_progress_bar()  # one small directory: no "Writing model shards" bar
-    hf_model = to_hf(load_model(plan.weights, plan.config).eval(), eos_token_id=plan.eos_id)
+    model = load_model(plan.weights, plan.config).eval()
+    hf_model = to_hf(model, eos_token_id=plan.eos_id)
     hf_model.save_pretrained(str(plan.out))
+    write_mtp(plan.out, model.cfg, model.state_dict())  # its multi-token prediction modules, beside the model
     to_hf_tokenizer(plan.tokenizer, plan.config.context_length, plan.eos_id).save_pretrained(str(plan.out))
     (plan.out / TOKENIZER_FILE).write_text(json.dumps(plan.tokenizer.to_dict()) + "\n", encoding="utf-8")
     return plan.out

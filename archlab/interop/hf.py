@@ -27,7 +27,10 @@ from archlab.errors import ConfigError
 from archlab.interop.families import FAMILIES, refusals
 from archlab.interop.families.base import Family, Problem
 from archlab.interop.families.dense import dense_family
+from archlab.interop.families.experts import unstack_experts
 from archlab.interop.families.moe import sparse_family
+from archlab.interop.families.mtp import checkpoint_depth, drop_copies, extended, mtp_maps, with_depth
+from archlab.interop.families.mtp import copies as mtp_copies
 from archlab.interop.families.refused import NOT_DECODER
 from archlab.interop.families.tensors import join, split
 from archlab.interop.nearest import nearest
@@ -209,7 +212,8 @@ def hf_state_to_archlab(
     family ``cfg``'s layout maps to). Raises naming every HF tensor that is missing or left unconverted
     (``_BUFFERS`` excepted)."""
     cfg = validate(to_model_config(cfg))
-    maps = _family(family, cfg).tensors(cfg)
+    record = _family(family, cfg)
+    maps = record.tensors(cfg) + mtp_maps(record, cfg)  # the multi-token prediction modules' beside the model's
     needed = {name for m in maps for name in m.hf}
     ignored = {"lm_head.weight"} if cfg.head.tied else set()  # the tied head is the embedding
     missing = sorted(needed - hf_state.keys())
@@ -231,6 +235,42 @@ def archlab_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None =
     for m in _family(family, cfg).tensors(cfg):
         out.update(zip(m.hf, split(m, state[m.archlab], tuple(state[name] for name in m.others))))
     return out
+
+
+def mtp_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None = None) -> dict[str, Tensor]:
+    """The checkpoint tensors of ``cfg``'s multi-token prediction modules (none without them), from an
+    archlab state dict: named and laid out as the family's checkpoints store them (experts one tensor per
+    expert), with the copies of the embedding and the head DeepSeek-V3's checkpoints hold."""
+    cfg = validate(to_model_config(cfg))
+    record = _family(family, cfg)
+    out = {}
+    for m in mtp_maps(record, cfg):
+        out.update(zip(m.hf, split(m, state[m.archlab], tuple(state[name] for name in m.others))))
+    if not out:
+        return out
+    main = {m.hf[0]: state[m.archlab] for m in record.tensors(cfg) if m.archlab in ("tok_emb.weight", "head.weight")}
+    matrices = getattr(record, "expert_matrices", ("gate_proj", "up_proj", "down_proj"))
+    return {**unstack_experts(out, matrices), **mtp_copies(cfg, main)}
+
+
+def write_mtp(path: Path, cfg: Any, state: dict[str, Tensor]) -> None:
+    """Add the multi-token prediction modules' tensors (``mtp_state_to_hf``) to a directory
+    ``save_pretrained`` wrote: into its ``model.safetensors``, or as a file of their own that its index
+    names; nothing for a model without modules."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in mtp_state_to_hf(cfg, state).items()}
+    if not tensors:
+        return
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        save_file(tensors, str(path / "model-mtp.safetensors"), metadata={"format": "pt"})
+        data = json.loads(index.read_text())
+        data["weight_map"].update(dict.fromkeys(tensors, "model-mtp.safetensors"))
+        index.write_text(json.dumps(data, indent=2))
+        return
+    file = path / "model.safetensors"
+    save_file({**load_file(str(file)), **tensors}, str(file), metadata={"format": "pt"})
 
 
 def _hf_weights(family: Family, hf_config: Any, state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -317,7 +357,12 @@ def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None, famil
         state = {new + k.removeprefix(old) if k.startswith(old) else k: v for k, v in state.items()}
     if not any(k.startswith(family_record.prefix) for k in state):  # saved from the base model: names lack its prefix
         state = {k if k.startswith("lm_head.") else family_record.prefix + k: v for k, v in state.items()}
-    state = _hf_weights(family_record, hf_config, family_record.from_checkpoint(cfg, state))
+    depth = checkpoint_depth(family_record, hf_config, state)  # multi-token prediction modules it holds
+    if depth:
+        cfg = validate(with_depth(cfg, depth))
+        state = drop_copies(cfg, state)
+    state = family_record.from_checkpoint(extended(cfg) if depth else cfg, state)  # the modules' layers too
+    state = _hf_weights(family_record, hf_config, state)
     state = hf_state_to_archlab(cfg, state, copy=False, family=family_record.model_type)
     if dtype is not None:
         state = {k: v.to(dtype) for k, v in state.items()}
@@ -327,6 +372,8 @@ def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None, famil
 
 
 def save_hf_dir(model: Decoder, path: str | os.PathLike, **hf_kwargs: Any) -> Path:
-    """Write ``model`` as a Hugging Face checkpoint directory (config.json + model.safetensors)."""
+    """Write ``model`` as a Hugging Face checkpoint directory (config.json + model.safetensors), with any
+    multi-token prediction modules beside the model's tensors (``write_mtp``)."""
     to_hf(model, **hf_kwargs).save_pretrained(str(path))
+    write_mtp(Path(path), model.cfg, model.state_dict())
     return Path(path)

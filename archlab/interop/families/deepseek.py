@@ -10,6 +10,7 @@ from archlab.config import (
 from archlab.interop.families.base import LAYERS, Family, Rule, ungrouped
 from archlab.interop.families.experts import grouped_moe_to_hf, with_dense_first
 from archlab.interop.families.moe import _Sparse
+from archlab.interop.families.mtp import MTP_FEATURES, MTP_RULE
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.tensors import Tensors
 from archlab.interop.families.values import refuse_hf
@@ -97,7 +98,8 @@ class _DeepSeek(_Sparse):
         )
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        return dict(self.mla_to_hf(cfg), rope_interleave=cfg.position.pairing == "interleaved", num_mtp_layers=0)
+        interleaved = cfg.position.pairing == "interleaved"
+        return dict(self.mla_to_hf(cfg), rope_interleave=interleaved, num_mtp_layers=cfg.head.mtp.depth)
 
     def from_hf(self, c: Any) -> ModelConfig:
         return self.deepseek_from_hf(
@@ -184,8 +186,15 @@ class DeepseekV2(_DeepSeek):
 
 
 class DeepseekV3(_DeepSeek):
-    """DeepseekV3ForCausalLM: ``_DeepSeek``'s layout. archlab has no multi-token-prediction module (neither
-    has DeepseekV3ForCausalLM): num_mtp_layers 0."""
+    """DeepseekV3ForCausalLM: ``_DeepSeek``'s layout; its checkpoints' multi-token prediction modules
+    (``num_mtp_layers``, layers past the last), which the class leaves out, read and written beside it
+    (``families/mtp.py``)."""
+
+    features = _DeepSeek.features | MTP_FEATURES
+    mtp_key = "num_mtp_layers"
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [MTP_RULE]
 
     parts = "DeepSeek-V2's parts with sigmoid routing and a correction bias"
 

@@ -147,6 +147,27 @@ def pre_norm_tensors(
     return t.head()
 
 
+def unstack_experts(
+    state: dict[str, Tensor], matrices: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
+) -> dict[str, Tensor]:
+    """``stack_saved_experts`` undone: each stacked ``<...>.experts.gate_up_proj`` [E, 2f, d] and
+    ``down_proj`` [E, d, f] as the checkpoint's one tensor per expert and matrix (what ``save_pretrained``
+    writes of the model's own layers), for tensors written beside it."""
+    gate, up, down = matrices
+    out = {}
+    for name, t in state.items():
+        if name.endswith(".experts.gate_up_proj"):
+            h, f = name.removesuffix(".gate_up_proj"), t.shape[1] // 2
+            out.update({f"{h}.{e}.{gate}.weight": t[e, :f] for e in range(t.shape[0])})
+            out.update({f"{h}.{e}.{up}.weight": t[e, f:] for e in range(t.shape[0])})
+        elif name.endswith(".experts.down_proj"):
+            h = name.removesuffix(".down_proj")
+            out.update({f"{h}.{e}.{down}.weight": t[e] for e in range(t.shape[0])})
+        else:
+            out[name] = t
+    return out
+
+
 def stack_saved_experts(
     cfg: ModelConfig,
     state: dict[str, Tensor],
