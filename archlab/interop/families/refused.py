@@ -232,16 +232,6 @@ REFUSED: dict[str, Refused] = {
         "GPTNeoXJapaneseForCausalLM",
         "an attention output bias on the last layer alone (`dense_bias`)",
     ),
-    "xglm": Refused(
-        "XGLM",
-        "XGLMForCausalLM",
-        "fairseq sinusoidal positions (sin|cos halves, offset 2): archlab's sinusoidal interleaves sin and cos",
-    ),
-    "ctrl": Refused(
-        "CTRL",
-        "CTRLLMHeadModel",
-        "a sinusoidal table of sines then cosines (`positional_encoding`): archlab interleaves sin and cos",
-    ),
     # mixtures of experts
     "phimoe": Refused(
         "PhiMoE",
