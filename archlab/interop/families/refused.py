@@ -227,11 +227,6 @@ REFUSED: dict[str, Refused] = {
         "ModernBertDecoderForCausalLM",
         "a dense + GELU + LayerNorm prediction head before the vocabulary matrix (`lm_head`, `decoder`)",
     ),
-    "gpt_neox_japanese": Refused(
-        "GPT-NeoX Japanese",
-        "GPTNeoXJapaneseForCausalLM",
-        "an attention output bias on the last layer alone (`dense_bias`)",
-    ),
     # mixtures of experts
     "phimoe": Refused(
         "PhiMoE",
