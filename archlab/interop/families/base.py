@@ -97,6 +97,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),
     "model.mlp.routing.router_bias": (False, "no router bias"),
+    "model.mlp.routing.correction_on": ("scores", "the correction bias added to the router's scores"),
     "model.mlp.routing.weight_input": (False, "routing weights on the experts' outputs"),
 }
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ

@@ -233,11 +233,6 @@ REFUSED: dict[str, Refused] = {
         "PhimoeForCausalLM",
         "SparseMixer routing (`sparsemixer`): top-2 weights from masked softmaxes, not archlab's top-k",
     ),
-    "kolibri1": Refused(
-        "Kolibri-1",
-        "Kolibri1ForCausalLM",
-        "the correction bias added to router logits before the sigmoid (`e_score_correction_bias`): archlab adds to scores",
-    ),
     # wrappers whose text decoder archlab converts alone
     "gemma3": Refused(
         "Gemma 3 (vision-language)",
