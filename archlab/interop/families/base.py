@@ -76,6 +76,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.sinks": (False, "no attention sinks"),
     "model.attention.value_residual": (False, "no value residual"),
     "model.attention.gate": ("none", "no attention output gate"),
+    "model.attention.gate_activation": ("sigmoid", "a sigmoid output gate"),
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
     "model.attention.gate_norm": ("after", "Mamba-2's gated norm, norm(y·silu(z))"),

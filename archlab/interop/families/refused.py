@@ -105,11 +105,6 @@ REFUSED: dict[str, Refused] = {
         "MiMoV2FlashForCausalLM",
         "value heads narrower than query/key heads (`v_head_dim` 128 vs `head_dim` 192) in causal attention",
     ),
-    "laguna": Refused(
-        "Laguna",
-        "LagunaForCausalLM",
-        "a softplus attention output gate (`g_proj`, `gating`): archlab's gates are sigmoid",
-    ),
     "beam": Refused(
         "Beam",
         "BeamForCausalLM",

@@ -62,6 +62,7 @@ class AttentionConfig(MixerConfig):
     gate: str = choice(
         "none", "elementwise", "head"
     )  # output times sigmoid(W·x) before proj: per dim of each head (AFMoE, Qwen3-Next) | per head (Step-3.5)
+    gate_activation: str = choice("sigmoid", "softplus")  # the gate's σ, or softplus in float32 (Laguna)
     # queries at position p times 1 + beta·log(1 + floor((p + offset) / length)) (Llama 4's attention temperature:
     # attn_scale 0.1, floor_scale 8192, offset 1; Ministral 3: llama_4_scaling_beta, original_max_position_embeddings, 0)
     query_scale_beta: Optional[float] = None  # None = queries unscaled
@@ -173,6 +174,7 @@ class CausalSelfAttention(Mixer):
         # a gate is projected as the queries are, with their bias (Qwen3-Next's q_proj holds both)
         gate_width = {"none": 0, "elementwise": self.n_head * self.head_dim, "head": self.n_head}[a.gate]
         self.gate = nn.Linear(cfg.d_model, gate_width, bias=a.qkv_bias) if gate_width else None
+        self.softplus_gate = a.gate_activation == "softplus"
         self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
         self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset)
         self.query_scale_by = a.query_scale_by
@@ -272,8 +274,16 @@ class CausalSelfAttention(Mixer):
             y = y[:, :, y.shape[2] - T :, :hd]  # less sink_key's first query and padding, if any
         y = y.transpose(1, 2)  # [B, T, H, hd]
         if self.gate is not None:  # one gate per value dim, or per head (broadcast over its dims)
-            y = y * torch.sigmoid(self.gate(x)).view(B, T, self.n_head, -1)
+            y = y * self.gate_of(x).view(B, T, self.n_head, -1)
         return self.proj(y.reshape(B, T, self.n_head * self.head_dim))
+
+    def gate_of(self, x: Tensor) -> Tensor:
+        """The output gate of the sublayer's input ``x``: sigmoid(gate(x)), or softplus(gate(x)) computed in
+        float32 at least and cast back (Laguna's ``g_proj``)."""
+        g = cast(nn.Linear, self.gate)(x)
+        if not self.softplus_gate:
+            return torch.sigmoid(g)
+        return F.softplus(g.to(torch.promote_types(g.dtype, torch.float32))).to(g.dtype)
 
     def scaled(self, q: Tensor, rotary: Optional[Rotation], cache: Optional[KVCache]) -> Tensor:
         """Queries ``[B, H, T, hd]`` times the query scale where ``query_scale_beta`` is set."""
@@ -451,7 +461,7 @@ class CausalSelfAttention(Mixer):
         parts += ["qk-norm after rope"] if a.qk_norm_after_rope else []
         parts += [f"qk-norm bias {str(a.qk_norm_bias).lower()}"] if a.qk_norm_bias is not None else []
         parts += ["sinks"] if a.sinks else []
-        parts += [f"{a.gate} gate"] if a.gate != "none" else []
+        parts += [f"{a.gate} {a.gate_activation} gate"] if a.gate != "none" else []
         parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
         parts += ["value residual"] if a.value_residual else []
         return ", ".join(parts)
@@ -471,6 +481,7 @@ class CausalSelfAttention(Mixer):
             # refused by validate where they cannot apply
             | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale
+            | ({"gate_activation"} if cfg.attention.gate != "none" else set())
         )
 
 
