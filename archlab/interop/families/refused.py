@@ -100,11 +100,6 @@ REFUSED: dict[str, Refused] = {
         "JetMoeForCausalLM",
         "mixture of attention heads: routed query and output projections (`JetMoeMoA`)",
     ),
-    "mimo_v2_flash": Refused(
-        "MiMo-V2-Flash",
-        "MiMoV2FlashForCausalLM",
-        "value heads narrower than query/key heads (`v_head_dim` 128 vs `head_dim` 192) in causal attention",
-    ),
     "beam": Refused(
         "Beam",
         "BeamForCausalLM",
