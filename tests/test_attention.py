@@ -1,7 +1,7 @@
 """Effect tests of the causal attention (archlab/nn/mixers/attention.py): the scores' scale and soft-capping
 and the QK-norm against the attention written out here; sliding windows (what a layer sees, what it caches,
 its FLOPs and KV-cache bytes); and the parts of the 2025 open models (issue 26): sinks (gpt-oss), an output
-gate per dim or per head (AFMoE, Qwen3-Next; Step-3.5), chunked local attention, the weightless l2 QK-norm
+gate per dim or per head (AFMoE, Qwen3-Next; Step-3.5), its sigmoid or softplus (Laguna), chunked local attention, the weightless l2 QK-norm
 and the position-dependent query scale (Llama 4; Ministral 3, by each row's positions). Each part is
 compared with the attention written out here with an explicit softmax, counted in closed form, decoded with
 the KV cache past a chunk, refused by every Hugging Face family, and trained a few steps. What the
@@ -14,13 +14,14 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import parts
 from helpers.hf import families_holding, max_diff, randomize
 from helpers.parts import EVERY_OTHER_GLOBAL, F64, build, plain, reference_attention, short_fit, tiny, tokens
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.nn.mixers.ops import cpu_attention
-from archlab.nn.validation import validate
+from archlab.nn.validation import ignored, validate
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -33,7 +34,8 @@ def query_scale(p, beta, every, offset):
 
 def reference(attn, x, cfg, visible=None):
     """The attention sublayer from its weights: project, l2-norm q and k (no weight), scale the queries by
-    position, softmax with each head's sink in the denominator, gate by sigmoid(x·Wᵀ + b), project back."""
+    position, softmax with each head's sink in the denominator, gate by sigmoid(x·Wᵀ + b) (or its softplus),
+    project back."""
     a, eps = cfg.attention, cfg.norm.eps
     B, T, _ = x.shape
     H, KV, hd = attn.n_head, attn.n_kv_head, attn.head_dim
@@ -56,7 +58,8 @@ def reference(attn, x, cfg, visible=None):
         denominator = denominator + torch.exp(attn.sinks).view(1, H, 1, 1)
     y = ((e / denominator) @ v).transpose(1, 2)  # [B, T, H, hd]
     if a.gate != "none":
-        g = torch.sigmoid(x @ attn.gate.weight.T + (attn.gate.bias if attn.gate.bias is not None else 0))
+        g = x @ attn.gate.weight.T + (attn.gate.bias if attn.gate.bias is not None else 0)
+        g = F.softplus(g) if a.gate_activation == "softplus" else torch.sigmoid(g)
         y = y * g.view(B, T, H, -1)
     return y.reshape(B, T, H * hd) @ attn.proj.weight.T + attn.proj.bias
 
@@ -66,6 +69,8 @@ PARTS = {
     "sinks-softcap-mqa": {"sinks": True, "softcap": 2.0, "n_kv_head": 1},
     "gate-elementwise-bias": {"gate": "elementwise", "qkv_bias": True},
     "gate-head": {"gate": "head", "qkv_bias": False},
+    "gate-head-softplus": {"gate": "head", "gate_activation": "softplus", "qkv_bias": False},
+    "gate-elementwise-softplus": {"gate": "elementwise", "gate_activation": "softplus"},
     "l2-qk-norm": {"qk_norm": "l2"},
     "query-scale-llama4": {"query_scale_beta": 0.7, "query_scale_length": 2, "query_scale_offset": 1},
     "query-scale-ministral3": {"query_scale_beta": 0.4, "query_scale_length": 3},
@@ -232,7 +237,7 @@ def test_chunks_cut_attention_flops_and_the_kv_cache():
     [
         ("chunk", 8, {"llama4_text"}),
         ("sinks", True, {"gpt_oss", "flint", "granite_swa", "granitemoe_swa"}),
-        ("gate", "head", {"step3p5", "lfm3"}),  # a sigmoid per head: Step-3.5's g_proj, LFM3's
+        ("gate", "head", {"step3p5", "lfm3", "laguna"}),  # per head: Step-3.5's g_proj, LFM3's, Laguna's (softplus)
         # Llama 4 scales the queries of its NoPE layers only; Ministral 3 every layer's, by RoPE's positions
         ("query_scale_beta", 0.1, {"ministral3"}),
         ("qk_norm", "l2", {"llama4_text", "nanochat"}),
@@ -244,10 +249,25 @@ def test_only_the_hugging_face_families_with_a_part_hold_it(field, value, holder
     assert families_holding(cfg, {f"model.attention.{field}"}) == holders
 
 
+def test_only_laguna_holds_a_softplus_gate():
+    """Every other family of its mixer, those with a sigmoid gate among them, names gate_activation."""
+    cfg = tiny(position={"kind": "rope"}, attention={"gate": "head", "gate_activation": "softplus"})
+    assert families_holding(cfg, {"model.attention.gate_activation"}) == {"laguna"}
+
+
+def test_the_gate_activation_is_read_with_a_gate_alone():
+    """Without a gate, a softplus gate_activation is reported as ignored; with one it is read."""
+    assert [i.field for i in ignored(tiny(attention={"gate_activation": "softplus"}))] == [
+        "model.attention.gate_activation"
+    ]
+    assert ignored(tiny(attention={"gate": "head", "gate_activation": "softplus"})) == []
+
+
 @pytest.mark.parametrize(
     "overrides, field",
     [
         (["model.attention.chunk=0"], "model.attention.chunk"),
+        (["model.attention.gate=head", "model.attention.gate_activation=tanh"], "model.attention.gate_activation"),
         (["model.attention.chunk=8", "model.attention.window=4"], "model.attention.chunk"),
         (["model.attention.gate=sigmoid"], "model.attention.gate"),
         (["model.attention.qk_norm=l1"], "model.attention.qk_norm"),

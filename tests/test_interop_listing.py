@@ -62,9 +62,9 @@ def test_docs_hold_the_listing_as_the_command_prints_it():
 
 
 def test_a_family_archlab_lacks_is_refused_naming_the_part_it_needs():
-    refused = refusals()["ctrl"]
-    with pytest.raises(ConfigError, match="model_type='ctrl'") as e:
-        config_from_hf(transformers.CTRLConfig())
+    refused = refusals()["xlnet"]
+    with pytest.raises(ConfigError, match="model_type='xlnet'") as e:
+        config_from_hf(transformers.XLNetConfig())
     assert refused.missing in str(e.value) and refused.title in str(e.value)
 
 

@@ -11,7 +11,8 @@ Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
 
 - scores: ``softmax(logits)`` over all experts, or ``sigmoid(logits)`` (DeepSeek-V3);
 - choice: ``scores + router_bias`` (DeepSeek-V3's aux-loss-free correction bias, a buffer: it moves the
-  selection only; ``bias_update_speed`` γ > 0 moves it after each optimizer step, ``update_correction_bias``);
+  selection only; ``bias_update_speed`` γ > 0 moves it after each optimizer step, ``update_correction_bias``),
+  or with ``correction_on: logits`` ``logits + router_bias``, before the softmax or sigmoid (Kolibri-1);
   with ``n_groups > 1`` only the experts of the ``top_groups`` groups whose two best choice scores sum
   highest remain (the others -inf), and of those the ``top_k`` best are chosen;
 - logits: ``x·Wᵀ``, plus a learned bias with ``router_bias`` (gpt-oss);
@@ -57,6 +58,7 @@ class RoutingConfig:
     top_groups: int = 1  # groups a token may pick from, ranked by the sum of their two best scores (V3: 4)
     routed_scale: float = 1.0  # the routed experts' weights times this (DeepSeek-V3: 2.5)
     correction_bias: bool = False  # a per-expert bias added to the scores for selection only (DeepSeek-V3)
+    correction_on: str = choice("scores", "logits")  # what that bias is added to: the scores, or the logits (Kolibri-1)
     # γ: after each optimizer step the correction bias moves γ·sign(mean load − load) per expert (DeepSeek-V3's
     # auxiliary-loss-free balancing, γ=0.001); 0: training leaves it where it is
     bias_update_speed: float = 0.0
@@ -172,6 +174,7 @@ class MoE(MLP):
         self.n_experts, self.top_k, self.scoring = r.n_experts, r.top_k, r.scoring
         self.normalize, self.routed_scale, self.weight_input = r.normalize_top_k, r.routed_scale, r.weight_input
         self.n_groups, self.top_groups = r.n_groups, r.top_groups
+        self.corrects_logits = r.correction_on == "logits"
         self.aux_weights = {"moe_balance": r.aux_loss_weight, "router_z": r.z_loss_weight}
         self.router = nn.Linear(d, r.n_experts, bias=r.router_bias)
         self.register_buffer(
@@ -217,7 +220,10 @@ class MoE(MLP):
             bias = None if self.router.bias is None else self.router.bias.to(dtype)
             logits = F.linear(x.to(dtype), self.router.weight.to(dtype), bias)
         scores = logits.softmax(dim=-1) if self.scoring == "softmax" else logits.sigmoid()
-        choice = scores if self.router_bias is None else scores + self.router_bias.to(dtype)
+        if self.router_bias is None:
+            choice = scores
+        else:
+            choice = (logits if self.corrects_logits else scores) + self.router_bias.to(dtype)
         if self.n_groups > 1:
             groups = choice.unflatten(-1, (self.n_groups, -1))
             group_score = groups.topk(2, dim=-1).values.sum(dim=-1)
@@ -415,4 +421,10 @@ def _validate_routing(r: RoutingConfig) -> None:
             "model.mlp.routing.bias_update_speed",
             r.bias_update_speed,
             "0, or a speed with correction_bias=true (it moves the correction bias)",
+        )
+    if r.correction_on != "scores" and not r.correction_bias:
+        raise ConfigError(
+            "model.mlp.routing.correction_on",
+            r.correction_on,
+            "scores, or logits with correction_bias=true (where the correction bias is added)",
         )

@@ -133,31 +133,51 @@ class Learned(Position):
 @position_config("sinusoidal")
 @dataclass
 class SinusoidalConfig(PositionConfig):
-    """``model.position`` with kind sinusoidal: fixed sines and cosines (no fields of its own)."""
+    """``model.position`` with kind sinusoidal: the table's layout, its row offset and its frequencies' spacing."""
 
     kind: str = "sinusoidal"
+    layout: str = choice("interleaved", "halves")  # sin at 2i, cos at 2i + 1 | all sines, then cosines (fairseq, CTRL)
+    offset: int = 0  # position p reads the table's row p + offset (fairseq's XGLM: 2)
+    endpoint: bool = False  # true: frequencies 10000^(-i/(d/2 - 1)), the last exactly 1/10000 (fairseq, tensor2tensor)
 
 
 @POSITIONS.register("sinusoidal")
 class Sinusoidal(Position):
-    """Fixed sines and cosines of geometric wavelengths (Vaswani et al. 2017); any length."""
+    """Fixed sines and cosines of geometric wavelengths (Vaswani et al. 2017); any length. Frequency i of
+    d/2 is 10000^(-i/(d/2)), or 10000^(-i/(d/2 - 1)) with ``endpoint`` (tensor2tensor's, fairseq's);
+    ``layout`` interleaves each sine with its cosine or puts the sines first; ``offset`` shifts every
+    position (fairseq's table starts two rows before position 0)."""
 
     in_attention = False
 
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
-        self.d_model = cfg.d_model
+        p = cfg.position
+        self.d_model, self.halves, self.offset, self.endpoint = cfg.d_model, p.layout == "halves", p.offset, p.endpoint
 
     def embed(self, x: Tensor, pos: Tensor) -> Tensor:
-        i = torch.arange(0, self.d_model, 2, device=x.device, dtype=torch.float32)
-        angle = pos.float()[..., None] * torch.exp(i * (-math.log(10000.0) / self.d_model))
-        table = torch.stack((torch.sin(angle), torch.cos(angle)), dim=-1).flatten(-2)  # sin at 2i, cos at 2i + 1
+        half = self.d_model // 2
+        i = torch.arange(half, device=x.device, dtype=torch.float32)
+        angle = (pos + self.offset).float()[..., None] * torch.exp(i * (-math.log(10000.0) / (half - self.endpoint)))
+        sin, cos = torch.sin(angle), torch.cos(angle)
+        table = torch.cat((sin, cos), -1) if self.halves else torch.stack((sin, cos), -1).flatten(-2)
         return x + table.to(x.dtype)
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         if cfg.d_model % 2:
             raise ConfigError("model.d_model", cfg.d_model, "an even number for sinusoidal positions")
+        if cfg.position.endpoint and cfg.d_model < 4:
+            raise ConfigError("model.d_model", cfg.d_model, "at least 4 for sinusoidal positions with endpoint")
+        checks.integer("model.position.offset", cfg.position.offset, minimum=0)
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        """``sinusoidal``, with its layout, offset and spacing where set (``sinusoidal(halves,+2,endpoint)``)."""
+        p = cfg.position
+        said = [p.layout] * (p.layout != "interleaved") + [f"+{p.offset}"] * (p.offset != 0)
+        said += ["endpoint"] * p.endpoint
+        return "sinusoidal" + (f"({','.join(said)})" if said else "")
 
 
 def alibi_slopes(n_head: int) -> Tensor:

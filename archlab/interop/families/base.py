@@ -77,6 +77,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.sinks": (False, "no attention sinks"),
     "model.attention.value_residual": (False, "no value residual"),
     "model.attention.gate": ("none", "no attention output gate"),
+    "model.attention.gate_activation": ("sigmoid", "a sigmoid output gate"),
+    "model.attention.v_head_dim": (None, "value heads as wide as the query/key heads"),
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
     "model.attention.gate_norm": ("after", "Mamba-2's gated norm, norm(y·silu(z))"),
@@ -98,9 +100,12 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),
     "model.mlp.routing.router_bias": (False, "no router bias"),
+    "model.mlp.routing.correction_on": ("scores", "the correction bias added to the router's scores"),
     "model.mlp.routing.weight_input": (False, "routing weights on the experts' outputs"),
 }
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ
+# FEATURES of the causal mixer whose name another mixer's own field shares (mla's v_head_dim is its size)
+CAUSAL_ONLY = frozenset({"model.attention.v_head_dim"})
 
 
 def fmt(value: Any) -> str:
@@ -197,7 +202,7 @@ class Family:
         absent = [
             (f, (default,), f" ({why})")
             for f, (default, why) in FEATURES.items()
-            if f not in self.features and has_field(cfg, f)
+            if f not in self.features and has_field(cfg, f) and (f not in CAUSAL_ONLY or cfg.attention.kind == "causal")
         ]
         kinds = (self.position_kind,) if isinstance(self.position_kind, str) else self.position_kind
         rules: list[Rule] = [  # the mixers: mixer_problems, already

@@ -100,16 +100,6 @@ REFUSED: dict[str, Refused] = {
         "JetMoeForCausalLM",
         "mixture of attention heads: routed query and output projections (`JetMoeMoA`)",
     ),
-    "mimo_v2_flash": Refused(
-        "MiMo-V2-Flash",
-        "MiMoV2FlashForCausalLM",
-        "value heads narrower than query/key heads (`v_head_dim` 128 vs `head_dim` 192) in causal attention",
-    ),
-    "laguna": Refused(
-        "Laguna",
-        "LagunaForCausalLM",
-        "a softplus attention output gate (`g_proj`, `gating`): archlab's gates are sigmoid",
-    ),
     "beam": Refused(
         "Beam",
         "BeamForCausalLM",
@@ -227,31 +217,11 @@ REFUSED: dict[str, Refused] = {
         "ModernBertDecoderForCausalLM",
         "a dense + GELU + LayerNorm prediction head before the vocabulary matrix (`lm_head`, `decoder`)",
     ),
-    "gpt_neox_japanese": Refused(
-        "GPT-NeoX Japanese",
-        "GPTNeoXJapaneseForCausalLM",
-        "an attention output bias on the last layer alone (`dense_bias`)",
-    ),
-    "xglm": Refused(
-        "XGLM",
-        "XGLMForCausalLM",
-        "fairseq sinusoidal positions (sin|cos halves, offset 2): archlab's sinusoidal interleaves sin and cos",
-    ),
-    "ctrl": Refused(
-        "CTRL",
-        "CTRLLMHeadModel",
-        "a sinusoidal table of sines then cosines (`positional_encoding`): archlab interleaves sin and cos",
-    ),
     # mixtures of experts
     "phimoe": Refused(
         "PhiMoE",
         "PhimoeForCausalLM",
         "SparseMixer routing (`sparsemixer`): top-2 weights from masked softmaxes, not archlab's top-k",
-    ),
-    "kolibri1": Refused(
-        "Kolibri-1",
-        "Kolibri1ForCausalLM",
-        "the correction bias added to router logits before the sigmoid (`e_score_correction_bias`): archlab adds to scores",
     ),
     # wrappers whose text decoder archlab converts alone
     "gemma3": Refused(

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from archlab.config import ModelConfig, n_kv_head
 from archlab.config.layers import layer_configs
+from archlab.nn.mixers.attention import v_head_dim
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 
@@ -180,9 +181,10 @@ class Tensors:
             self.maps.append(TensorMap(f"{archlab}.bias", tuple(f"{n}.bias" for n in hf), "stacked", sizes))
 
     def qkv(self, archlab: str, hf_attn: str, bias: bool) -> None:
-        """Separate q_proj, k_proj, v_proj."""
+        """Separate q_proj, k_proj, v_proj (the causal kind's value heads of their own width, ``v_head_dim``)."""
         cfg = self.cfg
-        sizes = tuple(n * head_dim(cfg) for n in (cfg.attention.n_head, n_kv_head(cfg), n_kv_head(cfg)))
+        vd = v_head_dim(cfg) if cfg.attention.kind == "causal" else head_dim(cfg)
+        sizes = (cfg.attention.n_head * head_dim(cfg), n_kv_head(cfg) * head_dim(cfg), n_kv_head(cfg) * vd)
         self.stacked(archlab, [f"{hf_attn}.{x}_proj" for x in "qkv"], bias, sizes)
 
     def gate_up(self, archlab: str, hf_mlp: str, bias: bool) -> None:

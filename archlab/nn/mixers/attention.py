@@ -43,6 +43,7 @@ class AttentionConfig(MixerConfig):
     kind: str = "causal"
     n_kv_head: Optional[int] = None  # None = n_head (MHA); divides n_head (GQA); 1 (MQA)
     head_dim: Optional[int] = None  # None = d_model // n_head
+    v_head_dim: Optional[int] = None  # value heads' width; None = head_dim (MiMo-V2-Flash: 128 beside 192)
     qkv_bias: bool = True
     out_bias: bool = True
     dropout: float = 0.0
@@ -62,6 +63,7 @@ class AttentionConfig(MixerConfig):
     gate: str = choice(
         "none", "elementwise", "head"
     )  # output times sigmoid(W·x) before proj: per dim of each head (AFMoE, Qwen3-Next) | per head (Step-3.5)
+    gate_activation: str = choice("sigmoid", "softplus")  # the gate's σ, or softplus in float32 (Laguna)
     # queries at position p times 1 + beta·log(1 + floor((p + offset) / length)) (Llama 4's attention temperature:
     # attn_scale 0.1, floor_scale 8192, offset 1; Ministral 3: llama_4_scaling_beta, original_max_position_embeddings, 0)
     query_scale_beta: Optional[float] = None  # None = queries unscaled
@@ -71,6 +73,12 @@ class AttentionConfig(MixerConfig):
     # value residual learning (ResFormer): every layer after the first mixes its values with the first layer's,
     # λ₁·v₁ + λ₂·vₙ, two learned λ per layer starting at 0.5
     value_residual: bool = False
+
+
+def v_head_dim(cfg: ModelConfig) -> int:
+    """The value heads' width: ``attention.v_head_dim``, else the query/key heads' (``head_dim``)."""
+    v = cfg.attention.v_head_dim
+    return v if v is not None else split_head_dim(cfg)
 
 
 def softmax_scale(cfg: ModelConfig) -> float:
@@ -100,7 +108,7 @@ def sink_key(
     k, v = F.pad(k, (0, pad)), F.pad(v, (0, pad))
     key = k.new_zeros(B, k.shape[1], 1, hd + pad)
     key[..., hd] = 1.0
-    k, v = torch.cat((key, k), dim=2), torch.cat((v.new_zeros(key.shape), v), dim=2)
+    k, v = torch.cat((key, k), dim=2), torch.cat((v.new_zeros(*v.shape[:2], 1, v.shape[3]), v), dim=2)
     if mask is not None:
         column = torch.ones if mask.dtype == torch.bool else torch.zeros
         mask = torch.cat((column(*mask.shape[:-1], 1, dtype=mask.dtype, device=mask.device), mask), dim=-1)
@@ -166,13 +174,16 @@ class CausalSelfAttention(Mixer):
         super().__init__(cfg, layer)
         a = cfg.attention
         self.n_head, self.n_kv_head, self.head_dim = a.n_head, n_kv_head(cfg), self.qk_head_dim(cfg)
+        self.v_head_dim = v_head_dim(cfg)
         self.dropout, self.softcap, self.scale = a.dropout, a.softcap, softmax_scale(cfg)
         self.window, self.chunk = cfg.attention.window, chunk_of(cfg, layer)
-        self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
-        self.proj = residual_projection(nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias))
+        qkv_width = (self.n_head + self.n_kv_head) * self.head_dim + self.n_kv_head * self.v_head_dim
+        self.qkv = nn.Linear(cfg.d_model, qkv_width, bias=a.qkv_bias)
+        self.proj = residual_projection(nn.Linear(self.n_head * self.v_head_dim, cfg.d_model, bias=a.out_bias))
         # a gate is projected as the queries are, with their bias (Qwen3-Next's q_proj holds both)
-        gate_width = {"none": 0, "elementwise": self.n_head * self.head_dim, "head": self.n_head}[a.gate]
+        gate_width = {"none": 0, "elementwise": self.n_head * self.v_head_dim, "head": self.n_head}[a.gate]
         self.gate = nn.Linear(cfg.d_model, gate_width, bias=a.qkv_bias) if gate_width else None
+        self.softplus_gate = a.gate_activation == "softplus"
         self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
         self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset)
         self.query_scale_by = a.query_scale_by
@@ -196,7 +207,8 @@ class CausalSelfAttention(Mixer):
         projected), then QK-normed and rotated, in that order (Qwen3, OLMo 2) or the other
         (``qk_norm_after_rope``: HunYuan dense; the l2 QK-norm always, where Llama 4 applies it: a
         rotation keeps the RMS, so either order gives the same heads but for rounding)."""
-        if self.qk_norm in ("none", "l2"):  # no weight per dim: RoPE's one pass may reorder each head's dims
+        if self.qk_norm in ("none", "l2") and self.v_head_dim == self.head_dim:
+            # no weight per dim, heads of one width: RoPE's one pass may reorder each head's dims
             if rotary is not None:
                 q, k, v = rotary.project(x, self.qkv, self.n_head, self.n_kv_head, self.head_dim, self.clip)
             else:
@@ -215,9 +227,12 @@ class CausalSelfAttention(Mixer):
         """The projection's output clamped to ±clip_qkv (if set): queries, keys and values ``[B, T, heads, hd]``."""
         if self.clip is not None:
             qkv = qkv.clamp(-self.clip, self.clip)
-        H, KV = self.n_head, self.n_kv_head
-        q, k, v = qkv.unflatten(-1, (H + 2 * KV, self.head_dim)).split((H, KV, KV), dim=2)
-        return q, k, v
+        H, KV, hd, vd = self.n_head, self.n_kv_head, self.head_dim, self.v_head_dim
+        if vd == hd:
+            q, k, v = qkv.unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
+            return q, k, v
+        q, k, v = qkv.split((H * hd, KV * hd, KV * vd), dim=-1)
+        return q.unflatten(-1, (H, hd)), k.unflatten(-1, (KV, hd)), v.unflatten(-1, (KV, vd))
 
     def normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Queries and keys ``[B, T, heads, hd]`` through the QK-norm: per head with one hd-wide scale
@@ -259,7 +274,7 @@ class CausalSelfAttention(Mixer):
         if self.softcap is not None:
             y = self.explicit_attention(q, k, v, mask, dropout, self.softcap)
         else:
-            hd = q.shape[-1]
+            vd = v.shape[-1]
             if self.sinks is not None:
                 q, k, v, mask = sink_key(q, k, v, mask, cast(Tensor, self.sinks), self.scale)
             if cpu_attention.applies(q, k, v, mask, dropout):
@@ -269,11 +284,19 @@ class CausalSelfAttention(Mixer):
                     q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None and q.shape[2] > 1,
                     scale=self.scale, enable_gqa=self.n_kv_head != self.n_head,
                 )  # fmt: skip
-            y = y[:, :, y.shape[2] - T :, :hd]  # less sink_key's first query and padding, if any
-        y = y.transpose(1, 2)  # [B, T, H, hd]
+            y = y[:, :, y.shape[2] - T :, :vd]  # less sink_key's first query and padding, if any
+        y = y.transpose(1, 2)  # [B, T, H, vd]
         if self.gate is not None:  # one gate per value dim, or per head (broadcast over its dims)
-            y = y * torch.sigmoid(self.gate(x)).view(B, T, self.n_head, -1)
-        return self.proj(y.reshape(B, T, self.n_head * self.head_dim))
+            y = y * self.gate_of(x).view(B, T, self.n_head, -1)
+        return self.proj(y.reshape(B, T, self.n_head * self.v_head_dim))
+
+    def gate_of(self, x: Tensor) -> Tensor:
+        """The output gate of the sublayer's input ``x``: sigmoid(gate(x)), or softplus(gate(x)) computed in
+        float32 at least and cast back (Laguna's ``g_proj``)."""
+        g = cast(nn.Linear, self.gate)(x)
+        if not self.softplus_gate:
+            return torch.sigmoid(g)
+        return F.softplus(g.to(torch.promote_types(g.dtype, torch.float32))).to(g.dtype)
 
     def scaled(self, q: Tensor, rotary: Optional[Rotation], cache: Optional[KVCache]) -> Tensor:
         """Queries ``[B, H, T, hd]`` times the query scale where ``query_scale_beta`` is set."""
@@ -330,15 +353,15 @@ class CausalSelfAttention(Mixer):
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        """q, k, v and output projections: d·(H + 2·KV)·hd + H·hd·d, plus the biases asked for, plus the
-        QK-norms (per head: two norms of hd, or with a scale per head one of H·hd and one of KV·hd, as over
-        the whole projection; l2: none), the gate (d·g, and g biases with qkv_bias; g = H·hd elementwise, H
-        per head), H sinks and, after the first layer, the value residual's two weights. Clipping and the
-        norm's order add none."""
-        a, d, hd, kv = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg)
-        qkv_out = (a.n_head + 2 * kv) * hd
-        params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * hd * d + a.out_bias * d
-        gate = {"none": 0, "elementwise": a.n_head * hd, "head": a.n_head}[a.gate]
+        """q, k, v and output projections: d·((H + KV)·hd + KV·vd) + H·vd·d (vd = v_head_dim, else hd),
+        plus the biases asked for, plus the QK-norms (per head: two norms of hd, or with a scale per head one
+        of H·hd and one of KV·hd, as over the whole projection; l2: none), the gate (d·g, and g biases with
+        qkv_bias; g = H·vd elementwise, H per head), H sinks and, after the first layer, the value residual's
+        two weights. Clipping and the norm's order add none."""
+        a, d, hd, kv, vd = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg), v_head_dim(cfg)
+        qkv_out = (a.n_head + kv) * hd + kv * vd
+        params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * vd * d + a.out_bias * d
+        gate = {"none": 0, "elementwise": a.n_head * vd, "head": a.n_head}[a.gate]
         params += (d + a.qkv_bias) * gate + a.sinks * a.n_head + 2 * (a.value_residual and layer > 0)
         norm, norm_cfg = NORMS.get(cfg.norm.kind).num_params, qk_norm_config(cfg)
         if a.qk_norm == "head" and not a.qk_norm_per_head_scale:
@@ -349,18 +372,22 @@ class CausalSelfAttention(Mixer):
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
-        """Keys and values layer ``layer`` caches for one sequence of ``length`` tokens: 2·KV·hd per
-        position kept, every position in a global layer, at most the window (chunk) in a sliding (chunked)
-        one. Sinks and gates add nothing: a sink is a parameter, not a cached position."""
-        return 2 * n_kv_head(cfg) * CausalSelfAttention.qk_head_dim(cfg) * positions_seen(cfg, length, layer)
+        """Keys and values layer ``layer`` caches for one sequence of ``length`` tokens: KV·(hd + vd) per
+        position kept (vd = v_head_dim, else hd: 2·KV·hd), every position in a global layer, at most the
+        window (chunk) in a sliding (chunked) one. Sinks and gates add nothing: a sink is a parameter, not a
+        cached position."""
+        widths = CausalSelfAttention.qk_head_dim(cfg) + v_head_dim(cfg)
+        return n_kv_head(cfg) * widths * positions_seen(cfg, length, layer)
 
     @staticmethod
     def extra_flops(cfg: ModelConfig, seq_len: int, layer: int) -> int:
-        """Scores q·k and the weighted sum of values, forward and backward: 12·H·hd per key a query sees,
-        T keys (PaLM, appendix B), or at most the window (chunk) in a sliding (chunked) layer. A gate's
-        projection counts among the weights; a sink's one logit per head, the gate's product, the l2 norm
-        and the query scale are elementwise, uncounted as the softmax and norms are."""
-        return 12 * cfg.attention.n_head * CausalSelfAttention.qk_head_dim(cfg) * positions_seen(cfg, seq_len, layer)
+        """Scores q·k and the weighted sum of values, forward and backward: 6·H·(hd + vd) per key a query
+        sees (12·H·hd where vd = hd), T keys (PaLM, appendix B), or at most the window (chunk) in a sliding
+        (chunked) layer. A gate's projection counts among the weights; a sink's one logit per head, the
+        gate's product, the l2 norm and the query scale are elementwise, uncounted as the softmax and norms
+        are."""
+        widths = CausalSelfAttention.qk_head_dim(cfg) + v_head_dim(cfg)
+        return 6 * cfg.attention.n_head * widths * positions_seen(cfg, seq_len, layer)
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
@@ -375,6 +402,8 @@ class CausalSelfAttention(Mixer):
                 )
         else:
             checks.positive("model.attention.head_dim", a.head_dim)
+        if a.v_head_dim is not None:
+            checks.integer("model.attention.v_head_dim", a.v_head_dim, 1, "a positive integer, or null (head_dim)")
         if a.n_kv_head is not None:
             checks.positive("model.attention.n_kv_head", a.n_kv_head)
             if a.n_head % a.n_kv_head:
@@ -438,11 +467,12 @@ class CausalSelfAttention(Mixer):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``window W``, ``chunk C``,
+        """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``values x V``, ``window W``, ``chunk C``,
         ``clip qkv C``, ``l2 qk-norm``, ``qk-norm scale per head``, ``qk-norm after rope``, ``qk-norm bias B``,
         ``sinks``, ``<gate> gate``, ``query scale β``."""
         a = cfg.attention
         parts = [f"{a.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"]
+        parts += [f"values x {a.v_head_dim}"] if a.v_head_dim is not None else []
         parts += [f"window {a.window}"] if a.window is not None else []
         parts += [f"chunk {a.chunk}"] if a.chunk is not None else []
         parts += [f"clip qkv {a.clip_qkv}"] if a.clip_qkv is not None else []
@@ -451,7 +481,7 @@ class CausalSelfAttention(Mixer):
         parts += ["qk-norm after rope"] if a.qk_norm_after_rope else []
         parts += [f"qk-norm bias {str(a.qk_norm_bias).lower()}"] if a.qk_norm_bias is not None else []
         parts += ["sinks"] if a.sinks else []
-        parts += [f"{a.gate} gate"] if a.gate != "none" else []
+        parts += [f"{a.gate} {a.gate_activation} gate"] if a.gate != "none" else []
         parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
         parts += ["value residual"] if a.value_residual else []
         return ", ".join(parts)
@@ -466,11 +496,12 @@ class CausalSelfAttention(Mixer):
             else set()
         )
         return frozenset(
-            {"n_head", "n_kv_head", "head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale", "softcap"}
-            | {"window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv", "value_residual"}
+            {"n_head", "n_kv_head", "head_dim", "v_head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale"}
+            | {"softcap", "window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv", "value_residual"}
             # refused by validate where they cannot apply
             | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale
+            | ({"gate_activation"} if cfg.attention.gate != "none" else set())
         )
 
 

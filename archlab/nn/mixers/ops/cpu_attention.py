@@ -22,10 +22,11 @@ MAX_KEYS_TRAINING, MAX_KEYS_INFERENCE = 512, 256
 
 
 def applies(q: Tensor, k: Tensor, v: Tensor, mask: Optional[Tensor], dropout: float) -> bool:
-    """This path, rather than SDPA, for these operands (``takes`` on what they are)?"""
+    """This path, rather than SDPA, for these operands (``takes`` on what they are; values as wide as the
+    queries and keys)?"""
     return takes(
         q.device.type,
-        q.dtype if k.dtype == v.dtype == q.dtype else None,
+        q.dtype if k.dtype == v.dtype == q.dtype and v.shape[-1] == q.shape[-1] else None,
         dropout,
         q.shape[2],
         k.shape[2],
