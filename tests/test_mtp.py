@@ -133,8 +133,6 @@ def test_bad_settings_are_refused_by_name():
         build_model(config(head={"mtp": {"depth": 1, "layer": "dense"}}))
     with pytest.raises(ConfigError, match=r"model\.head\.mtp\.depth"):
         build_model(config(head={"mtp": {"depth": -1}}))
-    with pytest.raises(ConfigError, match=r"model\.head\.mtp\.depth"):
-        build_model(config(stream={"kind": "hyper", "n": 2}))
     with pytest.raises(ConfigError, match=r"model\.head\.mtp\.weight"):
         build_model(config(head={"mtp": {"depth": 1, "weight": 0.0}}))
     model = build_model(config(depth=0))
@@ -150,6 +148,30 @@ def initialised(cfg, seed):
     model = build_model(cfg)
     model.init_weights()
     return model
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"stream": {"kind": "mhc", "n": 4}},
+        {"stream": {"kind": "hyper", "n": 2}},
+        {"attention": {"n_head": HEADS, "value_residual": True}},
+    ],
+    ids=["mhc", "hyper", "value_residual"],
+)
+def test_the_modules_run_on_one_stream_without_value_residual(extra):
+    """A module reads the merged, normed state: its block is the plain-stream model's, parameters and all,
+    and it trains and drafts greedy decoding's tokens beside the model's streams or value mixes."""
+    cfg = config(depth=2, **extra)
+    assert count_params(cfg)["mtp"] == count_params(config(depth=2))["mtp"]
+    model = randomised(cfg, seed=2)
+    idx = torch.randint(0, V, (2, 10), generator=torch.Generator().manual_seed(3))
+    model(idx, targets=idx.roll(-1, 1))
+    model.auxiliary_losses()["mtp_loss"][1].backward()
+    assert all(p.grad is not None for p in model.mtp.parameters())
+    prompt = idx[:, :4]
+    model.eval()
+    assert torch.equal(speculate(model, prompt, 12).ids, generate(model, prompt, 12, temperature=0.0))
 
 
 def trained_on_a_cycle(depth=2, steps=60, **extra):

@@ -7,21 +7,32 @@ from. Training adds their mean cross-entropy times ``weight``; decoding may draf
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor, nn
 
 from archlab import checks
-from archlab.config import ModelConfig
+from archlab.config import STREAM_OPTIONS, ModelConfig
 from archlab.config.layers import kind_config
 from archlab.errors import ConfigError
 from archlab.nn.block import Block, build_block
 from archlab.nn.norms import build_norm
+from archlab.nn.streams import STREAMS
 
 
 def mtp_layer(cfg: ModelConfig) -> ModelConfig:
-    """The config of each module's block: layer kind ``model.head.mtp.layer``'s, or the model's own."""
+    """The config of each module's block: layer kind ``model.head.mtp.layer``'s, or the model's own, on one
+    residual stream (the model's streams are merged before the final norm the first module reads) and
+    without value residual (the first layer's values are of the model's positions, which a block of a
+    module does not run on)."""
     name = cfg.head.mtp.layer
-    return cfg if name is None else kind_config(cfg, name)
+    layer = cfg if name is None else kind_config(cfg, name)
+    if STREAMS.get(layer.stream.kind).multiple:
+        layer = dataclasses.replace(layer, stream=STREAM_OPTIONS.build({}, "model.stream"))
+    if getattr(layer.attention, "value_residual", False):
+        layer = dataclasses.replace(layer, attention=dataclasses.replace(layer.attention, value_residual=False))
+    return layer
 
 
 def mtp_layer_index(cfg: ModelConfig, k: int) -> int:
@@ -68,7 +79,3 @@ class MultiTokenPrediction(nn.Module):
         if mtp.layer is not None and mtp.layer not in kinds:
             named = f"a kind of model.layers.kinds ({', '.join(kinds)})" if kinds else "null (no layer kinds defined)"
             raise ConfigError("model.head.mtp.layer", mtp.layer, f"{named}, or null for the model's own parts")
-        if cfg.stream.kind != "plain":  # the streams are merged before the final norm the first module reads
-            raise ConfigError(
-                "model.head.mtp.depth", mtp.depth, "0 with model.stream.kind other than plain (a module has one stream)"
-            )
