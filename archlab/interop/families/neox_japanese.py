@@ -63,7 +63,7 @@ class GPTNeoXJapanese(Family):
         """The model's rules, then each layer's: its attention output biased on the last layer alone, and
         nothing else differing from the model's parts."""
         found = super().part_problems(cfg)
-        if cfg.d_model and d_ff(cfg) % cfg.d_model:
+        if cfg.mlp.kind in ("gelu", "relu") and d_ff(cfg) % cfg.d_model:  # another kind: refused by its rule
             found.append(Problem("model.mlp.d_ff", d_ff(cfg), f"a multiple of d_model={cfg.d_model}"))
         for i, lc in enumerate(layer_configs(cfg)):
             kind, last = layer_kind(cfg, i), i == cfg.n_layer - 1
