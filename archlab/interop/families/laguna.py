@@ -13,7 +13,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import Family, Problem, Rule, ungrouped
 from archlab.interop.families.experts import is_dense, pre_norm_tensors, stack_saved_experts
 from archlab.interop.families.layered import rope_of, view
-from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_window
+from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_dense_width, one_window
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
 from archlab.interop.families.step import _ROPE_FIELDS, _rope_fields
@@ -116,12 +116,7 @@ class Laguna(_LayeredSparse):
                     why = f" (Laguna holds one value for all its {'sliding' if sliding else 'full'} layers)"
                     field_of = kind_field(cfg, layer_kind(cfg, i), field)
                     found.append(Problem(field_of, values[held.index(i)], repr(values[0]), why))
-        dense = [i for i, lc in enumerate(layers) if is_dense(lc)]
-        widths = [d_ff(layers[i]) for i in dense]
-        i = next((i for i, w in zip(dense, widths) if w != widths[0]), None)
-        if i is not None:
-            field = kind_field(cfg, layer_kind(cfg, i), "model.mlp.d_ff")
-            found.append(Problem(field, widths[dense.index(i)], str(widths[0])))
+        found += one_dense_width(cfg, layers)
         return found
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -34,10 +34,12 @@ from archlab.config import (
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import shortest_layout
 from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, fmt, out_bias
+from archlab.interop.families.experts import is_dense
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.values import config_head_dim, has_field, kind_field, leaf_fields, value_of
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
+from archlab.nn.mlp import d_ff
 
 SECTIONS = ("attention", "position", "mlp")  # the parts a layer kind may override
 
@@ -62,6 +64,17 @@ def one_window(layers: list[ModelConfig]) -> list[Problem]:
     if len(windows) > 1:
         return [Problem("model.attention.window", sorted(windows), "one window for every sliding layer")]
     return []
+
+
+def one_dense_width(cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
+    """The one ``intermediate_size`` transformers holds for all the dense layers: a layer of another width is
+    refused naming it (a layer without an MLP, or of a kind without ``d_ff``, is refused by its kind's rule)."""
+    dense = [i for i, lc in enumerate(layers) if is_dense(lc) and has_field(lc, "model.mlp.d_ff")]
+    widths = [d_ff(layers[i]) for i in dense]
+    i = next((i for i, w in zip(dense, widths) if w != widths[0]), None)
+    if i is None:
+        return []
+    return [Problem(kind_field(cfg, layer_kind(cfg, i), "model.mlp.d_ff"), widths[dense.index(i)], str(widths[0]))]
 
 
 def distinct_layers(cfg: ModelConfig) -> list[tuple[str | None, ModelConfig]]:

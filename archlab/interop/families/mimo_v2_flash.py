@@ -16,7 +16,7 @@ from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, out_bias
 from archlab.interop.families.experts import is_dense, pre_norm_tensors, stack_saved_experts
 from archlab.interop.families.layered import rope_of
-from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
+from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_dense_width, one_window
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
 from archlab.interop.families.step import _ROPE_FIELDS, _rope_fields
@@ -134,13 +134,7 @@ class MiMoV2Flash(_LayeredSparse):
                     found.append(
                         Problem(kind_field(cfg, layer_kind(cfg, i), field), values[held.index(i)], repr(values[0]), why)
                     )
-        dense = [i for i, lc in enumerate(layers) if is_dense(lc)]
-        widths = [d_ff(layers[i]) for i in dense]
-        i = next((i for i, w in zip(dense, widths) if w != widths[0]), None)
-        if i is not None:
-            found.append(
-                Problem(kind_field(cfg, layer_kind(cfg, i), "model.mlp.d_ff"), widths[dense.index(i)], str(widths[0]))
-            )
+        found += one_dense_width(cfg, layers)
         return _unique(found)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
