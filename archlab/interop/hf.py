@@ -29,7 +29,7 @@ from archlab.interop.families.base import Family, Problem
 from archlab.interop.families.dense import dense_family
 from archlab.interop.families.experts import unstack_experts
 from archlab.interop.families.moe import sparse_family
-from archlab.interop.families.mtp import checkpoint_depth, drop_copies, extended, mtp_maps, with_depth
+from archlab.interop.families.mtp import checkpoint_depth, mtp_maps, take, with_depth
 from archlab.interop.families.mtp import copies as mtp_copies
 from archlab.interop.families.refused import NOT_DECODER
 from archlab.interop.families.tensors import join, split
@@ -250,7 +250,7 @@ def mtp_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None = Non
         return out
     main = {m.hf[0]: state[m.archlab] for m in record.tensors(cfg) if m.archlab in ("tok_emb.weight", "head.weight")}
     matrices = getattr(record, "expert_matrices", ("gate_proj", "up_proj", "down_proj"))
-    return {**unstack_experts(out, matrices), **mtp_copies(cfg, main)}
+    return {**unstack_experts(out, matrices), **mtp_copies(record, cfg, main)}
 
 
 def write_mtp(path: Path, cfg: Any, state: dict[str, Tensor]) -> None:
@@ -358,11 +358,11 @@ def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None, famil
     if not any(k.startswith(family_record.prefix) for k in state):  # saved from the base model: names lack its prefix
         state = {k if k.startswith("lm_head.") else family_record.prefix + k: v for k, v in state.items()}
     depth = checkpoint_depth(family_record, hf_config, state)  # multi-token prediction modules it holds
+    modules: dict[str, Tensor] = {}
     if depth:
-        cfg = validate(with_depth(cfg, depth))
-        state = drop_copies(cfg, state)
-    state = family_record.from_checkpoint(extended(cfg) if depth else cfg, state)  # the modules' layers too
-    state = _hf_weights(family_record, hf_config, state)
+        cfg = validate(with_depth(cfg, depth, family_record.mtp_layer_kind))
+        modules, state = take(family_record, cfg, state)  # read apart: the family's reading drops them
+    state = _hf_weights(family_record, hf_config, {**family_record.from_checkpoint(cfg, state), **modules})
     state = hf_state_to_archlab(cfg, state, copy=False, family=family_record.model_type)
     if dtype is not None:
         state = {k: v.to(dtype) for k, v in state.items()}

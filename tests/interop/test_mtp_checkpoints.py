@@ -6,6 +6,8 @@ into ``MtpModel.from_pretrained`` (which raises on a missing tensor) and gives i
 written from ``MtpModel``'s tensors by the names DeepSeek's checkpoints use loads into archlab with the same
 logits; archlab -> files -> archlab is bit-identical; the loaded model drafts for speculative decoding."""
 
+import json
+
 import pytest
 import torch
 from helpers import hf as parity
@@ -13,6 +15,7 @@ from helpers.hf import EAGER
 
 from archlab import build_model
 from archlab.generate import generate
+from archlab.interop.families import FAMILIES
 from archlab.interop.families.mtp import with_depth
 from archlab.interop.hf import from_hf, load_hf_dir, save_hf_dir
 from archlab.speculative import speculate
@@ -22,10 +25,15 @@ from transformers.modeling_layers import MtpModel  # noqa: E402
 
 from interop.test_deepseek import HF_CASES as DEEPSEEK  # noqa: E402
 from interop.test_glm4_moe import HF_CASES as GLM  # noqa: E402
+from interop.test_mellum import HF_CASES as MELLUM  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
-CASES = {"deepseek_v3": (DEEPSEEK, "deepseek_v3-yarn-groups"), "glm4_moe": (GLM, "glm4_moe")}
+CASES = {
+    "deepseek_v3": (DEEPSEEK, "deepseek_v3-yarn-groups"),
+    "glm4_moe": (GLM, "glm4_moe"),
+    "mellum": (MELLUM, "mellum"),  # Qwen3-Next's names: mtp.fc, mtp.pre_fc_norm_*, mtp.norm, mtp.layers.0
+}
 
 
 def hf_main(case, seed):
@@ -54,17 +62,18 @@ def archlab_logits(model, idx):
 
 
 def load_mtp(case, path, n_layer):
-    """transformers' model and ``MtpModel`` from a directory. The class names its MTP tensors by the published
-    layer count (DeepSeek-V3's ``model\\.layers\\.61``): the tiny model's count is set in its place."""
+    """transformers' model and ``MtpModel`` from a directory. DeepSeek's and GLM's classes name their MTP tensors
+    by the published layer count (DeepSeek-V3's ``model\\.layers\\.61``): the tiny model's is set in its place."""
     cases, name = CASES[case]
     hf_model = getattr(transformers, cases[name][0]).from_pretrained(str(path), **EAGER).eval()
-    hf_model._keys_to_ignore_on_load_unexpected = [rf"model\.layers\.{n_layer}.*"]
+    if FAMILIES[case].mtp_scheme == "layers":
+        hf_model._keys_to_ignore_on_load_unexpected = [rf"model\.layers\.{n_layer}.*"]
     return hf_model, MtpModel.from_pretrained(hf_model).eval()
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_a_checkpoint_archlab_writes_is_read_by_transformers_mtp_model(case, tmp_path):
-    cfg = with_depth(from_hf(hf_main(case, 3)).cfg, 1)
+    cfg = with_depth(from_hf(hf_main(case, 3)).cfg, 1, FAMILIES[case].mtp_layer_kind)
     model = parity.randomize(build_model(cfg), 5).eval()
     save_hf_dir(model, tmp_path)
     hf_model, mtp = load_mtp(case, tmp_path, cfg.n_layer)
@@ -139,3 +148,26 @@ def test_a_checkpoint_without_its_mtp_layers_loads_without_modules(tmp_path):
     assert hf_model.config.num_mtp_layers == 1  # the config counts one; save_pretrained drops its tensors
     hf_model.save_pretrained(str(tmp_path))
     assert load_hf_dir(tmp_path).cfg.head.mtp.depth == 0
+
+
+def test_qwen3_next_s_mtp_layer_is_written_by_its_names_and_read_back(tmp_path):
+    """Qwen3-Next's mtp.* (transformers holds no MTP of it): the names its checkpoints and vLLM's loader use,
+    ``mtp_num_hidden_layers``, a full-attention MoE block, and the round trip bit for bit."""
+    from safetensors.torch import load_file
+
+    from interop.test_qwen3_next import hf_model as qwen3_next
+
+    cfg = with_depth(from_hf(qwen3_next("mixed")).cfg, 1)
+    model = parity.randomize(build_model(cfg), 5).eval()
+    save_hf_dir(model, tmp_path)
+    names = {k for k in load_file(str(tmp_path / "model.safetensors")) if k.startswith("mtp.")}
+    parts = {"mtp.fc.weight", "mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"}
+    assert parts <= names and "mtp.layers.0.self_attn.q_proj.weight" in names
+    assert "mtp.layers.0.mlp.experts.0.gate_proj.weight" in names  # the experts one tensor each, as saved
+    assert not {n for n in names if n.startswith("mtp.layers.1.")}
+    assert json.loads((tmp_path / "config.json").read_text())["mtp_num_hidden_layers"] == 1
+    back = load_hf_dir(tmp_path)
+    assert back.cfg.head.mtp.depth == 1 and back.mtp.depths[0].block.attn.gate is not None
+    parity.assert_same_tensors(model, back)
+    prompt = torch.randint(0, cfg.vocab_size, (2, 5), generator=torch.Generator().manual_seed(2))
+    assert torch.equal(speculate(back.eval(), prompt, 6).ids, generate(back, prompt, 6, temperature=0.0))

@@ -139,9 +139,13 @@ class Family:
     renames: dict[str, str] = {}  # older checkpoints' tensor-name prefixes -> today's
     parts = ""  # the archlab parts the class maps to, in a line (archlab-interop's table and docs/interop.md)
     keys: dict[str, str] = {}  # HF config key -> archlab field ("d_model", "norm.eps"), copied as is
-    # the config key counting a checkpoint's multi-token prediction modules, which ``families/mtp.py`` reads
-    # and writes beside the model (None: a family whose modules archlab does not read)
-    mtp_key: str | None = None
+    # the config keys counting a checkpoint's multi-token prediction modules (the first set), which
+    # ``families/mtp.py`` reads and writes beside the model by the names of ``mtp_scheme`` (layers: after the
+    # model's, DeepSeek-V3's; mtp: Qwen3-Next's mtp.*), their blocks of layer kind ``mtp_layer_kind`` (None:
+    # the model's own parts); no keys: a family whose modules archlab does not read
+    mtp_keys: tuple[str, ...] = ()
+    mtp_scheme = "layers"
+    mtp_layer_kind: str | None = None
     # a family whose layouts another family holds too (an alias, a relative, a later version): ``FAMILIES``
     # lists it after the families that do not defer, so ``hf.family_of`` picks the other where both hold one
     defers = False

@@ -191,7 +191,7 @@ class DeepseekV3(_DeepSeek):
     (``families/mtp.py``)."""
 
     features = _DeepSeek.features | MTP_FEATURES
-    mtp_key = "num_mtp_layers"
+    mtp_keys = ("num_mtp_layers",)
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [MTP_RULE]

@@ -59,7 +59,7 @@ class Glm4Moe(SigmoidRouted):
 
     model_type, title, model_class, config_class = "glm4_moe", "GLM-4-MoE", "Glm4MoeForCausalLM", "Glm4MoeConfig"
     features = FEATURES | MTP_FEATURES
-    mtp_key = "num_mtp_layers"
+    mtp_keys = ("num_mtp_layers",)
     partial = True
     parts = "LLaMA's layers (q/k/v biases, optional per-head QK-norm, partial RoPE) over a sigmoid top-k MoE with correction bias, groups, shared experts, dense first layers"
 

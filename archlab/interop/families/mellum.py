@@ -3,8 +3,9 @@ softmax top-k routing) whose sliding and full layers (``layer_types``) each have
 (``rope_parameters`` keyed by layer type: local base 10⁴, global 5·10⁵ by default), and a dense gated MLP of
 ``intermediate_size`` on the layers ``mlp_layer_types`` marks "dense", anywhere. Read into archlab's layer
 kinds ``sliding``, ``full`` and each ``_dense``, a kind overriding the window, the RoPE fields that differ
-from the full layers' and the MLP kind. Its checkpoints' multi-token-prediction tensors (``mtp.*``), which
-transformers leaves out, are left out too. Nothing here imports transformers."""
+from the full layers' and the MLP kind. Its checkpoints' multi-token-prediction layer (``mtp.*``), which
+transformers' causal LM leaves out, is read and written beside it (``families/mtp.py``). Nothing here imports
+transformers."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from archlab.interop.families.experts import is_dense, mlp_tensors, pre_norm_ten
 from archlab.interop.families.layered import per_type_rope, rope_per_type_to_hf
 from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
 from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
+from archlab.interop.families.mtp import MTP_FEATURES
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, differences, kind_field, leaf_fields, refuse_hf
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer_types, sliding_window
@@ -39,19 +41,28 @@ class Mellum(_LayeredSparse):
 
     model_type, title, model_class, config_class = "mellum", "Mellum", "MellumForCausalLM", "MellumConfig"
     parts = "Qwen3-MoE's layers, local/global layers each with their own RoPE, dense layers by mlp_layer_types"
-    features = frozenset(
-        {
-            "model.position.scaling.kind",
-            "model.attention.qk_norm",
-            "model.attention.window",
-            "model.layers.first",
-            "model.layers.pattern",
-        }
+    features = (
+        frozenset(
+            {
+                "model.position.scaling.kind",
+                "model.attention.qk_norm",
+                "model.attention.window",
+                "model.layers.first",
+                "model.layers.pattern",
+            }
+        )
+        | MTP_FEATURES
     )
+    # its checkpoints' multi-token prediction layer, mtp.*: a sliding MoE layer (transformers' mtp_layer_types)
+    mtp_keys, mtp_scheme, mtp_layer_kind = ("num_mtp_layers",), "mtp", "sliding"
     varies = frozenset({"model.attention.window", "model.mlp.kind"}) | _POSITION
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         attention: list[Rule] = [("model.attention.qk_norm", ("head",), " (q_norm and k_norm span one head)")]
+        if cfg.head.mtp.depth:
+            attention.append(
+                ("model.head.mtp.layer", ("sliding",), " (its MTP layer is one of its sliding MoE layers)")
+            )
         if is_dense(cfg):
             return attention  # its experts' kind: _LayeredSparse.part_problems, which has the model's
         return [
@@ -91,6 +102,7 @@ class Mellum(_LayeredSparse):
             sliding_window=sliding_window(cfg, layers),
             mlp_layer_types=["dense" if is_dense(lc) else "sparse" for lc in layers],
             rope_parameters=rope_per_type_to_hf(layers),
+            num_mtp_layers=cfg.head.mtp.depth or None,
         )
 
     def from_hf(self, c: Any) -> ModelConfig:

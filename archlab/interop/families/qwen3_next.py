@@ -12,8 +12,9 @@ the attention layers' and each layer is of a kind, ``model.layers``: ``deltanet`
 gated_deltanet refuses reset, as ``model/layers=deltanet_3_1``, and the linear sizes), ``attention``, and
 ``_dense`` beside either for a dense layer; the first layers in ``first`` and the rest in a cycled
 ``pattern``, the shortest pair that gives every layer its kind (the layer parts Qwen3.5 and Lara-Mini share
-in ``deltanet``). A checkpoint's multi-token-prediction layer (``mtp.*``) is no part of the causal LM: left
-out on loading, as transformers leaves it."""
+in ``deltanet``). A checkpoint's multi-token-prediction layer (``mtp.*``) is no part of the causal LM: read and
+written beside it (``families/mtp.py``) where the files hold it, else left out on loading, as transformers
+leaves it."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ from archlab.interop.families.deltanet import (
 from archlab.interop.families.experts import dense_tensors, stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import dense_of, mlp_section, shared_experts
+from archlab.interop.families.mtp import MTP_FEATURES, MTP_RULE
 from archlab.interop.families.rope import rope_fraction, rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, refuse_hf
@@ -83,17 +85,22 @@ class Qwen3Next(Family):
         "gated attention (partial RoPE, (1 + w) QK-norm) and Gated DeltaNet layers, (1 + w) RMSNorms, softmax MoE "
         "with a sigmoid-gated shared expert, dense layers by a kind"
     )
-    features = frozenset(
-        {
-            "model.norm.unit_offset",
-            "model.attention.qk_norm",
-            "model.attention.gate",
-            "model.mlp.shared_expert_gate",
-            "model.layers.first",
-            "model.layers.pattern",
-        }
+    features = (
+        frozenset(
+            {
+                "model.norm.unit_offset",
+                "model.attention.qk_norm",
+                "model.attention.gate",
+                "model.mlp.shared_expert_gate",
+                "model.layers.first",
+                "model.layers.pattern",
+            }
+        )
+        | MTP_FEATURES
     )
     keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps"}
+    # its checkpoints' multi-token prediction layer, mtp.* (a full-attention MoE layer), read and written
+    mtp_keys, mtp_scheme = ("mtp_num_hidden_layers", "num_nextn_predict_layers"), "mtp"
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return [
@@ -113,6 +120,7 @@ class Qwen3Next(Family):
             ungrouped(),
             ("model.mlp.routing.routed_scale", (1.0,), ""),
             ("model.mlp.shared_expert_gate", (True,), " (its shared expert is always gated)"),
+            MTP_RULE,
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
@@ -163,6 +171,7 @@ class Qwen3Next(Family):
             attention_bias=cfg.attention.qkv_bias,
             attention_dropout=cfg.attention.dropout,
             layer_types=[LINEAR if is_deltanet(lc) else FULL for lc in lcs],
+            mtp_num_hidden_layers=cfg.head.mtp.depth,
         )
         return out | (moe_to_hf(cfg) if cfg.mlp.kind == "moe" else {}) | linear_keys(lcs)
 
