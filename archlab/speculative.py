@@ -83,7 +83,8 @@ class Drafting:
         dtype = model.tok_emb.weight.dtype
         slots = [*layer_configs(model.cfg), *[mtp_layer(model.cfg)] * self.depth]  # a module's block after them
         self.mtp_cache = KVCache(model.cfg, B, size, dtype, layers=slots)
-        self.modules = cast("Sequence[MTPModule]", cast(torch.nn.Module, model.mtp).depths)
+        assert model.mtp is not None  # check_speculation refused a model without modules
+        self.modules = cast("Sequence[MTPModule]", model.mtp.depths)
 
     def columns(self, cache: KVCache, length: int) -> Optional[Tensor]:
         """The attention mask of ``cache``'s positions and the next ``length``."""

@@ -276,3 +276,15 @@ def test_rejected_drafts_take_every_cache_back(extra, padded, monkeypatch):
     done = speculate(model, prompt, 24, attention_mask=mask)
     assert torch.equal(done.ids, greedy)
     assert {0, 1, 2, 3} <= set(kept)  # none, a part and all of the drafts kept
+
+
+def test_deepseek_v3_s_module_counts_as_published():
+    """DeepSeek-V3 with its one MTP module: the module's unique parameters are those of transformers'
+    MtpModel built on the published config (11,610,067,968: a MoE decoder block, eh_proj and three norms;
+    the embedding and head shared), beside the 671,026,404,352 of DeepseekV3ForCausalLM."""
+    from archlab import compose_model
+
+    counts = count_params(compose_model(["model=deepseek-v3", "model.head.mtp.depth=1"]))
+    assert counts["mtp"] == 11_610_067_968
+    assert counts["inference"] == 671_026_404_352
+    assert counts["total"] == 671_026_404_352 + 11_610_067_968
