@@ -1,7 +1,7 @@
 """The language model of a vision-language checkpoint (archlab/interop/wrapped.py): ``from_hf`` and
 ``load_hf_dir`` on transformers' wrappers whose text config a record holds (Gemma 3, Qwen3.5, Qwen3.5-MoE,
-Llama 4, Aria, Step-3.7; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
-say in one logged line what they leave out (the vision tower, the projector), and export it as the
+Llama 4, Emu3, Aria, Step-3.7; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
+say in one logged line what they leave out (the vision tower, the projector, Emu3's VQ-VAE), and export it as the
 text-only class.
 
 Tiny wrappers built here, every parameter redrawn (vision tower included): archlab's float32 logits equal the
@@ -124,6 +124,25 @@ CASES = {
         "Step3p5ForCausalLM",  # archlab's: transformers 5.24 has no causal-LM class for Step-3.5
         "model.multi_modal_projector, model.vision_model",
     ),
+    "emu3": (
+        "Emu3Config",
+        dict(
+            text_config=dict(TEXT, bos_token_id=0, pad_token_id=0, attention_bias=True, mlp_bias=True),
+            vq_config=dict(
+                embed_dim=8,
+                codebook_size=16,
+                base_channels=32,
+                channel_multiplier=[1],
+                num_res_blocks=1,
+                attn_resolutions=[],
+                latent_channels=4,
+                temporal_downsample_factor=1,
+            ),
+            vocabulary_map={"<image>": 0},
+        ),
+        "Emu3ForCausalLM",
+        "model.vqmodel",
+    ),
     # a wrapper that takes any text config: LLaVA's, a LLaMA here
     "llava": (
         "LlavaConfig",
@@ -172,11 +191,11 @@ def test_from_hf_reads_the_language_model_and_exports_the_text_class(case, caplo
     parity.assert_same_tensors(model, from_hf(back))
 
 
-@pytest.mark.parametrize("case", ["gemma3", "qwen3_5_moe", "llama4", "step3p7"])
+@pytest.mark.parametrize("case", ["gemma3", "qwen3_5_moe", "llama4", "emu3", "step3p7"])
 def test_a_save_pretrained_directory_loads_and_saves_as_the_text_class(case, tmp_path, caplog):
     """save_pretrained of the wrapper (Gemma 3's names ``language_model.model.*``, Step-3.7's MoE as
-    ``moe.*``) -> load_hf_dir (the same logits, one line) -> save_hf_dir -> from_pretrained (transformers'
-    AutoModelForCausalLM; archlab's class for Step-3.5): the text-only class, the same logits."""
+    ``moe.*``) -> load_hf_dir (the same logits, one line) -> save_hf_dir -> the text-only class's
+    from_pretrained (archlab's for Step-3.5): the same logits."""
     hf = wrapper(case, seed=2)
     hf.save_pretrained(tmp_path / "wrapper")
     with caplog.at_level(logging.WARNING, logger="archlab.interop"):
@@ -184,7 +203,7 @@ def test_a_save_pretrained_directory_loads_and_saves_as_the_text_class(case, tmp
     assert max_diff(logits(reference(hf)), logits(model)) <= TOL
     assert said(caplog).startswith(type(hf).__name__)
     save_hf_dir(model, tmp_path / "text", **EAGER)
-    loader = causal_lm_class() if case == "step3p7" else transformers.AutoModelForCausalLM
+    loader = causal_lm_class() if case == "step3p7" else getattr(transformers, CASES[case][2])
     back = loader.from_pretrained(tmp_path / "text", **EAGER).eval()
     assert type(back).__name__ == CASES[case][2]
     assert max_diff(logits(back), logits(reference(hf))) <= TOL

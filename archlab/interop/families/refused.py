@@ -214,12 +214,6 @@ REFUSED: dict[str, Refused] = {
         "PhimoeForCausalLM",
         "SparseMixer routing (`sparsemixer`): top-2 weights from masked softmaxes, not archlab's top-k",
     ),
-    # a wrapper whose text decoder no record holds yet
-    "emu3": Refused(
-        "Emu3",
-        "Emu3ForCausalLM",
-        "the VQ-VAE image tokenizer (`vq_config`); its `text_config` is LLaMA's parts, no archlab record yet",
-    ),
     "cohere_compass_text": Refused(
         "Cohere Compass (text)",
         "CohereCompassForCausalLM",
@@ -238,6 +232,7 @@ class Wrapped(NamedTuple):
 
 WRAPPED: dict[str, Wrapped] = {
     "aria": Wrapped("Aria (vision-language)", "AriaForConditionalGeneration", "aria_text"),
+    "emu3": Wrapped("Emu3 (vision-language)", "Emu3ForConditionalGeneration", "emu3_text_model"),
     "gemma3": Wrapped("Gemma 3 (vision-language)", "Gemma3ForConditionalGeneration", "gemma3_text"),
     "llama4": Wrapped("Llama 4 (vision-language)", "Llama4ForConditionalGeneration", "llama4_text"),
     "qwen3_5": Wrapped("Qwen3.5 (vision-language)", "Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
