@@ -17,11 +17,14 @@ import logging
 from typing import Any
 
 import pytest
+import torch
 from helpers import hf as parity
 from helpers.hf import EAGER, NO_TOKENS, TOL, logits, max_diff, randomize
 
+from archlab.interop.families import FAMILIES
 from archlab.interop.families.step_lm import causal_lm_class
 from archlab.interop.hf import from_hf, load_hf_dir, save_hf_dir, to_hf
+from archlab.interop.wrapped import language_model_state
 
 transformers = pytest.importorskip("transformers")
 
@@ -207,3 +210,12 @@ def test_a_save_pretrained_directory_loads_and_saves_as_the_text_class(case, tmp
     back = loader.from_pretrained(tmp_path / "text", **EAGER).eval()
     assert type(back).__name__ == CASES[case][2]
     assert max_diff(logits(back), logits(reference(hf))) <= TOL
+
+
+def test_a_second_embedding_of_the_language_model_s_name_is_refused():
+    """A wrapper whose state holds the language model's embedding name under two prefixes: which is the
+    language model is not guessed, the error names both."""
+    hf = wrapper("gemma3")
+    state = {**hf.state_dict(), "model.vision_tower.embed_tokens.weight": torch.zeros(4, 4)}
+    with pytest.raises(ValueError, match="model.language_model.', 'model.vision_tower.'"):
+        language_model_state(FAMILIES["gemma3_text"], from_hf(hf).cfg, state, "Gemma3ForConditionalGeneration")
