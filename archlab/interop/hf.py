@@ -34,6 +34,7 @@ from archlab.interop.families.mtp import copies as mtp_copies
 from archlab.interop.families.refused import NOT_DECODER
 from archlab.interop.families.tensors import join, split
 from archlab.interop.nearest import nearest
+from archlab.interop.wrapped import language_model_state, text_config
 from archlab.nn.model import Decoder
 from archlab.nn.validation import validate
 
@@ -173,8 +174,12 @@ def _unsupported(model_type: Any, config: dict[str, Any]) -> str:
 
 
 def config_from_hf(hf_config: Any, family: str | None = None) -> ModelConfig:
-    """The archlab config (validated) of a transformers config of any family in ``FAMILIES``; ``family`` (a
-    ``model_type``) reads a config registered under another name as that family's."""
+    """The archlab config (validated) of a transformers config of any family in ``FAMILIES`` (of a wrapper's
+    text config, ``wrapped.text_config``); ``family`` (a ``model_type``) reads a config registered under
+    another name as that family's."""
+    text = text_config(hf_config) if family is None else None
+    if text is not None:  # a wrapper (vision-language ...): its language model's
+        hf_config = text
     model_type = family if family is not None else getattr(hf_config, "model_type", None)
     if model_type not in FAMILIES:
         field = "family" if family is not None else "model_type"
@@ -293,15 +298,22 @@ def from_hf(hf_model: Any, family: str | None = None) -> Decoder:
     """An archlab Decoder with a copy of the weights of a transformers causal LM of any family in
     ``FAMILIES`` (GPT2LMHeadModel, LlamaForCausalLM, Gemma2ForCausalLM ...), in the same dtype, device
     and train/eval mode; ``family`` (a ``model_type``) reads a model registered under another name (a
-    fine-tune's own class) as that family's, its tensors by that family's names."""
+    fine-tune's own class) as that family's, its tensors by that family's names. Of a vision-language
+    wrapper whose text config a family holds (Gemma3ForConditionalGeneration ...), its language model alone
+    (``wrapped``: the rest left out, said in one logged line)."""
     cfg = config_from_hf(hf_model.config, family)
-    family_record = FAMILIES[family if family is not None else hf_model.config.model_type]
-    if family is None and type(hf_model).__name__ != family_record.model_class:
+    text = text_config(hf_model.config) if family is None else None
+    hf_config = hf_model.config if text is None else text
+    family_record = FAMILIES[family if family is not None else hf_config.model_type]
+    hf_state = hf_model.state_dict()
+    if text is not None:  # a wrapper: its language model alone
+        hf_state = language_model_state(family_record, cfg, hf_state, type(hf_model).__name__)
+    elif family is None and type(hf_model).__name__ != family_record.model_class:
         raise TypeError(
             f"from_hf takes a {family_record.model_class} for a {family_record.model_type} config, "
             f"got {type(hf_model).__name__}"
         )
-    hf_state = _hf_weights(family_record, hf_model.config, hf_model.state_dict())
+    hf_state = _hf_weights(family_record, hf_config, hf_state)
     state = hf_state_to_archlab(cfg, hf_state, copy=True, family=family_record.model_type)
     return _decoder(cfg, state).train(hf_model.training)
 
@@ -344,15 +356,20 @@ def _read_safetensors_dir(path: Path) -> dict[str, Tensor]:
 
 def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None, family: str | None = None) -> Decoder:
     """An archlab Decoder from a local Hugging Face checkpoint directory (``save_pretrained`` output:
-    config.json + safetensors), in the stored dtype unless ``dtype`` is given; ``family`` as in
-    ``from_hf``."""
+    config.json + safetensors), in the stored dtype unless ``dtype`` is given; ``family`` and a
+    vision-language wrapper's checkpoint as in ``from_hf``."""
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: not a directory; expected a Hugging Face save_pretrained directory")
     hf_config = read_hf_config(path, family)
     cfg = config_from_hf(hf_config, family)
+    text = text_config(hf_config) if family is None else None
+    wrapper = (getattr(hf_config, "architectures", None) or [hf_config.model_type])[0]
+    hf_config = hf_config if text is None else text
     family_record = FAMILIES[family if family is not None else hf_config.model_type]
     state = _read_safetensors_dir(path)
+    if text is not None:  # a wrapper's checkpoint: its language model alone
+        state = language_model_state(family_record, cfg, state, wrapper)
     for old, new in family_record.renames.items():  # names older checkpoints use
         state = {new + k.removeprefix(old) if k.startswith(old) else k: v for k, v in state.items()}
     if not any(k.startswith(family_record.prefix) for k in state):  # saved from the base model: names lack its prefix

@@ -1,6 +1,6 @@
 """What ``archlab-interop`` prints: every Hugging Face class archlab converts with the archlab parts it
-maps to, every causal-LM class it refuses with the part archlab lacks, and whether one checkpoint's
-config loads. Reads the family records; only ``config_verdict`` needs transformers."""
+maps to, every vision-language class whose language model it reads alone, every causal-LM class it refuses
+with the part archlab lacks, and whether one checkpoint's config loads. Reads the family records; only ``config_verdict`` needs transformers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from archlab.errors import ConfigError
 from archlab.interop.families import FAMILIES, refusals
-from archlab.interop.families.refused import NOT_DECODER
+from archlab.interop.families.refused import NOT_DECODER, WRAPPED
 
 
 class Row(NamedTuple):
@@ -23,6 +23,14 @@ class Row(NamedTuple):
 def supported() -> list[Row]:
     """One row per family archlab converts both ways, by ``model_type``."""
     return [Row(t, f.model_class, f.title, f.parts) for t, f in sorted(FAMILIES.items())]
+
+
+def wrapped() -> list[Row]:
+    """One row per vision-language wrapper whose language model archlab reads alone (``refused.WRAPPED``)."""
+    return [
+        Row(t, w.model_class, w.title, f"its language model, as {FAMILIES[w.text].model_class} (`{w.text}`)")
+        for t, w in sorted(WRAPPED.items())
+    ]
 
 
 def refused() -> list[Row]:
@@ -44,13 +52,14 @@ def _text(rows: list[Row]) -> str:
 
 
 def listing(fmt: str) -> str:
-    """The two tables (``text``, ``markdown`` as docs/interop.md holds them, or ``json``)."""
-    ok, no = supported(), refused()
+    """The tables (``text``, ``markdown`` as docs/interop.md holds them, or ``json``)."""
+    ok, no, inner = supported(), refused(), wrapped()
     others = ", ".join(sorted(NOT_DECODER))
     if fmt == "json":
         return json.dumps(
             {
                 "supported": [r._asdict() for r in ok],
+                "language_model_of": [r._asdict() for r in inner],
                 "refused": [r._asdict() for r in no],
                 "not_decoder_only": sorted(NOT_DECODER),
             },
@@ -58,13 +67,15 @@ def listing(fmt: str) -> str:
         )
     if fmt == "markdown":
         return (
-            f"{_markdown(ok, 'archlab parts')}\n\n{_markdown(no, 'what archlab lacks')}\n\n"
+            f"{_markdown(ok, 'archlab parts')}\n\n{_markdown(inner, 'what archlab reads (the rest left out)')}\n\n"
+            f"{_markdown(no, 'what archlab lacks')}\n\n"
             f"Not decoder-only language models (their causal-LM class is the decoder of an encoder model, or "
             f"multimodal): {others}."
         )
     return (
         f"Hugging Face classes archlab converts both ways ({len(ok)}): from_hf, load_hf_dir, to_hf, save_hf_dir\n"
-        f"{_text(ok)}\n\nCausal-LM classes archlab refuses ({len(no)}), with what it lacks\n{_text(no)}\n\n"
+        f"{_text(ok)}\n\nVision-language classes whose language model archlab reads alone ({len(inner)}): from_hf, "
+        f"load_hf_dir\n{_text(inner)}\n\nCausal-LM classes archlab refuses ({len(no)}), with what it lacks\n{_text(no)}\n\n"
         f"Not decoder-only language models ({len(NOT_DECODER)}): {others}"
     )
 
@@ -73,6 +84,7 @@ def config_verdict(path: str) -> tuple[bool, str]:
     """Whether the Hugging Face config at ``path`` (a checkpoint directory or a config.json) loads into
     archlab: (True, the family and archlab's layout) or (False, the refusal)."""
     from archlab.interop.hf import config_from_hf, read_hf_config
+    from archlab.interop.wrapped import text_config
 
     given = Path(path)
     if not given.exists():
@@ -82,8 +94,10 @@ def config_verdict(path: str) -> tuple[bool, str]:
         cfg = config_from_hf(config)
     except ConfigError as e:
         return False, f"does not load: {e}"
-    family = FAMILIES[config.model_type]
+    text = text_config(config)
+    family = FAMILIES[(config if text is None else text).model_type]
+    inside = "" if text is None else f", the language model of this {config.model_type} (the rest left out)"
     return True, (
-        f"loads as {family.title} ({family.model_class}): d_model {cfg.d_model}, {cfg.n_layer} layers, "
+        f"loads as {family.title} ({family.model_class}){inside}: d_model {cfg.d_model}, {cfg.n_layer} layers, "
         f"{cfg.attention.kind} attention, {cfg.mlp.kind} MLP, {cfg.block.kind} block, {cfg.position.kind} positions"
     )

@@ -1,16 +1,20 @@
 """The table of transformers causal-LM families archlab does not convert (archlab/interop/families/refused.py)
 against transformers' own ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``: every key is a real ``model_type`` with
 the class named there, the converted, refused and not-decoder sets are disjoint and together cover the
-whole mapping (a family a new transformers adds fails here until it is classified), and every reason is
-one short line. No model is built."""
+whole mapping (a family a new transformers adds fails here until it is classified), every reason is
+one short line, and the wrappers read as their language model (``WRAPPED``) are exactly transformers'
+vision-language classes whose text config a record holds. No model is built."""
 
 import pytest
 
 from archlab.interop.families import FAMILIES, refusals
-from archlab.interop.families.refused import NOT_DECODER, REFUSED
+from archlab.interop.families.refused import NOT_DECODER, REFUSED, WRAPPED
 
 transformers = pytest.importorskip("transformers")
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # noqa: E402
+from transformers.models.auto.modeling_auto import (  # noqa: E402
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+)
 
 # the model_types archlab converts or is adding records for; FAMILIES joins them as records land
 CONVERTED = frozenset(
@@ -40,7 +44,7 @@ def test_converted_refused_and_not_decoder_are_disjoint():
 
 
 def test_the_three_sets_cover_the_mapping():
-    unclassified = sorted(set(MAPPING) - CONVERTED - set(REFUSED) - NOT_DECODER)
+    unclassified = sorted(set(MAPPING) - CONVERTED - set(REFUSED) - NOT_DECODER - set(WRAPPED))
     assert not unclassified, (
         f"transformers has causal-LM model_types archlab has not classified: {unclassified}; add each to "
         "REFUSED (with what archlab lacks) or NOT_DECODER in archlab/interop/families/refused.py"
@@ -54,3 +58,20 @@ def test_reasons_are_one_short_line():
         assert "\n" not in r.missing and len(r.missing) <= MAX_REASON, f"{model_type}: {len(r.missing)} chars"
         if r.missing.startswith("no archlab record yet"):
             assert "(holdable: " in r.missing and r.missing.endswith(")"), model_type
+
+
+def text_model_type(model_type: str) -> str | None:
+    """The model_type of the text config transformers' config class of ``model_type`` declares, if any."""
+    sub = getattr(transformers.CONFIG_MAPPING[model_type], "sub_configs", None) or {}
+    return getattr(sub.get("text_config"), "model_type", None)
+
+
+def test_wrapped_are_the_vision_language_classes_whose_text_config_a_record_holds():
+    """Every vision-language class of transformers whose declared text config a record holds is read as its
+    language model, under its own class name, through that text config's record; none is also refused."""
+    held = {t for t in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES if text_model_type(t) in FAMILIES} - set(FAMILIES)
+    assert set(WRAPPED) == held
+    for model_type, w in WRAPPED.items():
+        assert w.model_class == MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[model_type], model_type
+        assert w.text == text_model_type(model_type), model_type
+    assert not set(WRAPPED) & set(REFUSED)

@@ -5,7 +5,8 @@ the first part of the family's transformers modeling code that no archlab part (
 with the config field or module that shows it, so a refusal can say why rather than only that the
 ``model_type`` is unknown. A family archlab's parts could hold exactly but that has no record yet reads
 ``no archlab record yet (holdable: ...)``. Vision-language wrappers whose text decoder is a causal LM are
-here too, naming what their text decoder lacks or that their ``text_config`` converts alone.
+here too, naming what their text decoder lacks; ``WRAPPED`` holds those whose text config a record holds,
+which ``from_hf`` and ``load_hf_dir`` read as that language model alone (``interop/wrapped.py``).
 ``NOT_DECODER`` holds the ``model_type``s whose causal-LM class is the decoder of an encoder-decoder or
 masked-LM model, or a model that only runs with images, audio or another model's states: no decoder-only
 record could hold them. Read from transformers 5.24's ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``."""
@@ -25,16 +26,6 @@ class Refused(NamedTuple):
 
 REFUSED: dict[str, Refused] = {
     # linear-attention, state-space, recurrent and convolution mixers
-    "qwen3_5": Refused(
-        "Qwen3.5 (vision-language)",
-        "Qwen3_5ForCausalLM",
-        "the vision tower (`vision_config`): its `text_config` (qwen3_5_text) converts alone",
-    ),
-    "qwen3_5_moe": Refused(
-        "Qwen3.5-MoE (vision-language)",
-        "Qwen3_5MoeForCausalLM",
-        "the vision tower (`vision_config`): its `text_config` (qwen3_5_moe_text) converts alone",
-    ),
     "qwen4_exp_text": Refused(
         "Qwen4-Exp",
         "Qwen4ExpForCausalLM",
@@ -223,27 +214,30 @@ REFUSED: dict[str, Refused] = {
         "PhimoeForCausalLM",
         "SparseMixer routing (`sparsemixer`): top-2 weights from masked softmaxes, not archlab's top-k",
     ),
-    # wrappers whose text decoder archlab converts alone
-    "gemma3": Refused(
-        "Gemma 3 (vision-language)",
-        "Gemma3ForConditionalGeneration",
-        "the SigLIP vision tower (`vision_config`): its `text_config` (gemma3_text) converts alone",
-    ),
-    "llama4": Refused(
-        "Llama 4 (vision-language)",
-        "Llama4ForCausalLM",
-        "the vision tower (`vision_config`): its `text_config` (llama4_text) converts alone",
-    ),
-    "emu3": Refused(
-        "Emu3",
-        "Emu3ForCausalLM",
-        "the VQ-VAE image tokenizer (`vq_config`); its `text_config` is LLaMA's parts, no archlab record yet",
-    ),
     "cohere_compass_text": Refused(
         "Cohere Compass (text)",
         "CohereCompassForCausalLM",
         "multimodal RoPE sections (`mrope_section`) in a Cohere 2 decoder",
     ),
+}
+
+
+class Wrapped(NamedTuple):
+    """A transformers wrapper (vision-language) whose language model archlab reads alone, as its text class."""
+
+    title: str  # "Gemma 3 (vision-language)"
+    model_class: str  # the wrapper's class: "Gemma3ForConditionalGeneration"
+    text: str  # its text config's model_type, whose record reads the language model: "gemma3_text"
+
+
+WRAPPED: dict[str, Wrapped] = {
+    "aria": Wrapped("Aria (vision-language)", "AriaForConditionalGeneration", "aria_text"),
+    "emu3": Wrapped("Emu3 (vision-language)", "Emu3ForConditionalGeneration", "emu3_text_model"),
+    "gemma3": Wrapped("Gemma 3 (vision-language)", "Gemma3ForConditionalGeneration", "gemma3_text"),
+    "llama4": Wrapped("Llama 4 (vision-language)", "Llama4ForConditionalGeneration", "llama4_text"),
+    "qwen3_5": Wrapped("Qwen3.5 (vision-language)", "Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
+    "qwen3_5_moe": Wrapped("Qwen3.5-MoE (vision-language)", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text"),
+    "step3p7": Wrapped("Step-3.7 (vision-language)", "Step3p7ForConditionalGeneration", "step3p5"),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from archlab.config import ModelConfig
@@ -28,6 +29,14 @@ from archlab.nn.rope import RoPEConfig
 # what a Step-3.5 layer kind sets of the model's RoPE: every field that its two layer types may set apart
 _SCALED = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_context")}
 _ROPE_FIELDS = ("theta", "rotary_fraction", "rotary_dim", "scaling.kind", *(f"scaling.{f}" for f in _SCALED["llama3"]))
+# Step-3.7's checkpoint names of the MoE (transformers' conversion_mapping "step3p7") -> the model's
+_STEP37_NAMES = {
+    ".moe.gate.weight": ".mlp.gate.weight",
+    ".moe.router_bias": ".mlp.gate.e_score_correction_bias",
+    ".moe.down_proj.weight": ".mlp.experts.down_proj",
+    ".moe.gate_proj.weight": ".mlp.experts.gate_up_proj",
+    ".share_expert.": ".mlp.shared_experts.",
+}
 _PAD_ID = 1  # Step3p7TextConfig's pad_token_id: an int (None is refused); archlab holds no special tokens
 
 
@@ -284,9 +293,18 @@ class Step35(_LayeredSparse):
 
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
         """Without the multi-token-prediction layers a published checkpoint holds after the model's
-        (``num_nextn_predict_layers``: not part of the causal LM)."""
+        (``num_nextn_predict_layers``: not part of the causal LM); Step-3.7's names of the MoE (``moe.*``,
+        ``share_expert``, gate and up stacked apart) as transformers reads them."""
         extra = tuple(f"model.layers.{i}." for i in range(cfg.n_layer, cfg.n_layer + 16))
-        return {k: v for k, v in state.items() if not k.startswith(extra)}
+        out = {}
+        for name, tensor in state.items():
+            if name.startswith(extra) or name.endswith(".moe.up_proj.weight"):
+                continue
+            old = next((o for o in _STEP37_NAMES if o in name), None)
+            if old == ".moe.gate_proj.weight":  # stacked [E, d_ff, d] each: gate_up_proj's halves
+                tensor = torch.cat([tensor, state[name.replace(".gate_proj.", ".up_proj.")]], dim=1)
+            out[name if old is None else name.replace(old, _STEP37_NAMES[old])] = tensor
+        return out
 
 
 RECORDS: tuple[Family, ...] = (Step35(),)
