@@ -6,8 +6,9 @@ every key head, then every value head), z, b and a apart, which archlab's one ``
 that order. Their RoPE is multimodal (``mrope_section``): text positions are the same in its three sections,
 so it is plain RoPE and the sections are left unread. A layout Qwen3.5-MoE holds Qwen3-Next holds too, and
 exports there (the same model; Qwen3-Next comes first in ``FAMILIES``). The published checkpoints are saved
-from the vision-language model: ``model.language_model.*`` is read as ``model.*``, and the vision tower
-(``model.visual.*``) and multi-token-prediction layer (``mtp.*``) are left out, as transformers does."""
+from the vision-language model: ``model.language_model.*`` is read as ``model.*`` and the vision tower
+(``model.visual.*``) left out, as transformers does; the multi-token-prediction layer (``mtp.*``) is read and
+written as Qwen3-Next's (``families/mtp.py``)."""
 
 from __future__ import annotations
 
