@@ -296,3 +296,21 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
     with pytest.raises(ConfigError) as err:
         config_from_hf(hf_config("mixed-clamped", **changes))
     assert err.value.field == field
+
+
+def test_a_full_dense_layer_beside_sliding_moe_ones_converts_back():
+    """Two layers, the full one dense and the sliding one MoE: the router's keys are read from the MoE layer
+    (from the full layer, dense, they raised AttributeError), and the config converts back as it came."""
+    config = hf_config(
+        "mixed-clamped",
+        num_hidden_layers=2,
+        layer_types=[FULL, SLIDING],
+        mlp_layer_types=["dense", "sparse"],
+        rope_theta=[100.0, 10.0],
+        partial_rotary_factors=[0.5, 1.0],
+        swiglu_limits=None,
+        swiglu_limits_shared=None,
+    )
+    cfg = config_from_hf(config)
+    back = config_from_hf(config_to_hf(cfg))
+    assert back == cfg

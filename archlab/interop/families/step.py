@@ -4,6 +4,7 @@ causal-LM class for it: ``to_hf`` builds, and ``from_hf`` reads, ``step_lm.causa
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -178,7 +179,7 @@ class Step35(_LayeredSparse):
         full, sliding = by_type.get(FULL, layers[0]), by_type.get(SLIDING, layers[0])
         moe = next((lc for lc, d in zip(layers, dense) if not d), cfg)
         shared = [shared_config(lc).mlp.swiglu_limit if lc.mlp.kind == "moe" else lc.mlp.swiglu_limit for lc in layers]
-        base = self.base_to_hf(full)
+        base = self.base_to_hf(dataclasses.replace(full, mlp=moe.mlp))  # the router's keys: a MoE layer's
         for key in ("num_local_experts", "router_aux_loss_coef"):  # Step names the count n_routed_experts, has no aux
             del base[key]
         scale = cfg.attention.scale
