@@ -377,3 +377,15 @@ def test_compiled_bench_runs_and_compiled_model_matches_eager():
     torch.testing.assert_close(compiled, eager)
     for g, ref in zip(grads, eager_grads):
         torch.testing.assert_close(g, ref)
+
+
+def test_multi_token_prediction_modules_are_left_out_of_the_steps_flops():
+    """The timed step is the next-token one (transformers' model has no modules to run): a model's MTP
+    modules are built, not run, and its FLOPs per token are those of the same model without them."""
+    from archlab.accounting import count
+
+    cfg = compose("bench", [*TINY_BENCH, "model.head.mtp.depth=1", "compare_hf=false"])
+    out = run_bench(cfg)
+    model_cfg = to_model_config(cfg.model)
+    assert count(model_cfg)["mtp"] > 0
+    assert out["flops_per_token"] == 6 * count(model_cfg)["non_embedding"] + 12 * 2 * 2 * 16 * 16

@@ -11,6 +11,7 @@ MLPs and the rest, backward included (``part_seconds``).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import statistics
 import sys
@@ -407,6 +408,7 @@ def run_bench(cfg) -> dict:
     from archlab.bench.peak_flops import peak_flops
     from archlab.build import build_model
     from archlab.config import to_model_config
+    from archlab.config.model import MTPConfig
     from archlab.generate import generate
     from archlab.nn.validation import validate
     from archlab.precision import compute_dtype
@@ -427,7 +429,10 @@ def run_bench(cfg) -> dict:
         from archlab.interop.hf import to_hf
 
         hf = impls["hf"] = to_hf(model).to(device=device, dtype=dtype)
-    flops_tok = flops_per_token(mcfg, count(mcfg)["active_non_embedding"], T)
+    # the step timed is the next-token one (as transformers' model runs it): any multi-token prediction
+    # modules are built but not run, so their FLOPs are left out of the step's
+    stepped = dataclasses.replace(mcfg, head=dataclasses.replace(mcfg.head, mtp=MTPConfig()))
+    flops_tok = flops_per_token(stepped, count(mcfg)["active_non_embedding"], T)
     x = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
     y = torch.randint(0, mcfg.vocab_size, (cfg.batch_size, T), device=device)
 
