@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from archlab.config.fields import plain_dict
+from archlab.config.fields import choice, plain_dict
 from archlab.config.options import Options
 from archlab.errors import ConfigError
 
@@ -37,6 +37,8 @@ class BlockConfig:
     kind: str = "pre"  # pre | post | parallel | post_sublayer | sandwich | normed_skip
     shared_norm: bool = True  # parallel only: one norm feeds attention and MLP (GPT-J)
     residual_multiplier: float = 1.0  # each sublayer's output times this as it joins the residual stream (Granite)
+    # how each residual add weighs the stream: constant, x + f(x); depth, x·√((i−1)/i) + f(x)/√i at the i-th add (Beam)
+    residual_rule: str = choice("constant", "depth")
     # normed_skip only: h = alpha·norm(x) + beta·sublayer(norm(x)), per sublayer (MiniMax-01's *_alpha/beta_factor)
     attn_alpha: float = 1.0
     attn_beta: float = 1.0

@@ -103,7 +103,7 @@ REFUSED: dict[str, Refused] = {
     "beam": Refused(
         "Beam",
         "BeamForCausalLM",
-        "depth-scaled residual adds, x·√((i−1)/i) + f(x)/√i per add: archlab's residual multiplier is one constant",
+        "a per-head bias on its output gate (`gate_bias`) and NoPE queries × (1 + (p+1)/2048)^0.1 (not Llama 4's log)",
     ),
     "inkling_text": Refused(
         "Inkling",
