@@ -98,6 +98,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.swiglu_limit": (None, "no SwiGLU clamp"),
     "model.mlp.shared_swiglu_limit": (None, "shared experts clamped as the routed ones"),
     "model.mlp.shared_expert_gate": (False, "shared experts added ungated"),
+    "model.mlp.out_norm": (False, "the MoE's output unnormed"),
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),
     "model.mlp.routing.router_bias": (False, "no router bias"),

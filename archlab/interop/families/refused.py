@@ -196,11 +196,6 @@ REFUSED: dict[str, Refused] = {
         "HrmTextForCausalLM",
         "hierarchical recurrence: two layer stacks cycled (`H_cycles`, `L_cycles`)",
     ),
-    "axk1": Refused(
-        "A.X K1",
-        "AXK1ForCausalLM",
-        "a norm on the MoE layers' output alone (`post_mlp_layernorm`): archlab's post_sublayer norms every sublayer",
-    ),
     "longcat_flash": Refused(
         "LongCat-Flash",
         "LongcatFlashForCausalLM",
