@@ -123,11 +123,17 @@ class MTPConfig:
 class HeadConfig:
     """``model.head``: the output projection to the vocabulary (``HEADS``, archlab/nn/head.py)."""
 
-    kind: str = "linear"  # linear (a matrix of its own, or the token embedding when tied)
+    kind: str = (
+        "linear"  # linear (a matrix of its own, or the token embedding when tied) | transform (dense, act, norm first)
+    )
     tied: bool = True
     bias: bool = False
     softcap: Optional[float] = None  # logits -> softcap·tanh(logits/softcap) (Gemma 2: 30)
     logit_scale: float = 1.0  # logits times this, then any softcap (Cohere: logit_scale; Granite: 1/logits_scaling)
+    # transform only: the state through a dense e × e (a bias with transform_bias), this activation and a norm of
+    # model.norm's kind before the vocabulary matrix (ModernBERT's prediction head, BERT's transform)
+    transform_activation: str = choice("gelu", "gelu_tanh", "relu", "silu")
+    transform_bias: bool = False
     mtp: MTPConfig = field(default_factory=MTPConfig)  # multi-token prediction modules (archlab/nn/mtp.py)
 
 

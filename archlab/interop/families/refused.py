@@ -210,7 +210,7 @@ REFUSED: dict[str, Refused] = {
     "modernbert-decoder": Refused(
         "ModernBERT decoder",
         "ModernBertDecoderForCausalLM",
-        "a dense + GELU + LayerNorm prediction head before the vocabulary matrix (`lm_head`, `decoder`)",
+        "no attention norm in the first layer (`layers.0.attn_norm` an Identity: the embeddings are normed instead)",
     ),
     # mixtures of experts
     "phimoe": Refused(
