@@ -39,6 +39,9 @@ class BlockConfig:
     residual_multiplier: float = 1.0  # each sublayer's output times this as it joins the residual stream (Granite)
     # how each residual add weighs the stream: constant, x + f(x); depth, x·√((i−1)/i) + f(x)/√i at the i-th add (Beam)
     residual_rule: str = choice("constant", "depth")
+    attn_norm: bool = (
+        True  # pre only: false, attention reads the stream unnormed (ModernBERT's first layer, by layer kind)
+    )
     # normed_skip only: h = alpha·norm(x) + beta·sublayer(norm(x)), per sublayer (MiniMax-01's *_alpha/beta_factor)
     attn_alpha: float = 1.0
     attn_beta: float = 1.0

@@ -96,6 +96,8 @@ class Block(LayerPart, nn.Module):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         checks.positive("model.block.residual_multiplier", cfg.block.residual_multiplier)
+        if cfg.block.attn_norm is not True and cfg.block.kind != "pre":
+            raise ConfigError("model.block.attn_norm", cfg.block.attn_norm, "true with block kind " + cfg.block.kind)
         if cfg.block.residual_rule == "depth" and cfg.stream.kind != "plain":
             raise ConfigError(
                 "model.block.residual_rule",
@@ -119,28 +121,39 @@ BLOCKS: Registry[type[Block]] = Registry("model.block.kind", base=Block)
 
 @BLOCKS.register("pre")
 class PreNorm(Block):
-    """``x + attn(norm(x))`` then ``x + mlp(norm(x))``, final norm after the last block (GPT-2, LLaMA)."""
+    """``x + attn(norm(x))`` then ``x + mlp(norm(x))``, final norm after the last block (GPT-2, LLaMA); with
+    ``attn_norm: false`` attention reads x itself, no norm built (ModernBERT's first layer, whose input is
+    the normed embeddings)."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
-        assert self.attn_norm is not None  # built: this wiring's norm_names
         if self.attn_stream is not None:  # several streams [B, T, n, d]: each connection reads and writes them
             return self._connected(x, rotary, mask, cache)
-        x = self.residual_add(x, self.attend(self.attn_norm(x), rotary, mask, cache), 0)
+        x = self.residual_add(x, self.attend(self._attn_input(x), rotary, mask, cache), 0)
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
         return self.residual_add(x, self.drop(self.feed(self.mlp_norm(x), mask, cache)), 1)
 
+    def _attn_input(self, x: Tensor) -> Tensor:
+        return x if self.attn_norm is None else self.attn_norm(x)
+
     def _connected(self, h, rotary, mask, cache):
         """The same sublayers, each joined to the residual streams ``h`` by its connection."""
-        assert self.attn_norm is not None and self.attn_stream is not None
-        attn_norm = self.attn_norm
-        h = self.attn_stream(h, lambda x: self.into_residual(self.attend(attn_norm(x), rotary, mask, cache)))
+        assert self.attn_stream is not None
+        h = self.attn_stream(h, lambda x: self.into_residual(self.attend(self._attn_input(x), rotary, mask, cache)))
         if self.mlp is None:
             return h
         assert self.mlp_norm is not None and self.mlp_stream is not None
         mlp_norm = self.mlp_norm
         return self.mlp_stream(h, lambda x: self.into_residual(self.drop(self.feed(mlp_norm(x), mask, cache))))
+
+    @staticmethod
+    def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
+        return ("attn_norm", "mlp_norm") if cfg.block.attn_norm else ("mlp_norm",)
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return super().reads(cfg) | {"attn_norm"}
 
 
 @BLOCKS.register("post")

@@ -61,6 +61,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.embedding_dim": (None, "token embeddings of d_model, no projections"),
     "model.block.residual_multiplier": (1.0, "sublayer outputs added to the residual stream unscaled"),
     "model.block.residual_rule": ("constant", "each residual add x + f(x), not depth-scaled"),
+    "model.block.attn_norm": (True, "a norm before every layer's attention"),
     "model.head.logit_scale": (1.0, "unscaled logits"),
     "model.head.mtp.depth": (0, "no multi-token prediction modules"),
     "model.norm.unit_offset": (False, "norm scales stored as w"),

@@ -210,7 +210,7 @@ REFUSED: dict[str, Refused] = {
     "modernbert-decoder": Refused(
         "ModernBERT decoder",
         "ModernBertDecoderForCausalLM",
-        "no attention norm in the first layer (`layers.0.attn_norm` an Identity: the embeddings are normed instead)",
+        "no archlab record yet (holdable: embedding_norm, a first layer of attn_norm false, local/global RoPE, transform head)",
     ),
     # mixtures of experts
     "phimoe": Refused(
