@@ -201,6 +201,8 @@ class Family:
         return found
 
     block_kinds = False  # whether its layers may differ in their block (model.layers.kinds.<kind>.block)
+    head_kinds: tuple[str, ...] = ("linear",)  # the model.head.kind values it holds
+    tied_head = "lm_head.weight"  # the HF name of the head's matrix, the embedding's where tied
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``problems`` of a layout whose mixers this family has: the fields it cannot hold (a layer kind's
@@ -214,7 +216,7 @@ class Family:
         kinds = (self.position_kind,) if isinstance(self.position_kind, str) else self.position_kind
         rules: list[Rule] = [  # the mixers: mixer_problems, already
             ("model.position.kind", kinds, self.position_why),
-            ("model.head.kind", ("linear",), ""),
+            ("model.head.kind", self.head_kinds, ""),
         ]
         if "model.position.scaling.kind" in self.features:
             rules.append(("model.position.scaling.kind", self.scalings, ""))

@@ -207,11 +207,6 @@ REFUSED: dict[str, Refused] = {
         "a head pruned to the text tokens (`output_vocab_size` rows of the `vocab_size` embeddings); the rest is "
         "Apertus's",
     ),
-    "modernbert-decoder": Refused(
-        "ModernBERT decoder",
-        "ModernBertDecoderForCausalLM",
-        "no archlab record yet (holdable: embedding_norm, a first layer of attn_norm false, local/global RoPE, transform head)",
-    ),
     # mixtures of experts
     "phimoe": Refused(
         "PhiMoE",
