@@ -23,9 +23,10 @@ class Block(LayerPart, nn.Module):
     """Holds a block's parts; subclasses say how they are wired into the residual stream. Built per
     layer as ``Entry(cfg, layer)``; its own parameters are its norms (``num_params``), its attention and
     MLP count as theirs. Every wiring multiplies what a sublayer adds to the residual stream by
-    ``residual_multiplier`` (``into_residual``) and joins it by ``residual_rule`` (``residual_add``). Where the MLP entry is not ``present`` (kind none) the
-    block holds no MLP and none of the norms before or after it, and its MLP step adds nothing. Beside
-    the Component members: ``norms_per_block`` and ``final_norm``."""
+    ``residual_multiplier`` (``into_residual``) and joins it by ``residual_rule`` (``residual_add``). Where
+    the MLP entry is not ``present`` (kind none) the block holds no MLP and none of the norms before or
+    after it, and its MLP step adds nothing. Beside the Component members: ``norms_per_block`` and
+    ``final_norm``."""
 
     final_norm: ClassVar[bool] = True  # does the model need a norm after the last block?
 
