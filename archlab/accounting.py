@@ -128,7 +128,8 @@ def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
 
 def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     """Training FLOPs per token of the multi-token prediction modules: 6 per active parameter, the head's
-    matmul once more per module (6·vocab·width), and what each block does beyond its weights."""
+    matmuls once more per module (6·``logit_params``: vocab·width, a transform head's own too), and what
+    each block does beyond its weights."""
     depth = cfg.head.mtp.depth
     if not depth:
         return 0
@@ -139,8 +140,7 @@ def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
         for k in range(depth)
         for part in (chosen.attention, chosen.mlp, chosen.block)
     )
-    width = embedding_width(cfg)
-    return 6 * depth * (mtp_module_params(cfg, active=True) + cfg.vocab_size * width) + extra
+    return 6 * depth * (mtp_module_params(cfg, active=True) + entries(cfg).head.logit_params(cfg)) + extra
 
 
 def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:

@@ -96,3 +96,22 @@ def test_a_partial_rotary_refusal_names_the_field_that_was_set():
     fields = [[p.field for p in FAMILIES["llama"].problems(cfg)] for cfg in (by_fraction, by_dim)]
     assert "model.position.rotary_fraction" in fields[0] and "model.position.rotary_dim" not in fields[0]
     assert "model.position.rotary_dim" in fields[1]
+
+
+def test_the_listing_opens_with_its_counts_in_every_format(capsys):
+    """The summary line counts the records, the wrappers read as their language model, the refusals and the
+    not-decoder-only classes: first in the text and markdown listings (so docs/interop.md keeps it current),
+    as numbers in the json."""
+    from archlab.interop.families.refused import NOT_DECODER, WRAPPED
+
+    counts = (len(FAMILIES), len(WRAPPED), len(refusals()), len(NOT_DECODER))
+    line = f"{counts[0]} families convert both ways, {counts[1]} vision-language classes load as their language "
+    line += f"model, {counts[2]} are refused naming the part archlab lacks, {counts[3]} are not decoder-only "
+    line += "language models"
+    assert listing("text").splitlines()[0] == line
+    assert listing("markdown").startswith(line + ".\n\n| `model_type` |")
+    summary = json.loads(listing("json"))["summary"]
+    got = (summary["converted"], summary["language_model_of"], summary["refused"], summary["not_decoder_only"])
+    assert got == counts
+    main([])
+    assert capsys.readouterr().out.splitlines()[0] == line

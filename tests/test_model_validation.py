@@ -112,7 +112,7 @@ CASES = [
         "model.attention.kind",
         f"one of {sorted(MIXERS.names())}",  # every registered mixer, a new one included
     ),
-    (["model.head.kind=bogus"], "model.head.kind", "one of ['linear']"),
+    (["model.head.kind=bogus"], "model.head.kind", "one of ['linear', 'transform']"),
     # probabilities
     (["model.dropout=1.0"], "model.dropout", "a probability in [0, 1)"),
     (["model.dropout=-0.1"], "model.dropout", "a probability in [0, 1)"),

@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-from archlab.config.fields import plain_dict
+from archlab.config.fields import choice, plain_dict
 from archlab.config.options import Options
 from archlab.errors import ConfigError
 
@@ -37,6 +37,11 @@ class BlockConfig:
     kind: str = "pre"  # pre | post | parallel | post_sublayer | sandwich | normed_skip
     shared_norm: bool = True  # parallel only: one norm feeds attention and MLP (GPT-J)
     residual_multiplier: float = 1.0  # each sublayer's output times this as it joins the residual stream (Granite)
+    # how each residual add weighs the stream: constant, x + f(x); depth, x·√((i−1)/i) + f(x)/√i at the i-th add (Beam)
+    residual_rule: str = choice("constant", "depth")
+    attn_norm: bool = (
+        True  # pre only: false, attention reads the stream unnormed (ModernBERT's first layer, by layer kind)
+    )
     # normed_skip only: h = alpha·norm(x) + beta·sublayer(norm(x)), per sublayer (MiniMax-01's *_alpha/beta_factor)
     attn_alpha: float = 1.0
     attn_beta: float = 1.0
@@ -121,11 +126,17 @@ class MTPConfig:
 class HeadConfig:
     """``model.head``: the output projection to the vocabulary (``HEADS``, archlab/nn/head.py)."""
 
-    kind: str = "linear"  # linear (a matrix of its own, or the token embedding when tied)
+    kind: str = (
+        "linear"  # linear (a matrix of its own, or the token embedding when tied) | transform (dense, act, norm first)
+    )
     tied: bool = True
     bias: bool = False
     softcap: Optional[float] = None  # logits -> softcap·tanh(logits/softcap) (Gemma 2: 30)
     logit_scale: float = 1.0  # logits times this, then any softcap (Cohere: logit_scale; Granite: 1/logits_scaling)
+    # transform only: the state through a dense e × e (a bias with transform_bias), this activation and a norm of
+    # model.norm's kind before the vocabulary matrix (ModernBERT's prediction head, BERT's transform)
+    transform_activation: str = choice("gelu", "gelu_tanh", "relu", "silu")
+    transform_bias: bool = False
     mtp: MTPConfig = field(default_factory=MTPConfig)  # multi-token prediction modules (archlab/nn/mtp.py)
 
 

@@ -220,7 +220,7 @@ def hf_state_to_archlab(
     record = _family(family, cfg)
     maps = record.tensors(cfg) + mtp_maps(record, cfg)  # the multi-token prediction modules' beside the model's
     needed = {name for m in maps for name in m.hf}
-    ignored = {"lm_head.weight"} if cfg.head.tied else set()  # the tied head is the embedding
+    ignored = {record.tied_head} if cfg.head.tied else set()  # the tied head is the embedding
     missing = sorted(needed - hf_state.keys())
     extra = sorted(k for k in hf_state.keys() - needed - ignored if not k.endswith(_BUFFERS))
     if missing or extra:
@@ -327,7 +327,7 @@ def to_hf(model: Decoder, **hf_kwargs: Any) -> Any:
     hf_model = family.hf_class(_transformers())(config_to_hf(cfg, **hf_kwargs))
     hf_model = hf_model.to(device=p.device, dtype=p.dtype)
     result = hf_model.load_state_dict(archlab_state_to_hf(cfg, model.state_dict()), strict=False)
-    allowed_missing = {"lm_head.weight"} if cfg.head.tied else set()
+    allowed_missing = {family.tied_head} if cfg.head.tied else set()
     if {k for k in result.missing_keys if not k.endswith(_BUFFERS)} - allowed_missing or result.unexpected_keys:
         raise RuntimeError(f"conversion to {type(hf_model).__name__} left {result}")
     return hf_model.train(model.training)

@@ -39,6 +39,16 @@ def refused() -> list[Row]:
     return [Row(t, r.model_class, r.title, r.missing) for t, r in sorted(refusals().items())]
 
 
+def summary() -> str:
+    """The counts in one line: the families converted, the wrappers read as their language model, those
+    refused, the causal-LM classes that are not decoder-only language models (printed first in every format, kept current in docs/interop.md)."""
+    return (
+        f"{len(supported())} families convert both ways, {len(wrapped())} vision-language classes load as their "
+        f"language model, {len(refused())} are refused naming the part archlab lacks, {len(NOT_DECODER)} are not "
+        "decoder-only language models"
+    )
+
+
 def _markdown(rows: list[Row], last: str) -> str:
     lines = [f"| `model_type` | class | {last} |", "|---|---|---|"]
     lines += [f"| `{r.model_type}` | `{r.model_class}` | {r.text} |" for r in rows]
@@ -52,12 +62,18 @@ def _text(rows: list[Row]) -> str:
 
 
 def listing(fmt: str) -> str:
-    """The tables (``text``, ``markdown`` as docs/interop.md holds them, or ``json``)."""
+    """The summary line and the tables (``text``, ``markdown`` as docs/interop.md holds them, or ``json``)."""
     ok, no, inner = supported(), refused(), wrapped()
     others = ", ".join(sorted(NOT_DECODER))
     if fmt == "json":
         return json.dumps(
             {
+                "summary": {
+                    "converted": len(ok),
+                    "language_model_of": len(inner),
+                    "refused": len(no),
+                    "not_decoder_only": len(NOT_DECODER),
+                },
                 "supported": [r._asdict() for r in ok],
                 "language_model_of": [r._asdict() for r in inner],
                 "refused": [r._asdict() for r in no],
@@ -67,12 +83,13 @@ def listing(fmt: str) -> str:
         )
     if fmt == "markdown":
         return (
-            f"{_markdown(ok, 'archlab parts')}\n\n{_markdown(inner, 'what archlab reads (the rest left out)')}\n\n"
-            f"{_markdown(no, 'what archlab lacks')}\n\n"
+            f"{summary()}.\n\n{_markdown(ok, 'archlab parts')}\n\n"
+            f"{_markdown(inner, 'what archlab reads (the rest left out)')}\n\n{_markdown(no, 'what archlab lacks')}\n\n"
             f"Not decoder-only language models (their causal-LM class is the decoder of an encoder model, or "
             f"multimodal): {others}."
         )
     return (
+        f"{summary()}\n\n"
         f"Hugging Face classes archlab converts both ways ({len(ok)}): from_hf, load_hf_dir, to_hf, save_hf_dir\n"
         f"{_text(ok)}\n\nVision-language classes whose language model archlab reads alone ({len(inner)}): from_hf, "
         f"load_hf_dir\n{_text(inner)}\n\nCausal-LM classes archlab refuses ({len(no)}), with what it lacks\n{_text(no)}\n\n"

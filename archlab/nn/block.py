@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Optional
 
 from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
+from archlab.errors import ConfigError
 from archlab.nn.component import LayerPart, Role
 from archlab.nn.mixers.base import KVCache, build_mixer
 from archlab.nn.mlp import MLPS, build_mlp
@@ -21,9 +23,10 @@ class Block(LayerPart, nn.Module):
     """Holds a block's parts; subclasses say how they are wired into the residual stream. Built per
     layer as ``Entry(cfg, layer)``; its own parameters are its norms (``num_params``), its attention and
     MLP count as theirs. Every wiring multiplies what a sublayer adds to the residual stream by
-    ``residual_multiplier`` (``into_residual``). Where the MLP entry is not ``present`` (kind none) the
-    block holds no MLP and none of the norms before or after it, and its MLP step adds nothing. Beside
-    the Component members: ``norms_per_block`` and ``final_norm``."""
+    ``residual_multiplier`` (``into_residual``) and joins it by ``residual_rule`` (``residual_add``). Where
+    the MLP entry is not ``present`` (kind none) the block holds no MLP and none of the norms before or
+    after it, and its MLP step adds nothing. Beside the Component members: ``norms_per_block`` and
+    ``final_norm``."""
 
     final_norm: ClassVar[bool] = True  # does the model need a norm after the last block?
 
@@ -39,6 +42,7 @@ class Block(LayerPart, nn.Module):
         self.mlp_out_norm = build_norm(cfg) if "mlp_out_norm" in names else None
         self.drop = nn.Dropout(cfg.dropout)
         self.residual_multiplier = cfg.block.residual_multiplier
+        self.depth_scaled = cfg.block.residual_rule == "depth"
         # each sublayer's connection to the residual streams (model.stream); None: one plain stream, x + f(x)
         self.attn_stream = build_connection(cfg, 2 * layer)
         self.mlp_stream = build_connection(cfg, 2 * layer + 1) if self.mlp is not None else None
@@ -49,6 +53,16 @@ class Block(LayerPart, nn.Module):
     def into_residual(self, y: Tensor) -> Tensor:
         """A sublayer's output as it joins the residual stream: times ``residual_multiplier`` (Granite)."""
         return y if self.residual_multiplier == 1.0 else y * self.residual_multiplier
+
+    def residual_add(self, x: Tensor, y: Tensor, sublayer: int) -> Tensor:
+        """``x + into_residual(y)``; with ``residual_rule: depth`` the i-th add of the stack weighs both,
+        x·√((i−1)/i) + y/√i, i = 2·layer + 2 + sublayer (attention 0, MLP 1; the embedding is the first
+        add, so every layer counts two: transformers' Beam ``depth_scaled_residual_add``)."""
+        y = self.into_residual(y)
+        if not self.depth_scaled:
+            return x + y
+        i = 2 * self.layer + 2 + sublayer
+        return y * (1.0 / math.sqrt(i)) + x * math.sqrt((i - 1) / i)
 
     def attend(self, x: Tensor, rotary: Optional[Rotation], mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
         return self.drop(self.attn(x, rotary, mask, cache, self.layer))
@@ -83,15 +97,24 @@ class Block(LayerPart, nn.Module):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         checks.positive("model.block.residual_multiplier", cfg.block.residual_multiplier)
+        if cfg.block.attn_norm is not True and cfg.block.kind != "pre":
+            raise ConfigError("model.block.attn_norm", cfg.block.attn_norm, "true with block kind " + cfg.block.kind)
+        if cfg.block.residual_rule == "depth" and cfg.stream.kind != "plain":
+            raise ConfigError(
+                "model.block.residual_rule",
+                "depth",
+                f"constant with model.stream.kind={cfg.stream.kind} (its connections weigh the streams)",
+            )
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
         m = cfg.block.residual_multiplier
-        return cfg.block.kind if m == 1.0 else f"{cfg.block.kind} residual×{m:g}"
+        text = cfg.block.kind if m == 1.0 else f"{cfg.block.kind} residual×{m:g}"
+        return text + (" depth-scaled adds" if cfg.block.residual_rule == "depth" else "")
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"residual_multiplier"})  # shared_norm is the parallel block's
+        return frozenset({"residual_multiplier", "residual_rule"})  # shared_norm is the parallel block's
 
 
 BLOCKS: Registry[type[Block]] = Registry("model.block.kind", base=Block)
@@ -99,28 +122,39 @@ BLOCKS: Registry[type[Block]] = Registry("model.block.kind", base=Block)
 
 @BLOCKS.register("pre")
 class PreNorm(Block):
-    """``x + attn(norm(x))`` then ``x + mlp(norm(x))``, final norm after the last block (GPT-2, LLaMA)."""
+    """``x + attn(norm(x))`` then ``x + mlp(norm(x))``, final norm after the last block (GPT-2, LLaMA); with
+    ``attn_norm: false`` attention reads x itself, no norm built (ModernBERT's first layer, whose input is
+    the normed embeddings)."""
 
     def forward(self, x, rotary=None, mask=None, cache=None):
-        assert self.attn_norm is not None  # built: this wiring's norm_names
         if self.attn_stream is not None:  # several streams [B, T, n, d]: each connection reads and writes them
             return self._connected(x, rotary, mask, cache)
-        x = x + self.into_residual(self.attend(self.attn_norm(x), rotary, mask, cache))
+        x = self.residual_add(x, self.attend(self._attn_input(x), rotary, mask, cache), 0)
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
-        return x + self.into_residual(self.drop(self.feed(self.mlp_norm(x), mask, cache)))
+        return self.residual_add(x, self.drop(self.feed(self.mlp_norm(x), mask, cache)), 1)
+
+    def _attn_input(self, x: Tensor) -> Tensor:
+        return x if self.attn_norm is None else self.attn_norm(x)
 
     def _connected(self, h, rotary, mask, cache):
         """The same sublayers, each joined to the residual streams ``h`` by its connection."""
-        assert self.attn_norm is not None and self.attn_stream is not None
-        attn_norm = self.attn_norm
-        h = self.attn_stream(h, lambda x: self.into_residual(self.attend(attn_norm(x), rotary, mask, cache)))
+        assert self.attn_stream is not None
+        h = self.attn_stream(h, lambda x: self.into_residual(self.attend(self._attn_input(x), rotary, mask, cache)))
         if self.mlp is None:
             return h
         assert self.mlp_norm is not None and self.mlp_stream is not None
         mlp_norm = self.mlp_norm
         return self.mlp_stream(h, lambda x: self.into_residual(self.drop(self.feed(mlp_norm(x), mask, cache))))
+
+    @staticmethod
+    def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
+        return ("attn_norm", "mlp_norm") if cfg.block.attn_norm else ("mlp_norm",)
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return super().reads(cfg) | {"attn_norm"}
 
 
 @BLOCKS.register("post")
@@ -131,11 +165,11 @@ class PostNorm(Block):
 
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_norm is not None  # built: this wiring's norm_names
-        x = self.attn_norm(x + self.into_residual(self.attend(x, rotary, mask, cache)))
+        x = self.attn_norm(self.residual_add(x, self.attend(x, rotary, mask, cache), 0))
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
-        return self.mlp_norm(x + self.into_residual(self.drop(self.feed(x, mask, cache))))
+        return self.mlp_norm(self.residual_add(x, self.drop(self.feed(x, mask, cache)), 1))
 
 
 @BLOCKS.register("parallel")
@@ -156,8 +190,14 @@ class Parallel(Block):
         return ("attn_norm",) if cfg.block.shared_norm else ("attn_norm", "mlp_norm")
 
     @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        super().validate(cfg)
+        if cfg.block.residual_rule != "constant":  # one add joins both sublayers: no i per sublayer
+            raise ConfigError("model.block.residual_rule", cfg.block.residual_rule, "constant with block kind parallel")
+
+    @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"shared_norm", "residual_multiplier"})
+        return frozenset({"shared_norm", "residual_multiplier", "residual_rule"})
 
 
 @BLOCKS.register("post_sublayer")
@@ -167,11 +207,11 @@ class PostSublayerNorm(Block):
 
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_out_norm is not None  # built: this wiring's norm_names
-        x = x + self.into_residual(self.drop(self.attn_out_norm(self.attn(x, rotary, mask, cache, self.layer))))
+        x = self.residual_add(x, self.drop(self.attn_out_norm(self.attn(x, rotary, mask, cache, self.layer))), 0)
         if self.mlp is None:
             return x
         assert self.mlp_out_norm is not None
-        return x + self.into_residual(self.drop(self.mlp_out_norm(self.feed(x, mask, cache))))
+        return self.residual_add(x, self.drop(self.mlp_out_norm(self.feed(x, mask, cache))), 1)
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
@@ -185,13 +225,12 @@ class SandwichNorm(Block):
 
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_norm is not None and self.attn_out_norm is not None  # built: this wiring's norm_names
-        x = x + self.into_residual(
-            self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), rotary, mask, cache, self.layer)))
-        )
+        attended = self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), rotary, mask, cache, self.layer)))
+        x = self.residual_add(x, attended, 0)
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None and self.mlp_out_norm is not None
-        return x + self.into_residual(self.drop(self.mlp_out_norm(self.feed(self.mlp_norm(x), mask, cache))))
+        return self.residual_add(x, self.drop(self.mlp_out_norm(self.feed(self.mlp_norm(x), mask, cache))), 1)
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:

@@ -1,15 +1,18 @@
 """Output heads: ``linear`` maps the final hidden state to vocabulary logits with a matrix of its own,
-or with the token embedding when ``tied`` (Press & Wolf 2017)."""
+or with the token embedding when ``tied`` (Press & Wolf 2017); ``transform`` first passes the state through
+a dense layer, an activation and a norm (BERT's and ModernBERT's prediction head)."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.component import ModelPart, Role
+from archlab.nn.norms import NORMS
 from archlab.registry import Registry
 
 
@@ -34,6 +37,12 @@ class Head(ModelPart, nn.Module):
         return 0
 
     @staticmethod
+    def logit_params(cfg: ModelConfig) -> int:
+        """The parameters one position's logits pass through (a multi-token prediction module's FLOPs count
+        them once more): the vocabulary matrix, vocab × embedding width."""
+        return cfg.vocab_size * embedding_width(cfg)
+
+    @staticmethod
     def describe(cfg: ModelConfig) -> str:
         tied = "tied" if cfg.head.tied else "untied"
         head = tied if cfg.head.logit_scale == 1.0 else f"{tied} logits×{cfg.head.logit_scale:g}"
@@ -45,6 +54,7 @@ class Head(ModelPart, nn.Module):
 
 
 HEADS: Registry[type[Head]] = Registry("model.head.kind", base=Head)
+LINEAR_READS = frozenset({"tied", "bias", "softcap", "logit_scale", "mtp"})  # the linear head's fields
 
 
 @HEADS.register("linear")
@@ -93,6 +103,71 @@ class LinearHead(Head, nn.Linear):
     @staticmethod
     def shared_embedding_params(cfg: ModelConfig) -> int:
         return cfg.vocab_size * embedding_width(cfg) if cfg.head.tied else 0
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return LINEAR_READS
+
+
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
+
+
+class TransformHead(LinearHead):
+    """``linear`` of ``norm(act(dense(x)))``: a dense e × e (its bias with ``transform_bias``), the activation
+    ``transform_activation`` and a norm of ``model.norm``'s kind and settings over e, then the vocabulary
+    matrix (tied or not, its bias, logit scale and softcap as ``linear``'s). ModernBERT's ``lm_head``
+    (``ModernBertPredictionHead``: dense, ``classifier_activation``, LayerNorm) before its ``decoder``."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        e = embedding_width(cfg)
+        self.dense = nn.Linear(e, e, bias=cfg.head.transform_bias)
+        self.activation = ACTIVATIONS[cfg.head.transform_activation]
+        self.transform_norm = NORMS.get(cfg.norm.kind)(cfg, e)
+
+    def param_roles(self) -> dict[str, Role]:
+        roles = {"dense.weight": Role.HIDDEN, "dense.bias": Role.VECTOR}  # e × e, as a block's matrices
+        return (super().param_roles() or {}) | roles | {f"transform_norm.{n}": Role.VECTOR for n in ("weight", "bias")}
+
+    def forward(self, input: Tensor) -> Tensor:
+        return super().forward(self.transform_norm(self.activation(self.dense(input))))
+
+    @staticmethod
+    def transform_params(cfg: ModelConfig) -> int:
+        """The dense e × e (+ e with its bias) and the norm over e."""
+        e = embedding_width(cfg)
+        return e * e + (e if cfg.head.transform_bias else 0) + NORMS.get(cfg.norm.kind).num_params(cfg, e)
+
+    @staticmethod
+    def num_params(cfg: ModelConfig) -> int:
+        return LinearHead.num_params(cfg) + TransformHead.transform_params(cfg)
+
+    @staticmethod
+    def logit_params(cfg: ModelConfig) -> int:
+        return Head.logit_params(cfg) + TransformHead.transform_params(cfg)
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        super().validate(cfg)
+        if not isinstance(cfg.head.transform_bias, bool):
+            raise ConfigError("model.head.transform_bias", cfg.head.transform_bias, "true or false")
+
+    @staticmethod
+    def describe(cfg: ModelConfig) -> str:
+        bias = ", bias" if cfg.head.transform_bias else ""
+        return f"transform (dense{bias}, {cfg.head.transform_activation}, {cfg.norm.kind}) {Head.describe(cfg)}"
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return LINEAR_READS | {"transform_activation", "transform_bias"}
+
+
+HEADS.register("transform")(TransformHead)  # after the class: the name keeps its own type for its members
 
 
 def build_head(cfg: ModelConfig) -> Head:

@@ -1,7 +1,8 @@
 """Mixture of experts, ``model.mlp.kind: moe``: a router sends each token to ``top_k`` of ``n_experts``
 MLPs of kind ``expert`` (Shazeer et al. 2017), beside ``n_shared_experts`` every token goes through
 (DeepSeekMoE, Dai et al. 2024), their output times ``sigmoid(w·x)`` with ``shared_expert_gate`` (Qwen2-MoE,
-Qwen3-Next: one bias-free scalar per token). Dense layers among MoE ones (DeepSeek's first layers) are layer kinds
+Qwen3-Next: one bias-free scalar per token), and with ``out_norm`` their sum through a norm of the model's
+kind (A.X K1's ``post_mlp_layernorm``: on the MoE layers alone, the dense ones being other layer kinds). Dense layers among MoE ones (DeepSeek's first layers) are layer kinds
 setting ``mlp.kind`` to the experts' kind (``model.layers``).
 SwiGLU experts clamp at ``swiglu_limit``, the shared ones at ``shared_swiglu_limit`` where it is set
 (Step-3.5 bounds the two apart; 0: no clamp).
@@ -44,6 +45,7 @@ from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
 from archlab.nn.mlp import MLP, MLPS, ClampFields, GatedWidthConfig, TanhField, d_ff, dense_kind
+from archlab.nn.norms import NORMS, build_norm
 
 
 @dataclass
@@ -82,6 +84,7 @@ class MoEConfig(ClampFields, TanhField, GatedWidthConfig):
     shared_expert_gate: bool = False  # the shared experts' output times sigmoid(w·x) (Qwen2-MoE, Qwen3-Next)
     # the shared SwiGLU experts' swiglu_limit where it differs from the routed ones' (Step-3.5: 16); 0: no clamp
     shared_swiglu_limit: Optional[float] = None
+    out_norm: bool = False  # the output (routed + shared) normed by the model's norm kind (A.X K1's post_mlp_layernorm)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
 
 
@@ -147,7 +150,7 @@ class Experts(nn.Module):
         return getattr(self, f"{self.names[0]}_bias"), getattr(self, f"{self.names[1]}_bias")
 
 
-_OWN_FIELDS = frozenset({"expert", "expert_d_ff", "n_shared_experts", "shared_expert_gate", "routing"})
+_OWN_FIELDS = frozenset({"expert", "expert_d_ff", "n_shared_experts", "shared_expert_gate", "out_norm", "routing"})
 
 
 class MoE(MLP):
@@ -187,6 +190,7 @@ class MoE(MLP):
         width = m.n_shared_experts * f
         self.shared = dense_kind(m.expert)(shared_config(cfg), layer, width=width) if width else None
         self.shared_gate = nn.Linear(d, 1, bias=False) if m.shared_expert_gate else None
+        self.out_norm = build_norm(cfg) if m.out_norm else None
         self.aux_losses: dict[str, tuple[float, Tensor]] = {}
 
     def param_roles(self) -> dict[str, Role]:
@@ -200,6 +204,8 @@ class MoE(MLP):
             "router.weight": Role.OUTPUT,
             "router.bias": Role.VECTOR,
             "shared_gate.weight": Role.OUTPUT,
+            "out_norm.weight": Role.VECTOR,
+            "out_norm.bias": Role.VECTOR,
         }
 
     def forward(self, x: Tensor) -> Tensor:
@@ -210,6 +216,8 @@ class MoE(MLP):
         if self.shared is not None:
             shared = self.shared(flat)
             y = y + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
+        if self.out_norm is not None:
+            y = self.out_norm(y)
         return y.view(*x.shape[:-1], y.shape[-1])
 
     def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -318,11 +326,13 @@ class MoE(MLP):
 
     @staticmethod
     def params(cfg: ModelConfig, routed: int) -> int:
-        """Parameters of one MoE layer counting ``routed`` of its routed experts; the shared experts' gate d."""
+        """Parameters of one MoE layer counting ``routed`` of its routed experts; the shared experts' gate d;
+        the output norm's (a norm over d_model)."""
         m, entry = cfg.mlp, dense_kind(cfg.mlp.expert)
         f = expert_width(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
         shared += cfg.d_model if m.shared_expert_gate else 0
+        shared += NORMS.get(cfg.norm.kind).num_params(cfg) if m.out_norm else 0
         return m.routing.n_experts * (cfg.d_model + m.routing.router_bias) + routed * entry.params_at(cfg, f) + shared
 
     @classmethod
@@ -380,7 +390,7 @@ class MoE(MLP):
         form = dense_kind(f.expert).form(cfg)
         r = f.routing
         routing = (", router bias" if r.router_bias else "") + (", weighted inputs" if r.weight_input else "")
-        experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}"
+        experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}" + (", normed output" if f.out_norm else "")
         return f"moe top-{r.top_k} of {r.n_experts}{shared} {experts}{routing}"
 
 

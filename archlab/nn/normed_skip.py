@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from archlab import checks
 from archlab.config import ModelConfig
+from archlab.errors import ConfigError
 from archlab.nn.block import BLOCKS, Block
 
 FIELDS = ("attn_alpha", "attn_beta", "mlp_alpha", "mlp_beta")
@@ -35,6 +36,12 @@ class NormedSkip(Block):
     def validate(cls, cfg: ModelConfig) -> None:
         for name in FIELDS:
             checks.positive(f"model.block.{name}", getattr(cfg.block, name))
+        if cfg.block.attn_norm is not True:
+            raise ConfigError("model.block.attn_norm", cfg.block.attn_norm, "true with block kind normed_skip")
+        if cfg.block.residual_rule != "constant":  # its skip is the normed input, scaled by its alphas
+            raise ConfigError(
+                "model.block.residual_rule", cfg.block.residual_rule, "constant with block kind normed_skip"
+            )
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:

@@ -60,6 +60,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.embedding_multiplier": (1.0, "unscaled embeddings"),
     "model.embedding_dim": (None, "token embeddings of d_model, no projections"),
     "model.block.residual_multiplier": (1.0, "sublayer outputs added to the residual stream unscaled"),
+    "model.block.residual_rule": ("constant", "each residual add x + f(x), not depth-scaled"),
+    "model.block.attn_norm": (True, "a norm before every layer's attention"),
     "model.head.logit_scale": (1.0, "unscaled logits"),
     "model.head.mtp.depth": (0, "no multi-token prediction modules"),
     "model.norm.unit_offset": (False, "norm scales stored as w"),
@@ -97,6 +99,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.swiglu_limit": (None, "no SwiGLU clamp"),
     "model.mlp.shared_swiglu_limit": (None, "shared experts clamped as the routed ones"),
     "model.mlp.shared_expert_gate": (False, "shared experts added ungated"),
+    "model.mlp.out_norm": (False, "the MoE's output unnormed"),
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),
     "model.mlp.routing.router_bias": (False, "no router bias"),
@@ -198,6 +201,8 @@ class Family:
         return found
 
     block_kinds = False  # whether its layers may differ in their block (model.layers.kinds.<kind>.block)
+    head_kinds: tuple[str, ...] = ("linear",)  # the model.head.kind values it holds
+    tied_head = "lm_head.weight"  # the HF name of the head's matrix, the embedding's where tied
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """``problems`` of a layout whose mixers this family has: the fields it cannot hold (a layer kind's
@@ -211,7 +216,7 @@ class Family:
         kinds = (self.position_kind,) if isinstance(self.position_kind, str) else self.position_kind
         rules: list[Rule] = [  # the mixers: mixer_problems, already
             ("model.position.kind", kinds, self.position_why),
-            ("model.head.kind", ("linear",), ""),
+            ("model.head.kind", self.head_kinds, ""),
         ]
         if "model.position.scaling.kind" in self.features:
             rules.append(("model.position.scaling.kind", self.scalings, ""))

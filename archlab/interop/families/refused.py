@@ -94,7 +94,7 @@ REFUSED: dict[str, Refused] = {
     "beam": Refused(
         "Beam",
         "BeamForCausalLM",
-        "depth-scaled residual adds, x·√((i−1)/i) + f(x)/√i per add: archlab's residual multiplier is one constant",
+        "a per-head bias on its output gate (`gate_bias`) and NoPE queries × (1 + (p+1)/2048)^0.1 (not Llama 4's log)",
     ),
     "inkling_text": Refused(
         "Inkling",
@@ -187,11 +187,6 @@ REFUSED: dict[str, Refused] = {
         "HrmTextForCausalLM",
         "hierarchical recurrence: two layer stacks cycled (`H_cycles`, `L_cycles`)",
     ),
-    "axk1": Refused(
-        "A.X K1",
-        "AXK1ForCausalLM",
-        "a norm on the MoE layers' output alone (`post_mlp_layernorm`): archlab's post_sublayer norms every sublayer",
-    ),
     "longcat_flash": Refused(
         "LongCat-Flash",
         "LongcatFlashForCausalLM",
@@ -202,11 +197,6 @@ REFUSED: dict[str, Refused] = {
         "Apertus1p5TextForCausalLM",
         "a head pruned to the text tokens (`output_vocab_size` rows of the `vocab_size` embeddings); the rest is "
         "Apertus's",
-    ),
-    "modernbert-decoder": Refused(
-        "ModernBERT decoder",
-        "ModernBertDecoderForCausalLM",
-        "a dense + GELU + LayerNorm prediction head before the vocabulary matrix (`lm_head`, `decoder`)",
     ),
     # mixtures of experts
     "phimoe": Refused(
