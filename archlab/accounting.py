@@ -94,14 +94,19 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
     T = seq_len or model.context_length
     order = schedule(model)
     runs = [(i, layers[i]) for i, _ in order]  # each layer as often as it runs
-    extra = sum(
-        part.extra_flops(c, T, i) for i, c in runs for part in (entries(c).attention, entries(c).mlp, entries(c).block)
-    )
+    extra = sum(_extra_flops(c, T, i) for i, c in runs)
     connections = sum(1 + entries(c).mlp.present for _, c in runs)  # a sublayer's connection to the streams
     extra += entries(model).stream.extra_flops(model, connections)
     again = sum(_run_params(model, layers[i], i) for i, p in order if p > 0)
     # a looped layer's weights once per pass after its first; the multi-token prediction modules
     return 6 * (active_non_embedding + again) + extra + mtp_flops_per_token(model, T)
+
+
+def _extra_flops(cfg: ModelConfig, seq_len: int, layer: int) -> int:
+    """What one run of layer ``layer`` (of config ``cfg``) does beyond its weights: its attention's, MLP's and
+    block's ``extra_flops`` (attention's scores)."""
+    e = entries(cfg)
+    return sum(part.extra_flops(cfg, seq_len, layer) for part in (e.attention, e.mlp, e.block))
 
 
 def _run_params(model: ModelConfig, cfg: ModelConfig, layer: int) -> int:
@@ -117,13 +122,12 @@ def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
     """One multi-token prediction module's parameters (``active``: those one token passes through): three
     norms, the projection of 2·d_model to d_model, and its block's attention, MLP and norms."""
     layer, index = mtp_layer(cfg), mtp_layer_index(cfg, 0)
+    own = 3 * entries(cfg).norm.num_params(cfg) + 2 * cfg.d_model * cfg.d_model
+    if active:  # a module's block runs on one stream: no connections
+        return own + _run_params(layer, layer, index)
     chosen = entries(layer)
-    if active:
-        sublayers = chosen.attention.active_params(layer, index) + chosen.mlp.active_params(layer, index)
-    else:
-        sublayers = chosen.attention.num_params(layer, index) + chosen.mlp.num_params(layer, index)
-    norms = 3 * entries(cfg).norm.num_params(cfg)
-    return norms + 2 * cfg.d_model * cfg.d_model + sublayers + chosen.block.num_params(layer, index)
+    sublayers = chosen.attention.num_params(layer, index) + chosen.mlp.num_params(layer, index)
+    return own + sublayers + chosen.block.num_params(layer, index)
 
 
 def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
@@ -134,12 +138,7 @@ def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     if not depth:
         return 0
     layer = mtp_layer(cfg)
-    chosen = entries(layer)
-    extra = sum(
-        part.extra_flops(layer, seq_len, mtp_layer_index(cfg, k))
-        for k in range(depth)
-        for part in (chosen.attention, chosen.mlp, chosen.block)
-    )
+    extra = sum(_extra_flops(layer, seq_len, mtp_layer_index(cfg, k)) for k in range(depth))
     return 6 * depth * (mtp_module_params(cfg, active=True) + entries(cfg).head.logit_params(cfg)) + extra
 
 

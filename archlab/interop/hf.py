@@ -32,7 +32,7 @@ from archlab.interop.families.moe import sparse_family
 from archlab.interop.families.mtp import checkpoint_depth, mtp_maps, take, with_depth
 from archlab.interop.families.mtp import copies as mtp_copies
 from archlab.interop.families.refused import NOT_DECODER
-from archlab.interop.families.tensors import join, split
+from archlab.interop.families.tensors import TensorMap, join, split
 from archlab.interop.nearest import nearest
 from archlab.interop.wrapped import language_model_state, text_config
 from archlab.nn.model import Decoder
@@ -236,8 +236,13 @@ def archlab_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None =
     the family ``cfg``'s layout maps to): fused tensors are split into copies, others laid out as HF
     stores them."""
     cfg = validate(to_model_config(cfg))
+    return _split_all(_family(family, cfg).tensors(cfg), state)
+
+
+def _split_all(maps: list[TensorMap], state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The HF tensors of ``maps`` from archlab's ``state``: each map's tensor split as its layout says."""
     out = {}
-    for m in _family(family, cfg).tensors(cfg):
+    for m in maps:
         out.update(zip(m.hf, split(m, state[m.archlab], tuple(state[name] for name in m.others))))
     return out
 
@@ -248,9 +253,7 @@ def mtp_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None = Non
     expert), with the copies of the embedding and the head DeepSeek-V3's checkpoints hold."""
     cfg = validate(to_model_config(cfg))
     record = _family(family, cfg)
-    out = {}
-    for m in mtp_maps(record, cfg):
-        out.update(zip(m.hf, split(m, state[m.archlab], tuple(state[name] for name in m.others))))
+    out = _split_all(mtp_maps(record, cfg), state)
     if not out:
         return out
     main = {m.hf[0]: state[m.archlab] for m in record.tensors(cfg) if m.archlab in ("tok_emb.weight", "head.weight")}

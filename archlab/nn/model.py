@@ -99,10 +99,12 @@ class Decoder(nn.Module):
         # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module
         own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if own_position(cfg, c)}
         # multi-token prediction modules (model.head.mtp), their blocks of layer kind mtp.layer or the model's
-        self.mtp = MultiTokenPrediction(cfg) if cfg.head.mtp.depth else None
-        self.mtp_position = cfg.head.mtp.layer if self.mtp is not None and own_position(cfg, mtp_layer(cfg)) else None
-        if self.mtp_position is not None:
-            own[self.mtp_position] = mtp_layer(cfg)
+        module_layer = mtp_layer(cfg) if cfg.head.mtp.depth else None
+        self.mtp = None if module_layer is None else MultiTokenPrediction(cfg, module_layer)
+        self.mtp_position = None
+        if module_layer is not None and own_position(cfg, module_layer):
+            self.mtp_position = cfg.head.mtp.layer
+            own[self.mtp_position] = module_layer
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
         self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
         self.loop = Loop(cfg)  # the order the layers run in: a looped range again, pass after pass (model.layers.loop)

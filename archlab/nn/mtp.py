@@ -59,9 +59,9 @@ class MTPModule(nn.Module):
 class MultiTokenPrediction(nn.Module):
     """The ``depth`` modules (counted in closed form by ``accounting``, each block from ``mtp_layer``'s entries)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: ModelConfig):
+        """``layer``: the config of each module's block (``mtp_layer``'s)."""
         super().__init__()
-        layer = mtp_layer(cfg)
         self.weight = cfg.head.mtp.weight
         self.depths = nn.ModuleList(MTPModule(cfg, layer, mtp_layer_index(cfg, k)) for k in range(cfg.head.mtp.depth))
         self.aux_losses: dict[str, tuple[float, Tensor]] = {}  # the latest training forward's (Decoder.forward)
