@@ -155,15 +155,22 @@ def test_bad_format_is_refused():
     [("llama2-7b", "LlamaForCausalLM"), ("gpt2", "GPT2LMHeadModel"), ("mixtral-8x7b", "MixtralForCausalLM")],
 )
 def test_one_model_says_which_hugging_face_class_it_exports_to(capsys, preset, model_class):
+    """The class, and the other families that hold the layout (``archlab-export family=``): each one's
+    transformers config class takes the layout's config."""
+    from archlab import compose_model
+    from archlab.interop.families import FAMILIES
+    from archlab.interop.hf import config_to_hf
+
     code, out = check_in_process(capsys, f"model={preset}")
-    assert code == 0 and f"exports to: {model_class} (Hugging Face, with archlab-export)" in out.splitlines()
-    _, out = check_in_process(capsys, f"model={preset}", "format=json")
-    assert json.loads(out)["hf_export"] == {
-        "exports_to": model_class,
-        "nearest": None,
-        "blocking": [],
-        "transformers_installed": True,
-    }
+    _, json_out = check_in_process(capsys, f"model={preset}", "format=json")
+    export = json.loads(json_out)["hf_export"]
+    also = export.pop("also_held_by")
+    assert export == {"exports_to": model_class, "nearest": None, "blocking": [], "transformers_installed": True}
+    line = f"exports to: {model_class} (Hugging Face, with archlab-export)"
+    assert code == 0 and (line + (f"; also held by family={', '.join(also)}" if also else "")) in out.splitlines()
+    assert FAMILIES[also[0]].model_class != model_class  # llama: mistral, ..., gpt2: opt, ..., mixtral: ...
+    for family in also:
+        assert type(config_to_hf(compose_model([f"model={preset}"]), family)).__name__ == FAMILIES[family].config_class
 
 
 def test_a_layout_that_cannot_export_lists_every_blocking_field_and_the_nearest_class(capsys):
@@ -190,7 +197,9 @@ def test_a_layout_that_cannot_export_lists_every_blocking_field_and_the_nearest_
     fixed = [*layout, "model/position=rope", "model.dropout=0.0"]
     assert isinstance(config_to_hf(compose_model(fixed)), transformers.LlamaConfig)
     _, out = check_in_process(capsys, *fixed)
-    assert "exports to: LlamaForCausalLM (Hugging Face, with archlab-export)" in out.splitlines()
+    assert any(
+        x.startswith("exports to: LlamaForCausalLM (Hugging Face, with archlab-export)") for x in out.splitlines()
+    )
 
 
 @pytest.mark.parametrize(
@@ -237,10 +246,11 @@ def test_without_transformers_the_export_line_says_so(capsys, monkeypatch):
         importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else find_spec(name, *a)
     )
     _, out = check_in_process(capsys, "model=gpt2")
-    assert (
-        'exports to: GPT2LMHeadModel (Hugging Face, with archlab-export); transformers is not installed (pip install -e ".[hf]"), which the export needs'
-        in out.splitlines()
+    note = '; transformers is not installed (pip install -e ".[hf]"), which the export needs'
+    line = next(
+        x for x in out.splitlines() if x.startswith("exports to: GPT2LMHeadModel (Hugging Face, with archlab-export)")
     )
+    assert line.endswith(note)
 
 
 HYBRID = ["+mixer_variant=hybrid_1_4", "model.n_layer=4"]  # Gated DeltaNet 3:1 with attention (study_mixers)

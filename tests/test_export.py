@@ -85,6 +85,19 @@ def test_exported_model_and_tokenizer_match_archlab(kind, tmp_path, capsys):
             hf_tok("Z€")
 
 
+def test_family_writes_another_class_that_holds_the_layout(tmp_path, capsys):
+    """A LLaMA layout is Mistral's too: ``family=mistral`` writes MistralForCausalLM (not the LlamaForCausalLM
+    the layout exports to by default), which gives archlab's logits."""
+    tokenizer = TOKENIZERS["char"]()
+    model = saved(tmp_path / "model.safetensors", LAYOUTS["char"][0], tokenizer, seed=3)
+    main([str(tmp_path / "model.safetensors"), f"out={tmp_path / 'hf'}", "family=mistral"])
+    assert "wrote MistralForCausalLM" in capsys.readouterr().out
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf", attn_implementation="eager").eval()
+    assert type(hf).__name__ == "MistralForCausalLM"
+    ids = tokenizer.encode(TEXT[:32])
+    assert (logits(hf, ids) - logits(model.eval(), ids)).abs().max().item() < 1e-4
+
+
 @pytest.mark.parametrize("kind", ["char", "byte"])
 def test_the_runs_eos_is_named_without_changing_any_encoding(kind, tmp_path, capsys):
     """A run whose data ends documents with a newline (``data.eos_id``): config.json and generation_config.json
@@ -186,6 +199,13 @@ def _file(tmp_path, overrides, tokenizer=None):
             "ArceeForCausalLM, the nearest Hugging Face class; also model.block.kind=pre (is parallel)",
         ),
         (lambda t: (t / "out" / "x").mkdir(parents=True) or _file(t, ["model=nano"], ByteTokenizer()), [], "out", "x"),
+        (  # a family that does not hold the layout: those that do are listed
+            lambda t: _file(t, ["model=nano"], ByteTokenizer()),
+            ["family=llama"],
+            "family",
+            "a family that holds this layout exactly (model.position.kind is not LLaMA's): gpt2, opt, gpt_bigcode",
+        ),
+        (lambda t: _file(t, ["model=nano"], ByteTokenizer()), ["family=gpt9"], "family", ": gpt2, opt"),
     ],
 )
 def test_bad_input_is_one_line_before_any_work(make, settings, field, says, tmp_path, capsys):

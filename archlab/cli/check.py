@@ -37,7 +37,7 @@ from archlab.config.loop import describe_loop
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.interop.families.base import bare
-from archlab.interop.hf import exportability
+from archlab.interop.hf import exportability, holding_families
 from archlab.nn.validation import entries, validate
 
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
@@ -207,12 +207,14 @@ def layer_kinds(cfg: Any) -> dict[str, dict[str, Any]]:
 
 
 def export_report(cfg: Any) -> dict[str, Any]:
-    """The Hugging Face class the layout exports to, or (``exports_to`` null) the nearest class and every
+    """The Hugging Face class the layout exports to and the other families (``model_type``) that hold it
+    exactly, which ``archlab-export family=`` picks; or (``exports_to`` null) the nearest class and every
     field that blocks it, each with its value and what that class allows; and whether transformers,
     which the export itself needs, is installed."""
     family, problems = exportability(cfg)
     return {
         "exports_to": None if problems else family.model_class,
+        "also_held_by": [] if problems else [f.model_type for f in holding_families(cfg) if f is not family],
         "nearest": family.model_class if problems else None,
         "blocking": [{"field": p.field, "value": p.value, "allowed": p.wants} for p in problems],
         "transformers_installed": importlib.util.find_spec("transformers") is not None,
@@ -224,6 +226,8 @@ def export_line(export: dict[str, Any]) -> str:
     ..., which needs <field>=<allowed> (is <value>), ...``."""
     if export["exports_to"] is not None:
         line = f"exports to: {export['exports_to']} (Hugging Face, with archlab-export)"
+        if export["also_held_by"]:
+            line += f"; also held by family={', '.join(export['also_held_by'])}"
     else:
         needs = ", ".join(f"{b['field']}={b['allowed']} (is {bare(b['value'])})" for b in export["blocking"])
         line = f"not exportable to Hugging Face; nearest: {export['nearest']}, which needs {needs}"

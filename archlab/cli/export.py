@@ -4,6 +4,7 @@ transformers' AutoModelForCausalLM and AutoTokenizer load.
     archlab-export outputs/shakespeare out=hf/shakespeare                  # a run: its model.safetensors
     archlab-export outputs/shakespeare/checkpoints/last.ckpt out=hf/last    # a checkpoint, the run's tokenizer
     archlab-export model.safetensors format=hf out=hf/model
+    archlab-export outputs/moe out=hf/moe family=qwen3_5_moe_text         # one of the classes holding the layout
 
 A run directory exports the final weights it wrote (model.safetensors, as archlab-generate reads them).
 Every setting, the layout's Hugging Face class and the tokenizer are checked before any weights are read.
@@ -26,7 +27,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return
     from archlab.interop.export import export_hf, plan_export  # torch and the converters: only when there is work
 
-    plan = plan_export(cfg.source, cfg.format, cfg.out)
+    plan = plan_export(cfg.source, cfg.format, cfg.out, cfg.family)
     out = export_hf(plan)
     print(
         f"wrote {plan.model_class} and its {plan.tokenizer.kind} tokenizer to {out}\n"

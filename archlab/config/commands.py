@@ -129,6 +129,11 @@ class ExportConfig:
     )
     out: str = setting(help="the new (or empty) directory to write the Hugging Face model and tokenizer into")
     format: str = setting("hf", "hf: config.json, model.safetensors and tokenizer.json for transformers' Auto classes")
+    family: Optional[str] = setting(
+        None,
+        "the Hugging Face model_type to write where several hold the layout exactly (archlab-check lists them); "
+        "null = the one archlab-interop lists first",
+    )
 
 
 @dataclass

@@ -24,7 +24,7 @@ from archlab import checks
 from archlab.config import ModelConfig, recorded_model_config
 from archlab.errors import ConfigError
 from archlab.interop.families.base import bare
-from archlab.interop.hf import exportability, to_hf, write_mtp
+from archlab.interop.hf import export_family, exportability, to_hf, write_mtp
 from archlab.interop.hf_tokenizer import to_hf_tokenizer
 from archlab.nn.validation import validate
 from archlab.run_files import EXPORT, HYDRA_FILES, SUMMARY, read_checkpoint, read_summary
@@ -39,12 +39,13 @@ TOKENIZER_FILE = "archlab_tokenizer.json"  # in an export: archlab's tokenizer a
 @dataclass
 class ExportPlan:
     """What an export reads and writes, every part checked: the weights file (safetensors or .ckpt), its
-    model config, its tokenizer, the Hugging Face class it becomes, the output directory and the EOS id of
-    the run's data (None where none is known)."""
+    model config, its tokenizer, the family (``model_type``) and Hugging Face class it becomes, the output
+    directory and the EOS id of the run's data (None where none is known)."""
 
     weights: Path
     config: ModelConfig
     tokenizer: Any
+    family: str
     model_class: str
     out: Path
     eos_id: Optional[int] = None
@@ -149,20 +150,22 @@ def read_source(source: str, field: str) -> tuple[Path, ModelConfig, Any]:
     return path, config, read_tokenizer(path, field)
 
 
-def plan_export(source: str, format: str, out: str) -> ExportPlan:
+def plan_export(source: str, format: str, out: str, family: Optional[str] = None) -> ExportPlan:
     """Every check of an export, before any weights are read: ConfigError naming ``source``, ``format``,
-    ``out`` or the first model field that blocks the export (the others listed beside it)."""
+    ``out``, ``family`` (where given, one of the families that hold the layout exactly) or the first model
+    field that blocks the export (the others listed beside it)."""
     checks.choice("format", format, FORMATS)
     weights, config, tokenizer = read_source(source, "source")
-    family, problems = exportability(validate(config))
+    nearest, problems = exportability(validate(config))
     if problems:
         first, *rest = problems
         also = "".join(f"; also {p.field}={p.wants} (is {bare(p.value)})" for p in rest)
         raise ConfigError(
             first.field,
             first.value,
-            f"{first.wants} to export {source} to {family.model_class}, the nearest Hugging Face class{first.why}{also}",
+            f"{first.wants} to export {source} to {nearest.model_class}, the nearest Hugging Face class{first.why}{also}",
         )
+    record = export_family(config, family)
     if tokenizer is None:
         raise ConfigError(
             "source",
@@ -189,7 +192,7 @@ def plan_export(source: str, format: str, out: str) -> ExportPlan:
     if path.is_dir() and any(path.iterdir()):
         held = ", ".join(sorted(p.name for p in path.iterdir())[:5])
         raise ConfigError("out", out, f"a new or empty directory (this one holds {held})")
-    return ExportPlan(weights, config, tokenizer, family.model_class, path, eos_id)
+    return ExportPlan(weights, config, tokenizer, record.model_type, record.model_class, path, eos_id)
 
 
 def load_model(weights: Path, config: ModelConfig, field: str = "source") -> Any:
@@ -215,9 +218,11 @@ def export_hf(plan: ExportPlan) -> Path:
 
     logging.disable_progress_bar()  # one small directory: no "Writing model shards" bar
     model = load_model(plan.weights, plan.config).eval()
-    hf_model = to_hf(model, eos_token_id=plan.eos_id)
+    hf_model = to_hf(model, plan.family, eos_token_id=plan.eos_id)
     hf_model.save_pretrained(str(plan.out))
-    write_mtp(plan.out, model.cfg, model.state_dict())  # its multi-token prediction modules, beside the model
+    write_mtp(
+        plan.out, model.cfg, model.state_dict(), plan.family
+    )  # its multi-token prediction modules, beside the model
     to_hf_tokenizer(plan.tokenizer, plan.config.context_length, plan.eos_id).save_pretrained(str(plan.out))
     (plan.out / TOKENIZER_FILE).write_text(json.dumps(plan.tokenizer.to_dict()) + "\n", encoding="utf-8")
     return plan.out

@@ -117,18 +117,39 @@ def _family(name: str | None, cfg: ModelConfig) -> Family:
     return FAMILIES[name] if name is not None else family_of(cfg)
 
 
+def holding_families(cfg: Any) -> list[Family]:
+    """Every family that holds ``cfg`` exactly, in ``FAMILIES``' order."""
+    cfg = validate(to_model_config(cfg))
+    return [f for f in FAMILIES.values() if not f.problems(cfg)]
+
+
+def export_family(cfg: ModelConfig, name: str | None, field: str = "family") -> Family:
+    """The family ``cfg`` exports to: ``family_of``'s, or the one ``name`` gives where several hold the same
+    layout (Qwen3.5-MoE's text model is Qwen3-Next's, Seed-OSS's Emu3's); ConfigError naming ``field``
+    unless that family holds ``cfg`` exactly, listing those that do."""
+    if name is None:
+        return family_of(cfg)
+    holding = [f.model_type for f in holding_families(cfg)]
+    record = FAMILIES.get(name)
+    if record is None or record.model_type not in holding:
+        why = "" if record is None else f" ({record.problems(cfg)[0].field} is not {record.title}'s)"
+        allowed = ", ".join(holding) or "none: no family holds this layout (archlab-check names what blocks it)"
+        raise ConfigError(field, name, f"a family that holds this layout exactly{why}: {allowed}")
+    return record
+
+
 # ---------------------------------------------------------------- configs
 
 
-def config_to_hf(cfg: Any, **hf_kwargs: Any) -> Any:
-    """The transformers config of the family that holds ``cfg`` exactly; ``hf_kwargs`` are passed on
-    (archlab configs carry no special tokens, so bos/eos/pad ids default to None, but where a family's
-    config class takes an int: Step-3.5's pad id)."""
+def config_to_hf(cfg: Any, family: str | None = None, **hf_kwargs: Any) -> Any:
+    """The transformers config of the family that holds ``cfg`` exactly (``export_family``: ``family``'s where
+    given); ``hf_kwargs`` are passed on (archlab configs carry no special tokens, so bos/eos/pad ids default
+    to None, but where a family's config class takes an int: Step-3.5's pad id)."""
     cfg = validate(to_model_config(cfg))
-    family = family_of(cfg)
-    family.check(cfg)
-    kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **family.to_hf(cfg), **hf_kwargs}
-    return getattr(_transformers(), family.config_class)(**kwargs)
+    record = export_family(cfg, family)
+    record.check(cfg)
+    kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **record.to_hf(cfg), **hf_kwargs}
+    return getattr(_transformers(), record.config_class)(**kwargs)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -261,13 +282,13 @@ def mtp_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None = Non
     return {**unstack_experts(out, matrices), **mtp_copies(record, cfg, main)}
 
 
-def write_mtp(path: Path, cfg: Any, state: dict[str, Tensor]) -> None:
+def write_mtp(path: Path, cfg: Any, state: dict[str, Tensor], family: str | None = None) -> None:
     """Add the multi-token prediction modules' tensors (``mtp_state_to_hf``) to a directory
     ``save_pretrained`` wrote: into its ``model.safetensors``, or as a file of their own that its index
     names; nothing for a model without modules."""
     from safetensors.torch import load_file, save_file
 
-    tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in mtp_state_to_hf(cfg, state).items()}
+    tensors = {k: v.detach().to("cpu").clone().contiguous() for k, v in mtp_state_to_hf(cfg, state, family).items()}
     if not tensors:
         return
     index = path / "model.safetensors.index.json"
@@ -321,16 +342,18 @@ def from_hf(hf_model: Any, family: str | None = None) -> Decoder:
     return _decoder(cfg, state).train(hf_model.training)
 
 
-def to_hf(model: Decoder, **hf_kwargs: Any) -> Any:
-    """The transformers model of the family ``model``'s layout maps to (``hf_family``), with a copy of
-    its weights, in the same dtype, device and train/eval mode; ``hf_kwargs`` go to its config."""
+def to_hf(model: Decoder, family: str | None = None, **hf_kwargs: Any) -> Any:
+    """The transformers model of the family ``model``'s layout maps to (``hf_family``; ``family``'s where
+    given, ``export_family``), with a copy of its weights, in the same dtype, device and train/eval mode;
+    ``hf_kwargs`` go to its config."""
     cfg = model.cfg
-    family = family_of(validate(to_model_config(cfg)))
+    family_record = export_family(validate(to_model_config(cfg)), family)
+    name = family_record.model_type
     p = model.tok_emb.weight
-    hf_model = family.hf_class(_transformers())(config_to_hf(cfg, **hf_kwargs))
+    hf_model = family_record.hf_class(_transformers())(config_to_hf(cfg, name, **hf_kwargs))
     hf_model = hf_model.to(device=p.device, dtype=p.dtype)
-    result = hf_model.load_state_dict(archlab_state_to_hf(cfg, model.state_dict()), strict=False)
-    allowed_missing = {family.tied_head} if cfg.head.tied else set()
+    result = hf_model.load_state_dict(archlab_state_to_hf(cfg, model.state_dict(), name), strict=False)
+    allowed_missing = {family_record.tied_head} if cfg.head.tied else set()
     if {k for k in result.missing_keys if not k.endswith(_BUFFERS)} - allowed_missing or result.unexpected_keys:
         raise RuntimeError(f"conversion to {type(hf_model).__name__} left {result}")
     return hf_model.train(model.training)
@@ -391,9 +414,10 @@ def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None, famil
     return _decoder(cfg, state)
 
 
-def save_hf_dir(model: Decoder, path: str | os.PathLike, **hf_kwargs: Any) -> Path:
-    """Write ``model`` as a Hugging Face checkpoint directory (config.json + model.safetensors), with any
-    multi-token prediction modules beside the model's tensors (``write_mtp``)."""
-    to_hf(model, **hf_kwargs).save_pretrained(str(path))
-    write_mtp(Path(path), model.cfg, model.state_dict())
+def save_hf_dir(model: Decoder, path: str | os.PathLike, family: str | None = None, **hf_kwargs: Any) -> Path:
+    """Write ``model`` as a Hugging Face checkpoint directory (config.json + model.safetensors) of its
+    family (``family``'s where given, ``export_family``), with any multi-token prediction modules beside the
+    model's tensors (``write_mtp``)."""
+    to_hf(model, family, **hf_kwargs).save_pretrained(str(path))
+    write_mtp(Path(path), model.cfg, model.state_dict(), family)
     return Path(path)

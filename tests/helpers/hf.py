@@ -24,7 +24,7 @@ from archlab import ConfigError, ModelConfig, build_model, compose_model, count_
 from archlab.config import MLP_OPTIONS, to_model_config
 from archlab.config.layers import layer_configs
 from archlab.generate import generate
-from archlab.interop.hf import archlab_state_to_hf, from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
+from archlab.interop.hf import from_hf, hf_family, load_hf_dir, save_hf_dir, to_hf
 from archlab.nn.moe import MoE
 from archlab.nn.validation import validate
 
@@ -312,20 +312,10 @@ def check_family_refuses(family: str, cfg, field: str) -> None:
 
 
 def record_to_hf(model, family: str, **impl: Any):
-    """The transformers model that record ``family`` writes for archlab ``model`` (its config class, from
-    ``to_hf``, saying its model_type; its model class; its tensor maps), whichever family the layout
-    routes to: every tensor taken, only a tied head left to tie."""
-    import transformers
-
-    from archlab.interop.families import FAMILIES
-
-    record = FAMILIES[family]
-    config = getattr(transformers, record.config_class)(**{**NO_TOKENS, **record.to_hf(model.cfg)}, **impl)
-    assert config.model_type == family
-    hf = record.hf_class(transformers)(config).eval()
-    result = hf.load_state_dict(archlab_state_to_hf(model.cfg, model.state_dict(), family=family), strict=False)
-    assert not result.unexpected_keys
-    assert set(result.missing_keys) <= ({"lm_head.weight"} if model.cfg.head.tied else set())
+    """The transformers model that record ``family`` writes for archlab ``model`` (``to_hf``'s ``family``
+    choice), whichever family the layout routes to; its config saying that family's model_type."""
+    hf = to_hf(model, family, **impl).eval()
+    assert hf.config.model_type == family
     return hf
 
 

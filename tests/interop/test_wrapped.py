@@ -9,8 +9,8 @@ wrapper's own on text-only input within 1e-4 (Llama 4's forward needs an image i
 ``language_model``'s; Gemma 3's wrapper leaves its text config's final_logit_softcapping unapplied, and so
 does archlab); a save_pretrained directory of the wrapper (its checkpoint names: Gemma 3's
 ``language_model.model.*``, Step-3.7's MoE as ``moe.*``, the others' as in memory) loads the same; ``to_hf``
-gives the text-only class (Qwen3.5-MoE's layout exports as Qwen3-Next, which holds the same model) with the
-same logits, read back bit for bit, and ``save_hf_dir`` writes a directory ``from_pretrained`` loads as that
+gives the text-only class (Qwen3.5-MoE's layout exports as Qwen3-Next, which holds the same model, or with
+``family=`` as Qwen3.5-MoE's own) with the same logits, read back bit for bit, and ``save_hf_dir`` writes a directory ``from_pretrained`` loads as that
 class."""
 
 import logging
@@ -190,6 +190,17 @@ def test_from_hf_reads_the_language_model_and_exports_the_text_class(case, caplo
     assert line.startswith(type(hf).__name__) and line.endswith(f"({CASES[case][3]})"), line
     back = to_hf(model, **EAGER).eval()
     assert type(back).__name__ == CASES[case][2]
+    assert max_diff(logits(back), logits(reference(hf))) <= TOL
+    parity.assert_same_tensors(model, from_hf(back))
+
+
+def test_qwen3_5_moe_s_language_model_exports_as_its_own_text_class_by_family():
+    """Qwen3.5-MoE's layout is Qwen3-Next's, which it exports as by default; ``family=`` names its own
+    text-only class (Qwen3_5MoeForCausalLM), with the wrapper's logits, read back bit for bit."""
+    hf = wrapper("qwen3_5_moe", seed=1)
+    model = from_hf(hf)
+    back = to_hf(model, "qwen3_5_moe_text", **EAGER).eval()
+    assert type(back).__name__ == "Qwen3_5MoeForCausalLM"
     assert max_diff(logits(back), logits(reference(hf))) <= TOL
     parity.assert_same_tensors(model, from_hf(back))
 
