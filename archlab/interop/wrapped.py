@@ -45,8 +45,9 @@ def _prefix(names: list[str], name: str) -> list[str]:
 
 
 def language_model_state(record: Family, cfg: ModelConfig, state: dict[str, Tensor], wrapper: str) -> dict[str, Tensor]:
-    """``state``'s tensors of the wrapper's language model (those under the prefix its embedding has, and
-    its head), named as ``record``'s text-only class names them; logs, in one line, what is left out."""
+    """``state``'s tensors of the wrapper's language model (those under the prefix its embedding has, its
+    head, and its multi-token prediction modules where its checkpoints keep them apart, Qwen3.5's ``mtp.*``),
+    named as ``record``'s text-only class names them; logs, in one line, what is left out."""
     maps = record.tensors(cfg)
     embedding = next(n for m in maps if m.archlab == "tok_emb.weight" for n in m.hf)
     inner = embedding.removeprefix(record.prefix)
@@ -67,6 +68,10 @@ def language_model_state(record: Family, cfg: ModelConfig, state: dict[str, Tens
         if len(at) == 1:  # none where the head is tied to the embedding and not saved
             out[head] = state[at[0] + head]
             taken.add(at[0] + head)
+    if record.mtp_keys and record.mtp_scheme == "mtp":  # Qwen3.5's modules: mtp.*, beside the wrapper's parts
+        for name in [n for n in state if n.startswith("mtp.")]:
+            out[name] = state[name]
+            taken.add(name)
     left = sorted(state.keys() - taken)
     parts = sorted({_part(k, prefix) for k in left})
     log.warning(

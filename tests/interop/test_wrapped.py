@@ -13,6 +13,7 @@ gives the text-only class (Qwen3.5-MoE's layout exports as Qwen3-Next, which hol
 ``family=`` as Qwen3.5-MoE's own) with the same logits, read back bit for bit, and ``save_hf_dir`` writes a directory ``from_pretrained`` loads as that
 class."""
 
+import json
 import logging
 from typing import Any
 
@@ -221,6 +222,39 @@ def test_a_save_pretrained_directory_loads_and_saves_as_the_text_class(case, tmp
     back = loader.from_pretrained(tmp_path / "text", **EAGER).eval()
     assert type(back).__name__ == CASES[case][2]
     assert max_diff(logits(back), logits(reference(hf))) <= TOL
+
+
+def test_a_qwen3_5_wrapper_s_mtp_modules_load_with_its_language_model(tmp_path, caplog):
+    """Qwen3.5's published checkpoints are the wrapper's, with its MTP module at the top level (``mtp.*``,
+    ``text_config.mtp_num_hidden_layers``), which transformers holds nowhere: load_hf_dir reads it into
+    archlab's module beside the language model (the wrapper's logits; the module's tensors as written, and
+    drafting as greedy decoding), leaving out the vision tower alone."""
+    from safetensors.torch import load_file, save_file
+
+    from archlab import build_model
+    from archlab.generate import generate
+    from archlab.interop.families.mtp import with_depth
+    from archlab.interop.hf import mtp_state_to_hf
+    from archlab.speculative import speculate
+
+    hf = wrapper("qwen3_5", seed=4)
+    hf.save_pretrained(tmp_path)
+    source = randomize(build_model(with_depth(from_hf(hf).cfg, 1)), 6)  # its module random; the rest unused
+    modules = mtp_state_to_hf(source.cfg, source.state_dict())
+    file = tmp_path / "model.safetensors"
+    save_file({**load_file(str(file)), **modules}, str(file), metadata={"format": "pt"})
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["text_config"]["mtp_num_hidden_layers"] = 1
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="archlab.interop"):
+        model = load_hf_dir(tmp_path).eval()
+    assert said(caplog).endswith("(model.visual)")
+    assert model.cfg.head.mtp.depth == 1 and max_diff(logits(hf), logits(model)) <= TOL
+    held = {k: v for k, v in source.state_dict().items() if k.startswith("mtp.")}
+    assert held and all(torch.equal(model.state_dict()[k], v) for k, v in held.items())
+    prompt = torch.randint(0, model.cfg.vocab_size, (2, 5), generator=torch.Generator().manual_seed(2))
+    assert torch.equal(speculate(model, prompt, 6).ids, generate(model, prompt, 6, temperature=0.0))
 
 
 def test_a_second_embedding_of_the_language_model_s_name_is_refused():
