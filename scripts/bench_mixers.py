@@ -99,21 +99,57 @@ CASES: dict[str, Case] = {
         "model.layers.0.self_attn",
         lambda layer, x: layer(x, None, None),
     ),
+    # Falcon-H1's parallel mixer: attention and Mamba-2 side by side on one normed input, each scaled (its
+    # multipliers, which archlab's record folds into the weights); H1's proportions at d_model 768: 8 query
+    # heads of 64 over 2 key heads, SSM heads of 64 with state 128, in one group, conv 4
+    "parallel": Case(
+        "FalconH1ForCausalLM",
+        "FalconH1Config",
+        dict(num_attention_heads=8, num_key_value_heads=2, head_dim=64, intermediate_size=256)
+        | dict(mamba_d_ssm=1536, mamba_n_heads=24, mamba_d_head=64, mamba_d_state=128, mamba_n_groups=1)
+        | dict(mamba_chunk_size=128, attention_in_multiplier=0.5, ssm_out_multiplier=0.25, attn_out_multiplier=2.0),
+        "model",
+        lambda model, x: parallel_mixer(model, x),
+    ),
 }
 
 
+def parallel_mixer(model: nn.Module, x: Tensor) -> Tensor:
+    """Falcon-H1's first layer's mixers on ``x`` as its decoder layer sums them (``FalconH1DecoderLayer``: the
+    norm before and the MLP after left out), causal attention at positions 0..T-1."""
+    layer = model.layers[0]
+    positions = torch.arange(x.shape[1])[None].expand(x.shape[0], -1)
+    attn = layer.self_attn(
+        hidden_states=x * layer.attention_in_multiplier,
+        attention_mask=None,
+        position_embeddings=model.rotary_emb(x, positions),
+    )[0]
+    return layer.mamba(hidden_states=x) * layer.ssm_out_multiplier + attn * layer.attn_out_multiplier
+
+
+class Mixer(nn.Module):
+    """archlab's first layer's mixer called as its Decoder calls it on ``x`` alone: with the model's rotation
+    of positions 0..T-1 (a mixer with attention rotates its queries and keys; a recurrent one ignores it)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.mixer = model.blocks[0].attn
+
+    def forward(self, x: Tensor) -> Tensor:
+        rotary = self.model.position.rotary(torch.arange(x.shape[1]), x.dtype, cached=False)
+        return self.mixer(x, rotary)
+
+
 def layers(name: str, d_model: int, seed: int = 0) -> tuple[nn.Module, nn.Module]:
-    """archlab's mixer and transformers' for ``name``, the same weights: transformers' model at its own
-    initialisation, converted by archlab's record."""
+    """archlab's mixer (as ``Mixer`` calls it) and transformers' for ``name``, the same weights: transformers'
+    model at its own initialisation, converted by archlab's record."""
     case = CASES[name]
     keys = dict(case.keys, hidden_size=d_model, num_hidden_layers=1, vocab_size=256, pad_token_id=0)
     keys |= dict(bos_token_id=1, eos_token_id=2)
     torch.manual_seed(seed)
     hf = getattr(transformers, case.model_class)(getattr(transformers, case.config_class)(**keys)).eval()
-    ours = from_hf(hf).eval()
-    layer = ours.blocks[0].attn
-    assert isinstance(layer, nn.Module)
-    return layer, hf.get_submodule(case.path)
+    return Mixer(from_hf(hf).eval()), hf.get_submodule(case.path)
 
 
 def forward(call: Callable[[], Tensor], grad: Tensor, params: list[Tensor]) -> Callable[[], None]:
@@ -149,7 +185,7 @@ def bench(name: str, args: argparse.Namespace) -> None:
     x = torch.randn(args.batch, max(args.lengths), args.d_model, generator=gen)
     with torch.no_grad():
         expected, got = first(case.call(hf, x)), ours(x)
-    print(f"\n## {name}: {sum(p.numel() for p in ours.parameters()):,} parameters a layer")
+    print(f"\n## {name}: {sum(p.numel() for p in ours.mixer.parameters()):,} parameters a layer")
     print(
         f"\noutputs at {max(args.lengths)} positions: max |archlab - HF| {(got - expected).abs().max().item():.2e} "
         f"(max |HF| {expected.abs().max().item():.2f}); median of {args.repeats} interleaved rounds after "
@@ -161,7 +197,7 @@ def bench(name: str, args: argparse.Namespace) -> None:
         x = torch.randn(args.batch, T, args.d_model, generator=gen, requires_grad=True)
         grad = torch.randn(args.batch, T, args.d_model, generator=gen)
         calls = {
-            "archlab": (lambda x=x: ours(x), [*ours.parameters(), x]),
+            "archlab": (lambda x=x: ours(x), [*ours.mixer.parameters(), x]),
             "hf": (lambda x=x: first(case.call(hf, x)), [*hf.parameters(), x]),
         }
         row = [f"{T}"]
