@@ -17,7 +17,7 @@ import argparse
 import os
 from dataclasses import dataclass
 from statistics import median
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 os.environ["USE_HUB_KERNELS"] = "0"  # transformers' torch path, before transformers is imported
 
@@ -114,7 +114,7 @@ CASES: dict[str, Case] = {
 }
 
 
-def parallel_mixer(model: nn.Module, x: Tensor) -> Tensor:
+def parallel_mixer(model: Any, x: Tensor) -> Tensor:
     """Falcon-H1's first layer's mixers on ``x`` as its decoder layer sums them (``FalconH1DecoderLayer``: the
     norm before and the MLP after left out), causal attention at positions 0..T-1."""
     layer = model.layers[0]
@@ -131,17 +131,17 @@ class Mixer(nn.Module):
     """archlab's first layer's mixer called as its Decoder calls it on ``x`` alone: with the model's rotation
     of positions 0..T-1 (a mixer with attention rotates its queries and keys; a recurrent one ignores it)."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: Any) -> None:
         super().__init__()
         self.model = model
-        self.mixer = model.blocks[0].attn
+        self.mixer: Any = model.blocks[0].attn
 
     def forward(self, x: Tensor) -> Tensor:
-        rotary = self.model.position.rotary(torch.arange(x.shape[1]), x.dtype, cached=False)
+        rotary = cast(Any, self.model).position.rotary(torch.arange(x.shape[1]), x.dtype, cached=False)
         return self.mixer(x, rotary)
 
 
-def layers(name: str, d_model: int, seed: int = 0) -> tuple[nn.Module, nn.Module]:
+def layers(name: str, d_model: int, seed: int = 0) -> tuple[Mixer, nn.Module]:
     """archlab's mixer (as ``Mixer`` calls it) and transformers' for ``name``, the same weights: transformers'
     model at its own initialisation, converted by archlab's record."""
     case = CASES[name]
