@@ -53,22 +53,24 @@ REFUSED: dict[str, Refused] = {
     ),
     # sparse and compressed attention
     "axk2": Refused(
-        "A.X K2", "AXK2ForCausalLM", "DeepSeek sparse attention's indexer (`indexed_attention` layers, `index_topk`)"
+        "A.X K2",
+        "AXK2ForCausalLM",
+        "RMSNorms gated by a low-rank sigmoid MLP (`gated_norm_rank`); queries and gate from [norm(q latent), q latent]",
     ),
     "dots3_note_text": Refused(
         "dots.3-note",
         "Dots3NoteForCausalLM",
-        "DeepSeek sparse attention's indexer (`indexed_attention` layers, `index_topk`)",
+        "MLA latents scaled by sqrt(d / rank) and an RMSNorm on the shared rotated key (`k_rope_only_layernorm`)",
     ),
     "dots3_note": Refused(
         "dots.3-note (multimodal)",
         "Dots3NoteForCausalLM",
-        "DeepSeek sparse attention's indexer (`index_topk`), and vision and audio towers",
+        "its text model's scaled MLA latents and normed rotated key (`k_rope_only_layernorm`); vision and audio towers",
     ),
     "hy_v4": Refused(
         "Hunyuan V4",
         "HYV4ForCausalLM",
-        "DeepSeek sparse attention's indexer (`index_topk`) and hyper-connections (`hc_mult` residual streams)",
+        "DSA layers reusing the last indexer layer's top-k (`shared` layers), its indexer's rotated half last",
     ),
     "deepseek_v4": Refused(
         "DeepSeek-V4",
