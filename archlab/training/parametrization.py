@@ -17,6 +17,11 @@ and l = n_layer / base_n_layer:
   more inside the blocks under completep), and under completep their weight decay × m (η·λ independent
   of width); inputs and vectors keep the learning rate.
 
+The multipliers and init stds the model sets (``model.head.logit_scale``, ``model.attention.scale``,
+``model.embedding_multiplier``, ``model.init_std``, ``model.embedding_init_std``,
+``model.block.residual_multiplier``) are read as their values at the proxy, where μTransfer tunes them
+(``lr_from`` hands a proxy sweep's best on): the rules above scale them from there, the input layer's not at all.
+
 Every width is taken to grow with d_model (d_ff, heads × head dim, ranks), as a width sweep that sets only
 d_model does. Each parameter's role comes from the part that holds it (``Component.param_roles``).
 """
