@@ -15,7 +15,7 @@ and l = n_layer / base_n_layer:
   residual projections' GPT-2 factor counts the proxy's depth, not the model's.
 - AdamW (``scale_groups``): hidden and output matrices' learning rate × 1/m, Adam's eps × 1/m (× 1/l
   more inside the blocks under completep), and under completep their weight decay × m (η·λ independent
-  of width); inputs and vectors keep the learning rate.
+  of width); inputs and vectors keep the learning rate. Muon's and SGD's rates: ``training/mup_rates.py``.
 
 The multipliers and init stds the model sets (``model.head.logit_scale``, ``model.attention.scale``,
 ``model.embedding_multiplier``, ``model.init_std``, ``model.embedding_init_std``,
@@ -45,6 +45,8 @@ from archlab.nn.model import Decoder
 
 KINDS = ("sp", "mup", "completep")
 WIDTH_RULES = ("mup", "completep")
+# the optimizers each width rule has learning rates for (Muon's and SGD's in training/mup_rates.py)
+OPTIMIZERS = {"mup": ("adamw", "muon", "sgd"), "completep": ("adamw", "muon")}
 
 
 def width_ratio(model: ModelConfig, param: Any) -> float:
@@ -59,7 +61,8 @@ def depth_ratio(model: ModelConfig, param: Any) -> float:
 
 def check_param(param: Any, model: ModelConfig, optim_kind: str) -> None:
     """Raise ConfigError for the first setting of ``param`` that cannot be honoured, before any work: the
-    kind, the base sizes it needs (and none it does not read), AdamW, and a role for every parameter."""
+    kind, the base sizes it needs (and none it does not read), an optimizer it has rules for (``OPTIMIZERS``),
+    and a role for every parameter."""
     checks.choice("param.kind", param["kind"], KINDS)
     kind = param["kind"]
     needs = {"sp": (), "mup": ("base_d_model",), "completep": ("base_d_model", "base_n_layer")}[kind]
@@ -77,11 +80,12 @@ def check_param(param: Any, model: ModelConfig, optim_kind: str) -> None:
     if kind == "sp":
         return
     _check_proxy_heads(param, model)
-    if optim_kind != "adamw":
+    if optim_kind not in OPTIMIZERS[kind]:
         raise ConfigError(
             "optim.kind",
             optim_kind,
-            f"adamw under param.kind={kind} (its rules are Adam's; sgd and muon have none here)",
+            f"{' or '.join(OPTIMIZERS[kind])} under param.kind={kind} (CompleteP's depth rule is for normalised "
+            "updates, AdamW's and Muon's; SGD's rate would have to grow with depth: use param=mup)",
         )
     with torch.device("meta"):
         roles(Decoder(model), kind)
