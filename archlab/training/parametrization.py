@@ -132,7 +132,7 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
 def _scores(attention: Any) -> Any:
     """The config holding a mixer's softmax score multiplier (``scale``): the mixer's own (causal, mla), or
     that of its attention part (the parallel mixer's, Falcon-H1's); None for a mixer with none (the
-    recurrent ones; differential attention, fixed at 1/sqrt(head_dim) as DiffLlama's)."""
+    recurrent ones)."""
     if hasattr(attention, "scale"):
         return attention
     part = getattr(attention, "attention", None)
