@@ -5,6 +5,7 @@ every weight randomised): logits, greedy generation, and the round trips bit for
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import pytest
 import torch
@@ -125,14 +126,34 @@ def test_a_layout_it_cannot_compute_is_refused_naming_the_field(attention, field
     assert refused.value.field == field
 
 
-def test_mup_scales_its_head_and_leaves_its_fixed_score_multiplier():
-    """param=mup at twice the proxy's width: the logits times 1/2 as for any mixer; differential attention has
-    no score multiplier to set (its scores are 1/sqrt(head_dim), DiffLlama's), so its config is unchanged
-    (parametrize failed on the missing field)."""
+def _scale(cfg) -> float:
+    """The first layer's score multiplier, as built."""
+    return cast(Any, build_model(cfg, device="meta").blocks[0]).attn.scale
+
+
+def test_mup_gives_its_scores_the_1_over_head_dim_temperature():
+    """param=mup at twice the proxy's width (nano's 4 heads of 64 against 32): the logits × 1/2 as for any
+    mixer, and the scores' multiplier (1/sqrt(64))·sqrt(32/64), μP's 1/head_dim attention as the causal
+    kind's, as the model's mixer and as a layer kind's (it stayed at DiffLlama's 1/sqrt(64)); a proxy's tuned
+    0.5 becomes 0.5·sqrt(1/2); at the proxy's width and under sp 1/sqrt(head_dim) as before; a scale that is
+    not positive is refused naming the field."""
     from archlab.training.parametrization import parametrize
 
-    cfg = compose_model(["model=nano", "model/attention=differential", "model.d_model=256"])
     param = {"kind": "mup", "base_d_model": 128, "base_n_layer": None, "base_head_dim": None}
+    diff = ["model=nano", "model/attention=differential"]
+    cfg = compose_model([*diff, "model.d_model=256"])
     scaled = parametrize(cfg, param)
-    assert scaled.head.logit_scale == 0.5 and scaled.attention == cfg.attention
-    build_model(scaled, device="meta")
+    assert scaled.head.logit_scale == 0.5
+    mup = 1 / math.sqrt(64) * math.sqrt(32 / 64)
+    assert _scale(scaled) == pytest.approx(mup)
+    tuned = parametrize(compose_model([*diff, "model.d_model=256", "model.attention.scale=0.5"]), param)
+    assert tuned.attention.scale == pytest.approx(0.5 * math.sqrt(1 / 2))
+    proxy = parametrize(compose_model([*diff, "model.d_model=128"]), param)
+    assert _scale(proxy) == pytest.approx(1 / math.sqrt(32))
+    assert _scale(cfg) == pytest.approx(1 / 8)
+    kind = ["model=nano", "+model.layers.kinds.diff={attention: {kind: differential}}", "model.layers.pattern=[diff]"]
+    layered = parametrize(compose_model([*kind, "model.d_model=256"]), param)
+    assert _scale(layered) == pytest.approx(mup)
+    with pytest.raises(ConfigError) as refused:
+        compose_model([*diff, "model.attention.scale=0"])
+    assert refused.value.field == "model.attention.scale"

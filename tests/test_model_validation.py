@@ -80,6 +80,8 @@ CASES = [
     (["model.d_model=0"], "model.d_model", "a positive number"),
     (["model.init_std=0"], "model.init_std", "a positive number"),
     (["model.init_std=nan"], "model.init_std", "a positive number"),
+    (["model.embedding_init_std=0"], "model.embedding_init_std", "a positive number, or null (init_std)"),
+    (["model.embedding_init_std=-1.0"], "model.embedding_init_std", "a positive number, or null (init_std)"),
     (["model.norm.eps=0"], "model.norm.eps", "a positive number"),
     (["model/norm=rmsnorm", "model.norm.eps=-1e-5"], "model.norm.eps", "a positive number"),
     # MLP width

@@ -35,10 +35,10 @@ def _app(cfg: DictConfig) -> float | None:
         validate_train(cfg)  # a config mistake fails here, before Lightning is even imported
         from archlab.report.proxy import transfer_lr
 
-        transfer_lr(cfg)  # lr_from: the proxy sweep's best optim.lr, read as the report reads sweeps
+        transferred = transfer_lr(cfg)  # lr_from: the proxy sweep's best optim.lr (and tuned multipliers)
         from archlab.training.run import train
 
-        summary = train(cfg)
+        summary = train(cfg, transferred)
     except Exception as err:
         # every run fails at any stage with a failed summary.json, but for an error of this attempt
         # alone: a setting every sweep job shares, or a directory that holds another run

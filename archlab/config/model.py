@@ -176,6 +176,8 @@ class ModelConfig:
     # the embeddings' dropout, before the first block (GPT-2's embd_pdrop; OPT, BLOOM, Phi-3: 0.0); None = dropout
     embedding_dropout: Optional[float] = None
     init_std: float = 0.02
+    # the token and position tables' init std (μP's input layer: Θ(1) coordinates, e.g. 1.0); None = init_std
+    embedding_init_std: Optional[float] = None
     scale_embedding: bool = False  # multiply the token embeddings by sqrt(d_model) (Gemma)
     embedding_norm: bool = False  # a norm of model.norm's kind on the token embeddings, before the blocks (BLOOM)
     embedding_multiplier: float = 1.0  # token embeddings times this (Granite); 1.0 while scale_embedding is true

@@ -119,7 +119,8 @@ class TrainConfig:
     )
     objective: Optional[str] = setting(None, "the final metric a sweeper optimises (null: the first val loss)")
     lr_from: Optional[str] = setting(
-        None, "a proxy's sweep over optim.lr: take its best rate (by objective) for this run (tune small, train large)"
+        None,
+        "a proxy's sweep over optim.lr (and μP's base multipliers): take its best (by objective) for this run",
     )
     lr_from_group: Any = setting(
         None, "the group of a multi-axis lr_from sweep, {axis: value} (null: the one sharing the command line's values)"

@@ -82,6 +82,8 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
             "model.embedding_dropout", cfg.embedding_dropout, "a probability in [0, 1), or null (model.dropout's rate)"
         )
     checks.positive("model.init_std", cfg.init_std)
+    if cfg.embedding_init_std is not None:
+        checks.positive("model.embedding_init_std", cfg.embedding_init_std, "a positive number, or null (init_std)")
     for name in ("scale_embedding", "embedding_norm"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"model.{name}", getattr(cfg, name), "true or false")

@@ -1,12 +1,16 @@
 """What a proxy's sweep hands on to a larger run (``archlab-train lr_from=<sweep dir>``): the value of its
-swept axis with the best mean final metric over its seeds (of one group of its runs, where it sweeps more
-axes: ``lr_from_group``, else the group sharing the run's command line), with ``best``'s grid-edge warning.
+swept axis with the best mean final metric over its seeds, and, where the sweep tuned them with it, the
+values of the base hyperparameters μTransfer tunes at the proxy (``TUNABLE``: the init stds and the
+input, output, attention and residual multipliers), the best combination of all of them (of one group of
+its runs, where it sweeps more axes: ``lr_from_group``, else the group sharing the run's command line),
+with ``best``'s grid-edge warning per tuned axis.
 
-archlab-train sets the run's ``optim.lr`` with ``transfer_lr`` before it trains: the sweep is read as the
-report reads it, and training imports nothing of the report."""
+archlab-train sets the run's ``optim.lr`` and those fields with ``transfer_lr`` before it trains: the sweep
+is read as the report reads it, and training imports nothing of the report."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,41 +21,71 @@ from omegaconf import DictConfig, OmegaConf
 from archlab.config.fields import plain_dict
 from archlab.errors import ConfigError
 from archlab.report.best import EdgeWarning, grid_edges
-from archlab.report.compare import choose_best
-from archlab.report.runs import group_variants, load_runs, swept_axes
+from archlab.report.compare import choose_best, interval
+from archlab.report.runs import figure_of, group_variants, load_runs, swept_axes
+from archlab.report.stats import best_setting, higher_is_better
 from archlab.report.text import number
 
 log = logging.getLogger("archlab.train")  # archlab-train's log: the line saying where the rate came from
 
 
 DEFAULT = "(default)"  # a run's value of an axis its command line did not set, as report/runs.py groups it
+# The base hyperparameters a proxy's sweep may tune beside optim.lr and lr_from hands on: fields of the proxy's
+# width (and depth) that param=mup|completep scales as μP's rules say (training/parametrization.py), and plain
+# constants under sp
+TUNABLE = (
+    "model.init_std",
+    "model.embedding_init_std",
+    "model.embedding_multiplier",
+    "model.head.logit_scale",
+    "model.attention.scale",
+    "model.block.residual_multiplier",
+)
 
 
 @dataclass
 class ProxyBest:
-    """The value a proxy's sweep hands on for ``axis``: the one with the best mean final ``metric`` over
-    its seeds, the grid it was chosen from, the group of the sweep's runs it came from (its values of the
-    sweep's other axes; none for a sweep of ``axis`` alone) and the proxy's parametrisation (summary
-    ``config.param``)."""
+    """What a proxy's sweep hands on: the value of ``axis`` and of each other tuned axis (``values``, ``axis``
+    first) of the setting with the best mean final ``metric`` over its seeds, the grid of ``axis`` it was
+    chosen from (at the others' best values), the group of the sweep's runs it came from (its values of the
+    sweep's other axes; none for a sweep of the tuned axes alone), the proxy's parametrisation (summary
+    ``config.param``) and a warning for each tuned axis whose best value is its grid's edge."""
 
     axis: str
-    value: str
+    values: dict[str, str]
     metric: str
     mean: float
     seeds: int
     grid: list[str]
     param: dict[str, Any]
-    edge: Optional[EdgeWarning]
+    edges: list[EdgeWarning]
     group: dict[str, str]
+
+    @property
+    def value(self) -> str:
+        return self.values[self.axis]
 
     @property
     def text(self) -> str:
         of = f" of the group {_spelled(self.group)}" if self.group else ""
+        also = "".join(f", {k}={v}" for k, v in self.values.items() if k != self.axis)
         line = (
-            f"{self.axis}={self.value}: the best of {', '.join(self.grid)}{of} by final {self.metric} "
+            f"{self.axis}={self.value}{also}: the best of {', '.join(self.grid)}{of} by final {self.metric} "
             f"(mean of {self.seeds} seed{'s' * (self.seeds != 1)}: {number(self.mean)})"
         )
-        return line if self.edge is None else f"{line}; warning: {self.edge.text}"
+        return "; warning: ".join([line, *(edge.text for edge in self.edges)])
+
+    def record(self, sweep_dir: str) -> dict[str, Any]:
+        """What summary.json records of it (``transferred``)."""
+        return {
+            "from": str(Path(sweep_dir).resolve()),
+            "values": self.values,
+            "metric": self.metric,
+            "mean": self.mean,
+            "seeds": self.seeds,
+            "group": self.group,
+            "warnings": [edge.text for edge in self.edges],
+        }
 
 
 def _spelled(settings: dict[str, Any]) -> str:
@@ -75,12 +109,14 @@ def transferred(
     field: str,
     shared: Optional[dict[str, str]] = None,
     group: Optional[dict[str, Any]] = None,
+    tunable: tuple[str, ...] = (),
 ) -> ProxyBest:
-    """What ``sweep_dir``, a proxy's sweep over ``axis`` (and seeds), hands on. Where it sweeps other axes
-    too (a multi-axis ``-m`` sweep), from one group of its runs: the one ``group`` names ({axis: value}),
-    its other axes at the values of ``shared`` (the new run's command-line overrides; an axis it does not
-    set at the sweep's default). ConfigError naming ``field`` (``group``'s: ``field``_group) where there is
-    no such sweep, group or completed run."""
+    """What ``sweep_dir``, a proxy's sweep over ``axis`` (and seeds), hands on: the best value of ``axis`` and
+    of each axis of ``tunable`` it sweeps too that ``shared`` and ``group`` leave free, chosen together.
+    Where it sweeps other axes (a multi-axis ``-m`` sweep), from one group of its runs: the one ``group``
+    names ({axis: value}), its other axes at the values of ``shared`` (the new run's command-line overrides;
+    an axis it does not set at the sweep's default). ConfigError naming ``field`` (``group``'s: ``field``_group)
+    where there is no such sweep, group or completed run."""
     try:
         runs = load_runs(sweep_dir)
     except ConfigError as err:
@@ -90,8 +126,9 @@ def transferred(
         raise ConfigError(
             field, str(sweep_dir), f"a sweep over {axis} (and seeds); this one sweeps {', '.join(axes) or 'nothing'}"
         )
-    others = [a for a in axes if a != axis]
     group = dict(group or {})
+    tuned = [axis] + [a for a in axes if a in tunable and a not in group and a not in (shared or {})]
+    others = [a for a in axes if a not in tuned]
     unknown = [k for k in group if k not in others]
     if unknown:
         allowed = f"axes of the sweep but {axis}: {', '.join(others)}" if others else f"null: it sweeps {axis} alone"
@@ -106,22 +143,28 @@ def transferred(
             f"a group of the sweep's runs; none has {_spelled(wanted)} (its groups: {groups}): pick one with "
             f"{field}_group={{axis: value}}, or set those values on this run's command line as the proxy did",
         )
-    choices = choose_best(group_variants(chosen, [axis]), axis, metric)
-    if not choices:
+    variants = group_variants(chosen, tuned)
+    tried = {k: i for k, v in enumerate(variants) if (i := interval(v, figure_of(metric)))}
+    if not tried:
         raise ConfigError(field, str(sweep_dir), f"a sweep with a completed run that recorded final {metric}")
-    choice = choices[0]
-    interval = choice.tried[choice.chosen.settings[axis]]
-    edges = grid_edges(choices, axis)
-    param = ((choice.chosen.completed[0].summary or {}).get("config") or {}).get("param") or {"kind": "sp"}
+    best = variants[best_setting({k: i.mean for k, i in tried.items()}, higher_is_better(metric))]
+    edges, grid = [], []
+    for name in tuned:  # each tuned axis at the others' best values: its grid, and whether the best is its edge
+        rest = {k: v for k, v in best.settings.items() if k != name}
+        choice = next(c for c in choose_best(variants, name, metric) if c.settings == rest)
+        grid = choice.grid if name == axis else grid
+        edges += [dataclasses.replace(e, settings={**wanted, **rest}) for e in grid_edges([choice], name)]
+    param = ((best.completed[0].summary or {}).get("config") or {}).get("param") or {"kind": "sp"}
+    at_best = tried[variants.index(best)]
     return ProxyBest(
         axis,
-        choice.chosen.settings[axis],
+        dict(best.settings),
         metric,
-        interval.mean,
-        interval.n,
-        choice.grid,
+        at_best.mean,
+        at_best.n,
+        grid,
         param,
-        edges[0] if edges else None,
+        edges,
         {k: str(v) for k, v in wanted.items()},
     )
 
@@ -138,14 +181,18 @@ def _command_line(cfg: DictConfig) -> dict[str, str]:
     return {k.lstrip("+~"): v for k, v in (p for p in pairs if len(p) == 2)}
 
 
-def transfer_lr(cfg: DictConfig) -> None:
+def transfer_lr(cfg: DictConfig) -> Optional[dict[str, Any]]:
     """With ``lr_from``, set ``optim.lr`` to the best rate of that proxy sweep (by ``objective``, default the
-    validation loss; of its group ``lr_from_group``, else the one sharing this run's command line), which
-    must have run under this run's parametrisation; log where it came from."""
+    validation loss; of its group ``lr_from_group``, else the one sharing this run's command line), and each
+    ``TUNABLE`` field the sweep tuned with it and this run's command line leaves free to its value in the same
+    best setting; the sweep must have run under this run's parametrisation. Logs where they came from and
+    returns summary.json's record of them (None without ``lr_from``)."""
     if cfg.lr_from is None:
-        return
+        return None
     group = plain_dict(cfg.lr_from_group) if cfg.get("lr_from_group") is not None else None
-    found = transferred(cfg.lr_from, "optim.lr", cfg.objective or "val/loss", "lr_from", _command_line(cfg), group)
+    found = transferred(
+        cfg.lr_from, "optim.lr", cfg.objective or "val/loss", "lr_from", _command_line(cfg), group, TUNABLE
+    )
     mine = plain_dict(cfg.param, resolve=True)
     if any(found.param.get(k) != v for k, v in mine.items()):
         raise ConfigError(
@@ -153,5 +200,8 @@ def transfer_lr(cfg: DictConfig) -> None:
             cfg.lr_from,
             f"a proxy sweep run under this run's parametrisation (it ran param={found.param}; this run: param={mine})",
         )
-    cfg.optim.lr = float(found.value)
+    for key, value in found.values.items():
+        if value != DEFAULT:  # a value the proxy's runs left at the default: this run's default too
+            OmegaConf.update(cfg, key, None if value in ("null", "None") else float(value), merge=False)
     log.info("lr_from=%s: %s", cfg.lr_from, found.text)
+    return found.record(cfg.lr_from)

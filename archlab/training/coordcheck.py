@@ -29,14 +29,19 @@ def _sized(model: ModelConfig, axis: str, size: int) -> ModelConfig:
     return validate(dataclasses.replace(model, **{axis: size}))
 
 
-def activation_rms(model: ModelConfig, param: dict[str, Any], batch: Tensor, steps: int, lr: float) -> list[dict]:
+ADAMW = {"kind": "adamw", "weight_decay": 0.0, "betas": [0.9, 0.99], "eps": 1e-8}  # the check's optimizer
+
+
+def activation_rms(
+    model: ModelConfig, param: dict[str, Any], batch: Tensor, steps: int, lr: float, optim: Optional[dict] = None
+) -> list[dict]:
     """Per step 0..``steps`` (0: at init), the RMS of the embeddings entering the first block, of each
-    block's output (the last one's also as "last block") and of the logits on ``batch``, training on ``batch`` itself with AdamW at ``lr``."""
+    block's output (the last one's also as "last block") and of the logits on ``batch``, training on
+    ``batch`` itself at ``lr`` with ``optim`` (``build_optimizer``'s settings; default AdamW, no decay)."""
     cfg = parametrize(model, param)
     net = build_model(cfg)
     initialise(net, param)
-    optim = {"kind": "adamw", "lr": lr, "weight_decay": 0.0, "betas": [0.9, 0.99], "eps": 1e-8}
-    optimizer = build_optimizer(net, optim, torch.device("cpu"), param=param)
+    optimizer = build_optimizer(net, {**(optim or ADAMW), "lr": lr}, torch.device("cpu"), param=param)
     seen: dict[str, float] = {}
 
     def keep(name: str):
@@ -96,18 +101,19 @@ def check_models(
     batch_size: int = 8,
     seq_len: int = 64,
     seed: int = 0,
+    optim: Optional[dict] = None,
 ) -> dict[str, Any]:
     """The check of ``models``, one per size along ``axis`` (a layout whose other widths follow d_model
-    too, sized by the caller): per size, the records of ``activation_rms``, one random batch of tokens for
-    all of them; per measured tensor (the layers the smallest model has, and the logits), the slope at the
-    last step."""
+    too, sized by the caller), trained with ``optim`` (default AdamW): per size, the records of
+    ``activation_rms``, one random batch of tokens for all of them; per measured tensor (the layers the
+    smallest model has, and the logits), the slope at the last step."""
     sizes = list(models)
     generator = torch.Generator().manual_seed(seed)
     batch = torch.randint(0, models[sizes[0]].vocab_size, (batch_size, seq_len + 1), generator=generator)
     runs = {}
     for size, sized in models.items():
         torch.manual_seed(seed)
-        runs[size] = activation_rms(sized, param, batch, steps, lr)
+        runs[size] = activation_rms(sized, param, batch, steps, lr, optim)
     last = {size: records[-1] for size, records in runs.items()}
     names = [n for n in last[sizes[0]] if n != "step" and all(n in r for r in last.values())]
     return {

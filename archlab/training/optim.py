@@ -12,7 +12,7 @@ from torch import nn
 
 from archlab.errors import ConfigError
 from archlab.nn.model import Decoder
-from archlab.training import parametrization
+from archlab.training import mup_rates, parametrization
 from archlab.training.schedules import build_scheduler, lr_factor, warmup_limit
 
 __all__ = ["build_optimizer", "build_scheduler", "lr_factor", "param_groups", "muon_groups", "MuonAdamW", "fit_warmup"]
@@ -120,18 +120,24 @@ def build_optimizer(
     lr, decay = optim["lr"], optim["weight_decay"]
     # betas and eps as given; records of earlier versions may lack them (torch's defaults then)
     adamw = {"lr": lr, **{k: tuple(optim[k]) if k == "betas" else optim[k] for k in ("betas", "eps") if k in optim}}
-    if kind == "adamw" and param is not None and param["kind"] != "sp":  # μP's groups (validated: adamw only)
+    scaled = param is not None and param["kind"] != "sp"  # μP's groups (validated: the kinds it has rules for)
+    if kind == "adamw" and scaled:
         groups = parametrization.scale_groups(cast(Decoder, model), param_groups(model, decay), optim, param)
         return torch.optim.AdamW(groups, **adamw, fused=fused)
     if kind == "adamw":
         return torch.optim.AdamW(param_groups(model, decay), **adamw, fused=fused)
     if kind == "sgd":
         sgd = {"momentum": optim["momentum"], "nesterov": optim["nesterov"]}
-        return torch.optim.SGD(param_groups(model, decay), lr=lr, **sgd, fused=fused)
+        groups = param_groups(model, decay)
+        if scaled:
+            groups = mup_rates.scale_sgd_groups(cast(Decoder, model), groups, lr, param)
+        return torch.optim.SGD(groups, lr=lr, **sgd, fused=fused)
     if kind == "muon":
         muon = {k: optim[k] for k in ("momentum", "nesterov", "ns_steps", "adjust_lr_fn")}
         hidden, other = muon_groups(model, decay)
         adamw["lr"] = optim["adamw_lr"] if optim.get("adamw_lr") is not None else lr
+        if scaled:
+            hidden, other = mup_rates.scale_muon_groups(cast(Decoder, model), hidden, other, optim, adamw["lr"], param)
         return MuonAdamW(hidden, other, {"lr": lr, **muon}, {**adamw, "fused": fused})
     raise ConfigError("optim.kind", kind, f"one of {list(OPTIMIZERS)}")
 

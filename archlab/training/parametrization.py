@@ -15,7 +15,12 @@ and l = n_layer / base_n_layer:
   residual projections' GPT-2 factor counts the proxy's depth, not the model's.
 - AdamW (``scale_groups``): hidden and output matrices' learning rate × 1/m, Adam's eps × 1/m (× 1/l
   more inside the blocks under completep), and under completep their weight decay × m (η·λ independent
-  of width); inputs and vectors keep the learning rate.
+  of width); inputs and vectors keep the learning rate. Muon's and SGD's rates: ``training/mup_rates.py``.
+
+The multipliers and init stds the model sets (``model.head.logit_scale``, ``model.attention.scale``,
+``model.embedding_multiplier``, ``model.init_std``, ``model.embedding_init_std``,
+``model.block.residual_multiplier``) are read as their values at the proxy, where μTransfer tunes them
+(``lr_from`` hands a proxy sweep's best on): the rules above scale them from there, the input layer's not at all.
 
 Every width is taken to grow with d_model (d_ff, heads × head dim, ranks), as a width sweep that sets only
 d_model does. Each parameter's role comes from the part that holds it (``Component.param_roles``).
@@ -40,6 +45,8 @@ from archlab.nn.model import Decoder
 
 KINDS = ("sp", "mup", "completep")
 WIDTH_RULES = ("mup", "completep")
+# the optimizers each width rule has learning rates for (Muon's and SGD's in training/mup_rates.py)
+OPTIMIZERS = {"mup": ("adamw", "muon", "sgd"), "completep": ("adamw", "muon")}
 
 
 def width_ratio(model: ModelConfig, param: Any) -> float:
@@ -54,7 +61,8 @@ def depth_ratio(model: ModelConfig, param: Any) -> float:
 
 def check_param(param: Any, model: ModelConfig, optim_kind: str) -> None:
     """Raise ConfigError for the first setting of ``param`` that cannot be honoured, before any work: the
-    kind, the base sizes it needs (and none it does not read), AdamW, and a role for every parameter."""
+    kind, the base sizes it needs (and none it does not read), an optimizer it has rules for (``OPTIMIZERS``),
+    and a role for every parameter."""
     checks.choice("param.kind", param["kind"], KINDS)
     kind = param["kind"]
     needs = {"sp": (), "mup": ("base_d_model",), "completep": ("base_d_model", "base_n_layer")}[kind]
@@ -72,11 +80,12 @@ def check_param(param: Any, model: ModelConfig, optim_kind: str) -> None:
     if kind == "sp":
         return
     _check_proxy_heads(param, model)
-    if optim_kind != "adamw":
+    if optim_kind not in OPTIMIZERS[kind]:
         raise ConfigError(
             "optim.kind",
             optim_kind,
-            f"adamw under param.kind={kind} (its rules are Adam's; sgd and muon have none here)",
+            f"{' or '.join(OPTIMIZERS[kind])} under param.kind={kind} (CompleteP's depth rule is for normalised "
+            "updates, AdamW's and Muon's; SGD's rate would have to grow with depth: use param=mup)",
         )
     with torch.device("meta"):
         roles(Decoder(model), kind)
@@ -123,7 +132,7 @@ def parametrize(model: ModelConfig, param: Any) -> ModelConfig:
 def _scores(attention: Any) -> Any:
     """The config holding a mixer's softmax score multiplier (``scale``): the mixer's own (causal, mla), or
     that of its attention part (the parallel mixer's, Falcon-H1's); None for a mixer with none (the
-    recurrent ones; differential attention, fixed at 1/sqrt(head_dim) as DiffLlama's)."""
+    recurrent ones)."""
     if hasattr(attention, "scale"):
         return attention
     part = getattr(attention, "attention", None)

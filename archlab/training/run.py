@@ -42,9 +42,10 @@ from archlab.training.validation import validate_train
 log = logging.getLogger("archlab.train")
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
+def train(cfg: DictConfig, transferred: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """Fit, evaluate, export and summarise one run; returns the summary (empty off global rank 0). An
-    ``lr_from`` is resolved before, into ``optim.lr``, by archlab-train (``archlab.report.proxy.transfer_lr``)."""
+    ``lr_from`` is resolved before, into ``optim.lr`` and the tuned multipliers, by archlab-train
+    (``archlab.report.proxy.transfer_lr``), whose record of it (``transferred``) summary.json keeps."""
     start = time.time()
     _single_console()
     validate_train(cfg)
@@ -73,6 +74,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     settle_hydra_files(keep=True, out=out)  # this attempt writes the run's summary: its config files are the run's
 
     info = _run_info(cfg, dm, model_cfg, matched, ckpt_path, start, precision)
+    info["transferred"] = transferred
     recorder = RunRecorder(out, info, tokenizer=getattr(dm, "tokenizer", None), primary_metric=_primary_metric(dm))
     log_config(loggers, info["config"])  # trackers (mlflow, wandb): the run's config, then its summary
     try:

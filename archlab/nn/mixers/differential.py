@@ -31,7 +31,8 @@ from archlab.nn.positions import POSITIONS
 @dataclass
 class DifferentialConfig(MixerConfig):
     """``model.attention`` with kind differential: n_head query heads in H/2 pairs over n_kv_head key/value
-    heads (both even), q/k/v and output projections, four λ vectors of head_dim per layer."""
+    heads (both even), q/k/v and output projections, four λ vectors of head_dim per layer, and the scores'
+    multiplier (``scale``, which param=mup sets as the causal kind's)."""
 
     kind: str = "differential"
     n_kv_head: Optional[int] = None  # None = n_head; an even divisor of n_head (the values split in two halves)
@@ -39,6 +40,7 @@ class DifferentialConfig(MixerConfig):
     qkv_bias: bool = False  # biases on q, k and v (DiffLlama's attention_bias, which sets out_bias too)
     out_bias: bool = False
     lambda_std: float = 0.1  # init: the λ vectors drawn from N(0, lambda_std) (DiffLlama's lambda_std_dev)
+    scale: Optional[float] = None  # the scores' multiplier; None = 1/sqrt(head_dim) (param=mup: 1/head_dim's)
 
 
 def lambda_init(layer: int) -> float:
@@ -62,7 +64,8 @@ class DifferentialAttention(Mixer):
         super().__init__(cfg, layer)
         a = cfg.attention
         self.n_head, self.n_kv_head, self.head_dim = a.n_head, kv_heads(cfg), self.qk_head_dim(cfg)
-        self.scale = POSITIONS.get(cfg.position.kind).softmax_factor(cfg) / math.sqrt(self.head_dim)
+        scale = a.scale if a.scale is not None else 1 / math.sqrt(self.head_dim)
+        self.scale = POSITIONS.get(cfg.position.kind).softmax_factor(cfg) * scale
         self.eps, self.lambda_init, self.lambda_std = cfg.norm.eps, lambda_init(layer), a.lambda_std
         self.qkv = nn.Linear(cfg.d_model, (self.n_head + 2 * self.n_kv_head) * self.head_dim, bias=a.qkv_bias)
         self.proj = residual_projection(nn.Linear(self.n_head * self.head_dim, cfg.d_model, bias=a.out_bias))
@@ -157,6 +160,8 @@ class DifferentialAttention(Mixer):
                 f"an even divisor of model.attention.n_head={a.n_head}, or null (the values split in two halves)",
             )
         checks.positive("model.attention.lambda_std", a.lambda_std)
+        if a.scale is not None:
+            checks.positive("model.attention.scale", a.scale, "a positive number, or null")
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
