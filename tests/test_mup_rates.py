@@ -9,14 +9,13 @@ import pytest
 import torch
 from helpers.layouts import layout
 
-from archlab.build import build_model, compose
+from archlab.build import build_model
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
 from archlab.training import mup_rates
 from archlab.training.coordcheck import check_models
 from archlab.training.optim import build_optimizer
-from archlab.training.parametrization import initialise, parametrize
-from archlab.training.validation import validate_train
+from archlab.training.parametrization import check_param, initialise, parametrize
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -135,9 +134,12 @@ def test_the_coordinate_check_is_flat_under_mup_with_sgd_and_fails_with_adams_ta
     assert mutated["embeddings"] < -0.3 and mutated["last block"] < -0.3, mutated
 
 
-def test_completep_refuses_sgd_naming_the_optimizer():
+def test_completep_refuses_sgd_and_takes_muon():
+    """CompleteP's depth rule is for normalised updates: SGD refused naming the optimizer (the command
+    line's refusal: tests/test_parametrization.py), Muon taken, and SGD under mup."""
+    model, completep = layout("llama", 64), {**_param("completep"), "base_n_layer": 2}
     with pytest.raises(ConfigError, match="use param=mup") as caught:
-        validate_train(compose("train", ["param=completep", "optim=sgd"]))
+        check_param(completep, model, "sgd")
     assert caught.value.field == "optim.kind"
-    validate_train(compose("train", ["param=mup", "optim=sgd"]))
-    validate_train(compose("train", ["param=completep", "optim=muon"]))
+    check_param(completep, model, "muon")
+    check_param(_param("mup"), model, "sgd")

@@ -147,22 +147,22 @@ def transferred(
     tried = {k: i for k, v in enumerate(variants) if (i := interval(v, figure_of(metric)))}
     if not tried:
         raise ConfigError(field, str(sweep_dir), f"a sweep with a completed run that recorded final {metric}")
-    best = variants[best_setting({k: i.mean for k, i in tried.items()}, higher_is_better(metric))]
-    edges, grid = [], []
+    index = best_setting({k: i.mean for k, i in tried.items()}, higher_is_better(metric))
+    best, at_best = variants[index], tried[index]
+    grids, edges = {}, []
     for name in tuned:  # each tuned axis at the others' best values: its grid, and whether the best is its edge
         rest = {k: v for k, v in best.settings.items() if k != name}
         choice = next(c for c in choose_best(variants, name, metric) if c.settings == rest)
-        grid = choice.grid if name == axis else grid
+        grids[name] = choice.grid
         edges += [dataclasses.replace(e, settings={**wanted, **rest}) for e in grid_edges([choice], name)]
     param = ((best.completed[0].summary or {}).get("config") or {}).get("param") or {"kind": "sp"}
-    at_best = tried[variants.index(best)]
     return ProxyBest(
         axis,
         dict(best.settings),
         metric,
         at_best.mean,
         at_best.n,
-        grid,
+        grids[axis],
         param,
         edges,
         {k: str(v) for k, v in wanted.items()},
