@@ -14,7 +14,7 @@ from helpers.hf import HF_SIZES, NO_TOKENS, TOL, hf_case, logits, max_diff, rand
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.config import to_model_config
-from archlab.interop.hf import from_hf, hf_family
+from archlab.interop.hf import config_to_hf, from_hf, hf_family
 from archlab.nn.mixers.differential import lambda_init
 
 transformers = pytest.importorskip("transformers")
@@ -51,6 +51,17 @@ def test_an_archlab_layout_converts_to_hf_and_back():
     )
     model = randomize(build_model(cfg), seed=3)
     parity.check_to_hf_and_back(model, "DiffLlamaForCausalLM", attn_implementation="eager")
+
+
+def test_a_scale_diffllama_does_not_have_is_refused_naming_it():
+    """The layout above with a scale of its own (as μP sets it): converting names model.attention.scale, the
+    field DiffLlama cannot hold, not the mixer kind."""
+    cfg = compose_model(
+        ["model=llama2-7b", "model.n_layer=2", "model.d_model=64", "model.attention.n_head=4"]
+        + ["model/attention=differential", "model.attention.scale=0.05"]
+    )
+    assert hf_family(cfg) == "diffllama"
+    parity.check_refuses(lambda: config_to_hf(cfg), "model.attention.scale", "DiffLlama")
 
 
 def _reference(layer: torch.nn.Module, x: torch.Tensor, layer_index: int, eps: float) -> torch.Tensor:

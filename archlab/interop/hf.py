@@ -53,11 +53,14 @@ def _transformers() -> Any:
     return transformers
 
 
+ROUTED_MIXERS = ("causal", "mla", "dsa")  # the mixers the layout tables (families.dense, families.moe) route by
+
+
 def _routed(cfg: ModelConfig) -> Family:
     """``families.moe.sparse_family`` for a moe MLP or mla or dsa attention, ``families.dense.dense_family``
     otherwise (each lists its choices), as ``FAMILIES`` holds it (``families.layered``'s record where one
     replaces it); a model of another mixer has no route (the families that hold one say so)."""
-    if cfg.attention.kind not in ("causal", "mla", "dsa"):
+    if cfg.attention.kind not in ROUTED_MIXERS:
         raise ConfigError(
             "model.attention.kind", cfg.attention.kind, "causal, mla or dsa for a family the layout table routes to"
         )
@@ -70,8 +73,9 @@ def family_of(cfg: ModelConfig) -> Family:
     """The family an archlab layout maps to: the one its parts route to (``_routed``) where that holds it
     exactly, else the first family in ``FAMILIES`` that does (families a table cannot route to, such as
     those whose layers differ), else the routed one, whose ``check`` names what blocks it; where the
-    routed one holds no per-layer layout that ``cfg`` has, the one with the fewest problems (as
-    ``exportability`` picks), so a layered layout is refused for what its nearest family lacks."""
+    routed one holds no per-layer layout that ``cfg`` has, or no table routes the layout's mixer, the one
+    with the fewest problems (as ``exportability`` picks), so a layout is refused for what its nearest
+    family lacks (a differential attention's ``scale``, not its kind)."""
     try:
         routed = _routed(cfg)
     except ConfigError:
@@ -81,10 +85,10 @@ def family_of(cfg: ModelConfig) -> Family:
     holding = next((f for f in FAMILIES.values() if not f.problems(cfg)), None)
     if holding is not None:
         return holding
-    if routed is None:
-        return _routed(cfg)  # raises, naming the field no family holds
-    if any(p.field.startswith("model.layers.") for p in routed.problems(cfg)):
-        # the routed family holds no per-layer layout: the family with the fewest problems names them
+    if routed is None and cfg.attention.kind in ROUTED_MIXERS:
+        return _routed(cfg)  # raises, naming the field the table routes by
+    if routed is None or any(p.field.startswith("model.layers.") for p in routed.problems(cfg)):
+        # no table routes the mixer, or the routed family holds no per-layer layout: the nearest names them
         return min(
             FAMILIES.values(), key=lambda f: (bool(f.mixer_problems(cfg)), len(f.problems(cfg)), f is not routed)
         )
