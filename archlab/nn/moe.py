@@ -360,6 +360,8 @@ class MoE(MLP):
     def validate(cls, cfg: ModelConfig) -> None:
         m = cfg.mlp
         dense_kind(m.expert).validate(cfg)  # the expert kind's rules (its activation, the d_ff rules)
+        if m.sub_norm:
+            raise ConfigError("model.mlp.sub_norm", m.sub_norm, "false for moe (its experts hold no sub-norm)")
         _validate_routing(m.routing)
         if m.expert_d_ff is not None:
             checks.integer("model.mlp.expert_d_ff", m.expert_d_ff, allowed="a positive integer or null")

@@ -172,11 +172,6 @@ REFUSED: dict[str, Refused] = {
         "Gemma4UnifiedAssistantForCausalLM",
         "a drafter fed the target model's hidden states and KV (`backbone_hidden_size`): not a standalone LM",
     ),
-    "bitnet": Refused(
-        "BitNet b1.58",
-        "BitNetForCausalLM",
-        "ternary BitLinear weights and sub-norms inside attention and MLP (`attn_sub_norm`, `ffn_sub_norm`)",
-    ),
     "dory": Refused(
         "Dory",
         "DoryForCausalLM",

@@ -64,6 +64,7 @@ class AttentionConfig(MixerConfig):
         "none", "elementwise", "head"
     )  # output times sigmoid(W·x) before proj: per dim of each head (AFMoE, Qwen3-Next) | per head (Step-3.5)
     gate_activation: str = choice("sigmoid", "softplus")  # the gate's σ, or softplus in float32 (Laguna)
+    sub_norm: bool = False  # a norm of model.norm's kind over the heads' output (H·vd) before proj (BitNet)
     # queries at position p times 1 + beta·log(1 + floor((p + offset) / length)) (Llama 4's attention temperature:
     # attn_scale 0.1, floor_scale 8192, offset 1; Ministral 3: llama_4_scaling_beta, original_max_position_embeddings, 0)
     query_scale_beta: Optional[float] = None  # None = queries unscaled
@@ -184,6 +185,7 @@ class CausalSelfAttention(Mixer):
         gate_width = {"none": 0, "elementwise": self.n_head * self.v_head_dim, "head": self.n_head}[a.gate]
         self.gate = nn.Linear(cfg.d_model, gate_width, bias=a.qkv_bias) if gate_width else None
         self.softplus_gate = a.gate_activation == "softplus"
+        self.sub_norm = NORMS.get(cfg.norm.kind)(cfg, self.n_head * self.v_head_dim) if a.sub_norm else None
         self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
         self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset)
         self.query_scale_by = a.query_scale_by
@@ -288,7 +290,8 @@ class CausalSelfAttention(Mixer):
         y = y.transpose(1, 2)  # [B, T, H, vd]
         if self.gate is not None:  # one gate per value dim, or per head (broadcast over its dims)
             y = y * self.gate_of(x).view(B, T, self.n_head, -1)
-        return self.proj(y.reshape(B, T, self.n_head * self.v_head_dim))
+        y = y.reshape(B, T, self.n_head * self.v_head_dim)
+        return self.proj(y if self.sub_norm is None else self.sub_norm(y))
 
     def gate_of(self, x: Tensor) -> Tensor:
         """The output gate of the sublayer's input ``x``: sigmoid(gate(x)), or softplus(gate(x)) computed in
@@ -356,8 +359,8 @@ class CausalSelfAttention(Mixer):
         """q, k, v and output projections: d·((H + KV)·hd + KV·vd) + H·vd·d (vd = v_head_dim, else hd),
         plus the biases asked for, plus the QK-norms (per head: two norms of hd, or with a scale per head one
         of H·hd and one of KV·hd, as over the whole projection; l2: none), the gate (d·g, and g biases with
-        qkv_bias; g = H·vd elementwise, H per head), H sinks and, after the first layer, the value residual's
-        two weights. Clipping and the norm's order add none."""
+        qkv_bias; g = H·vd elementwise, H per head), H sinks, the sub-norm (a norm over H·vd) and, after the
+        first layer, the value residual's two weights. Clipping and the norm's order add none."""
         a, d, hd, kv, vd = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg), v_head_dim(cfg)
         qkv_out = (a.n_head + kv) * hd + kv * vd
         params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * vd * d + a.out_bias * d
@@ -368,7 +371,7 @@ class CausalSelfAttention(Mixer):
             params += 2 * norm(norm_cfg, hd)
         elif a.qk_norm in ("head", "full"):
             params += norm(norm_cfg, a.n_head * hd) + norm(norm_cfg, kv * hd)
-        return params
+        return params + (norm(cfg, a.n_head * vd) if a.sub_norm else 0)
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
@@ -469,7 +472,7 @@ class CausalSelfAttention(Mixer):
     def describe(cfg: ModelConfig) -> str:
         """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``values x V``, ``window W``, ``chunk C``,
         ``clip qkv C``, ``l2 qk-norm``, ``qk-norm scale per head``, ``qk-norm after rope``, ``qk-norm bias B``,
-        ``sinks``, ``<gate> gate``, ``query scale β``."""
+        ``sinks``, ``<gate> gate``, ``query scale β``, ``value residual``, ``sub-norm``."""
         a = cfg.attention
         parts = [f"{a.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"]
         parts += [f"values x {a.v_head_dim}"] if a.v_head_dim is not None else []
@@ -484,6 +487,7 @@ class CausalSelfAttention(Mixer):
         parts += [f"{a.gate} {a.gate_activation} gate"] if a.gate != "none" else []
         parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
         parts += ["value residual"] if a.value_residual else []
+        parts += ["sub-norm"] if a.sub_norm else []
         return ", ".join(parts)
 
     @classmethod
@@ -498,6 +502,7 @@ class CausalSelfAttention(Mixer):
         return frozenset(
             {"n_head", "n_kv_head", "head_dim", "v_head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale"}
             | {"softcap", "window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv", "value_residual"}
+            | {"sub_norm"}
             # refused by validate where they cannot apply
             | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale
