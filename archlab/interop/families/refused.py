@@ -194,11 +194,6 @@ REFUSED: dict[str, Refused] = {
         "Apertus's",
     ),
     # mixtures of experts
-    "phimoe": Refused(
-        "PhiMoE",
-        "PhimoeForCausalLM",
-        "SparseMixer routing (`sparsemixer`): top-2 weights from masked softmaxes, not archlab's top-k",
-    ),
     "cohere_compass_text": Refused(
         "Cohere Compass (text)",
         "CohereCompassForCausalLM",
