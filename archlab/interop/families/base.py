@@ -84,6 +84,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.sub_norm": (False, "no norm on the heads' output"),
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
+    "model.attention.query_scale_form": ("log", "queries scaled by 1 + β·log(1 + ⌊(p + offset) / length⌋)"),
+    "model.attention.gate_head_bias": (False, "no per-head bias on the output gate"),
     "model.attention.gate_norm": ("after", "Mamba-2's gated norm, norm(y·silu(z))"),
     "model.head.softcap": (None, "no logit soft-capping"),
     "model.position.turning_fraction": (None, "every rotated pair of RoPE turning"),

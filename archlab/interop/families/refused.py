@@ -91,11 +91,6 @@ REFUSED: dict[str, Refused] = {
         "JetMoeForCausalLM",
         "mixture of attention heads: routed query and output projections (`JetMoeMoA`)",
     ),
-    "beam": Refused(
-        "Beam",
-        "BeamForCausalLM",
-        "a per-head bias on its output gate (`gate_bias`) and NoPE queries × (1 + (p+1)/2048)^0.1 (not Llama 4's log)",
-    ),
     "inkling_text": Refused(
         "Inkling",
         "InklingForCausalLM",
