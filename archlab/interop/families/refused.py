@@ -189,11 +189,6 @@ REFUSED: dict[str, Refused] = {
         "Apertus's",
     ),
     # mixtures of experts
-    "cohere_compass_text": Refused(
-        "Cohere Compass (text)",
-        "CohereCompassForCausalLM",
-        "multimodal RoPE sections (`mrope_section`) in a Cohere 2 decoder",
-    ),
 }
 
 
