@@ -238,8 +238,9 @@ def test_chunks_cut_attention_flops_and_the_kv_cache():
         ("chunk", 8, {"llama4_text"}),
         ("sinks", True, {"gpt_oss", "flint", "granite_swa", "granitemoe_swa"}),
         ("gate", "head", {"step3p5", "lfm3", "laguna"}),  # per head: Step-3.5's g_proj, LFM3's, Laguna's (softplus)
-        # Llama 4 scales the queries of its NoPE layers only; Ministral 3 every layer's, by RoPE's positions
-        ("query_scale_beta", 0.1, {"ministral3"}),
+        # Llama 4 scales the queries of its NoPE layers only; Ministral 3 every layer's, by RoPE's positions; Beam
+        # its NoPE layers' (a beta of 0.1, its form and positions named as other fields)
+        ("query_scale_beta", 0.1, {"ministral3", "beam"}),
         ("qk_norm", "l2", {"llama4_text", "nanochat"}),
     ],
 )

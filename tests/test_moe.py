@@ -742,3 +742,49 @@ def test_fsdp2_trains_a_moe_like_ddp(conf, ddp_run, tmp_path):
             assert a[figure].keys() == b[figure].keys() and all(
                 a[figure][k] == pytest.approx(b[figure][k], rel=1e-3) for k in a[figure]
             ), figure
+
+
+# ---- SparseMixer routing (PhiMoE)
+
+
+def test_sparsemixer_weights_are_each_round_s_masked_softmax():
+    """Logits [3, 0, 2.9, -5] at ε 0.1: round one picks expert 0, its softmax over {0, 2} (1 is (3-0)/3 > 0.2
+    below, 3 farther); round two picks 2, its softmax over {2} alone, once 0 is out: weight 1. Not renormalised."""
+    logits = torch.tensor([[3.0, 0.0, 2.9, -5.0]], dtype=torch.float64)
+    cfg = validate(config(n_layer=1, n_experts=4, top_k=2, normalize_top_k=False, sparsemixer_eps=0.1))
+    moe = build_model(cfg, dtype=torch.float64).blocks[0].mlp
+    with torch.no_grad():
+        moe.router.weight.zero_()
+        moe.router.weight[:, 0] = logits[0]
+        x = torch.zeros(1, D, dtype=torch.float64)
+        x[0, 0] = 1.0
+        _, weights, indices = moe.route(x)
+    assert indices.tolist() == [[0, 2]]
+    first = math.exp(3.0) / (math.exp(3.0) + math.exp(2.9))
+    torch.testing.assert_close(weights, torch.tensor([[first, 1.0]], dtype=torch.float64))
+    assert "sparsemixer eps=0.1" in MoE.describe(cfg)
+    assert "model.mlp.routing.sparsemixer_eps" not in {i.field for i in ignored(cfg)}
+
+
+@pytest.mark.parametrize(
+    "routing, why",
+    [
+        (dict(sparsemixer_eps=0.01), "normalize_top_k=true"),
+        (dict(sparsemixer_eps=0.01, normalize_top_k=False, scoring="sigmoid"), "scoring=sigmoid"),
+        (dict(sparsemixer_eps=0.01, normalize_top_k=False, correction_bias=True), "correction_bias=true"),
+        (dict(sparsemixer_eps=-0.1, normalize_top_k=False), "non-negative"),
+    ],
+)
+def test_sparsemixer_refuses_what_it_cannot_combine_with(routing, why):
+    with pytest.raises(ConfigError) as err:
+        validate(config(n_layer=1, n_experts=4, top_k=2, **routing))
+    assert err.value.field == "model.mlp.routing.sparsemixer_eps" and why in str(err.value)
+
+
+def test_sparsemixer_trains_its_router():
+    """A few AdamW steps lower the loss and reach the router through the masked softmax weights."""
+    torch.manual_seed(0)
+    cfg = validate(config(n_layer=1, n_experts=4, top_k=2, normalize_top_k=False, sparsemixer_eps=0.01))
+    model = build_model(cfg)
+    losses = short_fit(model, V, 16, steps=15)
+    assert losses[-1] < 0.9 * losses[0] and model.blocks[0].mlp.router.weight.grad.abs().sum() > 0

@@ -169,6 +169,8 @@ _GATE_ACTIVATIONS = {
         functools.partial(F.gelu, approximate="tanh"),
         lambda grad, x, out: torch.ops.aten.gelu_backward.grad_input(grad, x, approximate="tanh", grad_input=out),
     ),
+    # relu(x)², whose derivative is 2·relu(x)
+    "relu2": (lambda x: F.relu(x).square(), lambda grad, x, out: torch.mul(grad, 2 * F.relu(x), out=out)),
 }
 
 
@@ -198,7 +200,8 @@ class _Gated(torch.autograd.Function):
 
 
 def glu(h: Tensor, activation: str) -> Tensor:
-    """``activation(gate) * up`` for ``h = [gate | up]`` along the last dim (SwiGLU: silu, GeGLU: gelu or gelu_tanh)."""
+    """``activation(gate) * up`` for ``h = [gate | up]`` along the last dim (SwiGLU: silu, GeGLU: gelu or gelu_tanh,
+    relu2_glu: relu2)."""
     if _needs_grad(h):
         return _Gated.apply(h, activation)
     gate, up = h.chunk(2, dim=-1)

@@ -1,5 +1,7 @@
-"""Feed-forward layers: ``gelu``, ``relu``, ``relu2`` (two matrices), ``swiglu``, ``geglu`` (gated, three),
-``moe``, a mixture of experts of one of those kinds (archlab/nn/moe.py), and ``none``, no MLP at all.
+"""Feed-forward layers: ``gelu``, ``relu``, ``relu2`` (two matrices), ``swiglu``, ``geglu``, ``relu2_glu``
+(gated, three), ``moe``, a mixture of experts of one of those kinds (archlab/nn/moe.py), and ``none``, no MLP
+at all. A dense kind's ``sub_norm`` norms its hidden activations before the down projection (BitNet's
+``ffn_sub_norm``).
 
 Hidden width: ``d_ff`` if set, else ``int(multiplier * d_model)``, else 4·d_model for plain MLPs and
 the LLaMA rule for gated ones: ``int(2·4d/3)``, times ``ffn_dim_multiplier``, rounded up to
@@ -27,6 +29,7 @@ from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import LayerPart, Role, residual_projection
 from archlab.nn.fused import glu
+from archlab.nn.norms import NORMS
 from archlab.registry import Registry
 
 
@@ -37,6 +40,8 @@ class WidthConfig(MLPConfig):
     d_ff: Optional[int] = None  # explicit hidden width wins over every rule below
     multiplier: Optional[float] = None  # hidden width = int(multiplier * d_model)
     bias: bool = True
+    # a norm of model.norm's kind over the hidden width, before the down projection (BitNet's ffn_sub_norm)
+    sub_norm: bool = False
 
 
 @dataclass
@@ -103,6 +108,14 @@ class GeGLUConfig(TanhField, GatedWidthConfig):
     """``model.mlp`` with kind geglu: the GELU-gated MLP (Gemma's tanh form where set)."""
 
     kind: str = "geglu"
+
+
+@mlp_config("relu2_glu")
+@dataclass
+class ReLU2GLUConfig(GatedWidthConfig):
+    """``model.mlp`` with kind relu2_glu: the gated MLP through relu(x)², ``down(relu(gate)² · up)`` (BitNet)."""
+
+    kind: str = "relu2_glu"
 
 
 @mlp_config("none")
@@ -203,10 +216,25 @@ class DenseMLP(MLP):
 
     def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
         super().__init__(cfg, layer)
+        f = d_ff(cfg) if width is None else width
+        self.sub_norm = NORMS.get(cfg.norm.kind)(cfg, f) if getattr(cfg.mlp, "sub_norm", False) else None
+
+    def hidden(self, h: Tensor) -> Tensor:
+        """The hidden activations ``h`` through the sub-norm, where there is one."""
+        return h if self.sub_norm is None else self.sub_norm(h)
+
+    @staticmethod
+    def sub_norm_params(cfg: ModelConfig, width: int) -> int:
+        """The sub-norm's parameters at hidden width ``width``: a norm of the model's kind over it, or none."""
+        return NORMS.get(cfg.norm.kind).num_params(cfg, width) if getattr(cfg.mlp, "sub_norm", False) else 0
 
     def param_roles(self) -> dict[str, Role]:
-        # fc/proj (plain) or gate_up/down (gated): matrices between two widths, and their biases
-        return {n: Role.HIDDEN if n.endswith("weight") else Role.VECTOR for n, _ in self.named_parameters()}
+        # fc/proj (plain) or gate_up/down (gated): matrices between two widths, and their biases; the sub-norm's
+        # scale and shift
+        return {
+            n: Role.HIDDEN if n.endswith("weight") and not n.startswith("sub_norm.") else Role.VECTOR
+            for n, _ in self.named_parameters()
+        }
 
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Callable[[Tensor], Tensor]:
@@ -225,9 +253,9 @@ class DenseMLP(MLP):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        """The width rules that apply (an explicit d_ff wins over the others), the biases and
+        """The width rules that apply (an explicit d_ff wins over the others), the biases, the sub-norm and
         ``approximate`` (refused where there is no tanh form); none of a mixture of experts' fields."""
-        return width_fields(cfg, cls.gated(cfg)) | {"bias", "approximate"}
+        return width_fields(cfg, cls.gated(cfg)) | {"bias", "sub_norm", "approximate"}
 
     @classmethod
     def unread(cls, cfg: ModelConfig, field: str) -> Optional[str]:
@@ -263,12 +291,12 @@ class PlainMLP(DenseMLP):
         raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.proj(self.act(self.fc(x)))
+        return self.proj(self.hidden(self.act(self.fc(x))))
 
     @staticmethod
     def params_at(cfg: ModelConfig, width: int) -> int:
         d = cfg.d_model
-        return 2 * d * width + cfg.mlp.bias * (width + d)
+        return 2 * d * width + cfg.mlp.bias * (width + d) + DenseMLP.sub_norm_params(cfg, width)
 
 
 @MLPS.register("gelu")
@@ -357,12 +385,12 @@ class GatedMLP(DenseMLP):
         raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(self.gate(self.gate_up(x)))
+        return self.down(self.hidden(self.gate(self.gate_up(x))))
 
     @staticmethod
     def params_at(cfg: ModelConfig, width: int) -> int:
         d = cfg.d_model
-        return 3 * d * width + cfg.mlp.bias * (2 * width + d)
+        return 3 * d * width + cfg.mlp.bias * (2 * width + d) + DenseMLP.sub_norm_params(cfg, width)
 
 
 @MLPS.register("swiglu")
@@ -422,6 +450,17 @@ class GeGLU(GatedMLP):
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Gate:
         return Gate("gelu" if cfg.mlp.approximate == "none" else "gelu_tanh")
+
+
+@MLPS.register("relu2_glu")
+class ReLU2GLU(GatedMLP):
+    """Gate through the squared ReLU, ``relu(gate)² · up`` (BitNet b1.58's ``relu2`` gated MLP)."""
+
+    refuses_tanh = "none for relu2_glu (only GELU has a tanh form)"
+
+    @staticmethod
+    def activation_of(cfg: ModelConfig) -> Gate:
+        return Gate("relu2")
 
 
 @MLPS.register("none")

@@ -18,7 +18,13 @@ Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
   highest remain (the others -inf), and of those the ``top_k`` best are chosen;
 - logits: ``x·Wᵀ``, plus a learned bias with ``router_bias`` (gpt-oss);
 - weights: the chosen experts' scores (without the correction bias), divided by their sum + 1e-20 when
-  ``normalize_top_k``, times ``routed_scale``. Each chosen expert's output is summed times its weight,
+  ``normalize_top_k``, times ``routed_scale``;
+- or, with ``sparsemixer_eps`` ε set, SparseMixer's choice (PhiMoE, Liu et al. 2024, arXiv:2409.12136, as
+  transformers' ``sparsemixer`` at inference): k rounds, each choosing the best expert m of the logits
+  not yet chosen, its weight the softmax at m over those logits less the ones too far below m's,
+  (m − s) / max(|s|, m) > 2ε (the chosen ones -inf); not renormalised. Training takes the same choice and
+  the plain gradient through those weights: the Gumbel sampling and Heun's-method gradient estimator
+  transformers runs in training mode are not modelled. Each chosen expert's output is summed times its weight,
   or with ``weight_input`` its input is multiplied by the weight and the outputs summed as they are
   (Llama 4: top-1 of sigmoid scores, ``x·σ(logit)`` into the expert).
 
@@ -66,6 +72,9 @@ class RoutingConfig:
     bias_update_speed: float = 0.0
     router_bias: bool = False  # the router Linear has a learned bias, added to its logits (gpt-oss)
     weight_input: bool = False  # the routing weight scales an expert's input, not its output (Llama 4)
+    # ε: SparseMixer's choice and weights (PhiMoE's router_jitter_noise, 0.01): each round the best remaining
+    # expert, weighted by the softmax over the logits within 2ε (relative) of its own; None = plain top-k
+    sparsemixer_eps: Optional[float] = None
     aux_loss_weight: float = 0.0  # weight of the load-balancing loss (Switch Transformer; Mixtral: 0.02)
     z_loss_weight: float = 0.0  # weight of the router z-loss, mean logsumexp(logits)^2 (ST-MoE: 0.001)
 
@@ -178,6 +187,7 @@ class MoE(MLP):
         self.normalize, self.routed_scale, self.weight_input = r.normalize_top_k, r.routed_scale, r.weight_input
         self.n_groups, self.top_groups = r.n_groups, r.top_groups
         self.corrects_logits = r.correction_on == "logits"
+        self.sparsemixer_eps = r.sparsemixer_eps
         self.aux_weights = {"moe_balance": r.aux_loss_weight, "router_z": r.z_loss_weight}
         self.router = nn.Linear(d, r.n_experts, bias=r.router_bias)
         self.register_buffer(
@@ -227,6 +237,9 @@ class MoE(MLP):
         with torch.autocast(x.device.type, enabled=False):
             bias = None if self.router.bias is None else self.router.bias.to(dtype)
             logits = F.linear(x.to(dtype), self.router.weight.to(dtype), bias)
+        if self.sparsemixer_eps is not None:
+            weights, indices = sparsemixer(logits, self.top_k, self.sparsemixer_eps)
+            return logits, weights * self.routed_scale, indices
         scores = logits.softmax(dim=-1) if self.scoring == "softmax" else logits.sigmoid()
         if self.router_bias is None:
             choice = scores
@@ -360,6 +373,8 @@ class MoE(MLP):
     def validate(cls, cfg: ModelConfig) -> None:
         m = cfg.mlp
         dense_kind(m.expert).validate(cfg)  # the expert kind's rules (its activation, the d_ff rules)
+        if m.sub_norm:
+            raise ConfigError("model.mlp.sub_norm", m.sub_norm, "false for moe (its experts hold no sub-norm)")
         _validate_routing(m.routing)
         if m.expert_d_ff is not None:
             checks.integer("model.mlp.expert_d_ff", m.expert_d_ff, allowed="a positive integer or null")
@@ -390,11 +405,26 @@ class MoE(MLP):
         form = dense_kind(f.expert).form(cfg)
         r = f.routing
         routing = (", router bias" if r.router_bias else "") + (", weighted inputs" if r.weight_input else "")
+        routing += f", sparsemixer eps={r.sparsemixer_eps}" if r.sparsemixer_eps is not None else ""
         experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}" + (", normed output" if f.out_norm else "")
         return f"moe top-{r.top_k} of {r.n_experts}{shared} {experts}{routing}"
 
 
 MLPS.register("moe")(MoE)  # after the class, not as its decorator: the name keeps MoE's own type for its callers
+
+
+def sparsemixer(logits: Tensor, k: int, eps: float) -> tuple[Tensor, Tensor]:
+    """SparseMixer's weights and experts [N, k] of router ``logits`` [N, E] (the module docstring): k rounds,
+    each the best expert left and its masked softmax's weight there."""
+    left, weights, indices = logits, [], []
+    for _ in range(k):
+        best, index = left.max(dim=-1, keepdim=True)
+        with torch.no_grad():
+            far = (best - logits) / logits.abs().clamp(min=best) > 2 * eps
+        weights.append(left.masked_fill(far, float("-inf")).softmax(dim=-1).gather(-1, index))
+        indices.append(index)
+        left = left.scatter(-1, index, float("-inf"))
+    return torch.cat(weights, dim=-1), torch.cat(indices, dim=-1)
 
 
 def _validate_routing(r: RoutingConfig) -> None:
@@ -432,9 +462,34 @@ def _validate_routing(r: RoutingConfig) -> None:
             r.bias_update_speed,
             "0, or a speed with correction_bias=true (it moves the correction bias)",
         )
+    if r.sparsemixer_eps is not None:
+        _validate_sparsemixer(r)
     if r.correction_on != "scores" and not r.correction_bias:
         raise ConfigError(
             "model.mlp.routing.correction_on",
             r.correction_on,
             "scores, or logits with correction_bias=true (where the correction bias is added)",
         )
+
+
+def _validate_sparsemixer(r: RoutingConfig) -> None:
+    """SparseMixer's ε is a non-negative number; it ranks softmax logits alone, ungrouped, uncorrected, and
+    its weights are not renormalised."""
+    field, eps = "model.mlp.routing.sparsemixer_eps", r.sparsemixer_eps
+    if not isinstance(eps, (int, float)) or not 0 <= eps < math.inf:
+        raise ConfigError(field, eps, "a non-negative number (PhiMoE: 0.01), or null (plain top-k)")
+    clash = next(
+        (
+            why
+            for bad, why in (
+                (r.scoring != "softmax", f"scoring={r.scoring} (its weights are masked softmaxes)"),
+                (r.normalize_top_k, "normalize_top_k=true (its weights are not renormalised)"),
+                (r.correction_bias, "correction_bias=true (it ranks the logits as they are)"),
+                (r.n_groups > 1, f"n_groups={r.n_groups} (it ranks every expert)"),
+            )
+            if bad
+        ),
+        None,
+    )
+    if clash is not None:
+        raise ConfigError(field, eps, f"null with {clash}")

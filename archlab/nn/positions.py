@@ -97,7 +97,27 @@ class NoPositionConfig(PositionConfig):
     kind: str = "none"
 
 
-POSITIONS.register("none")(Position)
+class PositionsOnly(Rotation):
+    """No rotation: the queries' positions alone, for attention that scales its queries by them."""
+
+    def __init__(self, positions: Tensor):
+        self.positions = positions
+
+    def rotate(self, x: Tensor) -> Tensor:
+        return x
+
+
+@POSITIONS.register("none")
+class NoPosition(Position):
+    """No encoding; where the layer's attention scales its queries by position (``query_scale_by: position``:
+    Beam's NoPE layers) it is handed each query's position, rotated by nothing."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.hands_positions = getattr(cfg.attention, "query_scale_by", "index") == "position"
+
+    def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> Optional[Rotation]:
+        return PositionsOnly(pos) if self.hands_positions else None
 
 
 @position_config("learned")

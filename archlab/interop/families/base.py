@@ -81,8 +81,11 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.gate": ("none", "no attention output gate"),
     "model.attention.gate_activation": ("sigmoid", "a sigmoid output gate"),
     "model.attention.v_head_dim": (None, "value heads as wide as the query/key heads"),
+    "model.attention.sub_norm": (False, "no norm on the heads' output"),
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
+    "model.attention.query_scale_form": ("log", "queries scaled by 1 + β·log(1 + ⌊(p + offset) / length⌋)"),
+    "model.attention.gate_head_bias": (False, "no per-head bias on the output gate"),
     "model.attention.gate_norm": ("after", "Mamba-2's gated norm, norm(y·silu(z))"),
     "model.head.softcap": (None, "no logit soft-capping"),
     "model.position.turning_fraction": (None, "every rotated pair of RoPE turning"),
@@ -100,11 +103,13 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.shared_swiglu_limit": (None, "shared experts clamped as the routed ones"),
     "model.mlp.shared_expert_gate": (False, "shared experts added ungated"),
     "model.mlp.out_norm": (False, "the MoE's output unnormed"),
+    "model.mlp.sub_norm": (False, "no norm on the MLP's hidden activations"),
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),
     "model.mlp.routing.router_bias": (False, "no router bias"),
     "model.mlp.routing.correction_on": ("scores", "the correction bias added to the router's scores"),
     "model.mlp.routing.weight_input": (False, "routing weights on the experts' outputs"),
+    "model.mlp.routing.sparsemixer_eps": (None, "plain top-k routing"),
 }
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ
 # FEATURES of the causal mixer whose name another mixer's own field shares (mla's v_head_dim is its size)

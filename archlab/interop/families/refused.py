@@ -93,11 +93,6 @@ REFUSED: dict[str, Refused] = {
         "JetMoeForCausalLM",
         "mixture of attention heads: routed query and output projections (`JetMoeMoA`)",
     ),
-    "beam": Refused(
-        "Beam",
-        "BeamForCausalLM",
-        "a per-head bias on its output gate (`gate_bias`) and NoPE queries × (1 + (p+1)/2048)^0.1 (not Llama 4's log)",
-    ),
     "inkling_text": Refused(
         "Inkling",
         "InklingForCausalLM",
@@ -174,11 +169,6 @@ REFUSED: dict[str, Refused] = {
         "Gemma4UnifiedAssistantForCausalLM",
         "a drafter fed the target model's hidden states and KV (`backbone_hidden_size`): not a standalone LM",
     ),
-    "bitnet": Refused(
-        "BitNet b1.58",
-        "BitNetForCausalLM",
-        "ternary BitLinear weights and sub-norms inside attention and MLP (`attn_sub_norm`, `ffn_sub_norm`)",
-    ),
     "dory": Refused(
         "Dory",
         "DoryForCausalLM",
@@ -201,16 +191,6 @@ REFUSED: dict[str, Refused] = {
         "Apertus's",
     ),
     # mixtures of experts
-    "phimoe": Refused(
-        "PhiMoE",
-        "PhimoeForCausalLM",
-        "SparseMixer routing (`sparsemixer`): top-2 weights from masked softmaxes, not archlab's top-k",
-    ),
-    "cohere_compass_text": Refused(
-        "Cohere Compass (text)",
-        "CohereCompassForCausalLM",
-        "multimodal RoPE sections (`mrope_section`) in a Cohere 2 decoder",
-    ),
 }
 
 

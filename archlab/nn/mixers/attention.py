@@ -64,12 +64,19 @@ class AttentionConfig(MixerConfig):
         "none", "elementwise", "head"
     )  # output times sigmoid(W·x) before proj: per dim of each head (AFMoE, Qwen3-Next) | per head (Step-3.5)
     gate_activation: str = choice("sigmoid", "softplus")  # the gate's σ, or softplus in float32 (Laguna)
+    gate_head_bias: bool = False  # a learned bias per head added to the gate's logits, over its dims (Beam's gate_bias)
+    sub_norm: bool = False  # a norm of model.norm's kind over the heads' output (H·vd) before proj (BitNet)
     # queries at position p times 1 + beta·log(1 + floor((p + offset) / length)) (Llama 4's attention temperature:
     # attn_scale 0.1, floor_scale 8192, offset 1; Ministral 3: llama_4_scaling_beta, original_max_position_embeddings, 0)
     query_scale_beta: Optional[float] = None  # None = queries unscaled
     query_scale_length: int = 8192  # positions per step of the floor
     query_scale_offset: int = 0  # added to the position before the floor (Llama 4 counts from 1)
-    query_scale_by: str = choice("index", "position")  # p: the cache index (Llama 4) | RoPE's position (Ministral 3)
+    query_scale_by: str = choice(
+        "index", "position"
+    )  # p: the cache index (Llama 4) | each row's position (Ministral 3)
+    # the factor's form: 1 + beta·log(1 + floor((p + offset) / length)) (Llama 4) | (1 + (p + offset) / length)^beta
+    # (Beam's NoPE layers: beta 0.1, length 2048, offset 1)
+    query_scale_form: str = choice("log", "power")
     # value residual learning (ResFormer): every layer after the first mixes its values with the first layer's,
     # λ₁·v₁ + λ₂·vₙ, two learned λ per layer starting at 0.5
     value_residual: bool = False
@@ -124,16 +131,21 @@ def l2_norm(x: Tensor, eps: float) -> Tensor:
     return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
-def query_scales(start: int, length: int, beta: float, every: int, offset: int, device: torch.device) -> Tensor:
+def query_scales(
+    start: int, length: int, beta: float, every: int, offset: int, device: torch.device, form: str = "log"
+) -> Tensor:
     """The factor ``1 + beta·log(1 + ⌊(p + offset) / every⌋)`` of the queries at positions ``p`` = start,
     ..., start + length - 1, float32 ``[1, 1, length, 1]`` (Llama 4's attention temperature, offset 1;
-    Ministral 3's ``llama_4_scaling_beta``, offset 0)."""
-    return query_scales_at(torch.arange(start, start + length, device=device), beta, every, offset)
+    Ministral 3's ``llama_4_scaling_beta``, offset 0); ``form="power"``: ``(1 + (p + offset) / every)^beta``
+    (Beam's, computed as exp(beta·log1p(·)) as transformers' ``compute_attention_scaling``)."""
+    return query_scales_at(torch.arange(start, start + length, device=device), beta, every, offset, form)
 
 
-def query_scales_at(p: Tensor, beta: float, every: int, offset: int) -> Tensor:
+def query_scales_at(p: Tensor, beta: float, every: int, offset: int, form: str = "log") -> Tensor:
     """``query_scales`` at positions ``p`` ``[T]`` or ``[B, T]``: float32 ``[1 or B, 1, T, 1]``."""
     p = p.to(torch.float32)
+    if form == "power":
+        return torch.exp(beta * torch.log1p((p + offset) / every)).view(-1, 1, p.shape[-1], 1)
     return (1 + beta * torch.log1p(torch.floor((p + offset) / every))).view(-1, 1, p.shape[-1], 1)
 
 
@@ -183,9 +195,11 @@ class CausalSelfAttention(Mixer):
         # a gate is projected as the queries are, with their bias (Qwen3-Next's q_proj holds both)
         gate_width = {"none": 0, "elementwise": self.n_head * self.v_head_dim, "head": self.n_head}[a.gate]
         self.gate = nn.Linear(cfg.d_model, gate_width, bias=a.qkv_bias) if gate_width else None
+        self.gate_head_bias = nn.Parameter(torch.empty(self.n_head)) if a.gate_head_bias else None
         self.softplus_gate = a.gate_activation == "softplus"
+        self.sub_norm = NORMS.get(cfg.norm.kind)(cfg, self.n_head * self.v_head_dim) if a.sub_norm else None
         self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
-        self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset)
+        self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset, a.query_scale_form)
         self.query_scale_by = a.query_scale_by
         self.norm_eps = cfg.norm.eps  # l2 QK-norm's (Llama 4: rms_norm_eps, the model's norms' own)
         # value residual: the first layer's values, shared by the model's layers (Decoder links them), and
@@ -258,6 +272,7 @@ class CausalSelfAttention(Mixer):
             **{f"{n}.bias": Role.VECTOR for n in projections},
             "sinks": Role.VECTOR,
             "value_mix": Role.VECTOR,
+            "gate_head_bias": Role.VECTOR,
         }
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
@@ -287,26 +302,30 @@ class CausalSelfAttention(Mixer):
             y = y[:, :, y.shape[2] - T :, :vd]  # less sink_key's first query and padding, if any
         y = y.transpose(1, 2)  # [B, T, H, vd]
         if self.gate is not None:  # one gate per value dim, or per head (broadcast over its dims)
-            y = y * self.gate_of(x).view(B, T, self.n_head, -1)
-        return self.proj(y.reshape(B, T, self.n_head * self.v_head_dim))
+            y = y * self.gate_of(x, B, T)
+        y = y.reshape(B, T, self.n_head * self.v_head_dim)
+        return self.proj(y if self.sub_norm is None else self.sub_norm(y))
 
-    def gate_of(self, x: Tensor) -> Tensor:
-        """The output gate of the sublayer's input ``x``: sigmoid(gate(x)), or softplus(gate(x)) computed in
-        float32 at least and cast back (Laguna's ``g_proj``)."""
-        g = cast(nn.Linear, self.gate)(x)
+    def gate_of(self, x: Tensor, B: int, T: int) -> Tensor:
+        """The output gate ``[B, T, H, 1 or vd]`` of the sublayer's input ``x``: sigmoid(gate(x)), or
+        softplus(gate(x)) computed in float32 at least and cast back (Laguna's ``g_proj``); with
+        ``gate_head_bias``, each head's bias added to its logits first (Beam's ``gate_bias``)."""
+        g = cast(nn.Linear, self.gate)(x).view(B, T, self.n_head, -1)
+        if self.gate_head_bias is not None:
+            g = g + self.gate_head_bias.to(g.dtype).view(self.n_head, 1)
         if not self.softplus_gate:
             return torch.sigmoid(g)
         return F.softplus(g.to(torch.promote_types(g.dtype, torch.float32))).to(g.dtype)
 
     def scaled(self, q: Tensor, rotary: Optional[Rotation], cache: Optional[KVCache]) -> Tensor:
         """Queries ``[B, H, T, hd]`` times the query scale where ``query_scale_beta`` is set."""
-        beta, every, offset = self.query_scale
-        if beta is not None and self.query_scale_by == "position":  # RoPE's, each row's own (Ministral 3)
-            assert rotary is not None and rotary.positions is not None, "validate: query_scale_by=position needs RoPE"
-            return q * query_scales_at(rotary.positions, beta, every, offset).to(q.dtype)
+        beta, every, offset, form = self.query_scale
+        if beta is not None and self.query_scale_by == "position":  # each row's own (Ministral 3, Beam)
+            assert rotary is not None and rotary.positions is not None, "RoPE or none hands attention the positions"
+            return q * query_scales_at(rotary.positions, beta, every, offset, form).to(q.dtype)
         if beta is not None:  # by index, counted on from the cache (Llama 4's cache_position)
             start = cache.length if cache is not None else 0
-            return q * query_scales(start, q.shape[2], beta, every, offset, q.device).to(q.dtype)
+            return q * query_scales(start, q.shape[2], beta, every, offset, q.device, form).to(q.dtype)
         return q
 
     @torch.no_grad()
@@ -345,6 +364,8 @@ class CausalSelfAttention(Mixer):
             nn.init.normal_(self.sinks, 0.0, std)
         if self.value_mix is not None:  # ResFormer's equal halves
             nn.init.constant_(self.value_mix, 0.5)
+        if self.gate_head_bias is not None:  # Beam's zeros: the gates start at σ(W·x)
+            nn.init.zeros_(self.gate_head_bias)
 
     @staticmethod
     def qk_head_dim(cfg: ModelConfig) -> int:
@@ -356,19 +377,20 @@ class CausalSelfAttention(Mixer):
         """q, k, v and output projections: d·((H + KV)·hd + KV·vd) + H·vd·d (vd = v_head_dim, else hd),
         plus the biases asked for, plus the QK-norms (per head: two norms of hd, or with a scale per head one
         of H·hd and one of KV·hd, as over the whole projection; l2: none), the gate (d·g, and g biases with
-        qkv_bias; g = H·vd elementwise, H per head), H sinks and, after the first layer, the value residual's
-        two weights. Clipping and the norm's order add none."""
+        qkv_bias; g = H·vd elementwise, H per head) and its H head biases, H sinks, the sub-norm (a norm over H·vd) and, after the
+        first layer, the value residual's two weights. Clipping and the norm's order add none."""
         a, d, hd, kv, vd = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg), v_head_dim(cfg)
         qkv_out = (a.n_head + kv) * hd + kv * vd
         params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * vd * d + a.out_bias * d
         gate = {"none": 0, "elementwise": a.n_head * vd, "head": a.n_head}[a.gate]
         params += (d + a.qkv_bias) * gate + a.sinks * a.n_head + 2 * (a.value_residual and layer > 0)
+        params += a.gate_head_bias * a.n_head
         norm, norm_cfg = NORMS.get(cfg.norm.kind).num_params, qk_norm_config(cfg)
         if a.qk_norm == "head" and not a.qk_norm_per_head_scale:
             params += 2 * norm(norm_cfg, hd)
         elif a.qk_norm in ("head", "full"):
             params += norm(norm_cfg, a.n_head * hd) + norm(norm_cfg, kv * hd)
-        return params
+        return params + (norm(cfg, a.n_head * vd) if a.sub_norm else 0)
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
@@ -418,12 +440,15 @@ class CausalSelfAttention(Mixer):
             checks.positive("model.attention.query_scale_beta", a.query_scale_beta, "a positive number, or null")
             checks.integer("model.attention.query_scale_length", a.query_scale_length, 1)
             checks.integer("model.attention.query_scale_offset", a.query_scale_offset, 0)
-        if a.query_scale_by == "position" and (a.query_scale_beta is None or cfg.position.kind != "rope"):
+        if a.query_scale_by == "position" and (a.query_scale_beta is None or cfg.position.kind not in ("rope", "none")):
             raise ConfigError(
                 "model.attention.query_scale_by",
                 a.query_scale_by,
-                "index unless query_scale_beta is set and model.position.kind=rope (position reads RoPE's positions)",
+                "index unless query_scale_beta is set and model.position.kind is rope or none (which hand attention "
+                "each row's positions)",
             )
+        if a.gate_head_bias and a.gate == "none":
+            raise ConfigError("model.attention.gate_head_bias", True, "false unless model.attention.gate is set")
         if a.clip_qkv is not None:
             checks.positive("model.attention.clip_qkv", a.clip_qkv, "a positive number (OLMo 1: 8.0), or null")
         if a.qk_norm_after_rope and a.qk_norm not in ("head", "full"):
@@ -469,7 +494,7 @@ class CausalSelfAttention(Mixer):
     def describe(cfg: ModelConfig) -> str:
         """``<H>q/<KV>kv x <head_dim>``, then the parts beyond plain attention: ``values x V``, ``window W``, ``chunk C``,
         ``clip qkv C``, ``l2 qk-norm``, ``qk-norm scale per head``, ``qk-norm after rope``, ``qk-norm bias B``,
-        ``sinks``, ``<gate> gate``, ``query scale β``."""
+        ``sinks``, ``<gate> gate``, ``query scale β``, ``value residual``, ``sub-norm``."""
         a = cfg.attention
         parts = [f"{a.n_head}q/{n_kv_head(cfg)}kv x {CausalSelfAttention.qk_head_dim(cfg)}"]
         parts += [f"values x {a.v_head_dim}"] if a.v_head_dim is not None else []
@@ -481,9 +506,14 @@ class CausalSelfAttention(Mixer):
         parts += ["qk-norm after rope"] if a.qk_norm_after_rope else []
         parts += [f"qk-norm bias {str(a.qk_norm_bias).lower()}"] if a.qk_norm_bias is not None else []
         parts += ["sinks"] if a.sinks else []
-        parts += [f"{a.gate} {a.gate_activation} gate"] if a.gate != "none" else []
+        parts += (
+            [f"{a.gate} {a.gate_activation} gate" + (" with head biases" * a.gate_head_bias)]
+            if a.gate != "none"
+            else []
+        )
         parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
         parts += ["value residual"] if a.value_residual else []
+        parts += ["sub-norm"] if a.sub_norm else []
         return ", ".join(parts)
 
     @classmethod
@@ -491,17 +521,18 @@ class CausalSelfAttention(Mixer):
         """All but multi-head latent attention's ranks and head parts; the query scale's length and
         offset where its beta is set."""
         scale = (
-            {"query_scale_length", "query_scale_offset", "query_scale_by"}
+            {"query_scale_length", "query_scale_offset", "query_scale_by", "query_scale_form"}
             if cfg.attention.query_scale_beta is not None
             else set()
         )
         return frozenset(
             {"n_head", "n_kv_head", "head_dim", "v_head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale"}
             | {"softcap", "window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv", "value_residual"}
+            | {"sub_norm"}
             # refused by validate where they cannot apply
             | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale
-            | ({"gate_activation"} if cfg.attention.gate != "none" else set())
+            | ({"gate_activation", "gate_head_bias"} if cfg.attention.gate != "none" else set())
         )
 
 
