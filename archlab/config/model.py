@@ -158,6 +158,9 @@ class LoopConfig:
     start: int = 0  # the first looped layer
     end: Optional[int] = None  # the layer after the last looped one; None = model.n_layer
     passes: int = 1  # how many times the looped layers run in all (Inkling2Loop's loop_num_passes)
+    # each pass starts from norm(h) + norm(e), e the state entering the looped layers (Dory's input injection;
+    # its norms the model's norm kind, which must hold no weights: model.norm.kind=l2 or affine false)
+    inject: bool = False
 
 
 @dataclass

@@ -30,7 +30,7 @@ class NGPTMLPConfig(GatedWidthConfig):
     up_scale_scale: float = 1.0
     gate_scale_init: Optional[float] = None  # None = sqrt(d_model) (the paper's s_v·sqrt(d_model), s_v from 1)
     gate_scale_scale: float = 1.0
-    out_norm: bool = False  # the product L2-normed before the down projection (Dory's ffn_sub_norm)
+    hidden_norm: bool = False  # the SiLU product L2-normed before the down projection (Dory's ffn_sub_norm)
 
 
 def gate_scale_init(cfg: ModelConfig) -> float:
@@ -49,7 +49,7 @@ class NGPTMLP(GatedMLP):
         m, f = cfg.mlp, d_ff(cfg) if width is None else width
         self.up_scale = ScaledVector(f, m.up_scale_init, m.up_scale_scale)
         self.gate_scale = ScaledVector(f, gate_scale_init(cfg), m.gate_scale_scale)
-        self.out_norm, self.eps = m.out_norm, cfg.norm.eps
+        self.hidden_norm, self.eps = m.hidden_norm, cfg.norm.eps
 
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Gate:
@@ -58,7 +58,7 @@ class NGPTMLP(GatedMLP):
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         h = F.silu(gate * self.gate_scale().to(x.dtype)) * (up * self.up_scale().to(x.dtype))
-        return self.down(unit_norm(h, self.eps) if self.out_norm else h)
+        return self.down(unit_norm(h, self.eps) if self.hidden_norm else h)
 
     @staticmethod
     def params_at(cfg: ModelConfig, width: int) -> int:
@@ -67,7 +67,7 @@ class NGPTMLP(GatedMLP):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        own = {"up_scale_init", "up_scale_scale", "gate_scale_init", "gate_scale_scale", "out_norm"}
+        own = {"up_scale_init", "up_scale_scale", "gate_scale_init", "gate_scale_scale", "hidden_norm"}
         return super().reads(cfg) | own
 
     @classmethod
@@ -83,5 +83,5 @@ class NGPTMLP(GatedMLP):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        norm = ", l2 out-norm" if cfg.mlp.out_norm else ""
+        norm = ", l2 hidden-norm" if cfg.mlp.hidden_norm else ""
         return f"ngpt d_ff={d_ff(cfg)}, s_u {cfg.mlp.up_scale_init:g}, s_v {gate_scale_init(cfg):g}{norm}"

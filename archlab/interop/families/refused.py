@@ -177,11 +177,6 @@ REFUSED: dict[str, Refused] = {
         "BitNetForCausalLM",
         "ternary BitLinear weights and sub-norms inside attention and MLP (`attn_sub_norm`, `ffn_sub_norm`)",
     ),
-    "dory": Refused(
-        "Dory",
-        "DoryForCausalLM",
-        "nGPT blocks: L2-normed states moved toward each sublayer by learned rates; looped layers (`n_recurrent_loops`)",
-    ),
     "hrm_text": Refused(
         "HRM (text)",
         "HrmTextForCausalLM",
