@@ -84,13 +84,13 @@ def test_a_step_size_counts_by_its_magnitude():
 
 
 def test_the_scaled_parameters_start_at_their_init():
-    """Built and initialised, each stored value is its scale, so the value used is its init: α 0.05, s_qk 1,
-    s_u 1, s_v √d, s_z 1."""
+    """Built and initialised, each stored value is its scale, so the value used is its init: α 0.05, s_qk √hd
+    (beside the scores' 1/√hd: the paper's s_qk of 1 and its √hd), s_u 1, s_v √d, s_z 1."""
     model: Any = build_model(ngpt())
     block = model.blocks[0]
     torch.testing.assert_close(block.attn_alpha.weight, torch.full((D,), 1 / math.sqrt(D)))
     torch.testing.assert_close(block.attn_alpha(), torch.full((D,), 0.05))
-    torch.testing.assert_close(block.attn.qk_scale(), torch.ones(D))
+    torch.testing.assert_close(block.attn.qk_scale(), torch.full((D,), math.sqrt(D // H)))
     torch.testing.assert_close(block.mlp.up_scale(), torch.ones(FF))
     torch.testing.assert_close(block.mlp.gate_scale(), torch.full((FF,), math.sqrt(D)))
     torch.testing.assert_close(model.head.s_z(), torch.ones(V))

@@ -1,6 +1,7 @@
 """``ngpt``: nGPT's softmax attention (Loshchilov et al. 2024, arXiv:2410.01131): each head's queries and keys
-L2-normed onto the unit sphere and their product scaled per dim by a learned s_qk², the scores times
-sqrt(head_dim) (the paper's) unless ``scale`` is set; optionally Dory's output gate with a learned scale
+L2-normed onto the unit sphere and their product scaled per dim by a learned s_qk², the scores then times
+``scale`` (1/sqrt(head_dim)) as causal attention's, s_qk starting at sqrt(head_dim): the paper's s_qk from 1
+times its sqrt(head_dim); optionally Dory's output gate with a learned scale
 inside its sigmoid and the heads' output L2-normed before the output projection."""
 
 from __future__ import annotations
@@ -31,14 +32,21 @@ class NGPTAttentionConfig(AttentionConfig):
     qkv_bias: bool = False
     out_bias: bool = False
     # s_qk, H·hd wide: the rotated unit queries times s_qk² (equal to both q and k times s_qk), starting at
-    # qk_scale_init, stored as s_qk·qk_scale_scale/qk_scale_init (None = 1/sqrt(d_model))
-    qk_scale_init: float = 1.0
+    # qk_scale_init (None = sqrt(head_dim)), stored as s_qk·qk_scale_scale/qk_scale_init (None = 1/sqrt(d_model))
+    qk_scale_init: Optional[float] = None
     qk_scale_scale: Optional[float] = None
     # gate elementwise only: sigmoid(g·s_gate²), s_gate H·vd wide, starting at gate_scale_init (None = no s_gate),
     # stored as s_gate·gate_scale_scale/gate_scale_init (None = 1/sqrt(d_model)) (Dory's)
     gate_scale_init: Optional[float] = None
     gate_scale_scale: Optional[float] = None
     out_norm: bool = False  # the heads' (gated) output L2-normed before the output projection (Dory's attn_sub_norm)
+
+
+def qk_scale_init(cfg: ModelConfig) -> float:
+    """s_qk's value at init: ``qk_scale_init``, else sqrt(head_dim) (with the scores' 1/sqrt(head_dim), the
+    paper's s_qk from 1 and its scores times sqrt(head_dim), as a function of the stored value alike)."""
+    init = cfg.attention.qk_scale_init
+    return math.sqrt(CausalSelfAttention.qk_head_dim(cfg)) if init is None else init
 
 
 class NormedProjection(nn.Linear):
@@ -59,11 +67,8 @@ class NGPTAttention(CausalSelfAttention):
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
         a, d = cfg.attention, cfg.d_model
-        if a.scale is None:
-            self.scale = math.sqrt(self.head_dim)  # the paper's: unit q·k in [-1, 1] times s_qk² ≈ 1 at init
-        self.qk_scale = ScaledVector(
-            self.n_head * self.head_dim, a.qk_scale_init, scale_or_default(a.qk_scale_scale, d)
-        )
+        init, scale = qk_scale_init(cfg), scale_or_default(a.qk_scale_scale, d)
+        self.qk_scale = ScaledVector(self.n_head * self.head_dim, init, scale)
         gated = a.gate_scale_init is not None
         width = self.n_head * self.v_head_dim
         self.gate_scale = (
@@ -115,8 +120,7 @@ class NGPTAttention(CausalSelfAttention):
         a = cfg.attention
         if a.qk_norm != "none":
             raise ConfigError("model.attention.qk_norm", a.qk_norm, "none with kind ngpt (its q and k are unit always)")
-        checks.positive("model.attention.qk_scale_init", a.qk_scale_init)
-        for name in ("qk_scale_scale", "gate_scale_init", "gate_scale_scale"):
+        for name in ("qk_scale_init", "qk_scale_scale", "gate_scale_init", "gate_scale_scale"):
             if getattr(a, name) is not None:
                 checks.positive(f"model.attention.{name}", getattr(a, name), "a positive number, or null")
         if a.gate_scale_init is not None and (a.gate != "elementwise" or a.gate_activation != "sigmoid"):
@@ -129,7 +133,7 @@ class NGPTAttention(CausalSelfAttention):
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
         a = cfg.attention
-        parts = [CausalSelfAttention.describe(cfg), f"unit q/k, s_qk {a.qk_scale_init:g}"]
+        parts = [CausalSelfAttention.describe(cfg), f"unit q/k, s_qk {qk_scale_init(cfg):g}"]
         parts += [f"s_gate {a.gate_scale_init:g}"] if a.gate_scale_init is not None else []
         parts += ["l2 out-norm"] if a.out_norm else []
         return ", ".join(parts)
