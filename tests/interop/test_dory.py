@@ -138,3 +138,46 @@ def test_a_released_checkpoint_s_layer_pairs_load(tmp_path):
     reloaded = transformers.DoryForCausalLM.from_pretrained(tmp_path, **ATTN)
     assert parity.max_diff(parity.logits(hf), parity.logits(reloaded)) == 0
     assert parity.max_diff(parity.logits(hf), parity.logits(load_hf_dir(tmp_path))) <= parity.TOL
+
+
+# an archlab layout of Dory's parts, every scaled parameter's scale the init_std written as initializer_range
+LAYOUT = [
+    "model=nano",
+    *parity.WIDTHS,
+    "model.n_layer=4",
+    "model.init_std=0.5",
+    "model/position=rope",
+    "model/norm=l2",
+    "model.norm.eps=1e-6",
+    "model/block=ngpt",
+    "model.block.alpha_scale=0.5",
+    "model/attention=ngpt",
+    "model.attention.head_dim=16",
+    "model.attention.qkv_bias=false",
+    "model.attention.out_bias=false",
+    "model.attention.scale=0.25",
+    "model.attention.qk_scale_init=4.0",
+    "model.attention.qk_scale_scale=0.5",
+    "model.attention.gate=elementwise",
+    f"model.attention.gate_scale_init={64**0.25!r}",
+    "model.attention.gate_scale_scale=0.5",
+    "model.attention.out_norm=true",
+    "model/mlp=ngpt",
+    "model.mlp.bias=false",
+    "model.mlp.up_scale_init=8.0",
+    "model.mlp.hidden_norm=true",
+    "model/head=ngpt",
+    "model.head.tied=false",
+    "model.head.scale_scale=0.5",
+    "model.layers.first=[local,local,local]",
+    f"+model.layers.kinds.local.attention.window={WINDOW}",
+    "model.layers.loop.start=1",
+    "model.layers.loop.end=3",
+    "model.layers.loop.passes=2",
+    "model.layers.loop.inject=true",
+]
+
+
+def test_an_archlab_layout_exports_to_dory_and_back():
+    """The layout maps to Dory, converts with the same logits, and back bit for bit with the same counts."""
+    parity.check_exports(parity.composed(*LAYOUT), "DoryForCausalLM", "dory", 3, **ATTN)
