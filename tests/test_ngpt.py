@@ -143,3 +143,36 @@ def test_it_trains():
     """A few AdamW steps on one repeated batch lower the loss: gradients reach every part."""
     parts = ["model/norm=l2", "model/block=ngpt", "model/attention=ngpt", "model/mlp=ngpt", "model/head=ngpt"]
     check_trains([*parts, "model/position=rope"], n_layer=2, length=32, steps=25)
+
+
+def unit_norms(model: Any) -> list[torch.Tensor]:
+    """The norms along d_model of every matrix nGPT keeps on the sphere: q/k/v, gate and MLP rows, the output
+    projections' columns, the head's and the embedding's rows."""
+    out = [model.tok_emb.weight.norm(dim=1), model.head.weight.norm(dim=1)]
+    for block in model.blocks:
+        out += [block.attn.qkv.weight.norm(dim=1), block.attn.proj.weight.norm(dim=0)]
+        out += [block.mlp.gate_up.weight.norm(dim=1), block.mlp.down.weight.norm(dim=0)]
+    return out
+
+
+@pytest.mark.parametrize("unit", [True, False])
+def test_a_step_puts_the_matrices_back_on_the_sphere(unit):
+    """Two AdamW steps through Lightning (LitModel's optimizer_step): with ``unit_weights`` every matrix is unit
+    along d_model after them (§2.1-2.4); without it the steps leave them off the sphere."""
+    import lightning as L
+
+    from archlab.config import model_config_dict
+    from archlab.training.module import LitModel
+
+    cfg = ngpt(block={"kind": "ngpt", "unit_weights": unit})
+    optim = {"kind": "adamw", "lr": 1e-2, "weight_decay": 0.0, "betas": [0.9, 0.99], "eps": 1e-8}
+    scheduler = {"kind": "constant", "warmup_steps": 0, "min_lr_ratio": 1.0, "decay_steps": None}
+    lit = LitModel(model_config_dict(cfg), optim, scheduler)
+    idx = tokens(cfg, T=8, B=4)
+    batches = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(idx, idx.roll(-1, 1)), batch_size=4)
+    trainer = L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=0, limit_val_batches=0)  # fmt: skip
+    trainer.fit(lit, batches)
+    norms = torch.cat(unit_norms(lit.model))
+    on_sphere = torch.allclose(norms, torch.ones_like(norms), atol=1e-5)
+    assert on_sphere is unit

@@ -51,6 +51,9 @@ class BlockConfig:
     # stored as α·alpha_scale/alpha_init (nGPT's scaled parameter; None = 1/sqrt(d_model))
     alpha_init: float = 0.05
     alpha_scale: Optional[float] = None
+    # ngpt only: after each optimizer step, the ngpt attention's, MLP's and head's matrices (and the token
+    # embedding the ngpt head reads) renormalised to unit vectors along d_model, as the paper trains
+    unit_weights: bool = True
 
 
 @dataclass

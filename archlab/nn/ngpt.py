@@ -4,7 +4,8 @@ each sublayer's output normed and the state moved toward it by a learned step si
 
 from __future__ import annotations
 
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
@@ -49,6 +50,11 @@ class NGPT(Block):
         """``h + |α|·(y − h)``: the state moved toward the sublayer's normed output."""
         return h + alpha().abs().to(h.dtype) * (y - h)
 
+    @staticmethod
+    def unit_weights(cfg: ModelConfig) -> bool:
+        """Whether training renormalises the nGPT parts' matrices after each step (``unit_weights``)."""
+        return cfg.block.unit_weights
+
     def param_roles(self) -> dict[str, Role]:
         return {"attn_alpha.weight": Role.VECTOR, "mlp_alpha.weight": Role.VECTOR}  # μP refused: mup_refusal
 
@@ -65,6 +71,7 @@ class NGPT(Block):
     def validate(cls, cfg: ModelConfig) -> None:
         b = cfg.block
         checks.positive("model.block.alpha_init", b.alpha_init)
+        checks.choice("model.block.unit_weights", b.unit_weights, (True, False))
         if b.alpha_scale is not None:
             checks.positive("model.block.alpha_scale", b.alpha_scale, "a positive number, or null (1/sqrt(d_model))")
         if cfg.norm.kind != "l2":
@@ -86,4 +93,15 @@ class NGPT(Block):
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
         """Its step sizes' init and scale (not residual_multiplier: the step sizes weigh the sublayers)."""
-        return frozenset({"alpha_init", "alpha_scale"})
+        return frozenset({"alpha_init", "alpha_scale", "unit_weights"})
+
+
+@torch.no_grad()
+def renormalise(model: nn.Module, cfg: ModelConfig) -> None:
+    """After an optimizer step: where the block is nGPT's with ``unit_weights``, every part of ``model`` that
+    holds nGPT's matrices (``to_sphere``: the ngpt attention, MLP and head) puts them back on the sphere."""
+    if not BLOCKS.get(cfg.block.kind).unit_weights(cfg):
+        return
+    for module in model.modules():
+        if (to_sphere := getattr(module, "to_sphere", None)) is not None:
+            to_sphere()

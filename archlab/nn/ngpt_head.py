@@ -4,15 +4,17 @@ leave free (transformers' ``DoryLMHead``)."""
 
 from __future__ import annotations
 
+from typing import Optional, cast
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
 from archlab.nn.head import HEADS, LINEAR_READS, LinearHead
-from archlab.nn.scaled import ScaledVector, scale_or_default
+from archlab.nn.scaled import ScaledVector, scale_or_default, unit_along
 
 
 class NGPTHead(LinearHead):
@@ -22,6 +24,18 @@ class NGPTHead(LinearHead):
         super().__init__(cfg)
         h = cfg.head
         self.s_z = ScaledVector(cfg.vocab_size, h.scale_init, scale_or_default(h.scale_scale, cfg.d_model))
+
+    def tie(self, embedding: nn.Embedding) -> None:
+        """``linear``'s tie, and the token embedding kept (unregistered) to put on the sphere with the head."""
+        super().tie(embedding)
+        vars(self)["embedding"] = embedding  # not a submodule: the decoder holds it
+
+    def to_sphere(self) -> None:
+        """The vocabulary matrix's rows and the token embedding's unit vectors along d_model (nGPT §2.2)."""
+        unit_along(cast(Tensor, self.weight), 1)  # a Parameter (tied: the embedding's)
+        embedding: Optional[nn.Embedding] = vars(self).get("embedding")
+        if embedding is not None:
+            unit_along(embedding.weight, 1)
 
     def param_roles(self) -> dict[str, Role]:
         return (super().param_roles() or {}) | {"s_z.weight": Role.VECTOR}

@@ -15,7 +15,7 @@ from archlab import checks
 from archlab.config import ModelConfig, mlp_config
 from archlab.nn.mlp import MLPS, Gate, GatedMLP, GatedWidthConfig, d_ff
 from archlab.nn.norms import unit_norm
-from archlab.nn.scaled import ScaledVector
+from archlab.nn.scaled import ScaledVector, unit_along
 
 
 @mlp_config("ngpt")
@@ -50,6 +50,11 @@ class NGPTMLP(GatedMLP):
         self.up_scale = ScaledVector(f, m.up_scale_init, m.up_scale_scale)
         self.gate_scale = ScaledVector(f, gate_scale_init(cfg), m.gate_scale_scale)
         self.hidden_norm, self.eps = m.hidden_norm, cfg.norm.eps
+
+    def to_sphere(self) -> None:
+        """The gate and up rows and the down projection's columns unit vectors along d_model (nGPT §2.4)."""
+        unit_along(self.gate_up.weight, 1)
+        unit_along(self.down.weight, 0)
 
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Gate:

@@ -1,5 +1,6 @@
 """nGPT's scaled parameter (Loshchilov et al. 2024, §2.6): a learned vector stored at ``scale`` and used as
-its value times ``init / scale``, so it starts at ``init`` while the optimizer steps it at the stored scale."""
+its value times ``init / scale``, so it starts at ``init`` while the optimizer steps it at the stored scale; and
+nGPT's matrices put back on the sphere along d_model (§2.1, ``unit_along``), which its parts do after a step."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from torch import Tensor, nn
 def scale_or_default(scale: Optional[float], d_model: int) -> float:
     """A scaled parameter's ``scale``: the one set, else 1/sqrt(d_model) (the paper's default)."""
     return 1 / math.sqrt(d_model) if scale is None else scale
+
+
+@torch.no_grad()
+def unit_along(weight: Tensor, dim: int) -> None:
+    """``weight`` divided in place by its norm along ``dim`` (the d_model dimension): each vector of d_model
+    values a unit vector (zero vectors left as they are)."""
+    norm = weight.norm(dim=dim, keepdim=True)
+    weight.div_(torch.where(norm > 0, norm, torch.ones_like(norm)))
 
 
 class ScaledVector(nn.Module):

@@ -20,7 +20,7 @@ from archlab.nn.mixers.attention import AttentionConfig, CausalSelfAttention
 from archlab.nn.mixers.base import MIXERS
 from archlab.nn.norms import unit_norm
 from archlab.nn.positions import Rotation
-from archlab.nn.scaled import ScaledVector, scale_or_default
+from archlab.nn.scaled import ScaledVector, scale_or_default, unit_along
 
 
 @mixer_config("ngpt")
@@ -86,6 +86,13 @@ class NGPTAttention(CausalSelfAttention):
         if rotary is not None:
             q, k = rotary.rotate(q), rotary.rotate(k)
         return q, k, v
+
+    def to_sphere(self) -> None:
+        """The q/k/v and gate rows and the output projection's columns unit vectors along d_model (nGPT §2.3)."""
+        unit_along(self.qkv.weight, 1)
+        if self.gate is not None:
+            unit_along(self.gate.weight, 1)
+        unit_along(self.proj.weight, 0)
 
     def normed(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Each head's queries and keys onto the unit sphere."""
