@@ -22,16 +22,16 @@ ROPE = "model/position=rope"
 CASES = [
     # unknown registry names list the choices
     (["model.position.kind=foo"], "model.position.kind", "one of ['alibi', 'learned', 'none', 'rope', 'sinusoidal']"),
-    (["model.norm.kind=batchnorm"], "model.norm.kind", "one of ['layernorm', 'rmsnorm']"),
+    (["model.norm.kind=batchnorm"], "model.norm.kind", "one of ['l2', 'layernorm', 'rmsnorm']"),
     (
         ["model.block.kind=hourglass"],
         "model.block.kind",
-        "one of ['normed_skip', 'parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
+        "one of ['ngpt', 'normed_skip', 'parallel', 'post', 'post_sublayer', 'pre', 'sandwich']",
     ),
     (
         ["model.mlp.kind=mixture"],
         "model.mlp.kind",
-        "one of ['geglu', 'gelu', 'moe', 'none', 'relu', 'relu2', 'rwkv_channel_mix', 'swiglu', 'xielu']",
+        "one of ['geglu', 'gelu', 'moe', 'ngpt', 'none', 'relu', 'relu2', 'relu2_glu', 'rwkv_channel_mix', 'swiglu', 'xielu']",
     ),
     (
         ["model/mlp=moe", "model.mlp.shared_swiglu_limit=-1"],
@@ -114,7 +114,7 @@ CASES = [
         "model.attention.kind",
         f"one of {sorted(MIXERS.names())}",  # every registered mixer, a new one included
     ),
-    (["model.head.kind=bogus"], "model.head.kind", "one of ['linear', 'transform']"),
+    (["model.head.kind=bogus"], "model.head.kind", "one of ['linear', 'ngpt', 'transform']"),
     # probabilities
     (["model.dropout=1.0"], "model.dropout", "a probability in [0, 1)"),
     (["model.dropout=-0.1"], "model.dropout", "a probability in [0, 1)"),

@@ -120,7 +120,7 @@ def test_global_every_reads_as_every_nth_layer_global():
         "kinds": {"local": {}, "global": {"attention": {"window": None}}},
         "first": [],
         "pattern": ["local", "global"],
-        "loop": {"start": 0, "end": None, "passes": 1},
+        "loop": {"start": 0, "end": None, "passes": 1, "inject": False},
     }
     assert count_params(cfg)["total"] == hand_params(5, [3 * D * F] * 5)
     T = 16

@@ -33,7 +33,8 @@ def schedule(cfg: ModelConfig) -> list[tuple[int, int]]:
 
 def check_loop(cfg: ModelConfig) -> None:
     """``passes`` a positive integer, and ``start`` and ``end`` a non-empty range of the model's layers; a
-    value-residual model loops only layers after the first (whose values the others mix in)."""
+    value-residual model loops only layers after the first (whose values the others mix in); ``inject`` a
+    boolean, on one residual stream."""
     loop, n = cfg.layers.loop, cfg.n_layer
     checks.integer("model.layers.loop.passes", loop.passes, allowed="a positive integer (1: no loop)")
     checks.integer("model.layers.loop.start", loop.start, 0, f"an integer in [0, model.n_layer={n})")
@@ -43,6 +44,11 @@ def check_loop(cfg: ModelConfig) -> None:
         checks.integer("model.layers.loop.end", loop.end, loop.start + 1, _end_allowed(loop.start, n))
         if loop.end > n:
             raise ConfigError("model.layers.loop.end", loop.end, _end_allowed(loop.start, n))
+    checks.choice("model.layers.loop.inject", loop.inject, (False, True))
+    if loop.inject and cfg.stream.kind != "plain":
+        raise ConfigError(
+            "model.layers.loop.inject", True, f"false with model.stream.kind={cfg.stream.kind} (one state to inject)"
+        )
     if getattr(cfg.attention, "value_residual", False) and loop.passes > 1 and loop.start == 0:
         raise ConfigError(
             "model.layers.loop.start",
@@ -53,12 +59,12 @@ def check_loop(cfg: ModelConfig) -> None:
 
 
 def unread_loop(cfg: ModelConfig) -> list[tuple[str, Any]]:
-    """(field, value) of ``start`` and ``end`` where set away from their defaults while one pass makes no loop
+    """(field, value) of ``start``, ``end`` and ``inject`` where set away from their defaults while one pass makes no loop
     (a sweep over ``passes`` from 1 sets them for every run): ``nn.validation.ignored`` reports them."""
     loop, default = cfg.layers.loop, LoopConfig()
     if loop.passes != 1:
         return []
-    changed = [name for name in ("start", "end") if getattr(loop, name) != getattr(default, name)]
+    changed = [name for name in ("start", "end", "inject") if getattr(loop, name) != getattr(default, name)]
     return [(f"model.layers.loop.{name}", getattr(loop, name)) for name in changed]
 
 
@@ -72,4 +78,5 @@ def describe_loop(cfg: ModelConfig) -> str:
     if not inside:
         return ""
     layers = f"layer {inside.start}" if len(inside) == 1 else f"layers {inside.start}-{inside.stop - 1}"
-    return f"{layers} x{cfg.layers.loop.passes} ({len(schedule(cfg))} deep)"
+    inject = ", input injected" if cfg.layers.loop.inject else ""
+    return f"{layers} x{cfg.layers.loop.passes} ({len(schedule(cfg))} deep{inject})"

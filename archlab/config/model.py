@@ -23,7 +23,7 @@ from archlab.errors import ConfigError
 class NormConfig:
     """``model.norm``: the normalisation layer (registry ``NORMS``, archlab/nn/norms.py)."""
 
-    kind: str = "layernorm"  # layernorm | rmsnorm
+    kind: str = "layernorm"  # layernorm | rmsnorm | l2 (onto the unit sphere, no weight: nGPT)
     eps: float = 1e-5
     bias: bool = True  # layernorm only
     affine: bool = True  # false: no learned scale or shift, the norm alone (OLMo 1's LayerNorm); bias unread
@@ -34,7 +34,7 @@ class NormConfig:
 class BlockConfig:
     """``model.block``: how a block wires attention and MLP into the residual stream (``BLOCKS``, archlab/nn/block.py)."""
 
-    kind: str = "pre"  # pre | post | parallel | post_sublayer | sandwich | normed_skip
+    kind: str = "pre"  # pre | post | parallel | post_sublayer | sandwich | normed_skip | ngpt
     shared_norm: bool = True  # parallel only: one norm feeds attention and MLP (GPT-J)
     residual_multiplier: float = 1.0  # each sublayer's output times this as it joins the residual stream (Granite)
     # how each residual add weighs the stream: constant, x + f(x); depth, x·√((i−1)/i) + f(x)/√i at the i-th add (Beam)
@@ -47,6 +47,13 @@ class BlockConfig:
     attn_beta: float = 1.0
     mlp_alpha: float = 1.0
     mlp_beta: float = 1.0
+    # ngpt only: each sublayer's step size α per dim, h + |α|·(norm(f(h)) − h), α starting at alpha_init and
+    # stored as α·alpha_scale/alpha_init (nGPT's scaled parameter; None = 1/sqrt(d_model))
+    alpha_init: float = 0.05
+    alpha_scale: Optional[float] = None
+    # ngpt only: after each optimizer step, the ngpt attention's, MLP's and head's matrices (and the token
+    # embedding the ngpt head reads) renormalised to unit vectors along d_model, as the paper trains
+    unit_weights: bool = True
 
 
 @dataclass
@@ -128,6 +135,7 @@ class HeadConfig:
 
     kind: str = (
         "linear"  # linear (a matrix of its own, or the token embedding when tied) | transform (dense, act, norm first)
+        # | ngpt (linear's, times a learned s_z per vocabulary entry)
     )
     tied: bool = True
     bias: bool = False
@@ -137,6 +145,10 @@ class HeadConfig:
     # model.norm's kind before the vocabulary matrix (ModernBERT's prediction head, BERT's transform)
     transform_activation: str = choice("gelu", "gelu_tanh", "relu", "silu")
     transform_bias: bool = False
+    # ngpt only: the logits times a learned s_z per vocabulary entry, starting at scale_init, stored as
+    # s_z·scale_scale/scale_init (nGPT's scaled parameter; None = 1/sqrt(d_model))
+    scale_init: float = 1.0
+    scale_scale: Optional[float] = None
     mtp: MTPConfig = field(default_factory=MTPConfig)  # multi-token prediction modules (archlab/nn/mtp.py)
 
 
@@ -149,6 +161,9 @@ class LoopConfig:
     start: int = 0  # the first looped layer
     end: Optional[int] = None  # the layer after the last looped one; None = model.n_layer
     passes: int = 1  # how many times the looped layers run in all (Inkling2Loop's loop_num_passes)
+    # each pass starts from norm(h) + norm(e), e the state entering the looped layers (Dory's input injection;
+    # its norms the model's norm kind, which must hold no weights: model.norm.kind=l2 or affine false)
+    inject: bool = False
 
 
 @dataclass

@@ -50,6 +50,11 @@ class Block(LayerPart, nn.Module):
     def param_roles(self) -> dict[str, Role]:
         return {}  # its norms, attention and MLP are entries that answer for their own
 
+    @staticmethod
+    def unit_weights(cfg: ModelConfig) -> bool:
+        """Whether training puts the parts' matrices back on the unit sphere after each step (nGPT's): no."""
+        return False
+
     def into_residual(self, y: Tensor) -> Tensor:
         """A sublayer's output as it joins the residual stream: times ``residual_multiplier`` (Granite)."""
         return y if self.residual_multiplier == 1.0 else y * self.residual_multiplier

@@ -5,7 +5,7 @@ multi-token prediction modules (``nn/mtp.py``), trained through ``forward``'s ``
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional, Sequence, cast
+from typing import Callable, Iterable, Optional, Sequence, cast
 
 import torch
 from torch import Tensor, nn
@@ -188,7 +188,8 @@ class Decoder(nn.Module):
             x = self.stream.widen(x)
         blocks = cast("Sequence[Block]", self.blocks)
         walk = ((blocks[i], self.position_of[i], c) for i, c in self.loop.steps(blocks, cache))
-        x = self.run(x, walk, cache, attention_mask, positions, document_ids)
+        enter = self.loop.enter if self.loop.injected is not None else None  # input injection (Dory's)
+        x = self.run(x, walk, cache, attention_mask, positions, document_ids, enter)
         if cache is not None:
             cache.length += T
         if self.stream is not None:
@@ -203,11 +204,13 @@ class Decoder(nn.Module):
         attention_mask: Optional[Tensor],
         positions: Optional[Tensor],
         document_ids: Optional[Tensor],
+        enter: Optional[Callable[[int, Tensor], Tensor]] = None,
     ) -> Tensor:
         """``x`` ``[B, T, ...]`` through ``layers``, each block with the key of its position scheme in
         ``layer_positions`` (None for the model's) and the cache it reads, after ``cache``'s positions (its
         length): the rotations and masks each needs, computed once per scheme and window as they are first
-        needed (``layers`` is walked once, as it runs: a loop's walk records each pass's losses after it)."""
+        needed (``layers`` is walked once, as it runs: a loop's walk records each pass's losses after it);
+        ``enter(step, x)``, where given, is the state the ``step``-th block reads (a loop's input injection)."""
         start = cache.length if cache is not None else 0
         T, device = x.shape[1], x.device
         q_pos = query_positions(start, T, positions, device)
@@ -219,7 +222,9 @@ class Decoder(nn.Module):
         starts = None if document_ids is None else document_starts(document_ids)
         tokens = None if present is None and starts is None else Tokens(present, starts)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
-        for block, k, layer_cache in layers:
+        for step, (block, k, layer_cache) in enumerate(layers):
+            if enter is not None:
+                x = enter(step, x)
             if k not in rotary:
                 rotary[k] = schemes[k].rotary(q_pos, x.dtype, cached=cache is not None)
             scores = None

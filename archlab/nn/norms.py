@@ -1,5 +1,5 @@
 """Normalisation layers: ``layernorm`` (bias on/off) and ``rmsnorm``, each with its scale stored as w or
-1 + w (``unit_offset``)."""
+1 + w (``unit_offset``); ``l2``, onto the unit sphere with no weight (nGPT's)."""
 
 from __future__ import annotations
 
@@ -151,6 +151,40 @@ class RMSNorm(Norm, nn.RMSNorm):
     @staticmethod
     def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
         return (dim or cfg.d_model) if cfg.norm.affine else 0
+
+
+def unit_norm(x: Tensor, eps: float) -> Tensor:
+    """``x / sqrt(sum(x²) + eps)`` over the last dim, in float32 at least: onto the unit sphere (nGPT)."""
+    y = x.to(torch.promote_types(x.dtype, torch.float32))
+    return (y * torch.rsqrt(y.pow(2).sum(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+@NORMS.register("l2")
+class L2Norm(Norm):
+    """Onto the unit sphere, ``x / sqrt(sum(x²) + eps)``, with no weight: nGPT's normalisation (Loshchilov et
+    al. 2024), its states of norm 1, not RMS 1 (transformers' ``DoryL2Norm``)."""
+
+    def __init__(self, cfg: ModelConfig, dim: Optional[int] = None):
+        super().__init__(cfg, dim)
+        self.eps = cfg.norm.eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return unit_norm(x, self.eps)
+
+    def per_head(self, x: Tensor) -> Tensor:
+        return unit_norm(x, self.eps)
+
+    @staticmethod
+    def num_params(cfg: ModelConfig, dim: Optional[int] = None) -> int:
+        return 0
+
+    @classmethod
+    def validate(cls, cfg: ModelConfig) -> None:
+        checks.positive("model.norm.eps", cfg.norm.eps)
+
+    @classmethod
+    def reads(cls, cfg: ModelConfig) -> frozenset[str]:
+        return frozenset({"eps"})  # no weight: neither affine, bias nor unit_offset
 
 
 def build_norm(cfg: ModelConfig) -> Norm:

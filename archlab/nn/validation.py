@@ -18,6 +18,7 @@ from archlab.errors import ConfigError
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
+from archlab.nn.loop import validate_injection
 from archlab.nn.mixers.base import MIXERS, Mixer
 from archlab.nn.mlp import MLP, MLPS
 from archlab.nn.mtp import MultiTokenPrediction
@@ -113,6 +114,7 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
     for name in sorted(used_kinds(cfg) | mtp_kind):
         _validate_kind(cfg, name, kinds[name])
     check_loop(cfg)
+    validate_injection(cfg)
     return kinds
 
 

@@ -16,6 +16,7 @@ from archlab.build import build_model
 from archlab.config import to_model_config
 from archlab.nn.loss import IGNORE, next_token_loss
 from archlab.nn.model import Decoder, document_inputs
+from archlab.nn.ngpt import renormalise
 from archlab.nn.validation import validate
 from archlab.training.optim import build_optimizer, build_scheduler
 from archlab.training.parametrization import initialise
@@ -182,6 +183,7 @@ class LitModel(L.LightningModule):
         # every MoE layer's correction bias moves by the step's load, summed over the processes
         # (model.mlp.routing.bias_update_speed; 0: unchanged)
         self.router_load = balance_routers(self.decoder, lambda t: self.trainer.strategy.reduce(t, reduce_op="sum"))
+        renormalise(self.decoder, self.model_cfg)  # nGPT's matrices back on the sphere (model.block.unit_weights)
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         # Validate (and so checkpoint) after the last step too, not only every val_check_interval

@@ -201,6 +201,8 @@ def roles(model: Decoder, kind: str = "mup") -> dict[int, Role]:
             continue
         declared = module.param_roles()
         part = f"{type(module).__name__} ({path or 'the decoder'})"
+        if (why := getattr(module, "mup_refusal", None)) is not None:  # a part no width rule fits (nGPT's block)
+            raise ConfigError("param.kind", kind, f"sp: {part} {why}")
         if declared is None:
             raise ConfigError("param.kind", kind, f"sp: {part} declares no μP roles (Component.param_roles)")
         for name, p in _own_parameters(cast(nn.Module, module)):  # every entry is a Module too

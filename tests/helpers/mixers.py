@@ -19,6 +19,9 @@ from archlab.nn.mixers.base import MIXERS
 TINY: dict[str, dict] = {
     # 4 heads of 8, 2 key/value heads (GQA), both projections' biases
     "causal": {"n_head": 4, "n_kv_head": 2},
+    # 4 heads of 8, 2 key/value heads, Dory's scaled gate and output norm; s_qk and s_gate stored as used (scale 1)
+    "ngpt": {"n_head": 4, "n_kv_head": 2, "qk_scale_scale": 1.0, "gate": "elementwise", "gate_scale_init": 1.0}
+    | {"gate_scale_scale": 1.0, "out_norm": True},
     # 4 heads of nope 6 + rope 4 (v 5), queries through a rank-8 bottleneck, keys and values from a 16-dim latent
     "mla": {"n_head": 4, "q_lora_rank": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4}
     | {"v_head_dim": 5},

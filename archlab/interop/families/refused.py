@@ -169,11 +169,6 @@ REFUSED: dict[str, Refused] = {
         "Gemma4UnifiedAssistantForCausalLM",
         "a drafter fed the target model's hidden states and KV (`backbone_hidden_size`): not a standalone LM",
     ),
-    "dory": Refused(
-        "Dory",
-        "DoryForCausalLM",
-        "nGPT blocks: L2-normed states moved toward each sublayer by learned rates; looped layers (`n_recurrent_loops`)",
-    ),
     "hrm_text": Refused(
         "HRM (text)",
         "HrmTextForCausalLM",

@@ -175,7 +175,6 @@ def link_first_values(mixers: Sequence[Mixer]) -> None:
             vars(m)["first_values"] = first
 
 
-@MIXERS.register("causal")
 class CausalSelfAttention(Mixer):
     """One fused q/k/v projection (optionally clipped), optional QK-norm and query scaling, scaled dot-product attention over
     the causal (or sliding, or chunked) window, optionally soft-capped or with sinks, an optional output
@@ -534,6 +533,9 @@ class CausalSelfAttention(Mixer):
             | scale
             | ({"gate_activation", "gate_head_bias"} if cfg.attention.gate != "none" else set())
         )
+
+
+MIXERS.register("causal")(CausalSelfAttention)  # after the class: the name keeps its own type (ngpt's base)
 
 
 def qk_norm_config(cfg: ModelConfig) -> ModelConfig:
