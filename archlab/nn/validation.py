@@ -14,6 +14,7 @@ from archlab.config import ModelConfig
 from archlab.config.fields import leaves
 from archlab.config.layers import check_layers, kind_config, layer_configs, used_kinds
 from archlab.config.loop import check_loop, unread_loop
+from archlab.config.shared import check_shared, unread_shared
 from archlab.errors import ConfigError
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
@@ -111,6 +112,7 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
     for name in sorted(used_kinds(cfg) | mtp_kind):
         _validate_kind(cfg, name, kinds[name])
     check_loop(cfg)
+    check_shared(cfg)
     return kinds
 
 
@@ -228,6 +230,7 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     for name in sorted(set(kinds) - set(used)):
         out.append(Ignored(f"model.layers.kinds.{name}", kinds[name], "no layer is given it"))
     out += [Ignored(field, value, "model.layers.loop.passes=1: no loop") for field, value in unread_loop(cfg)]
+    out += [Ignored(field, value, "model.layers.shared.layers=[]: no use") for field, value in unread_shared(cfg)]
     return out
 
 

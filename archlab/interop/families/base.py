@@ -96,6 +96,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.position.alibi_rounding": ("none", "ALiBi's bias in float32"),
     "model.layers.first": ([], "every layer the same parts"),
     "model.layers.pattern": ([], "every layer the same parts"),
+    "model.layers.shared.layers": ([], "no shared blocks"),
     "model.mlp.swiglu_limit": (None, "no SwiGLU clamp"),
     "model.mlp.shared_swiglu_limit": (None, "shared experts clamped as the routed ones"),
     "model.mlp.shared_expert_gate": (False, "shared experts added ungated"),
