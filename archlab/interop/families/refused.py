@@ -39,12 +39,7 @@ REFUSED: dict[str, Refused] = {
     "zamba": Refused(
         "Zamba",
         "ZambaForCausalLM",
-        "a shared attention block fed [x, embeddings] (`ZambaHybridLayer`) beside Mamba-1 layers (an A per channel)",
-    ),
-    "zamba2": Refused(
-        "Zamba2",
-        "Zamba2ForCausalLM",
-        "shared attention blocks fed [x, embeddings] at `hybrid_layer_ids` (`Zamba2HybridLayer`), LoRA per use",
+        "Mamba-1 split into `n_mamba_heads` heads, each its own x_proj and dt_proj (`ZambaMambaMixer`): no archlab mixer",
     ),
     "zaya": Refused(
         "ZAYA",
