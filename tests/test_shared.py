@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from archlab import build_model, count_params
 from archlab.accounting import check_build, kv_cache_bytes
+from archlab.cli.check import _layout
 from archlab.config import to_model_config
 from archlab.errors import ConfigError
 from archlab.nn.block import Block
@@ -158,6 +159,12 @@ def test_a_wiring_a_use_cannot_join_is_refused(overrides, field):
     assert err.value.field == field
 
 
-def test_fields_unread_without_a_use_are_reported():
+def test_fields_unread_without_a_use_or_rope_are_reported():
     found = ignored(config(shared={"layers": [], "adapter_rank": 4}))
     assert [(i.field, i.value) for i in found] == [("model.layers.shared.adapter_rank", 4)]
+    found = ignored(config(shared=dict(SHARED, rope=False, rope_theta=500.0)))
+    assert [(i.field, i.value) for i in found] == [("model.layers.shared.rope_theta", 500.0)]
+
+
+def test_archlab_check_says_the_uses():
+    assert "shared=2 blocks before layers 0,2,3, rank-2 adapters" in _layout(mamba_config())

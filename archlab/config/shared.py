@@ -74,13 +74,16 @@ def check_shared(cfg: ModelConfig) -> None:
         raise ConfigError("model.layers.loop.passes", cfg.layers.loop.passes, f"1 {joined}")
 
 
-def unread_shared(cfg: ModelConfig) -> list[tuple[str, Any]]:
-    """(field, value) of each shared-block field set away from its default while no layer has a use."""
+def unread_shared(cfg: ModelConfig) -> list[tuple[str, Any, str]]:
+    """(field, value, why) of each shared-block field set away from its default that nothing reads: every one
+    while no layer has a use, ``rope_theta`` without RoPE."""
     s, default = cfg.layers.shared, SharedConfig()
-    if s.layers:
-        return []
-    names = [name for name in vars(default) if name != "layers" and getattr(s, name) != getattr(default, name)]
-    return [(f"model.layers.shared.{name}", getattr(s, name)) for name in names]
+    if not s.layers:
+        names, why = [name for name in vars(default) if name != "layers"], "model.layers.shared.layers=[]: no use"
+    else:
+        names, why = (["rope_theta"], "model.layers.shared.rope=false") if not s.rope else ([], "")
+    changed = [name for name in names if getattr(s, name) != getattr(default, name)]
+    return [(f"model.layers.shared.{name}", getattr(s, name), why) for name in changed]
 
 
 def describe_shared(cfg: ModelConfig) -> str:

@@ -1,6 +1,7 @@
 """The decoder: token embedding (-> projection in -> its norm) -> position scheme (-> widened into residual
-streams) -> blocks (-> streams merged) -> final norm (-> projection out) -> head; beside the head, any
-multi-token prediction modules (``nn/mtp.py``), trained through ``forward``'s ``targets``."""
+streams) -> blocks (-> streams merged) -> final norm (-> projection out) -> head; before some blocks, any
+shared-block uses (``nn/shared.py``), added to their input; beside the head, any multi-token prediction
+modules (``nn/mtp.py``), trained through ``forward``'s ``targets``."""
 
 from __future__ import annotations
 

@@ -230,7 +230,7 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     for name in sorted(set(kinds) - set(used)):
         out.append(Ignored(f"model.layers.kinds.{name}", kinds[name], "no layer is given it"))
     out += [Ignored(field, value, "model.layers.loop.passes=1: no loop") for field, value in unread_loop(cfg)]
-    out += [Ignored(field, value, "model.layers.shared.layers=[]: no use") for field, value in unread_shared(cfg)]
+    out += [Ignored(field, value, why) for field, value, why in unread_shared(cfg)]
     return out
 
 
