@@ -84,6 +84,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.query_scale_beta": (None, "queries not scaled by position"),
     "model.attention.query_scale_by": ("index", "queries scaled by their index in the cache"),
     "model.attention.gate_norm": ("after", "Mamba-2's gated norm, norm(y·silu(z))"),
+    "model.attention.heads": (1, "one Mamba-1 head: one x_proj and dt_proj for every channel"),
     "model.head.softcap": (None, "no logit soft-capping"),
     "model.position.turning_fraction": (None, "every rotated pair of RoPE turning"),
     "model.position.scaling.kind": ("none", "unscaled RoPE"),
