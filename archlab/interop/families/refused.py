@@ -36,11 +36,6 @@ REFUSED: dict[str, Refused] = {
         "Qwen4ExpForCausalLM",
         "hyper-connections (`hc_count` residual streams), n-gram embeddings (`ngram_size`), and a vision tower",
     ),
-    "zamba": Refused(
-        "Zamba",
-        "ZambaForCausalLM",
-        "Mamba-1 split into `n_mamba_heads` heads, each its own x_proj and dt_proj (`ZambaMambaMixer`): no archlab mixer",
-    ),
     "zaya": Refused(
         "ZAYA",
         "ZayaForCausalLM",

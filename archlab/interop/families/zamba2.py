@@ -189,18 +189,7 @@ class Zamba2(Family):
         return cfg
 
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        """A checkpoint's tensors with each later use's tied copy of its block (``save_pretrained`` writes the
-        first use's alone) taken from the first use's, as transformers ties them on loading."""
-        s, out = cfg.layers.shared, dict(state)
-        firsts = first_uses(cfg)
-        for u, layer in enumerate(s.layers):
-            source = f"model.layers.{firsts[u % s.blocks]}.shared_transformer."
-            target = f"model.layers.{layer}.shared_transformer."
-            if source != target:
-                for k, v in state.items():
-                    if k.startswith(source):
-                        out.setdefault(target + k.removeprefix(source), v)
-        return out
+        return with_tied_copies(cfg, state, "shared_transformer")
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         s = cfg.layers.shared
@@ -216,11 +205,7 @@ class Zamba2(Family):
         for u, layer in enumerate(s.layers):  # every use's copy of its block, and its adapters in that block
             b = u % s.blocks
             ours, theirs = f"shared.blocks.{b}", f"model.layers.{layer}.shared_transformer"
-            t.add(f"{ours}.attn_norm", f"{theirs}.input_layernorm")
-            for name in "qkv":
-                t.add(f"{ours}.{name}", f"{theirs}.self_attn.{name}_proj")
-            t.add(f"{ours}.proj", f"{theirs}.self_attn.o_proj")
-            t.add(f"{ours}.mlp_norm", f"{theirs}.pre_ff_layernorm")
+            shared_attention_tensors(t, ours, theirs)
             t.add(f"{ours}.gate_up", f"{theirs}.feed_forward.gate_up_proj", s.mlp_bias)
             t.add(f"{ours}.down", f"{theirs}.feed_forward.down_proj", s.mlp_bias)
             for v in range(len(s.layers)):  # the adapters of every use of block b, each copy holding them
@@ -234,6 +219,31 @@ class Zamba2(Family):
                     t.add(f"shared.uses.{v}.{name}.up", f"{theirs}.{where}.1")
         t.add("final_norm", "model.final_layernorm")
         return t.head()
+
+
+def with_tied_copies(cfg: ModelConfig, state: dict[str, Tensor], module: str) -> dict[str, Tensor]:
+    """A checkpoint's tensors with each later use's tied copy of its block (``model.layers.<i>.<module>``;
+    ``save_pretrained`` writes the first use's alone) taken from the first use's, as transformers ties them."""
+    s, out = cfg.layers.shared, dict(state)
+    firsts = first_uses(cfg)
+    for u, layer in enumerate(s.layers):
+        source = f"model.layers.{firsts[u % s.blocks]}.{module}."
+        target = f"model.layers.{layer}.{module}."
+        if source != target:
+            for k, v in state.items():
+                if k.startswith(source):
+                    out.setdefault(target + k.removeprefix(source), v)
+    return out
+
+
+def shared_attention_tensors(t: Tensors, ours: str, theirs: str) -> None:
+    """A shared block's norms and attention (Zamba's and Zamba2's): input_layernorm over [hidden, embeddings],
+    q/k/v/o_proj, pre_ff_layernorm."""
+    t.add(f"{ours}.attn_norm", f"{theirs}.input_layernorm")
+    for name in "qkv":
+        t.add(f"{ours}.{name}", f"{theirs}.self_attn.{name}_proj")
+    t.add(f"{ours}.proj", f"{theirs}.self_attn.o_proj")
+    t.add(f"{ours}.mlp_norm", f"{theirs}.pre_ff_layernorm")
 
 
 RECORDS: tuple[Family, ...] = (Zamba2(),)
