@@ -19,6 +19,7 @@ from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
 from archlab.nn.mlp import MLPS
 from archlab.nn.mtp import mtp_layer, mtp_layer_index
+from archlab.nn.shared import shared_extra_flops, shared_kv_values, shared_params, shared_run_params
 from archlab.nn.validation import Resolved, entries, resolve
 
 COMPONENTS = (
@@ -28,6 +29,7 @@ COMPONENTS = (
     "embedding_projection",
     "attention",
     "mlp",
+    "shared",
     "norms",
     "streams",
     "final_norm",
@@ -47,8 +49,9 @@ def count(cfg: Any) -> dict[str, int]:
     what one token's forward pass goes through: everything but the routed experts it is not sent to
     (the embedding in full). FLOPs per token of a training step are 6·active_non_embedding + 12·L·H·Q·T
     (PaLM, arXiv:2204.02311, appendix B). A looped layer (``model.layers.loop``) holds its weights once
-    and counts them once; its FLOPs count per pass (``flops_per_token``). A ``Resolved`` config is read as
-    it is, not validated again.
+    and counts them once; its FLOPs count per pass (``flops_per_token``); so do shared blocks
+    (``model.layers.shared``: each block once, each use's adapters and linear, FLOPs per use). A
+    ``Resolved`` config is read as it is, not validated again.
     """
     resolved = resolve(cfg if isinstance(cfg, Resolved) else to_model_config(cfg))
     cfg = resolved.cfg
@@ -67,6 +70,7 @@ def count(cfg: Any) -> dict[str, int]:
         "embedding_projection": 0 if cfg.embedding_dim is None else 2 * cfg.embedding_dim * cfg.d_model,
         "attention": sum(attention),
         "mlp": sum(mlp),
+        "shared": shared_params(cfg),
         "norms": sum(block_norms),
         "streams": sum(connections) + chosen.stream.num_params(cfg),
         "final_norm": norm if chosen.block.final_norm else 0,
@@ -89,7 +93,7 @@ def count(cfg: Any) -> dict[str, int]:
 def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_len: int | None = None) -> int:
     """Training FLOPs per token at ``seq_len`` (default ``context_length``): 6 per parameter that takes
     part in a matmul for this token, plus what the chosen entries do beyond their weights (attention's
-    scores); a looped layer's parameters and scores once per pass."""
+    scores); a looped layer's parameters and scores once per pass, a shared block's once per use."""
     model, layers = cfg if isinstance(cfg, Resolved) else (cfg, layer_configs(cfg))
     T = seq_len or model.context_length
     order = schedule(model)
@@ -98,6 +102,8 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
     connections = sum(1 + entries(c).mlp.present for _, c in runs)  # a sublayer's connection to the streams
     extra += entries(model).stream.extra_flops(model, connections)
     again = sum(_run_params(model, layers[i], i) for i, p in order if p > 0)
+    again += shared_run_params(model) - shared_params(model)  # a shared block's weights once per use after its first
+    extra += shared_extra_flops(model, T)
     # a looped layer's weights once per pass after its first; the multi-token prediction modules
     return 6 * (active_non_embedding + again) + extra + mtp_flops_per_token(model, T)
 
@@ -151,9 +157,10 @@ def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int 
     T = length or cfg.context_length
     layers = layer_configs(cfg)
     runs = [(i, layers[i]) for i, _ in schedule(cfg)]  # a looped layer's passes each keep their own
-    return bytes_per_value * sum(
+    per_layer = sum(
         MIXERS.get(c.attention.kind).kv_cache_values(c, T, i) + MLPS.get(c.mlp.kind).state_values(c) for i, c in runs
     )
+    return bytes_per_value * (per_layer + shared_kv_values(cfg, T))  # and each shared-block use's keys and values
 
 
 def built_counts(model: nn.Module) -> dict[str, int]:
@@ -168,6 +175,7 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "final_norm": "final_norm",
         "head": "head",
         "mtp": "mtp",
+        "shared": "shared",
     }
     part = {"attn": "attention", "mlp": "mlp", "attn_stream": "streams", "mlp_stream": "streams"}  # else norms
     counts: dict[str, int] = defaultdict(int)

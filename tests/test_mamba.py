@@ -24,16 +24,19 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 D, W, N, R, K, T = 8, 12, 5, 2, 4, 11  # width, inner channels, state, Δ rank, conv kernel, length
 
 
-def layer(chunk: int = 4, bias: bool = True, norm: bool = False, scale: bool = False, inner: int = W) -> Mamba:
-    attention = {"kind": "mamba", "inner": inner, "state_size": N, "dt_rank": R, "conv_kernel": K}
+def layer(
+    chunk: int = 4, bias: bool = True, norm: bool = False, scale: bool = False, inner: int = W, heads: int = 1
+) -> Mamba:
+    attention = {"kind": "mamba", "inner": inner, "state_size": N, "dt_rank": R, "conv_kernel": K, "heads": heads}
     attention |= {"scan_chunk": chunk, "bias": bias, "bc_dt_norm": norm, "bc_dt_norm_scale": scale}
     return randomise(Mamba(mixer_config("mamba", d_model=D, attention=attention)).double(), seed=1)
 
 
-def by_hand(m: Mamba, x: torch.Tensor, norm: bool) -> torch.Tensor:
+def by_hand(m: Mamba, x: torch.Tensor, norm: bool, heads: int = 1) -> torch.Tensor:
     """The layer token by token: in_proj, the causal convolution and SiLU, x_proj (normed without a scale
     for FalconMamba, times a learned one for Jamba), Δ = softplus(dt_proj), h_t = exp(Δ·A)·h_{t−1} + Δ·B_t·x_t,
-    y = h·C + D·x, times silu(z)."""
+    y = h·C + D·x, times silu(z); with ``heads``, each head's channels through its own rows of x_proj (its
+    own Δ's low-rank input, B and C) and dt_proj."""
 
     def rms(v, scale):
         v = v / torch.sqrt(v.pow(2).mean(-1, keepdim=True) + 1e-6) if norm else v
@@ -49,12 +52,17 @@ def by_hand(m: Mamba, x: torch.Tensor, norm: bool) -> torch.Tensor:
     for t in range(x.shape[1]):
         conv = sum(w[:, j] * xs[:, t - K + 1 + j] for j in range(K) if t - K + 1 + j >= 0) + bias
         u = F.silu(conv)  # [b, W]
-        sel = u @ m.x_proj.weight.T
-        low = rms(sel[:, :R], m.dt_norm_weight)
-        B, C = rms(sel[:, R : R + N], m.b_norm_weight), rms(sel[:, R + N :], m.c_norm_weight)
-        dt = F.softplus(low @ m.dt_proj.weight.T + m.dt_proj.bias)  # [b, W]
-        h = torch.exp(dt[..., None] * A) * h + (dt * u)[..., None] * B[:, None, :]
-        y = (h * C[:, None, :]).sum(-1) + m.D * u
+        ys, hs, c = [], [], W // heads
+        for g in range(heads):  # each head's channels c·g .. c·(g + 1)
+            part = slice(g * c, (g + 1) * c)
+            sel = u[:, part] @ m.x_proj.weight[g * (R + 2 * N) : (g + 1) * (R + 2 * N)].T
+            low = rms(sel[:, :R], m.dt_norm_weight)
+            B, C = rms(sel[:, R : R + N], m.b_norm_weight), rms(sel[:, R + N :], m.c_norm_weight)
+            dt = F.softplus(low @ m.dt_proj.weight[part].T + m.dt_proj.bias[part])  # [b, c]
+            hg = torch.exp(dt[..., None] * A[part]) * h[:, part] + (dt * u[:, part])[..., None] * B[:, None, :]
+            hs.append(hg)
+            ys.append((hg * C[:, None, :]).sum(-1) + m.D[part] * u[:, part])
+        h, y = torch.cat(hs, 1), torch.cat(ys, 1)
         out.append(F.linear(y * F.silu(z[:, t]), m.out_proj.weight, m.out_proj.bias))
     return torch.stack(out, dim=1)
 
@@ -72,6 +80,21 @@ def test_a_layer_is_its_recurrence_token_by_token(chunk, norm, scale, monkeypatc
     x = torch.randn(2, T, D, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(m(x), by_hand(m, x, norm), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("chunk", [None, 4])
+@pytest.mark.parametrize("heads", [2, 3])
+def test_a_layer_in_heads_is_each_heads_recurrence(chunk, heads, monkeypatch):
+    """Zamba's heads: each head's channels scanned with its own Δ, B and C (its rows of x_proj and dt_proj),
+    within 1e-12 of the recurrence written out; the count is the one-head count (x_proj's rows per head
+    read that head's channels alone)."""
+    m = layer(chunk or 4, heads=heads)
+    if chunk is not None:
+        monkeypatch.setattr(selective_scan, "SEQUENTIAL_DEVICES", set())
+    x = torch.randn(2, T, D, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), by_hand(m, x, False, heads), rtol=0, atol=1e-12)
+    assert sum(p.numel() for p in m.parameters()) == sum(p.numel() for p in layer().parameters())
 
 
 @pytest.mark.parametrize(("falcon", "bias"), [(False, False), (False, True), (True, False)])
@@ -156,6 +179,7 @@ def test_its_count_by_hand():
         ({"kind": "mamba", "dt_min": 0.5, "dt_max": 0.1}, "model.attention.dt_max"),
         ({"kind": "mamba", "dt_init": "xavier"}, "model.attention.dt_init"),
         ({"kind": "mamba", "n_kv_head": 2}, "model.attention.n_kv_head"),  # attention's, not its own
+        ({"kind": "mamba", "heads": 5}, "model.attention.heads"),  # not dividing inner = 2·8
     ],
 )
 def test_bad_settings_name_their_field(attention, field):

@@ -3,6 +3,7 @@ fields added since, or with swiglu's ignored ``approximate: tanh``, reads as the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.accounting import kv_cache_bytes
 from archlab.config import model_config_dict, recorded_model_config, to_model_config
 from archlab.config.layers import layer_configs, layer_kind
+from archlab.config.model import SharedConfig
 from archlab.nn.validation import ignored, validate
 from archlab.training.checkpoints import check_checkpoint
 from archlab.weights import CONFIG_KEY, load_weights
@@ -121,6 +123,7 @@ def test_global_every_reads_as_every_nth_layer_global():
         "first": [],
         "pattern": ["local", "global"],
         "loop": {"start": 0, "end": None, "passes": 1, "inject": False},
+        "shared": dataclasses.asdict(SharedConfig()),  # no shared blocks
     }
     assert count_params(cfg)["total"] == hand_params(5, [3 * D * F] * 5)
     T = 16

@@ -34,6 +34,7 @@ from archlab.config import model_config_dict, to_model_config, with_fields
 from archlab.config.commands import CheckConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.loop import describe_loop
+from archlab.config.shared import describe_shared
 from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.interop.families.base import bare
@@ -183,6 +184,7 @@ def _layout(cfg: Any) -> str:
         f"mlp={e.mlp.describe(m)} head={e.head.describe(m)}"
         f"{f' stream={e.stream.describe(m)}' if e.stream.multiple else ''}"
         f"{f' loop={describe_loop(m)}' if describe_loop(m) else ''}"
+        f"{f' shared={describe_shared(m)}' if describe_shared(m) else ''}"
     )
 
 

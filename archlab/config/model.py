@@ -167,16 +167,38 @@ class LoopConfig:
 
 
 @dataclass
+class SharedConfig:
+    """``model.layers.shared``: weight-shared transformer blocks (Zamba's) run before the ``layers`` listed,
+    ``blocks`` of them in turn; each use reads [the layer's input, the embeddings] (2·d_model, normed), attends
+    with heads of 2·d_model/``n_head`` scaled as those of d_model/``n_head``, projects to d_model, runs a gated
+    MLP, and adds its own linear's output to that layer's input before the layer's norm (``archlab.nn.shared``).
+    Each use has its own low-rank adapters on the MLP's gate/up (and with ``attention_adapters``, on q, k, v)."""
+
+    layers: List[int] = field(default_factory=list)  # the layers a use precedes (Zamba2's hybrid_layer_ids); [] none
+    blocks: int = 1  # distinct shared blocks, used round-robin (num_mem_blocks)
+    n_head: int = 8  # the shared attention's query heads, each 2·d_model/n_head wide
+    n_kv_head: Optional[int] = None  # its key/value heads; None = n_head
+    d_ff: Optional[int] = None  # the MLP's hidden width; None = 4·d_model
+    activation: str = choice("gelu", "gelu_tanh", "silu", "relu")  # the MLP's gate: act(gate)·up
+    mlp_bias: bool = False  # biases on the MLP's gate/up and down projections (add_bias_linear)
+    adapter_rank: int = 0  # rank of each use's adapters (adapter_rank); 0 none
+    attention_adapters: bool = False  # q, k, v adapters per use too (use_shared_attention_adapter)
+    rope: bool = False  # RoPE on the shared attention's whole heads (use_mem_rope)
+    rope_theta: float = 10000.0
+
+
+@dataclass
 class LayersConfig:
     """``model.layers``: layers that differ (``archlab.config.layers``). Named kinds, each overriding fields
     of the model's ``attention``, ``position``, ``mlp`` and ``block``, and the layers each kind is given: the
     first ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts.
-    ``loop``: a range of layers run again, with the same weights."""
+    ``loop``: a range of layers run again, with the same weights; ``shared``: weight-shared blocks feeding layers."""
 
     kinds: Any = None  # name -> {attention: {window: 512}, position: {kind: none}} (untyped: set from the command line)
     first: List[str] = field(default_factory=list)  # the kinds of layers 0, 1, ..., len(first) - 1 ([dense]: DeepSeek)
     pattern: List[str] = field(default_factory=list)  # the kinds of the layers after them, cycled ([local, global])
     loop: LoopConfig = field(default_factory=LoopConfig)
+    shared: SharedConfig = field(default_factory=SharedConfig)
 
 
 @dataclass

@@ -131,10 +131,13 @@ class PreNorm(Block):
     ``attn_norm: false`` attention reads x itself, no norm built (ModernBERT's first layer, whose input is
     the normed embeddings)."""
 
-    def forward(self, x, rotary=None, mask=None, cache=None):
+    def forward(self, x, rotary=None, mask=None, cache=None, joined=None):
+        """``joined``: what a shared-block use adds to the layer's input before its norm (``nn/shared.py``),
+        not to the residual stream."""
         if self.attn_stream is not None:  # several streams [B, T, n, d]: each connection reads and writes them
             return self._connected(x, rotary, mask, cache)
-        x = self.residual_add(x, self.attend(self._attn_input(x), rotary, mask, cache), 0)
+        entering = x if joined is None else x + joined
+        x = self.residual_add(x, self.attend(self._attn_input(entering), rotary, mask, cache), 0)
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None

@@ -1,6 +1,7 @@
 """The decoder: token embedding (-> projection in -> its norm) -> position scheme (-> widened into residual
-streams) -> blocks (-> streams merged) -> final norm (-> projection out) -> head; beside the head, any
-multi-token prediction modules (``nn/mtp.py``), trained through ``forward``'s ``targets``."""
+streams) -> blocks (-> streams merged) -> final norm (-> projection out) -> head; before some blocks, any
+shared-block uses (``nn/shared.py``), added to their input; beside the head, any multi-token prediction
+modules (``nn/mtp.py``), trained through ``forward``'s ``targets``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rota
 from archlab.nn.mtp import MTPModule, MultiTokenPrediction, mtp_layer
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import POSITIONS, Position, Rotation, build_position, uninitialised_embedding
+from archlab.nn.shared import build_shared
 from archlab.nn.streams import build_stream
 
 
@@ -107,6 +109,7 @@ class Decoder(nn.Module):
             own[self.mtp_position] = module_layer
         self.layer_positions = nn.ModuleDict({str(name): build_position(c) for name, c in own.items()})
         self.position_of = [k if k in own else None for k in (layer_kind(cfg, i) for i in range(cfg.n_layer))]
+        self.shared = build_shared(cfg)  # weight-shared blocks before some layers (model.layers.shared)
         self.loop = Loop(cfg)  # the order the layers run in: a looped range again, pass after pass (model.layers.loop)
         self.stream = build_stream(cfg)  # several residual streams: widened after the embeddings, merged at the end
         self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
@@ -189,7 +192,7 @@ class Decoder(nn.Module):
         blocks = cast("Sequence[Block]", self.blocks)
         walk = ((blocks[i], self.position_of[i], c) for i, c in self.loop.steps(blocks, cache))
         enter = self.loop.enter if self.loop.injected is not None else None  # input injection (Dory's)
-        x = self.run(x, walk, cache, attention_mask, positions, document_ids, enter)
+        x = self.run(x, walk, cache, attention_mask, positions, document_ids, enter, embeddings=x)
         if cache is not None:
             cache.length += T
         if self.stream is not None:
@@ -205,12 +208,15 @@ class Decoder(nn.Module):
         positions: Optional[Tensor],
         document_ids: Optional[Tensor],
         enter: Optional[Callable[[int, Tensor], Tensor]] = None,
+        embeddings: Optional[Tensor] = None,
     ) -> Tensor:
         """``x`` ``[B, T, ...]`` through ``layers``, each block with the key of its position scheme in
         ``layer_positions`` (None for the model's) and the cache it reads, after ``cache``'s positions (its
         length): the rotations and masks each needs, computed once per scheme and window as they are first
         needed (``layers`` is walked once, as it runs: a loop's walk records each pass's losses after it);
-        ``enter(step, x)``, where given, is the state the ``step``-th block reads (a loop's input injection)."""
+        ``enter(step, x)``, where given, is the state the ``step``-th block reads (a loop's input injection).
+        With the ``embeddings`` (the first block's input), a layer with a shared-block use first has the
+        use's output added to its input (``nn/shared.py``)."""
         start = cache.length if cache is not None else 0
         T, device = x.shape[1], x.device
         q_pos = query_positions(start, T, positions, device)
@@ -222,6 +228,8 @@ class Decoder(nn.Module):
         starts = None if document_ids is None else document_starts(document_ids)
         tokens = None if present is None and starts is None else Tokens(present, starts)
         recompute = self.activation_checkpointing and self.training and torch.is_grad_enabled()
+        context = (q_pos, cache, attention_mask, positions, document_ids)
+        joined: dict[str, Optional[Tensor]] = {}  # the shared-block uses' mask, once computed
         for step, (block, k, layer_cache) in enumerate(layers):
             if enter is not None:
                 x = enter(step, x)
@@ -237,12 +245,36 @@ class Decoder(nn.Module):
                     )
                 scores = masks[w, c, k]
             mask = block.attn.mask_of(scores, tokens)
+            extra = () if embeddings is None else self.shared_input(block.layer, x, embeddings, joined, context)
             x = (
-                checkpoint(block, x, rotary[k], mask, layer_cache, use_reentrant=False)
+                checkpoint(block, x, rotary[k], mask, layer_cache, *extra, use_reentrant=False)
                 if recompute
-                else block(x, rotary[k], mask, layer_cache)
+                else block(x, rotary[k], mask, layer_cache, *extra)
             )
         return x
+
+    def shared_input(
+        self,
+        layer: int,
+        x: Tensor,
+        embeddings: Tensor,
+        masks: dict[str, Optional[Tensor]],
+        context: tuple[Tensor, Optional[KVCache], Optional[Tensor], Optional[Tensor], Optional[Tensor]],
+    ) -> tuple[Tensor, ...]:
+        """``(what the shared-block use before ``layer`` adds to its input,)``, or () where it has none;
+        ``context``: ``run``'s query positions, cache, attention mask, positions and documents. The uses' mask
+        (causal, padding and other documents hidden, no score bias) is kept in ``masks`` under "shared"."""
+        if self.shared is None or layer not in self.shared.use_of:
+            return ()
+        q_pos, cache, padding, positions, documents = context
+        if "shared" not in masks:
+            start, T = (cache.length if cache is not None else 0), x.shape[1]
+            kept = cache.kept(None) if cache is not None else 0
+            unbiased = self.shared.unbiased
+            masks["shared"] = self.mask(
+                unbiased, start, T, kept, None, x.dtype, x.device, padding, positions, None, documents
+            )
+        return (self.shared(layer, x, embeddings, masks["shared"], q_pos, cache),)
 
     def mtp_loss(
         self,
@@ -341,7 +373,9 @@ class Decoder(nn.Module):
         """The μP roles of the parameters no entry holds (``Component.param_roles``), the multi-token
         prediction modules' projections among them (their norms and blocks are entries)."""
         mtp = {f"mtp.depths.{k}.eh_proj.weight": Role.HIDDEN for k in range(self.cfg.head.mtp.depth)}
+        shared = {} if self.shared is None else {f"shared.{n}": r for n, r in self.shared.param_roles().items()}
         return {
+            **shared,
             "tok_emb.weight": Role.INPUT,
             "project_in.weight": Role.HIDDEN,
             "project_out.weight": Role.HIDDEN,

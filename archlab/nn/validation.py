@@ -14,6 +14,7 @@ from archlab.config import ModelConfig
 from archlab.config.fields import leaves
 from archlab.config.layers import check_layers, kind_config, layer_configs, used_kinds
 from archlab.config.loop import check_loop, unread_loop
+from archlab.config.shared import check_shared, unread_shared
 from archlab.errors import ConfigError
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
@@ -115,6 +116,7 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
         _validate_kind(cfg, name, kinds[name])
     check_loop(cfg)
     validate_injection(cfg)
+    check_shared(cfg)
     return kinds
 
 
@@ -232,6 +234,7 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     for name in sorted(set(kinds) - set(used)):
         out.append(Ignored(f"model.layers.kinds.{name}", kinds[name], "no layer is given it"))
     out += [Ignored(field, value, "model.layers.loop.passes=1: no loop") for field, value in unread_loop(cfg)]
+    out += [Ignored(field, value, why) for field, value, why in unread_shared(cfg)]
     return out
 
 

@@ -150,7 +150,9 @@ def test_every_other_family_refuses_a_mamba2_layout_and_mamba2_an_attention_one(
     others = {
         name for name, family in FAMILIES.items() if "model.attention.kind" in {p.field for p in family.problems(mamba)}
     }
-    assert others == set(FAMILIES) - {"mamba2"}
+    assert others == set(FAMILIES) - {"mamba2", "zamba2"}
+    # Zamba2's layers are Mamba-2's too: it refuses a model without its shared blocks
+    assert "model.layers.shared.layers" in {p.field for p in FAMILIES["zamba2"].problems(mamba)}
     llama = compose_model(["model=llama2-7b", "model.n_layer=2"])
     assert "model.attention.kind" in {p.field for p in FAMILIES["mamba2"].problems(llama)}
 

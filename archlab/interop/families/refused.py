@@ -36,16 +36,6 @@ REFUSED: dict[str, Refused] = {
         "Qwen4ExpForCausalLM",
         "hyper-connections (`hc_count` residual streams), n-gram embeddings (`ngram_size`), and a vision tower",
     ),
-    "zamba": Refused(
-        "Zamba",
-        "ZambaForCausalLM",
-        "a shared attention block fed [x, embeddings] (`ZambaHybridLayer`) beside Mamba-1 layers (an A per channel)",
-    ),
-    "zamba2": Refused(
-        "Zamba2",
-        "Zamba2ForCausalLM",
-        "shared attention blocks fed [x, embeddings] at `hybrid_layer_ids` (`Zamba2HybridLayer`), LoRA per use",
-    ),
     "zaya": Refused(
         "ZAYA",
         "ZayaForCausalLM",

@@ -18,28 +18,30 @@ from archlab.nn.mlp import d_ff
 
 class TensorMap(NamedTuple):
     """One archlab tensor and the HF tensor(s) it holds, in one of four layouts: ``same``;
-    ``transposed`` (GPT-2's Conv1D stores (in, out)); ``stacked`` (archlab's fused q/k/v or gate/up is
-    the HF tensors of ``sizes`` rows stacked along dim 0); ``heads_interleaved`` (GPT-NeoX's fused
-    q/k/v holds [q_h, k_h, v_h] per head h; archlab holds every q, then every k, then every v;
-    ``sizes`` = (n_head, head_dim)); ``experts_transposed`` (stacked experts stored [E, in, out], as
-    gpt-oss's and Llama 4's, against archlab's [E, out, in]); ``gate_up_interleaved`` (gpt-oss's
-    gate_up_proj [E, d, 2f] with the gate at even and up at odd columns, and its bias [E, 2f] likewise;
-    archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows); ``flat`` (a tensor of shape
-    ``sizes`` that archlab holds flattened: Cohere's per-head QK-norm scale [H, hd]); ``kv_grouped`` (Falcon's new
-    decoder architecture: per key/value head g, its G = H / KV queries, then k_g, then v_g; ``sizes`` =
-    (n_head, n_kv_head, head_dim)); ``offset_rows`` (OPT's position table: HF's rows from ``sizes[0]`` on are
-    archlab's, the rows before them, which no token reads, written as zeros); ``qvk_sharded`` (CodeGen's fused
-    qkv_proj: ``sizes[0]`` shards, each its slice of q, then of v, then of k); ``stacked_half_negated``
-    (``stacked`` q, k, v of ``sizes[:3]`` rows, the second half of each q and k head's ``sizes[3]`` rows
-    negated: NanoChat's RoPE turns the other way, which archlab's holds with those rows' signs flipped);
-    ``gated_queries`` (Qwen3-Next's q_proj [H·2·hd] holds per head its query rows, then its output gate's:
-    archlab's q/k/v from the query rows, k_proj and v_proj, ``sizes`` = (n_head, head_dim); written back
-    with the gate's rows from ``others``, archlab's gate) and ``gated_queries_gate`` (archlab's gate, read
-    from the gate rows; written by the ``gated_queries`` map); ``deltanet_grouped`` (Qwen3-Next's Gated
-    DeltaNet in_proj_qkvz holds per key head g its q_g, k_g, then the v and z rows of the value heads it
-    serves, and in_proj_ba per key head their b, then their a; archlab's in_proj holds every q, k, v, z, b,
-    then a; ``sizes`` = (key_heads, key_head_dim, n_head, v_head_dim)); ``depthwise_conv`` (nn.Conv1d's
-    depthwise weight [C, 1, K], archlab's [C, K])."""
+        ``transposed`` (GPT-2's Conv1D stores (in, out)); ``stacked`` (archlab's fused q/k/v or gate/up is
+        the HF tensors of ``sizes`` rows stacked along dim 0); ``heads_interleaved`` (GPT-NeoX's fused
+        q/k/v holds [q_h, k_h, v_h] per head h; archlab holds every q, then every k, then every v;
+        ``sizes`` = (n_head, head_dim)); ``experts_transposed`` (stacked experts stored [E, in, out], as
+        gpt-oss's and Llama 4's, against archlab's [E, out, in]); ``gate_up_interleaved`` (gpt-oss's
+        gate_up_proj [E, d, 2f] with the gate at even and up at odd columns, and its bias [E, 2f] likewise;
+        archlab holds [E, 2f, d] and [E, 2f], the gate rows, then the up rows); ``flat`` (a tensor of shape
+        ``sizes`` that archlab holds flattened: Cohere's per-head QK-norm scale [H, hd]); ``kv_grouped`` (Falcon's new
+        decoder architecture: per key/value head g, its G = H / KV queries, then k_g, then v_g; ``sizes`` =
+        (n_head, n_kv_head, head_dim)); ``offset_rows`` (OPT's position table: HF's rows from ``sizes[0]`` on are
+        archlab's, the rows before them, which no token reads, written as zeros); ``qvk_sharded`` (CodeGen's fused
+        qkv_proj: ``sizes[0]`` shards, each its slice of q, then of v, then of k); ``stacked_half_negated``
+        (``stacked`` q, k, v of ``sizes[:3]`` rows, the second half of each q and k head's ``sizes[3]`` rows
+        negated: NanoChat's RoPE turns the other way, which archlab's holds with those rows' signs flipped);
+        ``gated_queries`` (Qwen3-Next's q_proj [H·2·hd] holds per head its query rows, then its output gate's:
+        archlab's q/k/v from the query rows, k_proj and v_proj, ``sizes`` = (n_head, head_dim); written back
+        with the gate's rows from ``others``, archlab's gate) and ``gated_queries_gate`` (archlab's gate, read
+        from the gate rows; written by the ``gated_queries`` map); ``deltanet_grouped`` (Qwen3-Next's Gated
+        DeltaNet in_proj_qkvz holds per key head g its q_g, k_g, then the v and z rows of the value heads it
+        serves, and in_proj_ba per key head their b, then their a; archlab's in_proj holds every q, k, v, z, b,
+        then a; ``sizes`` = (key_heads, key_head_dim, n_head, v_head_dim)); ``depthwise_conv`` (nn.Conv1d's
+        depthwise weight [C, 1, K], archlab's [C, K]); ``halves_interleaved`` (Zamba's Mamba in_proj: rows x_0, z_0,
+    x_1, z_1, ...; archlab's every x row, then every z row); ``heads_merged`` (a tensor of shape ``sizes`` [H, n,
+    ...] per head, as Zamba's Mamba holds x_proj, dt_proj, A_log and D; archlab's its first two dims merged)."""
 
     archlab: str
     hf: tuple[str, ...]
@@ -99,6 +101,10 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
         return torch.cat([x.flatten(0, 1) for x in (q, k, v, z, b, a)])
     if m.layout == "depthwise_conv":
         return parts[0][:, 0].clone()
+    if m.layout == "halves_interleaved":  # HF's rows x_0, z_0, x_1, z_1, ...: archlab's every x, then every z
+        return parts[0].unflatten(0, (-1, 2)).transpose(0, 1).flatten(0, 1).contiguous()
+    if m.layout == "heads_merged":  # HF's [H, n, ...]: archlab's [H·n, ...]
+        return parts[0].flatten(0, 1).clone() if copy else parts[0].flatten(0, 1)
     return parts[0].detach().clone() if copy else parts[0]
 
 
@@ -148,6 +154,10 @@ def split(m: TensorMap, tensor: Tensor, others: tuple[Tensor, ...] = ()) -> list
         return [torch.cat((q, k, v, z), dim=1).flatten(0, 1), torch.cat((b, a), dim=1).flatten(0, 1)]
     if m.layout == "depthwise_conv":
         return [tensor[:, None].clone()]
+    if m.layout == "halves_interleaved":
+        return [tensor.unflatten(0, (2, -1)).transpose(0, 1).flatten(0, 1).contiguous()]
+    if m.layout == "heads_merged":
+        return [tensor.reshape(m.sizes).contiguous()]
     return [tensor]
 
 

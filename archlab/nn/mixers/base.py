@@ -168,11 +168,14 @@ class KVCache:
         configs = layer_configs(cfg) if layers is None else list(layers)
         # a chunked layer keeps the window of its chunk: with left padding each row's chunks start elsewhere
         self.windows = [window_of(c) or chunk_of(c, layer) for layer, c in enumerate(configs)]
-        self.k: list[Optional[Tensor]] = [None] * len(configs)
-        self.v: list[Optional[Tensor]] = [None] * len(configs)
-        self.conv_state: list[Optional[Tensor]] = [None] * len(configs)
-        self.recurrent_state: list[Optional[Tensor]] = [None] * len(configs)
-        self.shift: list[Optional[Tensor]] = [None] * len(configs)  # a stateful MLP's last input [B, d]
+        # the model's shared-block uses (model.layers.shared), each its keys and values after the layers'
+        self.windows += [None] * (len(cfg.layers.shared.layers) if layers is None else 0)
+        slots = len(self.windows)
+        self.k: list[Optional[Tensor]] = [None] * slots
+        self.v: list[Optional[Tensor]] = [None] * slots
+        self.conv_state: list[Optional[Tensor]] = [None] * slots
+        self.recurrent_state: list[Optional[Tensor]] = [None] * slots
+        self.shift: list[Optional[Tensor]] = [None] * slots  # a stateful MLP's last input [B, d]
         self.length = 0  # positions already seen; advanced by the model after each forward
         self.passes: dict[int, KVCache] = {}  # a looped layer's later passes' caches, by pass (of_pass)
 

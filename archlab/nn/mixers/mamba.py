@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.config.fields import choice
+from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
 from archlab.nn.mixers.mamba2 import check_dt_init, drawn_dt_bias
@@ -42,6 +43,9 @@ class MambaConfig(MixerConfig):
     conv_kernel: int = 4  # width of the causal depthwise convolution of x
     conv_bias: bool = True  # a bias on the convolution (use_conv_bias)
     bias: bool = False  # biases on the in- and out-projections (use_bias)
+    # the channels split into this many heads, each with its own x_proj and dt_proj, so its own Δ, B and C
+    # (Zamba's n_mamba_heads); 1: Mamba's
+    heads: int = 1
     dt_rank: Optional[int] = None  # the low rank of Δ's projection (time_step_rank); None = ceil(d_model / 16)
     bc_dt_norm: bool = False  # RMS-norm B, C and Δ's low-rank input without a scale (FalconMamba)
     bc_dt_norm_eps: float = 1e-6  # that norm's epsilon (mixer_rms_eps)
@@ -90,7 +94,7 @@ class Mamba(Mixer):
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
         a, d = cfg.attention, cfg.d_model
-        self.inner, self.state_size, self.rank = inner(cfg), a.state_size, dt_rank(cfg)
+        self.inner, self.state_size, self.rank, self.heads = inner(cfg), a.state_size, dt_rank(cfg), a.heads
         self.scan_chunk = a.scan_chunk
         self.norm_eps = a.bc_dt_norm_eps if a.bc_dt_norm else None
         scaled = a.bc_dt_norm and a.bc_dt_norm_scale
@@ -101,7 +105,8 @@ class Mamba(Mixer):
         self.in_proj = nn.Linear(d, 2 * self.inner, bias=a.bias)
         self.conv_weight = nn.Parameter(torch.empty(self.inner, 1, a.conv_kernel))  # nn.Conv1d's depthwise shape
         self.conv_bias = nn.Parameter(torch.empty(self.inner)) if a.conv_bias else None
-        self.x_proj = nn.Linear(self.inner, self.rank + 2 * a.state_size, bias=False)
+        # per head [R + 2N rows] from its inner/heads channels, the heads' rows stacked
+        self.x_proj = nn.Linear(self.inner // a.heads, a.heads * (self.rank + 2 * a.state_size), bias=False)
         self.dt_proj = nn.Linear(self.rank, self.inner)
         self.A_log = nn.Parameter(torch.empty(self.inner, a.state_size))
         self.D = nn.Parameter(torch.empty(self.inner))
@@ -123,11 +128,21 @@ class Mamba(Mixer):
             xs = xs * present[..., None].to(xs.dtype)
         xs = F.silu(causal_conv(xs.transpose(1, 2), self.conv_weight, self.conv_bias, cache, layer, starts))
         xs = xs.transpose(1, 2)
-        low, B, C = self.x_proj(xs).to(f).split((self.rank, self.state_size, self.state_size), dim=-1)
+        H, (b, T) = self.heads, xs.shape[:2]
+        if H == 1:
+            projected = self.x_proj(xs)
+        else:  # each head's x_proj on its own channels: [b, T, H, R + 2N]
+            weight = self.x_proj.weight.view(H, -1, self.inner // H)
+            projected = torch.einsum("bthi,hoi->btho", xs.reshape(b, T, H, -1), weight)
+        low, B, C = projected.to(f).split((self.rank, self.state_size, self.state_size), dim=-1)
         if self.norm_eps is not None:
             scales = (self.dt_norm_weight, self.b_norm_weight, self.c_norm_weight)
             low, B, C = (_rms(t, self.norm_eps, w) for t, w in zip((low, B, C), scales))
-        dt = F.softplus(low @ self.dt_proj.weight.to(f).T + self.dt_proj.bias.to(f))  # [b, T, inner]
+        if H == 1:
+            dt = low @ self.dt_proj.weight.to(f).T
+        else:  # each head's dt_proj to its own channels
+            dt = torch.einsum("bthr,hir->bthi", low, self.dt_proj.weight.to(f).view(H, -1, self.rank)).flatten(2)
+        dt = F.softplus(dt + self.dt_proj.bias.to(f))  # [b, T, inner]
         xs = xs.to(f)
         if present is not None:  # a padded position keeps the state as it is: no decay, no write
             dt = dt * present[..., None]
@@ -135,10 +150,21 @@ class Mamba(Mixer):
         decay = torch.exp(dt[..., None] * A)  # [b, T, inner, N]
         if starts is not None:  # a document's first position starts from an empty state
             decay = decay * ~starts[..., None, None]
-        write = (dt * xs)[..., None] * B[:, :, None]
+        B = B[:, :, None] if H == 1 else B.repeat_interleave(self.inner // H, dim=2)  # each channel its head's
+        write = (dt * xs)[..., None] * B
         state = None if cache is None else cache.recurrent_state[layer]
         state = None if state is None else state.to(f)
-        y, state = scan(decay, write, C, self.scan_chunk, state)
+        if H == 1:
+            y, state = scan(decay, write, C, self.scan_chunk, state)
+        else:  # a scan per head, each reading its own C
+            w = self.inner // H
+            parts = [
+                scan(
+                    decay[:, :, s], write[:, :, s], C[:, :, h], self.scan_chunk, None if state is None else state[:, s]
+                )
+                for h, s in enumerate(slice(h * w, (h + 1) * w) for h in range(H))
+            ]
+            y, state = torch.cat([p[0] for p in parts], dim=-1), torch.cat([p[1] for p in parts], dim=1)
         if cache is not None:
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
         y = (y + xs * self.D.to(f)) * F.silu(z.to(f))
@@ -204,6 +230,9 @@ class Mamba(Mixer):
                 checks.integer(f"model.attention.{name}", getattr(a, name), 1, "a positive integer, or null")
         for name in ("state_size", "conv_kernel", "scan_chunk"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
+        checks.integer("model.attention.heads", a.heads, allowed=f"a positive integer dividing inner={inner(cfg)}")
+        if inner(cfg) % a.heads:
+            raise ConfigError("model.attention.heads", a.heads, f"a positive integer dividing inner={inner(cfg)}")
         for name in ("conv_bias", "bias", "bc_dt_norm", "bc_dt_norm_scale"):
             checks.choice(f"model.attention.{name}", getattr(a, name), (True, False))
         checks.positive("model.attention.bc_dt_norm_eps", a.bc_dt_norm_eps)
@@ -216,7 +245,8 @@ class Mamba(Mixer):
         normed with scales`` for Jamba's)."""
         a = cfg.attention
         normed = (", bc/dt normed" + " with scales" * a.bc_dt_norm_scale) if a.bc_dt_norm else ""
-        return f"mamba {inner(cfg)} x state {a.state_size}, dt rank {dt_rank(cfg)}, conv {a.conv_kernel}{normed}"
+        heads = f" in {a.heads} heads" if a.heads > 1 else ""
+        return f"mamba {inner(cfg)}{heads} x state {a.state_size}, dt rank {dt_rank(cfg)}, conv {a.conv_kernel}{normed}"
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
