@@ -20,6 +20,7 @@ from archlab.nn.loop import Loop
 from archlab.nn.loss import IGNORE, next_token_loss
 from archlab.nn.mixers.attention import link_first_values
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
+from archlab.nn.moe import MoE
 from archlab.nn.mtp import MTPModule, MultiTokenPrediction, mtp_layer
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import POSITIONS, Position, Rotation, build_position, uninitialised_embedding
@@ -188,7 +189,7 @@ class Decoder(nn.Module):
             x = self.stream.widen(x)
         blocks = cast("Sequence[Block]", self.blocks)
         walk = ((blocks[i], self.position_of[i], c) for i, c in self.loop.steps(blocks, cache))
-        x = self.run(x, walk, cache, attention_mask, positions, document_ids)
+        x = self.run(x, walk, cache, attention_mask, positions, document_ids, idx)
         if cache is not None:
             cache.length += T
         if self.stream is not None:
@@ -203,11 +204,13 @@ class Decoder(nn.Module):
         attention_mask: Optional[Tensor],
         positions: Optional[Tensor],
         document_ids: Optional[Tensor],
+        ids: Optional[Tensor] = None,
     ) -> Tensor:
         """``x`` ``[B, T, ...]`` through ``layers``, each block with the key of its position scheme in
         ``layer_positions`` (None for the model's) and the cache it reads, after ``cache``'s positions (its
         length): the rotations and masks each needs, computed once per scheme and window as they are first
-        needed (``layers`` is walked once, as it runs: a loop's walk records each pass's losses after it)."""
+        needed (``layers`` is walked once, as it runs: a loop's walk records each pass's losses after it).
+        ``ids`` ``[B, T]``: the tokens ``x`` embeds, handed to a hash-routed MoE before its block runs."""
         start = cache.length if cache is not None else 0
         T, device = x.shape[1], x.device
         q_pos = query_positions(start, T, positions, device)
@@ -232,6 +235,8 @@ class Decoder(nn.Module):
                     )
                 scores = masks[w, c, k]
             mask = block.attn.mask_of(scores, tokens)
+            if isinstance(block.mlp, MoE) and block.mlp.token_experts is not None:
+                block.mlp.ids = ids  # the experts its table gives these tokens (kept for a recomputation)
             x = (
                 checkpoint(block, x, rotary[k], mask, layer_cache, use_reentrant=False)
                 if recompute
