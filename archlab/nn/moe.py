@@ -10,7 +10,8 @@ SwiGLU experts clamp at ``swiglu_limit``, the shared ones at ``shared_swiglu_lim
 Routing, in float32 (float64 in a float64 model) whatever the compute dtype, as Hugging Face's
 Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
 
-- scores: ``softmax(logits)`` over all experts, or ``sigmoid(logits)`` (DeepSeek-V3);
+- scores: ``softmax(logits)`` over all experts, or ``sigmoid(logits)`` (DeepSeek-V3), or
+  ``sqrt(softplus(logits))`` (DeepSeek-V4's ``sqrtsoftplus``);
 - choice: ``scores + router_bias`` (DeepSeek-V3's aux-loss-free correction bias, a buffer: it moves the
   selection only; ``bias_update_speed`` γ > 0 moves it after each optimizer step, ``update_correction_bias``),
   or with ``correction_on: logits`` ``logits + router_bias``, before the softmax or sigmoid (Kolibri-1);
@@ -57,7 +58,8 @@ class RoutingConfig:
 
     n_experts: int = 8  # routed experts per layer
     top_k: int = 2  # routed experts each token goes through
-    scoring: str = choice("softmax", "sigmoid")  # router scores (DeepSeek-V3: sigmoid)
+    # router scores: softmax, sigmoid (DeepSeek-V3) or sqrt(softplus) (DeepSeek-V4)
+    scoring: str = choice("softmax", "sigmoid", "sqrtsoftplus")
     normalize_top_k: bool = True  # the top-k weights renormalised to sum to 1 (Mixtral, Qwen3-MoE)
     # how the experts are chosen: the top_k of the scores, or a fixed table over token ids (DeepSeek-V4's hash_moe)
     selection: str = choice("scores", "hash")
@@ -166,7 +168,8 @@ class MoE(MLP):
     - ``moe_balance``: the Switch Transformer load-balancing loss (Fedus et al. 2021), ``E·Σ_i f_i·P_i``
       with ``f_i`` the fraction of the tokens that chose expert i among their top-k (not divided by k, so a
       uniform router scores k) and ``P_i`` the mean probability the router gives it: softmax(logits), or
-      for sigmoid scores the scores normalised to sum 1 (DeepSeek-V3's balance loss is this / k, per sequence).
+      for sigmoid (or sqrtsoftplus) scores the scores normalised to sum 1 (DeepSeek-V3's balance loss is this / k,
+      per sequence).
       Not on a hash-routed layer: no router moves its fixed table's load (transformers' DeepSeek-V4 leaves
       its hash layers out of its balance loss too).
       Per layer this equals Hugging Face's ``load_balancing_loss_func`` for one layer's logits; HF pools
@@ -241,7 +244,7 @@ class MoE(MLP):
         with torch.autocast(x.device.type, enabled=False):
             bias = None if self.router.bias is None else self.router.bias.to(dtype)
             logits = F.linear(x.to(dtype), self.router.weight.to(dtype), bias)
-        scores = logits.softmax(dim=-1) if self.scoring == "softmax" else logits.sigmoid()
+        scores = self.scores(logits)
         if self.token_experts is not None:
             if ids is None:
                 raise ValueError("a hash-routed MoE layer needs the token ids of its input (Decoder sets them)")
@@ -259,6 +262,12 @@ class MoE(MLP):
             choice = groups.masked_fill(dropped.unsqueeze(-1), float("-inf")).flatten(-2)
         indices = choice.topk(self.top_k, dim=-1).indices
         return logits, self.weigh(scores, indices), indices
+
+    def scores(self, logits: Tensor) -> Tensor:
+        """The router's scores [N, E] of its ``logits``, by ``scoring``."""
+        if self.scoring == "softmax":
+            return logits.softmax(dim=-1)
+        return logits.sigmoid() if self.scoring == "sigmoid" else F.softplus(logits).sqrt()
 
     def weigh(self, scores: Tensor, indices: Tensor) -> Tensor:
         """The routing weights [N, k] of the chosen experts ``indices``: their ``scores``, normalised, scaled."""
@@ -319,7 +328,7 @@ class MoE(MLP):
             if self.scoring == "softmax":
                 probs = logits.softmax(dim=-1)
             else:
-                scores = logits.sigmoid()
+                scores = self.scores(logits)
                 probs = scores / scores.sum(dim=-1, keepdim=True)
             chose = torch.zeros_like(probs).scatter_(-1, indices, 1.0).mean(dim=0)  # f_i, summing to k
             balance = self.n_experts * (chose * probs.mean(dim=0)).sum()
