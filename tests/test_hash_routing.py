@@ -156,3 +156,19 @@ def test_every_family_refuses_it_naming_the_field():
     cfg = validate(config(n_layer=1, **dict(HASH, scoring="softmax")))
     assert len(families_of_its_mixers(cfg)) >= 5
     assert families_holding(cfg, {"model.mlp.routing.selection"}) == set()
+
+
+def test_activation_checkpointing_recomputes_with_the_same_tokens():
+    """The recomputation inside backward routes by the ids the forward was handed: gradients as without it."""
+    torch.manual_seed(0)
+    model = build_model(hash_layer_first()).train()
+    idx = torch.randint(0, 32, (2, 6), generator=torch.Generator().manual_seed(3))
+    grads = []
+    for recompute in (False, True):
+        model.zero_grad()
+        model.activation_checkpointing = recompute
+        model(idx).square().mean().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and "blocks.0.mlp.router.weight" in grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], rtol=1e-5, atol=1e-7)
