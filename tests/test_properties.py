@@ -111,13 +111,15 @@ def model_configs(draw) -> dict:
             "top_k": draw(st.integers(1, top_groups * n_experts // n_groups)),
             "n_groups": n_groups,
             "top_groups": top_groups,
-            "scoring": draw(st.sampled_from(["softmax", "sigmoid"])),
+            "scoring": draw(st.sampled_from(["softmax", "sigmoid", "sqrtsoftplus"])),
             "normalize_top_k": draw(st.booleans()),
             "correction_bias": draw(st.booleans()),
             "routed_scale": draw(st.sampled_from([1.0, 2.5])),
             "router_bias": draw(st.booleans()),  # gpt-oss
             "weight_input": draw(st.booleans()),  # Llama 4
         }
+        if n_groups == 1 and not routing["correction_bias"]:  # a fixed table over token ids (DeepSeek-V4)
+            routing["selection"] = draw(st.sampled_from(["scores", "hash"]))
         mlp |= {
             "kind": "moe",
             "expert": mlp["kind"],

@@ -21,6 +21,7 @@ from archlab.nn.loop import Loop
 from archlab.nn.loss import IGNORE, next_token_loss
 from archlab.nn.mixers.attention import link_first_values
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
+from archlab.nn.moe import MoE
 from archlab.nn.mtp import MTPModule, MultiTokenPrediction, mtp_layer
 from archlab.nn.norms import build_norm
 from archlab.nn.positions import POSITIONS, Position, Rotation, build_position, uninitialised_embedding
@@ -192,7 +193,7 @@ class Decoder(nn.Module):
         blocks = cast("Sequence[Block]", self.blocks)
         walk = ((blocks[i], self.position_of[i], c) for i, c in self.loop.steps(blocks, cache))
         enter = self.loop.enter if self.loop.injected is not None else None  # input injection (Dory's)
-        x = self.run(x, walk, cache, attention_mask, positions, document_ids, enter, embeddings=x)
+        x = self.run(x, walk, cache, attention_mask, positions, document_ids, enter, embeddings=x, ids=idx)
         if cache is not None:
             cache.length += T
         if self.stream is not None:
@@ -209,6 +210,7 @@ class Decoder(nn.Module):
         document_ids: Optional[Tensor],
         enter: Optional[Callable[[int, Tensor], Tensor]] = None,
         embeddings: Optional[Tensor] = None,
+        ids: Optional[Tensor] = None,
     ) -> Tensor:
         """``x`` ``[B, T, ...]`` through ``layers``, each block with the key of its position scheme in
         ``layer_positions`` (None for the model's) and the cache it reads, after ``cache``'s positions (its
@@ -216,7 +218,8 @@ class Decoder(nn.Module):
         needed (``layers`` is walked once, as it runs: a loop's walk records each pass's losses after it);
         ``enter(step, x)``, where given, is the state the ``step``-th block reads (a loop's input injection).
         With the ``embeddings`` (the first block's input), a layer with a shared-block use first has the
-        use's output added to its input (``nn/shared.py``)."""
+        use's output added to its input (``nn/shared.py``). ``ids`` ``[B, T]``: the tokens ``x`` embeds,
+        handed to a hash-routed MoE before its block runs."""
         start = cache.length if cache is not None else 0
         T, device = x.shape[1], x.device
         q_pos = query_positions(start, T, positions, device)
@@ -246,6 +249,8 @@ class Decoder(nn.Module):
                 scores = masks[w, c, k]
             mask = block.attn.mask_of(scores, tokens)
             extra = () if embeddings is None else self.shared_input(block.layer, x, embeddings, joined, context)
+            if isinstance(block.mlp, MoE) and block.mlp.token_experts is not None:
+                block.mlp.ids = ids  # the experts its table gives these tokens (kept for a recomputation)
             x = (
                 checkpoint(block, x, rotary[k], mask, layer_cache, *extra, use_reentrant=False)
                 if recompute

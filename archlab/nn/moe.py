@@ -10,12 +10,16 @@ SwiGLU experts clamp at ``swiglu_limit``, the shared ones at ``shared_swiglu_lim
 Routing, in float32 (float64 in a float64 model) whatever the compute dtype, as Hugging Face's
 Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
 
-- scores: ``softmax(logits)`` over all experts, or ``sigmoid(logits)`` (DeepSeek-V3);
+- scores: ``softmax(logits)`` over all experts, or ``sigmoid(logits)`` (DeepSeek-V3), or
+  ``sqrt(softplus(logits))`` (DeepSeek-V4's ``sqrtsoftplus``);
 - choice: ``scores + router_bias`` (DeepSeek-V3's aux-loss-free correction bias, a buffer: it moves the
   selection only; ``bias_update_speed`` γ > 0 moves it after each optimizer step, ``update_correction_bias``),
   or with ``correction_on: logits`` ``logits + router_bias``, before the softmax or sigmoid (Kolibri-1);
   with ``n_groups > 1`` only the experts of the ``top_groups`` groups whose two best choice scores sum
   highest remain (the others -inf), and of those the ``top_k`` best are chosen;
+- with ``selection: hash`` the choice is instead a fixed table over token ids, ``token_experts[id]``
+  (Roller et al. 2021's hash layers; DeepSeek-V4's ``hash_moe`` layers, its ``tid2eid``): a buffer [vocab, k]
+  of distinct experts per token, drawn at init and saved with the model; the scores still weigh them;
 - logits: ``x·Wᵀ``, plus a learned bias with ``router_bias`` (gpt-oss);
 - weights: the chosen experts' scores (without the correction bias), divided by their sum + 1e-20 when
   ``normalize_top_k``, times ``routed_scale``;
@@ -60,8 +64,11 @@ class RoutingConfig:
 
     n_experts: int = 8  # routed experts per layer
     top_k: int = 2  # routed experts each token goes through
-    scoring: str = choice("softmax", "sigmoid")  # router scores (DeepSeek-V3: sigmoid)
+    # router scores: softmax, sigmoid (DeepSeek-V3) or sqrt(softplus) (DeepSeek-V4)
+    scoring: str = choice("softmax", "sigmoid", "sqrtsoftplus")
     normalize_top_k: bool = True  # the top-k weights renormalised to sum to 1 (Mixtral, Qwen3-MoE)
+    # how the experts are chosen: the top_k of the scores, or a fixed table over token ids (DeepSeek-V4's hash_moe)
+    selection: str = choice("scores", "hash")
     n_groups: int = 1  # experts in this many groups; a token picks from the top_groups best (DeepSeek-V3: 8)
     top_groups: int = 1  # groups a token may pick from, ranked by the sum of their two best scores (V3: 4)
     routed_scale: float = 1.0  # the routed experts' weights times this (DeepSeek-V3: 2.5)
@@ -170,7 +177,10 @@ class MoE(MLP):
     - ``moe_balance``: the Switch Transformer load-balancing loss (Fedus et al. 2021), ``E·Σ_i f_i·P_i``
       with ``f_i`` the fraction of the tokens that chose expert i among their top-k (not divided by k, so a
       uniform router scores k) and ``P_i`` the mean probability the router gives it: softmax(logits), or
-      for sigmoid scores the scores normalised to sum 1 (DeepSeek-V3's balance loss is this / k, per sequence).
+      for sigmoid (or sqrtsoftplus) scores the scores normalised to sum 1 (DeepSeek-V3's balance loss is this / k,
+      per sequence).
+      Not on a hash-routed layer: no router moves its fixed table's load (transformers' DeepSeek-V4 leaves
+      its hash layers out of its balance loss too).
       Per layer this equals Hugging Face's ``load_balancing_loss_func`` for one layer's logits; HF pools
       f and P over all layers before the product, we average the per-layer losses.
     - ``router_z``: the router z-loss (Zoph et al. 2022, ST-MoE), the mean over tokens of
@@ -179,6 +189,7 @@ class MoE(MLP):
 
     router_bias: Optional[Tensor]  # a buffer: DeepSeek-V3's correction bias, else None
     load: Tensor  # a buffer, not saved: (token, expert) assignments per expert since ``update_correction_bias``
+    token_experts: Optional[Tensor]  # a buffer [vocab, top_k] with ``selection: hash``: each token id's experts
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
@@ -195,6 +206,11 @@ class MoE(MLP):
         )
         self.bias_update_speed = r.bias_update_speed
         self.register_buffer("load", torch.zeros(r.n_experts, dtype=torch.long), persistent=False)
+        hashed = r.selection == "hash"
+        self.register_buffer(
+            "token_experts", torch.zeros(cfg.vocab_size, r.top_k, dtype=torch.long) if hashed else None
+        )
+        self.ids: Optional[Tensor] = None  # the token ids [B, T] of the input, set by the decoder where hashed
         f = expert_width(cfg)
         self.experts = Experts(cfg, f)
         width = m.n_shared_experts * f
@@ -220,7 +236,7 @@ class MoE(MLP):
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.shape[-1])
-        logits, weights, indices = self.route(flat)
+        logits, weights, indices = self.route(flat, self.ids)
         self.aux_losses = self.auxiliary(logits, indices) if self.training else {}
         y = self.routed(flat, weights, indices)
         if self.shared is not None:
@@ -230,9 +246,10 @@ class MoE(MLP):
             y = self.out_norm(y)
         return y.view(*x.shape[:-1], y.shape[-1])
 
-    def route(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def route(self, x: Tensor, ids: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Router logits [N, E], routing weights [N, k] and expert indices [N, k] of tokens ``x`` [N, d]
-        (logits and weights in float32, or float64 for a float64 ``x``)."""
+        (logits and weights in float32, or float64 for a float64 ``x``); with hash selection the experts are
+        the table's rows of the token ``ids`` (N of them, any shape)."""
         dtype = torch.promote_types(x.dtype, torch.float32)
         with torch.autocast(x.device.type, enabled=False):
             bias = None if self.router.bias is None else self.router.bias.to(dtype)
@@ -240,7 +257,12 @@ class MoE(MLP):
         if self.sparsemixer_eps is not None:
             weights, indices = sparsemixer(logits, self.top_k, self.sparsemixer_eps)
             return logits, weights * self.routed_scale, indices
-        scores = logits.softmax(dim=-1) if self.scoring == "softmax" else logits.sigmoid()
+        scores = self.scores(logits)
+        if self.token_experts is not None:
+            if ids is None:
+                raise ValueError("a hash-routed MoE layer needs the token ids of its input (Decoder sets them)")
+            indices = self.token_experts[ids.reshape(-1)]
+            return logits, self.weigh(scores, indices), indices
         if self.router_bias is None:
             choice = scores
         else:
@@ -252,10 +274,20 @@ class MoE(MLP):
             dropped = torch.ones_like(group_score, dtype=torch.bool).scatter_(-1, kept, False)
             choice = groups.masked_fill(dropped.unsqueeze(-1), float("-inf")).flatten(-2)
         indices = choice.topk(self.top_k, dim=-1).indices
+        return logits, self.weigh(scores, indices), indices
+
+    def scores(self, logits: Tensor) -> Tensor:
+        """The router's scores [N, E] of its ``logits``, by ``scoring``."""
+        if self.scoring == "softmax":
+            return logits.softmax(dim=-1)
+        return logits.sigmoid() if self.scoring == "sigmoid" else F.softplus(logits).sqrt()
+
+    def weigh(self, scores: Tensor, indices: Tensor) -> Tensor:
+        """The routing weights [N, k] of the chosen experts ``indices``: their ``scores``, normalised, scaled."""
         weights = scores.gather(-1, indices)
         if self.normalize:
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
-        return logits, weights * self.routed_scale, indices
+        return weights * self.routed_scale
 
     def exclude_from_compile(self) -> None:
         """Run ``routed`` eagerly inside a compiled block: its group sizes are data, which a compiled graph
@@ -305,11 +337,11 @@ class MoE(MLP):
     def auxiliary(self, logits: Tensor, indices: Tensor) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary losses whose weight is not zero (see the class docstring)."""
         losses = {}
-        if self.aux_weights["moe_balance"] > 0:
+        if self.aux_weights["moe_balance"] > 0 and self.token_experts is None:  # a table's load is fixed
             if self.scoring == "softmax":
                 probs = logits.softmax(dim=-1)
             else:
-                scores = logits.sigmoid()
+                scores = self.scores(logits)
                 probs = scores / scores.sum(dim=-1, keepdim=True)
             chose = torch.zeros_like(probs).scatter_(-1, indices, 1.0).mean(dim=0)  # f_i, summing to k
             balance = self.n_experts * (chose * probs.mean(dim=0)).sum()
@@ -322,7 +354,7 @@ class MoE(MLP):
     def init_parameters(self, std: float, residual_std: float) -> None:
         """The GPT-2 init of what no Linear holds (``Decoder.init_weights`` calls it): each expert's input
         matrix N(0, std), its output matrix N(0, residual_std), biases zero; the correction bias and the
-        load count zero."""
+        load count zero; a hash table's rows top_k distinct experts drawn uniformly per token id."""
         self.load.zero_()
         w_in, w_out = self.experts.matrices()
         nn.init.normal_(w_in, 0.0, std)
@@ -332,6 +364,9 @@ class MoE(MLP):
                 nn.init.zeros_(bias)
         if self.router_bias is not None:
             self.router_bias.zero_()
+        if self.token_experts is not None:
+            draws = torch.rand(self.token_experts.shape[0], self.n_experts, device=self.token_experts.device)
+            self.token_experts.copy_(draws.argsort(dim=-1)[:, : self.top_k])
 
     @staticmethod
     def gated(cfg: ModelConfig) -> bool:
@@ -406,6 +441,7 @@ class MoE(MLP):
         r = f.routing
         routing = (", router bias" if r.router_bias else "") + (", weighted inputs" if r.weight_input else "")
         routing += f", sparsemixer eps={r.sparsemixer_eps}" if r.sparsemixer_eps is not None else ""
+        routing += ", hash-routed" if r.selection == "hash" else ""
         experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}" + (", normed output" if f.out_norm else "")
         return f"moe top-{r.top_k} of {r.n_experts}{shared} {experts}{routing}"
 
@@ -464,6 +500,11 @@ def _validate_routing(r: RoutingConfig) -> None:
         )
     if r.sparsemixer_eps is not None:
         _validate_sparsemixer(r)
+    if r.selection == "hash" and (r.correction_bias or r.n_groups > 1):
+        field_, value = ("correction_bias", True) if r.correction_bias else ("n_groups", r.n_groups)
+        raise ConfigError(
+            f"model.mlp.routing.{field_}", value, "false / 1 with selection=hash (a fixed table chooses the experts)"
+        )
     if r.correction_on != "scores" and not r.correction_bias:
         raise ConfigError(
             "model.mlp.routing.correction_on",
@@ -486,6 +527,7 @@ def _validate_sparsemixer(r: RoutingConfig) -> None:
                 (r.normalize_top_k, "normalize_top_k=true (its weights are not renormalised)"),
                 (r.correction_bias, "correction_bias=true (it ranks the logits as they are)"),
                 (r.n_groups > 1, f"n_groups={r.n_groups} (it ranks every expert)"),
+                (r.selection == "hash", "selection=hash (it chooses by the logits, not a table)"),
             )
             if bad
         ),

@@ -79,3 +79,6 @@ class MultiTokenPrediction(nn.Module):
         if mtp.layer is not None and mtp.layer not in kinds:
             named = f"a kind of model.layers.kinds ({', '.join(kinds)})" if kinds else "null (no layer kinds defined)"
             raise ConfigError("model.head.mtp.layer", mtp.layer, f"{named}, or null for the model's own parts")
+        routing = getattr(mtp_layer(cfg).mlp, "routing", None)
+        if routing is not None and routing.selection == "hash":  # a module's block reads states, not its ids
+            raise ConfigError("model.head.mtp.layer", mtp.layer, "a layer kind whose MoE is not hash-routed")

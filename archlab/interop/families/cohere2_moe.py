@@ -82,6 +82,7 @@ class Cohere2Moe(_LayeredSparse):
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
             ("model.mlp.bias", (False,), " (its MLPs have no biases)"),
             ("model.mlp.routing.correction_bias", (False,), ""),
+            ("model.mlp.routing.scoring", ("softmax", "sigmoid"), " (its expert_selection_fn)"),
             ungrouped(),
             ("model.mlp.routing.routed_scale", (1.0,), ""),
             *(

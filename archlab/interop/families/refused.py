@@ -65,7 +65,7 @@ REFUSED: dict[str, Refused] = {
     "deepseek_v4": Refused(
         "DeepSeek-V4",
         "DeepseekV4ForCausalLM",
-        "compressed sparse attention (`compress_rates`) and hash-routed experts (`hash_moe` layers)",
+        "compressed sparse attention (`compress_rates`: CSA/HCA compressors, the indexer over compressed blocks)",
     ),
     "minimax_m3_vl_text": Refused(
         "MiniMax-M3 (text)",
