@@ -15,10 +15,12 @@ from archlab.config.fields import leaves
 from archlab.config.layers import check_layers, kind_config, layer_configs, used_kinds
 from archlab.config.loop import check_loop, unread_loop
 from archlab.errors import ConfigError
+from archlab.nn import per_layer_inputs
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
 from archlab.nn.mixers.base import MIXERS, Mixer
+from archlab.nn.mixers.shared_kv import check_shared_kv
 from archlab.nn.mlp import MLP, MLPS
 from archlab.nn.mtp import MultiTokenPrediction
 from archlab.nn.norms import NORMS, Norm
@@ -72,8 +74,9 @@ def validate(cfg: ModelConfig) -> ModelConfig:
     return cfg
 
 
-def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
-    """``validate``'s checks; return each layer kind's config, merged once."""
+def _validate(cfg: ModelConfig, whole: bool = True) -> dict[str, ModelConfig]:
+    """``validate``'s checks; return each layer kind's config, merged once. ``whole``: ``cfg`` is a model's,
+    not a layer kind's (whose layers' relations, such as which serves a kv_shared one, are the model's)."""
     for name in ("vocab_size", "context_length", "n_layer", "d_model"):
         checks.positive(f"model.{name}", getattr(cfg, name))
     checks.probability("model.dropout", cfg.dropout)
@@ -103,6 +106,7 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
                 f"null for embeddings of d_model={cfg.d_model} (a width other than d_model adds the projections)",
             )
     _check_choices(cfg, "model")
+    per_layer_inputs.validate(cfg)
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
     MultiTokenPrediction.validate(cfg)
@@ -111,6 +115,8 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
     for name in sorted(used_kinds(cfg) | mtp_kind):
         _validate_kind(cfg, name, kinds[name])
     check_loop(cfg)
+    if whole:
+        check_shared_kv(cfg, layer_configs(cfg, kinds))
     return kinds
 
 
@@ -119,7 +125,7 @@ def _validate_kind(cfg: ModelConfig, name: str, layer: ModelConfig) -> None:
     refused; a position scheme may differ per layer only between schemes that act inside attention."""
     overrides = cfg.layers.kinds[name]
     try:
-        validate(layer)
+        _validate(layer, whole=False)
     except ConfigError as err:
         family, _, rest = err.field.removeprefix("model.").partition(".")
         if rest and rest in (overrides.get(family) or {}):
