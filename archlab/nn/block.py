@@ -88,9 +88,15 @@ class Block(LayerPart, nn.Module):
     def attend(self, x: Tensor, rotary: Optional[Rotation], mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
         return self.drop(self.attn(x, rotary, mask, cache, self.layer))
 
-    def feed(self, x: Tensor, mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
-        """The MLP of ``x``; a ``stateful`` one (RWKV's channel-mix) is handed the mixer's mask and the cache."""
+    def feed(
+        self, x: Tensor, mask: Optional[Tensor], cache: Optional[KVCache], stream: Optional[Tensor] = None
+    ) -> Tensor:
+        """The MLP of ``x``; a ``stateful`` one (RWKV's channel-mix) is handed the mixer's mask and the cache,
+        one that ``reads_stream`` (a MoE beside its MLP) the unnormed ``stream`` ``x`` was normed from."""
         assert self.mlp is not None  # called only where the block holds one
+        if self.mlp.reads_stream:
+            assert stream is not None, "validate: an MLP reading the stream is in a pre or sandwich block"
+            return self.mlp(x, stream)
         return self.mlp(x, mask, cache, self.layer) if self.mlp.stateful else self.mlp(x)
 
     @staticmethod
@@ -133,7 +139,8 @@ class Block(LayerPart, nn.Module):
     def describe(cfg: ModelConfig) -> str:
         m = cfg.block.residual_multiplier
         text = cfg.block.kind if m == 1.0 else f"{cfg.block.kind} residual×{m:g}"
-        return text + (" depth-scaled adds" if cfg.block.residual_rule == "depth" else "")
+        text += " depth-scaled adds" if cfg.block.residual_rule == "depth" else ""
+        return text + (" layer scalar" if cfg.block.layer_scalar else "")
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
@@ -158,7 +165,7 @@ class PreNorm(Block):
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
-        return self.residual_add(x, self.drop(self.feed(self.mlp_norm(x), mask, cache)), 1)
+        return self.residual_add(x, self.drop(self.feed(self.mlp_norm(x), mask, cache, x)), 1)
 
     def _attn_input(self, x: Tensor) -> Tensor:
         return x if self.attn_norm is None else self.attn_norm(x)
@@ -255,7 +262,7 @@ class SandwichNorm(Block):
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None and self.mlp_out_norm is not None
-        return self.residual_add(x, self.drop(self.mlp_out_norm(self.feed(self.mlp_norm(x), mask, cache))), 1)
+        return self.residual_add(x, self.drop(self.mlp_out_norm(self.feed(self.mlp_norm(x), mask, cache, x))), 1)
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:

@@ -72,6 +72,25 @@ HF_CASES = {
             rope_parameters=ROPE,
         ),
     ),
+    # 26B-A4B's parts: experts beside every layer's MLP (4 of them, top 2, each 16 wide), K=V on the full layers
+    "gemma4-moe": (
+        "Gemma4ForCausalLM",
+        "Gemma4TextConfig",
+        dict(
+            BASE,
+            num_hidden_layers=3,
+            layer_types=[S, S, F],
+            global_head_dim=32,
+            num_global_key_value_heads=1,
+            attention_k_eq_v=True,
+            hidden_size_per_layer_input=0,
+            enable_moe_block=True,
+            num_experts=4,
+            top_k_experts=2,
+            moe_intermediate_size=16,
+            rope_parameters=ROPE,
+        ),
+    ),
 }
 
 
@@ -145,11 +164,28 @@ def test_the_family_s_parts_read_from_the_config():
     assert cfg.layers.kinds["local_shared"] == {"attention": {"kv_shared": True}, "mlp": {"d_ff": 96}}
 
 
+def test_experts_in_the_mlp_s_place_are_refused():
+    """A MoE that is not Gemma's (in the MLP's place, not beside it) names model.mlp.beside; Gemma 4 Unified has
+    no experts at all."""
+    cfg = parity.composed(*LAYOUT, "model/mlp=moe", "model.mlp.expert=geglu", "model.mlp.approximate=tanh")
+    parity.check_family_refuses("gemma4_text", cfg, "model.mlp.beside")
+    parity.check_family_refuses("gemma4_unified_text", cfg, "model.mlp.beside")
+
+
+def test_the_experts_beside_the_mlp_read_from_the_config():
+    """enable_moe_block: a MoE of tanh-GeGLU experts beside a dense MLP of intermediate_size, Gemma's router."""
+    m = config_from_hf(parity.hf_config(HF_CASES, "gemma4-moe")).mlp
+    assert (m.kind, m.expert, m.approximate, m.beside, m.d_ff, m.expert_d_ff) == ("moe", "geglu", "tanh", True, 48, 16)
+    r = m.routing
+    assert (r.n_experts, r.top_k, r.scoring, r.normalize_top_k, r.router_norm, r.expert_scale) == (
+        4, 2, "softmax", True, True, True
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "changes, field",
     [
-        (dict(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=8),
-         "Gemma4TextConfig.enable_moe_block"),
+        (dict(use_bidirectional_attention="all"), "Gemma4TextConfig.use_bidirectional_attention"),
         (dict(hidden_activation="relu"), "Gemma4TextConfig.hidden_activation"),
     ],
 )  # fmt: skip

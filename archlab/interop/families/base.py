@@ -110,6 +110,9 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.routing.router_bias": (False, "no router bias"),
     "model.mlp.routing.correction_on": ("scores", "the correction bias added to the router's scores"),
     "model.mlp.routing.weight_input": (False, "routing weights on the experts' outputs"),
+    "model.mlp.routing.router_norm": (False, "the router reads the MoE's input"),
+    "model.mlp.routing.expert_scale": (False, "no learned scale per expert"),
+    "model.mlp.beside": (False, "no MLP beside the experts"),
 }
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ
 # FEATURES of the causal mixer whose name another mixer's own field shares (mla's v_head_dim is its size)

@@ -5,8 +5,9 @@ scores unscaled (``attention.scale: 1.0``); full layers with heads of their own 
 that are the keys' projection (``attention.v_from_k``); the last ``num_kv_shared_layers`` layers reading the
 keys and values of the last earlier layer of their type (``attention.kv_shared``), their MLP twice as wide with
 ``use_double_wide_mlp``; per-layer input embeddings (``model.per_layer_input``) and a scalar per layer
-(``block.layer_scalar``). Kinds: ``local`` and ``global`` by layer type, each with ``_shared``; the model's own
-parts are layer 0's. Its mixture of experts beside the MLP (``enable_moe_block``) is refused."""
+(``block.layer_scalar``); with ``enable_moe_block`` experts beside each MLP (``mlp.kind: moe`` with ``beside``:
+Gemma's router of the normed stream, ``routing.router_norm`` and ``expert_scale``). Kinds: ``local`` and
+``global`` by layer type, each with ``_shared``; the model's own parts are layer 0's."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from archlab.interop.families.windows import FULL, SLIDING, checked_types, layer
 from archlab.nn.mixers.attention import AttentionConfig
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
+from archlab.nn.moe import expert_width
 from archlab.nn.rope import RoPEConfig
 
 # transformers' hidden_activation -> archlab's gated MLP, its GELU form and the per-layer inputs' activation
@@ -45,12 +47,28 @@ ACTIVATIONS = {
     "silu": ("swiglu", "none", "silu"),
 }
 KIND = {SLIDING: "local", FULL: "global"}
+# what Gemma 4's mixture of experts beside the MLP (enable_moe_block) is, of archlab's MoE's fields
+MOE_WHY = " (Gemma 4's experts beside its MLP: enable_moe_block)"
+MOE_RULES: list[Rule] = [
+    ("model.mlp.beside", (True,), MOE_WHY),
+    ("model.mlp.n_shared_experts", (0,), MOE_WHY),
+    ("model.mlp.out_norm", (False,), MOE_WHY),
+    ("model.mlp.routing.scoring", ("softmax",), MOE_WHY),
+    ("model.mlp.routing.normalize_top_k", (True,), MOE_WHY),
+    ("model.mlp.routing.router_norm", (True,), MOE_WHY),
+    ("model.mlp.routing.expert_scale", (True,), MOE_WHY),
+    ("model.mlp.routing.routed_scale", (1.0,), MOE_WHY),
+    ("model.mlp.routing.n_groups", (1,), MOE_WHY),
+    ("model.mlp.routing.correction_bias", (False,), MOE_WHY),
+    ("model.mlp.routing.router_bias", (False,), MOE_WHY),
+    ("model.mlp.routing.weight_input", (False,), MOE_WHY),
+]
 
 
 def _activation(cfg: ModelConfig) -> str | None:
     """transformers' hidden_activation of ``cfg``'s MLP (and per-layer inputs), or None where it has none."""
     m = cfg.mlp
-    form = (m.kind, getattr(m, "approximate", "none"))
+    form = (m.expert if m.kind == "moe" else m.kind, getattr(m, "approximate", "none"))
     pli = cfg.per_layer_input.activation if cfg.per_layer_input.dim else None
     return next(
         (hf for hf, (kind, approx, act) in ACTIVATIONS.items() if (kind, approx) == form and pli in (None, act)),
@@ -76,7 +94,9 @@ class Gemma4(Family):
 
     model_type, title, model_class, config_class = "gemma4_text", "Gemma 4", "Gemma4ForCausalLM", "Gemma4TextConfig"
     prefix = "model."
-    parts = "sandwich layers, value RMSNorm, per-type heads and proportional RoPE, K=V, shared KV, per-layer inputs"
+    parts = (
+        "sandwich layers, v-norm, per-type heads, proportional RoPE, K=V, shared KV, per-layer inputs, MoE beside MLP"
+    )
     features = LAYERS | {
         "model.scale_embedding",
         "model.attention.qk_norm",
@@ -89,6 +109,9 @@ class Gemma4(Family):
         "model.position.turning_fraction",
         "model.block.layer_scalar",
         "model.per_layer_input.dim",
+        "model.mlp.beside",
+        "model.mlp.routing.router_norm",
+        "model.mlp.routing.expert_scale",
     }
     keys = {**LLAMA_KEYS, "rms_norm_eps": "norm.eps", "attention_dropout": "attention.dropout"}
     # use_bidirectional_attention values whose text-only model is causal ("vision" makes only image tokens see
@@ -109,6 +132,7 @@ class Gemma4(Family):
             ("model.attention.scale", (1.0,), " (its scores are unscaled)"),
             out_bias(a.qkv_bias, ONE_BIAS_FLAG),
             ("model.mlp.bias", (False,), ""),
+            *(MOE_RULES if cfg.mlp.kind == "moe" else []),
         ]
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
@@ -186,12 +210,10 @@ class Gemma4(Family):
             final_logit_softcapping=cfg.head.softcap,
             hidden_size_per_layer_input=pli.dim,
             vocab_size_per_layer_input=cfg.vocab_size if pli.vocab is None else pli.vocab,
-            enable_moe_block=False,
+            **_moe_to_hf(cfg),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
-        if getattr(c, "enable_moe_block", False):
-            refuse_hf(c, "enable_moe_block", "false (Gemma 4's mixture of experts beside the MLP is not held yet)")
         if getattr(c, "use_bidirectional_attention", None) not in self.causal_values:
             allowed = " or ".join("null" if v is None else repr(v) for v in self.causal_values)
             refuse_hf(c, "use_bidirectional_attention", f"{allowed} (archlab's attention is causal)")
@@ -215,7 +237,7 @@ class Gemma4(Family):
             block=BlockConfig(kind="sandwich", layer_scalar=True),
             position=base_rope,
             attention=attention,
-            mlp=mlp_section(kind, approximate, d_ff=c.intermediate_size, bias=False),
+            mlp=_mlp_from_hf(c, kind, approximate),
             head=HeadConfig(bias=False, softcap=c.final_logit_softcapping),
             per_layer_input=PerLayerInputConfig(
                 dim=ple, vocab=None if vocab == c.vocab_size or not ple else vocab, activation=act
@@ -270,8 +292,11 @@ class Gemma4(Family):
             t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_norm")
             t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", a.out_bias)
             f = d_ff(lc)
-            t.stacked(f"{b}.mlp.gate_up", [f"{h}.mlp.gate_proj", f"{h}.mlp.up_proj"], False, (f, f))
-            t.add(f"{b}.mlp.down", f"{h}.mlp.down_proj")
+            dense = f"{b}.mlp.dense" if lc.mlp.kind == "moe" else f"{b}.mlp"
+            t.stacked(f"{dense}.gate_up", [f"{h}.mlp.gate_proj", f"{h}.mlp.up_proj"], False, (f, f))
+            t.add(f"{dense}.down", f"{h}.mlp.down_proj")
+            if lc.mlp.kind == "moe":
+                _moe_tensors(t, b, h)
             if cfg.per_layer_input.dim:
                 t.add(f"{b}.per_layer_input.gate", f"{h}.per_layer_input_gate")
                 t.add(f"{b}.per_layer_input.up", f"{h}.per_layer_projection")
@@ -283,6 +308,57 @@ class Gemma4(Family):
             t.add("per_layer_inputs.norm", "model.per_layer_projection_norm")
         t.add("final_norm", "model.norm")
         return t.head()
+
+
+def _mlp_from_hf(c: Any, kind: str, approximate: str) -> Any:
+    """archlab's MLP of every layer: the gated MLP, or with ``enable_moe_block`` a MoE of experts of that kind
+    beside it (softmax router over the normed stream, top-k renormalised, a scale per expert)."""
+    if not getattr(c, "enable_moe_block", False):
+        return mlp_section(kind, approximate, d_ff=c.intermediate_size, bias=False)
+    routing = dict(
+        n_experts=c.num_experts,
+        top_k=c.top_k_experts,
+        scoring="softmax",
+        normalize_top_k=True,
+        router_norm=True,
+        expert_scale=True,
+    )
+    return mlp_section(
+        "moe",
+        approximate,
+        expert=kind,
+        d_ff=c.intermediate_size,
+        expert_d_ff=c.moe_intermediate_size,
+        bias=False,
+        beside=True,
+        routing=routing,
+    )
+
+
+def _moe_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """transformers' keys of the experts beside the MLP (``enable_moe_block`` false without them)."""
+    m = cfg.mlp
+    if m.kind != "moe":
+        return {"enable_moe_block": False}
+    return dict(
+        enable_moe_block=True,
+        num_experts=m.routing.n_experts,
+        top_k_experts=m.routing.top_k,
+        moe_intermediate_size=expert_width(cfg),
+    )
+
+
+def _moe_tensors(t: Tensors, b: str, h: str) -> None:
+    """The router (its projection, the scale after its norm, the experts' scales), the stacked experts and the
+    three norms of the experts beside the MLP."""
+    t.add(f"{b}.mlp.router", f"{h}.router.proj")
+    t.maps.append(TensorMap(f"{b}.mlp.router_scale", (f"{h}.router.scale",)))
+    t.maps.append(TensorMap(f"{b}.mlp.expert_scale", (f"{h}.router.per_expert_scale",)))
+    t.maps.append(TensorMap(f"{b}.mlp.experts.gate_up", (f"{h}.experts.gate_up_proj",)))
+    t.maps.append(TensorMap(f"{b}.mlp.experts.down", (f"{h}.experts.down_proj",)))
+    t.add(f"{b}.mlp.dense_norm", f"{h}.post_feedforward_layernorm_1")
+    t.add(f"{b}.mlp.experts_norm", f"{h}.pre_feedforward_layernorm_2")
+    t.add(f"{b}.mlp.experts_out_norm", f"{h}.post_feedforward_layernorm_2")
 
 
 class Gemma4Unified(Gemma4):
@@ -298,6 +374,9 @@ class Gemma4Unified(Gemma4):
     causal_values = (None, "vision")
     needs_inputs_to_share = False
     defers = True
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return [*super().rules(cfg), ("model.mlp.kind", ("geglu", "swiglu"), " (Gemma 4 Unified has no experts)")]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         out = super().to_hf(cfg)

@@ -135,12 +135,12 @@ REFUSED: dict[str, Refused] = {
     "gemma3n_text": Refused(
         "Gemma 3n",
         "Gemma3nForCausalLM",
-        "per-layer input embeddings and AltUp (`hidden_size_per_layer_input`, `altup_num_inputs`), LAuReL",
+        "AltUp's parallel predictions (`altup_num_inputs`), LAuReL (`laurel_rank`), activation sparsity",
     ),
     "gemma3n": Refused(
         "Gemma 3n (multimodal)",
         "Gemma3nForConditionalGeneration",
-        "per-layer input embeddings and AltUp (`hidden_size_per_layer_input`), and vision and audio towers",
+        "Gemma 3n's AltUp (`altup_num_inputs`) and LAuReL, and vision and audio towers",
     ),
     "gemma4_assistant": Refused(
         "Gemma 4 assistant (drafter)",
