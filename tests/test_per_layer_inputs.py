@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from helpers.mixers import decode_in_pieces, randomise
 
 from archlab import ConfigError, build_model, compose_model, count_params
+from archlab.nn.validation import ignored
 from archlab.training.parametrization import roles
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -91,3 +92,12 @@ def test_bad_settings_name_their_field(overrides, field):
     with pytest.raises(ConfigError) as err:
         compose_model([*TINY, *overrides])
     assert err.value.field == field
+
+
+def test_the_table_s_fields_without_inputs_are_reported_ignored():
+    cfg = compose_model([*TINY, "model.per_layer_input.vocab=80", "model.per_layer_input.activation=silu"])
+    assert [(i.field, i.value) for i in ignored(cfg)] == [
+        ("model.per_layer_input.vocab", 80),
+        ("model.per_layer_input.activation", "silu"),
+    ]
+    assert ignored(compose_model(PLE)) == []

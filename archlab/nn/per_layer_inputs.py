@@ -5,7 +5,7 @@ closed form, their μP roles and their checks."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig
+from archlab.config.model import PerLayerInputConfig
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.norms import NORMS
@@ -48,6 +49,16 @@ def layer_params(cfg: ModelConfig) -> int:
     """One layer's gate d × p, its projection p × d and its norm over d."""
     p = cfg.per_layer_input.dim
     return 2 * cfg.d_model * p + NORMS.get(cfg.norm.kind).num_params(cfg) if p else 0
+
+
+def unread(cfg: ModelConfig) -> list[tuple[str, Any]]:
+    """(field, value) of ``vocab`` and ``activation`` where set away from their defaults while ``dim`` is 0 (a
+    sweep over ``dim`` from 0 sets them for every run): ``nn.validation.ignored`` reports them."""
+    pli, default = cfg.per_layer_input, PerLayerInputConfig()
+    if pli.dim:
+        return []
+    changed = [name for name in ("vocab", "activation") if getattr(pli, name) != getattr(default, name)]
+    return [(f"model.per_layer_input.{name}", getattr(pli, name)) for name in changed]
 
 
 def validate(cfg: ModelConfig) -> None:

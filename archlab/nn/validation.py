@@ -210,7 +210,8 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     """Every field set away from its dataclass default that no chosen entry reads (``reads``; a
     sub-config's fields one by one, ``scaling.factor``): of the model's sections (read by its own entries
     or by a layer kind's built from them), of a layer kind's overrides (read by that layer's entries), and
-    a layer kind no layer is given, and the loop's range where it makes no loop."""
+    a layer kind no layer is given, the loop's range where it makes no loop, and the per-layer inputs' table
+    and activation where there are none."""
     kinds = cfg.layers.kinds or {}
     used = sorted(used_kinds(cfg))
     layers = {name: kind_config(cfg, name) for name in used}
@@ -234,6 +235,8 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     for name in sorted(set(kinds) - set(used)):
         out.append(Ignored(f"model.layers.kinds.{name}", kinds[name], "no layer is given it"))
     out += [Ignored(field, value, "model.layers.loop.passes=1: no loop") for field, value in unread_loop(cfg)]
+    no_inputs = "model.per_layer_input.dim=0: no per-layer inputs"
+    out += [Ignored(field, value, no_inputs) for field, value in per_layer_inputs.unread(cfg)]
     return out
 
 
