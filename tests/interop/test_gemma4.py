@@ -13,6 +13,7 @@ import pytest
 from helpers import hf as parity
 from helpers.hf import ATTN, HF_SIZES, NO_TOKENS, WIDTHS, WINDOW
 
+from archlab import count_params
 from archlab.config import ModelConfig
 from archlab.interop.hf import config_from_hf, from_hf
 from archlab.nn.validation import ignored
@@ -240,3 +241,24 @@ def test_gemma4_unified_reads_as_gemma4_s_layers_and_exports_as_gemma4():
     parity.check_to_hf_and_back(parity.check_from_hf(unshared, family="gemma4_text"), "Gemma4ForCausalLM", **ATTN)
     parity.check_greedy_generation(hf)
     parity.check_padded_generation(hf)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},  # Gemma4TextConfig()'s defaults: 30 layers of d 2304, per-layer inputs of 256
+        # a MoE of 128 experts, top 8, beside each MLP
+        dict(enable_moe_block=True, num_experts=128, top_k_experts=8, moe_intermediate_size=704,
+             hidden_size_per_layer_input=0),
+        # 10 shared layers with double-wide MLPs, K=V on the full layers with 2 key/value heads
+        dict(num_kv_shared_layers=10, use_double_wide_mlp=True, attention_k_eq_v=True, num_global_key_value_heads=2),
+    ],
+)  # fmt: skip
+def test_the_closed_form_count_is_transformers_count_at_full_size(changes):
+    """archlab's count of the config it reads equals the parameters transformers builds (on the meta device)."""
+    import torch
+
+    config = transformers.Gemma4TextConfig(**changes)
+    with torch.device("meta"):
+        hf = transformers.Gemma4ForCausalLM(config)
+    assert count_params(config_from_hf(config))["total"] == sum(p.numel() for p in hf.parameters())
