@@ -15,6 +15,7 @@ from torch import nn
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
 from archlab.config.loop import schedule
+from archlab.nn import per_layer_inputs
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
 from archlab.nn.mlp import MLPS
@@ -27,6 +28,8 @@ COMPONENTS = (
     "position_embedding",
     "embedding_norm",
     "embedding_projection",
+    "per_layer_embedding",
+    "per_layer_inputs",
     "attention",
     "mlp",
     "shared",
@@ -68,6 +71,9 @@ def count(cfg: Any) -> dict[str, int]:
         "embedding_norm": norm if cfg.embedding_norm else 0,  # a norm, not a table: in non_embedding
         # model.embedding_dim: in and out of d_model, e·d each (matmuls per token: in non_embedding)
         "embedding_projection": 0 if cfg.embedding_dim is None else 2 * cfg.embedding_dim * cfg.d_model,
+        # model.per_layer_input: its table (an embedding), its projection and norm and each layer's gate
+        "per_layer_embedding": per_layer_inputs.table_params(cfg),
+        "per_layer_inputs": per_layer_inputs.model_params(cfg) + cfg.n_layer * per_layer_inputs.layer_params(cfg),
         "attention": sum(attention),
         "mlp": sum(mlp),
         "shared": shared_params(cfg),
@@ -80,12 +86,14 @@ def count(cfg: Any) -> dict[str, int]:
     counts["total"] = sum(counts[c] for c in COMPONENTS)
     counts["inference"] = counts["total"] - counts["mtp"]  # what next-token decoding holds
     shared = chosen.head.shared_embedding_params(cfg)
-    counts["non_embedding"] = counts["inference"] - counts["token_embedding"] - counts["position_embedding"] + shared
+    tables = counts["token_embedding"] + counts["position_embedding"] + counts["per_layer_embedding"]
+    counts["non_embedding"] = counts["inference"] - tables + shared
     active = sum(entries(c).attention.active_params(c, i) + entries(c).mlp.active_params(c, i) for i, c in layers)
     inactive = counts["attention"] + counts["mlp"] - active
     counts["active"] = counts["inference"] - inactive
     counts["active_non_embedding"] = counts["non_embedding"] - inactive
     counts["per_block"] = attention[-1] + mlp[-1] + block_norms[-1] + connections[-1]
+    counts["per_block"] += per_layer_inputs.layer_params(cfg)
     counts["flops_per_token"] = flops_per_token(resolved, counts["active_non_embedding"])
     return counts
 
@@ -121,7 +129,7 @@ def _run_params(model: ModelConfig, cfg: ModelConfig, layer: int) -> int:
     e = entries(cfg)
     connections = (1 + e.mlp.present) * entries(model).stream.connection_params(cfg)
     active = e.attention.active_params(cfg, layer) + e.mlp.active_params(cfg, layer)
-    return active + e.block.num_params(cfg, layer) + connections
+    return active + e.block.num_params(cfg, layer) + connections + per_layer_inputs.layer_params(cfg)
 
 
 def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
@@ -176,12 +184,16 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "head": "head",
         "mtp": "mtp",
         "shared": "shared",
+        "per_layer_inputs": "per_layer_inputs",
     }
     part = {"attn": "attention", "mlp": "mlp", "attn_stream": "streams", "mlp_stream": "streams"}  # else norms
+    part["per_layer_input"] = "per_layer_inputs"
     counts: dict[str, int] = defaultdict(int)
     for name, p in model.named_parameters():
         top = name.split(".")[0]
         component = part.get(name.split(".")[2], "norms") if top == "blocks" else prefix[top]
+        if name == "per_layer_inputs.table.weight":
+            component = "per_layer_embedding"
         counts[component] += p.numel()
     out = {c: counts[c] for c in COMPONENTS}
     out["total"] = sum(out.values())

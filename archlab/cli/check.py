@@ -185,6 +185,7 @@ def _layout(cfg: Any) -> str:
         f"{f' stream={e.stream.describe(m)}' if e.stream.multiple else ''}"
         f"{f' loop={describe_loop(m)}' if describe_loop(m) else ''}"
         f"{f' shared={describe_shared(m)}' if describe_shared(m) else ''}"
+        f"{f' per_layer_input={m.per_layer_input.dim}' if m.per_layer_input.dim else ''}"
     )
 
 

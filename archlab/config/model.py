@@ -54,6 +54,9 @@ class BlockConfig:
     # ngpt only: after each optimizer step, the ngpt attention's, MLP's and head's matrices (and the token
     # embedding the ngpt head reads) renormalised to unit vectors along d_model, as the paper trains
     unit_weights: bool = True
+    # the stream after the layer times a fixed per-layer number: a buffer (1 at init, untrained, kept in the
+    # weights), Gemma 4's layer_scalar
+    layer_scalar: bool = False
 
 
 @dataclass
@@ -153,6 +156,18 @@ class HeadConfig:
 
 
 @dataclass
+class PerLayerInputConfig:
+    """``model.per_layer_input``: per-layer input embeddings (Gemma 3n and 4's PLE; archlab/nn/per_layer_inputs.py):
+    every layer i reads a ``dim``-wide input of its own, a table's row for the token (times sqrt(dim)) plus the
+    normed projection of the token embedding (times d_model^-1/2), both times 2^-1/2; after its sublayers the
+    layer adds norm(up(act(gate(x)) · input_i)) to the stream."""
+
+    dim: int = 0  # p, each layer's input width (Gemma 4 E2B: 256); 0 = none
+    vocab: Optional[int] = None  # the table's rows; None = model.vocab_size
+    activation: str = choice("gelu_tanh", "gelu", "silu", "relu")  # act of the gate (Gemma: its MLP's, gelu_tanh)
+
+
+@dataclass
 class LoopConfig:
     """``model.layers.loop``: layers ``start`` to ``end`` (``end`` excluded) run ``passes`` times in all, pass
     after pass, with one set of weights (``archlab.config.loop``: the looped block of Universal Transformers,
@@ -232,6 +247,7 @@ class ModelConfig:
     stream: Any = field(default_factory=lambda: STREAM_OPTIONS.classes["plain"]())
     head: HeadConfig = field(default_factory=HeadConfig)
     layers: LayersConfig = field(default_factory=LayersConfig)
+    per_layer_input: PerLayerInputConfig = field(default_factory=PerLayerInputConfig)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:

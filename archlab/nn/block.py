@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Optional
 
+import torch
 from torch import Tensor, nn
 
 from archlab import checks
@@ -14,6 +15,7 @@ from archlab.nn.component import LayerPart, Role
 from archlab.nn.mixers.base import KVCache, build_mixer
 from archlab.nn.mlp import MLPS, build_mlp
 from archlab.nn.norms import NORMS, build_norm
+from archlab.nn.per_layer_inputs import PerLayerGate
 from archlab.nn.positions import Rotation
 from archlab.nn.streams.base import build_connection
 from archlab.registry import Registry
@@ -46,9 +48,28 @@ class Block(LayerPart, nn.Module):
         # each sublayer's connection to the residual streams (model.stream); None: one plain stream, x + f(x)
         self.attn_stream = build_connection(cfg, 2 * layer)
         self.mlp_stream = build_connection(cfg, 2 * layer + 1) if self.mlp is not None else None
+        # after the sublayers (``finish``): the layer's per-layer input through its gate, then the layer scalar
+        self.per_layer_input = PerLayerGate(cfg) if cfg.per_layer_input.dim else None
+        self.layer_scalar: Optional[Tensor]
+        self.register_buffer("layer_scalar", torch.ones(1) if cfg.block.layer_scalar else None)
 
     def param_roles(self) -> dict[str, Role]:
-        return {}  # its norms, attention and MLP are entries that answer for their own
+        # its norms, attention and MLP are entries that answer for their own
+        return PerLayerGate.param_roles("per_layer_input") if self.per_layer_input is not None else {}
+
+    @torch.no_grad()
+    def init_parameters(self, std: float, residual_std: float) -> None:
+        """The layer scalar at 1 (``Decoder.init_weights`` calls it; a buffer no Linear holds)."""
+        if self.layer_scalar is not None:
+            self.layer_scalar.fill_(1.0)
+
+    def finish(self, x: Tensor, per_layer: Optional[Tensor]) -> Tensor:
+        """The stream after the sublayers, plus the gated per-layer input ``per_layer`` ``[B, T, p]`` (where the
+        model has them), times the layer scalar (where ``layer_scalar``), as Gemma 4's layers end."""
+        if self.per_layer_input is not None:
+            assert per_layer is not None, "the Decoder hands each layer its input"
+            x = x + self.per_layer_input(x, per_layer)
+        return x if self.layer_scalar is None else x * self.layer_scalar.to(x.dtype)
 
     @staticmethod
     def unit_weights(cfg: ModelConfig) -> bool:
@@ -72,9 +93,15 @@ class Block(LayerPart, nn.Module):
     def attend(self, x: Tensor, rotary: Optional[Rotation], mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
         return self.drop(self.attn(x, rotary, mask, cache, self.layer))
 
-    def feed(self, x: Tensor, mask: Optional[Tensor], cache: Optional[KVCache]) -> Tensor:
-        """The MLP of ``x``; a ``stateful`` one (RWKV's channel-mix) is handed the mixer's mask and the cache."""
+    def feed(
+        self, x: Tensor, mask: Optional[Tensor], cache: Optional[KVCache], stream: Optional[Tensor] = None
+    ) -> Tensor:
+        """The MLP of ``x``; a ``stateful`` one (RWKV's channel-mix) is handed the mixer's mask and the cache,
+        one that ``reads_stream`` (a MoE beside its MLP) the unnormed ``stream`` ``x`` was normed from."""
         assert self.mlp is not None  # called only where the block holds one
+        if self.mlp.reads_stream:
+            assert stream is not None, "validate: an MLP reading the stream is in a pre or sandwich block"
+            return self.mlp(x, stream)
         return self.mlp(x, mask, cache, self.layer) if self.mlp.stateful else self.mlp(x)
 
     @staticmethod
@@ -102,6 +129,8 @@ class Block(LayerPart, nn.Module):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         checks.positive("model.block.residual_multiplier", cfg.block.residual_multiplier)
+        if cfg.block.layer_scalar and cfg.stream.kind != "plain":
+            raise ConfigError("model.block.layer_scalar", True, f"false with model.stream.kind={cfg.stream.kind}")
         if cfg.block.attn_norm is not True and cfg.block.kind != "pre":
             raise ConfigError("model.block.attn_norm", cfg.block.attn_norm, "true with block kind " + cfg.block.kind)
         if cfg.block.residual_rule == "depth" and cfg.stream.kind != "plain":
@@ -115,11 +144,14 @@ class Block(LayerPart, nn.Module):
     def describe(cfg: ModelConfig) -> str:
         m = cfg.block.residual_multiplier
         text = cfg.block.kind if m == 1.0 else f"{cfg.block.kind} residual×{m:g}"
-        return text + (" depth-scaled adds" if cfg.block.residual_rule == "depth" else "")
+        text += " depth-scaled adds" if cfg.block.residual_rule == "depth" else ""
+        return text + (" layer scalar" if cfg.block.layer_scalar else "")
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"residual_multiplier", "residual_rule"})  # shared_norm is the parallel block's
+        return frozenset(
+            {"residual_multiplier", "residual_rule", "layer_scalar"}
+        )  # shared_norm is the parallel block's
 
 
 BLOCKS: Registry[type[Block]] = Registry("model.block.kind", base=Block)
@@ -141,7 +173,7 @@ class PreNorm(Block):
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
-        return self.residual_add(x, self.drop(self.feed(self.mlp_norm(x), mask, cache)), 1)
+        return self.residual_add(x, self.drop(self.feed(self.mlp_norm(x), mask, cache, x)), 1)
 
     def _attn_input(self, x: Tensor) -> Tensor:
         return x if self.attn_norm is None else self.attn_norm(x)
@@ -205,7 +237,7 @@ class Parallel(Block):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"shared_norm", "residual_multiplier", "residual_rule"})
+        return frozenset({"shared_norm", "residual_multiplier", "residual_rule", "layer_scalar"})
 
 
 @BLOCKS.register("post_sublayer")
@@ -238,7 +270,7 @@ class SandwichNorm(Block):
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None and self.mlp_out_norm is not None
-        return self.residual_add(x, self.drop(self.mlp_out_norm(self.feed(self.mlp_norm(x), mask, cache))), 1)
+        return self.residual_add(x, self.drop(self.mlp_out_norm(self.feed(self.mlp_norm(x), mask, cache, x))), 1)
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:

@@ -134,6 +134,8 @@ class MLP(LayerPart, nn.Module):
     present: ClassVar[bool] = True  # False: the blocks hold no MLP and no norm before or after it (kind none)
     # True: it reads the token before too (RWKV's channel-mix), called as mlp(x, tokens, cache, layer)
     stateful: ClassVar[bool] = False
+    # True: it reads the block's unnormed stream too, called as mlp(x, stream) (a MoE ``beside`` its MLP)
+    reads_stream: bool = False
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()

@@ -21,9 +21,11 @@ from archlab.nn.loop import Loop
 from archlab.nn.loss import IGNORE, next_token_loss
 from archlab.nn.mixers.attention import link_first_values
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
+from archlab.nn.mixers.shared_kv import link_shared_kv
 from archlab.nn.moe import MoE
 from archlab.nn.mtp import MTPModule, MultiTokenPrediction, mtp_layer
 from archlab.nn.norms import build_norm
+from archlab.nn.per_layer_inputs import PerLayerInputs
 from archlab.nn.positions import POSITIONS, Position, Rotation, build_position, uninitialised_embedding
 from archlab.nn.shared import build_shared
 from archlab.nn.streams import build_stream
@@ -96,9 +98,12 @@ class Decoder(nn.Module):
         self.embedding_norm = build_norm(cfg) if cfg.embedding_norm else None  # on the looked-up rows (BLOOM)
         self.position = build_position(cfg)
         self.drop = nn.Dropout(embedding_dropout(cfg))  # on the embeddings entering the first block
+        self.per_layer_inputs = PerLayerInputs(cfg) if cfg.per_layer_input.dim else None  # Gemma 4's PLE
         configs = list(layers) if layers is not None else layer_configs(cfg)  # a layer kind overrides the model's parts
         self.blocks = nn.ModuleList(build_block(c, i) for i, c in enumerate(configs))
-        link_first_values([b.attn for b in cast("Sequence[Block]", self.blocks)])  # value residual: layer 0's values
+        mixers = [b.attn for b in cast("Sequence[Block]", self.blocks)]
+        link_first_values(mixers)  # value residual: layer 0's values
+        link_shared_kv(mixers, configs)  # kv_shared layers: an earlier layer's keys and values
         # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module
         own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if own_position(cfg, c)}
         # multi-token prediction modules (model.head.mtp), their blocks of layer kind mtp.layer or the model's
@@ -187,13 +192,17 @@ class Decoder(nn.Module):
                 "no entry there; shorten the sequence or raise model.context_length"
             )
         positions = row_positions(attention_mask, position_ids)
-        x = self.drop(self.position.embed(self.embed(idx), query_positions(start, T, positions, idx.device)))
+        embedded = self.embed(idx)
+        per_layer = None if self.per_layer_inputs is None else self.per_layer_inputs(idx, embedded)
+        x = self.drop(self.position.embed(embedded, query_positions(start, T, positions, idx.device)))
         if self.stream is not None:
             x = self.stream.widen(x)
         blocks = cast("Sequence[Block]", self.blocks)
         walk = ((blocks[i], self.position_of[i], c) for i, c in self.loop.steps(blocks, cache))
         enter = self.loop.enter if self.loop.injected is not None else None  # input injection (Dory's)
-        x = self.run(x, walk, cache, attention_mask, positions, document_ids, enter, embeddings=x, ids=idx)
+        x = self.run(
+            x, walk, cache, attention_mask, positions, document_ids, enter, embeddings=x, ids=idx, per_layer=per_layer
+        )
         if cache is not None:
             cache.length += T
         if self.stream is not None:
@@ -211,6 +220,7 @@ class Decoder(nn.Module):
         enter: Optional[Callable[[int, Tensor], Tensor]] = None,
         embeddings: Optional[Tensor] = None,
         ids: Optional[Tensor] = None,
+        per_layer: Optional[Tensor] = None,
     ) -> Tensor:
         """``x`` ``[B, T, ...]`` through ``layers``, each block with the key of its position scheme in
         ``layer_positions`` (None for the model's) and the cache it reads, after ``cache``'s positions (its
@@ -219,7 +229,8 @@ class Decoder(nn.Module):
         ``enter(step, x)``, where given, is the state the ``step``-th block reads (a loop's input injection).
         With the ``embeddings`` (the first block's input), a layer with a shared-block use first has the
         use's output added to its input (``nn/shared.py``). ``ids`` ``[B, T]``: the tokens ``x`` embeds,
-        handed to a hash-routed MoE before its block runs."""
+        handed to a hash-routed MoE before its block runs. ``per_layer`` ``[B, T, L, p]``: each layer's own
+        input (``model.per_layer_input``), which it adds last."""
         start = cache.length if cache is not None else 0
         T, device = x.shape[1], x.device
         q_pos = query_positions(start, T, positions, device)
@@ -256,6 +267,7 @@ class Decoder(nn.Module):
                 if recompute
                 else block(x, rotary[k], mask, layer_cache, *extra)
             )
+            x = block.finish(x, None if per_layer is None else per_layer[:, :, block.layer])
         return x
 
     def shared_input(
@@ -379,12 +391,14 @@ class Decoder(nn.Module):
         prediction modules' projections among them (their norms and blocks are entries)."""
         mtp = {f"mtp.depths.{k}.eh_proj.weight": Role.HIDDEN for k in range(self.cfg.head.mtp.depth)}
         shared = {} if self.shared is None else {f"shared.{n}": r for n, r in self.shared.param_roles().items()}
+        ple = {f"per_layer_inputs.{n}": r for n, r in PerLayerInputs.param_roles().items()}
         return {
             **shared,
             "tok_emb.weight": Role.INPUT,
             "project_in.weight": Role.HIDDEN,
             "project_out.weight": Role.HIDDEN,
             **mtp,
+            **ple,
         }
 
     @torch.no_grad()

@@ -54,6 +54,7 @@ from archlab.config import ModelConfig, mlp_config
 from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
+from archlab.nn.mixers.attention import l2_norm
 from archlab.nn.mlp import MLP, MLPS, ClampFields, GatedWidthConfig, TanhField, d_ff, dense_kind
 from archlab.nn.norms import NORMS, build_norm
 
@@ -84,6 +85,9 @@ class RoutingConfig:
     sparsemixer_eps: Optional[float] = None
     aux_loss_weight: float = 0.0  # weight of the load-balancing loss (Switch Transformer; Mixtral: 0.02)
     z_loss_weight: float = 0.0  # weight of the router z-loss, mean logsumexp(logits)^2 (ST-MoE: 0.001)
+    # the router reads RMS(x)·s·d^-1/2: an RMS norm without a weight (at model.norm.eps), s a learned vector (Gemma 4)
+    router_norm: bool = False
+    expert_scale: bool = False  # each chosen expert's weight times a learned number of its own (Gemma 4)
 
 
 @mlp_config("moe")
@@ -101,6 +105,9 @@ class MoEConfig(ClampFields, TanhField, GatedWidthConfig):
     # the shared SwiGLU experts' swiglu_limit where it differs from the routed ones' (Step-3.5: 16); 0: no clamp
     shared_swiglu_limit: Optional[float] = None
     out_norm: bool = False  # the output (routed + shared) normed by the model's norm kind (A.X K1's post_mlp_layernorm)
+    # a dense MLP of kind expert and width d_ff beside the experts: norm(mlp(x)) + norm(experts(norm(s))), the
+    # router and the experts reading the block's unnormed stream s (Gemma 4's enable_moe_block); pre, sandwich only
+    beside: bool = False
     routing: RoutingConfig = field(default_factory=RoutingConfig)
 
 
@@ -166,7 +173,9 @@ class Experts(nn.Module):
         return getattr(self, f"{self.names[0]}_bias"), getattr(self, f"{self.names[1]}_bias")
 
 
-_OWN_FIELDS = frozenset({"expert", "expert_d_ff", "n_shared_experts", "shared_expert_gate", "out_norm", "routing"})
+_OWN_FIELDS = frozenset(
+    {"expert", "expert_d_ff", "n_shared_experts", "shared_expert_gate", "out_norm", "routing", "beside"}
+)
 
 
 class MoE(MLP):
@@ -218,6 +227,14 @@ class MoE(MLP):
         self.shared_gate = nn.Linear(d, 1, bias=False) if m.shared_expert_gate else None
         self.out_norm = build_norm(cfg) if m.out_norm else None
         self.aux_losses: dict[str, tuple[float, Tensor]] = {}
+        self.router_scale = nn.Parameter(torch.empty(d)) if r.router_norm else None
+        self.expert_scale = nn.Parameter(torch.empty(r.n_experts)) if r.expert_scale else None
+        self.norm_eps = cfg.norm.eps
+        # beside: the dense MLP and its norm after, the experts' norms before and after
+        self.reads_stream = m.beside
+        if m.beside:
+            self.dense = dense_kind(m.expert)(cfg, layer, width=d_ff(cfg))
+            self.dense_norm, self.experts_norm, self.experts_out_norm = (build_norm(cfg) for _ in range(3))
 
     def param_roles(self) -> dict[str, Role]:
         # the experts' stacked matrices are hidden; the router and the shared experts' gate read the width
@@ -232,9 +249,18 @@ class MoE(MLP):
             "shared_gate.weight": Role.OUTPUT,
             "out_norm.weight": Role.VECTOR,
             "out_norm.bias": Role.VECTOR,
+            "router_scale": Role.VECTOR,
+            "expert_scale": Role.VECTOR,
         }
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, stream: Optional[Tensor] = None) -> Tensor:
+        if self.reads_stream:  # beside its MLP: norm(mlp(x)) + norm(experts(norm(stream))), routed by the stream
+            assert stream is not None, "a block hands the stream to an MLP that reads it"
+            flat = stream.reshape(-1, stream.shape[-1])
+            logits, weights, indices = self.route(flat)
+            self.aux_losses = self.auxiliary(logits, indices) if self.training else {}
+            routed = self.experts_out_norm(self.routed(self.experts_norm(flat), weights, indices))
+            return self.dense_norm(self.dense(x)) + routed.view(*stream.shape[:-1], routed.shape[-1])
         flat = x.reshape(-1, x.shape[-1])
         logits, weights, indices = self.route(flat, self.ids)
         self.aux_losses = self.auxiliary(logits, indices) if self.training else {}
@@ -253,7 +279,10 @@ class MoE(MLP):
         dtype = torch.promote_types(x.dtype, torch.float32)
         with torch.autocast(x.device.type, enabled=False):
             bias = None if self.router.bias is None else self.router.bias.to(dtype)
-            logits = F.linear(x.to(dtype), self.router.weight.to(dtype), bias)
+            x = x.to(dtype)
+            if self.router_scale is not None:  # Gemma 4's: RMS(x)·s·d^-1/2
+                x = l2_norm(x, self.norm_eps) * self.router_scale.to(dtype) * x.shape[-1] ** -0.5
+            logits = F.linear(x, self.router.weight.to(dtype), bias)
         if self.sparsemixer_eps is not None:
             weights, indices = sparsemixer(logits, self.top_k, self.sparsemixer_eps)
             return logits, weights * self.routed_scale, indices
@@ -287,6 +316,8 @@ class MoE(MLP):
         weights = scores.gather(-1, indices)
         if self.normalize:
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        if self.expert_scale is not None:  # Gemma 4's per expert, after the renormalisation
+            weights = weights * self.expert_scale.to(weights.dtype)[indices]
         return weights * self.routed_scale
 
     def exclude_from_compile(self) -> None:
@@ -367,6 +398,9 @@ class MoE(MLP):
         if self.token_experts is not None:
             draws = torch.rand(self.token_experts.shape[0], self.n_experts, device=self.token_experts.device)
             self.token_experts.copy_(draws.argsort(dim=-1)[:, : self.top_k])
+        for scale in (self.router_scale, self.expert_scale):  # Gemma 4's start at 1
+            if scale is not None:
+                nn.init.ones_(scale)
 
     @staticmethod
     def gated(cfg: ModelConfig) -> bool:
@@ -375,13 +409,16 @@ class MoE(MLP):
     @staticmethod
     def params(cfg: ModelConfig, routed: int) -> int:
         """Parameters of one MoE layer counting ``routed`` of its routed experts; the shared experts' gate d;
-        the output norm's (a norm over d_model)."""
-        m, entry = cfg.mlp, dense_kind(cfg.mlp.expert)
-        f = expert_width(cfg)
+        the output norm's (a norm over d_model); the router norm's scale d and the experts' scales E; beside
+        its MLP, that MLP (of width d_ff) and three norms."""
+        m, r, entry = cfg.mlp, cfg.mlp.routing, dense_kind(cfg.mlp.expert)
+        f, norm = expert_width(cfg), NORMS.get(cfg.norm.kind).num_params(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
         shared += cfg.d_model if m.shared_expert_gate else 0
-        shared += NORMS.get(cfg.norm.kind).num_params(cfg) if m.out_norm else 0
-        return m.routing.n_experts * (cfg.d_model + m.routing.router_bias) + routed * entry.params_at(cfg, f) + shared
+        shared += norm if m.out_norm else 0
+        shared += cfg.d_model * r.router_norm + r.n_experts * r.expert_scale
+        shared += entry.params_at(cfg, d_ff(cfg)) + 3 * norm if m.beside else 0
+        return r.n_experts * (cfg.d_model + r.router_bias) + routed * entry.params_at(cfg, f) + shared
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
@@ -420,6 +457,10 @@ class MoE(MLP):
                 m.shared_expert_gate,
                 "false, or true with n_shared_experts >= 1 (it gates the shared experts' output)",
             )
+        if m.beside and cfg.block.kind not in ("pre", "sandwich"):
+            raise ConfigError("model.mlp.beside", True, f"false with block kind {cfg.block.kind} (pre or sandwich)")
+        if m.beside and cfg.stream.kind != "plain":
+            raise ConfigError("model.mlp.beside", True, f"false with model.stream.kind={cfg.stream.kind}")
         limit = m.shared_swiglu_limit
         if limit is not None and not (isinstance(limit, (int, float)) and 0 <= limit < math.inf):
             raise ConfigError(
@@ -442,6 +483,8 @@ class MoE(MLP):
         routing = (", router bias" if r.router_bias else "") + (", weighted inputs" if r.weight_input else "")
         routing += f", sparsemixer eps={r.sparsemixer_eps}" if r.sparsemixer_eps is not None else ""
         routing += ", hash-routed" if r.selection == "hash" else ""
+        routing += (", normed router" if r.router_norm else "") + (", expert scales" if r.expert_scale else "")
+        routing += f", beside a {f.expert} d_ff={d_ff(cfg)}" if f.beside else ""
         experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}" + (", normed output" if f.out_norm else "")
         return f"moe top-{r.top_k} of {r.n_experts}{shared} {experts}{routing}"
 
@@ -528,6 +571,7 @@ def _validate_sparsemixer(r: RoutingConfig) -> None:
                 (r.correction_bias, "correction_bias=true (it ranks the logits as they are)"),
                 (r.n_groups > 1, f"n_groups={r.n_groups} (it ranks every expert)"),
                 (r.selection == "hash", "selection=hash (it chooses by the logits, not a table)"),
+                (r.expert_scale, "expert_scale=true (its weights are the masked softmaxes alone)"),
             )
             if bad
         ),

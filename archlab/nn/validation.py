@@ -16,11 +16,13 @@ from archlab.config.layers import check_layers, kind_config, layer_configs, used
 from archlab.config.loop import check_loop, unread_loop
 from archlab.config.shared import check_shared, unread_shared
 from archlab.errors import ConfigError
+from archlab.nn import per_layer_inputs
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
 from archlab.nn.loop import validate_injection
 from archlab.nn.mixers.base import MIXERS, Mixer
+from archlab.nn.mixers.shared_kv import check_shared_kv
 from archlab.nn.mlp import MLP, MLPS
 from archlab.nn.mtp import MultiTokenPrediction
 from archlab.nn.norms import NORMS, Norm
@@ -74,8 +76,9 @@ def validate(cfg: ModelConfig) -> ModelConfig:
     return cfg
 
 
-def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
-    """``validate``'s checks; return each layer kind's config, merged once."""
+def _validate(cfg: ModelConfig, whole: bool = True) -> dict[str, ModelConfig]:
+    """``validate``'s checks; return each layer kind's config, merged once. ``whole``: ``cfg`` is a model's,
+    not a layer kind's (whose layers' relations, such as which serves a kv_shared one, are the model's)."""
     for name in ("vocab_size", "context_length", "n_layer", "d_model"):
         checks.positive(f"model.{name}", getattr(cfg, name))
     checks.probability("model.dropout", cfg.dropout)
@@ -107,6 +110,7 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
                 f"null for embeddings of d_model={cfg.d_model} (a width other than d_model adds the projections)",
             )
     _check_choices(cfg, "model")
+    per_layer_inputs.validate(cfg)
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
     MultiTokenPrediction.validate(cfg)
@@ -117,6 +121,8 @@ def _validate(cfg: ModelConfig) -> dict[str, ModelConfig]:
     check_loop(cfg)
     validate_injection(cfg)
     check_shared(cfg)
+    if whole:
+        check_shared_kv(cfg, layer_configs(cfg, kinds))
     return kinds
 
 
@@ -125,7 +131,7 @@ def _validate_kind(cfg: ModelConfig, name: str, layer: ModelConfig) -> None:
     refused; a position scheme may differ per layer only between schemes that act inside attention."""
     overrides = cfg.layers.kinds[name]
     try:
-        validate(layer)
+        _validate(layer, whole=False)
     except ConfigError as err:
         family, _, rest = err.field.removeprefix("model.").partition(".")
         if rest and rest in (overrides.get(family) or {}):
@@ -210,7 +216,8 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     """Every field set away from its dataclass default that no chosen entry reads (``reads``; a
     sub-config's fields one by one, ``scaling.factor``): of the model's sections (read by its own entries
     or by a layer kind's built from them), of a layer kind's overrides (read by that layer's entries), and
-    a layer kind no layer is given, and the loop's range where it makes no loop."""
+    a layer kind no layer is given, the loop's range where it makes no loop, and the per-layer inputs' table
+    and activation where there are none."""
     kinds = cfg.layers.kinds or {}
     used = sorted(used_kinds(cfg))
     layers = {name: kind_config(cfg, name) for name in used}
@@ -235,6 +242,8 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
         out.append(Ignored(f"model.layers.kinds.{name}", kinds[name], "no layer is given it"))
     out += [Ignored(field, value, "model.layers.loop.passes=1: no loop") for field, value in unread_loop(cfg)]
     out += [Ignored(field, value, why) for field, value, why in unread_shared(cfg)]
+    no_inputs = "model.per_layer_input.dim=0: no per-layer inputs"
+    out += [Ignored(field, value, no_inputs) for field, value in per_layer_inputs.unread(cfg)]
     return out
 
 

@@ -50,7 +50,7 @@ def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
     """Every parameter redrawn: matrices, tables and stacked experts N(0, 0.2²); vectors (biases, norm
     scales or Gemma's scale offsets) 0.5 + N(0, 0.3²); a router correction-bias buffer (HF
     ``e_score_correction_bias``, archlab ``router_bias``) N(0, 0.3²), of the size of the sigmoid scores'
-    spread, so it moves the choice. A tied tensor is listed, so drawn, once."""
+    spread, so it moves the choice; Gemma 4's ``layer_scalar`` buffers as vectors. A tied tensor is listed, so drawn, once."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
@@ -61,6 +61,8 @@ def randomize(model: torch.nn.Module, seed: int) -> torch.nn.Module:
         for name, b in model.named_buffers():
             if name.endswith(("e_score_correction_bias", "router_bias")):
                 b.copy_(torch.randn(b.shape, generator=g) * 0.3)
+            elif name.endswith("layer_scalar"):  # Gemma 4's fixed multiplier per layer, drawn as a norm scale
+                b.copy_(torch.randn(b.shape, generator=g) * 0.3 + 0.5)
     return model.eval()
 
 

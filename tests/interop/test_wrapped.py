@@ -66,6 +66,42 @@ CASES = {
         "Gemma3ForCausalLM",
         "model.multi_modal_projector, model.vision_tower",
     ),
+    # Gemma 4's text config (sliding and full layers, per-layer inputs) beside a vision tower
+    "gemma4": (
+        "Gemma4Config",
+        dict(
+            text_config=dict(
+                TEXT,
+                sliding_window=4,
+                num_hidden_layers=2,
+                layer_types=["sliding_attention", "full_attention"],
+                pad_token_id=0,  # the wrapper puts it in place of image tokens
+                global_head_dim=16,
+                hidden_size_per_layer_input=8,
+                vocab_size_per_layer_input=TEXT["vocab_size"],
+                final_logit_softcapping=5.0,
+            ),
+            vision_config=dict(VISION, patch_size=8, position_embedding_size=64, pooling_kernel_size=2),
+        ),
+        "Gemma4ForCausalLM",
+        "model.embed_vision, model.vision_tower",
+    ),
+    # Gemma 4 Unified's: no per-layer inputs
+    "gemma4_unified": (
+        "Gemma4UnifiedConfig",
+        dict(
+            text_config=dict(
+                TEXT,
+                sliding_window=4,
+                layer_types=["sliding_attention", "full_attention"],
+                pad_token_id=0,
+                global_head_dim=16,
+            ),
+            vision_config=dict(VISION, patch_size=8, mm_embed_dim=32, mm_posemb_size=16, output_proj_dims=32),
+        ),
+        "Gemma4ForCausalLM",
+        "model.embed_vision",
+    ),
     "qwen3_5": (
         "Qwen3_5Config",
         dict(text_config=dict(QWEN_TEXT, intermediate_size=24), vision_config=QWEN_VISION),
@@ -206,7 +242,7 @@ def test_qwen3_5_moe_s_language_model_exports_as_its_own_text_class_by_family():
     parity.assert_same_tensors(model, from_hf(back))
 
 
-@pytest.mark.parametrize("case", ["gemma3", "qwen3_5_moe", "llama4", "emu3", "step3p7"])
+@pytest.mark.parametrize("case", ["gemma3", "gemma4", "qwen3_5_moe", "llama4", "emu3", "step3p7"])
 def test_a_save_pretrained_directory_loads_and_saves_as_the_text_class(case, tmp_path, caplog):
     """save_pretrained of the wrapper (Gemma 3's names ``language_model.model.*``, Step-3.7's MoE as
     ``moe.*``) -> load_hf_dir (the same logits, one line) -> save_hf_dir -> the text-only class's

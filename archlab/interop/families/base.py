@@ -78,6 +78,11 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.chunk": (None, "no chunked attention"),
     "model.attention.sinks": (False, "no attention sinks"),
     "model.attention.value_residual": (False, "no value residual"),
+    "model.attention.v_norm": (False, "values unnormed"),
+    "model.attention.v_from_k": (False, "values of their own projection"),
+    "model.attention.kv_shared": (False, "every layer its own keys and values"),
+    "model.block.layer_scalar": (False, "no fixed scalar per layer"),
+    "model.per_layer_input.dim": (0, "no per-layer inputs"),
     "model.attention.gate": ("none", "no attention output gate"),
     "model.attention.gate_activation": ("sigmoid", "a sigmoid output gate"),
     "model.attention.v_head_dim": (None, "value heads as wide as the query/key heads"),
@@ -113,6 +118,9 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.routing.weight_input": (False, "routing weights on the experts' outputs"),
     "model.mlp.routing.sparsemixer_eps": (None, "plain top-k routing"),
     "model.mlp.routing.selection": ("scores", "experts chosen by the router's scores"),
+    "model.mlp.routing.router_norm": (False, "the router reads the MoE's input"),
+    "model.mlp.routing.expert_scale": (False, "no learned scale per expert"),
+    "model.mlp.beside": (False, "no MLP beside the experts"),
 }
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ
 # FEATURES of the causal mixer whose name another mixer's own field shares (mla's v_head_dim is its size)

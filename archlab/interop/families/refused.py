@@ -122,32 +122,12 @@ REFUSED: dict[str, Refused] = {
     "gemma3n_text": Refused(
         "Gemma 3n",
         "Gemma3nForCausalLM",
-        "per-layer input embeddings and AltUp (`hidden_size_per_layer_input`, `altup_num_inputs`), LAuReL",
+        "AltUp's parallel predictions (`altup_num_inputs`), LAuReL (`laurel_rank`), activation sparsity",
     ),
     "gemma3n": Refused(
         "Gemma 3n (multimodal)",
         "Gemma3nForConditionalGeneration",
-        "per-layer input embeddings and AltUp (`hidden_size_per_layer_input`), and vision and audio towers",
-    ),
-    "gemma4_text": Refused(
-        "Gemma 4",
-        "Gemma4ForCausalLM",
-        "an unscaled value RMSNorm (`v_norm`), proportional RoPE, per-layer inputs (`hidden_size_per_layer_input`)",
-    ),
-    "gemma4": Refused(
-        "Gemma 4 (multimodal)",
-        "Gemma4ForConditionalGeneration",
-        "Gemma 4's value RMSNorm (`v_norm`) and proportional RoPE, and vision and audio towers",
-    ),
-    "gemma4_unified_text": Refused(
-        "Gemma 4 Unified",
-        "Gemma4UnifiedForCausalLM",
-        "Gemma 4's value RMSNorm (`v_norm`) and proportional RoPE on the global layers",
-    ),
-    "gemma4_unified": Refused(
-        "Gemma 4 Unified (multimodal)",
-        "Gemma4UnifiedForConditionalGeneration",
-        "Gemma 4's value RMSNorm (`v_norm`) and proportional RoPE, and a vision tower",
+        "Gemma 3n's AltUp (`altup_num_inputs`) and LAuReL, and vision and audio towers",
     ),
     "gemma4_assistant": Refused(
         "Gemma 4 assistant (drafter)",
@@ -191,6 +171,10 @@ WRAPPED: dict[str, Wrapped] = {
     "aria": Wrapped("Aria (vision-language)", "AriaForConditionalGeneration", "aria_text"),
     "emu3": Wrapped("Emu3 (vision-language)", "Emu3ForConditionalGeneration", "emu3_text_model"),
     "gemma3": Wrapped("Gemma 3 (vision-language)", "Gemma3ForConditionalGeneration", "gemma3_text"),
+    "gemma4": Wrapped("Gemma 4 (multimodal)", "Gemma4ForConditionalGeneration", "gemma4_text"),
+    "gemma4_unified": Wrapped(
+        "Gemma 4 Unified (vision-language)", "Gemma4UnifiedForConditionalGeneration", "gemma4_unified_text"
+    ),
     "llama4": Wrapped("Llama 4 (vision-language)", "Llama4ForConditionalGeneration", "llama4_text"),
     "qwen3_5": Wrapped("Qwen3.5 (vision-language)", "Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
     "qwen3_5_moe": Wrapped("Qwen3.5-MoE (vision-language)", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text"),

@@ -31,6 +31,7 @@ from archlab.nn.mixers.base import (
     visible_keys,
 )
 from archlab.nn.mixers.ops import cpu_attention
+from archlab.nn.mixers.shared_kv import SharedKV
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import POSITIONS, Rotation
 
@@ -80,6 +81,11 @@ class AttentionConfig(MixerConfig):
     # value residual learning (ResFormer): every layer after the first mixes its values with the first layer's,
     # λ₁·v₁ + λ₂·vₙ, two learned λ per layer starting at 0.5
     value_residual: bool = False
+    v_norm: bool = False  # each value head RMS-normed without a scale, at model.norm.eps (Gemma 4's v_norm)
+    v_from_k: bool = False  # values are the keys' projection before QK-norm and RoPE: no value weights (Gemma 4)
+    # no key/value projections: attend over the keys and values of the last earlier layer with the same window
+    # that computes its own (Gemma 4's num_kv_shared_layers); that layer caches them, this one nothing
+    kv_shared: bool = False
 
 
 def v_head_dim(cfg: ModelConfig) -> int:
@@ -188,7 +194,8 @@ class CausalSelfAttention(Mixer):
         self.v_head_dim = v_head_dim(cfg)
         self.dropout, self.softcap, self.scale = a.dropout, a.softcap, softmax_scale(cfg)
         self.window, self.chunk = cfg.attention.window, chunk_of(cfg, layer)
-        qkv_width = (self.n_head + self.n_kv_head) * self.head_dim + self.n_kv_head * self.v_head_dim
+        self.widths = projected_widths(cfg)  # queries, keys, values: 0 for what the layer does not project
+        qkv_width = sum(self.widths)
         self.qkv = nn.Linear(cfg.d_model, qkv_width, bias=a.qkv_bias)
         self.proj = residual_projection(nn.Linear(self.n_head * self.v_head_dim, cfg.d_model, bias=a.out_bias))
         # a gate is projected as the queries are, with their bias (Qwen3-Next's q_proj holds both)
@@ -200,7 +207,11 @@ class CausalSelfAttention(Mixer):
         self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
         self.query_scale = (a.query_scale_beta, a.query_scale_length, a.query_scale_offset, a.query_scale_form)
         self.query_scale_by = a.query_scale_by
-        self.norm_eps = cfg.norm.eps  # l2 QK-norm's (Llama 4: rms_norm_eps, the model's norms' own)
+        self.norm_eps = cfg.norm.eps  # l2 QK-norm's and v_norm's (Llama 4, Gemma 4: rms_norm_eps, the norms' own)
+        self.v_norm, self.v_from_k, self.kv_shared = a.v_norm, a.v_from_k, a.kv_shared
+        # KV sharing (shared_kv.link_shared_kv): where this layer hands its keys and values on, or reads them
+        self.kv_store: Optional[SharedKV] = None
+        self.kv_source: Optional[SharedKV] = None
         # value residual: the first layer's values, shared by the model's layers (Decoder links them), and
         # every later layer's two weights λ₁, λ₂
         self.first_values: Optional[FirstValues] = FirstValues() if a.value_residual and layer == 0 else None
@@ -213,14 +224,28 @@ class CausalSelfAttention(Mixer):
             norm, norm_cfg = NORMS.get(cfg.norm.kind), qk_norm_config(cfg)
             shared = a.qk_norm == "head" and not a.qk_norm_per_head_scale  # one hd-wide scale for every head
             self.q_norm = norm(norm_cfg, self.head_dim if shared else self.n_head * self.head_dim)
-            self.k_norm = norm(norm_cfg, self.head_dim if shared else self.n_kv_head * self.head_dim)
+            if not a.kv_shared:  # a layer that projects no keys norms none
+                self.k_norm = norm(norm_cfg, self.head_dim if shared else self.n_kv_head * self.head_dim)
 
     def project(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor, Tensor]:
         """Queries, keys and values ``[B, T, heads, hd]``: projected, clamped to ±clip_qkv (OLMo 1, as
         projected), then QK-normed and rotated, in that order (Qwen3, OLMo 2) or the other
         (``qk_norm_after_rope``: HunYuan dense; the l2 QK-norm always, where Llama 4 applies it: a
-        rotation keeps the RMS, so either order gives the same heads but for rounding)."""
-        if self.qk_norm in ("none", "l2") and self.v_head_dim == self.head_dim:
+        rotation keeps the RMS, so either order gives the same heads but for rounding). Values are the
+        keys as projected where ``v_from_k``, then RMS-normed without a scale where ``v_norm``. A
+        ``kv_shared`` layer projects queries alone: its keys and values are ``empty`` (an earlier layer's)."""
+        if self.kv_shared:
+            q = self.split(self.qkv(x))[0]
+            q = self.normed(q, q)[0] if self.norm_first else q
+            q = rotary.rotate(q) if rotary is not None else q
+            q = q if self.norm_first else self.normed(q, q)[0]
+            return q, q.new_empty(0), q.new_empty(0)
+        if self.v_from_k:
+            q, k, _ = self.split(self.qkv(x))
+            v = l2_norm(k, self.norm_eps) if self.v_norm else k
+            q, k = self.rotated(q, k, rotary)
+            return q, k, v
+        if self.qk_norm in ("none", "l2") and self.v_head_dim == self.head_dim and not self.v_norm:
             # no weight per dim, heads of one width: RoPE's one pass may reorder each head's dims
             if rotary is not None:
                 q, k, v = rotary.project(x, self.qkv, self.n_head, self.n_kv_head, self.head_dim, self.clip)
@@ -228,19 +253,28 @@ class CausalSelfAttention(Mixer):
                 q, k, v = self.split(self.qkv(x))
             return *self.normed(q, k), v
         q, k, v = self.split(self.qkv(x))
+        q, k = self.rotated(q, k, rotary)
+        return q, k, l2_norm(v, self.norm_eps) if self.v_norm else v
+
+    def rotated(self, q: Tensor, k: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor]:
+        """Queries and keys QK-normed and rotated, in the order ``project`` says."""
         if self.norm_first:
             q, k = self.normed(q, k)
         if rotary is not None:
             q, k = rotary.rotate(q), rotary.rotate(k)
         if not self.norm_first:
             q, k = self.normed(q, k)
-        return q, k, v
+        return q, k
 
     def split(self, qkv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The projection's output clamped to ±clip_qkv (if set): queries, keys and values ``[B, T, heads, hd]``."""
+        """The projection's output clamped to ±clip_qkv (if set): queries, keys and values ``[B, T, heads, hd]``
+        (a part the layer does not project: ``[B, T, heads, 0]``)."""
         if self.clip is not None:
             qkv = qkv.clamp(-self.clip, self.clip)
         H, KV, hd, vd = self.n_head, self.n_kv_head, self.head_dim, self.v_head_dim
+        if self.v_from_k or self.kv_shared:
+            q, k, v = qkv.split(self.widths, dim=-1)
+            return q.unflatten(-1, (H, hd)), k.unflatten(-1, (-1, hd)), v.unflatten(-1, (-1, vd))
         if vd == hd:
             q, k, v = qkv.unflatten(-1, (H + 2 * KV, hd)).split((H, KV, KV), dim=2)
             return q, k, v
@@ -253,13 +287,15 @@ class CausalSelfAttention(Mixer):
         weight (Llama 4), or none."""
         if self.qk_norm == "l2":
             return l2_norm(q, self.norm_eps), l2_norm(k, self.norm_eps)
+        k_norm = getattr(self, "k_norm", None)  # none where the layer projects no keys (kv_shared: k is q, unread)
         if self.qk_norm == "head":
             if self.scale_per_head:
-                return self.q_norm.per_head(q), self.k_norm.per_head(k)
-            return self.q_norm(q), self.k_norm(k)
+                return self.q_norm.per_head(q), k if k_norm is None else k_norm.per_head(k)
+            return self.q_norm(q), k if k_norm is None else k_norm(k)
         if self.qk_norm == "full":
             q_heads, k_heads = q.shape[-2:], k.shape[-2:]
-            return self.q_norm(q.flatten(-2)).unflatten(-1, q_heads), self.k_norm(k.flatten(-2)).unflatten(-1, k_heads)
+            k = k if k_norm is None else k_norm(k.flatten(-2)).unflatten(-1, k_heads)
+            return self.q_norm(q.flatten(-2)).unflatten(-1, q_heads), k
         return q, k
 
     def param_roles(self) -> dict[str, Role]:
@@ -276,12 +312,19 @@ class CausalSelfAttention(Mixer):
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         B, T, _ = x.shape
-        q, k, v = (t.transpose(1, 2) for t in self.project(x, rotary))
-        if self.first_values is not None:  # value residual: the first layer's values, or these mixed with them
-            v = self.first_values.mix(v, self.value_mix)
-        q = self.scaled(q, rotary, cache)
-        if cache is not None:
-            k, v = cache.update(layer, k, v)
+        q, k, v = self.project(x, rotary)
+        q = self.scaled(q.transpose(1, 2), rotary, cache)
+        if self.kv_source is not None:  # kv_shared: the earlier layer's, as it attended to them (its cache's)
+            k, v = self.kv_source.k, self.kv_source.v
+            assert k is not None and v is not None, "its server runs first"
+        else:
+            k, v = k.transpose(1, 2), v.transpose(1, 2)
+            if self.first_values is not None:  # value residual: the first layer's values, or these mixed with them
+                v = self.first_values.mix(v, self.value_mix)
+            if cache is not None:
+                k, v = cache.update(layer, k, v)
+            if self.kv_store is not None:
+                self.kv_store.k, self.kv_store.v = k, v
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
         dropout = self.dropout if self.training else 0.0
@@ -330,7 +373,10 @@ class CausalSelfAttention(Mixer):
     @torch.no_grad()
     def score_stats(self, x, rotary=None, mask=None) -> Optional[ScoreStats]:  # typed as Mixer.score_stats
         """From the queries and keys the forward computes: QK-norm, RoPE, query scale, soft-cap, mask
-        (window, chunk, padding, documents, ALiBi's bias) and sinks as the forward has them."""
+        (window, chunk, padding, documents, ALiBi's bias) and sinks as the forward has them; None for a
+        ``kv_shared`` layer, whose keys are another layer's."""
+        if self.kv_shared:
+            return None
         q, k, _ = (t.transpose(1, 2) for t in self.project(x, rotary))
         return scores_of(self.scaled(q, rotary, None), k, mask, self.scale, self.softcap, self.sinks)
 
@@ -376,27 +422,31 @@ class CausalSelfAttention(Mixer):
         """q, k, v and output projections: d·((H + KV)·hd + KV·vd) + H·vd·d (vd = v_head_dim, else hd),
         plus the biases asked for, plus the QK-norms (per head: two norms of hd, or with a scale per head one
         of H·hd and one of KV·hd, as over the whole projection; l2: none), the gate (d·g, and g biases with
-        qkv_bias; g = H·vd elementwise, H per head) and its H head biases, H sinks, the sub-norm (a norm over H·vd) and, after the
-        first layer, the value residual's two weights. Clipping and the norm's order add none."""
+        qkv_bias; g = H·vd elementwise, H per head) and its H head biases, H sinks, the sub-norm (a norm over
+        H·vd) and, after the first layer, the value residual's two weights. Clipping and the norm's order add
+        none; v_from_k drops the values' KV·vd rows, kv_shared the keys' and values' rows and the key norm;
+        v_norm has no weight."""
         a, d, hd, kv, vd = cfg.attention, cfg.d_model, cls.qk_head_dim(cfg), n_kv_head(cfg), v_head_dim(cfg)
-        qkv_out = (a.n_head + kv) * hd + kv * vd
+        qkv_out = sum(projected_widths(cfg))
         params = d * qkv_out + a.qkv_bias * qkv_out + a.n_head * vd * d + a.out_bias * d
         gate = {"none": 0, "elementwise": a.n_head * vd, "head": a.n_head}[a.gate]
         params += (d + a.qkv_bias) * gate + a.sinks * a.n_head + 2 * (a.value_residual and layer > 0)
         params += a.gate_head_bias * a.n_head
         norm, norm_cfg = NORMS.get(cfg.norm.kind).num_params, qk_norm_config(cfg)
         if a.qk_norm == "head" and not a.qk_norm_per_head_scale:
-            params += 2 * norm(norm_cfg, hd)
+            params += (2 - a.kv_shared) * norm(norm_cfg, hd)
         elif a.qk_norm in ("head", "full"):
-            params += norm(norm_cfg, a.n_head * hd) + norm(norm_cfg, kv * hd)
+            params += norm(norm_cfg, a.n_head * hd) + (0 if a.kv_shared else norm(norm_cfg, kv * hd))
         return params + (norm(cfg, a.n_head * vd) if a.sub_norm else 0)
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
         """Keys and values layer ``layer`` caches for one sequence of ``length`` tokens: KV·(hd + vd) per
         position kept (vd = v_head_dim, else hd: 2·KV·hd), every position in a global layer, at most the
-        window (chunk) in a sliding (chunked) one. Sinks and gates add nothing: a sink is a parameter, not a
-        cached position."""
+        window (chunk) in a sliding (chunked) one; none in a ``kv_shared`` layer (the earlier layer's serve).
+        Sinks and gates add nothing: a sink is a parameter, not a cached position."""
+        if cfg.attention.kv_shared:
+            return 0
         widths = CausalSelfAttention.qk_head_dim(cfg) + v_head_dim(cfg)
         return n_kv_head(cfg) * widths * positions_seen(cfg, length, layer)
 
@@ -448,6 +498,16 @@ class CausalSelfAttention(Mixer):
             )
         if a.gate_head_bias and a.gate == "none":
             raise ConfigError("model.attention.gate_head_bias", True, "false unless model.attention.gate is set")
+        if a.v_from_k and a.v_head_dim not in (None, split_head_dim(cfg)):
+            raise ConfigError(
+                "model.attention.v_head_dim",
+                a.v_head_dim,
+                "null with model.attention.v_from_k=true (the values are the keys' projection, head_dim wide)",
+            )
+        if a.kv_shared and a.value_residual:
+            raise ConfigError(
+                "model.attention.kv_shared", True, "false with value_residual (a shared layer has no values to mix)"
+            )
         if a.clip_qkv is not None:
             checks.positive("model.attention.clip_qkv", a.clip_qkv, "a positive number (OLMo 1: 8.0), or null")
         if a.qk_norm_after_rope and a.qk_norm not in ("head", "full"):
@@ -513,6 +573,9 @@ class CausalSelfAttention(Mixer):
         parts += [f"query scale {a.query_scale_beta}"] if a.query_scale_beta is not None else []
         parts += ["value residual"] if a.value_residual else []
         parts += ["sub-norm"] if a.sub_norm else []
+        parts += ["values = keys"] if a.v_from_k and not a.kv_shared else []
+        parts += ["value norm"] if a.v_norm and not a.kv_shared else []
+        parts += ["earlier layer's keys/values"] if a.kv_shared else []
         return ", ".join(parts)
 
     @classmethod
@@ -528,6 +591,7 @@ class CausalSelfAttention(Mixer):
             {"n_head", "n_kv_head", "head_dim", "v_head_dim", "qkv_bias", "out_bias", "dropout", "qk_norm", "scale"}
             | {"softcap", "window", "chunk", "sinks", "gate", "query_scale_beta", "clip_qkv", "value_residual"}
             | {"sub_norm"}
+            | ({"kv_shared"} if cfg.attention.kv_shared else {"kv_shared", "v_from_k", "v_norm"})
             # refused by validate where they cannot apply
             | {"qk_norm_after_rope", "qk_norm_per_head_scale", "qk_norm_bias"}
             | scale
@@ -536,6 +600,15 @@ class CausalSelfAttention(Mixer):
 
 
 MIXERS.register("causal")(CausalSelfAttention)  # after the class: the name keeps its own type (ngpt's base)
+
+
+def projected_widths(cfg: ModelConfig) -> tuple[int, int, int]:
+    """The widths of the queries, keys and values the fused projection gives: H·hd, KV·hd and KV·vd, the
+    values' 0 with ``v_from_k`` (the keys serve) and the keys' and values' 0 with ``kv_shared``."""
+    a, hd, kv = cfg.attention, CausalSelfAttention.qk_head_dim(cfg), n_kv_head(cfg)
+    keys = 0 if a.kv_shared else kv * hd
+    values = 0 if a.kv_shared or a.v_from_k else kv * v_head_dim(cfg)
+    return a.n_head * hd, keys, values
 
 
 def qk_norm_config(cfg: ModelConfig) -> ModelConfig:
