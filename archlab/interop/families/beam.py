@@ -16,7 +16,7 @@ from archlab.interop.families.base import Family, Problem, Rule, fmt
 from archlab.interop.families.experts import is_dense, mlp_tensors, stack_saved_experts
 from archlab.interop.families.layered import view
 from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
-from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
+from archlab.interop.families.mlps import GATED_TO_HF, activation, corrected_sigmoid_moe
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import config_head_dim, kind_field, refuse_hf
@@ -162,25 +162,7 @@ class Beam(_LayeredSparse):
             refuse_hf(c, "rope_parameters.sliding_attention", "the RoPE parameters of the sliding layers")
         if "sparse" not in c.mlp_layer_types:
             refuse_hf(c, "mlp_layer_types", "some 'sparse' layer (archlab's dense layers are kinds of a MoE model)")
-        expert, approximate = gated_activation(c)
-        mlp = mlp_section(
-            "moe",
-            expert=expert,
-            approximate=approximate,
-            bias=False,
-            d_ff=c.intermediate_size,
-            expert_d_ff=c.moe_intermediate_size,
-            routing=dict(
-                n_experts=c.num_experts,
-                top_k=c.num_experts_per_tok,
-                scoring="sigmoid",
-                normalize_top_k=bool(c.norm_topk_prob),
-                correction_bias=True,
-                n_groups=c.n_group or 1,
-                top_groups=c.topk_group or 1,
-                routed_scale=float(c.routed_scaling_factor),
-            ),
-        )
+        mlp = corrected_sigmoid_moe(c, c.num_experts)
         hd = config_head_dim(c)
         position = rope_from_hf(
             view(c, rope_parameters=params.get(SLIDING) or {"rope_type": "default"}), hd, partial=False
@@ -196,7 +178,7 @@ class Beam(_LayeredSparse):
             "full": {"position": {"kind": "none"}, "attention": dict(QUERY_SCALE)},
         }
         for name in list(overrides):
-            overrides[f"{name}_dense"] = {**overrides[name], "mlp": {"kind": expert}}
+            overrides[f"{name}_dense"] = {**overrides[name], "mlp": {"kind": mlp.expert}}
         return apply_layout(cfg, names, overrides)
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:

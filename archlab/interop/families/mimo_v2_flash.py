@@ -17,7 +17,7 @@ from archlab.interop.families.base import NO_HEAD_BIAS, Family, Problem, Rule, o
 from archlab.interop.families.experts import is_dense, pre_norm_tensors, stack_saved_experts
 from archlab.interop.families.layered import rope_of
 from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_dense_width, one_window
-from archlab.interop.families.mlps import GATED_TO_HF, activation, gated_activation, mlp_section
+from archlab.interop.families.mlps import GATED_TO_HF, activation, corrected_sigmoid_moe
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
 from archlab.interop.families.step import _ROPE_FIELDS, _rope_fields
 from archlab.interop.families.tensors import TensorMap, Tensors
@@ -177,25 +177,7 @@ class MiMoV2Flash(_LayeredSparse):
             if not isinstance(params.get(t), dict):
                 refuse_hf(c, f"rope_parameters.{t}", f"the RoPE parameters of the {t} layers", params.get(t))
         ropes = {t: _in_dims(rope_of(c, params[t], hd, t, partial=True), hd) for t in set(types)}
-        expert, approximate = gated_activation(c)
-        mlp = mlp_section(
-            "moe",
-            expert=expert,
-            approximate=approximate,
-            bias=False,
-            d_ff=c.intermediate_size,
-            expert_d_ff=c.moe_intermediate_size,
-            routing=dict(
-                n_experts=c.n_routed_experts,
-                top_k=c.num_experts_per_tok,
-                scoring="sigmoid",
-                normalize_top_k=bool(c.norm_topk_prob),
-                correction_bias=True,
-                n_groups=c.n_group or 1,
-                top_groups=c.topk_group or 1,
-                routed_scale=float(c.routed_scaling_factor),
-            ),
-        )
+        mlp = corrected_sigmoid_moe(c, c.n_routed_experts)
         position = RoPEConfig(theta=ropes[types[0]].theta, pairing="half")
         cfg = self.base_from_hf(c, position, mlp)
         cfg.attention.out_bias = False
@@ -208,7 +190,7 @@ class MiMoV2Flash(_LayeredSparse):
                 over["attention"] = {"window": c.sliding_window, "n_kv_head": 2 * c.num_key_value_heads, "sinks": True}
             name = ("sliding" if sliding else "full") + "_dense" * dense
             if dense:
-                over["mlp"] = {"kind": expert}
+                over["mlp"] = {"kind": mlp.expert}
             names.append(name)
             overrides[name] = over
         return apply_layout(cfg, names, overrides)

@@ -89,5 +89,31 @@ def gated_mlp(c: Any, act: str) -> Any:
     return mlp_section(kind, d_ff=c.intermediate_size, bias=False, approximate=approximate)
 
 
+def corrected_sigmoid_moe(c: Any, n_experts: int) -> Any:
+    """DeepSeek-V3's MoE as a family's config gives it: gated experts of ``hidden_act`` without biases
+    (``intermediate_size`` for the dense layers, ``moe_intermediate_size`` for the experts), sigmoid scores
+    ranked with a correction bias, within groups where ``n_group``/``topk_group`` set them, the top-k
+    renormalised as ``norm_topk_prob`` says, times ``routed_scaling_factor``."""
+    expert, approximate = gated_activation(c)
+    return mlp_section(
+        "moe",
+        expert=expert,
+        approximate=approximate,
+        bias=False,
+        d_ff=c.intermediate_size,
+        expert_d_ff=c.moe_intermediate_size,
+        routing=dict(
+            n_experts=n_experts,
+            top_k=c.num_experts_per_tok,
+            scoring="sigmoid",
+            normalize_top_k=bool(c.norm_topk_prob),
+            correction_bias=True,
+            n_groups=c.n_group or 1,
+            top_groups=c.topk_group or 1,
+            routed_scale=float(c.routed_scaling_factor),
+        ),
+    )
+
+
 def plain_activation(cfg: ModelConfig) -> str:
     return PLAIN_TO_HF[activation(cfg.mlp)]
