@@ -95,6 +95,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.position.scaling.short_factor": (None, "no LongRoPE factors"),
     "model.position.scaling.long_factor": (None, "no LongRoPE factors"),
     "model.position.scaling.attention_factor": (None, "RoPE's attention factor derived from its scaling"),
+    "model.position.scaling.long_attention_factor": (None, "LongRoPE's one attention factor at every length"),
+    "model.position.scaling.switch_factors": (True, "LongRoPE's long factors past its original context"),
     "model.position.alibi_scale": (1.0, "ALiBi's slopes as Press et al."),
     "model.position.alibi_rounding": ("none", "ALiBi's bias in float32"),
     "model.layers.first": ([], "every layer the same parts"),
