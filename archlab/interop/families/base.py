@@ -112,6 +112,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.routing.correction_on": ("scores", "the correction bias added to the router's scores"),
     "model.mlp.routing.weight_input": (False, "routing weights on the experts' outputs"),
     "model.mlp.routing.sparsemixer_eps": (None, "plain top-k routing"),
+    "model.mlp.routing.zero_experts": (0, "no zero (identity) experts"),
 }
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ
 # FEATURES of the causal mixer whose name another mixer's own field shares (mla's v_head_dim is its size)
