@@ -7,8 +7,10 @@ are HF's router's; archlab -> HF -> archlab gives back every tensor bit for bit;
 generation equal HF ``generate``; a save_pretrained directory (each expert saved apart) loads; the SparseMixer
 weights move the logits against plain top-2; what the record cannot hold is refused both ways. LongRoPE as
 transformers' PhiMoE computes it (the short factors at every length, short_mscale / long_mscale switching at
-an original context of 16): the logits on 12 and 24 tokens, the round trip, greedy decoding across the switch,
-and Phi-3's rule (long factors past 16) and one mscale both moving the logits past it."""
+an original context of 16): the logits on 12 and 24 tokens, the round trip (a saved directory too), greedy
+decoding across the switch, and Phi-3's rule (long factors past 16) and one mscale both moving the logits
+past it. Left-padded generation across the switch is not compared: transformers picks the mscale for the
+whole batch by its longest row, archlab for each row by its own length (docs/interop.md)."""
 
 import pytest
 import torch
@@ -112,6 +114,11 @@ def test_longrope_gives_hf_logits_below_and_past_the_original_context_and_round_
     assert (s.switch_factors, s.attention_factor, s.long_attention_factor) == (False, 1.1, 1.4)
     back = parity.check_back_and_again(hf, model, **EAGER)
     assert (back.config.rope_parameters["short_mscale"], back.config.rope_parameters["long_mscale"]) == (1.1, 1.4)
+
+
+def test_longrope_save_pretrained_directory_round_trips(tmp_path):
+    """save_pretrained -> load_hf_dir -> save_hf_dir -> from_pretrained: the mscales travel in config.json."""
+    parity.check_directory_round_trip(hf_model("phimoe-longrope", seed=7), tmp_path, **EAGER)
 
 
 def test_longrope_greedy_generation_across_the_switch_matches_hf_generate():
