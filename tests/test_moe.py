@@ -635,6 +635,9 @@ BAD = [
     (dict(swiglu_limit=7.0, swiglu_clamp="up"), "model.mlp.swiglu_clamp"),
     (dict(swiglu_alpha=-1.702), "model.mlp.swiglu_alpha"),
     (dict(up_offset=float("nan")), "model.mlp.up_offset"),
+    (dict(zero_experts=-1), "model.mlp.routing.zero_experts"),
+    (dict(n_experts=4, zero_experts=2, top_k=7), "model.mlp.routing.top_k"),  # 6 choices
+    (dict(zero_experts=2, n_groups=2), "model.mlp.routing.n_groups"),
 ]
 
 
@@ -788,3 +791,64 @@ def test_sparsemixer_trains_its_router():
     model = build_model(cfg)
     losses = short_fit(model, V, 16, steps=15)
     assert losses[-1] < 0.9 * losses[0] and model.blocks[0].mlp.router.weight.grad.abs().sum() > 0
+
+
+# ---- zero experts (LongCat-Flash)
+
+
+def test_zero_experts_equal_transformers_longcat_flash_moe():
+    """4 SwiGLU experts and 3 zero experts, top-3 of softmax scores with a correction bias, weights × 2.0 and
+    not renormalised: archlab's MoE gives transformers' ``LongcatFlashMoE`` output (float32, every weight
+    and the bias redrawn); tokens are routed to zero experts, and their weight·x term moves the output."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.longcat_flash.modeling_longcat_flash import LongcatFlashMoE
+
+    c = transformers.LongcatFlashConfig(hidden_size=D, n_routed_experts=4, zero_expert_num=3, moe_topk=3,
+                                        expert_ffn_hidden_size=8, routed_scaling_factor=2.0, hidden_act="silu")  # fmt: skip
+    hf = LongcatFlashMoE(c)
+    cfg = config(n_layer=1, n_experts=4, zero_experts=3, top_k=3, expert_d_ff=8, normalize_top_k=False,
+                 routed_scale=2.0, correction_bias=True)  # fmt: skip
+    ours = MoE(cfg)
+    randomise(hf, 0)
+    with torch.no_grad():
+        hf.router.e_score_correction_bias.copy_(torch.randn(7, generator=torch.Generator().manual_seed(1)) * 0.1)
+        ours.router.weight.copy_(hf.router.classifier.weight)
+        assert ours.router_bias is not None
+        ours.router_bias.copy_(hf.router.e_score_correction_bias)
+        gate_up, down = ours.experts.matrices()
+        gate_up.copy_(hf.experts.gate_up_proj[:4])  # transformers keeps unused gate_up rows for the zero experts
+        down.copy_(hf.experts.down_proj)
+        x = torch.randn(2, 10, D, generator=torch.Generator().manual_seed(2))
+        expected, got = hf(x), ours(x)
+        _, weights, indices = ours.route(x.reshape(-1, D))
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    zero = indices >= 4
+    assert zero.any() and (~zero).any()
+    identity = ((weights * zero).sum(-1, keepdim=True) * x.reshape(-1, D)).view_as(x)
+    assert identity.abs().max() > 1e-2  # what the zero experts add
+
+
+def test_zero_experts_have_no_parameters_but_a_router_row():
+    """Closed form: Z zero experts add Z·d router weights and nothing else, in ``num_params`` and in the built
+    model; ``active_params`` counts top_k experts, the most one token reaches (min(top_k, n_experts)); the
+    description names them."""
+    base, zero = (config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=8, zero_experts=z) for z in (0, 3))
+    assert MoE.num_params(zero) - MoE.num_params(base) == 3 * D
+    assert sum(p.numel() for p in MoE(zero).parameters()) == MoE.num_params(zero) == (4 + 3) * D + 4 * 3 * D * 8
+    assert MoE.active_params(zero) - MoE.active_params(base) == 3 * D
+    many = config(n_layer=1, n_experts=2, top_k=3, expert_d_ff=8, zero_experts=2)
+    assert MoE.active_params(many) == 4 * D + 2 * 3 * D * 8
+    assert "top-2 of 4 + 3 zero" in MoE.describe(zero)
+
+
+def test_every_moe_family_refuses_zero_experts():
+    """No family record holds zero experts (LongCat-Flash lacks its shortcut MoE): Mixtral, which holds the
+    layout without them, names the field."""
+    from archlab.interop.families import FAMILIES
+
+    cfg = config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=8)
+    assert FAMILIES["mixtral"].problems(cfg) == []
+    zero = dataclasses.replace(
+        cfg, mlp=dataclasses.replace(cfg.mlp, routing=RoutingConfig(n_experts=4, top_k=2, zero_experts=2))
+    )
+    assert [p.field for p in FAMILIES["mixtral"].problems(zero)] == ["model.mlp.routing.zero_experts"]

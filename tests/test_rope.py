@@ -1,7 +1,7 @@
 """RoPE (archlab/nn/rope.py) and its frequency scaling, each against an independent expression and, where
 one converts it, transformers' own code: Llama 3.1's and linear scaling's frequencies; LongRoPE (Phi-3), its
 short and long frequencies and attention factor, the factors picked per forward, KV-cache decoding across its
-switch, its validation, ``reads`` and lists fitted to the layers that rotate, the Hugging Face families'
+switch, its validation, the short factors held at every length with two attention factors (PhiMoE's), ``reads`` and lists fitted to the layers that rotate, the Hugging Face families'
 refusals and a short fit; YaRN's ``softmax_mscale``; the scaling's ``attention_factor`` (LongRoPE's and
 YaRN's). ALiBi and the other schemes: tests/test_positions.py."""
 
@@ -112,6 +112,49 @@ def test_longrope_picks_factors_per_forward_as_transformers():
         torch.testing.assert_close(both.cos[row, :16], alone.cos[:16], rtol=0, atol=0)
 
 
+def test_longrope_held_short_with_two_mscales_is_transformers_phimoe_s():
+    """``switch_factors`` false and ``long_attention_factor``: cos and sin for 16 positions (short_mscale) and
+    for 17 and 30 (long_mscale, the short factors still) equal PhiMoE's rotary embedding's; by hand, position
+    p of pair i turns p / (short_i · θ^(2i/16)) at every length; in a padded batch each row picks its
+    mscale by its own highest position."""
+    from transformers import PhimoeConfig
+    from transformers.models.phimoe.modeling_phimoe import PhimoeRotaryEmbedding
+
+    mscales = dict(short_mscale=1.1, long_mscale=1.4)
+    c = PhimoeConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                     rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": SHORT,
+                     "long_factor": LONG, "original_max_position_embeddings": 16, **mscales})  # fmt: skip
+    hf = PhimoeRotaryEmbedding(c)
+    rope = RoPE(nano("rope", **longrope(switch_factors=False, attention_factor=1.1, long_attention_factor=1.4)))
+    for T, mscale in ((16, 1.1), (17, 1.4), (30, 1.4)):
+        cos, sin = hf(torch.zeros(1), torch.arange(T)[None])
+        r = cast(RoPERotation, rope.rotary(torch.arange(T), torch.float32))
+        torch.testing.assert_close(r.cos[:, 0], cos[0, :, :8], rtol=0, atol=2e-7)
+        torch.testing.assert_close(r.sin[:, 0], sin[0, :, :8], rtol=0, atol=2e-7)
+        angle = torch.tensor([[p / (f * 10000.0 ** (2 * i / 16)) for i, f in enumerate(SHORT)] for p in range(T)])
+        torch.testing.assert_close(r.cos[:, 0].double(), mscale * angle.double().cos(), rtol=0, atol=1e-5)
+    rows = torch.stack((torch.arange(20).clamp(max=15), torch.arange(20)))  # highest 15 and 19
+    both = cast(RoPERotation, rope.rotary(rows, torch.float32))
+    torch.testing.assert_close(both.cos[0, 0, 0, 0], torch.tensor(1.1), rtol=0, atol=0)
+    torch.testing.assert_close(both.cos[1, 0, 0, 0], torch.tensor(1.4), rtol=0, atol=0)
+
+
+def test_long_attention_factor_and_switch_factors_validation_and_reads():
+    """long_attention_factor outside longrope, or not positive, and a switch_factors that is not a bool are
+    refused naming the field; both are longrope's fields (set under linear: reported unread)."""
+    for scaling, field in [
+        (dict(kind="linear", factor=2.0, long_attention_factor=1.2), "model.position.scaling.long_attention_factor"),
+        ({**LONGROPE["scaling"], "long_attention_factor": 0.0}, "model.position.scaling.long_attention_factor"),
+        ({**LONGROPE["scaling"], "switch_factors": "no"}, "model.position.scaling.switch_factors"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            build_model(nano("rope", scaling=scaling))
+        assert err.value.field == field
+    assert ignored(nano("rope", **longrope(switch_factors=False, long_attention_factor=1.2))) == []
+    names = [i.field for i in ignored(nano("rope", scaling=dict(kind="linear", factor=2.0, switch_factors=False)))]
+    assert names == ["model.position.scaling.switch_factors"]
+
+
 def test_longrope_validation_and_reads():
     with pytest.raises(ConfigError, match=r"model.position.scaling.short_factor.*a list of 8 positive numbers.*16 / 2"):
         build_model(nano("rope", **longrope(short_factor=[1.0, 2.0])))
@@ -150,7 +193,8 @@ def test_longrope_kv_cache_decoding_equals_the_full_forward_across_the_switch():
 
 
 def test_every_hf_family_refuses_longrope():
-    """No family with RoPE but Phi-3 and MiniCPM3 converts longrope: each names the field."""
+    """No family with RoPE but Phi-3, MiniCPM3 and PhiMoE converts longrope: each names the field; PhiMoE's
+    record holds it with the short factors at every length alone, so names switch_factors."""
     cfg = nano("rope", **LONGROPE)
     fields_of_longrope = {
         "model.position.scaling.kind",
@@ -159,8 +203,9 @@ def test_every_hf_family_refuses_longrope():
     }
     for name, family in families_of_its_mixers(cfg).items():
         fields = {p.field for p in family.problems(cfg)}
-        holds_longrope = name in ("phi3", "minicpm3")
+        holds_longrope = name in ("phi3", "minicpm3", "phimoe")
         assert fields_of_longrope.isdisjoint(fields) if holds_longrope else fields_of_longrope <= fields, name
+        assert ("model.position.scaling.switch_factors" in fields) == (name == "phimoe"), name
 
 
 def test_longrope_trains():

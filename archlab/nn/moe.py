@@ -20,7 +20,8 @@ Mixtral, Qwen3-MoE, DeepSeek-V2 (greedy) and DeepSeek-V3 routers compute it:
 - with ``selection: hash`` the choice is instead a fixed table over token ids, ``token_experts[id]``
   (Roller et al. 2021's hash layers; DeepSeek-V4's ``hash_moe`` layers, its ``tid2eid``): a buffer [vocab, k]
   of distinct experts per token, drawn at init and saved with the model; the scores still weigh them;
-- logits: ``x·Wᵀ``, plus a learned bias with ``router_bias`` (gpt-oss);
+- logits: ``x·Wᵀ``, plus a learned bias with ``router_bias`` (gpt-oss), over the ``n_experts`` and any
+  ``zero_experts`` after them (LongCat-Flash: identity experts, each returning its input times its weight);
 - weights: the chosen experts' scores (without the correction bias), divided by their sum + 1e-20 when
   ``normalize_top_k``, times ``routed_scale``;
 - or, with ``sparsemixer_eps`` ε set, SparseMixer's choice (PhiMoE, Liu et al. 2024, arXiv:2409.12136, as
@@ -64,6 +65,9 @@ class RoutingConfig:
     """``model.mlp.routing``: how the router picks and weighs a token's experts, and its auxiliary losses."""
 
     n_experts: int = 8  # routed experts per layer
+    # identity experts beside them (LongCat-Flash's zero_expert_num): the router scores n_experts + this, and a
+    # token routed to one gets its input back times the weight; no parameters, no FLOPs
+    zero_experts: int = 0
     top_k: int = 2  # routed experts each token goes through
     # router scores: softmax, sigmoid (DeepSeek-V3) or sqrt(softplus) (DeepSeek-V4)
     scoring: str = choice("softmax", "sigmoid", "sqrtsoftplus")
@@ -203,18 +207,19 @@ class MoE(MLP):
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
         m, r, d = cfg.mlp, cfg.mlp.routing, cfg.d_model
-        self.n_experts, self.top_k, self.scoring = r.n_experts, r.top_k, r.scoring
+        self.n_experts, self.top_k, self.scoring = r.n_experts + r.zero_experts, r.top_k, r.scoring  # choices
+        self.n_routed = r.n_experts  # the experts with weights: the choices past them are identities
         self.normalize, self.routed_scale, self.weight_input = r.normalize_top_k, r.routed_scale, r.weight_input
         self.n_groups, self.top_groups = r.n_groups, r.top_groups
         self.corrects_logits = r.correction_on == "logits"
         self.sparsemixer_eps = r.sparsemixer_eps
         self.aux_weights = {"moe_balance": r.aux_loss_weight, "router_z": r.z_loss_weight}
-        self.router = nn.Linear(d, r.n_experts, bias=r.router_bias)
+        self.router = nn.Linear(d, self.n_experts, bias=r.router_bias)
         self.register_buffer(
-            "router_bias", torch.zeros(r.n_experts, dtype=torch.float32) if r.correction_bias else None
+            "router_bias", torch.zeros(self.n_experts, dtype=torch.float32) if r.correction_bias else None
         )
         self.bias_update_speed = r.bias_update_speed
-        self.register_buffer("load", torch.zeros(r.n_experts, dtype=torch.long), persistent=False)
+        self.register_buffer("load", torch.zeros(self.n_experts, dtype=torch.long), persistent=False)
         hashed = r.selection == "hash"
         self.register_buffer(
             "token_experts", torch.zeros(cfg.vocab_size, r.top_k, dtype=torch.long) if hashed else None
@@ -329,12 +334,16 @@ class MoE(MLP):
     def routed(self, x: Tensor, weights: Tensor, indices: Tensor) -> Tensor:
         """The routed experts' weighted sum for tokens ``x`` [N, d], in the experts' output dtype:
         ``dispatch``, ``experts``, ``combine`` (``archlab-bench`` splits a step along them). With
-        ``weight_input`` each row is multiplied by its weight before its expert, and the sum is unweighted."""
+        ``weight_input`` each row is multiplied by its weight before its expert, and the sum is unweighted.
+        The rows routed to zero experts (sorted last) come back as they went in."""
         rows, order, counts = self.dispatch(x, indices)
         if self.weight_input:
             rows = rows * weights.flatten()[order].unsqueeze(-1).to(rows.dtype)
-            return self.combine(self.experts(rows, counts), order, None)
-        return self.combine(self.experts(rows, counts), order, weights)
+        routed = sum(counts[: self.n_routed])
+        out = self.experts(rows[:routed], counts[: self.n_routed]) if routed else rows[:0]
+        if routed < rows.shape[0]:
+            out = torch.cat((out, rows[routed:].to(out.dtype)))
+        return self.combine(out, order, None if self.weight_input else weights)
 
     def dispatch(self, x: Tensor, indices: Tensor) -> tuple[Tensor, Tensor, list[int]]:
         """Rows [N·k, d] of ``x`` [N, d] sorted by expert (within one, by token), the sort ``order`` (row i
@@ -408,9 +417,9 @@ class MoE(MLP):
 
     @staticmethod
     def params(cfg: ModelConfig, routed: int) -> int:
-        """Parameters of one MoE layer counting ``routed`` of its routed experts; the shared experts' gate d;
-        the output norm's (a norm over d_model); the router norm's scale d and the experts' scales E; beside
-        its MLP, that MLP (of width d_ff) and three norms."""
+        """Parameters of one MoE layer counting ``routed`` of its routed experts (zero experts have none: a
+        router row each); the shared experts' gate d; the output norm's (a norm over d_model); the router
+        norm's scale d and the experts' scales E; beside its MLP, that MLP (of width d_ff) and three norms."""
         m, r, entry = cfg.mlp, cfg.mlp.routing, dense_kind(cfg.mlp.expert)
         f, norm = expert_width(cfg), NORMS.get(cfg.norm.kind).num_params(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
@@ -418,7 +427,8 @@ class MoE(MLP):
         shared += norm if m.out_norm else 0
         shared += cfg.d_model * r.router_norm + r.n_experts * r.expert_scale
         shared += entry.params_at(cfg, d_ff(cfg)) + 3 * norm if m.beside else 0
-        return r.n_experts * (cfg.d_model + r.router_bias) + routed * entry.params_at(cfg, f) + shared
+        choices = r.n_experts + r.zero_experts
+        return choices * (cfg.d_model + r.router_bias) + routed * entry.params_at(cfg, f) + shared
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
@@ -427,8 +437,8 @@ class MoE(MLP):
     @classmethod
     def active_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
         """The router (its bias too), the top_k routed experts a token goes through and the shared experts
-        (their gate too)."""
-        return cls.params(cfg, cfg.mlp.routing.top_k)
+        (their gate too). With zero experts, the most: a token routed to j of them runs top_k - j experts."""
+        return cls.params(cfg, min(cfg.mlp.routing.top_k, cfg.mlp.routing.n_experts))
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
@@ -486,7 +496,8 @@ class MoE(MLP):
         routing += (", normed router" if r.router_norm else "") + (", expert scales" if r.expert_scale else "")
         routing += f", beside a {f.expert} d_ff={d_ff(cfg)}" if f.beside else ""
         experts = f"{f.expert} experts d_ff={expert_width(cfg)}{form}" + (", normed output" if f.out_norm else "")
-        return f"moe top-{r.top_k} of {r.n_experts}{shared} {experts}{routing}"
+        zero = f" + {r.zero_experts} zero" if r.zero_experts else ""
+        return f"moe top-{r.top_k} of {r.n_experts}{zero}{shared} {experts}{routing}"
 
 
 MLPS.register("moe")(MoE)  # after the class, not as its decorator: the name keeps MoE's own type for its callers
@@ -507,12 +518,23 @@ def sparsemixer(logits: Tensor, k: int, eps: float) -> tuple[Tensor, Tensor]:
 
 
 def _validate_routing(r: RoutingConfig) -> None:
-    """Whole numbers of experts and groups that fit one another; weights that are not negative."""
+    """Whole numbers of experts (zero experts too) and groups that fit one another; weights that are not negative."""
     checks.integer("model.mlp.routing.n_experts", r.n_experts)
+    checks.integer("model.mlp.routing.zero_experts", r.zero_experts, minimum=0)
     checks.integer("model.mlp.routing.top_k", r.top_k)
-    if r.top_k > r.n_experts:
-        raise ConfigError("model.mlp.routing.top_k", r.top_k, f"at most n_experts={r.n_experts}")
+    if r.top_k > r.n_experts + r.zero_experts:
+        raise ConfigError(
+            "model.mlp.routing.top_k", r.top_k, f"at most n_experts + zero_experts={r.n_experts + r.zero_experts}"
+        )
     checks.integer("model.mlp.routing.n_groups", r.n_groups)
+    if r.zero_experts and r.expert_scale:
+        raise ConfigError(
+            "model.mlp.routing.expert_scale", True, "false with zero_experts (the scales are the routed experts')"
+        )
+    if r.zero_experts and r.n_groups > 1:
+        raise ConfigError(
+            "model.mlp.routing.n_groups", r.n_groups, "1 with zero_experts (groups hold the routed experts alone)"
+        )
     if r.n_experts % r.n_groups:
         raise ConfigError("model.mlp.routing.n_groups", r.n_groups, f"a divisor of n_experts={r.n_experts}")
     per_group = r.n_experts // r.n_groups

@@ -54,6 +54,9 @@ class RoPEScalingConfig:
     short_factor: Optional[List[float]] = None  # longrope: pair i's wavelength times [i] while within original_context
     long_factor: Optional[List[float]] = None  # longrope: ... past it (each list: rotary dims / 2 numbers)
     attention_factor: Optional[float] = None  # yarn, longrope: cos and sin times this; None = derived from factor
+    # longrope: cos and sin times this instead of attention_factor past original_context (PhiMoE's long_mscale)
+    long_attention_factor: Optional[float] = None
+    switch_factors: bool = True  # longrope: long_factor past original_context; false: short_factor at any length
 
 
 @position_config("rope")
@@ -82,7 +85,17 @@ _SCALING_FIELDS = {
     "yarn": frozenset(
         {"factor", "original_context", "beta_fast", "beta_slow", "truncate", "attention_factor", "softmax_mscale"}
     ),
-    "longrope": frozenset({"factor", "original_context", "short_factor", "long_factor", "attention_factor"}),
+    "longrope": frozenset(
+        {
+            "factor",
+            "original_context",
+            "short_factor",
+            "long_factor",
+            "attention_factor",
+            "long_attention_factor",
+            "switch_factors",
+        }
+    ),
 }
 
 
@@ -92,10 +105,11 @@ class RoPE(Position):
 
     ``half`` pairs dim i with i + r/2 (rotate_half: LLaMA, GPT-NeoX); ``interleaved`` pairs 2i with
     2i+1 (GPT-J). Angles are computed in float32 from the positions, so any length works; YaRN and
-    LongRoPE scale cos and sin by their attention factor. LongRoPE picks its factors per forward, as
-    transformers does, from the highest position (per row of a padded batch): a sequence longer than
-    ``original_context`` is rotated anew, so ``switches_at`` tells decoding that a KV cache built up to
-    that length goes stale.
+    LongRoPE scale cos and sin by their attention factor. LongRoPE picks its factors (unless
+    ``switch_factors`` is off) and its attention factor (``long_attention_factor`` past the switch, where
+    set) per forward, as transformers does, from the highest position (per row of a padded batch): a
+    sequence longer than ``original_context`` is rotated anew, so ``switches_at`` tells decoding that a KV
+    cache built up to that length goes stale.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -108,11 +122,14 @@ class RoPE(Position):
         self.position_cfg = cfg.position
         self.interleaved = cfg.position.pairing == "interleaved"
         self.attention_factor = attention_factor(cfg.position.scaling)
+        self.long_attention_factor = long_attention_factor(cfg.position.scaling)
         self.switches_at = cfg.position.scaling.original_context if cfg.position.scaling.kind == "longrope" else None
 
     def rotary(self, pos: Tensor, dtype: torch.dtype, cached: bool = False) -> RoPERotation:
         angles = _opaque_rope_angles if torch.compiler.is_compiling() else rope_angles
         p = self.position_cfg
+        inv_freq = inverse_frequencies(p, self.dim, pos.device)
+        factor: float | Tensor = self.attention_factor
         if p.scaling.kind == "longrope":
             assert p.scaling.original_context is not None, (
                 "model.position.scaling.original_context: longrope's validate requires it"
@@ -120,13 +137,13 @@ class RoPE(Position):
             longer = (pos.amax(-1) + 1 > p.scaling.original_context)[
                 ..., None, None, None
             ]  # [(B,) 1, 1, 1]: no device sync
-            short, long = (inverse_frequencies(p, self.dim, pos.device, long=b) for b in (False, True))
-            inv_freq = torch.where(longer, long, short)
-        else:
-            inv_freq = inverse_frequencies(p, self.dim, pos.device)
+            if p.scaling.switch_factors:
+                inv_freq = torch.where(longer, inverse_frequencies(p, self.dim, pos.device, long=True), inv_freq)
+            if self.long_attention_factor != self.attention_factor:  # each row's factor, by its length
+                factor = torch.where(longer, self.long_attention_factor, self.attention_factor)
         cos, sin = angles(pos, inv_freq)
-        if self.attention_factor != 1.0:  # in float32, as Hugging Face scales them
-            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        if isinstance(factor, Tensor) or factor != 1.0:  # in float32, as Hugging Face scales them
+            cos, sin = cos * factor, sin * factor
         rotation = RoPERotation(
             cos.to(dtype), sin.to(dtype), self.dim, self.interleaved, may_reorder=not self.interleaved and not cached
         )
@@ -171,6 +188,20 @@ class RoPE(Position):
                     f"a number above model.position.scaling.low_freq_factor={p.scaling.low_freq_factor}",
                 )
         _validate_yarn(p)
+        if p.scaling.long_attention_factor is not None:
+            if p.scaling.kind != "longrope":
+                raise ConfigError(
+                    "model.position.scaling.long_attention_factor",
+                    p.scaling.long_attention_factor,
+                    "null unless model.position.scaling.kind is longrope (the factor past its original context)",
+                )
+            checks.positive(
+                "model.position.scaling.long_attention_factor",
+                p.scaling.long_attention_factor,
+                "a positive number, or null",
+            )
+        if not isinstance(p.scaling.switch_factors, bool):
+            raise ConfigError("model.position.scaling.switch_factors", p.scaling.switch_factors, "true or false")
         if p.scaling.attention_factor is not None:
             if p.scaling.kind not in ("yarn", "longrope"):
                 raise ConfigError(
@@ -358,6 +389,12 @@ def attention_factor(s: RoPEScalingConfig) -> float:
     if s.mscale is not None and s.mscale_all_dim is not None:
         return yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim)
     return yarn_mscale(s.factor)
+
+
+def long_attention_factor(s: RoPEScalingConfig) -> float:
+    """What LongRoPE multiplies cos and sin by past ``original_context``: ``long_attention_factor`` where
+    set (transformers' PhiMoE: its ``long_mscale``), else ``attention_factor(s)`` as within it."""
+    return s.long_attention_factor if s.long_attention_factor is not None else attention_factor(s)
 
 
 def inverse_frequencies(p: RoPEConfig, dim: int, device: Optional[torch.device] = None, long: bool = False) -> Tensor:

@@ -66,6 +66,13 @@ LAYOUTS = {
         f"model.attention.window={WINDOW}",
     ],
 }
+# LongRoPE over the 8 dims phi3-partial-rotary turns
+PARTIAL_LONGROPE = [
+    "model.position.scaling.kind=longrope",
+    "model.position.scaling.original_context=16",
+    f"model.position.scaling.short_factor={SHORT}",
+    f"model.position.scaling.long_factor={LONG}",
+]
 
 
 def hf_model(case: str, seed: int = 1):
@@ -150,6 +157,12 @@ def test_an_archlab_layout_exports_to_its_family_and_back_bit_for_bit(case):
         (["model.attention.qkv_bias=true"], "model.attention.qkv_bias"),
         (["model.attention.head_dim=32"], "model.attention.head_dim"),
         (["model.position.scaling.kind=linear", "model.position.scaling.factor=2.0"], "model.position.scaling.kind"),
+        # PhiMoE's LongRoPE (transformers' PhimoeRotaryEmbedding): the short factors at every length, two mscales
+        ([*PARTIAL_LONGROPE, "model.position.scaling.switch_factors=false"], "model.position.scaling.switch_factors"),
+        (
+            [*PARTIAL_LONGROPE, "model.position.scaling.long_attention_factor=1.4"],
+            "model.position.scaling.long_attention_factor",
+        ),
     ],
 )
 def test_the_family_refuses_what_it_cannot_hold(overrides, field):

@@ -101,6 +101,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.position.scaling.short_factor": (None, "no LongRoPE factors"),
     "model.position.scaling.long_factor": (None, "no LongRoPE factors"),
     "model.position.scaling.attention_factor": (None, "RoPE's attention factor derived from its scaling"),
+    "model.position.scaling.long_attention_factor": (None, "LongRoPE's one attention factor at every length"),
+    "model.position.scaling.switch_factors": (True, "LongRoPE's long factors past its original context"),
     "model.position.alibi_scale": (1.0, "ALiBi's slopes as Press et al."),
     "model.position.alibi_rounding": ("none", "ALiBi's bias in float32"),
     "model.layers.first": ([], "every layer the same parts"),
@@ -121,6 +123,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.routing.router_norm": (False, "the router reads the MoE's input"),
     "model.mlp.routing.expert_scale": (False, "no learned scale per expert"),
     "model.mlp.beside": (False, "no MLP beside the experts"),
+    "model.mlp.routing.zero_experts": (0, "no zero (identity) experts"),
 }
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ
 # FEATURES of the causal mixer whose name another mixer's own field shares (mla's v_head_dim is its size)

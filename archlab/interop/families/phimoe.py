@@ -1,6 +1,8 @@
 """PhiMoE (``PhimoeForCausalLM``, Phi-3.5-MoE): Mixtral's layout with LayerNorms (a shift each), one
-``attention_bias`` flag, an optional head bias (``lm_head_bias``), and SparseMixer's top-2 routing
-(``model.mlp.routing.sparsemixer_eps``: ``router_jitter_noise``) as transformers runs it at inference."""
+``attention_bias`` flag, an optional head bias (``lm_head_bias``), SparseMixer's top-2 routing
+(``model.mlp.routing.sparsemixer_eps``: ``router_jitter_noise``) as transformers runs it at inference, and
+LongRoPE as transformers' PhiMoE computes it (short factors at every length, ``short_mscale`` /
+``long_mscale`` switching at the original context)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,13 @@ from archlab.interop.families.softmax_moe import _Softmax, replaced
 from archlab.interop.families.tensors import TensorMap
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.moe import expert_width
+from archlab.nn.rope import attention_factor, long_attention_factor
+
+
+def is_longrope(cfg: ModelConfig) -> bool:
+    """Whether cfg's RoPE is scaled by LongRoPE."""
+    return cfg.position.kind == "rope" and cfg.position.scaling.kind == "longrope"
+
 
 NORMS = (("attn_norm", "input_layernorm"), ("mlp_norm", "post_attention_layernorm"))  # archlab's, HF's
 
@@ -21,20 +30,43 @@ class Phimoe(_Softmax):
     (``attention_bias``), full half-paired RoPE, GQA, a sliding window or none, a MoE in every layer of SwiGLU
     experts (``intermediate_size`` wide) routed by SparseMixer: two rounds, each the best expert left
     weighted by its softmax over the logits within 2·``router_jitter_noise`` (relative) of its own. Training
-    mode's Gumbel sampling and input jitter (``input_jitter_noise``) are transformers' training alone."""
+    mode's Gumbel sampling and input jitter (``input_jitter_noise``) are transformers' training alone.
+    LongRoPE: transformers 5's PhiMoE recomputes the frequencies each forward without the sequence length, so
+    its ``short_factor`` serves at every length (``model.position.scaling.switch_factors`` false; its
+    ``long_factor`` travels unread), and scales cos and sin by ``short_mscale``
+    (``model.position.scaling.attention_factor``) up to ``original_max_position_embeddings`` and by
+    ``long_mscale`` (``long_attention_factor``) past it; rope_parameters' ``attention_factor`` is unread."""
 
-    parts = "Mixtral's layers with LayerNorms, attention and head biases, SparseMixer top-2 routing"
+    parts = "Mixtral's layers with LayerNorms, attention and head biases, SparseMixer top-2 routing, LongRoPE"
 
     model_type, title, model_class, config_class = "phimoe", "PhiMoE", "PhimoeForCausalLM", "PhimoeConfig"
-    features = frozenset({"model.position.scaling.kind", "model.attention.window", "model.mlp.routing.sparsemixer_eps"})
-    scalings = ("none",)
+    features = frozenset(
+        {
+            "model.position.scaling.kind",
+            "model.position.scaling.short_factor",
+            "model.position.scaling.long_factor",
+            "model.position.scaling.attention_factor",
+            "model.position.scaling.long_attention_factor",
+            "model.position.scaling.switch_factors",
+            "model.attention.window",
+            "model.mlp.routing.sparsemixer_eps",
+        }
+    )
+    scalings = ("none", "longrope")
+    rope_keys = frozenset({"short_mscale", "long_mscale"})
     router = "router"
     expert_matrices = ("w1", "w3", "w2")
     checkpoint_renames = {".block_sparse_moe.": ".mlp.", ".mlp.gate.weight": ".mlp.router.weight"}
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
+        longrope = is_longrope(cfg)
         return replaced(
             super().rules(cfg),
+            (
+                "model.position.scaling.switch_factors",
+                (not longrope,),
+                " (transformers' PhiMoE keeps LongRoPE's short factors at every length)" if longrope else "",
+            ),
             ("model.norm.kind", ("layernorm",), ""),
             ("model.norm.bias", (True,), " (its LayerNorms have a shift)"),
             ("model.head.bias", (False, True), ""),
@@ -56,7 +88,7 @@ class Phimoe(_Softmax):
         return found
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        return dict(
+        hf = dict(
             super().to_hf(cfg),
             num_local_experts=cfg.mlp.routing.n_experts,
             intermediate_size=expert_width(cfg),
@@ -65,6 +97,11 @@ class Phimoe(_Softmax):
             attention_bias=cfg.attention.qkv_bias,
             lm_head_bias=cfg.head.bias,
         )
+        if is_longrope(cfg):  # the mscales in place of the attention_factor PhiMoE never reads
+            s = cfg.position.scaling
+            rope = {k: v for k, v in hf["rope_parameters"].items() if k != "attention_factor"}
+            hf["rope_parameters"] = dict(rope, short_mscale=attention_factor(s), long_mscale=long_attention_factor(s))
+        return hf
 
     def from_hf(self, c: Any) -> ModelConfig:
         mlp = self.moe_from_hf(
@@ -78,6 +115,11 @@ class Phimoe(_Softmax):
         if c.num_experts_per_tok != 2:
             refuse_hf(c, "num_experts_per_tok", "2 (its SparseMixer chooses two experts whatever this says)")
         cfg = self.causal_from_hf(c, mlp)
+        s = cfg.position.scaling
+        if s.kind == "longrope":  # PhimoeConfig requires both mscales to be numbers
+            s.switch_factors = False
+            s.attention_factor = float(c.rope_parameters["short_mscale"])
+            s.long_attention_factor = float(c.rope_parameters["long_mscale"])
         bias = bool(c.attention_bias)
         cfg.attention.qkv_bias, cfg.attention.out_bias = bias, bias
         cfg.norm.kind, cfg.norm.bias = "layernorm", True

@@ -147,7 +147,7 @@ REFUSED: dict[str, Refused] = {
     "longcat_flash": Refused(
         "LongCat-Flash",
         "LongcatFlashForCausalLM",
-        "two MLA and two MLPs per layer beside a shortcut MoE (ScMoE), and zero experts (`zero_expert_num`)",
+        "a shortcut MoE (ScMoE): the first MLP's input through a MoE, added after the second MLA and MLP of the layer",
     ),
     "apertus1p5_text": Refused(
         "Apertus 1.5",

@@ -49,6 +49,7 @@ class _Softmax(_Sparse):
     shared_names: tuple[str, ...] = ("gate_proj", "up_proj", "down_proj")
     fused = False
     checks: tuple[Check, ...] = (Family.full_rotary,)  # after its rules' problems, in order
+    rope_keys: frozenset[str] = frozenset()  # rope_parameters keys of the family's own, read by its from_hf
 
     def rules(self, cfg: ModelConfig) -> list[Rule]:
         return super().rules(cfg) + [
@@ -84,7 +85,7 @@ class _Softmax(_Sparse):
             dropout=float(c.attention_dropout),
             window=c.sliding_window,
         )
-        position = rope_from_hf(c, hd, partial=False, scalings=self.rope_types())
+        position = rope_from_hf(c, hd, partial=False, scalings=self.rope_types(), ignored=self.rope_keys)
         return self.base_from_hf(c, position, attention, mlp)
 
     def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
