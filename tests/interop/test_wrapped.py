@@ -1,6 +1,6 @@
 """The language model of a vision-language checkpoint (archlab/interop/wrapped.py): ``from_hf`` and
 ``load_hf_dir`` on transformers' wrappers whose text config a record holds (Gemma 3, Qwen3.5, Qwen3.5-MoE,
-Llama 4, Emu3, Aria, Step-3.7; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
+Llama 4, Emu3, Aria, Step-3.7, Gemma 4, Cohere Compass; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
 say in one logged line what they leave out (the vision tower, the projector, Emu3's VQ-VAE), and export it as the
 text-only class.
 
@@ -164,6 +164,27 @@ CASES = {
         "Step3p5ForCausalLM",  # archlab's: transformers 5.24 has no causal-LM class for Step-3.5
         "model.multi_modal_projector, model.vision_model",
     ),
+    "cohere_compass": (
+        "CohereCompassConfig",
+        dict(
+            text_config=dict(
+                TEXT,
+                num_hidden_layers=2,
+                sliding_window=4,
+                layer_types=["sliding_attention", "full_attention"],
+                rope_parameters={
+                    "sliding_attention": {"rope_type": "default", "rope_theta": 100.0, "mrope_section": [4, 2, 2]},
+                    "full_attention": None,
+                },
+                logit_scale=0.5,
+            ),
+            vision_config=dict(
+                depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=8
+            ),
+        ),
+        "CohereCompassForCausalLM",
+        "model.visual",
+    ),
     "emu3": (
         "Emu3Config",
         dict(
@@ -242,7 +263,7 @@ def test_qwen3_5_moe_s_language_model_exports_as_its_own_text_class_by_family():
     parity.assert_same_tensors(model, from_hf(back))
 
 
-@pytest.mark.parametrize("case", ["gemma3", "gemma4", "qwen3_5_moe", "llama4", "emu3", "step3p7"])
+@pytest.mark.parametrize("case", ["gemma3", "gemma4", "qwen3_5_moe", "llama4", "emu3", "step3p7", "cohere_compass"])
 def test_a_save_pretrained_directory_loads_and_saves_as_the_text_class(case, tmp_path, caplog):
     """save_pretrained of the wrapper (Gemma 3's names ``language_model.model.*``, Step-3.7's MoE as
     ``moe.*``) -> load_hf_dir (the same logits, one line) -> save_hf_dir -> the text-only class's

@@ -169,6 +169,9 @@ class Wrapped(NamedTuple):
 
 WRAPPED: dict[str, Wrapped] = {
     "aria": Wrapped("Aria (vision-language)", "AriaForConditionalGeneration", "aria_text"),
+    "cohere_compass": Wrapped(
+        "Cohere Compass (vision-language)", "CohereCompassForConditionalGeneration", "cohere_compass_text"
+    ),
     "emu3": Wrapped("Emu3 (vision-language)", "Emu3ForConditionalGeneration", "emu3_text_model"),
     "gemma3": Wrapped("Gemma 3 (vision-language)", "Gemma3ForConditionalGeneration", "gemma3_text"),
     "gemma4": Wrapped("Gemma 4 (multimodal)", "Gemma4ForConditionalGeneration", "gemma4_text"),
