@@ -107,3 +107,35 @@ def test_a_model_collects_the_balance_loss_of_its_layers():
 def test_bad_sizes_are_refused_naming_the_field(field, value, allowed):
     with pytest.raises(ConfigError, match=rf"model\.attention\.{field}.*{allowed}"):
         build_model(mixer_config("moa", attention=SIZES | {field: value}))
+
+
+def _step(checkpointing: bool = False, compiled: bool = False) -> tuple[float, dict[str, torch.Tensor]]:
+    """One training step's balance loss and gradients of a 2-layer moa model (the balance loss on), with
+    activation checkpointing (the forward re-run in backward) or each block under ``torch.compile``."""
+    cfg = mixer_config("moa", attention=SIZES | {"aux_loss_weight": 0.1})
+    idx = torch.randint(0, 48, (2, 8), generator=torch.Generator().manual_seed(10))
+    torch.manual_seed(0)
+    model = build_model(cfg).train()
+    model.activation_checkpointing = checkpointing
+    if compiled:
+        for block in model.blocks:
+            block.compile(backend="aot_eager")
+    loss = model(idx).square().mean()
+    weight, balance = model.auxiliary_losses()["moa_balance"]
+    (loss + weight * balance).backward()
+    return balance.item(), {n: cast(torch.Tensor, p.grad).clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [{"checkpointing": True}, pytest.param({"compiled": True}, marks=pytest.mark.slow)],
+    ids=["checkpointing", "compiled"],
+)
+def test_checkpointing_and_compiled_blocks_give_the_eager_loss_and_gradients(variant):
+    """Checkpointing, and compiled blocks (aot_eager: dynamo and AOT autograd, the dispatch's data-dependent
+    sizes breaking the graph; slow, ~4 s), give the eager step's balance loss and gradients."""
+    balance, grads = _step()
+    other_balance, other = _step(**variant)
+    assert other_balance == pytest.approx(balance)
+    for n in grads:
+        torch.testing.assert_close(other[n], grads[n], rtol=1e-5, atol=1e-7, msg=f"{variant} {n}")
