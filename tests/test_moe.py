@@ -852,3 +852,23 @@ def test_every_moe_family_refuses_zero_experts():
         cfg, mlp=dataclasses.replace(cfg.mlp, routing=RoutingConfig(n_experts=4, top_k=2, zero_experts=2))
     )
     assert [p.field for p in FAMILIES["mixtral"].problems(zero)] == ["model.mlp.routing.zero_experts"]
+
+
+def test_out_bias_adds_one_vector_to_the_output_counted_in_closed_form():
+    """``out_bias`` (JetMoE's): the output is the bias-free MoE's plus the bias, in every row; d more parameters
+    per layer, all active, in the closed form as built; refused beside a dense MLP (``beside``)."""
+    cfg = config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=4, out_bias=True)
+    plain_cfg = config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=4)
+    moe = MoE(cfg).eval()
+    with torch.no_grad():
+        for p in moe.parameters():
+            p.normal_(generator=torch.Generator().manual_seed(p.numel()))
+    plain = MoE(plain_cfg).eval()
+    plain.load_state_dict({k: v for k, v in moe.state_dict().items() if k != "out_bias"})
+    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(1))
+    assert moe.out_bias is not None
+    torch.testing.assert_close(moe(x), plain(x) + moe.out_bias)
+    assert MoE.num_params(cfg) == MoE.num_params(plain_cfg) + D == sum(p.numel() for p in moe.parameters())
+    assert MoE.active_params(cfg) == MoE.active_params(plain_cfg) + D
+    with pytest.raises(ConfigError, match=r"model\.mlp\.out_bias.*beside"):
+        validate(config(n_layer=1, n_experts=4, top_k=2, expert_d_ff=4, out_bias=True, beside=True))

@@ -2,7 +2,8 @@
 MLPs of kind ``expert`` (Shazeer et al. 2017), beside ``n_shared_experts`` every token goes through
 (DeepSeekMoE, Dai et al. 2024), their output times ``sigmoid(w·x)`` with ``shared_expert_gate`` (Qwen2-MoE,
 Qwen3-Next: one bias-free scalar per token), and with ``out_norm`` their sum through a norm of the model's
-kind (A.X K1's ``post_mlp_layernorm``: on the MoE layers alone, the dense ones being other layer kinds). Dense layers among MoE ones (DeepSeek's first layers) are layer kinds
+kind (A.X K1's ``post_mlp_layernorm``: on the MoE layers alone, the dense ones being other layer kinds); with
+``out_bias`` one learned bias of d_model added to that sum (JetMoE's). Dense layers among MoE ones (DeepSeek's first layers) are layer kinds
 setting ``mlp.kind`` to the experts' kind (``model.layers``).
 SwiGLU experts clamp at ``swiglu_limit``, the shared ones at ``shared_swiglu_limit`` where it is set
 (Step-3.5 bounds the two apart; 0: no clamp).
@@ -109,6 +110,7 @@ class MoEConfig(ClampFields, TanhField, GatedWidthConfig):
     # the shared SwiGLU experts' swiglu_limit where it differs from the routed ones' (Step-3.5: 16); 0: no clamp
     shared_swiglu_limit: Optional[float] = None
     out_norm: bool = False  # the output (routed + shared) normed by the model's norm kind (A.X K1's post_mlp_layernorm)
+    out_bias: bool = False  # one bias of d_model added to the output (routed + shared) (JetMoE's)
     # a dense MLP of kind expert and width d_ff beside the experts: norm(mlp(x)) + norm(experts(norm(s))), the
     # router and the experts reading the block's unnormed stream s (Gemma 4's enable_moe_block); pre, sandwich only
     beside: bool = False
@@ -178,7 +180,7 @@ class Experts(nn.Module):
 
 
 _OWN_FIELDS = frozenset(
-    {"expert", "expert_d_ff", "n_shared_experts", "shared_expert_gate", "out_norm", "routing", "beside"}
+    {"expert", "expert_d_ff", "n_shared_experts", "shared_expert_gate", "out_norm", "out_bias", "routing", "beside"}
 )
 
 
@@ -203,6 +205,7 @@ class MoE(MLP):
     router_bias: Optional[Tensor]  # a buffer: DeepSeek-V3's correction bias, else None
     load: Tensor  # a buffer, not saved: (token, expert) assignments per expert since ``update_correction_bias``
     token_experts: Optional[Tensor]  # a buffer [vocab, top_k] with ``selection: hash``: each token id's experts
+    out_bias: Optional[Tensor]  # with ``out_bias``: the output's bias [d]
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
@@ -231,6 +234,7 @@ class MoE(MLP):
         self.shared = dense_kind(m.expert)(shared_config(cfg), layer, width=width) if width else None
         self.shared_gate = nn.Linear(d, 1, bias=False) if m.shared_expert_gate else None
         self.out_norm = build_norm(cfg) if m.out_norm else None
+        self.out_bias = nn.Parameter(torch.empty(d)) if m.out_bias else None
         self.aux_losses: dict[str, tuple[float, Tensor]] = {}
         self.router_scale = nn.Parameter(torch.empty(d)) if r.router_norm else None
         self.expert_scale = nn.Parameter(torch.empty(r.n_experts)) if r.expert_scale else None
@@ -256,6 +260,7 @@ class MoE(MLP):
             "out_norm.bias": Role.VECTOR,
             "router_scale": Role.VECTOR,
             "expert_scale": Role.VECTOR,
+            "out_bias": Role.VECTOR,
         }
 
     def forward(self, x: Tensor, stream: Optional[Tensor] = None) -> Tensor:
@@ -273,6 +278,8 @@ class MoE(MLP):
         if self.shared is not None:
             shared = self.shared(flat)
             y = y + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
+        if self.out_bias is not None:
+            y = y + self.out_bias
         if self.out_norm is not None:
             y = self.out_norm(y)
         return y.view(*x.shape[:-1], y.shape[-1])
@@ -393,8 +400,8 @@ class MoE(MLP):
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:
         """The GPT-2 init of what no Linear holds (``Decoder.init_weights`` calls it): each expert's input
-        matrix N(0, std), its output matrix N(0, residual_std), biases zero; the correction bias and the
-        load count zero; a hash table's rows top_k distinct experts drawn uniformly per token id."""
+        matrix N(0, std), its output matrix N(0, residual_std), biases zero; the correction bias, the
+        load count and the output bias zero; a hash table's rows top_k distinct experts drawn uniformly per token id."""
         self.load.zero_()
         w_in, w_out = self.experts.matrices()
         nn.init.normal_(w_in, 0.0, std)
@@ -404,6 +411,8 @@ class MoE(MLP):
                 nn.init.zeros_(bias)
         if self.router_bias is not None:
             self.router_bias.zero_()
+        if self.out_bias is not None:
+            nn.init.zeros_(self.out_bias)
         if self.token_experts is not None:
             draws = torch.rand(self.token_experts.shape[0], self.n_experts, device=self.token_experts.device)
             self.token_experts.copy_(draws.argsort(dim=-1)[:, : self.top_k])
@@ -418,13 +427,15 @@ class MoE(MLP):
     @staticmethod
     def params(cfg: ModelConfig, routed: int) -> int:
         """Parameters of one MoE layer counting ``routed`` of its routed experts (zero experts have none: a
-        router row each); the shared experts' gate d; the output norm's (a norm over d_model); the router
-        norm's scale d and the experts' scales E; beside its MLP, that MLP (of width d_ff) and three norms."""
+        router row each); the shared experts' gate d; the output norm's (a norm over d_model) and the output
+        bias d; the router norm's scale d and the experts' scales E; beside its MLP, that MLP (of width d_ff)
+        and three norms."""
         m, r, entry = cfg.mlp, cfg.mlp.routing, dense_kind(cfg.mlp.expert)
         f, norm = expert_width(cfg), NORMS.get(cfg.norm.kind).num_params(cfg)
         shared = entry.params_at(cfg, m.n_shared_experts * f) if m.n_shared_experts else 0
         shared += cfg.d_model if m.shared_expert_gate else 0
         shared += norm if m.out_norm else 0
+        shared += cfg.d_model * m.out_bias
         shared += cfg.d_model * r.router_norm + r.n_experts * r.expert_scale
         shared += entry.params_at(cfg, d_ff(cfg)) + 3 * norm if m.beside else 0
         choices = r.n_experts + r.zero_experts
@@ -469,6 +480,8 @@ class MoE(MLP):
             )
         if m.beside and cfg.block.kind not in ("pre", "sandwich"):
             raise ConfigError("model.mlp.beside", True, f"false with block kind {cfg.block.kind} (pre or sandwich)")
+        if m.beside and m.out_bias:
+            raise ConfigError("model.mlp.out_bias", True, "false with model.mlp.beside (its output is two norms' sum)")
         if m.beside and cfg.stream.kind != "plain":
             raise ConfigError("model.mlp.beside", True, f"false with model.stream.kind={cfg.stream.kind}")
         limit = m.shared_swiglu_limit

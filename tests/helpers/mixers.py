@@ -54,6 +54,8 @@ TINY: dict[str, dict] = {
     | {"ssm_out_multiplier": 0.5},
     # 4 heads of 6 (not d_model / n_head), blocks of 5
     "lightning": {"n_head": 4, "head_dim": 6, "block_size": 5},
+    # 3 experts of 4 query heads of 6 (not d_model / n_head), 2 per token, over 4 shared key/value heads
+    "moa": {"n_head": 4, "head_dim": 6, "n_experts": 3, "top_k": 2},
 }
 
 # the model around the mixer: d_model 32, vocab 48, context 12, RoPE (a left-padded row's positions must be

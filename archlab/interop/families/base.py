@@ -112,6 +112,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.shared_swiglu_limit": (None, "shared experts clamped as the routed ones"),
     "model.mlp.shared_expert_gate": (False, "shared experts added ungated"),
     "model.mlp.out_norm": (False, "the MoE's output unnormed"),
+    "model.mlp.out_bias": (False, "no bias on the MoE's output"),
     "model.mlp.sub_norm": (False, "no norm on the MLP's hidden activations"),
     "model.mlp.swiglu_alpha": (1.0, "a SiLU gate"),
     "model.mlp.up_offset": (0.0, "no offset on the up projection"),

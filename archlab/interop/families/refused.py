@@ -78,11 +78,6 @@ REFUSED: dict[str, Refused] = {
         "dynamic-mask attention: a learned per-head key mask (`dt_proj`, `A`, `keep_window_size`)",
     ),
     # attention archlab's `causal` and `mla` do not compute
-    "jetmoe": Refused(
-        "JetMoE",
-        "JetMoeForCausalLM",
-        "mixture of attention heads: routed query and output projections (`JetMoeMoA`)",
-    ),
     "inkling_text": Refused(
         "Inkling",
         "InklingForCausalLM",
