@@ -124,6 +124,7 @@ class Gemma4(Family):
         return [
             ("model.norm.kind", ("rmsnorm",), ""),
             ("model.block.kind", ("sandwich",), ""),
+            ("model.mlp.kind", ("geglu", "swiglu", "moe"), " (a gated MLP, or experts beside one)"),
             ("model.block.layer_scalar", (True,), " (every layer has its layer_scalar)"),
             ("model.scale_embedding", (True,), " (embeddings are multiplied by sqrt(d_model))"),
             NO_HEAD_BIAS,
@@ -146,6 +147,8 @@ class Gemma4(Family):
         types = layer_types(lcs)
         first = {t: next(lc for lc, u in zip(lcs, types) if u == t and not lc.attention.kv_shared) for t in types}
         plain = next((lc for lc in lcs if not lc.attention.kv_shared), lcs[0])
+        if not hasattr(plain.mlp, "d_ff"):  # an MLP kind without a width (none): the model's own problems name it
+            return found
         base_width = d_ff(plain)
         widths = {d_ff(lc) for lc in lcs if lc.attention.kv_shared}
         wide = widths == {2 * base_width}
