@@ -26,6 +26,9 @@ def _conf_dir() -> Path:
 
 
 CONF_DIR = _conf_dir()
+# the option classes register_configs last stored: a call that finds the same ones has nothing to do (each
+# compose calls it, and building the schemas of every option takes about half a second)
+_stored: tuple = ()
 
 
 def register_configs() -> None:
@@ -33,6 +36,10 @@ def register_configs() -> None:
     schema first; a model's ``attention`` and ``mlp`` composed onto their options' ``schema``), a group
     option ``model/<section>=<kind>`` setting only the kind for every option no YAML file names, the ``archlab.world_size`` resolver the fsdp trainer sizes its mesh with and the
     ``archlab.sweep_dir_or`` one that puts a sweep's MLflow store in the sweep's directory."""
+    global _stored
+    options_now = tuple((section, tuple(options.classes.items())) for section, options in OPTIONS.items())
+    if options_now == _stored:
+        return
     cs = ConfigStore.instance()
     for name, schema in (
         ("check_schema", CheckConfig),
@@ -51,3 +58,4 @@ def register_configs() -> None:
                 cs.store(group=f"model/{section}", name=kind, node={"kind": kind})
     OmegaConf.register_new_resolver("archlab.world_size", world_size, replace=True)
     OmegaConf.register_new_resolver("archlab.sweep_dir_or", sweep_dir_or, replace=True)
+    _stored = options_now
