@@ -56,9 +56,8 @@ from archlab.config import ModelConfig, mlp_config
 from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
-from archlab.nn.mixers.attention import l2_norm
 from archlab.nn.mlp import MLP, MLPS, ClampFields, GatedWidthConfig, TanhField, d_ff, dense_kind
-from archlab.nn.norms import NORMS, build_norm
+from archlab.nn.norms import NORMS, build_norm, l2_norm
 
 
 @dataclass

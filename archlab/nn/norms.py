@@ -153,6 +153,13 @@ class RMSNorm(Norm, nn.RMSNorm):
         return (dim or cfg.d_model) if cfg.norm.affine else 0
 
 
+def l2_norm(x: Tensor, eps: float) -> Tensor:
+    """``x / sqrt(mean(x²) + eps)`` over the last dim, in float32 at least, without a weight (Llama 4's
+    Llama4TextL2Norm, an RMSNorm with no scale: its l2 QK-norm, Gemma 4's value norm and router input)."""
+    y = x.to(torch.promote_types(x.dtype, torch.float32))
+    return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
 def unit_norm(x: Tensor, eps: float) -> Tensor:
     """``x / sqrt(sum(x²) + eps)`` over the last dim, in float32 at least: onto the unit sphere (nGPT)."""
     y = x.to(torch.promote_types(x.dtype, torch.float32))

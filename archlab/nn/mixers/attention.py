@@ -32,7 +32,7 @@ from archlab.nn.mixers.base import (
 )
 from archlab.nn.mixers.ops import cpu_attention
 from archlab.nn.mixers.shared_kv import SharedKV
-from archlab.nn.norms import NORMS
+from archlab.nn.norms import NORMS, l2_norm
 from archlab.nn.positions import POSITIONS, Rotation
 
 
@@ -128,13 +128,6 @@ def sink_key(
     elif Tq > 1:  # causal over queries ending with the keys: a first query lines them up again
         q = torch.cat((q.new_zeros(B, H, 1, hd + pad), q), dim=2)
     return q, k, v, mask
-
-
-def l2_norm(x: Tensor, eps: float) -> Tensor:
-    """``x / sqrt(mean(x²) + eps)`` over the last dim, in float32 at least, without a weight (Llama 4's
-    Llama4TextL2Norm, an RMSNorm with no scale)."""
-    y = x.to(torch.promote_types(x.dtype, torch.float32))
-    return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
 
 def query_scales(
