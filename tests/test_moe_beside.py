@@ -62,6 +62,26 @@ def test_the_experts_beside_the_mlp_are_the_formula():
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_hash_routed_experts_beside_the_mlp_take_the_table_s_experts():
+    """With ``selection: hash`` the experts beside the MLP are the table's rows of the tokens (the decoder
+    hands the MoE the ids, as it does without ``beside``)."""
+    model = build_model(compose_model([*BESIDE, "model.mlp.routing.selection=hash"])).eval()
+    idx = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(0))
+    seen = {}
+    moe = model.blocks[0].mlp
+    route = moe.route
+
+    def spy(x, ids=None):
+        out = route(x, ids)
+        seen["indices"] = out[2]
+        return out
+
+    moe.route = spy
+    with torch.no_grad():
+        model(idx)
+    assert torch.equal(seen["indices"], moe.token_experts[idx.reshape(-1)])
+
+
 def test_decoding_in_pieces_is_the_whole():
     model = randomise(build_model(compose_model(BESIDE)), seed=6).eval()
     idx = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(7))
@@ -84,6 +104,8 @@ def test_the_count_is_the_closed_form_worked_by_hand():
     [
         ([*BESIDE, "model/block=post"], "model.mlp.beside"),
         ([*BESIDE, "model/stream=mhc"], "model.mlp.beside"),
+        ([*BESIDE, "model.mlp.n_shared_experts=1"], "model.mlp.n_shared_experts"),
+        ([*BESIDE, "model.mlp.out_norm=true"], "model.mlp.out_norm"),
     ],
 )
 def test_bad_settings_name_their_field(overrides, field):

@@ -266,7 +266,7 @@ class MoE(MLP):
         if self.reads_stream:  # beside its MLP: norm(mlp(x)) + norm(experts(norm(stream))), routed by the stream
             assert stream is not None, "a block hands the stream to an MLP that reads it"
             flat = stream.reshape(-1, stream.shape[-1])
-            logits, weights, indices = self.route(flat)
+            logits, weights, indices = self.route(flat, self.ids)
             self.aux_losses = self.auxiliary(logits, indices) if self.training else {}
             routed = self.experts_out_norm(self.routed(self.experts_norm(flat), weights, indices))
             return self.dense_norm(self.dense(x)) + routed.view(*stream.shape[:-1], routed.shape[-1])
@@ -481,6 +481,10 @@ class MoE(MLP):
             raise ConfigError("model.mlp.beside", True, f"false with block kind {cfg.block.kind} (pre or sandwich)")
         if m.beside and m.out_bias:
             raise ConfigError("model.mlp.out_bias", True, "false with model.mlp.beside (its output is two norms' sum)")
+        if m.beside and m.n_shared_experts:  # its forward sums the MLP and the experts alone
+            raise ConfigError("model.mlp.n_shared_experts", m.n_shared_experts, "0 with model.mlp.beside")
+        if m.beside and m.out_norm:
+            raise ConfigError("model.mlp.out_norm", True, "false with model.mlp.beside (the experts' norm is its own)")
         if m.beside and cfg.stream.kind != "plain":
             raise ConfigError("model.mlp.beside", True, f"false with model.stream.kind={cfg.stream.kind}")
         limit = m.shared_swiglu_limit
