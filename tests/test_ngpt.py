@@ -121,10 +121,12 @@ def test_it_reads_its_fields():
         ({"block": {"kind": "ngpt", "alpha_init": 0.0}}, "model.block.alpha_init"),
         ({"attention": {"kind": "ngpt", "qk_norm": "head"}}, "model.attention.qk_norm"),
         ({"attention": {"kind": "ngpt", "gate_scale_init": 1.0}}, "model.attention.gate_scale_init"),
+        ({"attention": {"kind": "ngpt", "v_norm": True}}, "model.attention.v_norm"),
+        ({"attention": {"kind": "ngpt", "v_from_k": True}}, "model.attention.v_from_k"),
         ({"head": {"kind": "ngpt", "softcap": 30.0}}, "model.head.softcap"),
         ({"stream": {"kind": "hyper"}}, "model.stream.kind"),
     ],
-    ids=["rmsnorm", "alpha", "qk-norm", "gate-scale", "softcap", "streams"],
+    ids=["rmsnorm", "alpha", "qk-norm", "gate-scale", "v-norm", "v-from-k", "softcap", "streams"],
 )
 def test_refusals(overrides, field):
     with pytest.raises(ConfigError) as error:

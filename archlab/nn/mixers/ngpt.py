@@ -127,6 +127,9 @@ class NGPTAttention(CausalSelfAttention):
         a = cfg.attention
         if a.qk_norm != "none":
             raise ConfigError("model.attention.qk_norm", a.qk_norm, "none with kind ngpt (its q and k are unit always)")
+        for name in ("v_norm", "v_from_k", "kv_shared"):  # its own projection computes q, k and v as Dory's
+            if getattr(a, name):
+                raise ConfigError(f"model.attention.{name}", True, "false with kind ngpt (its values are projected)")
         for name in ("qk_scale_init", "qk_scale_scale", "gate_scale_init", "gate_scale_scale"):
             if getattr(a, name) is not None:
                 checks.positive(f"model.attention.{name}", getattr(a, name), "a positive number, or null")
