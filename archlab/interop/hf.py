@@ -133,13 +133,14 @@ def export_family(cfg: ModelConfig, name: str | None, field: str = "family") -> 
     unless that family holds ``cfg`` exactly, listing those that do."""
     if name is None:
         return family_of(cfg)
-    holding = [f.model_type for f in holding_families(cfg)]
     record = FAMILIES.get(name)
-    if record is None or record.model_type not in holding:
-        why = "" if record is None else f" ({record.problems(cfg)[0].field} is not {record.title}'s)"
-        allowed = ", ".join(holding) or "none: no family holds this layout (archlab-check names what blocks it)"
-        raise ConfigError(field, name, f"a family that holds this layout exactly{why}: {allowed}")
-    return record
+    problems = None if record is None else record.problems(cfg)
+    if record is not None and not problems:
+        return record
+    holding = [f.model_type for f in holding_families(cfg)]  # for the message alone
+    why = f" ({problems[0].field} is not {record.title}'s)" if record is not None and problems else ""
+    allowed = ", ".join(holding) or "none: no family holds this layout (archlab-check names what blocks it)"
+    raise ConfigError(field, name, f"a family that holds this layout exactly{why}: {allowed}")
 
 
 # ---------------------------------------------------------------- configs
