@@ -155,6 +155,7 @@ ROWS = [
     (["model.attention.n_head=5"], "model.attention.n_head", "a divisor of model.d_model=32"),
     (["model.dropout=1.5"], "model.dropout", ""),
     (["model.n_layer=0"], "model.n_layer", "a positive number"),
+    (["model.head.tied=false", "model.head.vocab=4", *MQAR], "model.head.vocab", "the data's ids reach"),
     # sweep settings
     (["objective=val/bleu", *MQAR], "objective", "null (the first validation loss) or one of val/loss"),
     (["hparams_search=optuna_lr", "objective=val/acc"], "hydra.sweeper.direction", "maximize for objective=val/acc"),

@@ -25,6 +25,7 @@ from archlab.cli.settings import settings_or_help
 from archlab.config.commands import EvalConfig
 from archlab.errors import ConfigError
 from archlab.evaluation.results import RESULTS, write_results
+from archlab.nn.head import head_vocab
 from archlab.precision import check_device
 from archlab.run_files import EXPORT
 
@@ -79,7 +80,7 @@ def run(cfg: EvalConfig) -> tuple[Path, dict[str, Any]]:
     if cfg.perplexity is not None:
         from archlab.evaluation.perplexity import check_settings, perplexity, read_held_out
 
-        held_out = read_held_out(cfg.perplexity, found.tokenizer, found.config.vocab_size)
+        held_out = read_held_out(cfg.perplexity, found.tokenizer, head_vocab(found.config))
         window, stride = check_settings(
             held_out, found.config.context_length, cfg.seq_len, cfg.stride, cfg.document_mask, cfg.reset_positions
         )

@@ -144,6 +144,9 @@ class HeadConfig:
     bias: bool = False
     softcap: Optional[float] = None  # logits -> softcap·tanh(logits/softcap) (Gemma 2: 30)
     logit_scale: float = 1.0  # logits times this, then any softcap (Cohere: logit_scale; Granite: 1/logits_scaling)
+    # the head's rows: logits for ids 0..vocab-1 alone (Apertus 1.5's output_vocab_size: the text ids of a larger
+    # input vocabulary); null = model.vocab_size. Untied only
+    vocab: Optional[int] = None
     # transform only: the state through a dense e × e (a bias with transform_bias), this activation and a norm of
     # model.norm's kind before the vocabulary matrix (ModernBERT's prediction head, BERT's transform)
     transform_activation: str = choice("gelu", "gelu_tanh", "relu", "silu")

@@ -39,7 +39,8 @@ class HeldOut:
 
 def read_held_out(path: str, tokenizer: Any, vocab_size: int, field: str = "perplexity") -> HeldOut:
     """A UTF-8 text file encoded with the model's tokenizer, or a shard directory's ``val.bin`` (its
-    meta.json's dtype; its tokenizer must be the model's); ConfigError naming ``field`` otherwise."""
+    meta.json's dtype; its tokenizer must be the model's), every id below ``vocab_size`` (the head's rows);
+    ConfigError naming ``field`` otherwise."""
     source = Path(path).expanduser()
     if source.is_dir():
         meta = read_meta(source)
@@ -65,7 +66,8 @@ def read_held_out(path: str, tokenizer: Any, vocab_size: int, field: str = "perp
     if len(ids) < 2:
         raise ConfigError(field, path, f"at least 2 tokens to score (it holds {len(ids)})")
     if ids.max() >= vocab_size:
-        raise ConfigError(field, path, f"ids within model.vocab_size={vocab_size} (it holds {int(ids.max())})")
+        allowed = f"ids below the model's {vocab_size} output ids (model.head.vocab, else model.vocab_size)"
+        raise ConfigError(field, path, f"{allowed}; it holds {int(ids.max())}")
     return HeldOut(ids, f"perplexity:{name}", eos_id)
 
 

@@ -21,6 +21,11 @@ def embedding_width(cfg: ModelConfig) -> int:
     return cfg.embedding_dim if cfg.embedding_dim is not None else cfg.d_model
 
 
+def head_vocab(cfg: ModelConfig) -> int:
+    """The head's rows, the width of the logits: ``model.head.vocab``, else ``vocab_size``."""
+    return cfg.vocab_size if cfg.head.vocab is None else cfg.head.vocab
+
+
 class Head(ModelPart, nn.Module):
     """A head entry, built once as ``Entry(cfg)`` and called on the final hidden state. Beside the
     Component members: ``tie`` to the token embedding, and ``shared_embedding_params``."""
@@ -39,8 +44,8 @@ class Head(ModelPart, nn.Module):
     @staticmethod
     def logit_params(cfg: ModelConfig) -> int:
         """The parameters one position's logits pass through (a multi-token prediction module's FLOPs count
-        them once more): the vocabulary matrix, vocab × embedding width."""
-        return cfg.vocab_size * embedding_width(cfg)
+        them once more): the vocabulary matrix, its rows × embedding width."""
+        return head_vocab(cfg) * embedding_width(cfg)
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
@@ -54,17 +59,17 @@ class Head(ModelPart, nn.Module):
 
 
 HEADS: Registry[type[Head]] = Registry("model.head.kind", base=Head)
-LINEAR_READS = frozenset({"tied", "bias", "softcap", "logit_scale", "mtp"})  # the linear head's fields
+LINEAR_READS = frozenset({"tied", "bias", "softcap", "logit_scale", "vocab", "mtp"})  # the linear head's fields
 
 
 @HEADS.register("linear")
 class LinearHead(Head, nn.Linear):
-    """``x @ W.T (+ b)`` with ``W`` [vocab, e] (e the embedding width: d_model, or ``model.embedding_dim``
-    after the projection out of d_model), times ``logit_scale``, then any softcap; tied, ``W`` is the token
-    embedding's table."""
+    """``x @ W.T (+ b)`` with ``W`` [rows, e] (rows ``model.head.vocab`` or the vocabulary; e the embedding
+    width: d_model, or ``model.embedding_dim`` after the projection out of d_model), times ``logit_scale``,
+    then any softcap; tied, ``W`` is the token embedding's table."""
 
     def __init__(self, cfg: ModelConfig):
-        nn.Linear.__init__(self, embedding_width(cfg), cfg.vocab_size, bias=cfg.head.bias)
+        nn.Linear.__init__(self, embedding_width(cfg), head_vocab(cfg), bias=cfg.head.bias)
         self.tied, self.softcap, self.logit_scale = cfg.head.tied, cfg.head.softcap, cfg.head.logit_scale
 
     def param_roles(self) -> dict[str, Role]:
@@ -88,7 +93,7 @@ class LinearHead(Head, nn.Linear):
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:
         """The weight unless it is the embedding's, and the bias."""
-        V, e = cfg.vocab_size, embedding_width(cfg)
+        V, e = head_vocab(cfg), embedding_width(cfg)
         return (0 if cfg.head.tied else V * e) + (V if cfg.head.bias else 0)
 
     @classmethod
@@ -99,6 +104,14 @@ class LinearHead(Head, nn.Linear):
         if cfg.head.softcap is not None:
             checks.positive("model.head.softcap", cfg.head.softcap, "a positive number, or null")
         checks.positive("model.head.logit_scale", cfg.head.logit_scale)
+        if cfg.head.vocab is not None:
+            checks.integer(
+                "model.head.vocab", cfg.head.vocab, 1, f"null, or an integer in [1, vocab_size={cfg.vocab_size}]"
+            )
+            if cfg.head.vocab > cfg.vocab_size:
+                raise ConfigError("model.head.vocab", cfg.head.vocab, f"null, or at most vocab_size={cfg.vocab_size}")
+            if cfg.head.tied and cfg.head.vocab != cfg.vocab_size:
+                raise ConfigError("model.head.vocab", cfg.head.vocab, "null with a tied head (it is the whole table)")
 
     @staticmethod
     def shared_embedding_params(cfg: ModelConfig) -> int:

@@ -13,7 +13,7 @@ from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
-from archlab.nn.head import HEADS, LINEAR_READS, LinearHead
+from archlab.nn.head import HEADS, LINEAR_READS, LinearHead, head_vocab
 from archlab.nn.scaled import ScaledVector, scale_or_default, unit_along
 
 
@@ -23,7 +23,7 @@ class NGPTHead(LinearHead):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         h = cfg.head
-        self.s_z = ScaledVector(cfg.vocab_size, h.scale_init, scale_or_default(h.scale_scale, cfg.d_model))
+        self.s_z = ScaledVector(head_vocab(cfg), h.scale_init, scale_or_default(h.scale_scale, cfg.d_model))
 
     def tie(self, embedding: nn.Embedding) -> None:
         """``linear``'s tie, and the token embedding kept (unregistered) to put on the sphere with the head."""
@@ -48,7 +48,7 @@ class NGPTHead(LinearHead):
     @staticmethod
     def num_params(cfg: ModelConfig) -> int:
         """``linear``'s and s_z, one per vocabulary entry."""
-        return LinearHead.num_params(cfg) + cfg.vocab_size
+        return LinearHead.num_params(cfg) + head_vocab(cfg)
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:

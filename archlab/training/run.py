@@ -117,6 +117,9 @@ def _model_for_data(cfg: DictConfig, dm: Any) -> tuple[ModelConfig, Optional[dic
     cfg.model.vocab_size, cfg.model.context_length = int(dm.vocab_size), int(dm.max_seq_len)
     matched = apply_match(cfg)  # match.reference: size match.field to the reference's parameter count
     model_cfg = validate(to_model_config(cfg.model))
+    if model_cfg.head.vocab not in (None, model_cfg.vocab_size):  # a target past the head's rows has no logit
+        allowed = f"null or {model_cfg.vocab_size} to train: the data's ids reach {model_cfg.vocab_size - 1}"
+        raise ConfigError("model.head.vocab", model_cfg.head.vocab, allowed)
     log.info(
         "model.vocab_size=%d and model.context_length=%d come from the data (%s)",
         model_cfg.vocab_size,

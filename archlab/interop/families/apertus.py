@@ -67,4 +67,22 @@ class Apertus(Llama):
         return cfg
 
 
-RECORDS: tuple[Family, ...] = (Apertus(),)
+class Apertus1p5(Apertus):
+    """Apertus1p5TextForCausalLM: Apertus's layers over a vocabulary extended with image and audio codes, its
+    head optionally pruned to the first ``output_vocab_size`` ids (archlab's ``model.head.vocab``)."""
+
+    model_type, title = "apertus1p5_text", "Apertus 1.5"
+    model_class, config_class = "Apertus1p5TextForCausalLM", "Apertus1p5TextConfig"
+    parts = "Apertus's layers, its head optionally pruned to the text ids (output_vocab_size)"
+    features = Apertus.features | {"model.head.vocab"}
+
+    def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
+        return super().to_hf(cfg) | {"output_vocab_size": cfg.head.vocab}
+
+    def from_hf(self, c: Any) -> ModelConfig:
+        cfg = super().from_hf(c)
+        cfg.head.vocab = c.output_vocab_size
+        return cfg
+
+
+RECORDS: tuple[Family, ...] = (Apertus(), Apertus1p5())

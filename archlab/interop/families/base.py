@@ -64,6 +64,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.block.attn_norm": (True, "a norm before every layer's attention"),
     "model.head.logit_scale": (1.0, "unscaled logits"),
     "model.head.mtp.depth": (0, "no multi-token prediction modules"),
+    "model.head.vocab": (None, "a head row for every vocabulary id"),
     "model.norm.unit_offset": (False, "norm scales stored as w"),
     "model.norm.affine": (True, "norms with a learned scale"),
     "model.attention.qk_norm": ("none", "no QK-norm"),

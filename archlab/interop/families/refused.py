@@ -144,12 +144,6 @@ REFUSED: dict[str, Refused] = {
         "LongcatFlashForCausalLM",
         "a shortcut MoE (ScMoE): the first MLP's input through a MoE, added after the second MLA and MLP of the layer",
     ),
-    "apertus1p5_text": Refused(
-        "Apertus 1.5",
-        "Apertus1p5TextForCausalLM",
-        "a head pruned to the text tokens (`output_vocab_size` rows of the `vocab_size` embeddings); the rest is "
-        "Apertus's",
-    ),
     # mixtures of experts
 }
 
