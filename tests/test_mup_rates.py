@@ -143,3 +143,27 @@ def test_completep_refuses_sgd_and_takes_muon():
     assert caught.value.field == "optim.kind"
     check_param(completep, model, "muon")
     check_param(_param("mup"), model, "sgd")
+
+
+def test_archlab_coord_trains_with_the_optimizer_it_is_given():
+    """``archlab-coord optimizer=muon``: the steps are Muon's with mup's rules (flat; sp grows), the result
+    says so, and optimizer=sgd under completep is refused naming ``optimizer`` before any training."""
+    from archlab.build import compose
+    from archlab.config import to_model_config
+    from archlab.config.fields import plain_dict
+    from archlab.training.coordcheck import check_settings, run_coord
+
+    small = ["model.n_layer=2", "widths=[32,64,128]", "steps=3", "batch_size=4", "seq_len=16", "lr=0.1"]
+    slopes = {}
+    for kind in ("sp", "mup"):
+        base = [] if kind == "sp" else ["param.base_d_model=32"]
+        cfg = compose("coord", [f"param={kind}", *base, "optimizer=muon", *small])
+        check_settings(cfg)
+        result = run_coord(to_model_config(cfg.model), plain_dict(cfg.param, resolve=True), cfg, None)["d_model"]
+        assert result["optim"] == "muon"
+        slopes[kind] = result["slopes"]
+    assert _flat(slopes["mup"]), slopes
+    assert slopes["sp"]["last block"] > 0.5, slopes
+    with pytest.raises(ConfigError, match="use param=mup") as caught:
+        check_settings(compose("coord", ["param=completep", "param.base_d_model=32", "optimizer=sgd", *small]))
+    assert caught.value.field == "optimizer"

@@ -1,10 +1,11 @@
 """archlab-coord: the coordinate check of a parametrisation. Trains one composed model at several widths (and
-depths) for a few AdamW steps on one batch and prints, per layer, the RMS of its output at each size and the
-slope of log RMS against log size: about 0 where the parametrisation transfers (mup, completep), about 1 or
-more where it does not (sp). Plots them with ``plot=``.
+depths) for a few optimizer steps (AdamW, or ``optimizer=muon|sgd``) on one batch and prints, per layer, the RMS
+of its output at each size and the slope of log RMS against log size: about 0 where the parametrisation
+transfers (mup, completep), about 1 or more where it does not (sp). Plots them with ``plot=``.
 
     archlab-coord param=sp plot=coord_sp.png
     archlab-coord param=mup plot=coord_mup.png
+    archlab-coord param=mup optimizer=muon lr=0.1 plot=coord_muon.png
     archlab-coord param=completep widths=null depths=[2,4,8,16] plot=coord_completep.png
 """
 
@@ -30,7 +31,7 @@ def _print(result: dict) -> None:
         sizes = check["sizes"]
         last = {s: check["runs"][s][-1] for s in sizes}
         print(
-            f"param={check['param']}: RMS after {check['steps']} AdamW steps (lr {check['lr']:g}) against "
+            f"param={check['param']}: RMS after {check['steps']} {check['optim']} steps (lr {check['lr']:g}) against "
             f"{check['axis']}, and the slope of log RMS against log {check['axis']}"
         )
         print(f"{'':>12}" + "".join(f"{s:>10}" for s in sizes) + f"{'slope':>9}")

@@ -86,8 +86,13 @@ class CoordConfig:
         default_factory=lambda: [64, 128, 256, 512], metadata={"help": "the d_model values to train; null = none"}
     )
     depths: Optional[List[int]] = setting(None, "also the n_layer values to train at model.d_model, e.g. [2,4,8,16]")
-    steps: int = setting(4, "AdamW steps on one fixed batch of random tokens")
-    lr: float = setting(1e-2, "AdamW's learning rate (large: the growth under sp shows within a few steps)")
+    steps: int = setting(4, "optimizer steps on one fixed batch of random tokens")
+    lr: float = setting(1e-2, "the learning rate (large: the growth under sp shows within a few steps)")
+    optimizer: str = setting(
+        "adamw",
+        "the optimizer, with param's rules for it: adamw (no decay), muon (match_rms_adamw; AdamW on the tables, "
+        "norms and biases) or sgd (momentum 0.9)",
+    )
     batch_size: int = setting(8, "sequences in the batch")
     seq_len: int = setting(64, "tokens per sequence")
     plot: Optional[str] = setting(

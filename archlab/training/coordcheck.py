@@ -29,7 +29,21 @@ def _sized(model: ModelConfig, axis: str, size: int) -> ModelConfig:
     return validate(dataclasses.replace(model, **{axis: size}))
 
 
-ADAMW = {"kind": "adamw", "weight_decay": 0.0, "betas": [0.9, 0.99], "eps": 1e-8}  # the check's optimizer
+ADAMW = {"kind": "adamw", "weight_decay": 0.0, "betas": [0.9, 0.99], "eps": 1e-8}  # the check's default optimizer
+# archlab-coord's optimizer=: each without weight decay, the rest at conf/optim's settings
+OPTIMIZERS = {
+    "adamw": ADAMW,
+    "muon": {
+        **ADAMW,
+        "kind": "muon",
+        "momentum": 0.95,
+        "nesterov": True,
+        "ns_steps": 5,
+        "adjust_lr_fn": "match_rms_adamw",
+        "adamw_lr": None,
+    },
+    "sgd": {"kind": "sgd", "weight_decay": 0.0, "momentum": 0.9, "nesterov": False},
+}
 
 
 def activation_rms(
@@ -86,10 +100,11 @@ def coordinate_check(
     batch_size: int = 8,
     seq_len: int = 64,
     seed: int = 0,
+    optim: Optional[dict] = None,
 ) -> dict[str, Any]:
     """The check along ``axis`` (d_model or n_layer) at ``sizes``: ``check_models`` of ``model`` at each."""
     models = {size: _sized(model, axis, size) for size in sizes}
-    return check_models(models, param, axis, steps, lr, batch_size, seq_len, seed)
+    return check_models(models, param, axis, steps, lr, batch_size, seq_len, seed, optim)
 
 
 def check_models(
@@ -119,6 +134,7 @@ def check_models(
     return {
         "axis": axis,
         "param": param["kind"],
+        "optim": (optim or ADAMW)["kind"],
         "sizes": sizes,
         "steps": steps,
         "lr": lr,
@@ -146,7 +162,8 @@ def draw(result: dict[str, Any], path: Path) -> Path:
         ax.set_title(f"step {step}", fontsize=8)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
-    fig.suptitle(f"coordinate check, param={result['param']}: RMS of each layer's output against {result['axis']}")
+    title = f"coordinate check, param={result['param']}, {result['optim']}"
+    fig.suptitle(f"{title}: RMS of each layer's output against {result['axis']}")
     fig.supxlabel(result["axis"], fontsize=9)
     fig.supylabel("RMS", fontsize=9)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right", fontsize=7)
@@ -156,7 +173,11 @@ def draw(result: dict[str, Any], path: Path) -> Path:
 def check_settings(cfg: Any) -> None:
     """Raise ConfigError for the first unusable setting of ``archlab-coord``, before any training."""
     model = validate(to_model_config(cfg.model))
-    check_param(plain_dict(cfg.param, resolve=True), model, "adamw")
+    checks.choice("optimizer", cfg.optimizer, OPTIMIZERS)
+    try:
+        check_param(plain_dict(cfg.param, resolve=True), model, cfg.optimizer)
+    except ConfigError as err:  # training's field is optim.kind; this command's is optimizer
+        raise ConfigError("optimizer" if err.field == "optim.kind" else err.field, err.value, err.allowed) from None
     if not cfg.widths and not cfg.depths:
         raise ConfigError("widths", cfg.widths, "at least two d_model values (or depths: two n_layer values)")
     for name, axis in (("widths", "d_model"), ("depths", "n_layer")):
@@ -185,7 +206,15 @@ def run_coord(model: ModelConfig, param: dict[str, Any], settings: Any, plot: Op
     for axis, sizes in (("d_model", settings.widths), ("n_layer", settings.depths)):
         if sizes:
             out[axis] = coordinate_check(
-                model, param, list(sizes), axis, settings.steps, settings.lr, settings.batch_size, settings.seq_len
+                model,
+                param,
+                list(sizes),
+                axis,
+                settings.steps,
+                settings.lr,
+                settings.batch_size,
+                settings.seq_len,
+                optim=OPTIMIZERS[settings.optimizer],
             )
             if plot is not None:
                 target = Path(plot).expanduser()
