@@ -124,6 +124,25 @@ def test_init_scales_each_role_by_its_rule():
     assert std["blocks.0.mlp.router.weight"] == pytest.approx(0.02 / 4, rel=0.1)
 
 
+def test_residual_init_depth_fixes_the_residual_projections_init():
+    """GPT-2's init at 8 layers: the residual projections at 0.02/sqrt(16), the rest 0.02; with
+    model.residual_init_depth=2 they are 0.02/sqrt(4) at any depth; completep refuses the field."""
+    stds = {}
+    for fixed in ("null", "2"):
+        cfg = _model(
+            "model.d_model=128", "model.n_layer=8", "model.attention.n_head=4", f"model.residual_init_depth={fixed}"
+        )
+        torch.manual_seed(0)
+        stds[fixed] = {n: p.std().item() for n, p in build_model(cfg).named_parameters()}
+    for name in ("blocks.7.attn.proj.weight", "blocks.7.mlp.proj.weight"):
+        assert stds["null"][name] == pytest.approx(0.02 / 4, rel=0.05)
+        assert stds["2"][name] == pytest.approx(0.02 / 2, rel=0.05)
+    assert stds["2"]["blocks.7.attn.qkv.weight"] == pytest.approx(0.02, rel=0.05)
+    cfg = _model("model.d_model=128", "model.n_layer=8", "model.attention.n_head=4", "model.residual_init_depth=2")
+    with pytest.raises(ConfigError, match="null under param.kind=completep"):
+        check_param(_param("completep", 64, 2), cfg, "adamw")
+
+
 # every preset's parameters are checked for a role in tests/test_presets.py, beside their count; here the
 # parts no preset holds, and the role each shape implies
 VARIANTS = [

@@ -231,6 +231,9 @@ class ModelConfig:
     # the embeddings' dropout, before the first block (GPT-2's embd_pdrop; OPT, BLOOM, Phi-3: 0.0); None = dropout
     embedding_dropout: Optional[float] = None
     init_std: float = 0.02
+    # the depth the residual output projections' init counts, std × 1/sqrt(2·this): None = n_layer (GPT-2); a
+    # fixed number keeps their init from shrinking as layers are added (μP with no depth rule, as nanoGPT-mup)
+    residual_init_depth: Optional[int] = None
     # the token and position tables' init std (μP's input layer: Θ(1) coordinates, e.g. 1.0); None = init_std
     embedding_init_std: Optional[float] = None
     scale_embedding: bool = False  # multiply the token embeddings by sqrt(d_model) (Gemma)

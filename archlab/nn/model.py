@@ -404,13 +404,14 @@ class Decoder(nn.Module):
     @torch.no_grad()
     def init_weights(self, residual_depth: Optional[int] = None) -> None:
         """GPT-2 init: N(0, init_std) for matrices and tables (the tables, a tied head's among them,
-        N(0, embedding_init_std) where set), zero biases, unit norm scales, and residual output projections scaled by 1/sqrt(2·n_layer)
-        (Radford et al. 2019), or by 1/sqrt(2·``residual_depth``) (CompleteP: the proxy's depth, its
-        residual branches scaled instead)."""
+        N(0, embedding_init_std) where set), zero biases, unit norm scales, and residual output projections
+        scaled by 1/sqrt(2·n_layer) (Radford et al. 2019) or 1/sqrt(2·``model.residual_init_depth``), or by
+        1/sqrt(2·``residual_depth``) (CompleteP: the proxy's depth, its residual branches scaled instead)."""
         std = self.cfg.init_std
         table_std = std if self.cfg.embedding_init_std is None else self.cfg.embedding_init_std
         tables = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)}  # a tied head's too
-        depth = residual_depth if residual_depth is not None else self.cfg.n_layer
+        fixed = self.cfg.residual_init_depth
+        depth = residual_depth or fixed or self.cfg.n_layer
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 scale = 1 / math.sqrt(2 * depth) if is_residual_projection(module) else 1.0

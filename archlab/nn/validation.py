@@ -87,6 +87,8 @@ def _validate(cfg: ModelConfig, whole: bool = True) -> dict[str, ModelConfig]:
             "model.embedding_dropout", cfg.embedding_dropout, "a probability in [0, 1), or null (model.dropout's rate)"
         )
     checks.positive("model.init_std", cfg.init_std)
+    if cfg.residual_init_depth is not None:
+        checks.integer("model.residual_init_depth", cfg.residual_init_depth, 1, "a positive integer, or null (n_layer)")
     if cfg.embedding_init_std is not None:
         checks.positive("model.embedding_init_std", cfg.embedding_init_std, "a positive number, or null (init_std)")
     for name in ("scale_embedding", "embedding_norm"):

@@ -79,6 +79,8 @@ def check_param(param: Any, model: ModelConfig, optim_kind: str) -> None:
             checks.positive(f"param.{name}", value)
     if kind == "sp":
         return
+    if kind == "completep" and model.residual_init_depth is not None:  # its init counts the proxy's depth
+        raise ConfigError("model.residual_init_depth", model.residual_init_depth, "null under param.kind=completep")
     _check_proxy_heads(param, model)
     if optim_kind not in OPTIMIZERS[kind]:
         raise ConfigError(
