@@ -17,7 +17,7 @@ from archlab.nn.mlp import MLPS, build_mlp
 from archlab.nn.norms import NORMS, build_norm
 from archlab.nn.per_layer_inputs import PerLayerGate
 from archlab.nn.positions import Rotation
-from archlab.nn.streams.base import build_connection
+from archlab.nn.streams.base import build_connection, build_layer_connection
 from archlab.registry import Registry
 
 
@@ -48,6 +48,8 @@ class Block(LayerPart, nn.Module):
         # each sublayer's connection to the residual streams (model.stream); None: one plain stream, x + f(x)
         self.attn_stream = build_connection(cfg, 2 * layer)
         self.mlp_stream = build_connection(cfg, 2 * layer + 1) if self.mlp is not None else None
+        # or one connection around the whole block, which runs on one of the streams (AltUp's); None: none
+        self.layer_stream = build_layer_connection(cfg, layer)
         # after the sublayers (``finish``): the layer's per-layer input through its gate, then the layer scalar
         self.per_layer_input = PerLayerGate(cfg) if cfg.per_layer_input.dim else None
         self.layer_scalar: Optional[Tensor]
@@ -68,8 +70,18 @@ class Block(LayerPart, nn.Module):
         model has them), times the layer scalar (where ``layer_scalar``), as Gemma 4's layers end."""
         if self.per_layer_input is not None:
             assert per_layer is not None, "the Decoder hands each layer its input"
-            x = x + self.per_layer_input(x, per_layer)
+            gate = self.per_layer_input
+            x = (
+                x + gate(x, per_layer)
+                if self.layer_stream is None
+                else self.layer_stream.add(x, lambda a: gate(a, per_layer))
+            )
         return x if self.layer_scalar is None else x * self.layer_scalar.to(x.dtype)
+
+    def through(self, x: Tensor, *args) -> Tensor:
+        """The block on the streams ``x``: itself, or inside its layer connection, on the stream that reads
+        (``forward``'s other arguments ``args``)."""
+        return self(x, *args) if self.layer_stream is None else self.layer_stream(x, lambda a: self(a, *args))
 
     @staticmethod
     def unit_weights(cfg: ModelConfig) -> bool:

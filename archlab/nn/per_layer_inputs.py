@@ -18,6 +18,7 @@ from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import uninitialised_embedding
+from archlab.nn.streams.base import STREAMS
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -62,7 +63,7 @@ def unread(cfg: ModelConfig) -> list[tuple[str, Any]]:
 
 
 def validate(cfg: ModelConfig) -> None:
-    """``dim`` and ``vocab`` are sizes; one residual stream, no multi-token prediction modules (whose blocks
+    """``dim`` and ``vocab`` are sizes; blocks that run on one stream (one alone, or AltUp's active copy), no multi-token prediction modules (whose blocks
     would read no input of their own)."""
     pli = cfg.per_layer_input
     checks.integer("model.per_layer_input.dim", pli.dim, 0, "a whole number >= 0 (0: no per-layer inputs)")
@@ -70,7 +71,7 @@ def validate(cfg: ModelConfig) -> None:
         checks.integer("model.per_layer_input.vocab", pli.vocab, 1, "a positive integer, or null (vocab_size)")
     if not pli.dim:
         return
-    if cfg.stream.kind != "plain":
+    if STREAMS.get(cfg.stream.kind).multiple and not STREAMS.get(cfg.stream.kind).wraps_layers:
         raise ConfigError("model.per_layer_input.dim", pli.dim, f"0 with model.stream.kind={cfg.stream.kind}")
     if cfg.head.mtp.depth:
         raise ConfigError("model.per_layer_input.dim", pli.dim, "0 with multi-token prediction modules")
