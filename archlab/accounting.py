@@ -15,7 +15,7 @@ from torch import nn
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
 from archlab.config.loop import schedule
-from archlab.nn import per_layer_inputs
+from archlab.nn import laurel, per_layer_inputs
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
 from archlab.nn.mlp import MLPS
@@ -32,6 +32,7 @@ COMPONENTS = (
     "per_layer_inputs",
     "attention",
     "mlp",
+    "laurel",
     "shared",
     "norms",
     "streams",
@@ -80,6 +81,7 @@ def count(cfg: Any) -> dict[str, int]:
         "per_layer_inputs": per_layer_inputs.model_params(cfg) + cfg.n_layer * per_layer_inputs.layer_params(cfg),
         "attention": sum(attention),
         "mlp": sum(mlp),
+        "laurel": sum(laurel.params(c) for _, c in layers),  # model.block.laurel_rank: per layer, its own
         "shared": shared_params(cfg),
         "norms": sum(block_norms),
         "streams": sum(connections) + chosen.stream.num_params(cfg),
@@ -97,7 +99,7 @@ def count(cfg: Any) -> dict[str, int]:
     counts["active"] = counts["inference"] - inactive
     counts["active_non_embedding"] = counts["non_embedding"] - inactive
     counts["per_block"] = attention[-1] + mlp[-1] + block_norms[-1] + connections[-1]
-    counts["per_block"] += per_layer_inputs.layer_params(cfg)
+    counts["per_block"] += per_layer_inputs.layer_params(cfg) + laurel.params(resolved.layers[-1])
     counts["flops_per_token"] = flops_per_token(resolved, counts["active_non_embedding"])
     return counts
 
@@ -135,7 +137,8 @@ def _run_params(model: ModelConfig, cfg: ModelConfig, layer: int) -> int:
     stream = entries(model).stream
     connections = (1 + e.mlp.present) * stream.connection_params(cfg) + stream.layer_params(cfg)
     active = e.attention.active_params(cfg, layer) + e.mlp.active_params(cfg, layer)
-    return active + e.block.num_params(cfg, layer) + connections + per_layer_inputs.layer_params(cfg)
+    own = e.block.num_params(cfg, layer) + laurel.params(cfg)
+    return active + own + connections + per_layer_inputs.layer_params(cfg)
 
 
 def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
@@ -147,7 +150,7 @@ def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
         return own + _run_params(layer, layer, index)
     chosen = entries(layer)
     sublayers = chosen.attention.num_params(layer, index) + chosen.mlp.num_params(layer, index)
-    return own + sublayers + chosen.block.num_params(layer, index)
+    return own + sublayers + chosen.block.num_params(layer, index) + laurel.params(layer)
 
 
 def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
@@ -193,7 +196,7 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "per_layer_inputs": "per_layer_inputs",
     }
     part = {"attn": "attention", "mlp": "mlp", "attn_stream": "streams", "mlp_stream": "streams"}  # else norms
-    part["layer_stream"] = "streams"
+    part["layer_stream"], part["laurel"] = "streams", "laurel"
     part["per_layer_input"] = "per_layer_inputs"
     counts: dict[str, int] = defaultdict(int)
     for name, p in model.named_parameters():
