@@ -79,16 +79,20 @@ def validate(cfg: ModelConfig) -> None:
 
 class PerLayerInputs(nn.Module):
     """Every layer's input ``[B, T, L, p]``: ``(norm(proj(e)·d^-1/2) + table[token]·sqrt(p))·2^-1/2``, from the
-    token embeddings ``e`` as the first block reads them (scaled, before any position scheme)."""
+    token embeddings ``e`` as the first block reads them (scaled, before any position scheme); a token past a
+    table smaller than the vocabulary reads its row 0."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_layer, self.dim, self.d_model = cfg.n_layer, cfg.per_layer_input.dim, cfg.d_model
-        self.table = uninitialised_embedding(table_rows(cfg), self.n_layer * self.dim)
+        self.rows, self.vocab_size = table_rows(cfg), cfg.vocab_size
+        self.table = uninitialised_embedding(self.rows, self.n_layer * self.dim)
         self.projection = nn.Linear(cfg.d_model, self.n_layer * self.dim, bias=False)
         self.norm = NORMS.get(cfg.norm.kind)(cfg, self.dim)
 
     def forward(self, idx: Tensor, embedded: Tensor) -> Tensor:
+        if self.rows < self.vocab_size:  # a token past a smaller table reads its row 0 (Gemma 3n's)
+            idx = torch.where(idx < self.rows, idx, 0)
         rows = self.table(idx)  # sqrt(p) in float32, rounded to the table's dtype, as Gemma scales embeddings
         rows = rows * torch.tensor(self.dim**0.5, dtype=torch.float32).to(rows.dtype)
         projected = self.projection(embedded) * self.d_model**-0.5

@@ -114,11 +114,6 @@ REFUSED: dict[str, Refused] = {
         "entropy-patched bytes: local encoder and decoder with cross-attention (`patching_mode`, `cross_attn_k`)",
     ),
     # blocks, norms, embeddings and heads
-    "gemma3n_text": Refused(
-        "Gemma 3n",
-        "Gemma3nForCausalLM",
-        "AltUp's parallel predictions (`altup_num_inputs`), LAuReL (`laurel_rank`), activation sparsity",
-    ),
     "gemma3n": Refused(
         "Gemma 3n (multimodal)",
         "Gemma3nForConditionalGeneration",

@@ -33,13 +33,13 @@ MIN_SQUARE = 1e-5  # a projected copy's mean square floor before its rescaling (
 @stream_config("altup")
 @dataclass
 class AltUpConfig(StreamConfig):
-    """``model.stream`` with kind altup: Gemma 3n's 4 copies (altup_num_inputs)."""
+    """``model.stream`` with kind altup: Gemma 3n's defaults (altup_num_inputs, altup_coef_clip)."""
 
     kind: str = "altup"
     n: int = 4  # copies of the hidden state, the first active (altup_num_inputs)
     # training: the prediction coefficients clamped in place to [-clip, clip], the correction ones as read
     # (altup_coef_clip); None = no clamp
-    coef_clip: Optional[float] = None
+    coef_clip: Optional[float] = 120.0
 
 
 def _rescaled(x: Tensor, like: Tensor) -> Tensor:
