@@ -241,3 +241,51 @@ def test_the_closed_form_count_is_transformers_count_at_full_size():
     total = count_params(cfg)["total"]
     assert total == sum(p.numel() for p in hf.parameters())
     assert total == sum(p.numel() for p in build_model(cfg, device="meta").parameters())
+
+
+def _wrapper(monkeypatch, seed: int = 1):
+    """Gemma3nForConditionalGeneration of the "gemma3n" case's text config beside a tiny audio tower, every
+    parameter redrawn; its vision tower (a timm model, which needs timm) an empty module: text alone never
+    reads it."""
+    import torch
+    from transformers.models.gemma3n import modeling_gemma3n
+
+    class Auto:
+        @staticmethod
+        def from_config(config, **kwargs):
+            if isinstance(config, transformers.Gemma3nVisionConfig):
+                return torch.nn.Module()
+            return transformers.AutoModel.from_config(config, **kwargs)
+
+    monkeypatch.setattr(modeling_gemma3n, "AutoModel", Auto)
+    audio = dict(hidden_size=32, conf_num_attention_heads=2, conf_num_hidden_layers=1, input_feat_size=16)
+    config = transformers.Gemma3nConfig(
+        text_config=HF_CASES["gemma3n"][2],
+        audio_config=dict(audio, sscp_conv_channel_size=[8, 4]),
+        vision_config=dict(hidden_size=32),
+        **ATTN,
+    )
+    return parity.randomize(transformers.Gemma3nForConditionalGeneration(config), seed)
+
+
+def test_the_multimodal_wrapper_reads_as_its_language_model(monkeypatch, tmp_path, caplog):
+    """Gemma3nForConditionalGeneration's logits on text alone; one logged line leaving out its towers and
+    multimodal embedders; to_hf gives Gemma3nForCausalLM with the same logits, read back bit for bit; its
+    save_pretrained directory loads the same."""
+    import logging
+
+    from archlab.interop.hf import load_hf_dir, to_hf
+
+    hf = _wrapper(monkeypatch)
+    with caplog.at_level(logging.WARNING, logger="archlab.interop"):
+        model = from_hf(hf)
+    assert parity.max_diff(parity.logits(hf), parity.logits(model)) <= parity.TOL
+    lines = [r.getMessage() for r in caplog.records if r.name == "archlab.interop"]
+    assert len(lines) == 1 and lines[0].endswith("(model.audio_tower, model.embed_audio, model.embed_vision)")
+    back = to_hf(model, **ATTN).eval()
+    assert type(back).__name__ == "Gemma3nForCausalLM"
+    assert parity.max_diff(parity.logits(back), parity.logits(hf)) <= parity.TOL
+    parity.assert_same_tensors(model, from_hf(back))
+    hf.save_pretrained(tmp_path / "wrapper")
+    loaded = load_hf_dir(tmp_path / "wrapper").eval()
+    assert parity.max_diff(parity.logits(hf), parity.logits(loaded)) <= parity.TOL
