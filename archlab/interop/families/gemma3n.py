@@ -85,16 +85,17 @@ class Gemma3n(Family):
         the sparsity; the shared layers last, after a layer of each type; one activation for the MLP and the
         per-layer inputs."""
         found = super().part_problems(cfg)
-        if not cfg.per_layer_input.dim:
-            found.append(Problem("model.per_layer_input.dim", 0, "a positive width", WHY))
-        if not cfg.block.laurel_rank:
-            found.append(Problem("model.block.laurel_rank", 0, "a positive rank", WHY))
-        for field, value in (
-            ("model.stream.coef_clip", getattr(cfg.stream, "coef_clip", 0)),
-            ("model.head.softcap", cfg.head.softcap),
-        ):
-            if value is None:  # transformers' altup_coef_clip and final_logit_softcapping are floats
-                found.append(Problem(field, None, "a number", " (transformers' Gemma3nTextConfig holds one)"))
+        # the sizes it needs (the export hint sets Gemma3nTextConfig's defaults): per-layer inputs and LAuReL
+        # present, the coefficients' clip and the logits' cap numbers (transformers' fields are floats)
+        needed = (
+            ("model.per_layer_input.dim", cfg.per_layer_input.dim, 256, "a positive width"),
+            ("model.block.laurel_rank", cfg.block.laurel_rank, 64, "a positive rank"),
+            ("model.stream.coef_clip", getattr(cfg.stream, "coef_clip", 120.0), 120.0, "a number"),
+            ("model.head.softcap", cfg.head.softcap, 30.0, "a number"),
+        )
+        for field, value, default, wants in needed:
+            if (value is None) if wants == "a number" else not value:
+                found.append(Problem(field, value, wants, WHY, (default,)))
         lcs = layer_configs(cfg)
         types = layer_types(lcs)
         first = {t: next(lc for lc, u in zip(lcs, types) if u == t) for t in types}
