@@ -25,7 +25,7 @@ from archlab import checks
 from archlab.config import ModelConfig, StreamConfig, stream_config
 from archlab.nn.component import Component, Role
 from archlab.nn.norms import NORMS, build_norm
-from archlab.nn.streams.base import STREAMS, Stream
+from archlab.nn.streams.base import STREAMS, LayerConnection, Stream
 
 MIN_SQUARE = 1e-5  # a projected copy's mean square floor before its rescaling (Gemma 3n's clamp)
 
@@ -48,7 +48,7 @@ def _rescaled(x: Tensor, like: Tensor) -> Tensor:
     return x * target / torch.sqrt(x.pow(2).mean(-1, keepdim=True).clamp(min=MIN_SQUARE))
 
 
-class AltUpLayer(Component, nn.Module):
+class AltUpLayer(Component, LayerConnection):
     """One layer's prediction and correction: the router ``router`` ``[n, d]`` after its norm, the prediction
     coefficients ``predict`` ``[n², n]``, the correction ones ``correct`` ``[n, n]`` and, with per-layer
     inputs, the active copy's ``output_scale`` ``[d]`` they read."""
@@ -127,7 +127,7 @@ class AltUp(Stream):
         return torch.stack(copies).mean(0)
 
     @staticmethod
-    def layer_connection(cfg: ModelConfig, layer: int) -> nn.Module:
+    def layer_connection(cfg: ModelConfig, layer: int) -> LayerConnection:
         return AltUpLayer(cfg)
 
     @staticmethod

@@ -18,6 +18,15 @@ from archlab.registry import Registry
 Sublayer = Callable[[Tensor], Tensor]  # a block's attention or MLP branch: [B, T, d] -> [B, T, d]
 
 
+class LayerConnection(nn.Module):
+    """A connection around a whole block (``Stream.layer_connection``): ``forward(H, block)`` runs the block on
+    the stream it reads and gives the streams after it; ``add(H, f)`` adds what the layer makes after its block,
+    ``f`` of the stream that reads."""
+
+    def add(self, h: Tensor, late: Sublayer) -> Tensor:
+        raise NotImplementedError
+
+
 class Stream(ModelPart, nn.Module):
     """The model's part of a residual stream: ``widen`` after the embeddings (``[B, T, d]`` to the streams),
     ``merge`` before the final norm; ``connection`` builds what joins one sublayer to the streams. A plain
@@ -46,7 +55,7 @@ class Stream(ModelPart, nn.Module):
         return None
 
     @staticmethod
-    def layer_connection(cfg: ModelConfig, layer: int) -> Optional[nn.Module]:
+    def layer_connection(cfg: ModelConfig, layer: int) -> Optional[LayerConnection]:
         """The connection around layer ``layer``'s whole block (``wraps_layers``): a module ``(H, block) -> H``
         whose ``add(H, f)`` adds what the layer makes after its block (``f`` of the stream it reads); None
         where the blocks are joined per sublayer or carry one stream."""
@@ -92,7 +101,7 @@ def build_stream(cfg: ModelConfig) -> Optional[Stream]:
     return entry(cfg) if entry.multiple else None
 
 
-def build_layer_connection(cfg: ModelConfig, layer: int) -> Optional[nn.Module]:
+def build_layer_connection(cfg: ModelConfig, layer: int) -> Optional[LayerConnection]:
     """The connection around layer ``layer``'s block, or None where the stream does not wrap whole layers."""
     return STREAMS.get(cfg.stream.kind).layer_connection(cfg, layer)
 
