@@ -218,8 +218,9 @@ class Gemma3n(Family):
                 over["mlp"] = mlp_over
             name = KIND[t] + ("_shared" if i >= first_shared else "") + ("_sparse" if sparse[i] else "")
             name += f"_{widths[i]}" if widths[i] != widths[0] else ""
+            base, k = name, 2
             while name in kinds and kinds[name] != over:  # the same name for other parts (two sparsities)
-                name += "_"
+                name, k = f"{base}{k}", k + 1
             names.append(name)
             kinds[name] = over
         if len(set(names)) > 1 or kinds[names[0]]:
