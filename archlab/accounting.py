@@ -15,7 +15,7 @@ from torch import nn
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
 from archlab.config.loop import schedule
-from archlab.nn import per_layer_inputs
+from archlab.nn import laurel, per_layer_inputs
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
 from archlab.nn.mlp import MLPS
@@ -32,6 +32,7 @@ COMPONENTS = (
     "per_layer_inputs",
     "attention",
     "mlp",
+    "laurel",
     "shared",
     "norms",
     "streams",
@@ -64,7 +65,11 @@ def count(cfg: Any) -> dict[str, int]:
     block_norms = [entries(c).block.num_params(c, i) for i, c in layers]  # a block's own parameters: its norms
     norm = chosen.norm.num_params(cfg)
     # a sublayer's connection to several residual streams (model.stream): attention's, and the MLP's where present
-    connections = [(1 + entries(c).mlp.present) * chosen.stream.connection_params(c) for _, c in layers]
+    # or a layer's connection around its block (AltUp's)
+    connections = [
+        (1 + entries(c).mlp.present) * chosen.stream.connection_params(c) + chosen.stream.layer_params(c)
+        for _, c in layers
+    ]
     counts = {
         "token_embedding": cfg.vocab_size * embedding_width(cfg),
         "position_embedding": chosen.position.num_params(cfg),
@@ -76,6 +81,7 @@ def count(cfg: Any) -> dict[str, int]:
         "per_layer_inputs": per_layer_inputs.model_params(cfg) + cfg.n_layer * per_layer_inputs.layer_params(cfg),
         "attention": sum(attention),
         "mlp": sum(mlp),
+        "laurel": sum(laurel.params(c) for _, c in layers),  # model.block.laurel_rank: per layer, its own
         "shared": shared_params(cfg),
         "norms": sum(block_norms),
         "streams": sum(connections) + chosen.stream.num_params(cfg),
@@ -93,7 +99,7 @@ def count(cfg: Any) -> dict[str, int]:
     counts["active"] = counts["inference"] - inactive
     counts["active_non_embedding"] = counts["non_embedding"] - inactive
     counts["per_block"] = attention[-1] + mlp[-1] + block_norms[-1] + connections[-1]
-    counts["per_block"] += per_layer_inputs.layer_params(cfg)
+    counts["per_block"] += per_layer_inputs.layer_params(cfg) + laurel.params(resolved.layers[-1])
     counts["flops_per_token"] = flops_per_token(resolved, counts["active_non_embedding"])
     return counts
 
@@ -109,6 +115,7 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
     extra = sum(_extra_flops(c, T, i) for i, c in runs)
     connections = sum(1 + entries(c).mlp.present for _, c in runs)  # a sublayer's connection to the streams
     extra += entries(model).stream.extra_flops(model, connections)
+    extra += len(runs) * entries(model).stream.layer_extra_flops(model)  # a connection around each layer run
     again = sum(_run_params(model, layers[i], i) for i, p in order if p > 0)
     again += shared_run_params(model) - shared_params(model)  # a shared block's weights once per use after its first
     extra += shared_extra_flops(model, T)
@@ -127,9 +134,11 @@ def _run_params(model: ModelConfig, cfg: ModelConfig, layer: int) -> int:
     """The parameters one token passes through in a run of layer ``layer`` (of config ``cfg``, in ``model``):
     its attention's and its MLP's (active), its block's norms and its sublayers' connections to the streams."""
     e = entries(cfg)
-    connections = (1 + e.mlp.present) * entries(model).stream.connection_params(cfg)
+    stream = entries(model).stream
+    connections = (1 + e.mlp.present) * stream.connection_params(cfg) + stream.layer_params(cfg)
     active = e.attention.active_params(cfg, layer) + e.mlp.active_params(cfg, layer)
-    return active + e.block.num_params(cfg, layer) + connections + per_layer_inputs.layer_params(cfg)
+    own = e.block.num_params(cfg, layer) + laurel.params(cfg)
+    return active + own + connections + per_layer_inputs.layer_params(cfg)
 
 
 def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
@@ -141,7 +150,7 @@ def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
         return own + _run_params(layer, layer, index)
     chosen = entries(layer)
     sublayers = chosen.attention.num_params(layer, index) + chosen.mlp.num_params(layer, index)
-    return own + sublayers + chosen.block.num_params(layer, index)
+    return own + sublayers + chosen.block.num_params(layer, index) + laurel.params(layer)
 
 
 def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
@@ -187,6 +196,7 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "per_layer_inputs": "per_layer_inputs",
     }
     part = {"attn": "attention", "mlp": "mlp", "attn_stream": "streams", "mlp_stream": "streams"}  # else norms
+    part["layer_stream"], part["laurel"] = "streams", "laurel"
     part["per_layer_input"] = "per_layer_inputs"
     counts: dict[str, int] = defaultdict(int)
     for name, p in model.named_parameters():

@@ -57,6 +57,9 @@ class BlockConfig:
     # the stream after the layer times a fixed per-layer number: a buffer (1 at init, untrained, kept in the
     # weights), Gemma 4's layer_scalar
     layer_scalar: bool = False
+    # pre (with attn_norm) and sandwich: LAuReL's low rank r beside attention, the stream after its add
+    # (x + attn(n) + n + norm(B·A·n))/√2, n attention's normed input (Gemma 3n's laurel_rank); 0 none
+    laurel_rank: int = 0
 
 
 @dataclass

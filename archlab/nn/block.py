@@ -11,13 +11,14 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.nn import laurel
 from archlab.nn.component import LayerPart, Role
 from archlab.nn.mixers.base import KVCache, build_mixer
 from archlab.nn.mlp import MLPS, build_mlp
 from archlab.nn.norms import NORMS, build_norm
 from archlab.nn.per_layer_inputs import PerLayerGate
 from archlab.nn.positions import Rotation
-from archlab.nn.streams.base import build_connection
+from archlab.nn.streams.base import build_connection, build_layer_connection
 from archlab.registry import Registry
 
 
@@ -48,8 +49,12 @@ class Block(LayerPart, nn.Module):
         # each sublayer's connection to the residual streams (model.stream); None: one plain stream, x + f(x)
         self.attn_stream = build_connection(cfg, 2 * layer)
         self.mlp_stream = build_connection(cfg, 2 * layer + 1) if self.mlp is not None else None
+        # or one connection around the whole block, which runs on one of the streams (AltUp's); None: none
+        self.layer_stream = build_layer_connection(cfg, layer)
         # after the sublayers (``finish``): the layer's per-layer input through its gate, then the layer scalar
         self.per_layer_input = PerLayerGate(cfg) if cfg.per_layer_input.dim else None
+        # beside attention, a low-rank branch of its normed input joining the stream after its add (LAuReL)
+        self.laurel = laurel.Laurel(cfg) if cfg.block.laurel_rank else None
         self.layer_scalar: Optional[Tensor]
         self.register_buffer("layer_scalar", torch.ones(1) if cfg.block.layer_scalar else None)
 
@@ -68,13 +73,32 @@ class Block(LayerPart, nn.Module):
         model has them), times the layer scalar (where ``layer_scalar``), as Gemma 4's layers end."""
         if self.per_layer_input is not None:
             assert per_layer is not None, "the Decoder hands each layer its input"
-            x = x + self.per_layer_input(x, per_layer)
+            gate = self.per_layer_input
+            x = (
+                x + gate(x, per_layer)
+                if self.layer_stream is None
+                else self.layer_stream.add(x, lambda a: gate(a, per_layer))
+            )
         return x if self.layer_scalar is None else x * self.layer_scalar.to(x.dtype)
+
+    def through(self, x: Tensor, *args) -> Tensor:
+        """The block on the streams ``x``: itself, or inside its layer connection, on the stream that reads
+        (``forward``'s other arguments ``args``)."""
+        return self(x, *args) if self.layer_stream is None else self.layer_stream(x, lambda a: self(a, *args))
+
+    @staticmethod
+    def takes_laurel(cfg: ModelConfig) -> bool:
+        """Whether attention reads a normed input that LAuReL can read too (``with_laurel``): no."""
+        return False
 
     @staticmethod
     def unit_weights(cfg: ModelConfig) -> bool:
         """Whether training puts the parts' matrices back on the unit sphere after each step (nGPT's): no."""
         return False
+
+    def with_laurel(self, x: Tensor, normed: Tensor) -> Tensor:
+        """The stream ``x`` after attention's add, joined by LAuReL's branch of ``normed`` where there is one."""
+        return x if self.laurel is None else self.laurel(x, normed)
 
     def into_residual(self, y: Tensor) -> Tensor:
         """A sublayer's output as it joins the residual stream: times ``residual_multiplier`` (Granite)."""
@@ -129,6 +153,7 @@ class Block(LayerPart, nn.Module):
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         checks.positive("model.block.residual_multiplier", cfg.block.residual_multiplier)
+        laurel.validate(cfg, cls.takes_laurel(cfg))
         if cfg.block.layer_scalar and cfg.stream.kind != "plain":
             raise ConfigError("model.block.layer_scalar", True, f"false with model.stream.kind={cfg.stream.kind}")
         if cfg.block.attn_norm is not True and cfg.block.kind != "pre":
@@ -150,7 +175,7 @@ class Block(LayerPart, nn.Module):
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
         return frozenset(
-            {"residual_multiplier", "residual_rule", "layer_scalar"}
+            {"residual_multiplier", "residual_rule", "layer_scalar", "laurel_rank"}
         )  # shared_norm is the parallel block's
 
 
@@ -169,7 +194,8 @@ class PreNorm(Block):
         if self.attn_stream is not None:  # several streams [B, T, n, d]: each connection reads and writes them
             return self._connected(x, rotary, mask, cache)
         entering = x if joined is None else x + joined
-        x = self.residual_add(x, self.attend(self._attn_input(entering), rotary, mask, cache), 0)
+        normed = self._attn_input(entering)
+        x = self.with_laurel(self.residual_add(x, self.attend(normed, rotary, mask, cache), 0), normed)
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None
@@ -191,6 +217,10 @@ class PreNorm(Block):
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
         return ("attn_norm", "mlp_norm") if cfg.block.attn_norm else ("mlp_norm",)
+
+    @staticmethod
+    def takes_laurel(cfg: ModelConfig) -> bool:
+        return bool(cfg.block.attn_norm)
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
@@ -237,7 +267,7 @@ class Parallel(Block):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return frozenset({"shared_norm", "residual_multiplier", "residual_rule", "layer_scalar"})
+        return frozenset({"shared_norm", "residual_multiplier", "residual_rule", "layer_scalar", "laurel_rank"})
 
 
 @BLOCKS.register("post_sublayer")
@@ -265,8 +295,9 @@ class SandwichNorm(Block):
 
     def forward(self, x, rotary=None, mask=None, cache=None):
         assert self.attn_norm is not None and self.attn_out_norm is not None  # built: this wiring's norm_names
-        attended = self.drop(self.attn_out_norm(self.attn(self.attn_norm(x), rotary, mask, cache, self.layer)))
-        x = self.residual_add(x, attended, 0)
+        normed = self.attn_norm(x)
+        attended = self.drop(self.attn_out_norm(self.attn(normed, rotary, mask, cache, self.layer)))
+        x = self.with_laurel(self.residual_add(x, attended, 0), normed)
         if self.mlp is None:
             return x
         assert self.mlp_norm is not None and self.mlp_out_norm is not None
@@ -275,6 +306,10 @@ class SandwichNorm(Block):
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
         return ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
+
+    @staticmethod
+    def takes_laurel(cfg: ModelConfig) -> bool:
+        return True
 
 
 def build_block(cfg: ModelConfig, layer: int) -> Block:

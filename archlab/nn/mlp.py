@@ -30,6 +30,8 @@ from archlab.errors import ConfigError
 from archlab.nn.component import LayerPart, Role, residual_projection
 from archlab.nn.fused import glu
 from archlab.nn.norms import NORMS
+from archlab.nn.sparsity import SparsityField, gaussian_topk, sparsity
+from archlab.nn.sparsity import validate as validate_sparsity
 from archlab.registry import Registry
 
 
@@ -96,7 +98,7 @@ class ReLU2Config(WidthConfig):
 
 @mlp_config("swiglu")
 @dataclass
-class SwiGLUConfig(ClampFields, GatedWidthConfig):
+class SwiGLUConfig(ClampFields, SparsityField, GatedWidthConfig):
     """``model.mlp`` with kind swiglu: the SiLU-gated MLP (LLaMA), clamped as gpt-oss or Step-3.5 where set."""
 
     kind: str = "swiglu"
@@ -104,7 +106,7 @@ class SwiGLUConfig(ClampFields, GatedWidthConfig):
 
 @mlp_config("geglu")
 @dataclass
-class GeGLUConfig(TanhField, GatedWidthConfig):
+class GeGLUConfig(TanhField, SparsityField, GatedWidthConfig):
     """``model.mlp`` with kind geglu: the GELU-gated MLP (Gemma's tanh form where set)."""
 
     kind: str = "geglu"
@@ -112,7 +114,7 @@ class GeGLUConfig(TanhField, GatedWidthConfig):
 
 @mlp_config("relu2_glu")
 @dataclass
-class ReLU2GLUConfig(GatedWidthConfig):
+class ReLU2GLUConfig(SparsityField, GatedWidthConfig):
     """``model.mlp`` with kind relu2_glu: the gated MLP through relu(x)², ``down(relu(gate)² · up)`` (BitNet)."""
 
     kind: str = "relu2_glu"
@@ -257,7 +259,7 @@ class DenseMLP(MLP):
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
         """The width rules that apply (an explicit d_ff wins over the others), the biases, the sub-norm and
         ``approximate`` (refused where there is no tanh form); none of a mixture of experts' fields."""
-        return width_fields(cfg, cls.gated(cfg)) | {"bias", "sub_norm", "approximate"}
+        return width_fields(cfg, cls.gated(cfg)) | {"bias", "sub_norm", "approximate", "activation_sparsity"}
 
     @classmethod
     def unread(cls, cfg: ModelConfig, field: str) -> Optional[str]:
@@ -275,6 +277,7 @@ class DenseMLP(MLP):
         if cls.refuses_tanh is not None and approximate != "none":
             raise ConfigError("model.mlp.approximate", approximate, cls.refuses_tanh)
         _validate_sizes(cfg)
+        validate_sparsity(cfg)
 
 
 class PlainMLP(DenseMLP):
@@ -351,8 +354,12 @@ class Gate:
     clamp: str = "gate"
     alpha: float = 1.0
     offset: float = 0.0
+    sparsity: float = 0.0  # the gate's activation sparsity s (``gaussian_topk``); 0 none
 
     def __call__(self, h: Tensor) -> Tensor:
+        if self.sparsity:  # the gate's pre-activations sparsified first (nn/sparsity.py)
+            gate, up = h.chunk(2, dim=-1)
+            h = torch.cat([gaussian_topk(gate, self.sparsity), up], dim=-1)
         if self.limit is None and self.alpha == 1.0 and self.offset == 0.0:
             return glu(h, self.activation)
         gate, up = h.chunk(2, dim=-1)
@@ -405,7 +412,7 @@ class SwiGLU(GatedMLP):
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Gate:
         m = cfg.mlp
-        return Gate("silu", m.swiglu_limit, m.swiglu_clamp, m.swiglu_alpha, m.up_offset)
+        return Gate("silu", m.swiglu_limit, m.swiglu_clamp, m.swiglu_alpha, m.up_offset, sparsity(cfg))
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
@@ -451,7 +458,7 @@ class GeGLU(GatedMLP):
 
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Gate:
-        return Gate("gelu" if cfg.mlp.approximate == "none" else "gelu_tanh")
+        return Gate("gelu" if cfg.mlp.approximate == "none" else "gelu_tanh", sparsity=sparsity(cfg))
 
 
 @MLPS.register("relu2_glu")
@@ -462,7 +469,7 @@ class ReLU2GLU(GatedMLP):
 
     @staticmethod
     def activation_of(cfg: ModelConfig) -> Gate:
-        return Gate("relu2")
+        return Gate("relu2", sparsity=sparsity(cfg))
 
 
 @MLPS.register("none")

@@ -263,9 +263,9 @@ class Decoder(nn.Module):
             if isinstance(block.mlp, MoE) and block.mlp.token_experts is not None:
                 block.mlp.ids = ids  # the experts its table gives these tokens (kept for a recomputation)
             x = (
-                checkpoint(block, x, rotary[k], mask, layer_cache, *extra, use_reentrant=False)
+                checkpoint(block.through, x, rotary[k], mask, layer_cache, *extra, use_reentrant=False)
                 if recompute
-                else block(x, rotary[k], mask, layer_cache, *extra)
+                else block.through(x, rotary[k], mask, layer_cache, *extra)
             )
             x = block.finish(x, None if per_layer is None else per_layer[:, :, block.layer])
         return x

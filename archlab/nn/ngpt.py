@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.nn import laurel
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Role
 from archlab.nn.mlp import MLPS
@@ -71,6 +72,7 @@ class NGPT(Block):
     def validate(cls, cfg: ModelConfig) -> None:
         b = cfg.block
         checks.positive("model.block.alpha_init", b.alpha_init)
+        laurel.validate(cfg, takes=False)  # its skips are its own
         checks.choice("model.block.unit_weights", b.unit_weights, (True, False))
         if b.alpha_scale is not None:
             checks.positive("model.block.alpha_scale", b.alpha_scale, "a positive number, or null (1/sqrt(d_model))")

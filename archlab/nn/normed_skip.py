@@ -7,6 +7,7 @@ from __future__ import annotations
 from archlab import checks
 from archlab.config import ModelConfig
 from archlab.errors import ConfigError
+from archlab.nn import laurel
 from archlab.nn.block import BLOCKS, Block
 
 FIELDS = ("attn_alpha", "attn_beta", "mlp_alpha", "mlp_beta")
@@ -36,6 +37,7 @@ class NormedSkip(Block):
     def validate(cls, cfg: ModelConfig) -> None:
         for name in FIELDS:
             checks.positive(f"model.block.{name}", getattr(cfg.block, name))
+        laurel.validate(cfg, takes=False)  # its skips are its own
         if cfg.block.attn_norm is not True:
             raise ConfigError("model.block.attn_norm", cfg.block.attn_norm, "true with block kind normed_skip")
         if cfg.block.residual_rule != "constant":  # its skip is the normed input, scaled by its alphas

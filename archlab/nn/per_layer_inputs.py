@@ -18,6 +18,7 @@ from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import uninitialised_embedding
+from archlab.nn.streams.base import STREAMS
 
 ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
@@ -62,7 +63,7 @@ def unread(cfg: ModelConfig) -> list[tuple[str, Any]]:
 
 
 def validate(cfg: ModelConfig) -> None:
-    """``dim`` and ``vocab`` are sizes; one residual stream, no multi-token prediction modules (whose blocks
+    """``dim`` and ``vocab`` are sizes; blocks that run on one stream (one alone, or AltUp's active copy), no multi-token prediction modules (whose blocks
     would read no input of their own)."""
     pli = cfg.per_layer_input
     checks.integer("model.per_layer_input.dim", pli.dim, 0, "a whole number >= 0 (0: no per-layer inputs)")
@@ -70,7 +71,7 @@ def validate(cfg: ModelConfig) -> None:
         checks.integer("model.per_layer_input.vocab", pli.vocab, 1, "a positive integer, or null (vocab_size)")
     if not pli.dim:
         return
-    if cfg.stream.kind != "plain":
+    if STREAMS.get(cfg.stream.kind).multiple and not STREAMS.get(cfg.stream.kind).wraps_layers:
         raise ConfigError("model.per_layer_input.dim", pli.dim, f"0 with model.stream.kind={cfg.stream.kind}")
     if cfg.head.mtp.depth:
         raise ConfigError("model.per_layer_input.dim", pli.dim, "0 with multi-token prediction modules")
@@ -78,16 +79,20 @@ def validate(cfg: ModelConfig) -> None:
 
 class PerLayerInputs(nn.Module):
     """Every layer's input ``[B, T, L, p]``: ``(norm(proj(e)·d^-1/2) + table[token]·sqrt(p))·2^-1/2``, from the
-    token embeddings ``e`` as the first block reads them (scaled, before any position scheme)."""
+    token embeddings ``e`` as the first block reads them (scaled, before any position scheme); a token past a
+    table smaller than the vocabulary reads its row 0."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_layer, self.dim, self.d_model = cfg.n_layer, cfg.per_layer_input.dim, cfg.d_model
-        self.table = uninitialised_embedding(table_rows(cfg), self.n_layer * self.dim)
+        self.rows, self.vocab_size = table_rows(cfg), cfg.vocab_size
+        self.table = uninitialised_embedding(self.rows, self.n_layer * self.dim)
         self.projection = nn.Linear(cfg.d_model, self.n_layer * self.dim, bias=False)
         self.norm = NORMS.get(cfg.norm.kind)(cfg, self.dim)
 
     def forward(self, idx: Tensor, embedded: Tensor) -> Tensor:
+        if self.rows < self.vocab_size:  # a token past a smaller table reads its row 0 (Gemma 3n's)
+            idx = torch.where(idx < self.rows, idx, 0)
         rows = self.table(idx)  # sqrt(p) in float32, rounded to the table's dtype, as Gemma scales embeddings
         rows = rows * torch.tensor(self.dim**0.5, dtype=torch.float32).to(rows.dtype)
         projected = self.projection(embedded) * self.d_model**-0.5

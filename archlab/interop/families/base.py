@@ -83,6 +83,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.v_from_k": (False, "values of their own projection"),
     "model.attention.kv_shared": (False, "every layer its own keys and values"),
     "model.block.layer_scalar": (False, "no fixed scalar per layer"),
+    "model.block.laurel_rank": (0, "no LAuReL beside attention"),
+    "model.mlp.activation_sparsity": (0.0, "dense MLP activations"),
     "model.per_layer_input.dim": (0, "no per-layer inputs"),
     "model.attention.gate": ("none", "no attention output gate"),
     "model.attention.gate_activation": ("sigmoid", "a sigmoid output gate"),
@@ -128,6 +130,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.mlp.routing.zero_experts": (0, "no zero (identity) experts"),
 }
 LAYERS = frozenset({"model.layers.first", "model.layers.pattern"})  # the FEATURES of layers that differ
+# FEATURES a layer kind sets too (Gemma 3n's sparse first layers): checked in every layer of a family without them
+PER_LAYER_FEATURES = ("model.mlp.activation_sparsity",)
 # FEATURES of the causal mixer whose name another mixer's own field shares (mla's v_head_dim is its size)
 CAUSAL_ONLY = frozenset({"model.attention.v_head_dim"})
 
@@ -242,6 +246,7 @@ class Family:
         if "model.position.scaling.kind" in self.features:
             rules.append(("model.position.scaling.kind", self.scalings, ""))
         found = [] if self.block_kinds else block_kind_problems(cfg, self.title)
+        found += per_layer_feature_problems(cfg, [f for f in PER_LAYER_FEATURES if f not in self.features])
         for field, allowed, why in rules + self.rules(cfg) + absent:
             if not has_field(cfg, field):  # a field of another option (an MLP's of another kind): not set
                 continue
@@ -343,6 +348,18 @@ def block_kind_problems(cfg: ModelConfig, title: str) -> list[Problem]:
         for name, value, expected in differences(lc.block, cfg.block) if kind is not None else []:
             field = kind_field(cfg, kind, f"model.block.{name}")
             found.append(Problem(field, value, bare(expected), f" ({title}'s layers share one block)", (expected,)))
+    return first_per_field(found)
+
+
+def per_layer_feature_problems(cfg: ModelConfig, fields: list[str]) -> list[Problem]:
+    """Each of ``fields`` (FEATURES a family lacks) that a used layer kind sets away from its absent value."""
+    found = []
+    for i, lc in enumerate(layer_configs(cfg)):
+        kind = layer_kind(cfg, i)
+        for f in fields if kind is not None else []:
+            absent, why = FEATURES[f]
+            if has_field(lc, f) and value_of(lc, f) != absent:
+                found.append(Problem(kind_field(cfg, kind, f), value_of(lc, f), bare(absent), f" ({why})", (absent,)))
     return first_per_field(found)
 
 

@@ -114,16 +114,6 @@ REFUSED: dict[str, Refused] = {
         "entropy-patched bytes: local encoder and decoder with cross-attention (`patching_mode`, `cross_attn_k`)",
     ),
     # blocks, norms, embeddings and heads
-    "gemma3n_text": Refused(
-        "Gemma 3n",
-        "Gemma3nForCausalLM",
-        "AltUp's parallel predictions (`altup_num_inputs`), LAuReL (`laurel_rank`), activation sparsity",
-    ),
-    "gemma3n": Refused(
-        "Gemma 3n (multimodal)",
-        "Gemma3nForConditionalGeneration",
-        "Gemma 3n's AltUp (`altup_num_inputs`) and LAuReL, and vision and audio towers",
-    ),
     "gemma4_assistant": Refused(
         "Gemma 4 assistant (drafter)",
         "Gemma4AssistantForCausalLM",
@@ -163,6 +153,7 @@ WRAPPED: dict[str, Wrapped] = {
     ),
     "emu3": Wrapped("Emu3 (vision-language)", "Emu3ForConditionalGeneration", "emu3_text_model"),
     "gemma3": Wrapped("Gemma 3 (vision-language)", "Gemma3ForConditionalGeneration", "gemma3_text"),
+    "gemma3n": Wrapped("Gemma 3n (multimodal)", "Gemma3nForConditionalGeneration", "gemma3n_text"),
     "gemma4": Wrapped("Gemma 4 (multimodal)", "Gemma4ForConditionalGeneration", "gemma4_text"),
     "gemma4_unified": Wrapped(
         "Gemma 4 Unified (vision-language)", "Gemma4UnifiedForConditionalGeneration", "gemma4_unified_text"

@@ -18,12 +18,23 @@ from archlab.registry import Registry
 Sublayer = Callable[[Tensor], Tensor]  # a block's attention or MLP branch: [B, T, d] -> [B, T, d]
 
 
+class LayerConnection(nn.Module):
+    """A connection around a whole block (``Stream.layer_connection``): ``forward(H, block)`` runs the block on
+    the stream it reads and gives the streams after it; ``add(H, f)`` adds what the layer makes after its block,
+    ``f`` of the stream that reads."""
+
+    def add(self, h: Tensor, late: Sublayer) -> Tensor:
+        raise NotImplementedError
+
+
 class Stream(ModelPart, nn.Module):
     """The model's part of a residual stream: ``widen`` after the embeddings (``[B, T, d]`` to the streams),
     ``merge`` before the final norm; ``connection`` builds what joins one sublayer to the streams. A plain
     stream's model builds neither (``multiple`` False), so its forward is today's, op for op."""
 
     multiple: ClassVar[bool] = True  # whether the blocks carry more than one stream (and the model this part)
+    # whether each block runs whole on one stream, wrapped by a layer connection (AltUp's), not per sublayer
+    wraps_layers: ClassVar[bool] = False
 
     def __init__(self, cfg: ModelConfig):
         """Built only where the blocks carry several streams (``multiple``): ``cfg.stream.n`` of them."""
@@ -42,6 +53,23 @@ class Stream(ModelPart, nn.Module):
         """The connection of sublayer ``index`` (counted from the first block's attention, 0, its MLP, 1, ...):
         a module ``(H, sublayer) -> H``; None joins nothing (one plain stream)."""
         return None
+
+    @staticmethod
+    def layer_connection(cfg: ModelConfig, layer: int) -> Optional[LayerConnection]:
+        """The connection around layer ``layer``'s whole block (``wraps_layers``): a module ``(H, block) -> H``
+        whose ``add(H, f)`` adds what the layer makes after its block (``f`` of the stream it reads); None
+        where the blocks are joined per sublayer or carry one stream."""
+        return None
+
+    @classmethod
+    def layer_params(cls, cfg: ModelConfig) -> int:
+        """Parameters of one layer's ``layer_connection``."""
+        return 0
+
+    @classmethod
+    def layer_extra_flops(cls, cfg: ModelConfig) -> int:
+        """Training FLOPs per token of one run of a ``layer_connection`` beyond 6 per weight."""
+        return 0
 
     @classmethod
     def connection_params(cls, cfg: ModelConfig) -> int:
@@ -71,6 +99,11 @@ def build_stream(cfg: ModelConfig) -> Optional[Stream]:
     """The model's stream part, or None for one plain stream."""
     entry = STREAMS.get(cfg.stream.kind)
     return entry(cfg) if entry.multiple else None
+
+
+def build_layer_connection(cfg: ModelConfig, layer: int) -> Optional[LayerConnection]:
+    """The connection around layer ``layer``'s block, or None where the stream does not wrap whole layers."""
+    return STREAMS.get(cfg.stream.kind).layer_connection(cfg, layer)
 
 
 def build_connection(cfg: ModelConfig, index: int) -> Optional[nn.Module]:
