@@ -1,6 +1,6 @@
 """The language model of a vision-language checkpoint (archlab/interop/wrapped.py): ``from_hf`` and
 ``load_hf_dir`` on transformers' wrappers whose text config a record holds (Gemma 3, Qwen3.5, Qwen3.5-MoE,
-Llama 4, Emu3, Aria, Step-3.7, Gemma 4, Cohere Compass; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
+Llama 4, Emu3, Aria, Step-3.7, Gemma 4, Cohere Compass, Apertus 1.5; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
 say in one logged line what they leave out (the vision tower, the projector, Emu3's VQ-VAE), and export it as the
 text-only class.
 
@@ -203,6 +203,42 @@ CASES = {
         ),
         "Emu3ForCausalLM",
         "model.vqmodel",
+    ),
+    # Apertus 1.5: image and audio codes as vocabulary ids, read by tokenizers the language model never runs;
+    # its head pruned to the first 60 ids
+    "apertus1p5": (
+        "Apertus1p5Config",
+        dict(
+            text_config=dict(TEXT, output_vocab_size=60, rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
+            vision_config=dict(
+                embed_dim=8,
+                codebook_size=16,
+                base_channels=32,
+                channel_multiplier=[1],
+                num_res_blocks=1,
+                attn_resolutions=[],
+                latent_channels=4,
+            ),
+            audio_config=dict(
+                model_type="wavtokenizer_encoder",
+                num_filters=4,
+                upsampling_ratios=[2],
+                hidden_size=8,
+                codebook_size=16,
+                codebook_dim=8,
+                num_lstm_layers=1,
+                decoder_hidden_size=8,
+                decoder_intermediate_size=8,
+                decoder_num_layers=1,
+                decoder_attention_num_groups=1,
+            ),
+            image_token_id=61,
+            audio_token_id=62,
+            image_token_offset=64,
+            audio_token_offset=80,
+        ),
+        "Apertus1p5TextForCausalLM",
+        "model.audio_tokenizer, model.vision_tokenizer",
     ),
     # a wrapper that takes any text config: LLaVA's, a LLaMA here
     "llava": (

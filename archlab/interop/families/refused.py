@@ -147,6 +147,7 @@ class Wrapped(NamedTuple):
 
 
 WRAPPED: dict[str, Wrapped] = {
+    "apertus1p5": Wrapped("Apertus 1.5 (multimodal)", "Apertus1p5ForConditionalGeneration", "apertus1p5_text"),
     "aria": Wrapped("Aria (vision-language)", "AriaForConditionalGeneration", "aria_text"),
     "cohere_compass": Wrapped(
         "Cohere Compass (vision-language)", "CohereCompassForConditionalGeneration", "cohere_compass_text"
