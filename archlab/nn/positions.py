@@ -43,6 +43,11 @@ class Rotation:
         """``x`` ``[B, T, heads, dim]`` with every head rotated at this forward's positions."""
         raise NotImplementedError
 
+    def unrotate(self, x: Tensor) -> Tensor:
+        """``x`` ``[B, T, heads, dim]`` turned by minus this forward's angles, ``rotate``'s inverse (a scaled
+        rotation scaled alike): DeepSeek-V4 turns its attention output back to the query's frame."""
+        raise NotImplementedError
+
     def project(
         self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int, clip: Optional[float] = None
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -104,6 +109,9 @@ class PositionsOnly(Rotation):
         self.positions = positions
 
     def rotate(self, x: Tensor) -> Tensor:
+        return x
+
+    def unrotate(self, x: Tensor) -> Tensor:
         return x
 
 

@@ -344,6 +344,10 @@ class RoPERotation(Rotation):
         # rotary_qkv's single pass and hand-written backward, over heads that are all "queries"
         return rotary_qkv(x, self.cos, self.sin, self.interleaved, x.shape[2], 0)[0]
 
+    def unrotate(self, x: Tensor) -> Tensor:
+        # minus the angles: sin negated (times the attention factor too, as transformers' DeepSeek-V4 turns back)
+        return rotary_qkv(x, self.cos, -self.sin, self.interleaved, x.shape[2], 0)[0]
+
     def project(
         self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int, clip: Optional[float] = None
     ) -> tuple[Tensor, Tensor, Tensor]:
