@@ -122,11 +122,199 @@ def test_the_grouped_projection_costs_what_its_weights_count():
     x = torch.randn(2, T, 32)
     with FlopCounterMode(display=False) as whole:
         attn(x)
-    q, kv = attn.project(x, None)
+    q, kv, _ = attn.project(x, None)
     with FlopCounterMode(display=False) as scores:
         attn.attend(q, kv, None)
     matrices = DeepSeekV4Attention.num_params(cfg) - (6 + 8) - 4  # less the two norms' scales and the sinks
     assert whole.get_total_flops() - scores.get_total_flops() == 2 * 2 * T * matrices
+
+
+# ---- the compressors: HCA and CSA ----
+
+LAYER_TYPES = {"hca": "heavily_compressed_attention", "csa": "compressed_sparse_attention"}
+# (compress, rate, window): blocks of 4 beside a window of 5; of 3 with no window; CSA's overlapping blocks of 2
+# and 3, 2 of them per query by an indexer of 8 heads of 6 (ties at a relu's 0 unlikely, which topk breaks at will)
+COMPRESSED = [("hca", 4, 5), ("hca", 3, None), ("csa", 2, 5), ("csa", 3, None)]
+INDEXER = {"index_n_heads": 8, "index_head_dim": 6, "index_topk": 2}
+COMPRESS_THETA = 800.0
+
+
+def compressing(compress: str, rate: int, window, theta: float = THETA):
+    """``dsv4``'s model with every layer compressing (``INDEXER``'s indexer where CSA), RoPE of base ``theta``."""
+    return mixer_config(
+        "dsv4",
+        attention={"window": window, "compress": compress, "compress_rate": rate} | INDEXER,
+        position={"kind": "rope", "pairing": "interleaved", "theta": theta},
+        norm={"kind": "rmsnorm", "eps": EPS},
+    )
+
+
+def hf_compressing(compress: str, rate: int, window: int) -> tuple[Any, Any]:
+    """transformers' DeepseekV4Attention of an HCA or CSA layer at the contract sizes, its weights
+    randomised (its rotary embeddings, buffers of fixed frequencies, rebuilt), and the model's rotary."""
+    from transformers import DeepseekV4Config
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Attention, DeepseekV4RotaryEmbedding
+
+    config = DeepseekV4Config(
+        vocab_size=48, hidden_size=32, num_hidden_layers=1, num_attention_heads=4, head_dim=8,
+        partial_rotary_factor=0.5, q_lora_rank=6, o_groups=2, o_lora_rank=5, sliding_window=window,
+        layer_types=[LAYER_TYPES[compress]], rope_theta=THETA, compress_rope_theta=COMPRESS_THETA,
+        rms_norm_eps=EPS, compress_rates={name: rate for name in LAYER_TYPES.values()}, **INDEXER,
+    )  # fmt: skip
+    config._attn_implementation = "eager"
+    attention = randomise(DeepseekV4Attention(config, 0), seed=1).eval()
+    for module in list(attention.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, DeepseekV4RotaryEmbedding):
+                setattr(module, name, DeepseekV4RotaryEmbedding(config))
+    return attention, DeepseekV4RotaryEmbedding(config)
+
+
+def copied_compressing(attention) -> dict:
+    """transformers' weights of a compressing layer in archlab's, by name: the compressor's as they are, its
+    indexer's one level up (q_b_proj as q_up, the scorer's weights_proj as head_weights)."""
+    own = {n: t for n, t in attention.state_dict().items() if not n.startswith("compressor.")}
+    state = copied(type("Own", (), {"state_dict": lambda self: own})())
+    for name, tensor in attention.state_dict().items():
+        if name.startswith("compressor.indexer."):
+            rest = name.removeprefix("compressor.indexer.").replace("q_b_proj", "q_up")
+            state["indexer." + rest.replace("scorer.weights_proj", "head_weights")] = tensor
+        elif name.startswith("compressor."):
+            state[name] = tensor
+    return state
+
+
+@pytest.mark.parametrize("compress,rate,window", COMPRESSED)
+def test_a_compressing_layer_equals_transformers_deepseek_v4_attention(compress, rate, window):
+    """HCA and CSA layers over 12 positions, the window and the pooled blocks in one softmax with the sinks:
+    archlab's layer with transformers' weights gives its output in float32 within 1e-5 of its largest."""
+    hf, rotary_emb = hf_compressing(compress, rate, window or T)
+    model = build_model(compressing(compress, rate, window, COMPRESS_THETA)).eval()
+    attn = model.blocks[0].attn
+    attn.load_state_dict(copied_compressing(hf))
+    x = torch.randn(2, T, 32, generator=torch.Generator().manual_seed(2))
+    positions = torch.arange(T)[None].expand(2, T)
+    i = torch.arange(T)
+    distance = i[:, None] - i[None, :]
+    visible = ((distance >= 0) & (distance < (window or T)))[None, None].expand(2, 1, T, T)
+    bias = torch.zeros(visible.shape).masked_fill(~visible, float("-inf"))
+    with torch.no_grad():
+        expected, _ = hf(x, {"compress": rotary_emb(x, position_ids=positions, layer_type="compress")}, positions, bias)
+        got = attn(x, model.position.rotary(torch.arange(T), torch.float32), visible)
+    assert expected.abs().max() > 1
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5 * expected.abs().max().item())
+
+
+@pytest.mark.parametrize("compress,rate,window", COMPRESSED)
+@pytest.mark.parametrize("check", [check_cached_decoding, check_padded_batch, check_packed_documents])
+def test_the_contract_checks_hold_while_compressing(check, compress, rate, window):
+    """Cached decoding (a prefill of 7 or 3, a chunk of 6, single tokens: blocks ending in each, the cache
+    holding the projections a block still needs), a left-padded batch (each row's blocks at its own
+    positions, as alone) and packed documents (each document's blocks its own), as the contract suite
+    checks them."""
+    check(randomise(build_model(compressing(compress, rate, window), dtype=torch.float64), seed=3).eval())
+
+
+@pytest.mark.parametrize("compress,rate,window", COMPRESSED)
+def test_compressing_counts_and_cache_equal_the_built_model(compress, rate, window):
+    """The closed-form count equals the built and the meta model's; after 3 and 12 tokens (no window) the
+    cache holds what ``kv_cache_bytes`` counts."""
+    from archlab.accounting import count, kv_cache_bytes
+
+    cfg = compressing(compress, rate, window)
+    for device in ("meta", "cpu"):
+        model = build_model(cfg, device=device)
+        assert sum(p.numel() for p in model.parameters()) == count(cfg)["total"]
+    cfg = compressing(compress, rate, None)
+    model = build_model(cfg, dtype=torch.float64).eval()
+    for length in (3, T):
+        cache = model.new_cache(1, length)
+        with torch.no_grad():
+            model(torch.zeros(1, length, dtype=torch.long), cache)
+        held = [t for t in (*cache.k, *cache.v, *cache.conv_state, *cache.recurrent_state) if t is not None]
+        assert sum(t.numel() * t.element_size() for t in held) == kv_cache_bytes(cfg, length, 8), length
+
+
+@pytest.mark.parametrize("compress,rate,window", COMPRESSED[::2], ids=["hca", "csa"])
+def test_compressing_gradients_are_the_losss_derivatives(compress, rate, window):
+    """In float64 the cross-entropy's gradient of each parameter of a compressing layer (the pooling, its
+    position biases, the rotated blocks) is its derivative: a central difference along a random direction
+    (the indexer's: none either way, its choice moves nothing at that step)."""
+    model = randomise(build_model(compressing(compress, rate, window), dtype=torch.float64), seed=9).eval()
+    idx = torch.randint(0, 48, (2, T + 1), generator=torch.Generator().manual_seed(10))
+
+    def loss() -> torch.Tensor:
+        logits = model(idx[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+
+    loss().backward()
+    generator, eps = torch.Generator().manual_seed(11), 1e-6
+    for name, p in model.blocks[0].attn.named_parameters():
+        direction = torch.randn(p.shape, generator=generator, dtype=torch.float64)
+        with torch.no_grad():
+            p.add_(eps * direction)
+            up = loss().item()
+            p.sub_(2 * eps * direction)
+            down = loss().item()
+            p.add_(eps * direction)
+        got = 0.0 if p.grad is None else (p.grad * direction).sum().item()
+        assert got == pytest.approx((up - down) / (2 * eps), rel=1e-6, abs=1e-9), name
+
+
+def test_the_blocks_move_the_output():
+    """A compressing layer's blocks act: the same weights without them (compress none) give other logits, and
+    so does an indexer keeping all 6 blocks instead of 2."""
+    model = randomise(build_model(compressing("csa", 2, 5), dtype=torch.float64), seed=4).eval()
+    state = model.state_dict()
+    plain = build_model(dsv4(window=5), dtype=torch.float64).eval()
+    plain.load_state_dict({k: v for k, v in state.items() if ".compressor." not in k and ".indexer." not in k})
+    every = build_model(
+        dsv4(window=5, compress="csa", compress_rate=2, **(INDEXER | {"index_topk": 6})), dtype=torch.float64
+    ).eval()
+    every.load_state_dict(state)
+    idx = torch.randint(0, 48, (2, T), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        logits = model(idx)
+        assert (plain(idx) - logits).abs().max() > 1e-3
+        assert (every(idx) - logits).abs().max() > 1e-3
+
+
+def test_the_indexer_learns_from_its_own_loss_alone():
+    """In training a CSA layer keeps index_loss_weight · KL (the attention's probabilities over the blocks
+    chosen, heads averaged, against the softmax of the indexer's scores over them) as an auxiliary loss, written
+    here query by query; the cross-entropy gives the indexer no gradient, its loss gives it one and nothing else
+    any; and with it every parameter of the model has a gradient."""
+    cfg = compressing("csa", 2, 5)
+    model = randomise(build_model(cfg, dtype=torch.float64), seed=6).train()
+    idx = torch.randint(0, 48, (2, T + 1), generator=torch.Generator().manual_seed(7))
+    logits = model(idx[:, :-1])
+    weight, kl = model.auxiliary_losses()["index_kl"]
+    assert weight == 1.0
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+    indexer = [n for n, _ in model.named_parameters() if ".indexer." in n]
+    grads = torch.autograd.grad(ce, list(model.parameters()), allow_unused=True, retain_graph=True)
+    assert all(g is None or g.abs().max() == 0 for (n, _), g in zip(model.named_parameters(), grads) if n in indexer)
+    grads = torch.autograd.grad(kl, list(model.parameters()), allow_unused=True, retain_graph=True)
+    assert {n for (n, _), g in zip(model.named_parameters(), grads) if g is not None and g.abs().max() > 0} == set(
+        indexer
+    )
+    (ce + weight * kl).backward()
+    assert all(p.grad is not None and p.grad.abs().max() > 0 for p in model.parameters())
+    attn = model.blocks[0].attn
+    x = torch.randn(2, T, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    rotary = model.position.rotary(torch.arange(T), torch.float64)
+    attn(x, rotary)
+    q, _, source = attn.project(x, rotary)
+    blocks, chosen, scores = attn.blocks(x, source, rotary, None, 0)
+    by_hand = []
+    for b in range(2):
+        for t in range(T):
+            picked = torch.nonzero(chosen[b, t]).flatten()
+            if len(picked):
+                p = ((q[b, :, t] @ blocks[b, picked].T) * attn.scale).softmax(-1).mean(0)
+                by_hand.append((p * (p.log() - scores[b, t, picked].log_softmax(0))).sum())
+    assert 0 < len(by_hand) < 2 * T  # the first queries see no block
+    torch.testing.assert_close(attn.aux_losses["index_kl"][1], torch.stack(by_hand).mean(), rtol=1e-10, atol=0)
 
 
 # ---- closed forms ----
@@ -151,6 +339,27 @@ def test_per_layer_count_is_transformers_at_deepseek_v4_flash_sizes():
     assert sum(p.numel() for p in hf.parameters()) == by_hand
 
 
+def test_compressing_layer_counts_are_transformers_at_deepseek_v4_flash_sizes():
+    """HCA (blocks of 128): the sliding layer's and a compressor of 512, 2·4096·512 + 128·512 + 512; CSA
+    (blocks of 4): a compressor of 2·512, 2·4096·1024 + 4·1024 + 512, and the indexer of 64 heads of 128,
+    2·4096·256 + 4·256 + 128 + 1024·64·128 + 4096·64: transformers' layers' numel (meta)."""
+    from transformers import DeepseekV4Config
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Attention
+
+    sliding = 106_956_352
+    hca = sliding + 2 * 4096 * 512 + 128 * 512 + 512
+    indexer = 2 * 4096 * 256 + 4 * 256 + 128 + 1024 * 64 * 128 + 4096 * 64
+    csa = sliding + 2 * 4096 * 1024 + 4 * 1024 + 512 + indexer
+    assert (hca, csa) == (111_216_704, 126_098_624)
+    config = DeepseekV4Config(num_hidden_layers=2, layer_types=list(LAYER_TYPES.values()))
+    for layer, (compress, rate, expected) in enumerate([("hca", 128, hca), ("csa", 4, csa)]):
+        cfg = mixer_config("dsv4", d_model=4096, attention=FLASH | {"compress": compress, "compress_rate": rate})
+        assert DeepSeekV4Attention.num_params(cfg) == expected
+        with torch.device("meta"):
+            hf = DeepseekV4Attention(config, layer)
+        assert sum(p.numel() for p in hf.parameters()) == expected
+
+
 def test_cache_and_extra_flops_by_hand():
     """The cache: the one head of 512 over min(window 128, length) positions; the scores: 12·64·512 per key
     seen (at most 128)."""
@@ -158,6 +367,19 @@ def test_cache_and_extra_flops_by_hand():
     assert DeepSeekV4Attention.kv_cache_values(cfg, 100, 0) == 512 * 100
     assert DeepSeekV4Attention.kv_cache_values(cfg, 4096, 0) == 512 * 128
     assert DeepSeekV4Attention.extra_flops(cfg, 4096, 0) == 12 * 64 * 512 * 128
+    hca = mixer_config("dsv4", d_model=4096, attention=FLASH | {"compress": "hca", "compress_rate": 128})
+    # the window, 32 blocks of 512, and the 127 positions' keys and gates the next block needs
+    assert DeepSeekV4Attention.kv_cache_values(hca, 4096, 0) == 512 * 128 + 512 * 32 + 2 * 512 * 127
+    assert DeepSeekV4Attention.extra_flops(hca, 4096, 0) == 12 * 64 * 512 * (128 + 32)
+    csa = mixer_config("dsv4", d_model=4096, attention=FLASH | {"compress": "csa", "compress_rate": 4})
+    # 1024 blocks of 512 + 128 (the indexer's key); 7 positions' two halves of keys and gates, both compressors
+    assert DeepSeekV4Attention.kv_cache_values(csa, 4096, 0) == 512 * 128 + 640 * 1024 + 4 * 640 * 7
+    # 512 of the 1024 blocks attended to; the indexer scores all 1024 with 64 heads of 128, three times with its
+    # loss (its backward), which recomputes the 512 chosen blocks' scores for its target
+    expected = 12 * 64 * 512 * (128 + 512) + 6 * 64 * 129 * 1024 + 2 * 64 * 512 * 512
+    assert DeepSeekV4Attention.extra_flops(csa, 4096, 0) == expected
+    untrained = mixer_config("dsv4", d_model=4096, attention=FLASH | {"compress": "csa", "index_loss_weight": 0.0})
+    assert DeepSeekV4Attention.extra_flops(untrained, 4096, 0) == 12 * 64 * 512 * 640 + 2 * 64 * 129 * 1024
 
 
 def test_a_sliding_cache_keeps_the_window_less_one():
@@ -183,6 +405,11 @@ def test_a_sliding_cache_keeps_the_window_less_one():
         ({"o_lora_rank": 0}, "model.attention.o_lora_rank"),
         ({"window": 0}, "model.attention.window"),
         ({"dropout": 1.5}, "model.attention.dropout"),
+        ({"compress": "hca", "compress_rate": 1}, "model.attention.compress_rate"),  # a block of one position
+        ({"compress": "csa", "index_head_dim": 3}, "model.attention.index_head_dim"),  # fewer than the 4 rotated
+        ({"compress": "csa", "index_topk": 0}, "model.attention.index_topk"),
+        ({"compress": "csa", "index_n_heads": 0}, "model.attention.index_n_heads"),
+        ({"compress": "lsa"}, "model.attention.compress"),
     ],
 )
 def test_each_refused_setting_names_its_field(attention, field):
@@ -197,7 +424,17 @@ def test_rope_cannot_narrow_the_rotated_part():
     assert error.value.field == "model.position.rotary_dim"
 
 
+def test_compressing_takes_rope():
+    """Blocks are rotated at their first position: a compressing layer without RoPE is refused."""
+    with pytest.raises(ConfigError) as error:
+        validate(mixer_config("dsv4", attention={"compress": "hca"}, position={"kind": "none"}))
+    assert error.value.field == "model.position.kind"
+
+
 def test_describe_names_the_parts():
     assert DeepSeekV4Attention.describe(dsv4(window=5)) == (
         "dsv4 4h x 8 (4 rotated) over 1 shared kv head, q_lora 6, 2 output groups of 5, sinks, window 5"
+    )
+    assert DeepSeekV4Attention.describe(compressing("csa", 2, None)).endswith(
+        "sinks, blocks of 2 (csa: indexer 8h x 6, top 2)"
     )

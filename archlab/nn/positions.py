@@ -48,6 +48,11 @@ class Rotation:
         rotation scaled alike): DeepSeek-V4 turns its attention output back to the query's frame."""
         raise NotImplementedError
 
+    def at(self, positions: Tensor) -> Rotation:
+        """The same scheme's rotation at other ``positions`` ``[T]`` or ``[B, T]``: DeepSeek-V4 rotates a pooled
+        block of keys at its first position."""
+        raise NotImplementedError
+
     def project(
         self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int, clip: Optional[float] = None
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -113,6 +118,9 @@ class PositionsOnly(Rotation):
 
     def unrotate(self, x: Tensor) -> Tensor:
         return x
+
+    def at(self, positions: Tensor) -> Rotation:
+        return PositionsOnly(positions)
 
 
 @POSITIONS.register("none")
