@@ -1,7 +1,8 @@
 """DeepSeek-V4's attention (``dsv4``, archlab/nn/mixers/dsv4.py), each against an independent expectation:
 a layer against transformers' ``DeepseekV4Attention`` (a layer without compression) with every weight
 randomised, a full and a sliding window, plain and left-padded rows; the contract suite's decoding, padding
-and document checks again with a sliding window (tests/test_mixer_contract.py runs them without one); the
+and document checks again without blocks and with a sliding window (tests/test_mixer_contract.py runs them
+on CSA layers without a window); HCA and CSA layers against transformers' and through those checks; the
 grouped projection's FLOPs by PyTorch's counter; the per-layer count against transformers' module at
 DeepSeek-V4-Flash's sizes and by hand; the cache by hand; and the refusals."""
 
@@ -28,11 +29,11 @@ EPS, THETA, T = 1e-6, 500.0, 12
 
 
 def dsv4(window=None, **attention):
-    """A 2-layer model of dsv4 at the contract sizes, interleaved RoPE of base 500, RMSNorm at 1e-6."""
+    """A 2-layer model of dsv4 at the contract sizes, no blocks unless ``attention`` asks, interleaved RoPE of
+    base 500, RMSNorm at 1e-6."""
     position = {"kind": "rope", "pairing": "interleaved", "theta": THETA}
-    return mixer_config(
-        "dsv4", attention={"window": window} | attention, position=position, norm={"kind": "rmsnorm", "eps": EPS}
-    )
+    attention = {"window": window, "compress": "none"} | attention
+    return mixer_config("dsv4", attention=attention, position=position, norm={"kind": "rmsnorm", "eps": EPS})
 
 
 def hf_attention(window: int) -> tuple[Any, Any]:
@@ -320,7 +321,8 @@ def test_the_indexer_learns_from_its_own_loss_alone():
 # ---- closed forms ----
 
 FLASH = {"n_head": 64, "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 1024, "o_groups": 8}
-FLASH |= {"o_lora_rank": 1024, "window": 128}
+FLASH |= {"o_lora_rank": 1024, "window": 128, "compress": "none", "index_n_heads": 64, "index_head_dim": 128}
+FLASH |= {"index_topk": 512}
 
 
 def test_per_layer_count_is_transformers_at_deepseek_v4_flash_sizes():
@@ -378,7 +380,9 @@ def test_cache_and_extra_flops_by_hand():
     # loss (its backward), which recomputes the 512 chosen blocks' scores for its target
     expected = 12 * 64 * 512 * (128 + 512) + 6 * 64 * 129 * 1024 + 2 * 64 * 512 * 512
     assert DeepSeekV4Attention.extra_flops(csa, 4096, 0) == expected
-    untrained = mixer_config("dsv4", d_model=4096, attention=FLASH | {"compress": "csa", "index_loss_weight": 0.0})
+    untrained = mixer_config(
+        "dsv4", d_model=4096, attention=FLASH | {"compress": "csa", "compress_rate": 4, "index_loss_weight": 0.0}
+    )
     assert DeepSeekV4Attention.extra_flops(untrained, 4096, 0) == 12 * 64 * 512 * 640 + 2 * 64 * 129 * 1024
 
 

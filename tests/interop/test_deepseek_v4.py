@@ -5,7 +5,7 @@ correction bias, clamped SwiGLU experts and one shared expert.
 
 Tiny random models (every parameter, correction bias and hash table redrawn; a window of 4, blocks of 4 (HCA)
 and of 2 (CSA, 2 kept per query) under 12 tokens) give HF eager's float32 logits and map back to the family;
-archlab -> HF -> archlab gives back every tensor bit for bit; greedy generation equals HF ``generate``; a
+archlab -> HF -> archlab and HF -> archlab -> HF give back every tensor bit for bit; greedy generation equals HF ``generate``; a
 left-padded batch generates what HF generates for each prompt alone (HF pools a padded row's blocks from its
 first pad, pads pooled in: its own padded batch differs); a save_pretrained directory loads and saves again;
 the closed-form count is transformers' on the default DeepseekV4Config (meta); what the record cannot hold is
@@ -86,6 +86,14 @@ def test_the_layers_are_read_as_their_kinds():
     assert [lc.mlp.routing.selection for lc in layers] == ["hash", "scores", "scores", "scores"]
     assert cfg.layers.kinds["sliding_hash"]["mlp"]["routing"]["selection"] == "hash"
     assert cfg.attention.kind == "dsv4" and cfg.stream.kind == "mhc" and cfg.mlp.swiglu_limit == 0.8
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_archlab_to_hf_to_archlab_is_bit_identical(case):
+    """An archlab model of the case's layout, every parameter and correction bias redrawn (its hash tables
+    archlab's own draw), converts to DeepseekV4ForCausalLM with the same logits and back bit for bit."""
+    cfg = config_from_hf(parity.hf_config(HF_CASES, case))
+    parity.check_exports(cfg, "DeepseekV4ForCausalLM", family="deepseek_v4", **EAGER)
 
 
 def test_every_token_s_experts_and_weights_are_hf_s():
