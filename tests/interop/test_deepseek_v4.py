@@ -136,9 +136,19 @@ def test_the_count_is_transformers_on_the_default_config():
         (dict(num_key_value_heads=2), "DeepseekV4Config.num_key_value_heads"),
         (dict(hidden_act="gelu"), "DeepseekV4Config.hidden_act"),
         (dict(scoring_func="softmax"), "DeepseekV4Config.scoring_func"),
+        (
+            dict(
+                rope_parameters={
+                    "main": {"rope_type": "default", "rope_theta": 500.0},
+                    "compress": {"rope_type": "linear", "factor": 2.0, "rope_theta": 2000.0},
+                }
+            ),
+            "DeepseekV4Config.rope_parameters.compress.rope_type",
+        ),
     ],
 )
 def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
+    """Each key archlab cannot hold is refused naming it (the compressing layers' RoPE: its rope_type too)."""
     config = parity.hf_config(HF_CASES, "deepseek-v4")
     for key, value in changes.items():
         setattr(config, key, value)
