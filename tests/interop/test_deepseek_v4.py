@@ -40,6 +40,8 @@ CLASSES = ("DeepseekV4ForCausalLM", "DeepseekV4Config")
 HF_CASES = {
     # a sliding layer (hash-routed), an HCA layer, two CSA layers; sqrtsoftplus scores
     "deepseek-v4": (*CLASSES, HF),
+    # every layer sliding, no blocks (a padded row then computes as in transformers' padded batch)
+    "deepseek-v4-sliding": (*CLASSES, dict(HF, layer_types=["sliding_attention"] * 4)),
     # sigmoid scores, every layer top-k routed, the compressing layers' RoPE unscaled
     "deepseek-v4-sigmoid": (
         *CLASSES,
@@ -117,6 +119,12 @@ def test_a_left_padded_batch_generates_each_prompt_as_hf_alone():
         assert torch.equal(got[row, 7 - len(p) :], alone[0]), row
     together = hf.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
     assert not torch.equal(together, got)
+
+
+def test_without_blocks_a_padded_batch_generates_as_hfs():
+    """Every layer sliding: prompts of 7, 3 and 5 tokens left-padded into one batch continue, and give at
+    every step the logits, as HF ``generate``'s padded batch."""
+    parity.check_padded_generation(hf_model("deepseek-v4-sliding", seed=6))
 
 
 def test_the_count_is_transformers_on_the_default_config():

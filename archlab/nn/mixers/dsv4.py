@@ -229,12 +229,13 @@ class DeepSeekV4Attention(Mixer):
         self, x: Tensor, source: Tensor, rotary: Rotation, cache: Optional[KVCache], layer: int
     ) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         """The pooled block keys ``[B, K, head_dim]`` this step's queries may see, which each sees ``[B, T, K]``
-        and the indexer's scores of them ``[B, T, K]`` (None without one): the cached blocks (by block number, those ending before the row's first new position), then
-        the blocks ending among the new positions (a block ends where its last position, ``rate``·(w + 1) − 1,
-        is; positions by row, so a padded row or a packed document pools its own blocks as alone). A query sees
-        a block ending at or before it in its own sequence (positions counted on without a break); with an
-        indexer, only the ``index_topk`` of those it scores best. The indexer reads ``x`` and ``source``
-        detached: no gradient crosses its choice, so it learns from its own loss alone (``index_kl``)."""
+        and the indexer's scores of them ``[B, T, K]`` (None without one): the cached blocks (by block number,
+        those ending before the row's first new position), then the blocks ending among the new positions (a
+        block ends at its last position, ``rate``·(w + 1) − 1; positions by row, so a padded row or a packed
+        document pools its own blocks as alone). A query sees a block ending at or before it in its own
+        sequence (positions counted on without a break); with an indexer, only the ``index_topk`` of those it
+        scores best. The indexer reads ``x`` and ``source`` detached: no gradient crosses its choice, so it
+        learns from its own loss alone (``index_kl``)."""
         B, T, _ = x.shape
         compressor = cast(Compressor, self.compressor)
         m = self.rate
