@@ -217,7 +217,8 @@ class DeepseekV4(_LayeredSparse):
         fraction = _fraction(a.head_dim, a.qk_rope_head_dim)
         sliding = next((lc for lc in layers if lc.attention.compress == "none"), cfg)
         compressing = next((lc for lc in layers if lc.attention.compress != "none"), cfg)
-        rates = {t: a.compress_rate for t in ("csa", "hca")} | {"hca": 128}
+        # each compressor's block size: its layers', else (none of them) the model's for csa, V4's 128 for hca
+        rates = {"csa": a.compress_rate, "hca": 128}
         rates |= {lc.attention.compress: lc.attention.compress_rate for lc in layers if lc.attention.compress != "none"}
         compress = rope_to_hf(compressing, fraction)
         if compressing.position.scaling.attention_factor is not None:
