@@ -217,6 +217,24 @@ def test_the_contract_checks_hold_while_compressing(check, compress, rate, windo
 
 
 @pytest.mark.parametrize("compress,rate,window", COMPRESSED)
+def test_packed_documents_keep_their_blocks_whether_or_not_positions_restart(compress, rate, window):
+    """Rows packing documents of 5 and 7 tokens, positions counted on across them (``reset_positions`` off):
+    the second document's logits do not move when the first's tokens change, and the first's equal its run
+    alone (blocks pooled from, and seen by, one document only)."""
+    model = randomise(build_model(compressing(compress, rate, window), dtype=torch.float64), seed=12).eval()
+    g = torch.Generator().manual_seed(13)
+    first, other, second = (torch.randint(0, 48, (1, n), generator=g) for n in (5, 5, 7))
+    documents = torch.tensor([[0] * 5 + [1] * 7])
+    with torch.no_grad():
+        packed = model(torch.cat((first, second), dim=1), document_ids=documents)
+        changed = model(torch.cat((other, second), dim=1), document_ids=documents)
+        alone = model(first)
+    torch.testing.assert_close(changed[:, 5:], packed[:, 5:], rtol=1e-12, atol=1e-12)
+    assert (changed[:, :5] - packed[:, :5]).abs().max() > 1e-3
+    torch.testing.assert_close(packed[:, :5], alone, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("compress,rate,window", COMPRESSED)
 def test_compressing_counts_and_cache_equal_the_built_model(compress, rate, window):
     """The closed-form count equals the built and the meta model's; after 3 and 12 tokens (no window) the
     cache holds what ``kv_cache_bytes`` counts."""

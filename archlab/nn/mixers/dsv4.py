@@ -9,7 +9,7 @@ positions a block still needs."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Optional, cast
+from typing import Any, Optional, cast
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +21,16 @@ from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.attention import sink_key, softmax_scale
-from archlab.nn.mixers.base import MIXERS, KVCache, Mixer, ScoreStats, positions_seen, scores_of, visible_keys
+from archlab.nn.mixers.base import (
+    MIXERS,
+    KVCache,
+    Mixer,
+    ScoreStats,
+    Tokens,
+    positions_seen,
+    scores_of,
+    visible_keys,
+)
 from archlab.nn.norms import NORMS, Norm, l2_norm
 from archlab.nn.positions import Rotation
 
@@ -192,6 +201,12 @@ class DeepSeekV4Attention(Mixer):
             if part is not None:
                 nn.init.zeros_(part.position_bias)
 
+    @classmethod
+    def mask_of(cls, scores: Optional[Tensor], tokens: Optional[Tokens]) -> Any:
+        """Both: ``(scores, tokens)``, the attention mask for the window and the packed documents' starts,
+        which keep a block and a query of different documents apart (``forward`` takes a mask alone too)."""
+        return scores, tokens
+
     def rotated(self, t: Tensor, rotary: Optional[Rotation]) -> Tensor:
         """``t`` ``[B, T, heads, head_dim]`` with its trailing ``rope`` dims rotated (the others as they are)."""
         if rotary is None:
@@ -208,13 +223,15 @@ class DeepSeekV4Attention(Mixer):
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         B, T, _ = x.shape
+        mask, tokens = mask if isinstance(mask, tuple) else (mask, None)
         q, kv, source = self.project(x, rotary)
         if cache is not None:  # one tensor serves as keys and values: the cache's second holds nothing
             kv, _ = cache.update(layer, kv, kv[..., :0])
         if self.compressor is None:
             return self.output(self.attend(q, kv, mask), rotary)
         assert rotary is not None, "validate: a compressing layer takes RoPE"
-        blocks, seen, scores = self.blocks(x, source, rotary, cache, layer)
+        starts = None if tokens is None else tokens.starts
+        blocks, seen, scores = self.blocks(x, source, rotary, cache, layer, starts)
         self.aux_losses = {}
         if scores is not None and self.training and self.loss_weight > 0:
             loss = index_kl(q.detach(), blocks.detach(), seen, scores, self.scale)
@@ -226,7 +243,13 @@ class DeepSeekV4Attention(Mixer):
         return self.output(self.attend(q, keys, torch.cat((window, seen[:, None]), dim=-1)), rotary)
 
     def blocks(
-        self, x: Tensor, source: Tensor, rotary: Rotation, cache: Optional[KVCache], layer: int
+        self,
+        x: Tensor,
+        source: Tensor,
+        rotary: Rotation,
+        cache: Optional[KVCache],
+        layer: int,
+        starts: Optional[Tensor] = None,
     ) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         """The pooled block keys ``[B, K, head_dim]`` this step's queries may see, which each sees ``[B, T, K]``
         and the indexer's scores of them ``[B, T, K]`` (None without one): the cached blocks (by block number,
@@ -234,8 +257,10 @@ class DeepSeekV4Attention(Mixer):
         block ends at its last position, ``rate``·(w + 1) − 1; positions by row, so a padded row or a packed
         document pools its own blocks as alone). A query sees a block ending at or before it in its own
         sequence (positions counted on without a break); with an indexer, only the ``index_topk`` of those it
-        scores best. The indexer reads ``x`` and ``source`` detached: no gradient crosses its choice, so it
-        learns from its own loss alone (``index_kl``)."""
+        scores best. ``starts`` ``[B, T]`` (packed documents' first positions): a block lies in one document
+        and a query sees its own document's alone, whether or not positions restart. The indexer reads ``x``
+        and ``source`` detached: no gradient crosses its choice, so it learns from its own loss alone
+        (``index_kl``)."""
         B, T, _ = x.shape
         compressor = cast(Compressor, self.compressor)
         m = self.rate
@@ -251,6 +276,14 @@ class DeepSeekV4Attention(Mixer):
         order = torch.sort((~ends).to(torch.uint8), dim=1, stable=True).indices[:, :n]  # the ends first, in order
         valid, end_pos = ends.gather(1, order), pos.gather(1, order)
         first = end_pos < 2 * m - 1  # no earlier block in its sequence
+        same_document = None
+        if starts is not None:  # packed documents, a full forward (every position new): blocks within one
+            assert cache is None, "packed documents are a training forward's, without a cache"
+            document = starts.long().cumsum(1)
+            at_end = document.gather(1, order)
+            valid = valid & (document.gather(1, (order - m + 1).clamp(min=0)) == at_end)
+            first = first | (order < 2 * m - 1) | (document.gather(1, (order - 2 * m + 1).clamp(min=0)) != at_end)
+            same_document = document[:, :, None] == at_end[:, None, :]
         width = 4 * self.head_dim if self.indexer is not None else 2 * self.head_dim
         new = compressor.pool(buffer[..., :width], earlier + order, first)
         at = rotary.at(end_pos - m + 1)  # a block's key is rotated at its first position
@@ -258,6 +291,8 @@ class DeepSeekV4Attention(Mixer):
         t = torch.arange(T, device=x.device)
         same = (pos[:, :, None] - end_pos[:, None, :]) == (t[None, :, None] - order[:, None, :])
         seen_new = valid[:, None, :] & (order[:, None, :] <= t[None, :, None]) & same  # [B, T, n]
+        if same_document is not None:
+            seen_new = seen_new & same_document
         if self.indexer is not None:
             index_new = self.indexer.pool(buffer[..., width:], earlier + order, first)
             new = torch.cat((new, self.rotated(index_new[:, :, None], at)[:, :, 0]), dim=-1)
@@ -320,6 +355,7 @@ class DeepSeekV4Attention(Mixer):
         compressing layer (its pooled blocks, which the window's scores leave out)."""
         if self.compressor is not None:
             return None
+        mask = mask[0] if isinstance(mask, tuple) else mask
         q, kv, _ = self.project(x, rotary)
         return scores_of(q, kv, mask, self.scale, sinks=cast(Tensor, self.sinks))
 
