@@ -264,11 +264,16 @@ SWAPPED = sorted(set(MIXERS.names()) - {"causal", "mla"})
 def mixers(draw, n_head: int, kind: Optional[str] = None) -> dict:
     """A layer kind's ``attention`` (of ``kind``, else any), another mixer whole with its own fields:
     gated_deltanet or mamba2 at tiny sizes, a scan chunk shorter than the sequence (several chunks, one cut
-    short); parallel's attention of 2 heads beside such a mamba2; any other registered mixer at its defaults
+    short); dsv4 at small sizes, with or without a window and HCA's or CSA's blocks; parallel's attention of 2 heads beside such a mamba2; any other registered mixer at its defaults
     with 2 heads (a draw it refuses is dropped, ``model_configs``)."""
     kind = kind or draw(st.sampled_from(SWAPPED))
     if kind == "parallel":
         return {"kind": "parallel", "n_head": 2, "ssm": {"n_head": n_head} | draw(mixers(n_head, "mamba2"))}
+    if kind == "dsv4":  # DeepSeek-V4's at small sizes, its blocks drawn (they need RoPE: other draws are dropped)
+        sizes = {"head_dim": 8, "qk_rope_head_dim": 4, "q_lora_rank": 4, "o_groups": 2, "o_lora_rank": 4}
+        sizes |= {"window": draw(st.sampled_from([None, 3])), "compress": draw(st.sampled_from(["none", "hca", "csa"]))}
+        sizes |= {"compress_rate": draw(st.sampled_from([2, 3])), "index_n_heads": 2, "index_head_dim": 4}
+        return {"kind": "dsv4", "n_head": 2, "index_topk": draw(st.sampled_from([1, 8]))} | sizes
     if kind not in ("gated_deltanet", "mamba2"):
         return {"kind": kind, "n_head": 2}
     divisors = [k for k in range(1, n_head + 1) if n_head % k == 0]

@@ -43,6 +43,16 @@ class Rotation:
         """``x`` ``[B, T, heads, dim]`` with every head rotated at this forward's positions."""
         raise NotImplementedError
 
+    def unrotate(self, x: Tensor) -> Tensor:
+        """``x`` ``[B, T, heads, dim]`` turned by minus this forward's angles, ``rotate``'s inverse (a scaled
+        rotation scaled alike): DeepSeek-V4 turns its attention output back to the query's frame."""
+        raise NotImplementedError
+
+    def at(self, positions: Tensor) -> Rotation:
+        """The same scheme's rotation at other ``positions`` ``[T]`` or ``[B, T]``: DeepSeek-V4 rotates a pooled
+        block of keys at its first position."""
+        raise NotImplementedError
+
     def project(
         self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int, clip: Optional[float] = None
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -105,6 +115,12 @@ class PositionsOnly(Rotation):
 
     def rotate(self, x: Tensor) -> Tensor:
         return x
+
+    def unrotate(self, x: Tensor) -> Tensor:
+        return x
+
+    def at(self, positions: Tensor) -> Rotation:
+        return PositionsOnly(positions)
 
 
 @POSITIONS.register("none")

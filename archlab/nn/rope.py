@@ -7,7 +7,7 @@ projection's rows where that rotates faster.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -147,7 +147,7 @@ class RoPE(Position):
         rotation = RoPERotation(
             cos.to(dtype), sin.to(dtype), self.dim, self.interleaved, may_reorder=not self.interleaved and not cached
         )
-        rotation.positions = pos
+        rotation.positions, rotation.at_positions = pos, lambda other: self.rotary(other, dtype, cached)
         return rotation
 
     @staticmethod
@@ -337,12 +337,23 @@ class RoPERotation(Rotation):
     rotation cannot be complex (bf16 under autocast, an odd head size), nor under ``torch.compile``,
     whose kernel for the half rotation is faster than for the reordered one."""
 
+    # the scheme's rotation at other positions (RoPE.rotary sets it)
+    at_positions: Optional[Callable[[Tensor], Rotation]] = None
+
     def __init__(self, cos: Tensor, sin: Tensor, dim: int, interleaved: bool, may_reorder: bool):
         self.cos, self.sin, self.dim, self.interleaved, self.may_reorder = cos, sin, dim, interleaved, may_reorder
 
     def rotate(self, x: Tensor) -> Tensor:
         # rotary_qkv's single pass and hand-written backward, over heads that are all "queries"
         return rotary_qkv(x, self.cos, self.sin, self.interleaved, x.shape[2], 0)[0]
+
+    def at(self, positions: Tensor) -> Rotation:
+        assert self.at_positions is not None, "RoPE.rotary sets it"
+        return self.at_positions(positions)
+
+    def unrotate(self, x: Tensor) -> Tensor:
+        # minus the angles: sin negated (times the attention factor too, as transformers' DeepSeek-V4 turns back)
+        return rotary_qkv(x, self.cos, -self.sin, self.interleaved, x.shape[2], 0)[0]
 
     def project(
         self, x: Tensor, qkv: nn.Linear, n_head: int, n_kv_head: int, head_dim: int, clip: Optional[float] = None

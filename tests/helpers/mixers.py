@@ -52,6 +52,12 @@ TINY: dict[str, dict] = {
     | {"ssm": {"n_head": 3, "head_dim": 8, "state_size": 6, "scan_chunk": 5, "qkv_bias": True, "gate_norm": "before"}}
     | {"attention_in_multiplier": 0.75, "attention_out_multiplier": 1.5, "ssm_in_multiplier": 1.25}
     | {"ssm_out_multiplier": 0.5},
+    # DeepSeek-V4's: 4 query heads of 8 (the trailing 4 rotated) over one key/value head, queries through rank 6,
+    # the outputs in 2 groups each projected to 5; no window (tests/test_dsv4.py runs these checks sliding too);
+    # CSA's blocks of 2, of which an indexer of 8 heads of 6 keeps 2 per query
+    "dsv4": {"n_head": 4, "head_dim": 8, "qk_rope_head_dim": 4, "q_lora_rank": 6, "o_groups": 2}
+    | {"o_lora_rank": 5, "window": None, "compress": "csa", "compress_rate": 2}
+    | {"index_n_heads": 8, "index_head_dim": 6, "index_topk": 2},
     # 4 heads of 6 (not d_model / n_head), blocks of 5
     "lightning": {"n_head": 4, "head_dim": 6, "block_size": 5},
     # 3 experts of 4 query heads of 6 (not d_model / n_head), 2 per token, over 4 shared key/value heads

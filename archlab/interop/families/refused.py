@@ -62,11 +62,6 @@ REFUSED: dict[str, Refused] = {
         "HYV4ForCausalLM",
         "DSA layers reusing the last indexer layer's top-k (`shared` layers), its indexer's rotated half last",
     ),
-    "deepseek_v4": Refused(
-        "DeepSeek-V4",
-        "DeepseekV4ForCausalLM",
-        "compressed sparse attention (`compress_rates`: CSA/HCA compressors, the indexer over compressed blocks)",
-    ),
     "minimax_m3_vl_text": Refused(
         "MiniMax-M3 (text)",
         "MiniMaxM3VLForCausalLM",
