@@ -133,7 +133,7 @@ def test_queries_and_gate_of_both_latents_equal_axk2s_attention():
     cfg.norm.eps = 1e-6
     cfg.attention.index_n_heads, cfg.attention.index_head_dim, cfg.attention.index_topk = 4, 8, T
     ours = DeepSeekSparseAttention(cfg)
-    theirs = dict(hf.named_parameters())
+    theirs: dict[str, torch.Tensor] = dict(hf.named_parameters())
     fused = theirs.pop("q_gate_proj.weight").unflatten(0, (H, NOPE + ROPE + V))
     theirs["q_up.weight"], theirs["gate.weight"] = (p.flatten(0, 1) for p in fused.split((NOPE + ROPE, V), dim=1))
     names = MLA_NAMES | {"q_up": "q_up", "gate": "gate", "indexer.q_up": "indexer.wq_b", "indexer.k_proj": "indexer.wk"}
@@ -150,10 +150,9 @@ def test_queries_and_gate_of_both_latents_equal_axk2s_attention():
 
 def test_q_up_and_the_gate_read_the_widths_the_options_name():
     """q_latent both: q_up reads 2·q_r; gate_input q_latent: the gate reads what q_up reads."""
-    both = MultiHeadLatentAttention(tiny(q_latent="both", gate="head", gate_input="q_latent"))
-    assert (both.q_up.in_features, both.gate.in_features) == (2 * Q, 2 * Q)
-    normed = MultiHeadLatentAttention(tiny(gate="head", gate_input="q_latent"))
-    assert (normed.q_up.in_features, normed.gate.in_features) == (Q, Q)
+    for q_latent, width in (("both", 2 * Q), ("normed", Q)):
+        attn = MultiHeadLatentAttention(tiny(q_latent=q_latent, gate="head", gate_input="q_latent"))
+        assert attn.gate is not None and (attn.q_up.in_features, attn.gate.in_features) == (width, width)
 
 
 # ---- counts, decoding, validation
@@ -188,7 +187,9 @@ def test_each_option_s_count_is_the_closed_form_and_the_meta_build(attention, ex
 )
 def test_cached_decoding_with_the_options_equals_the_full_forward(attention):
     cfg = tiny(**attention)
-    model = randomise(build_model(cfg)).eval()
+    model = build_model(cfg)
+    randomise(model)
+    model.eval()
     idx = torch.randint(0, 48, (2, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         full = model(idx)
