@@ -57,6 +57,10 @@ class BlockConfig:
     # the stream after the layer times a fixed per-layer number: a buffer (1 at init, untrained, kept in the
     # weights), Gemma 4's layer_scalar
     layer_scalar: bool = False
+    # pre only: the norm before attention / before the MLP times sigmoid(up(silu(down(y)))) of its output y, a gate
+    # of this rank (A.X K2's gated RMSNorms: every layer's attention, its MoE layers' MLP); null: ungated
+    attn_norm_gate: Optional[int] = None
+    mlp_norm_gate: Optional[int] = None
 
 
 @dataclass

@@ -86,6 +86,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.attention.v_from_k": (False, "values of their own projection"),
     "model.attention.kv_shared": (False, "every layer its own keys and values"),
     "model.block.layer_scalar": (False, "no fixed scalar per layer"),
+    "model.block.attn_norm_gate": (None, "the norm before attention ungated"),
+    "model.block.mlp_norm_gate": (None, "the norm before the MLP ungated"),
     "model.per_layer_input.dim": (0, "no per-layer inputs"),
     "model.attention.gate": ("none", "no attention output gate"),
     "model.attention.gate_activation": ("sigmoid", "a sigmoid output gate"),

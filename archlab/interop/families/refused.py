@@ -42,11 +42,6 @@ REFUSED: dict[str, Refused] = {
         "compressed convolutional attention (`ZayaCCAProjection`, `cca_time0`): no archlab mixer",
     ),
     # sparse and compressed attention
-    "axk2": Refused(
-        "A.X K2",
-        "AXK2ForCausalLM",
-        "RMSNorms gated by a low-rank sigmoid MLP (`gated_norm_rank`); queries and gate from [norm(q latent), q latent]",
-    ),
     "hy_v4": Refused(
         "Hunyuan V4",
         "HYV4ForCausalLM",
