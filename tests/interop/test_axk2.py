@@ -153,3 +153,9 @@ def test_a_gate_it_cannot_build_is_refused(block, field):
     with pytest.raises(ConfigError) as err:
         validate(plain(block=block))
     assert err.value.field == field
+
+
+def test_archlab_to_hf_to_archlab_is_bit_identical():
+    """An archlab model of the layout read, every weight redrawn by archlab: to AXK2ForCausalLM with the same
+    logits, and back with every tensor bit for bit."""
+    parity.check_exports(from_hf(hf_model()).cfg, "AXK2ForCausalLM", family="axk2", **EAGER)

@@ -152,3 +152,9 @@ def test_deepseek_layouts_are_not_dots3_notes():
 
     cfg = compose_model(["model=deepseek-v3.2-exp"])
     assert "model.attention.latent_scale" in {p.field for p in FAMILIES["dots3_note_text"].problems(cfg)}
+
+
+def test_archlab_to_hf_to_archlab_is_bit_identical():
+    """An archlab model of the layout read, every weight redrawn by archlab: to Dots3NoteForCausalLM with the
+    same logits, and back with every tensor bit for bit."""
+    parity.check_exports(layout(), "Dots3NoteForCausalLM", family="dots3_note_text", **EAGER)

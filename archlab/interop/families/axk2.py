@@ -9,7 +9,7 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
-from archlab.interop.families.base import Family, Problem, Rule, bare
+from archlab.interop.families.base import Family, Problem, Rule, bare, first_per_field
 from archlab.interop.families.deepseek_v32 import _SparseAttention
 from archlab.interop.families.experts import is_dense, mlp_tensors
 from archlab.interop.families.tensors import TensorMap, Tensors
@@ -88,7 +88,7 @@ class AXK2(_SparseAttention):
                     "its dense layers' post_attention_layernorm is ungated" if name == "mlp_norm_gate" else why[2:-1]
                 )
                 found.append(Problem(kind_field(cfg, kind, f"model.block.{name}"), value, bare(wanted), f" ({where})"))
-        return found
+        return first_per_field(found)
 
     # its checkpoints' names (the gates' W_down, W_up; the fused q_b_proj) as its modules name them
     checkpoint_renames = {".W_down.": ".mlp.fc1.", ".W_up.": ".mlp.fc2.", ".q_b_proj.": ".q_gate_proj."}

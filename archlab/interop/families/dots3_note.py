@@ -118,12 +118,12 @@ class Dots3Note(_Sparse):
                 ("model.attention.index_pairing", ("interleaved", "model"), " (its indexer rotates interleaved pairs)"),
                 ("model.attention.window", (None,), " (its indexed layers do not slide)"),
             ]
+        rules.append(("model.mlp.bias", (False,), " (its MLPs have no biases)"))
         if cfg.mlp.kind != "moe":
             return [*rules, ("model.mlp.kind", ("swiglu", "geglu", "moe"), " (its dense layers are gated)")]
         return [
             *rules,
             ("model.mlp.expert", ("swiglu", "geglu"), " (its experts are gated)"),
-            ("model.mlp.bias", (False,), " (its experts have no biases)"),
             ("model.mlp.routing.scoring", ("sigmoid",), ""),
             ("model.mlp.routing.correction_bias", (True,), " (its router always has e_score_correction_bias)"),
         ]
@@ -159,8 +159,10 @@ class Dots3Note(_Sparse):
             same_type = f" ({self.title} holds one configuration per layer type)"
             found += self._differ(cfg, kind, "attention", lc.attention, ref.attention, same_type)
             found += self._differ(cfg, kind, "position", lc.position, ref.position, same_type)
-            base = dataclasses.replace(layers[0].position, theta=lc.position.theta)
-            found += self._differ(cfg, kind, "position", lc.position, base, f" ({self.title}'s types differ in theta)")
+            if isinstance(lc.position, RoPEConfig) and isinstance(layers[0].position, RoPEConfig):
+                base = dataclasses.replace(layers[0].position, theta=lc.position.theta)
+                why = f" ({self.title}'s types differ in theta)"
+                found += self._differ(cfg, kind, "position", lc.position, base, why)
             if lc.attention.dropout != layers[0].attention.dropout:
                 found.append(Problem(kind_field(cfg, kind, "model.attention.dropout"), lc.attention.dropout,
                                      bare(layers[0].attention.dropout), f" ({self.title} has one attention_dropout)"))  # fmt: skip
