@@ -11,10 +11,12 @@ import math
 
 import pytest
 import torch
-from helpers.mixers import mixer_config, randomise
+from helpers.mixers import BASE, TINY, mixer_config, randomise
+from omegaconf import OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
 from archlab import build_model
+from archlab.config import to_model_config
 from archlab.errors import ConfigError
 from archlab.nn.mixers.dsa import DeepSeekSparseAttention
 from archlab.nn.mixers.mla import MultiHeadLatentAttention
@@ -136,7 +138,11 @@ def test_index_topk_covering_the_context_is_mla_exactly():
     (the indexer's loss on, its mask every key seen), to rounding."""
     cfg = dsa(index_topk=12)
     model = randomise(build_model(cfg, dtype=torch.float64), seed=4)
-    mla = build_model(mixer_config("mla"), dtype=torch.float64)
+    index = ("index_n_heads", "index_head_dim", "index_topk")
+    same = {k: v for k, v in TINY["dsa"].items() if k not in index}  # mla's own line has options dsa's has not
+    mla = build_model(
+        to_model_config(OmegaConf.merge(BASE, {"attention": {"kind": "mla", **same}})), dtype=torch.float64
+    )
     mla.load_state_dict({k: v for k, v in model.state_dict().items() if ".indexer." not in k})
     idx = torch.randint(0, 48, (2, 12), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():

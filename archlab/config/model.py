@@ -60,6 +60,10 @@ class BlockConfig:
     # pre (with attn_norm) and sandwich: LAuReL's low rank r beside attention, the stream after its add
     # (x + attn(n) + n + norm(B·A·n))/√2, n attention's normed input (Gemma 3n's laurel_rank); 0 none
     laurel_rank: int = 0
+    # pre only: the norm before attention / before the MLP times sigmoid(up(silu(down(y)))) of its output y, a gate
+    # of this rank (A.X K2's gated RMSNorms: every layer's attention, its MoE layers' MLP); null: ungated
+    attn_norm_gate: Optional[int] = None
+    mlp_norm_gate: Optional[int] = None
 
 
 @dataclass

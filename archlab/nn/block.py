@@ -15,6 +15,7 @@ from archlab.nn import laurel
 from archlab.nn.component import LayerPart, Role
 from archlab.nn.mixers.base import KVCache, build_mixer
 from archlab.nn.mlp import MLPS, build_mlp
+from archlab.nn.norm_gate import NormGate
 from archlab.nn.norms import NORMS, build_norm
 from archlab.nn.per_layer_inputs import PerLayerGate
 from archlab.nn.positions import Rotation
@@ -158,6 +159,14 @@ class Block(LayerPart, nn.Module):
             raise ConfigError("model.block.layer_scalar", True, f"false with model.stream.kind={cfg.stream.kind}")
         if cfg.block.attn_norm is not True and cfg.block.kind != "pre":
             raise ConfigError("model.block.attn_norm", cfg.block.attn_norm, "true with block kind " + cfg.block.kind)
+        for name in ("attn_norm_gate", "mlp_norm_gate"):
+            rank = getattr(cfg.block, name)
+            if rank is not None:
+                checks.integer(f"model.block.{name}", rank, 1, "a positive integer, or null")
+                if cfg.block.kind != "pre":
+                    raise ConfigError(f"model.block.{name}", rank, f"null with block kind {cfg.block.kind} (pre only)")
+        if cfg.block.attn_norm_gate is not None and not cfg.block.attn_norm:
+            raise ConfigError("model.block.attn_norm_gate", cfg.block.attn_norm_gate, "null without attn_norm")
         if cfg.block.residual_rule == "depth" and cfg.stream.kind != "plain":
             raise ConfigError(
                 "model.block.residual_rule",
@@ -170,7 +179,13 @@ class Block(LayerPart, nn.Module):
         m = cfg.block.residual_multiplier
         text = cfg.block.kind if m == 1.0 else f"{cfg.block.kind} residual×{m:g}"
         text += " depth-scaled adds" if cfg.block.residual_rule == "depth" else ""
-        return text + (" layer scalar" if cfg.block.layer_scalar else "")
+        text += " layer scalar" if cfg.block.layer_scalar else ""
+        gates = [
+            f"{n} gate {r}"
+            for n, r in (("attn_norm", cfg.block.attn_norm_gate), ("mlp_norm", cfg.block.mlp_norm_gate))
+            if r
+        ]
+        return text + "".join(f", {g}" for g in gates)
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
@@ -188,6 +203,16 @@ class PreNorm(Block):
     ``attn_norm: false`` attention reads x itself, no norm built (ModernBERT's first layer, whose input is
     the normed embeddings)."""
 
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__(cfg, layer)
+        attn, mlp = cfg.block.attn_norm_gate, cfg.block.mlp_norm_gate
+        self.attn_norm_gate = NormGate(cfg.d_model, attn) if self.attn_norm is not None and attn is not None else None
+        self.mlp_norm_gate = NormGate(cfg.d_model, mlp) if self.mlp_norm is not None and mlp is not None else None
+
+    def param_roles(self) -> dict[str, Role]:
+        gates = [n for n in ("attn_norm_gate", "mlp_norm_gate") if getattr(self, n) is not None]
+        return super().param_roles() | {k: v for n in gates for k, v in NormGate.param_roles(n).items()}
+
     def forward(self, x, rotary=None, mask=None, cache=None, joined=None):
         """``joined``: what a shared-block use adds to the layer's input before its norm (``nn/shared.py``),
         not to the residual stream."""
@@ -198,11 +223,18 @@ class PreNorm(Block):
         x = self.with_laurel(self.residual_add(x, self.attend(normed, rotary, mask, cache), 0), normed)
         if self.mlp is None:
             return x
-        assert self.mlp_norm is not None
-        return self.residual_add(x, self.drop(self.feed(self.mlp_norm(x), mask, cache, x)), 1)
+        return self.residual_add(x, self.drop(self.feed(self._mlp_input(x), mask, cache, x)), 1)
 
     def _attn_input(self, x: Tensor) -> Tensor:
-        return x if self.attn_norm is None else self.attn_norm(x)
+        if self.attn_norm is None:
+            return x
+        y = self.attn_norm(x)
+        return y if self.attn_norm_gate is None else self.attn_norm_gate(y)
+
+    def _mlp_input(self, x: Tensor) -> Tensor:
+        assert self.mlp_norm is not None
+        y = self.mlp_norm(x)
+        return y if self.mlp_norm_gate is None else self.mlp_norm_gate(y)
 
     def _connected(self, h, rotary, mask, cache):
         """The same sublayers, each joined to the residual streams ``h`` by its connection."""
@@ -210,9 +242,8 @@ class PreNorm(Block):
         h = self.attn_stream(h, lambda x: self.into_residual(self.attend(self._attn_input(x), rotary, mask, cache)))
         if self.mlp is None:
             return h
-        assert self.mlp_norm is not None and self.mlp_stream is not None
-        mlp_norm = self.mlp_norm
-        return self.mlp_stream(h, lambda x: self.into_residual(self.drop(self.feed(mlp_norm(x), mask, cache))))
+        assert self.mlp_stream is not None
+        return self.mlp_stream(h, lambda x: self.into_residual(self.drop(self.feed(self._mlp_input(x), mask, cache))))
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
@@ -223,8 +254,15 @@ class PreNorm(Block):
         return bool(cfg.block.attn_norm)
 
     @classmethod
+    def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
+        """Its norms, and each gated norm's gate, 2·d·rank (``attn_norm_gate``, ``mlp_norm_gate``)."""
+        held, b = cls.held_norms(cfg), cfg.block
+        gates = [(n, r) for n, r in (("attn_norm", b.attn_norm_gate), ("mlp_norm", b.mlp_norm_gate)) if r is not None]
+        return super().num_params(cfg, layer) + sum(NormGate.num_params(cfg.d_model, r) for n, r in gates if n in held)
+
+    @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return super().reads(cfg) | {"attn_norm"}
+        return super().reads(cfg) | {"attn_norm", "attn_norm_gate", "mlp_norm_gate"}
 
 
 @BLOCKS.register("post")

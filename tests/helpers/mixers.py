@@ -22,10 +22,13 @@ TINY: dict[str, dict] = {
     # 4 heads of 8, 2 key/value heads, Dory's scaled gate and output norm; s_qk and s_gate stored as used (scale 1)
     "ngpt": {"n_head": 4, "n_kv_head": 2, "qk_scale_scale": 1.0, "gate": "elementwise", "gate_scale_init": 1.0}
     | {"gate_scale_scale": 1.0, "out_norm": True},
-    # 4 heads of nope 6 + rope 4 (v 5), queries through a rank-8 bottleneck, keys and values from a 16-dim latent
+    # 4 heads of nope 6 + rope 4 (v 5), queries through a rank-8 bottleneck, keys and values from a 16-dim latent;
+    # dots.3-note's parts (the latents scaled, the shared rotated key normed) and A.X K2's (queries and an
+    # elementwise gate from [normed, raw] query latent)
     "mla": {"n_head": 4, "q_lora_rank": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4}
-    | {"v_head_dim": 5},
-    # mla's line, and an indexer of 4 heads of 8 (4 of them rotated) keeping 5 keys of the 12 a query may see
+    | {"v_head_dim": 5, "latent_scale": True, "rope_key_norm": True}
+    | {"q_latent": "both", "gate": "elementwise", "gate_input": "q_latent"},
+    # mla's sizes, and an indexer of 4 heads of 8 (4 of them rotated) keeping 5 keys of the 12 a query may see
     "dsa": {"n_head": 4, "q_lora_rank": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4}
     | {"v_head_dim": 5, "index_n_heads": 4, "index_head_dim": 8, "index_topk": 5},
     # 4 value heads of 6, 2 query/key heads of 8, conv 4, chunks of 5

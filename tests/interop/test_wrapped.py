@@ -1,7 +1,7 @@
 """The language model of a vision-language checkpoint (archlab/interop/wrapped.py): ``from_hf`` and
 ``load_hf_dir`` on transformers' wrappers whose text config a record holds (Gemma 3, Qwen3.5, Qwen3.5-MoE,
-Llama 4, Emu3, Aria, Step-3.7, Gemma 4, Cohere Compass, Apertus 1.5; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
-say in one logged line what they leave out (the vision tower, the projector, Emu3's VQ-VAE), and export it as the
+Llama 4, Emu3, Aria, Step-3.7, Gemma 4, Cohere Compass, Apertus 1.5, dots.3-note; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
+say in one logged line what they leave out (the vision tower, the projector, Emu3's VQ-VAE, dots.3-note's audio tower), and export it as the
 text-only class.
 
 Tiny wrappers built here, every parameter redrawn (vision tower included): archlab's float32 logits equal the
@@ -26,6 +26,7 @@ from archlab.interop.families import FAMILIES
 from archlab.interop.families.step_lm import causal_lm_class
 from archlab.interop.hf import from_hf, load_hf_dir, save_hf_dir, to_hf
 from archlab.interop.wrapped import language_model_state
+from interop.test_dots3_note import KEYS as DOTS3_TEXT
 
 transformers = pytest.importorskip("transformers")
 
@@ -240,6 +241,20 @@ CASES = {
         "Apertus1p5TextForCausalLM",
         "model.audio_tokenizer, model.vision_tokenizer",
     ),
+    # dots.3-note's language model (tests/interop/test_dots3_note.py's: full, sliding and indexed layers) beside
+    # its vision and audio towers
+    "dots3_note": (
+        "Dots3NoteConfig",
+        dict(
+            text_config=DOTS3_TEXT,
+            vision_config=dict(VISION, adapter_in_dim=32, adapter_out_dim=64, mlp_layer_types=["dense"], patch_size=14),
+            audio_config=dict(
+                VISION, adapter_input_size=32, adapter_out_dim=64, downsample_hidden_size=16, feature_size=16
+            ),
+        ),
+        "Dots3NoteForCausalLM",
+        "model.audio_tower, model.vision_tower",
+    ),
     # a wrapper that takes any text config: LLaVA's, a LLaMA here
     "llava": (
         "LlavaConfig",
@@ -299,7 +314,9 @@ def test_qwen3_5_moe_s_language_model_exports_as_its_own_text_class_by_family():
     parity.assert_same_tensors(model, from_hf(back))
 
 
-@pytest.mark.parametrize("case", ["gemma3", "gemma4", "qwen3_5_moe", "llama4", "emu3", "step3p7", "cohere_compass"])
+@pytest.mark.parametrize(
+    "case", ["gemma3", "gemma4", "qwen3_5_moe", "llama4", "emu3", "step3p7", "cohere_compass", "dots3_note"]
+)
 def test_a_save_pretrained_directory_loads_and_saves_as_the_text_class(case, tmp_path, caplog):
     """save_pretrained of the wrapper (Gemma 3's names ``language_model.model.*``, Step-3.7's MoE as
     ``moe.*``) -> load_hf_dir (the same logits, one line) -> save_hf_dir -> the text-only class's

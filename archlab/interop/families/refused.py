@@ -42,21 +42,6 @@ REFUSED: dict[str, Refused] = {
         "compressed convolutional attention (`ZayaCCAProjection`, `cca_time0`): no archlab mixer",
     ),
     # sparse and compressed attention
-    "axk2": Refused(
-        "A.X K2",
-        "AXK2ForCausalLM",
-        "RMSNorms gated by a low-rank sigmoid MLP (`gated_norm_rank`); queries and gate from [norm(q latent), q latent]",
-    ),
-    "dots3_note_text": Refused(
-        "dots.3-note",
-        "Dots3NoteForCausalLM",
-        "MLA latents scaled by sqrt(d / rank) and an RMSNorm on the shared rotated key (`k_rope_only_layernorm`)",
-    ),
-    "dots3_note": Refused(
-        "dots.3-note (multimodal)",
-        "Dots3NoteForCausalLM",
-        "its text model's scaled MLA latents and normed rotated key (`k_rope_only_layernorm`); vision and audio towers",
-    ),
     "hy_v4": Refused(
         "Hunyuan V4",
         "HYV4ForCausalLM",
@@ -147,6 +132,7 @@ WRAPPED: dict[str, Wrapped] = {
     "cohere_compass": Wrapped(
         "Cohere Compass (vision-language)", "CohereCompassForConditionalGeneration", "cohere_compass_text"
     ),
+    "dots3_note": Wrapped("dots.3-note (multimodal)", "Dots3NoteForConditionalGeneration", "dots3_note_text"),
     "emu3": Wrapped("Emu3 (vision-language)", "Emu3ForConditionalGeneration", "emu3_text_model"),
     "gemma3": Wrapped("Gemma 3 (vision-language)", "Gemma3ForConditionalGeneration", "gemma3_text"),
     "gemma3n": Wrapped("Gemma 3n (multimodal)", "Gemma3nForConditionalGeneration", "gemma3n_text"),

@@ -35,7 +35,10 @@ class TensorMap(NamedTuple):
         ``gated_queries`` (Qwen3-Next's q_proj [H·2·hd] holds per head its query rows, then its output gate's:
         archlab's q/k/v from the query rows, k_proj and v_proj, ``sizes`` = (n_head, head_dim); written back
         with the gate's rows from ``others``, archlab's gate) and ``gated_queries_gate`` (archlab's gate, read
-        from the gate rows; written by the ``gated_queries`` map); ``deltanet_grouped`` (Qwen3-Next's Gated
+        from the gate rows; written by the ``gated_queries`` map); ``heads_paired`` (a projection holding per head
+        h its ``sizes[1]`` rows of one archlab tensor, then its ``sizes[2]`` rows of another, ``sizes[0]`` heads:
+        A.X K2's q_gate_proj, queries then output gate; archlab's first tensor, written back with the second's
+        rows from ``others``) and ``heads_paired_second`` (the second, read from its rows; written by the first); ``deltanet_grouped`` (Qwen3-Next's Gated
         DeltaNet in_proj_qkvz holds per key head g its q_g, k_g, then the v and z rows of the value heads it
         serves, and in_proj_ba per key head their b, then their a; archlab's in_proj holds every q, k, v, z, b,
         then a; ``sizes`` = (key_heads, key_head_dim, n_head, v_head_dim)); ``depthwise_conv`` (nn.Conv1d's
@@ -93,6 +96,10 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
         H, hd = m.sizes
         rows = parts[0].unflatten(0, (H, 2, hd))[:, int(m.layout == "gated_queries_gate")].flatten(0, 1)
         return torch.cat((rows, *parts[1:])) if m.layout == "gated_queries" else rows.clone()
+    if m.layout in ("heads_paired", "heads_paired_second"):
+        H, a, b = m.sizes
+        first, second = parts[0].unflatten(0, (H, a + b)).split((a, b), dim=1)
+        return (first if m.layout == "heads_paired" else second).flatten(0, 1).clone()
     if m.layout == "deltanet_grouped":
         Hk, dk, H, dv = m.sizes
         r = H // Hk  # value heads per key head
@@ -148,6 +155,11 @@ def split(m: TensorMap, tensor: Tensor, others: tuple[Tensor, ...] = ()) -> list
         return [rows.contiguous(), *(part.clone() for part in kv.chunk(2))]
     if m.layout == "gated_queries_gate":
         return []  # the gated_queries map writes q_proj, gate rows included
+    if m.layout == "heads_paired":
+        H, a, b = m.sizes
+        return [torch.cat((tensor.unflatten(0, (H, a)), others[0].unflatten(0, (H, b))), dim=1).flatten(0, 1)]
+    if m.layout == "heads_paired_second":
+        return []  # the heads_paired map writes the fused projection
     if m.layout == "deltanet_grouped":
         Hk, dk, H, dv = m.sizes
         q, k, v, z, b, a = (x.unflatten(0, (Hk, -1)) for x in tensor.split((Hk * dk, Hk * dk, H * dv, H * dv, H, H)))

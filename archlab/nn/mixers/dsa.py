@@ -125,9 +125,9 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         T = x.shape[1]
-        q, source = self.queries(x, rotary)
+        q, source, q_in = self.query_parts(x, rotary)
         latent, k_rope = self.latents(x, rotary)
-        gate = self.gates(x)  # before the indexer's inputs are detached: the loss reaches the gate
+        gate = self.gates(x, q_in)  # before the indexer's inputs are detached: the loss reaches the gate
         x, source = x.detach(), source.detach()  # the indexer's inputs: it learns from its own loss alone
         index_k = self.indexer.keys(x, rotary)
         if cache is not None:  # the indexer's key rides beside the shared rotated key

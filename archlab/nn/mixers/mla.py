@@ -43,12 +43,29 @@ class MLAConfig(MixerConfig):
     gate: str = choice(
         "none", "elementwise", "head"
     )  # output times sigmoid(W·x) before proj, as the causal kind's: per value dim of each head | per head (Ling)
+    latent_scale: bool = False  # the normed q and kv latents times sqrt(d_model / their rank) (dots.3-note)
+    rope_key_norm: bool = False  # the shared rotated key normed before RoPE, as the latents (dots.3-note)
+    q_latent: str = choice("normed", "both")  # q_up reads the normed q latent | [normed, raw] (A.X K2)
+    gate_input: str = choice("x", "q_latent")  # the output gate reads x | what q_up reads (A.X K2)
 
 
 def gate_width(cfg: ModelConfig) -> int:
     """The output gate's projection width: none 0, elementwise n_head·v_head_dim, head n_head."""
     a = cfg.attention
     return {"none": 0, "elementwise": a.n_head * a.v_head_dim, "head": a.n_head}[a.gate]
+
+
+def q_in_width(cfg: ModelConfig) -> int:
+    """The width q_up reads: q_lora_rank, twice that with ``q_latent`` both; d_model without a bottleneck."""
+    a = cfg.attention
+    if a.q_lora_rank is None:
+        return cfg.d_model
+    return a.q_lora_rank * (2 if a.q_latent == "both" else 1)
+
+
+def gate_in_width(cfg: ModelConfig) -> int:
+    """The width the output gate reads: d_model, or q_up's input (``q_in_width``) with ``gate_input`` q_latent."""
+    return q_in_width(cfg) if cfg.attention.gate_input == "q_latent" else cfg.d_model
 
 
 def latent_norm_config(cfg: ModelConfig) -> ModelConfig:
@@ -62,14 +79,16 @@ def latent_norm_config(cfg: ModelConfig) -> ModelConfig:
 
 
 class MultiHeadLatentAttention(Mixer):
-    """Queries: ``q_proj``, or with ``q_lora_rank`` the bottleneck ``q_up(q_norm(q_down(x)))``; each head
-    is ``[nope | rope]``. Keys and values: ``kv_down`` gives the latent (normed by ``kv_norm``) and the
-    shared key's rope part; ``kv_up`` expands the latent into each head's key nope part and value. Both
-    latent norms use ``latent_norm_eps`` where it is set, else the model's ``norm.eps``. The
-    rope parts of queries and the shared key are rotated by the model's rotary scheme; with no rotary
-    scheme (learned, sinusoidal, alibi or no positions) they stay as they are, a key part shared by all
-    heads that carries no position. The cache stores the latent after ``kv_norm`` (as Hugging Face does:
-    a decoding step then norms only its new positions) and the rotated shared key."""
+    """Queries: ``q_proj``, or with ``q_lora_rank`` the bottleneck ``q_up(q_norm(q_down(x)))`` (with
+    ``q_latent`` both, ``q_up`` of [normed, raw] latent); each head is ``[nope | rope]``. Keys and values:
+    ``kv_down`` gives the latent (normed by ``kv_norm``) and the shared key's rope part (normed by
+    ``k_rope_norm`` with ``rope_key_norm``); ``kv_up`` expands the latent into each head's key nope part and
+    value. With ``latent_scale`` each normed latent is times sqrt(d_model / its rank). The latent norms use
+    ``latent_norm_eps`` where it is set, else the model's ``norm.eps``. The rope parts of queries and the
+    shared key are rotated by the model's rotary scheme; with no rotary scheme (learned, sinusoidal, alibi
+    or no positions) they stay as they are, a key part shared by all heads that carries no position. The
+    cache stores the latent after ``kv_norm`` (and its scale: as Hugging Face does, a decoding step then norms
+    only its new positions) and the rotated shared key."""
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
@@ -81,19 +100,23 @@ class MultiHeadLatentAttention(Mixer):
         norm, latent_cfg = NORMS.get(cfg.norm.kind), latent_norm_config(cfg)
         q_out = self.n_head * (self.nope + self.rope)
         q_rank = a.q_lora_rank
-        self.low_rank_q = q_rank is not None
+        self.low_rank_q, self.both_q = q_rank is not None, a.q_latent == "both"
+        self.q_scale = (d / q_rank) ** 0.5 if a.latent_scale and q_rank is not None else None
+        self.kv_scale = (d / self.rank) ** 0.5 if a.latent_scale else None
         if q_rank is not None:
             self.q_down = nn.Linear(d, q_rank, bias=False)
             self.q_norm = norm(latent_cfg, q_rank)
-            self.q_up = nn.Linear(q_rank, q_out, bias=False)
+            self.q_up = nn.Linear(q_in_width(cfg), q_out, bias=False)
         else:
             self.q_proj = nn.Linear(d, q_out, bias=False)
         self.kv_down = nn.Linear(d, self.rank + self.rope, bias=False)
         self.kv_norm = norm(latent_cfg, self.rank)
+        self.k_rope_norm = norm(latent_cfg, self.rope) if a.rope_key_norm else None
         self.kv_up = nn.Linear(self.rank, self.n_head * (self.nope + self.v_dim), bias=False)
         self.proj = residual_projection(nn.Linear(self.n_head * self.v_dim, d, bias=False))
         width = gate_width(cfg)
-        self.gate = nn.Linear(d, width, bias=False) if width else None
+        self.gate_reads_q = a.gate_input == "q_latent"
+        self.gate = nn.Linear(gate_in_width(cfg), width, bias=False) if width else None
 
     def param_roles(self) -> dict[str, Role]:
         # the low-rank projections too: their ranks are widths a width sweep grows with d_model; a gate per
@@ -103,11 +126,11 @@ class MultiHeadLatentAttention(Mixer):
         return {f"{n}.weight": Role.HIDDEN for n in names} | {"gate.weight": gate}
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
-        q, _ = self.queries(x, rotary)
+        q, _, q_in = self.query_parts(x, rotary)
         latent, k_rope = self.latents(x, rotary)
         if cache is not None:
             latent, k_rope = cache.update(layer, latent, k_rope)
-        return self.attend(q, *self.keys_values(latent, k_rope), mask, self.gates(x))
+        return self.attend(q, *self.keys_values(latent, k_rope), mask, self.gates(x, q_in))
 
     @torch.no_grad()
     def score_stats(self, x, rotary=None, mask=None) -> Optional[ScoreStats]:  # typed as Mixer.score_stats
@@ -116,28 +139,48 @@ class MultiHeadLatentAttention(Mixer):
         k, _ = self.keys_values(*self.latents(x, rotary))
         return scores_of(q, k, mask, self.scale)
 
-    def gates(self, x: Tensor) -> Optional[Tensor]:
-        """The output gate of ``x``'s positions, sigmoid(gate(x)) ``[B, T, H, v or 1]``; None without one."""
+    def gates(self, x: Tensor, q_in: Tensor) -> Optional[Tensor]:
+        """The output gate of ``x``'s positions, sigmoid(gate(x)) ``[B, T, H, v or 1]`` (of ``q_in``, what q_up
+        read, with ``gate_input`` q_latent); None without one."""
         if self.gate is None:
             return None
-        return torch.sigmoid(self.gate(x)).unflatten(-1, (self.n_head, -1))
+        return torch.sigmoid(self.gate(q_in if self.gate_reads_q else x)).unflatten(-1, (self.n_head, -1))
 
     def queries(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor]:
         """The queries ``[B, H, T, nope + rope]``, their rope parts rotated, and what they were projected
-        from: the normed latent through the bottleneck, else ``x`` (dsa's indexer reads it too)."""
-        source = self.q_norm(self.q_down(x)) if self.low_rank_q else x
-        q = (self.q_up(source) if self.low_rank_q else self.q_proj(x)).unflatten(
-            -1, (self.n_head, self.nope + self.rope)
-        )
+        from: the normed (and scaled) latent through the bottleneck, else ``x`` (dsa's indexer reads it too)."""
+        q, source, _ = self.query_parts(x, rotary)
+        return q, source
+
+    def query_parts(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor, Tensor]:
+        """``queries``' two, and what q_up read: the source, or [it, the raw latent] with ``q_latent`` both
+        (the output gate's input with ``gate_input`` q_latent)."""
+        if self.low_rank_q:
+            raw = self.q_down(x)
+            source = self.q_norm(raw)
+            if self.q_scale is not None:
+                source = source * self.q_scale
+            q_in = torch.cat((source, raw), dim=-1) if self.both_q else source
+            q = self.q_up(q_in)
+        else:
+            source = q_in = x
+            q = self.q_proj(x)
+        q = q.unflatten(-1, (self.n_head, self.nope + self.rope))
         if rotary is not None:
             q = torch.cat((q[..., : self.nope], rotary.rotate(q[..., self.nope :])), dim=-1)
-        return q.transpose(1, 2), source
+        return q.transpose(1, 2), source, q_in
 
     def latents(self, x: Tensor, rotary: Optional[Rotation]) -> tuple[Tensor, Tensor]:
-        """What the cache stores of the new positions: the latent after ``kv_norm`` ``[B, 1, T, r]`` and the
-        shared key's rotated part ``[B, 1, T, rope]``."""
+        """What the cache stores of the new positions: the latent after ``kv_norm`` (and its scale)
+        ``[B, 1, T, r]`` and the shared key's rotated part ``[B, 1, T, rope]`` (normed first, with
+        ``rope_key_norm``)."""
         latent, k_rope = self.kv_down(x).split((self.rank, self.rope), dim=-1)
-        latent, k_rope = self.kv_norm(latent)[:, None], k_rope[:, :, None]  # [B, 1, T, r], [B, T, 1, rope]
+        latent = self.kv_norm(latent)
+        if self.kv_scale is not None:
+            latent = latent * self.kv_scale
+        if self.k_rope_norm is not None:
+            k_rope = self.k_rope_norm(k_rope)
+        latent, k_rope = latent[:, None], k_rope[:, :, None]  # [B, 1, T, r], [B, T, 1, rope]
         if rotary is not None:
             k_rope = rotary.rotate(k_rope)
         return latent, k_rope.transpose(1, 2)
@@ -181,19 +224,21 @@ class MultiHeadLatentAttention(Mixer):
 
     @classmethod
     def num_params(cls, cfg: ModelConfig, layer: int = 0) -> int:
-        """Queries d·H·(nope + rope), or d·q_r + norm(q_r) + q_r·H·(nope + rope) through the bottleneck;
-        keys and values d·(r + rope) + norm(r) + r·H·(nope + v); output H·v·d; the gate d·H (head) or
-        d·H·v (elementwise) (no biases)."""
+        """Queries d·H·(nope + rope), or d·q_r + norm(q_r) + q_in·H·(nope + rope) through the bottleneck
+        (q_in: q_r, 2·q_r with ``q_latent`` both); keys and values d·(r + rope) + norm(r) + r·H·(nope + v),
+        and norm(rope) with ``rope_key_norm``; output H·v·d; the gate g_in·H (head) or g_in·H·v
+        (elementwise), g_in d or q_in (``gate_input``) (no biases)."""
         a, d, H = cfg.attention, cfg.d_model, cfg.attention.n_head
         norm = NORMS.get(cfg.norm.kind).num_params
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
         if a.q_lora_rank is None:
             queries = d * H * qk
         else:
-            queries = d * a.q_lora_rank + norm(cfg, a.q_lora_rank) + a.q_lora_rank * H * qk
-        r = a.kv_lora_rank
-        keys_values = d * (r + a.qk_rope_head_dim) + norm(cfg, r) + r * H * (a.qk_nope_head_dim + a.v_head_dim)
-        return queries + keys_values + H * a.v_head_dim * d + d * gate_width(cfg)
+            queries = d * a.q_lora_rank + norm(cfg, a.q_lora_rank) + q_in_width(cfg) * H * qk
+        r, rope = a.kv_lora_rank, a.qk_rope_head_dim
+        keys_values = d * (r + rope) + norm(cfg, r) + r * H * (a.qk_nope_head_dim + a.v_head_dim)
+        keys_values += norm(cfg, rope) if a.rope_key_norm else 0
+        return queries + keys_values + H * a.v_head_dim * d + gate_in_width(cfg) * gate_width(cfg)
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
@@ -219,6 +264,11 @@ class MultiHeadLatentAttention(Mixer):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
         if a.latent_norm_eps is not None:
             checks.positive("model.attention.latent_norm_eps", a.latent_norm_eps, "a positive number, or null")
+        if a.q_lora_rank is None and a.q_latent != "normed":
+            raise ConfigError("model.attention.q_latent", a.q_latent, "normed without q_lora_rank (no q latent)")
+        if a.gate_input != "x" and (a.gate == "none" or a.q_lora_rank is None):
+            why = "x without an output gate and q_lora_rank (it reads the q latent)"
+            raise ConfigError("model.attention.gate_input", a.gate_input, why)
         validate_shared(cfg)
 
     @staticmethod
@@ -242,10 +292,13 @@ class MultiHeadLatentAttention(Mixer):
         a = cfg.attention
         q = f"q_lora {a.q_lora_rank}" if a.q_lora_rank is not None else "direct q"
         eps = f", latent norm eps {a.latent_norm_eps:g}" if a.latent_norm_eps is not None else ""
+        q += " of [normed, raw] latent" if a.q_latent == "both" else ""
         gate = f", {a.gate} gate" if a.gate != "none" else ""
+        gate += " of q_up's input" if gate and a.gate_input == "q_latent" else ""
+        extra = ", latents scaled" * a.latent_scale + ", rotated key normed" * a.rope_key_norm
         return (
             f"mla {a.n_head}h x ({a.qk_nope_head_dim}+{a.qk_rope_head_dim} qk, {a.v_head_dim} v), "
-            f"kv_lora {a.kv_lora_rank}, {q}{eps}{gate}"
+            f"kv_lora {a.kv_lora_rank}, {q}{eps}{gate}{extra}"
         )
 
 
