@@ -27,7 +27,15 @@ from archlab.interop.families.base import (
     out_bias,
     section_problems,
 )
-from archlab.interop.families.gemma4 import ACTIVATIONS, KIND, _activation
+from archlab.interop.families.gemma4 import (
+    ACTIVATIONS,
+    GEMMA_NORMS,
+    KIND,
+    _activation,
+    attention_tensors,
+    layer_input_tensors,
+    per_layer_input_tensors,
+)
 from archlab.interop.families.layered import per_type_rope, rope_per_type_to_hf
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import mlp_section
@@ -231,22 +239,8 @@ class Gemma3n(Family):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        norms = dict(
-            attn_norm="input_layernorm",
-            attn_out_norm="post_attention_layernorm",
-            mlp_norm="pre_feedforward_layernorm",
-            mlp_out_norm="post_feedforward_layernorm",
-        )
-        for lc, b, h in t.layers(**norms):
-            a, hd, kv = lc.attention, head_dim(lc), n_kv_head(lc)
-            names, sizes = [f"{h}.self_attn.q_proj"], [a.n_head * hd]
-            if not a.kv_shared:
-                names += [f"{h}.self_attn.k_proj", f"{h}.self_attn.v_proj"]
-                sizes += [kv * hd, kv * hd]
-                t.add(f"{b}.attn.k_norm", f"{h}.self_attn.k_norm")
-            t.stacked(f"{b}.attn.qkv", names, a.qkv_bias, tuple(sizes))
-            t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_norm")
-            t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", a.out_bias)
+        for lc, b, h in t.layers(**GEMMA_NORMS):
+            attention_tensors(t, lc, b, h)
             f = d_ff(lc)
             t.stacked(f"{b}.mlp.gate_up", [f"{h}.mlp.gate_proj", f"{h}.mlp.up_proj"], False, (f, f))
             t.add(f"{b}.mlp.down", f"{h}.mlp.down_proj")
@@ -258,12 +252,8 @@ class Gemma3n(Family):
             for ours, theirs in altup.items():
                 t.add(f"{b}.layer_stream.{ours}", f"{h}.altup.{theirs}")
             t.maps.append(TensorMap(f"{b}.layer_stream.output_scale", (f"{h}.altup.correct_output_scale",)))
-            t.add(f"{b}.per_layer_input.gate", f"{h}.per_layer_input_gate")
-            t.add(f"{b}.per_layer_input.up", f"{h}.per_layer_projection")
-            t.add(f"{b}.per_layer_input.norm", f"{h}.post_per_layer_input_norm")
-        t.add("per_layer_inputs.table", "model.embed_tokens_per_layer")
-        t.add("per_layer_inputs.projection", "model.per_layer_model_projection")
-        t.add("per_layer_inputs.norm", "model.per_layer_projection_norm")
+            layer_input_tensors(t, b, h)
+        per_layer_input_tensors(t)
         for k in range(cfg.stream.n - 1):
             t.add(f"stream.projections.{k}", f"model.altup_projections.{k}")
             t.add(f"stream.unembed.{k}", f"model.altup_unembed_projections.{k}")

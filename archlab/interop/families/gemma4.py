@@ -275,25 +275,8 @@ class Gemma4(Family):
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         t = Tensors(cfg)
         t.add("tok_emb", "model.embed_tokens")
-        norms = dict(
-            attn_norm="input_layernorm",
-            attn_out_norm="post_attention_layernorm",
-            mlp_norm="pre_feedforward_layernorm",
-            mlp_out_norm="post_feedforward_layernorm",
-        )
-        for lc, b, h in t.layers(**norms):
-            a, hd, kv = lc.attention, head_dim(lc), n_kv_head(lc)
-            names, sizes = [f"{h}.self_attn.q_proj"], [a.n_head * hd]
-            if not a.kv_shared:
-                names.append(f"{h}.self_attn.k_proj")
-                sizes.append(kv * hd)
-                if not a.v_from_k:
-                    names.append(f"{h}.self_attn.v_proj")
-                    sizes.append(kv * hd)
-                t.add(f"{b}.attn.k_norm", f"{h}.self_attn.k_norm")
-            t.stacked(f"{b}.attn.qkv", names, a.qkv_bias, tuple(sizes))
-            t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_norm")
-            t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", a.out_bias)
+        for lc, b, h in t.layers(**GEMMA_NORMS):
+            attention_tensors(t, lc, b, h)
             f = d_ff(lc)
             dense = f"{b}.mlp.dense" if lc.mlp.kind == "moe" else f"{b}.mlp"
             t.stacked(f"{dense}.gate_up", [f"{h}.mlp.gate_proj", f"{h}.mlp.up_proj"], False, (f, f))
@@ -301,16 +284,52 @@ class Gemma4(Family):
             if lc.mlp.kind == "moe":
                 _moe_tensors(t, b, h)
             if cfg.per_layer_input.dim:
-                t.add(f"{b}.per_layer_input.gate", f"{h}.per_layer_input_gate")
-                t.add(f"{b}.per_layer_input.up", f"{h}.per_layer_projection")
-                t.add(f"{b}.per_layer_input.norm", f"{h}.post_per_layer_input_norm")
+                layer_input_tensors(t, b, h)
             t.maps.append(TensorMap(f"{b}.layer_scalar", (f"{h}.layer_scalar",)))
         if cfg.per_layer_input.dim:
-            t.add("per_layer_inputs.table", "model.embed_tokens_per_layer")
-            t.add("per_layer_inputs.projection", "model.per_layer_model_projection")
-            t.add("per_layer_inputs.norm", "model.per_layer_projection_norm")
+            per_layer_input_tensors(t)
         t.add("final_norm", "model.norm")
         return t.head()
+
+
+# Gemma 3n's and 4's four norms around a layer's two sublayers, by archlab's names
+GEMMA_NORMS = dict(
+    attn_norm="input_layernorm",
+    attn_out_norm="post_attention_layernorm",
+    mlp_norm="pre_feedforward_layernorm",
+    mlp_out_norm="post_feedforward_layernorm",
+)
+
+
+def attention_tensors(t: Tensors, lc: ModelConfig, b: str, h: str) -> None:
+    """A Gemma 3n / 4 layer's attention: q, and k and v unless it reads an earlier layer's (``kv_shared``) or
+    its values are its keys (``v_from_k``), stacked as archlab's qkv; the q and k norms; o_proj."""
+    a, hd, kv = lc.attention, head_dim(lc), n_kv_head(lc)
+    names, sizes = [f"{h}.self_attn.q_proj"], [a.n_head * hd]
+    if not a.kv_shared:
+        names.append(f"{h}.self_attn.k_proj")
+        sizes.append(kv * hd)
+        if not a.v_from_k:
+            names.append(f"{h}.self_attn.v_proj")
+            sizes.append(kv * hd)
+        t.add(f"{b}.attn.k_norm", f"{h}.self_attn.k_norm")
+    t.stacked(f"{b}.attn.qkv", names, a.qkv_bias, tuple(sizes))
+    t.add(f"{b}.attn.q_norm", f"{h}.self_attn.q_norm")
+    t.add(f"{b}.attn.proj", f"{h}.self_attn.o_proj", a.out_bias)
+
+
+def layer_input_tensors(t: Tensors, b: str, h: str) -> None:
+    """A layer's gate, projection and norm of its per-layer input."""
+    t.add(f"{b}.per_layer_input.gate", f"{h}.per_layer_input_gate")
+    t.add(f"{b}.per_layer_input.up", f"{h}.per_layer_projection")
+    t.add(f"{b}.per_layer_input.norm", f"{h}.post_per_layer_input_norm")
+
+
+def per_layer_input_tensors(t: Tensors) -> None:
+    """The model's per-layer input table, its projection of the embeddings and that projection's norm."""
+    t.add("per_layer_inputs.table", "model.embed_tokens_per_layer")
+    t.add("per_layer_inputs.projection", "model.per_layer_model_projection")
+    t.add("per_layer_inputs.norm", "model.per_layer_projection_norm")
 
 
 def _mlp_from_hf(c: Any, kind: str, approximate: str) -> Any:
