@@ -57,11 +57,6 @@ REFUSED: dict[str, Refused] = {
         "Dots3NoteForCausalLM",
         "its text model's scaled MLA latents and normed rotated key (`k_rope_only_layernorm`); vision and audio towers",
     ),
-    "hy_v4": Refused(
-        "Hunyuan V4",
-        "HYV4ForCausalLM",
-        "DSA layers reusing the last indexer layer's top-k (`shared` layers), its indexer's rotated half last",
-    ),
     "deepseek_v4": Refused(
         "DeepSeek-V4",
         "DeepseekV4ForCausalLM",
