@@ -40,11 +40,16 @@ HF_CASES = {
         "HYV4ForCausalLM",
         "HYV4Config",
         dict(
-            SMALL, **MLA, **INDEXER, **MOE, **HC,
-            mlp_layer_types=["dense", "sparse", "sparse", "dense"], indexer_types=["full", "shared", "full", "shared"],
+            SMALL,
+            **MLA,
+            **INDEXER,
+            **MOE,
+            **HC,
+            mlp_layer_types=["dense", "sparse", "sparse", "dense"],
+            indexer_types=["full", "shared", "full", "shared"],
             rope_parameters=dict(rope_type="default", rope_theta=500.0),
         ),
-    ),  # fmt: skip
+    ),
     # the default layout of 6 layers (one dense, then MoE; full at 0, 1, 5), YaRN, expert groups
     "default-yarn-groups": (
         "HYV4ForCausalLM",
