@@ -398,16 +398,24 @@ def test_a_shared_layers_count_cache_and_flops_are_mlas():
     assert flops[1] == 6 * 4 * (10 + 5) * 5 and flops[0] - flops[1] == 2 * 4 * 9 * 10 + 4 * 4 * 9 * 10 + 2 * 4 * 10 * 5
 
 
+SHARED_KINDS = {"shared": {"attention": {"index_shared": True}}, "full": {}}
+
+
 @pytest.mark.parametrize(
-    "kinds, pattern, field",
+    "pattern, overrides, field",
     [
-        ({"shared": {"attention": {"index_shared": True}}, "full": {}}, ["shared", "full"], "model.layers.kinds.shared.attention.index_shared"),
+        (["shared", "full"], {}, "model.layers.kinds.shared.attention.index_shared"),
+        (["full", "shared"], {"layers": {"loop": {"passes": 2}}}, "model.layers.loop.passes"),
+        (["full", "shared"], {"head": {"mtp": {"depth": 1, "layer": "shared"}}}, "model.head.mtp.layer"),
     ],
-)  # fmt: skip
-def test_a_shared_layer_without_an_earlier_indexer_is_refused(kinds, pattern, field):
+)
+def test_a_shared_layer_without_its_source_is_refused(pattern, overrides, field):
+    """No earlier indexer; looped layers (a later pass would read a choice of another pass); a multi-token
+    prediction module of a shared kind (whose block no indexer precedes)."""
     from helpers.mixers import layered_config
 
-    cfg = layered_config(kinds, pattern, attention={"kind": "dsa", "n_head": 4, **TINY_DSA})
+    attention = {"kind": "dsa", "n_head": 4, **TINY_DSA}
+    cfg = layered_config(SHARED_KINDS, pattern, attention=attention, **overrides)
     with pytest.raises(ConfigError) as err:
         validate(cfg)
     assert err.value.field == field
