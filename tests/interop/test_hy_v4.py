@@ -18,6 +18,7 @@ from helpers import hf as parity
 from helpers.hf import EAGER, HF_SIZES, NO_TOKENS
 
 from archlab import build_model, count_params
+from archlab.config.layers import layer_configs
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf
 from archlab.nn.mixers.shared_index import SharedChoice
 
@@ -86,7 +87,7 @@ def test_from_hf_reads_the_layout():
     assert (a.kind, a.index_rope_at, a.index_norm_eps, a.gate, a.sinks) == ("dsa", "last", 1e-5, "elementwise", True)
     assert (s.kind, s.n, s.mix, s.post_scale, s.post_eps) == ("mhc", 3, "none", 1.5, True)
     assert (cfg.mlp.swiglu_limit, cfg.mlp.shared_swiglu_limit, cfg.position.pairing) == (1.0, 0.0, "half")
-    lcs = parity.layer_configs(cfg)
+    lcs = layer_configs(cfg)
     assert [lc.attention.index_shared for lc in lcs] == [False, False, True, True, True, False]
     assert [lc.mlp.kind for lc in lcs] == ["swiglu"] + ["moe"] * 5
     assert lcs[0].mlp.swiglu_limit is None

@@ -15,20 +15,14 @@ from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.config.model import STREAM_OPTIONS
 from archlab.interop.families.base import LAYERS, Family, Problem, Rule, bare, first_per_field
-from archlab.interop.families.deepseek import _DeepSeek, latent_eps_from_hf, mla_tensors
-from archlab.interop.families.deepseek_v32 import DSA_KEYS, dsa_tensors
+from archlab.interop.families.deepseek import _DeepSeek, latent_eps_from_hf
+from archlab.interop.families.deepseek_v32 import DSA_KEYS, dsa_layers, indexer_types, layer_attention
 from archlab.interop.families.experts import is_dense, mlp_tensors, pre_norm_tensors
 from archlab.interop.families.layered import view
-from archlab.interop.families.layered_moe import apply_layout
 from archlab.interop.families.mlps import dense_of
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import differences, kind_field, refuse_hf
 from archlab.nn.mixers.dsa import DSAConfig
-
-# a layer's kind by its MLP ("dense" / "sparse") and its indexer ("full" / "shared"); the model's own: sparse, full
-KINDS = {("sparse", "full"): "full", ("sparse", "shared"): "shared", ("dense", "full"): "dense"}
-KINDS[("dense", "shared")] = "dense_shared"
-SHARED = {"attention": {"index_shared": True}}
 
 
 def dense_mlp(mlp: Any) -> Any:
@@ -109,7 +103,7 @@ class HYV4(_DeepSeek):
         out = dict(
             self.mla_to_hf(cfg),
             mlp_layer_types=["dense" if is_dense(lc) else "sparse" for lc in lcs],
-            indexer_types=["shared" if lc.attention.index_shared else "full" for lc in lcs],
+            indexer_types=indexer_types(cfg),
             layer_types=["indexed_attention"] * cfg.n_layer,
             hc_mult=s.n,
             hc_magnitude=s.post_scale,
@@ -138,8 +132,7 @@ class HYV4(_DeepSeek):
             kind="mhc", n=c.hc_mult, eps=float(c.hc_eps), mix="none", post_scale=float(c.hc_magnitude), post_eps=True
         )
         dense = {"mlp": {"kind": cfg.mlp.expert, "swiglu_limit": None}}
-        overrides = {"full": {}, "shared": SHARED, "dense": dense, "dense_shared": {**dense, **SHARED}}
-        return apply_layout(cfg, [KINDS[pair] for pair in zip(mlps, indexers)], overrides)
+        return dsa_layers(cfg, [t == "dense" for t in mlps], indexers, dense)
 
     def attention_from_hf(self, c: Any) -> DSAConfig:
         return DSAConfig(
@@ -153,7 +146,7 @@ class HYV4(_DeepSeek):
         )
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
-        maps = pre_norm_tensors(cfg, self.layer_attention, mlp_tensors)
+        maps = pre_norm_tensors(cfg, hy_attention, mlp_tensors)
         for i in range(cfg.n_layer):
             for ours, theirs in (("attn_stream", "attn_hc"), ("mlp_stream", "ffn_hc")):
                 for name in ("fn", "base", "scale"):
@@ -162,12 +155,12 @@ class HYV4(_DeepSeek):
             maps.append(TensorMap(f"stream.{name}", (f"model.hc_head.{name}",)))
         return maps
 
-    @staticmethod
-    def layer_attention(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
-        """A layer's latent attention, its indexer where it has one, its output gate and its sinks."""
-        (mla_tensors if lc.attention.index_shared else dsa_tensors)(t, archlab, hf)
-        t.add(f"{archlab}.gate", f"{hf}.gate_proj")
-        t.maps.append(TensorMap(f"{archlab}.sinks", (f"{hf}.sinks",)))
+
+def hy_attention(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+    """A layer's latent attention, its indexer where it has one, its output gate and its sinks."""
+    layer_attention(t, lc, archlab, hf)
+    t.add(f"{archlab}.gate", f"{hf}.gate_proj")
+    t.maps.append(TensorMap(f"{archlab}.sinks", (f"{hf}.sinks",)))
 
 
 RECORDS: tuple[Family, ...] = (HYV4(),)
