@@ -11,12 +11,13 @@ import math
 
 import pytest
 import torch
-from helpers.mixers import BASE, TINY, mixer_config, randomise
+from helpers.mixers import BASE, TINY, decode_in_pieces, mixer_config, randomise
 from omegaconf import OmegaConf
 from torch.utils.flop_counter import FlopCounterMode
 
 from archlab import build_model
 from archlab.config import to_model_config
+from archlab.config.layers import layer_configs
 from archlab.errors import ConfigError
 from archlab.nn.mixers.dsa import DeepSeekSparseAttention
 from archlab.nn.mixers.mla import MultiHeadLatentAttention
@@ -300,3 +301,127 @@ def test_each_refused_setting_names_its_field(attention, field):
 
 def test_describe_names_the_indexer():
     assert DeepSeekSparseAttention.describe(dsa()).endswith("indexer 4h x 8, top 5 keys")
+
+
+HY = {"index_rope_at": "last", "index_norm_eps": 1e-5, "latent_norm_eps": 1e-6, "gate": "elementwise", "sinks": True}
+
+
+def hy_pair(dtype=torch.float32):
+    """A full dsa layer, then an ``index_shared`` one, with HY V4's options: the indexer's rotated dims last,
+    its norm at 1e-5, sinks and an elementwise gate; mla's pairs halves."""
+    from helpers.mixers import layered_config
+
+    kinds = {"full": {}, "shared": {"attention": {"index_shared": True}}}
+    attention = {"kind": "dsa", "n_head": 4, **TINY_DSA, **HY}
+    cfg = layered_config(kinds, ["full", "shared"], attention=attention, position={"kind": "rope", "pairing": "half"})
+    return cfg, randomise(build_model(cfg, dtype=dtype), seed=21).eval()
+
+
+TINY_DSA = {"q_lora_rank": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5}
+TINY_DSA |= {"index_n_heads": 4, "index_head_dim": 8, "index_topk": 5}
+
+
+def test_a_full_and_a_shared_layer_are_hy_v4s_attention():
+    """Two layers against transformers' ``HYV4Attention`` (``indexer_types`` full, shared), eager, float32,
+    every weight random: the shared layer keeps the full layer's top 5 of 12 keys (given to it as
+    ``prev_topk_indices``), each query's output within 1e-5."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.hy_v4.modeling_hy_v4 import HYV4Attention, HYV4RotaryEmbedding
+
+    cfg, model = hy_pair()
+    hf_cfg = transformers.HYV4Config(
+        hidden_size=32, num_attention_heads=4, q_lora_rank=8, kv_lora_rank=16, qk_nope_head_dim=6,
+        qk_rope_head_dim=4, v_head_dim=5, index_n_heads=4, index_head_dim=8, index_topk=5, num_hidden_layers=2,
+        indexer_types=["full", "shared"], rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+    )  # fmt: skip
+    hf_cfg._attn_implementation = "eager"
+    names = {"q_down": "q_a_proj", "q_norm": "q_a_layernorm", "q_up": "q_b_proj", "kv_down": "kv_a_proj_with_mqa"}
+    names |= {"kv_norm": "kv_a_layernorm", "kv_up": "kv_b_proj", "proj": "o_proj", "gate": "gate_proj"}
+    names |= {"indexer.q_up": "indexer.wq_b", "indexer.k_proj": "indexer.wk", "indexer.k_norm": "indexer.k_norm"}
+    names |= {"indexer.head_weights": "indexer.weights_proj"}
+    theirs = [HYV4Attention(hf_cfg, i).eval() for i in range(2)]
+    assert theirs[1].indexer is None and model.blocks[1].attn.indexer is None
+    with torch.no_grad():
+        for ours, hf in zip((b.attn for b in model.blocks), theirs):
+            state = ours.state_dict()
+            mapped = {}
+            for key, value in state.items():
+                stem, leaf = key.rsplit(".", 1) if "." in key else ("", key)
+                mapped[f"{names[stem]}.{leaf}" if stem else leaf] = value
+            hf.load_state_dict(mapped, strict=True)
+    T = 12
+    x = torch.randn(2, 2, T, 32, generator=torch.Generator().manual_seed(22))
+    rotary = model.position.rotary(torch.arange(T), torch.float32)
+    position_ids = torch.arange(T)[None]
+    cos_sin = HYV4RotaryEmbedding(hf_cfg)(x[0], position_ids)
+    mask = torch.full((T, T), torch.finfo(torch.float32).min).triu(1)[None, None].expand(2, 1, T, T)
+    with torch.no_grad():
+        full, _, topk = theirs[0](x[0], cos_sin, mask, position_ids=position_ids)
+        shared, _, same = theirs[1](x[1], cos_sin, mask, position_ids=position_ids, prev_topk_indices=topk)
+        ours_full = model.blocks[0].attn(x[0], rotary)
+        ours_shared = model.blocks[1].attn(x[1], rotary)
+    assert same is topk
+    torch.testing.assert_close(ours_full, full, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ours_shared, shared, rtol=1e-5, atol=1e-5)
+    # the choice matters: the shared layer over every key it sees is another output
+    model.blocks[1].attn.choice_source.chosen = None
+    with torch.no_grad():
+        assert (model.blocks[1].attn(x[1], rotary) - shared).abs().max() > 1e-3
+
+
+def test_a_shared_layer_decodes_in_pieces_as_it_runs_whole():
+    """The shared layer reads its source's choice of each step's keys: prefill, single tokens and a chunk
+    through the cache give the whole forward's logits, left-padded rows too."""
+    _, model = hy_pair(torch.float64)
+    idx = torch.randint(0, 48, (2, 12), generator=torch.Generator().manual_seed(23))
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        whole = model(idx)
+        padded = model(idx, None, mask)
+    torch.testing.assert_close(decode_in_pieces(model, idx, [6, 7, 8, 12]), whole, rtol=1e-6, atol=1e-6)
+    got = decode_in_pieces(model, idx, [6, 7, 12], mask)
+    torch.testing.assert_close(got[:, 3:], padded[:, 3:], rtol=1e-6, atol=1e-6)
+
+
+def test_a_shared_layers_count_cache_and_flops_are_mlas():
+    """mla's 3,228 (queries 32·8 + 8 + 8·40, latent 32·20 + 16 + 16·44, output 20·32, gate 32·20, sinks 4):
+    the shared layer's alone, the full one's plus its indexer's 656 (8·32 + 32·8 + 16 + 32·4); caches of 20
+    and 28 values per position; the shared layer's FLOPs mla's over the 5 keys chosen, no indexer's."""
+    from archlab.nn.mixers.mla import MultiHeadLatentAttention
+
+    cfg, model = hy_pair()
+    queries, latent, out, gate, sinks = 32 * 8 + 8 + 8 * 4 * 10, 32 * 20 + 16 + 16 * 4 * 11, 20 * 32, 32 * 20, 4
+    mla = queries + latent + out + gate + sinks
+    assert mla == 3_228
+    assert MultiHeadLatentAttention.num_params(cfg) == mla
+    full, shared = (sum(p.numel() for p in b.attn.parameters()) for b in model.blocks)
+    assert (full, shared) == (mla + 8 * 32 + 32 * 8 + 16 + 32 * 4, mla)
+    layers = layer_configs(cfg)
+    assert [DeepSeekSparseAttention.num_params(c, i) for i, c in enumerate(layers)] == [full, shared]
+    assert [DeepSeekSparseAttention.kv_cache_values(c, 10, i) for i, c in enumerate(layers)] == [280, 200]
+    flops = [DeepSeekSparseAttention.extra_flops(c, 10, i) for i, c in enumerate(layers)]
+    assert flops[1] == 6 * 4 * (10 + 5) * 5 and flops[0] - flops[1] == 2 * 4 * 9 * 10 + 4 * 4 * 9 * 10 + 2 * 4 * 10 * 5
+
+
+SHARED_KINDS = {"shared": {"attention": {"index_shared": True}}, "full": {}}
+
+
+@pytest.mark.parametrize(
+    "pattern, overrides, field",
+    [
+        (["shared", "full"], {}, "model.layers.kinds.shared.attention.index_shared"),
+        (["full", "shared"], {"layers": {"loop": {"passes": 2}}}, "model.layers.loop.passes"),
+        (["full", "shared"], {"head": {"mtp": {"depth": 1, "layer": "shared"}}}, "model.head.mtp.layer"),
+    ],
+)
+def test_a_shared_layer_without_its_source_is_refused(pattern, overrides, field):
+    """No earlier indexer; looped layers (a later pass would read a choice of another pass); a multi-token
+    prediction module of a shared kind (whose block no indexer precedes)."""
+    from helpers.mixers import layered_config
+
+    attention = {"kind": "dsa", "n_head": 4, **TINY_DSA}
+    cfg = layered_config(SHARED_KINDS, pattern, attention=attention, **overrides)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    assert err.value.field == field

@@ -184,3 +184,64 @@ def test_bad_settings_name_their_field(overrides, field):
     with pytest.raises(ConfigError) as err:
         compose_model([*TINY, "model/stream=mhc", *overrides])
     assert err.value.field == field
+
+
+HY_MHC = [*MHC_MODEL, "model.stream.mix=none", "model.stream.post_scale=1.5", "model.stream.post_eps=true"]
+
+
+def _hy_config():
+    transformers = pytest.importorskip("transformers")
+    return transformers.HYV4Config(
+        hidden_size=D, hc_mult=N, hc_eps=1e-6, hc_magnitude=1.5, rms_norm_eps=1e-6, num_attention_heads=4
+    )
+
+
+def test_the_unmixed_connection_is_hy_v4s_hyper_connection():
+    """``mix: none`` (post scale 1.5, eps on post): archlab's connection against transformers'
+    ``HYV4HyperConnection`` combined as ``HYV4DecoderLayer`` combines it, ``post ⊗ F(collapsed) + H``."""
+    from transformers.models.hy_v4.modeling_hy_v4 import HYV4HyperConnection
+
+    cfg = compose_model(HY_MHC)
+    ours = randomise(MHCConnection(cfg), seed=11)
+    theirs = HYV4HyperConnection(_hy_config())
+    _copy(ours, theirs, {"fn": "fn", "base": "base", "scale": "scale"})
+    h = torch.randn(2, 5, N, D, generator=torch.Generator().manual_seed(12))
+    w = torch.randn(D, D, generator=torch.Generator().manual_seed(13)) / D**0.5
+
+    def sublayer(x):
+        return torch.tanh(x @ w)
+
+    post, collapsed = theirs(h)
+    expected = post.unsqueeze(-1) * sublayer(collapsed).unsqueeze(-2) + h
+    torch.testing.assert_close(ours(h, sublayer), expected, rtol=1e-5, atol=1e-6)
+    assert ours.fn.shape == (2 * N, N * D) and ours.scale.shape == (2,)
+
+
+def test_the_unmixed_merge_is_hy_v4s_hyper_head():
+    from transformers.models.hy_v4.modeling_hy_v4 import HYV4HyperHead
+
+    ours = randomise(MHC(compose_model(HY_MHC)), seed=14)
+    theirs = HYV4HyperHead(_hy_config())
+    _copy(ours, theirs, {"hc_fn": "hc_fn", "hc_base": "hc_base", "hc_scale": "hc_scale"})
+    h = torch.randn(3, 4, N, D, generator=torch.Generator().manual_seed(15))
+    torch.testing.assert_close(ours.merge(h), theirs(h), rtol=1e-5, atol=1e-6)
+
+
+def test_the_unmixed_count_is_the_closed_form_worked_by_hand():
+    """d 32, n 4, mix none: a connection holds fn 8 × 128, base 8 and 2 scales, 1,034; four over 2 layers and
+    the merge's 517: 4,653 beside the plain model's; FLOPs 6·d·2n per connection, no mix."""
+    plain = count_params(compose_model([*TINY, "model/norm=rmsnorm"]))
+    hy = count_params(compose_model(HY_MHC))
+    assert hy["streams"] == 4 * (8 * 128 + 8 + 2) + 517 == 4_653
+    assert hy["total"] - plain["total"] == 4_653
+    assert hy["flops_per_token"] - plain["flops_per_token"] == 6 * 4_653 + 6 * 32 * (4 * 8 + 4)
+    assert build_model(compose_model(HY_MHC), device="meta") is not None
+
+
+def test_an_unmixed_model_decodes_in_pieces_as_it_runs_whole():
+    """The connection's weights are float32 (as transformers'): 1e-6, not float64's 1e-10."""
+    model = randomise(build_model(compose_model(HY_MHC), dtype=torch.float64), seed=16).eval()
+    idx = torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(17))
+    with torch.no_grad():
+        whole = model(idx)
+    torch.testing.assert_close(decode_in_pieces(model, idx, [4, 5, 9]), whole, rtol=1e-6, atol=1e-6)

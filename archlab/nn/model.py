@@ -21,6 +21,7 @@ from archlab.nn.loop import Loop
 from archlab.nn.loss import IGNORE, next_token_loss
 from archlab.nn.mixers.attention import link_first_values
 from archlab.nn.mixers.base import MIXERS, KVCache, Tokens, attention_mask, rotary_head_dim
+from archlab.nn.mixers.shared_index import link_shared_index
 from archlab.nn.mixers.shared_kv import link_shared_kv
 from archlab.nn.moe import MoE
 from archlab.nn.mtp import MTPModule, MultiTokenPrediction, mtp_layer
@@ -104,6 +105,7 @@ class Decoder(nn.Module):
         mixers = [b.attn for b in cast("Sequence[Block]", self.blocks)]
         link_first_values(mixers)  # value residual: layer 0's values
         link_shared_kv(mixers, configs)  # kv_shared layers: an earlier layer's keys and values
+        link_shared_index(mixers, configs)  # index_shared dsa layers: an earlier indexer's choice
         # a layer kind with a position scheme of its own (rotary or score bias, no parameters) has its module
         own = {layer_kind(cfg, i): c for i, c in enumerate(configs) if own_position(cfg, c)}
         # multi-token prediction modules (model.head.mtp), their blocks of layer kind mtp.layer or the model's

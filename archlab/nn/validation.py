@@ -22,6 +22,7 @@ from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
 from archlab.nn.loop import validate_injection
 from archlab.nn.mixers.base import MIXERS, Mixer
+from archlab.nn.mixers.shared_index import check_shared_index
 from archlab.nn.mixers.shared_kv import check_shared_kv
 from archlab.nn.mlp import MLP, MLPS
 from archlab.nn.mtp import MultiTokenPrediction
@@ -125,6 +126,7 @@ def _validate(cfg: ModelConfig, whole: bool = True) -> dict[str, ModelConfig]:
     check_shared(cfg)
     if whole:
         check_shared_kv(cfg, layer_configs(cfg, kinds))
+        check_shared_index(cfg, layer_configs(cfg, kinds))
     return kinds
 
 

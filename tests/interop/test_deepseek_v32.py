@@ -9,11 +9,14 @@ the choice is sparse and matters (checked: more keys give other logits); archlab
 bit; greedy and left-padded decoding equal HF ``generate``; a save_pretrained directory loads; the shrunk
 preset exports; what each cannot hold is refused both ways, naming the field."""
 
+import copy
+
 import pytest
 from helpers import hf as parity
 from helpers.hf import EAGER, HF_SIZES, NO_TOKENS
 
 from archlab import compose_model
+from archlab.config.layers import layer_configs, layer_kind
 from archlab.interop.hf import config_from_hf, config_to_hf, from_hf
 
 transformers = pytest.importorskip("transformers")
@@ -49,6 +52,21 @@ HF_CASES = {
             n_group=1,
             topk_group=1,
             rms_norm_eps=1e-5,  # GLM-5's; its latent norms stay at 1e-6
+            rope_parameters=dict(rope_type="default", rope_theta=500.0),
+        ),
+    ),
+    # layer 2 keeps layer 1's choice (dsa's index_shared), layer 0 dense
+    "glm_moe_dsa-shared": (
+        "GlmMoeDsaForCausalLM",
+        "GlmMoeDsaConfig",
+        dict(
+            SMALL,
+            **MLA,
+            **INDEXER,
+            **MOE,
+            n_group=1,
+            topk_group=1,
+            indexer_types=["full", "full", "shared"],
             rope_parameters=dict(rope_type="default", rope_theta=500.0),
         ),
     ),
@@ -158,7 +176,7 @@ def test_config_to_hf_refuses_what_the_family_cannot_hold(overrides, field):
             dict(mlp_layer_types=["sparse", "dense", "sparse"]),
             "DeepseekV32Config.mlp_layer_types",
         ),
-        ("glm_moe_dsa", dict(indexer_types=["full", "shared", "full"]), "GlmMoeDsaConfig.indexer_types"),
+        ("glm_moe_dsa", dict(indexer_types=["shared", "full", "full"]), "GlmMoeDsaConfig.indexer_types"),
     ],
 )
 def test_config_from_hf_refuses_what_archlab_cannot_hold(case, changes, field):
@@ -170,3 +188,24 @@ def test_the_indexer_loss_weight_is_not_layout():
     cfg = compose_model(["model=deepseek-v3.2-exp"])
     other = compose_model(["model=deepseek-v3.2-exp", "model.attention.index_loss_weight=0.25"])
     assert config_to_hf(other).to_dict() == config_to_hf(cfg).to_dict()
+
+
+def test_glm5_reads_its_shared_layers_and_deepseek_v32_refuses_them():
+    """GLM-5's indexer_types "shared" is a layer kind of dsa's index_shared, written back as it was read;
+    the parity above held its logits, and the shared layer's choice moves them (seeing every key instead);
+    DeepSeek-V3.2, whose layers each run an indexer, refuses the kind's field."""
+    from archlab.interop.families import FAMILIES
+    from archlab.nn.mixers.shared_index import SharedChoice
+
+    model = from_hf(hf_model("glm_moe_dsa-shared")).eval()
+    layers = layer_configs(model.cfg)
+    assert [lc.attention.index_shared for lc in layers] == [False, False, True]
+    assert [lc.mlp.kind for lc in layers] == ["swiglu", "moe", "moe"]
+    assert config_to_hf(model.cfg).indexer_types == ["full", "full", "shared"]
+    other = copy.deepcopy(model)
+    vars(other.blocks[2].attn)["choice_source"] = SharedChoice()
+    assert parity.max_diff(parity.logits(model), parity.logits(other)) > 1e-3
+    kind = layer_kind(model.cfg, 2)
+    v32 = parity.changed_cfg(model.cfg, attention__index_pairing="half")  # V3.2's indexer pairs
+    parity.check_family_refuses("deepseek_v32", v32, f"model.layers.kinds.{kind}.attention.index_shared")
+    assert FAMILIES["glm_moe_dsa"].problems(model.cfg) == []

@@ -1,19 +1,23 @@
 """DeepSeek sparse attention's families: DeepSeek-V3.2 (``deepseek_v32``) and GLM-5 (``glm_moe_dsa``),
 DeepSeek-V3's layout whose latent attention keeps the keys a lightning indexer picks (``dsa``). Their
 indexers differ in the pairs they rotate: V3.2's halves beside its mla's interleaved pairs, GLM-5's
-interleaved as its mla's (``model.attention.index_pairing``). The indexer's loss weight is a training
-setting that neither class has: not written."""
+interleaved as its mla's (``model.attention.index_pairing``). GLM-5's layers may keep the previous indexer's
+choice (``indexer_types`` "shared": dsa's ``index_shared``, by layer kinds). The indexer's loss weight is a
+training setting that neither class has: not written."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from archlab.config import ModelConfig
+from archlab.config import LayersConfig, ModelConfig
+from archlab.config.layers import layer_configs
 from archlab.interop.families.base import Family, Problem, Rule
 from archlab.interop.families.deepseek import _DeepSeek, latent_eps_from_hf, mla_tensors
+from archlab.interop.families.experts import pre_norm_tensors
 from archlab.interop.families.layered import view
+from archlab.interop.families.layered_moe import apply_layout
 from archlab.interop.families.sigmoid_moe import dense_prefix, mlp_layer_types
-from archlab.interop.families.tensors import Tensors
+from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.dsa import DSAConfig
 
@@ -23,6 +27,31 @@ DSA_KEYS = {
     "index_head_dim": "attention.index_head_dim",
     "index_topk": "attention.index_topk",
 }
+
+
+SHARED = {"attention": {"index_shared": True}}
+INDEX_SHARED = ".attention.index_shared"
+
+
+def dsa_layers(cfg: ModelConfig, dense_layers: list[bool], indexers: list[str], dense: dict[str, Any]) -> ModelConfig:
+    """``cfg`` with each layer's kind by its MLP (``dense_layers[i]``: the fields ``dense``, else the model's
+    MoE) and its indexer (``indexers[i]``: "full", or "shared", dsa's ``index_shared``): kinds full, shared,
+    dense, dense_shared (one for every layer: merged into the model's parts)."""
+    cfg.layers = LayersConfig()
+    names = [("dense" if d else "full") + ("_shared" if t == "shared" else "") for d, t in zip(dense_layers, indexers)]
+    names = ["shared" if n == "full_shared" else n for n in names]
+    overrides = {"full": {}, "shared": SHARED, "dense": dense, "dense_shared": {**dense, **SHARED}}
+    return apply_layout(cfg, names, overrides)
+
+
+def indexer_types(cfg: ModelConfig) -> list[str]:
+    """transformers' ``indexer_types``: "shared" where a layer is dsa's ``index_shared``, else "full"."""
+    return ["shared" if lc.attention.index_shared else "full" for lc in layer_configs(cfg)]
+
+
+def layer_attention(t: Tensors, lc: ModelConfig, archlab: str, hf: str) -> None:
+    """A layer's latent attention and its indexer, where it has one (not ``index_shared``)."""
+    (mla_tensors if lc.attention.index_shared else dsa_tensors)(t, archlab, hf)
 
 
 def dsa_tensors(t: Tensors, archlab: str, hf: str) -> None:
@@ -44,6 +73,7 @@ class _SparseAttention(_DeepSeek):
     attention_kind = "dsa"
     keys = {**_DeepSeek.keys, **DSA_KEYS}
     index_pairing = "half"
+    shares_indexers = False  # whether its layers may keep the previous indexer's choice (indexer_types)
 
     def family_rules(self, cfg: ModelConfig) -> list[Rule]:
         pairs = ("interleaved", "model") if self.index_pairing == "interleaved" else (self.index_pairing,)
@@ -54,6 +84,11 @@ class _SparseAttention(_DeepSeek):
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         found = super().part_problems(cfg)
+        if self.shares_indexers:  # a layer kind's index_shared is the family's too (dense_first_problems' otherwise)
+            found = [p for p in found if not p.field.endswith(INDEX_SHARED)]
+        elif cfg.attention.index_shared:
+            why = " (each of its layers runs its own indexer)"
+            found.append(Problem("model.attention.index_shared", True, "false", why, (False,)))
         if cfg.attention.q_lora_rank is None:
             why = " (its queries and its indexer's always pass the query latent)"
             found.append(Problem("model.attention.q_lora_rank", None, "a positive integer", why))
@@ -78,8 +113,8 @@ class _SparseAttention(_DeepSeek):
             index_pairing=self.index_pairing,
         )
 
-    def attention_tensors(self, t: Tensors, archlab: str, hf: str) -> None:
-        dsa_tensors(t, archlab, hf)
+    def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
+        return pre_norm_tensors(cfg, layer_attention)
 
 
 class DeepseekV32(_SparseAttention):
@@ -96,9 +131,8 @@ class DeepseekV32(_SparseAttention):
 
 
 class GlmMoeDsa(_SparseAttention):
-    """GlmMoeDsaForCausalLM (GLM-5): DeepSeek-V3.2's layout, its indexer rotating interleaved pairs. A layer
-    that reuses the previous layer's choice (``indexer_types`` "shared") is refused: each dsa layer runs its
-    own indexer."""
+    """GlmMoeDsaForCausalLM (GLM-5): DeepSeek-V3.2's layout, its indexer rotating interleaved pairs; a layer
+    may keep the last earlier indexer's choice (``indexer_types`` "shared": dsa's ``index_shared``)."""
 
     model_type, title, model_class, config_class = (
         "glm_moe_dsa",
@@ -106,20 +140,26 @@ class GlmMoeDsa(_SparseAttention):
         "GlmMoeDsaForCausalLM",
         "GlmMoeDsaConfig",
     )
-    parts = "DeepSeek-V3.2's parts, the indexer's pairs interleaved"
+    parts = "DeepSeek-V3.2's parts, the indexer's pairs interleaved, its choice shared by later layers"
     index_pairing = "interleaved"
+    shares_indexers = True
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
-        return dict(super().to_hf(cfg), indexer_types=["full"] * cfg.n_layer)
+        return dict(super().to_hf(cfg), indexer_types=indexer_types(cfg))
 
     def from_hf(self, c: Any) -> ModelConfig:
-        if any(t != "full" for t in c.indexer_types):
-            refuse_hf(
-                c,
-                "indexer_types",
-                "'full' in every layer (each archlab dsa layer runs its own indexer; none reuses another's keys)",
-            )
-        return super().from_hf(c)
+        types = list(c.indexer_types)
+        if (
+            len(types) != c.num_hidden_layers
+            or any(t not in ("full", "shared") for t in types)
+            or types[:1] == ["shared"]
+        ):
+            refuse_hf(c, "indexer_types", "one 'full' or 'shared' per layer, the first 'full' (a shared one reuses it)")
+        cfg = super().from_hf(c)
+        if "shared" not in types:
+            return cfg
+        dense_layers = [lc.mlp.kind != "moe" for lc in layer_configs(cfg)]
+        return dsa_layers(cfg, dense_layers, types, cfg.layers.kinds.get("dense", {}))
 
 
 RECORDS: tuple[Family, ...] = (DeepseekV32(), GlmMoeDsa())

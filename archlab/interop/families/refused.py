@@ -42,11 +42,6 @@ REFUSED: dict[str, Refused] = {
         "compressed convolutional attention (`ZayaCCAProjection`, `cca_time0`): no archlab mixer",
     ),
     # sparse and compressed attention
-    "hy_v4": Refused(
-        "Hunyuan V4",
-        "HYV4ForCausalLM",
-        "DSA layers reusing the last indexer layer's top-k (`shared` layers), its indexer's rotated half last",
-    ),
     "minimax_m3_vl_text": Refused(
         "MiniMax-M3 (text)",
         "MiniMaxM3VLForCausalLM",

@@ -17,7 +17,7 @@ from archlab.config import MixerConfig, ModelConfig, mixer_config
 from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
-from archlab.nn.mixers.attention import softmax_scale, validate_shared
+from archlab.nn.mixers.attention import sink_key, softmax_scale, validate_shared
 from archlab.nn.mixers.base import MIXERS, Mixer, ScoreStats, chunk_of, positions_seen, scores_of
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import Rotation
@@ -47,6 +47,7 @@ class MLAConfig(MixerConfig):
     rope_key_norm: bool = False  # the shared rotated key normed before RoPE, as the latents (dots.3-note)
     q_latent: str = choice("normed", "both")  # q_up reads the normed q latent | [normed, raw] (A.X K2)
     gate_input: str = choice("x", "q_latent")  # the output gate reads x | what q_up reads (A.X K2)
+    sinks: bool = False  # a learned logit per head joins each softmax's denominator, as the causal kind's (HY V4)
 
 
 def gate_width(cfg: ModelConfig) -> int:
@@ -117,13 +118,20 @@ class MultiHeadLatentAttention(Mixer):
         width = gate_width(cfg)
         self.gate_reads_q = a.gate_input == "q_latent"
         self.gate = nn.Linear(gate_in_width(cfg), width, bias=False) if width else None
+        self.sinks = nn.Parameter(torch.empty(self.n_head)) if a.sinks else None
 
     def param_roles(self) -> dict[str, Role]:
         # the low-rank projections too: their ranks are widths a width sweep grows with d_model; a gate per
         # head reads the width into one value per head: an output (as the causal kind's); per value dim, hidden
         names = ("q_down", "q_up", "q_proj", "kv_down", "kv_up", "proj")
         gate = Role.OUTPUT if self.gate is not None and self.gate.out_features == self.n_head else Role.HIDDEN
-        return {f"{n}.weight": Role.HIDDEN for n in names} | {"gate.weight": gate}
+        return {f"{n}.weight": Role.HIDDEN for n in names} | {"gate.weight": gate, "sinks": Role.VECTOR}
+
+    @torch.no_grad()
+    def init_parameters(self, std: float, residual_std: float) -> None:
+        """The sinks, where there are: N(0, std), as the causal kind's."""
+        if self.sinks is not None:
+            nn.init.normal_(self.sinks, 0.0, std)
 
     def forward(self, x, rotary=None, mask=None, cache=None, layer=0):  # typed as Mixer.forward
         q, _, q_in = self.query_parts(x, rotary)
@@ -137,7 +145,7 @@ class MultiHeadLatentAttention(Mixer):
         """From every head's keys as the forward expands them from the latent and the shared rotated key."""
         q, _ = self.queries(x, rotary)
         k, _ = self.keys_values(*self.latents(x, rotary))
-        return scores_of(q, k, mask, self.scale)
+        return scores_of(q, k, mask, self.scale, sinks=self.sinks)
 
     def gates(self, x: Tensor, q_in: Tensor) -> Optional[Tensor]:
         """The output gate of ``x``'s positions, sigmoid(gate(x)) ``[B, T, H, v or 1]`` (of ``q_in``, what q_up
@@ -203,11 +211,13 @@ class MultiHeadLatentAttention(Mixer):
         B, H, T, _ = q.shape
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
+        if self.sinks is not None:  # one more key per head, its score the sink, its value zero
+            q, k, v, mask = sink_key(q, k, v, mask, self.sinks, self.scale)
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0,
-            is_causal=mask is None and T > 1, scale=self.scale,
+            is_causal=mask is None and q.shape[2] > 1, scale=self.scale,
         )  # fmt: skip
-        y = y.transpose(1, 2)  # [B, T, H, v]
+        y = y[:, :, y.shape[2] - T :, : self.v_dim].transpose(1, 2)  # [B, T, H, v] (less sink_key's additions)
         if gate is not None:
             y = y * gate
         return self.proj(y.reshape(B, T, H * self.v_dim))
@@ -227,7 +237,7 @@ class MultiHeadLatentAttention(Mixer):
         """Queries d·H·(nope + rope), or d·q_r + norm(q_r) + q_in·H·(nope + rope) through the bottleneck
         (q_in: q_r, 2·q_r with ``q_latent`` both); keys and values d·(r + rope) + norm(r) + r·H·(nope + v),
         and norm(rope) with ``rope_key_norm``; output H·v·d; the gate g_in·H (head) or g_in·H·v
-        (elementwise), g_in d or q_in (``gate_input``) (no biases)."""
+        (elementwise), g_in d or q_in (``gate_input``); H sinks (no biases)."""
         a, d, H = cfg.attention, cfg.d_model, cfg.attention.n_head
         norm = NORMS.get(cfg.norm.kind).num_params
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
@@ -238,7 +248,7 @@ class MultiHeadLatentAttention(Mixer):
         r, rope = a.kv_lora_rank, a.qk_rope_head_dim
         keys_values = d * (r + rope) + norm(cfg, r) + r * H * (a.qk_nope_head_dim + a.v_head_dim)
         keys_values += norm(cfg, rope) if a.rope_key_norm else 0
-        return queries + keys_values + H * a.v_head_dim * d + gate_in_width(cfg) * gate_width(cfg)
+        return queries + keys_values + H * a.v_head_dim * d + gate_in_width(cfg) * gate_width(cfg) + a.sinks * H
 
     @staticmethod
     def kv_cache_values(cfg: ModelConfig, length: int, layer: int) -> int:
@@ -295,7 +305,7 @@ class MultiHeadLatentAttention(Mixer):
         q += " of [normed, raw] latent" if a.q_latent == "both" else ""
         gate = f", {a.gate} gate" if a.gate != "none" else ""
         gate += " of q_up's input" if gate and a.gate_input == "q_latent" else ""
-        extra = ", latents scaled" * a.latent_scale + ", rotated key normed" * a.rope_key_norm
+        extra = ", latents scaled" * a.latent_scale + ", rotated key normed" * a.rope_key_norm + ", sinks" * a.sinks
         return (
             f"mla {a.n_head}h x ({a.qk_nope_head_dim}+{a.qk_rope_head_dim} qk, {a.v_head_dim} v), "
             f"kv_lora {a.kv_lora_rank}, {q}{eps}{gate}{extra}"

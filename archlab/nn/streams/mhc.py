@@ -5,11 +5,13 @@ them through weights computed from the streams themselves: with ``x = rms(vec(H)
 ``pre = σ(s₀·x·W_pre + b_pre) + ε``, ``post = 2σ(s₁·x·W_post + b_post)`` and ``comb`` the Sinkhorn-Knopp
 projection of ``softmax(s₂·x·W_comb + b_comb) + ε`` onto the doubly stochastic matrices,
 ``H ← post ⊗ F(Σᵢ preᵢ Hᵢ) + combᵀ H``, so the residual mix keeps its norm however deep the stack. Before the
-final norm the streams are merged by weights computed likewise (``pre`` alone)."""
+final norm the streams are merged by weights computed likewise (``pre`` alone). HY V4's independent form
+(``mix: none``) drops ``comb``, ``H ← post ⊗ F(Σᵢ preᵢ Hᵢ) + H``, with its own post scale and ε on post."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,7 @@ from torch import Tensor, nn
 
 from archlab import checks
 from archlab.config import ModelConfig, StreamConfig, stream_config
+from archlab.config.fields import choice
 from archlab.nn.component import Component, Role
 from archlab.nn.streams.base import STREAMS, Stream, Sublayer, check_streams
 
@@ -30,6 +33,15 @@ class MHCConfig(StreamConfig):
     n: int = 4  # residual streams (hc_mult)
     sinkhorn_iters: int = 20  # row and column normalisations of the mixing matrix (hc_sinkhorn_iters)
     eps: float = 1e-6  # added to pre and to comb, and to each normalisation's denominator (hc_eps)
+    mix: str = choice("sinkhorn", "none")  # the streams mixed by comb (DeepSeek-V4) | carried as they are (HY V4)
+    post_scale: float = 2.0  # post = post_scale·σ(·) (DeepSeek-V4: 2; HY V4's hc_magnitude)
+    post_eps: bool = False  # eps added to post too (HY V4)
+
+
+def connection_rows(cfg: ModelConfig) -> int:
+    """A connection's logits: pre and post, n each, and comb's n² where it mixes."""
+    n = cfg.stream.n
+    return (2 + n) * n if cfg.stream.mix == "sinkhorn" else 2 * n
 
 
 def _rms(x: Tensor, eps: float) -> Tensor:
@@ -45,15 +57,18 @@ def _collapse(h: Tensor, pre: Tensor) -> Tensor:
 
 class MHCConnection(Component, nn.Module):
     """One sublayer's connection: the projection ``fn`` ``[(2 + n)·n, n·d]`` of the normed streams to the
-    pre, post and comb logits, their biases ``base`` and the three scales ``scale``, in float32."""
+    pre, post and comb logits, their biases ``base`` and the three scales ``scale``, in float32 (``mix:
+    none``: ``[2n, n·d]``, pre and post alone, two scales)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         s = cfg.stream
         self.n, self.iters, self.eps, self.norm_eps = s.n, s.sinkhorn_iters, s.eps, cfg.norm.eps
-        self.fn = nn.Parameter(torch.empty((2 + s.n) * s.n, s.n * cfg.d_model))
-        self.base = nn.Parameter(torch.empty((2 + s.n) * s.n))
-        self.scale = nn.Parameter(torch.empty(3))
+        self.mixes, self.post_scale, self.post_eps = s.mix == "sinkhorn", s.post_scale, s.eps if s.post_eps else 0.0
+        rows = connection_rows(cfg)
+        self.fn = nn.Parameter(torch.empty(rows, s.n * cfg.d_model))
+        self.base = nn.Parameter(torch.empty(rows))
+        self.scale = nn.Parameter(torch.empty(3 if self.mixes else 2))
 
     def param_roles(self) -> dict[str, Role]:
         # fn reads the width and writes a fixed number of weights: an output matrix, as a router
@@ -66,16 +81,19 @@ class MHCConnection(Component, nn.Module):
         nn.init.zeros_(self.base)
         nn.init.ones_(self.scale)
 
-    def weights(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """``pre`` and ``post`` ``[B, T, n]`` and ``comb`` ``[B, T, n, n]`` (doubly stochastic) of the streams
-        ``h`` ``[B, T, n, d]``, in float32."""
+    def weights(self, h: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+        """``pre`` and ``post`` ``[B, T, n]`` and ``comb`` ``[B, T, n, n]`` (doubly stochastic; None with
+        ``mix: none``) of the streams ``h`` ``[B, T, n, d]``, in float32."""
         n = self.n
         logits = F.linear(_rms(h.flatten(2), self.norm_eps), self.fn.float())
-        pre_w, post_w, comb_w = logits.split((n, n, n * n), dim=-1)
-        pre_b, post_b, comb_b = self.base.float().split((n, n, n * n))
-        s_pre, s_post, s_comb = self.scale.float().unbind(0)
+        pre_w, post_w = logits[..., :n], logits[..., n : 2 * n]
+        pre_b, post_b = self.base.float()[:n], self.base.float()[n : 2 * n]
+        s_pre, s_post = self.scale.float()[0], self.scale.float()[1]
         pre = torch.sigmoid(pre_w * s_pre + pre_b) + self.eps
-        post = 2 * torch.sigmoid(post_w * s_post + post_b)
+        post = self.post_scale * torch.sigmoid(post_w * s_post + post_b) + self.post_eps
+        if not self.mixes:
+            return pre, post, None
+        comb_w, comb_b, s_comb = logits[..., 2 * n :], self.base.float()[2 * n :], self.scale.float()[2]
         comb = torch.softmax(comb_w.unflatten(-1, (n, n)) * s_comb + comb_b.view(n, n), dim=-1) + self.eps
         comb = comb / (comb.sum(-2, keepdim=True) + self.eps)
         for _ in range(self.iters - 1):  # Sinkhorn-Knopp: rows, then columns, sum to 1
@@ -88,7 +106,8 @@ class MHCConnection(Component, nn.Module):
         output was written by ``post``, beside the streams mixed by ``comb``."""
         pre, post, comb = self.weights(h)
         y = sublayer(_collapse(h, pre))
-        return post.to(h.dtype).unsqueeze(-1) * y.unsqueeze(-2) + comb.to(h.dtype).transpose(-1, -2) @ h
+        mixed = h if comb is None else comb.to(h.dtype).transpose(-1, -2) @ h
+        return post.to(h.dtype).unsqueeze(-1) * y.unsqueeze(-2) + mixed
 
 
 @STREAMS.register("mhc")
@@ -131,25 +150,32 @@ class MHC(Stream):
 
     @classmethod
     def connection_params(cls, cfg: ModelConfig) -> int:
-        """fn (2 + n)·n·(n·d), base (2 + n)·n, scale 3."""
-        n = cfg.stream.n
-        return (2 + n) * n * (n * cfg.d_model + 1) + 3
+        """fn (2 + n)·n·(n·d), base (2 + n)·n, scale 3; ``mix: none``: 2n rows, scale 2."""
+        n, mixes = cfg.stream.n, cfg.stream.mix == "sinkhorn"
+        return connection_rows(cfg) * (n * cfg.d_model + 1) + (3 if mixes else 2)
 
     @classmethod
     def extra_flops(cls, cfg: ModelConfig, connections: int) -> int:
         """Per connection the collapse and the expansion (n·d multiply-adds each) and the mix (n²·d); the
         merge's collapse (n·d); forward and backward, 6 FLOPs per multiply-add. Sinkhorn's n²·iters per
-        token does not grow with the width: left out."""
+        token does not grow with the width: left out. ``mix: none``: no mix."""
         n, d = cfg.stream.n, cfg.d_model
-        return 6 * d * (connections * (n * n + 2 * n) + n)
+        mix = n * n if cfg.stream.mix == "sinkhorn" else 0
+        return 6 * d * (connections * (mix + 2 * n) + n)
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """``mhc ×<n>, sinkhorn <iters>``."""
-        return f"mhc ×{cfg.stream.n}, sinkhorn {cfg.stream.sinkhorn_iters}"
+        """``mhc ×<n>, sinkhorn <iters>`` (or ``no mix``), and post's scale where not 2."""
+        s = cfg.stream
+        mix = f"sinkhorn {s.sinkhorn_iters}" if s.mix == "sinkhorn" else "no mix"
+        post = ""
+        if (s.post_scale, s.post_eps) != (2.0, False):
+            post = f", post {s.post_scale:g}·σ" + (" + eps" if s.post_eps else "")
+        return f"mhc ×{s.n}, {mix}{post}"
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
         check_streams(cfg)
         checks.integer("model.stream.sinkhorn_iters", cfg.stream.sinkhorn_iters, 1)
         checks.positive("model.stream.eps", cfg.stream.eps)
+        checks.positive("model.stream.post_scale", cfg.stream.post_scale)
