@@ -16,7 +16,7 @@ from archlab.config.layers import check_layers, kind_config, layer_configs, used
 from archlab.config.loop import check_loop, unread_loop
 from archlab.config.shared import check_shared, unread_shared
 from archlab.errors import ConfigError
-from archlab.nn import per_layer_inputs
+from archlab.nn import bitlinear, per_layer_inputs
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
@@ -113,6 +113,7 @@ def _validate(cfg: ModelConfig, whole: bool = True) -> dict[str, ModelConfig]:
             )
     _check_choices(cfg, "model")
     per_layer_inputs.validate(cfg)
+    bitlinear.validate(cfg, MIXERS.get(cfg.attention.kind), MLPS.get(cfg.mlp.kind))
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
     MultiTokenPrediction.validate(cfg)

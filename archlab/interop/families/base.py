@@ -53,6 +53,7 @@ Check = Callable[[ModelConfig], list[Problem]]  # the problems a family finds be
 # ``Family.features``; every other one must stay at this value.
 FEATURES: dict[str, tuple[Any, str]] = {
     "model.dropout": (0.0, "no embedding or residual dropout"),
+    "model.linear.kind": ("dense", "full-precision projections"),
     "model.stream.kind": ("plain", "one residual stream"),
     "model.embedding_dropout": (None, "the embeddings dropped at model.dropout's rate, if at all"),
     "model.scale_embedding": (False, "unscaled embeddings"),
