@@ -286,6 +286,11 @@ class Family:
         Falcon-H1's multipliers)."""
         return state
 
+    def to_hf_weights(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """transformers' tensors of archlab's (split and named) as its model holds them: the same, but for
+        a layout it stores otherwise (BitNet's packed ternary weights); ``hf_weights``' inverse."""
+        return state
+
     def hf_class(self, transformers: Any) -> type:
         """The transformers class ``to_hf`` builds and ``from_hf`` takes (``model_class``)."""
         return getattr(transformers, self.model_class)
