@@ -4,6 +4,8 @@ against ``AutoBitLinear(online_quant=True)``, a fused projection against one tra
 the 2-bit packing against ``pack_weights``/``unpack_weights``; the straight-through gradients against autograd
 through a plain Linear at the quantised values; training steps; the closed-form counts; the refusals."""
 
+from typing import cast
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,6 +13,7 @@ from torch import nn
 
 from archlab import ConfigError, build_model, compose_model, count_params
 from archlab.nn.bitlinear import BitLinear, absmean_ternary, pack, unpack
+from archlab.nn.validation import ignored, without_ignored
 
 transformers = pytest.importorskip("transformers")
 bitnet = pytest.importorskip("transformers.integrations.bitnet")
@@ -27,6 +30,11 @@ def eager():
     ones are compared once, in test_layers_equal_transformers_compiled)."""
     with torch._dynamo.config.patch(disable=True):
         yield
+
+
+def grad(t: torch.Tensor) -> torch.Tensor:
+    assert t.grad is not None
+    return t.grad
 
 
 def ternary(rows: int, cols: int, seed: int) -> torch.Tensor:
@@ -92,8 +100,8 @@ def test_online_layer_equals_transformers_autobitlinear(eager):
     up = torch.randn(got.shape, generator=g)
     (expected * up).sum().backward()
     (got * up).sum().backward()
-    assert torch.allclose(ours.weight.grad, torch.cat([layer.weight.grad for layer in hf]), atol=1e-5)
-    assert torch.allclose(x_ours.grad, x_hf.grad, atol=1e-5)
+    assert torch.allclose(grad(ours.weight), torch.cat([grad(layer.weight) for layer in hf]), atol=1e-5)
+    assert torch.allclose(grad(x_ours), grad(x_hf), atol=1e-5)
 
 
 def test_layers_equal_transformers_compiled():
@@ -122,7 +130,7 @@ def test_straight_through_gradients():
     scale = 127 / x.abs().amax(-1, keepdim=True)
     w_q = (t / s).requires_grad_()
     F.linear((x * scale).round().clamp(-128, 127) / scale, w_q).square().sum().backward()
-    assert torch.allclose(layer.weight.grad, w_q.grad, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(grad(layer.weight), grad(w_q), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("weights", ["online", "offline"])
@@ -136,7 +144,7 @@ def test_counts_unchanged_and_only_block_projections_quantised(weights):
     expected = {f"blocks.{i}.{p}" for i in range(2) for p in ("attn.qkv", "attn.proj", "mlp.gate_up", "mlp.down")}
     assert quantised == expected
     if weights == "offline":  # drawn, then held ternary with each projection's 1/mean|W|
-        qkv = model.blocks[0].attn.qkv
+        qkv = cast(BitLinear, model.get_submodule("blocks.0.attn.qkv"))
         assert set(qkv.weight.unique().tolist()) <= {-1.0, 0.0, 1.0} and qkv.weight_scale.shape == (3,)
 
 
@@ -165,7 +173,7 @@ def test_training_steps_lower_the_loss():
         loss = F.cross_entropy(model(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
         opt.zero_grad()
         loss.backward()
-        assert all(m.weight.grad.abs().sum() > 0 for m in model.modules() if isinstance(m, BitLinear))
+        assert all(grad(m.weight).abs().sum() > 0 for m in model.modules() if isinstance(m, BitLinear))
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0] - 0.1
@@ -183,3 +191,13 @@ def test_refused_where_the_parts_cannot_take_it(overrides, why):
     with pytest.raises(ConfigError) as err:
         compose_model([*TINY, "model.linear.kind=bitlinear", *overrides])
     assert err.value.field == "model.linear.kind" and why in str(err.value)
+
+
+def test_weights_ignored_with_dense_projections_is_said_so():
+    base, cfg = compose_model(TINY), compose_model([*TINY, "model.linear.weights=offline"])
+    found = [i for i in ignored(cfg) if i not in ignored(base)]
+    assert [(i.field, i.value) for i in found] == [("model.linear.weights", "offline")]
+    assert "model.linear.kind=dense" in str(found[0])
+    assert without_ignored(cfg) == without_ignored(base)
+    quantised = compose_model([*TINY, "model.linear.kind=bitlinear", "model.linear.weights=offline"])
+    assert ignored(quantised) == ignored(base)

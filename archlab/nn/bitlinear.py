@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from archlab.config import ModelConfig
+from archlab.config.model import LinearConfig
 from archlab.errors import ConfigError
 from archlab.nn.component import is_residual_projection, residual_projection
 
@@ -90,6 +91,8 @@ class BitLinear(nn.Linear):
     """A Linear whose output rows are the projections of ``widths``, quantised online or offline (the
     module docstring). Its parameters are a Linear's: ``weight_scale`` (offline) is a buffer."""
 
+    weight_scale: Tensor  # offline: 1/mean|W| of each projection
+
     def __init__(self, linear: nn.Linear, widths: Sequence[int], offline: bool):
         """Takes ``linear``'s parameters (its residual-projection mark too)."""
         if sum(widths) != linear.out_features:
@@ -99,7 +102,7 @@ class BitLinear(nn.Linear):
         self.widths, self.offline = tuple(widths), offline
         if is_residual_projection(linear):
             residual_projection(self)
-        if offline:  # 1/mean|W| of each projection, a checkpoint's (as dtype as the weights)
+        if offline:  # a checkpoint's, in the weights' dtype
             w = linear.weight
             self.register_buffer("weight_scale", torch.ones(len(widths), dtype=w.dtype, device=w.device))
 
@@ -118,11 +121,11 @@ class BitLinear(nn.Linear):
         self.weight.copy_(ternary)
         self.weight_scale.copy_(scales)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, input: Tensor) -> Tensor:  # nn.Linear's name
         if not self.offline:
-            return F.linear(ActQuant.apply(x), WeightQuant.apply(self.weight, self.widths), self.bias)
-        scale = absmax_scale(x)
-        y = F.linear((x * scale).round().clamp(-128, 127), self.weight)
+            return F.linear(ActQuant.apply(input), WeightQuant.apply(self.weight, self.widths), self.bias)
+        scale = absmax_scale(input)
+        y = F.linear((input * scale).round().clamp(-128, 127), self.weight)
         y = y / (self.row_scales() * scale)
         return y if self.bias is None else y + self.bias
 
@@ -144,6 +147,12 @@ def validate(cfg: ModelConfig, mixer: type, mlp: type) -> None:
             raise ConfigError("model.linear.kind", "bitlinear", why)
     if cfg.head.mtp.depth:
         raise ConfigError("model.linear.kind", "bitlinear", "dense with model.head.mtp.depth > 0")
+
+
+def unread(cfg: ModelConfig) -> list[tuple[str, Any]]:
+    """``model.linear.weights`` set away from its default while the projections are dense."""
+    w = cfg.linear.weights
+    return [("model.linear.weights", w)] if cfg.linear.kind == "dense" and w != LinearConfig().weights else []
 
 
 def convert(blocks: nn.ModuleList, cfg: ModelConfig) -> None:

@@ -247,6 +247,10 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     out += [Ignored(field, value, why) for field, value, why in unread_shared(cfg)]
     no_inputs = "model.per_layer_input.dim=0: no per-layer inputs"
     out += [Ignored(field, value, no_inputs) for field, value in per_layer_inputs.unread(cfg)]
+    out += [
+        Ignored(field, value, "model.linear.kind=dense: full-precision projections")
+        for field, value in bitlinear.unread(cfg)
+    ]
     return out
 
 

@@ -122,7 +122,7 @@ def test_a_bitlinear_layout_exports_as_quantised_bitnet(weights):
         for m in model.modules():
             if isinstance(m, BitLinear):
                 m.ternarise_()
-    hf, _ = parity.check_to_hf_and_back(model, "BitNetForCausalLM", **EAGER)
+    hf, _ = parity.check_to_hf_and_back(model, "BitNetForCausalLM", attn_implementation="eager")
     assert hf.config.quantization_config["quantization_mode"] == weights
 
 

@@ -114,12 +114,16 @@ def quantised_model(base: type) -> type:
             online = (q if isinstance(q, dict) else q.to_dict()).get("linear_class") == "autobitlinear"
             for name, module in list(model.named_modules()):
                 if isinstance(module, nn.Linear) and name != "lm_head":
-                    w, sizes = module.weight, (module.in_features, module.out_features)
-                    kwargs = dict(bias=module.bias is not None, device=w.device, dtype=w.dtype)
+                    n_in, n_out, bias, w = (
+                        module.in_features,
+                        module.out_features,
+                        module.bias is not None,
+                        module.weight,
+                    )
                     if online:
-                        layer = bitnet.AutoBitLinear(*sizes, online_quant=True, **kwargs)
+                        layer = bitnet.AutoBitLinear(n_in, n_out, bias, w.device, w.dtype, online_quant=True)
                     else:
-                        layer = bitnet.BitLinear(*sizes, **kwargs)
+                        layer = bitnet.BitLinear(n_in, n_out, bias, w.device, w.dtype)
                     model.set_submodule(name, layer)
             return model
 
