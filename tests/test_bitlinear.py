@@ -1,7 +1,8 @@
 """BitLinear (archlab/nn/bitlinear.py, ``model.linear.kind: bitlinear``) against transformers' own modules
 (integrations/bitnet.py): the offline layer against ``BitLinear`` holding the packed weights, the online one
 against ``AutoBitLinear(online_quant=True)``, a fused projection against one transformers layer per part;
-the 2-bit packing against ``pack_weights``/``unpack_weights``; the straight-through gradients against autograd
+the 2-bit packing against ``pack_weights``/``unpack_weights``; transformers' quantisers run as it runs them,
+compiled (torch.compile on the CPU: a first run compiles them, about a minute); the straight-through gradients against autograd
 through a plain Linear at the quantised values; training steps; the closed-form counts; the refusals."""
 
 from typing import cast
@@ -22,14 +23,6 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 TINY = ["model=llama2-7b", "model.n_layer=2", "model.d_model=64", "model.attention.n_head=4"]
 TINY += ["model.attention.n_kv_head=2", "model.vocab_size=97", "model.mlp.d_ff=96", "model.context_length=32"]
-
-
-@pytest.fixture
-def eager():
-    """transformers' quantisers decorated with torch.compile, run eagerly (the same operations; the compiled
-    ones are compared once, in test_layers_equal_transformers_compiled)."""
-    with torch._dynamo.config.patch(disable=True):
-        yield
 
 
 def grad(t: torch.Tensor) -> torch.Tensor:
@@ -67,7 +60,7 @@ def test_packing_is_transformers_layout_and_round_trips():
         assert torch.equal(unpack(packed, torch.bfloat16), bitnet.unpack_weights(packed, dtype=torch.bfloat16))
 
 
-def test_offline_layer_equals_transformers_bitlinear(eager):
+def test_offline_layer_equals_transformers_bitlinear():
     """q, k, v fused (widths 16, 8, 8) against three transformers BitLinear layers, each its own scale."""
     g = torch.Generator().manual_seed(0)
     widths, parts = (16, 8, 8), [ternary(w, 24, i) for i, w in enumerate((16, 8, 8))]
@@ -81,7 +74,7 @@ def test_offline_layer_equals_transformers_bitlinear(eager):
         assert torch.equal(ours(x), expected)
 
 
-def test_online_layer_equals_transformers_autobitlinear(eager):
+def test_online_layer_equals_transformers_autobitlinear():
     """gate and up fused (widths 12, 12) against two AutoBitLinear(online_quant=True), outputs and gradients."""
     g = torch.Generator().manual_seed(1)
     weight, bias = torch.randn(24, 20, generator=g) * 0.3, torch.randn(24, generator=g)
@@ -104,20 +97,41 @@ def test_online_layer_equals_transformers_autobitlinear(eager):
     assert torch.allclose(grad(x_ours), grad(x_hf), atol=1e-5)
 
 
-def test_layers_equal_transformers_compiled():
-    """transformers' quantisers as it runs them, compiled: the same outputs to 1e-5."""
+def test_unfused_layers_equal_transformers():
+    """One projection (one scale): offline bit for bit, online to 1e-5."""
     g = torch.Generator().manual_seed(2)
     t, bias, x = ternary(8, 16, 5), torch.randn(8, generator=g), torch.randn(4, 16, generator=g)
     ours = archlab_layer(t, bias, (8,), offline=True)
     ours.weight_scale.fill_(2.5)
     with torch.no_grad():
-        assert (ours(x) - hf_offline(t, 2.5, bias)(x)).abs().max() <= 1e-5
+        assert torch.equal(ours(x), hf_offline(t, 2.5, bias)(x))
     weight = torch.randn(8, 16, generator=g)
     online = bitnet.AutoBitLinear(16, 8, bias=True, online_quant=True)
     with torch.no_grad():
         online.weight.copy_(weight)
         online.bias.copy_(bias)
         assert (archlab_layer(weight, bias, (8,), offline=False)(x) - online(x)).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_layers_equal_transformers(dtype):
+    """In bf16 and fp16, bit for bit: transformers' compiled quantisers compute in float32, the activations'
+    scale rounded to the input's dtype between (held as BitLinear returns it)."""
+    g = torch.Generator().manual_seed(6)
+    t, x = ternary(64, 256, 6), (torch.randn(4, 9, 256, generator=g) * 3).to(dtype)
+    bias = torch.randn(64, generator=g)
+    hf = hf_offline(t, 7.3, bias).to(dtype)
+    hf.dtype = dtype  # BitLinear unpacks its weights to the dtype it was built with
+    ours = archlab_layer(t, bias, (64,), offline=True).to(dtype)
+    ours.weight_scale.fill_(7.3)
+    with torch.no_grad():
+        assert torch.equal(ours(x), hf(x))
+    weight = torch.randn(64, 256, generator=g)
+    online = bitnet.AutoBitLinear(256, 64, bias=True, online_quant=True).to(dtype)
+    with torch.no_grad():
+        online.weight.copy_(weight)
+        online.bias.copy_(bias)
+        assert torch.equal(archlab_layer(weight, bias, (64,), offline=False).to(dtype)(x), online(x))
 
 
 def test_straight_through_gradients():

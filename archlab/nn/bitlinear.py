@@ -124,9 +124,10 @@ class BitLinear(nn.Linear):
     def forward(self, input: Tensor) -> Tensor:  # nn.Linear's name
         if not self.offline:
             return F.linear(ActQuant.apply(input), WeightQuant.apply(self.weight, self.widths), self.bias)
-        scale = absmax_scale(input)
-        y = F.linear((input * scale).round().clamp(-128, 127), self.weight)
-        y = y / (self.row_scales() * scale)
+        # in float32, the scale held in the input's dtype between (transformers' compiled BitLinear, in bf16 too)
+        scale = absmax_scale(input.float()).to(input.dtype).float()
+        y = F.linear((input.float() * scale).round().clamp(-128, 127).to(input.dtype), self.weight)
+        y = (y.float() / (self.row_scales().float() * scale)).to(y.dtype)
         return y if self.bias is None else y + self.bias
 
 
