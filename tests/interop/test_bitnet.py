@@ -126,6 +126,22 @@ def test_a_bitlinear_layout_exports_as_quantised_bitnet(weights):
     assert hf.config.quantization_config["quantization_mode"] == weights
 
 
+def test_a_bf16_quantised_model_exports_in_bf16(tmp_path):
+    """to_hf of a bf16 packed model gives transformers' BitLinear layers unpacking to bf16 (the dtype the model
+    moved to, not the one it was built in): each gives the output of its layer in transformers' bf16 model of
+    the same directory, bit for bit (the whole models differ as their RoPE tables do: built in float32, cast)."""
+    path = quantised_dir(tmp_path / "hf", "offline")
+    exported = to_hf(load_hf_dir(path, dtype=torch.bfloat16), **EAGER).eval()
+    hf = transformers.BitNetForCausalLM.from_pretrained(path, dtype=torch.bfloat16, **EAGER).eval()
+    layers = {n: m for n, m in hf.named_modules() if type(m).__name__ == "BitLinear"}
+    assert len(layers) == 7 * 2
+    with torch.no_grad():
+        for name, layer in layers.items():
+            x = torch.randn(2, 5, layer.in_features, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+            out = exported.get_submodule(name)(x)
+            assert out.dtype == torch.bfloat16 and torch.equal(out, layer(x))
+
+
 @pytest.mark.parametrize(
     "change, field",
     [

@@ -99,6 +99,11 @@ def linear_to_hf(cfg: ModelConfig) -> dict[str, Any]:
     return {"quantization_config": dict(config, use_rms_norm=False, rms_norm_eps=1e-6, modules_to_not_convert=None)}
 
 
+def _follow_dtype(layer: Any, args: Any) -> None:
+    """transformers' BitLinear unpacks to the dtype it was built in: the one its scale was moved to since."""
+    layer.dtype = layer.weight_scale.dtype
+
+
 def quantised_model(base: type) -> type:
     """What builds transformers' ``base`` model: an instance of ``base`` itself, whose every Linear but
     ``lm_head`` is, for a quantised config, transformers' BitLinear (offline) or AutoBitLinear (online), as
@@ -124,6 +129,7 @@ def quantised_model(base: type) -> type:
                         layer = bitnet.AutoBitLinear(n_in, n_out, bias, w.device, w.dtype, online_quant=True)
                     else:
                         layer = bitnet.BitLinear(n_in, n_out, bias, w.device, w.dtype)
+                        layer.register_forward_pre_hook(_follow_dtype)
                     model.set_submodule(name, layer)
             return model
 
