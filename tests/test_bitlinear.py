@@ -10,6 +10,7 @@ from typing import cast
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.mixers import decode_in_pieces
 from torch import nn
 
 from archlab import ConfigError, build_model, compose_model, count_params
@@ -191,6 +192,16 @@ def test_training_steps_lower_the_loss():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0] - 0.1
+
+
+@pytest.mark.parametrize("weights", ["online", "offline"])
+def test_decoding_in_pieces_equals_the_whole(weights):
+    """Each token's activations are quantised by their own absmax: the KV cache's pieces give the whole's logits."""
+    model = build_model(compose_model([*TINY, "model.linear.kind=bitlinear", f"model.linear.weights={weights}"]))
+    idx = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        whole = model.eval()(idx)
+    torch.testing.assert_close(decode_in_pieces(model, idx, [10, 11, 12, 24]), whole, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(
