@@ -178,6 +178,18 @@ class PerLayerInputConfig:
 
 
 @dataclass
+class LinearConfig:
+    """``model.linear``: the layers' attention and MLP projections (archlab/nn/bitlinear.py): dense, or BitNet
+    b1.58's BitLinear (Ma et al. 2024), weights ternary by their absmean and activations int8 per token by
+    their absmax; embeddings, head and norms stay full precision."""
+
+    kind: str = choice("dense", "bitlinear")
+    # bitlinear: online, the weights held full precision and quantised at each forward (training, through the
+    # straight-through estimator); offline, held ternary with a weight_scale per projection (a packed checkpoint)
+    weights: str = choice("online", "offline")
+
+
+@dataclass
 class LoopConfig:
     """``model.layers.loop``: layers ``start`` to ``end`` (``end`` excluded) run ``passes`` times in all, pass
     after pass, with one set of weights (``archlab.config.loop``: the looped block of Universal Transformers,
@@ -261,6 +273,7 @@ class ModelConfig:
     head: HeadConfig = field(default_factory=HeadConfig)
     layers: LayersConfig = field(default_factory=LayersConfig)
     per_layer_input: PerLayerInputConfig = field(default_factory=PerLayerInputConfig)
+    linear: LinearConfig = field(default_factory=LinearConfig)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:

@@ -262,7 +262,8 @@ def archlab_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None =
     the family ``cfg``'s layout maps to): fused tensors are split into copies, others laid out as HF
     stores them."""
     cfg = validate(to_model_config(cfg))
-    return _split_all(_family(family, cfg).tensors(cfg), state)
+    record = _family(family, cfg)
+    return record.to_hf_weights(cfg, _split_all(record.tensors(cfg), state))
 
 
 def _split_all(maps: list[TensorMap], state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -283,6 +283,8 @@ class DenseMLP(MLP):
 class PlainMLP(DenseMLP):
     """``proj(act(fc(x)))``: the GPT-2 / original Transformer feed-forward."""
 
+    takes_bitlinear: ClassVar[bool] = True  # its matrices may be BitLinear (model.linear): bitlinear_segments
+
     def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
         super().__init__(cfg, layer, width)
         f = d_ff(cfg) if width is None else width
@@ -297,6 +299,9 @@ class PlainMLP(DenseMLP):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.proj(self.hidden(self.act(self.fc(x))))
+
+    def bitlinear_segments(self) -> dict[str, tuple[int, ...]]:
+        return {"fc": (self.fc.out_features,), "proj": (self.proj.out_features,)}
 
     @staticmethod
     def params_at(cfg: ModelConfig, width: int) -> int:
@@ -377,6 +382,8 @@ class GatedMLP(DenseMLP):
     """``down(act(gate(x)) * up(x))`` (Shazeer 2020): three matrices at hidden width d_ff (or ``width``).
     The gate and up matrices are one ``gate_up`` Linear with output ``[gate | up]``: one matmul, not two."""
 
+    takes_bitlinear: ClassVar[bool] = True  # its matrices may be BitLinear (model.linear): bitlinear_segments
+
     def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
         super().__init__(cfg, layer, width)
         f, d, bias = d_ff(cfg) if width is None else width, cfg.d_model, cfg.mlp.bias
@@ -395,6 +402,11 @@ class GatedMLP(DenseMLP):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.down(self.hidden(self.gate(self.gate_up(x))))
+
+    def bitlinear_segments(self) -> dict[str, tuple[int, ...]]:
+        """gate and up: a weight scale each, as each is its own Linear in a checkpoint."""
+        f = self.down.in_features
+        return {"gate_up": (f, f), "down": (self.down.out_features,)}
 
     @staticmethod
     def params_at(cfg: ModelConfig, width: int) -> int:

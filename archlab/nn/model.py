@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from archlab.config import ModelConfig, embedding_dropout
 from archlab.config.layers import layer_configs, layer_kind
+from archlab.nn import bitlinear
 from archlab.nn.block import BLOCKS, Block, build_block
 from archlab.nn.component import Role, is_residual_projection
 from archlab.nn.head import build_head, embedding_width
@@ -102,6 +103,7 @@ class Decoder(nn.Module):
         self.per_layer_inputs = PerLayerInputs(cfg) if cfg.per_layer_input.dim else None  # Gemma 4's PLE
         configs = list(layers) if layers is not None else layer_configs(cfg)  # a layer kind overrides the model's parts
         self.blocks = nn.ModuleList(build_block(c, i) for i, c in enumerate(configs))
+        bitlinear.convert(self.blocks, cfg)  # model.linear: the blocks' projections BitLinear
         mixers = [b.attn for b in cast("Sequence[Block]", self.blocks)]
         link_first_values(mixers)  # value residual: layer 0's values
         link_shared_kv(mixers, configs)  # kv_shared layers: an earlier layer's keys and values
@@ -426,6 +428,7 @@ class Decoder(nn.Module):
                 module.reset_parameters()
             elif (init := getattr(module, "init_parameters", None)) is not None:
                 init(std, std / math.sqrt(2 * depth))  # parameters held outside any Linear (stacked experts)
+        bitlinear.ternarise(self)  # model.linear offline: the drawn weights held ternary, with their scales
 
     def auxiliary_losses(self) -> dict[str, tuple[float, Tensor]]:
         """name -> (weight, loss) of the auxiliary training losses the layers computed in the latest

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch.nn.functional as F
 from torch import Tensor
@@ -43,6 +43,8 @@ def gate_scale_init(cfg: ModelConfig) -> float:
 class NGPTMLP(GatedMLP):
     """``gate_up`` ([gate | up]) and ``down`` as SwiGLU's; the gate times s_v and the up projection times s_u
     before SiLU's product (transformers' ``DoryMLP``)."""
+
+    takes_bitlinear: ClassVar[bool] = False  # weights on the unit sphere: not quantised
 
     def __init__(self, cfg: ModelConfig, layer: int = 0, width: Optional[int] = None):
         super().__init__(cfg, layer, width)

@@ -16,7 +16,7 @@ from archlab.config.layers import check_layers, kind_config, layer_configs, used
 from archlab.config.loop import check_loop, unread_loop
 from archlab.config.shared import check_shared, unread_shared
 from archlab.errors import ConfigError
-from archlab.nn import per_layer_inputs
+from archlab.nn import bitlinear, per_layer_inputs
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
@@ -114,6 +114,7 @@ def _validate(cfg: ModelConfig, whole: bool = True) -> dict[str, ModelConfig]:
             )
     _check_choices(cfg, "model")
     per_layer_inputs.validate(cfg)
+    bitlinear.validate(cfg, MIXERS.get(cfg.attention.kind), MLPS.get(cfg.mlp.kind))
     for family, registry in FAMILIES.items():
         registry.get(getattr(cfg, family).kind).validate(cfg)
     MultiTokenPrediction.validate(cfg)
@@ -248,6 +249,10 @@ def ignored(cfg: ModelConfig) -> list[Ignored]:
     out += [Ignored(field, value, why) for field, value, why in unread_shared(cfg)]
     no_inputs = "model.per_layer_input.dim=0: no per-layer inputs"
     out += [Ignored(field, value, no_inputs) for field, value in per_layer_inputs.unread(cfg)]
+    out += [
+        Ignored(field, value, "model.linear.kind=dense: full-precision projections")
+        for field, value in bitlinear.unread(cfg)
+    ]
     return out
 
 

@@ -53,6 +53,7 @@ Check = Callable[[ModelConfig], list[Problem]]  # the problems a family finds be
 # ``Family.features``; every other one must stay at this value.
 FEATURES: dict[str, tuple[Any, str]] = {
     "model.dropout": (0.0, "no embedding or residual dropout"),
+    "model.linear.kind": ("dense", "full-precision projections"),
     "model.stream.kind": ("plain", "one residual stream"),
     "model.embedding_dropout": (None, "the embeddings dropped at model.dropout's rate, if at all"),
     "model.scale_embedding": (False, "unscaled embeddings"),
@@ -289,6 +290,11 @@ class Family:
         """transformers' tensors (named as the model holds them) as archlab's layout holds them, given the
         config ``c``: the same, but for a scale archlab folds into a weight (Cohere2's logit_scale,
         Falcon-H1's multipliers)."""
+        return state
+
+    def to_hf_weights(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """transformers' tensors of archlab's (split and named) as its model holds them: the same, but for
+        a layout it stores otherwise (BitNet's packed ternary weights); ``hf_weights``' inverse."""
         return state
 
     def hf_class(self, transformers: Any) -> type:

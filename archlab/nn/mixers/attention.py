@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Optional, Sequence, cast
+from typing import ClassVar, Optional, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -180,6 +180,8 @@ class CausalSelfAttention(Mixer):
     gate, one output projection. SDPA runs it unless soft-capping asks for the scores themselves, or bf16
     on the CPU is faster as plain matmuls (cpu_attention.py); sinks reach SDPA as one more key column."""
 
+    takes_bitlinear: ClassVar[bool] = True  # its projections may be BitLinear (model.linear): bitlinear_segments
+
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
         a = cfg.attention
@@ -238,7 +240,12 @@ class CausalSelfAttention(Mixer):
             v = l2_norm(k, self.norm_eps) if self.v_norm else k
             q, k = self.rotated(q, k, rotary)
             return q, k, v
-        if self.qk_norm in ("none", "l2") and self.v_head_dim == self.head_dim and not self.v_norm:
+        if (
+            self.qk_norm in ("none", "l2")
+            and self.v_head_dim == self.head_dim
+            and not self.v_norm
+            and not self.bitlinear
+        ):
             # no weight per dim, heads of one width: RoPE's one pass may reorder each head's dims
             if rotary is not None:
                 q, k, v = rotary.project(x, self.qkv, self.n_head, self.n_kv_head, self.head_dim, self.clip)
@@ -290,6 +297,16 @@ class CausalSelfAttention(Mixer):
             k = k if k_norm is None else k_norm(k.flatten(-2)).unflatten(-1, k_heads)
             return self.q_norm(q.flatten(-2)).unflatten(-1, q_heads), k
         return q, k
+
+    @property
+    def bitlinear(self) -> bool:
+        """Whether the projections are BitLinear (``model.linear``): they compute their own weights, unreordered."""
+        return getattr(self.qkv, "widths", None) is not None
+
+    def bitlinear_segments(self) -> dict[str, tuple[int, ...]]:
+        """Each projection BitLinear may replace and the widths of its parts (q, k, v: a weight scale each)."""
+        gate = () if self.gate is None else (self.gate.out_features,)
+        return {"qkv": tuple(w for w in self.widths if w), "proj": (self.proj.out_features,), "gate": gate}
 
     def param_roles(self) -> dict[str, Role]:
         # a gate per head reads the width into one value per head: an output; a gate per value dim is hidden

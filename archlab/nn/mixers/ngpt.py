@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from torch import Tensor, nn
 
@@ -63,6 +63,8 @@ class NormedProjection(nn.Linear):
 class NGPTAttention(CausalSelfAttention):
     """Causal attention (its projections, cache, windows and masks) with unit queries and keys per head, the
     queries times s_qk² after RoPE (transformers' ``DoryAttention``), an optional scaled gate and output norm."""
+
+    takes_bitlinear: ClassVar[bool] = False  # weights on the unit sphere: not quantised
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
