@@ -30,6 +30,27 @@ def single_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def eager_bitnet(monkeypatch):
+    """transformers' BitNet quantisers (integrations/bitnet.py) run as plain torch code: each is wrapped in
+    torch.compile, which costs 10-40 s per function on a cold CPU cache. The compiled runs, whose bf16
+    rounding differs, are the slow tests' (``-m slow``)."""
+    import inspect
+
+    from transformers.integrations import bitnet
+
+    compiled = [(bitnet, "unpack_weights"), (bitnet.BitLinear, "activation_quant")]
+    compiled += [
+        (bitnet.BitLinear, "post_quant_process"),
+        (bitnet.WeightQuant, "forward"),
+        (bitnet.ActQuant, "forward"),
+    ]
+    for owner, name in compiled:
+        static = isinstance(inspect.getattr_static(owner, name), staticmethod)
+        plain = getattr(owner, name)._torchdynamo_orig_callable
+        monkeypatch.setattr(owner, name, staticmethod(plain) if static else plain)
+
+
 @pytest.fixture(scope="module")
 def conf(tmp_path_factory):
     """A config directory holding the tiny datamodule (``data=tiny``) of ``helpers.training``, for the

@@ -1,8 +1,9 @@
 """BitLinear (archlab/nn/bitlinear.py, ``model.linear.kind: bitlinear``) against transformers' own modules
 (integrations/bitnet.py): the offline layer against ``BitLinear`` holding the packed weights, the online one
 against ``AutoBitLinear(online_quant=True)``, a fused projection against one transformers layer per part;
-the 2-bit packing against ``pack_weights``/``unpack_weights``; transformers' quantisers run as it runs them,
-compiled (torch.compile on the CPU: a first run compiles them, about a minute); the straight-through gradients against autograd
+the 2-bit packing against ``pack_weights``/``unpack_weights``; transformers' quantisers run uncompiled (the
+``eager_bitnet`` fixture), and compiled as transformers runs them in the slow test of bf16 and fp16 (a first
+run compiles them, about a minute on the CPU); the straight-through gradients against autograd
 through a plain Linear at the quantised values; training steps; the closed-form counts; the refusals."""
 
 from typing import cast
@@ -52,6 +53,7 @@ def archlab_layer(weight: torch.Tensor, bias: torch.Tensor, widths: tuple[int, .
     return BitLinear(linear, widths, offline)
 
 
+@pytest.mark.usefixtures("eager_bitnet")  # transformers' code uncompiled: the slow test compiles it
 def test_packing_is_transformers_layout_and_round_trips():
     for rows in (4, 16, 96):
         t = ternary(rows, 7, rows)
@@ -61,6 +63,7 @@ def test_packing_is_transformers_layout_and_round_trips():
         assert torch.equal(unpack(packed, torch.bfloat16), bitnet.unpack_weights(packed, dtype=torch.bfloat16))
 
 
+@pytest.mark.usefixtures("eager_bitnet")  # transformers' code uncompiled: the slow test compiles it
 def test_offline_layer_equals_transformers_bitlinear():
     """q, k, v fused (widths 16, 8, 8) against three transformers BitLinear layers, each its own scale."""
     g = torch.Generator().manual_seed(0)
@@ -75,6 +78,7 @@ def test_offline_layer_equals_transformers_bitlinear():
         assert torch.equal(ours(x), expected)
 
 
+@pytest.mark.usefixtures("eager_bitnet")  # transformers' code uncompiled: the slow test compiles it
 def test_online_layer_equals_transformers_autobitlinear():
     """gate and up fused (widths 12, 12) against two AutoBitLinear(online_quant=True), outputs and gradients."""
     g = torch.Generator().manual_seed(1)
@@ -98,6 +102,7 @@ def test_online_layer_equals_transformers_autobitlinear():
     assert torch.allclose(grad(x_ours), grad(x_hf), atol=1e-5)
 
 
+@pytest.mark.usefixtures("eager_bitnet")  # transformers' code uncompiled: the slow test compiles it
 def test_unfused_layers_equal_transformers():
     """One projection (one scale): offline bit for bit, online to 1e-5."""
     g = torch.Generator().manual_seed(2)
@@ -114,6 +119,7 @@ def test_unfused_layers_equal_transformers():
         assert (archlab_layer(weight, bias, (8,), offline=False)(x) - online(x)).abs().max() <= 1e-5
 
 
+@pytest.mark.slow  # transformers' quantisers compiled, as it runs them: 10-40 s each on a cold cache
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_half_precision_layers_equal_transformers(dtype):
     """In bf16 and fp16, bit for bit: transformers' compiled quantisers compute in float32, the activations'

@@ -83,6 +83,7 @@ def hf_quantised(path):
     return transformers.BitNetForCausalLM.from_pretrained(path, dtype=torch.float32, **EAGER).eval()
 
 
+@pytest.mark.usefixtures("eager_bitnet")  # transformers' quantisers uncompiled
 @pytest.mark.parametrize("weights", ["offline", "online"])
 def test_a_quantised_checkpoint_reads_as_transformers_and_writes_back_bit_for_bit(tmp_path, weights):
     path = quantised_dir(tmp_path / "hf", weights)
@@ -113,6 +114,7 @@ def test_quantised_counts_are_the_latent_weights():
     assert count_params(cfg)["total"] == sum(p.numel() for p in dense.parameters())
 
 
+@pytest.mark.usefixtures("eager_bitnet")  # transformers' quantisers uncompiled
 @pytest.mark.parametrize("weights", ["offline", "online"])
 def test_a_bitlinear_layout_exports_as_quantised_bitnet(weights):
     overrides = [*parity.LLAMA, "model/mlp=relu2_glu", "model.mlp.d_ff=96", "model.mlp.bias=false"]
@@ -126,6 +128,7 @@ def test_a_bitlinear_layout_exports_as_quantised_bitnet(weights):
     assert hf.config.quantization_config["quantization_mode"] == weights
 
 
+@pytest.mark.slow  # transformers' quantisers compiled, as it runs them in bf16: 10-40 s each on a cold cache
 def test_a_bf16_quantised_model_exports_in_bf16(tmp_path):
     """to_hf of a bf16 packed model gives transformers' BitLinear layers unpacking to bf16 (the dtype the model
     moved to, not the one it was built in): each gives the output of its layer in transformers' bf16 model of
