@@ -156,6 +156,7 @@ ROWS = [
     (["model.dropout=1.5"], "model.dropout", ""),
     (["model.n_layer=0"], "model.n_layer", "a positive number"),
     (["model.head.tied=false", "model.head.vocab=4", *MQAR], "model.head.vocab", "the data's ids reach"),
+    (["model.linear.kind=bitlinear", "model.linear.weights=offline"], "model.linear.weights", "online to train"),
     # sweep settings
     (["objective=val/bleu", *MQAR], "objective", "null (the first validation loss) or one of val/loss"),
     (["hparams_search=optuna_lr", "objective=val/acc"], "hydra.sweeper.direction", "maximize for objective=val/acc"),

@@ -137,6 +137,9 @@ def validate_train(cfg: DictConfig) -> DictConfig:
     if cfg.paths.output_dir is not None:
         checks.writable_dir("paths.output_dir", cfg.paths.output_dir)
     model = validate(to_model_config(cfg.model))
+    if model.linear.kind == "bitlinear" and model.linear.weights == "offline":  # an update leaves them not ternary
+        why = "online to train (offline holds a packed checkpoint's ternary weights, which serve as they are)"
+        raise ConfigError("model.linear.weights", "offline", why)
     check_param(plain_dict(cfg.param), model, cfg.optim.kind)
     if cfg.lr_from is not None and command_line_sets(cfg, "optim.lr"):
         raise ConfigError("lr_from", cfg.lr_from, "null when optim.lr is set on the command line (it sets optim.lr)")
