@@ -92,6 +92,7 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.block.attn_norm_gate": (None, "the norm before attention ungated"),
     "model.block.mlp_norm_gate": (None, "the norm before the MLP ungated"),
     "model.per_layer_input.dim": (0, "no per-layer inputs"),
+    "model.ngram_input.layers": ([], "no hashed n-gram inputs"),
     "model.attention.gate": ("none", "no attention output gate"),
     "model.attention.gate_activation": ("sigmoid", "a sigmoid output gate"),
     "model.attention.v_head_dim": (None, "value heads as wide as the query/key heads"),

@@ -30,6 +30,14 @@ class GatedConfig(StreamConfig):
     rank: int = 320  # the read gate's bottleneck (hc_lowrank)
 
 
+def stream_rms(h: Tensor, weight: Tensor, eps: float, unit_offset: bool) -> Tensor:
+    """Each stream of ``h`` ``[..., n, d]`` RMS-normed alone and scaled by ``weight`` ``[n, d]`` (``1 + weight``
+    with ``unit_offset``), in float32, back in ``h``'s dtype."""
+    x = h.float()
+    x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    return (x * (weight.float() + 1.0 if unit_offset else weight.float())).to(h.dtype)
+
+
 class GatedRead(Component, nn.Module):
     """The read of the streams (a connection's, and the merge's): the streams' norm scale ``norm_weight``
     ``[n, d]`` (applied as ``1 + w`` with ``model.norm.unit_offset``, as Qwen4-Exp's), the gate's ``down``
@@ -55,16 +63,9 @@ class GatedRead(Component, nn.Module):
         """Qwen4-Exp's: the norm scale 1 (stored 0 with the unit offset); the matrices are the model's Linears."""
         self.norm_weight.fill_(0.0 if self.unit_offset else 1.0)
 
-    def normed(self, h: Tensor) -> Tensor:
-        """Each stream of ``h`` ``[B, T, n, d]`` RMS-normed alone and scaled, in float32, back in ``h``'s dtype."""
-        x = h.float()
-        x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + self.eps)
-        scale = self.norm_weight.float() + 1.0 if self.unit_offset else self.norm_weight.float()
-        return (x * scale).to(h.dtype)
-
     def read(self, h: Tensor) -> tuple[Tensor, Tensor]:
         """What the sublayer reads, ``[B, T, d]``, and the normed streams flattened ``[B, T, n·d]``."""
-        flat = self.normed(h).flatten(-2)
+        flat = stream_rms(h, self.norm_weight, self.eps, self.unit_offset).flatten(-2)
         gate = torch.sigmoid(self.up(F.silu(self.down(flat) / self.n))).unflatten(-1, h.shape[-2:])
         return (gate * flat.unflatten(-1, h.shape[-2:])).mean(-2), flat
 
