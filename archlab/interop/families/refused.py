@@ -29,12 +29,12 @@ REFUSED: dict[str, Refused] = {
     "qwen4_exp_text": Refused(
         "Qwen4-Exp",
         "Qwen4ExpForCausalLM",
-        "hyper-connections (`hc_count` residual streams) and per-layer n-gram embeddings (`ngram_size`, `ple_layer_ids`)",
+        "QSA indexed attention (`indexer_*`: per query, the top-k mean-pooled key blocks and the open block) in attention layers",
     ),
     "qwen4_exp": Refused(
         "Qwen4-Exp (vision-language)",
         "Qwen4ExpForCausalLM",
-        "hyper-connections (`hc_count` residual streams), n-gram embeddings (`ngram_size`), and a vision tower",
+        "its text model's QSA indexed attention (`indexer_*`: per query, the top-k mean-pooled key blocks and the open block)",
     ),
     "zaya": Refused(
         "ZAYA",
