@@ -98,7 +98,9 @@ class NGramInput(Component, nn.Module):
         super().__init__()
         g = cfg.ngram_input
         self.n, self.d, self.order, self.kernel = streams(cfg), cfg.d_model, g.order, g.conv_kernel
-        self.boundary, self.eps, self.unit_offset = g.boundary, cfg.norm.eps, cfg.norm.unit_offset
+        assert g.boundary is not None, "validate asks for model.ngram_input.boundary"
+        self.boundary: int = g.boundary
+        self.eps, self.unit_offset = cfg.norm.eps, cfg.norm.unit_offset
         p = width(cfg)
         self.embedding = NGramEmbedding(
             cfg.vocab_size, p, g.order, g.heads, g.table_base, g.table_multiple, g.seed, index
