@@ -29,12 +29,12 @@ REFUSED: dict[str, Refused] = {
     "qwen4_exp_text": Refused(
         "Qwen4-Exp",
         "Qwen4ExpForCausalLM",
-        "QSA indexed attention (`indexer_*`: per query, the top-k mean-pooled key blocks and the open block) in attention layers",
+        "its MoE reads the streams' gated mix unnormed (no `post_attention_layernorm`; pre blocks norm it), and no final norm",
     ),
     "qwen4_exp": Refused(
         "Qwen4-Exp (vision-language)",
         "Qwen4ExpForCausalLM",
-        "its text model's QSA indexed attention (`indexer_*`: per query, the top-k mean-pooled key blocks and the open block)",
+        "its text model's MoE reads the streams' gated mix unnormed (no `post_attention_layernorm`), and no final norm",
     ),
     "zaya": Refused(
         "ZAYA",
