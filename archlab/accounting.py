@@ -90,7 +90,7 @@ def count(cfg: Any) -> dict[str, int]:
         "shared": shared_params(cfg),
         "norms": sum(block_norms),
         "streams": sum(connections) + chosen.stream.num_params(cfg),
-        "final_norm": norm if chosen.block.final_norm else 0,
+        "final_norm": norm if chosen.block.final_norm and cfg.block.final_norm else 0,
         "head": chosen.head.num_params(cfg),
         "mtp": cfg.head.mtp.depth * mtp_module_params(cfg),
     }

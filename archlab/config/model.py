@@ -42,6 +42,8 @@ class BlockConfig:
     attn_norm: bool = (
         True  # pre only: false, attention reads the stream unnormed (ModernBERT's first layer, by layer kind)
     )
+    mlp_norm: bool = True  # pre only: false, the MLP reads the stream unnormed (Qwen4-Exp: its streams' read is)
+    final_norm: bool = True  # pre only: false, the head reads the last block's output (merged) unnormed (Qwen4-Exp)
     # normed_skip only: h = alpha·norm(x) + beta·sublayer(norm(x)), per sublayer (MiniMax-01's *_alpha/beta_factor)
     attn_alpha: float = 1.0
     attn_beta: float = 1.0

@@ -122,7 +122,7 @@ class Decoder(nn.Module):
         self.shared = build_shared(cfg)  # weight-shared blocks before some layers (model.layers.shared)
         self.loop = Loop(cfg)  # the order the layers run in: a looped range again, pass after pass (model.layers.loop)
         self.stream = build_stream(cfg)  # several residual streams: widened after the embeddings, merged at the end
-        self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
+        self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm and cfg.block.final_norm else None
         self.project_out = nn.Linear(cfg.d_model, width, bias=False) if cfg.embedding_dim is not None else None
         self.head = build_head(cfg)
         self.head.tie(self.tok_emb)

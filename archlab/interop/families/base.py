@@ -62,6 +62,8 @@ FEATURES: dict[str, tuple[Any, str]] = {
     "model.block.residual_multiplier": (1.0, "sublayer outputs added to the residual stream unscaled"),
     "model.block.residual_rule": ("constant", "each residual add x + f(x), not depth-scaled"),
     "model.block.attn_norm": (True, "a norm before every layer's attention"),
+    "model.block.mlp_norm": (True, "a norm before every layer's MLP"),
+    "model.block.final_norm": (True, "a norm before the head"),
     "model.head.logit_scale": (1.0, "unscaled logits"),
     "model.head.mtp.depth": (0, "no multi-token prediction modules"),
     "model.head.vocab": (None, "a head row for every vocabulary id"),
