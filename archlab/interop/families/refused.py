@@ -29,12 +29,12 @@ REFUSED: dict[str, Refused] = {
     "qwen4_exp_text": Refused(
         "Qwen4-Exp",
         "Qwen4ExpForCausalLM",
-        "its MoE reads the streams' gated mix unnormed (no `post_attention_layernorm`; pre blocks norm it), and no final norm",
+        "no record yet (its mapping): its parts are held, `gated` streams, `ngram_input`, `qsa`, `mlp_norm`/`final_norm` off",
     ),
     "qwen4_exp": Refused(
         "Qwen4-Exp (vision-language)",
         "Qwen4ExpForCausalLM",
-        "its text model's MoE reads the streams' gated mix unnormed (no `post_attention_layernorm`), and no final norm",
+        "its text model has no record yet (its mapping): its parts are held, `gated` streams, `ngram_input`, `qsa`",
     ),
     "zaya": Refused(
         "ZAYA",
