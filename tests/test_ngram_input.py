@@ -260,3 +260,20 @@ def test_a_restored_cache_decodes_as_before():
         again = model(idx[:, 10:13], cache)
     assert not cache.truncatable()
     torch.testing.assert_close(again, first, rtol=0, atol=0)
+
+
+def test_packed_documents_are_each_their_own():
+    """A row of two documents packed (``document_ids``) gives each document's logits as it gives them alone:
+    neither the n-grams nor the convolution reach across; the same row unpacked does differ (the convolution
+    and n-grams do reach across without the ids)."""
+    from archlab import build_model
+
+    model = randomise(build_model(compose_model(NGRAM)), seed=12).eval()
+    idx = torch.where(_tokens(13, (1, 20)) == EOS, 7, _tokens(13, (1, 20)))  # no end token: only the ids part them
+    documents = torch.tensor([[0] * 9 + [1] * 11])
+    with torch.no_grad():
+        positions = torch.cat([torch.arange(9), torch.arange(11)])[None]  # learned positions: each from 0
+        packed = model(idx, document_ids=documents, position_ids=positions)
+        torch.testing.assert_close(packed[:, :9], model(idx[:, :9]), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(packed[:, 9:], model(idx[:, 9:]), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(model(idx)[:, 9:], model(idx[:, 9:]), rtol=1e-3, atol=1e-3)

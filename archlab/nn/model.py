@@ -267,7 +267,7 @@ class Decoder(nn.Module):
             if isinstance(block.mlp, MoE) and block.mlp.token_experts is not None:
                 block.mlp.ids = ids  # the experts its table gives these tokens (kept for a recomputation)
             if self.ngram_inputs is not None and ids is not None and str(block.layer) in self.ngram_inputs:
-                x = self.ngram_input(block.layer, x, ids, cache, present)
+                x = self.ngram_input(block.layer, x, ids, cache, present, starts)
             x = (
                 checkpoint(block.through, x, rotary[k], mask, layer_cache, *extra, use_reentrant=False)
                 if recompute
@@ -277,14 +277,21 @@ class Decoder(nn.Module):
         return x
 
     def ngram_input(
-        self, layer: int, x: Tensor, ids: Tensor, cache: Optional[KVCache], present: Optional[Tensor]
+        self,
+        layer: int,
+        x: Tensor,
+        ids: Tensor,
+        cache: Optional[KVCache],
+        present: Optional[Tensor],
+        starts: Optional[Tensor],
     ) -> Tensor:
         """``x`` (the streams, or one) with layer ``layer``'s n-gram input added, after the tokens and
-        convolution inputs its cache slot holds (where there is a cache: then updated)."""
+        convolution inputs its cache slot holds (where there is a cache: then updated); ``starts`` ``[B, T]``
+        where packed documents begin."""
         assert self.ngram_inputs is not None
         module = cast(NGramInput, self.ngram_inputs[str(layer)])
         h = x if self.stream is not None else x.unsqueeze(2)
-        added, state = module(h, ids, None if cache is None else cache.ngram[layer], present)
+        added, state = module(h, ids, None if cache is None else cache.ngram[layer], present, starts)
         if cache is not None:
             cache.ngram[layer] = state
         return x + (added if self.stream is not None else added.squeeze(2))

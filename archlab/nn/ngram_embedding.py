@@ -7,6 +7,7 @@ one). The ids reproduce transformers' exactly."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -78,14 +79,17 @@ class NGramEmbedding(nn.Module):
         for buffer, values in zip((self.multipliers, self.sizes, self.offsets), self.constants):
             buffer.copy_(torch.tensor(values))
 
-    def ids(self, tokens: Tensor, boundary: int) -> Tensor:
+    def ids(self, tokens: Tensor, boundary: int, documents: Optional[Tensor] = None) -> Tensor:
         """The rows ``[B, T, (order − 1)·heads]`` of the n-grams ending at each of ``tokens`` ``[B, T]``: a
         token k back is the token there, or ``boundary`` where that is before the row or before the token
-        after a ``boundary`` (a document's end) that precedes the n-gram's last token."""
+        after a ``boundary`` (a document's end) that precedes the n-gram's last token, or (``documents``
+        ``[B, T]``, True where a packed document begins) before the n-gram's document."""
         B, T = tokens.shape
         positions = torch.arange(T, device=tokens.device)
         ends = torch.where(tokens == boundary, positions, -1).cummax(dim=1).values
         starts = torch.cat([ends.new_full((B, 1), -1), ends[:, :-1]], dim=1) + 1  # after the last end before
+        if documents is not None:
+            starts = torch.maximum(starts, torch.where(documents, positions, 0).cummax(dim=1).values)
         back = [tokens]
         for k in range(1, self.order):
             shifted = tokens.gather(1, (positions - k).clamp_min(0).expand(B, -1))
@@ -97,8 +101,10 @@ class NGramEmbedding(nn.Module):
             rows.append(torch.remainder(mixed.unsqueeze(-1), self.sizes[heads]) + self.offsets[heads])
         return torch.cat(rows, dim=-1)
 
-    def forward(self, tokens: Tensor, context: Tensor, boundary: int) -> Tensor:
+    def forward(self, tokens: Tensor, context: Tensor, boundary: int, documents: Optional[Tensor] = None) -> Tensor:
         """The embeddings ``[B, T, dim]`` of ``tokens`` ``[B, T]`` after ``context`` ``[B, order − 1]``, the
-        tokens before them (``boundary`` where there are none)."""
+        tokens before them (``boundary`` where there are none); ``documents`` as ``ids``'."""
         history = torch.cat([context, tokens], dim=1)
-        return self.table(self.ids(history, boundary)[:, -tokens.shape[1] :]).flatten(-2)
+        if documents is not None:
+            documents = torch.cat([documents.new_zeros(context.shape), documents], dim=1)
+        return self.table(self.ids(history, boundary, documents)[:, -tokens.shape[1] :]).flatten(-2)

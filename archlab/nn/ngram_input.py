@@ -134,17 +134,23 @@ class NGramInput(Component, nn.Module):
         )
 
     def forward(
-        self, h: Tensor, tokens: Tensor, state: Optional[NGramState] = None, present: Optional[Tensor] = None
+        self,
+        h: Tensor,
+        tokens: Tensor,
+        state: Optional[NGramState] = None,
+        present: Optional[Tensor] = None,
+        documents: Optional[Tensor] = None,
     ) -> tuple[Tensor, NGramState]:
         """What the streams ``h`` ``[B, T, n, d]`` gain, from ``tokens`` ``[B, T]`` after ``state`` (None: the
         sequence's start), and the state after them; ``present`` ``[B, T]`` (False: padding) reads a padded
-        position as the boundary token and adds nothing there."""
+        position as the boundary token and adds nothing there; ``documents`` ``[B, T]`` (True where a packed
+        document begins; whole rows, no state) keeps each document's n-grams and convolution to itself."""
         B, T = tokens.shape
         if state is None:
             state = self.empty_state(B, h.device, h.dtype)
         if present is not None:
             tokens = torch.where(present, tokens, self.boundary)
-        embeddings = self.embedding(tokens.long(), state.tokens, self.boundary)
+        embeddings = self.embedding(tokens.long(), state.tokens, self.boundary, documents)
         keys = stream_rms(
             self.key(embeddings).unflatten(-1, (self.n, self.d)), self.norm_key, self.eps, self.unit_offset
         )
@@ -156,7 +162,17 @@ class NGramInput(Component, nn.Module):
         if present is not None:
             gated, normed = gated * present[..., None, None], normed * present[..., None, None]
         inputs = torch.cat([state.conv, normed.flatten(-2).transpose(1, 2)], dim=-1)
-        conv = F.conv1d(inputs, self.conv.unsqueeze(1), groups=self.n * self.d, dilation=self.order)
+        if documents is None:
+            conv = F.conv1d(inputs, self.conv.unsqueeze(1), groups=self.n * self.d, dilation=self.order)
+        else:  # tap j reads (kernel − 1 − j)·order back, where that is in the same document
+            t = torch.arange(T, device=h.device)
+            first = torch.where(documents, t, 0).cummax(dim=1).values  # [B, T]
+            taps = [
+                self.conv[:, j, None] * inputs[..., j * self.order : j * self.order + T]
+                * (t - (self.kernel - 1 - j) * self.order >= first).unsqueeze(1).to(inputs.dtype)
+                for j in range(self.kernel)
+            ]  # fmt: skip
+            conv = torch.stack(taps).sum(0)
         history = torch.cat([state.tokens, tokens], dim=1)
         after = NGramState(
             history[:, -(self.order - 1) :],
