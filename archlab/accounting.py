@@ -15,7 +15,7 @@ from torch import nn
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.layers import layer_configs
 from archlab.config.loop import schedule
-from archlab.nn import laurel, per_layer_inputs
+from archlab.nn import laurel, ngram_input, per_layer_inputs
 from archlab.nn.head import embedding_width
 from archlab.nn.mixers.base import MIXERS
 from archlab.nn.mlp import MLPS
@@ -30,6 +30,8 @@ COMPONENTS = (
     "embedding_projection",
     "per_layer_embedding",
     "per_layer_inputs",
+    "ngram_embedding",
+    "ngram_inputs",
     "attention",
     "mlp",
     "laurel",
@@ -79,13 +81,16 @@ def count(cfg: Any) -> dict[str, int]:
         # model.per_layer_input: its table (an embedding), its projection and norm and each layer's gate
         "per_layer_embedding": per_layer_inputs.table_params(cfg),
         "per_layer_inputs": per_layer_inputs.model_params(cfg) + cfg.n_layer * per_layer_inputs.layer_params(cfg),
+        # model.ngram_input: a hashed n-gram table per layer with one (embeddings), and its projections
+        "ngram_embedding": ngram_input.table_params(cfg),
+        "ngram_inputs": len(cfg.ngram_input.layers) * ngram_input.layer_params(cfg),
         "attention": sum(attention),
         "mlp": sum(mlp),
         "laurel": sum(laurel.params(c) for _, c in layers),  # model.block.laurel_rank: per layer, its own
         "shared": shared_params(cfg),
         "norms": sum(block_norms),
         "streams": sum(connections) + chosen.stream.num_params(cfg),
-        "final_norm": norm if chosen.block.final_norm else 0,
+        "final_norm": norm if chosen.block.final_norm and cfg.block.final_norm else 0,
         "head": chosen.head.num_params(cfg),
         "mtp": cfg.head.mtp.depth * mtp_module_params(cfg),
     }
@@ -93,6 +98,7 @@ def count(cfg: Any) -> dict[str, int]:
     counts["inference"] = counts["total"] - counts["mtp"]  # what next-token decoding holds
     shared = chosen.head.shared_embedding_params(cfg)
     tables = counts["token_embedding"] + counts["position_embedding"] + counts["per_layer_embedding"]
+    tables += counts["ngram_embedding"]
     counts["non_embedding"] = counts["inference"] - tables + shared
     active = sum(entries(c).attention.active_params(c, i) + entries(c).mlp.active_params(c, i) for i, c in layers)
     inactive = counts["attention"] + counts["mlp"] - active
@@ -194,6 +200,7 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         "mtp": "mtp",
         "shared": "shared",
         "per_layer_inputs": "per_layer_inputs",
+        "ngram_inputs": "ngram_inputs",
     }
     part = {"attn": "attention", "mlp": "mlp", "attn_stream": "streams", "mlp_stream": "streams"}  # else norms
     part["layer_stream"], part["laurel"] = "streams", "laurel"
@@ -204,6 +211,8 @@ def built_counts(model: nn.Module) -> dict[str, int]:
         component = part.get(name.split(".")[2], "norms") if top == "blocks" else prefix[top]
         if name == "per_layer_inputs.table.weight":
             component = "per_layer_embedding"
+        if top == "ngram_inputs" and name.endswith(".embedding.table.weight"):
+            component = "ngram_embedding"
         counts[component] += p.numel()
     out = {c: counts[c] for c in COMPONENTS}
     out["total"] = sum(out.values())

@@ -48,6 +48,8 @@ from archlab.training.parametrization import roles
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 KINDS = sorted(MIXERS.names())
+# parameters the loss cannot reach, by mixer: qsa's indexer picks keys by a top-k, as Qwen4-Exp's does
+UNREACHED = {"qsa": ".attn.indexer."}
 # float64: the cached and the full forward run the same ops in another order, so they agree to rounding
 # (~1e-15 relative); 1e-10 of the logits' scale leaves room and catches any real difference
 TIGHT = 1e-10
@@ -183,7 +185,7 @@ def loss_of(model, idx: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("kind", KINDS)
 def test_float32_gradients_equal_the_float64_models(kind):
     """The float32 model's gradient of every parameter equals the same weights' in float64 within float32
-    rounding; every one of them is nonzero (each parameter reaches the loss); and in float64 the gradient
+    rounding; every one of them is nonzero (each parameter reaches the loss, but those ``UNREACHED``); and in float64 the gradient
     of each of the mixer's parameters is the loss's derivative: a central difference along a random
     direction in that parameter alone, of the cross-entropy for its own gradient (an auxiliary loss may
     read its inputs detached, as dsa's indexer loss does: its gradient is no derivative of the sum)."""
@@ -193,6 +195,9 @@ def test_float32_gradients_equal_the_float64_models(kind):
     loss_of(model32, idx).backward()
     loss_of(model64, idx).backward()
     for (name, p32), p64 in zip(model32.named_parameters(), model64.parameters()):
+        if kind in UNREACHED and UNREACHED[kind] in name:
+            assert p32.grad is None and p64.grad is None, name
+            continue
         assert p32.grad is not None and p64.grad is not None, name
         g32, g64 = p32.grad.double(), p64.grad
         scale = g64.abs().max().item()

@@ -39,6 +39,7 @@ from archlab.config.store import register_configs
 from archlab.errors import ConfigError
 from archlab.interop.families.base import bare
 from archlab.interop.hf import exportability, holding_families
+from archlab.nn.ngram_input import NGramInput
 from archlab.nn.validation import entries, validate
 
 # Total parameters of each published layout: Hugging Face transformers' own model (5.23) of the published
@@ -186,6 +187,7 @@ def _layout(cfg: Any) -> str:
         f"{f' loop={describe_loop(m)}' if describe_loop(m) else ''}"
         f"{f' shared={describe_shared(m)}' if describe_shared(m) else ''}"
         f"{f' per_layer_input={m.per_layer_input.dim}' if m.per_layer_input.dim else ''}"
+        f"{f' {NGramInput.describe(m)}' if m.ngram_input.layers else ''}"
     )
 
 

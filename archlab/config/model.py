@@ -42,6 +42,8 @@ class BlockConfig:
     attn_norm: bool = (
         True  # pre only: false, attention reads the stream unnormed (ModernBERT's first layer, by layer kind)
     )
+    mlp_norm: bool = True  # pre only: false, the MLP reads the stream unnormed (Qwen4-Exp: its streams' read is)
+    final_norm: bool = True  # pre only: false, the head reads the last block's output (merged) unnormed (Qwen4-Exp)
     # normed_skip only: h = alpha·norm(x) + beta·sublayer(norm(x)), per sublayer (MiniMax-01's *_alpha/beta_factor)
     attn_alpha: float = 1.0
     attn_beta: float = 1.0
@@ -190,6 +192,23 @@ class LinearConfig:
 
 
 @dataclass
+class NGramInputConfig:
+    """``model.ngram_input``: hashed n-gram inputs (Qwen4-Exp's PLE; archlab/nn/ngram_input.py): before each
+    of ``layers``, the block's streams gain σ(their match with keys of the tokens' n-gram embeddings) times a
+    value of them, plus a dilated causal convolution of that over the positions."""
+
+    layers: list[int] = field(default_factory=list)  # the layers (from 0) that have one; [] = none (ple_layer_ids − 1)
+    dim: Optional[int] = None  # the n-gram embeddings' width, all heads concatenated; None = d_model (ple_embed_dim)
+    conv_kernel: int = 4  # the convolution's taps, dilated by ``order`` (ple_conv_kernel_size)
+    order: int = 3  # the longest n-gram (ngram_size)
+    heads: int = 8  # hashed tables per order (heads_per_ngram)
+    table_base: int = 20_000_000  # the first prime a slice's rows may be (ngram_vocab_size_base)
+    table_multiple: int = 128  # a table's rows rounded up to a multiple of this (make_ngram_vocab_size_divisible_by)
+    seed: int = 1234  # seeds the hash multipliers (seed)
+    boundary: Optional[int] = None  # the token that ends a document (the eos id); n-grams do not cross it
+
+
+@dataclass
 class LoopConfig:
     """``model.layers.loop``: layers ``start`` to ``end`` (``end`` excluded) run ``passes`` times in all, pass
     after pass, with one set of weights (``archlab.config.loop``: the looped block of Universal Transformers,
@@ -274,6 +293,7 @@ class ModelConfig:
     layers: LayersConfig = field(default_factory=LayersConfig)
     per_layer_input: PerLayerInputConfig = field(default_factory=PerLayerInputConfig)
     linear: LinearConfig = field(default_factory=LinearConfig)
+    ngram_input: NGramInputConfig = field(default_factory=NGramInputConfig)
 
 
 def to_model_config(cfg: Any) -> ModelConfig:

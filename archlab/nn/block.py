@@ -157,8 +157,11 @@ class Block(LayerPart, nn.Module):
         laurel.validate(cfg, cls.takes_laurel(cfg))
         if cfg.block.layer_scalar and cfg.stream.kind != "plain":
             raise ConfigError("model.block.layer_scalar", True, f"false with model.stream.kind={cfg.stream.kind}")
-        if cfg.block.attn_norm is not True and cfg.block.kind != "pre":
-            raise ConfigError("model.block.attn_norm", cfg.block.attn_norm, "true with block kind " + cfg.block.kind)
+        for name in ("attn_norm", "mlp_norm", "final_norm"):
+            if getattr(cfg.block, name) is not True and cfg.block.kind != "pre":
+                raise ConfigError(
+                    f"model.block.{name}", getattr(cfg.block, name), "true with block kind " + cfg.block.kind
+                )
         for name in ("attn_norm_gate", "mlp_norm_gate"):
             rank = getattr(cfg.block, name)
             if rank is not None:
@@ -167,6 +170,8 @@ class Block(LayerPart, nn.Module):
                     raise ConfigError(f"model.block.{name}", rank, f"null with block kind {cfg.block.kind} (pre only)")
         if cfg.block.attn_norm_gate is not None and not cfg.block.attn_norm:
             raise ConfigError("model.block.attn_norm_gate", cfg.block.attn_norm_gate, "null without attn_norm")
+        if cfg.block.mlp_norm_gate is not None and not cfg.block.mlp_norm:
+            raise ConfigError("model.block.mlp_norm_gate", cfg.block.mlp_norm_gate, "null without mlp_norm")
         if cfg.block.residual_rule == "depth" and cfg.stream.kind != "plain":
             raise ConfigError(
                 "model.block.residual_rule",
@@ -201,7 +206,8 @@ BLOCKS: Registry[type[Block]] = Registry("model.block.kind", base=Block)
 class PreNorm(Block):
     """``x + attn(norm(x))`` then ``x + mlp(norm(x))``, final norm after the last block (GPT-2, LLaMA); with
     ``attn_norm: false`` attention reads x itself, no norm built (ModernBERT's first layer, whose input is
-    the normed embeddings)."""
+    the normed embeddings); ``mlp_norm: false`` the MLP likewise, ``final_norm: false`` the head (Qwen4-Exp,
+    whose streams' reads norm them)."""
 
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__(cfg, layer)
@@ -232,7 +238,8 @@ class PreNorm(Block):
         return y if self.attn_norm_gate is None else self.attn_norm_gate(y)
 
     def _mlp_input(self, x: Tensor) -> Tensor:
-        assert self.mlp_norm is not None
+        if self.mlp_norm is None:
+            return x
         y = self.mlp_norm(x)
         return y if self.mlp_norm_gate is None else self.mlp_norm_gate(y)
 
@@ -247,7 +254,7 @@ class PreNorm(Block):
 
     @staticmethod
     def norm_names(cfg: ModelConfig) -> tuple[str, ...]:
-        return ("attn_norm", "mlp_norm") if cfg.block.attn_norm else ("mlp_norm",)
+        return tuple(n for n in ("attn_norm", "mlp_norm") if getattr(cfg.block, n))
 
     @staticmethod
     def takes_laurel(cfg: ModelConfig) -> bool:
@@ -262,7 +269,7 @@ class PreNorm(Block):
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
-        return super().reads(cfg) | {"attn_norm", "attn_norm_gate", "mlp_norm_gate"}
+        return super().reads(cfg) | {"attn_norm", "mlp_norm", "final_norm", "attn_norm_gate", "mlp_norm_gate"}
 
 
 @BLOCKS.register("post")

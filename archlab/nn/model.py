@@ -26,6 +26,7 @@ from archlab.nn.mixers.shared_index import link_shared_index
 from archlab.nn.mixers.shared_kv import link_shared_kv
 from archlab.nn.moe import MoE
 from archlab.nn.mtp import MTPModule, MultiTokenPrediction, mtp_layer
+from archlab.nn.ngram_input import NGramInput
 from archlab.nn.norms import build_norm
 from archlab.nn.per_layer_inputs import PerLayerInputs
 from archlab.nn.positions import POSITIONS, Position, Rotation, build_position, uninitialised_embedding
@@ -101,6 +102,9 @@ class Decoder(nn.Module):
         self.position = build_position(cfg)
         self.drop = nn.Dropout(embedding_dropout(cfg))  # on the embeddings entering the first block
         self.per_layer_inputs = PerLayerInputs(cfg) if cfg.per_layer_input.dim else None  # Gemma 4's PLE
+        # hashed n-gram inputs before some blocks (model.ngram_input: Qwen4-Exp's PLE), by layer
+        ngram = cfg.ngram_input.layers
+        self.ngram_inputs = nn.ModuleDict({str(i): NGramInput(cfg, k) for k, i in enumerate(ngram)}) if ngram else None
         configs = list(layers) if layers is not None else layer_configs(cfg)  # a layer kind overrides the model's parts
         self.blocks = nn.ModuleList(build_block(c, i) for i, c in enumerate(configs))
         bitlinear.convert(self.blocks, cfg)  # model.linear: the blocks' projections BitLinear
@@ -122,7 +126,7 @@ class Decoder(nn.Module):
         self.shared = build_shared(cfg)  # weight-shared blocks before some layers (model.layers.shared)
         self.loop = Loop(cfg)  # the order the layers run in: a looped range again, pass after pass (model.layers.loop)
         self.stream = build_stream(cfg)  # several residual streams: widened after the embeddings, merged at the end
-        self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm else None
+        self.final_norm = build_norm(cfg) if BLOCKS.get(cfg.block.kind).final_norm and cfg.block.final_norm else None
         self.project_out = nn.Linear(cfg.d_model, width, bias=False) if cfg.embedding_dim is not None else None
         self.head = build_head(cfg)
         self.head.tie(self.tok_emb)
@@ -266,6 +270,8 @@ class Decoder(nn.Module):
             extra = () if embeddings is None else self.shared_input(block.layer, x, embeddings, joined, context)
             if isinstance(block.mlp, MoE) and block.mlp.token_experts is not None:
                 block.mlp.ids = ids  # the experts its table gives these tokens (kept for a recomputation)
+            if self.ngram_inputs is not None and ids is not None and str(block.layer) in self.ngram_inputs:
+                x = self.ngram_input(block.layer, x, ids, cache, present, starts)
             x = (
                 checkpoint(block.through, x, rotary[k], mask, layer_cache, *extra, use_reentrant=False)
                 if recompute
@@ -273,6 +279,26 @@ class Decoder(nn.Module):
             )
             x = block.finish(x, None if per_layer is None else per_layer[:, :, block.layer])
         return x
+
+    def ngram_input(
+        self,
+        layer: int,
+        x: Tensor,
+        ids: Tensor,
+        cache: Optional[KVCache],
+        present: Optional[Tensor],
+        starts: Optional[Tensor],
+    ) -> Tensor:
+        """``x`` (the streams, or one) with layer ``layer``'s n-gram input added, after the tokens and
+        convolution inputs its cache slot holds (where there is a cache: then updated); ``starts`` ``[B, T]``
+        where packed documents begin."""
+        assert self.ngram_inputs is not None
+        module = cast(NGramInput, self.ngram_inputs[str(layer)])
+        h = x if self.stream is not None else x.unsqueeze(2)
+        added, state = module(h, ids, None if cache is None else cache.ngram[layer], present, starts)
+        if cache is not None:
+            cache.ngram[layer] = state
+        return x + (added if self.stream is not None else added.squeeze(2))
 
     def shared_input(
         self,

@@ -16,7 +16,7 @@ from archlab.config.layers import check_layers, kind_config, layer_configs, used
 from archlab.config.loop import check_loop, unread_loop
 from archlab.config.shared import check_shared, unread_shared
 from archlab.errors import ConfigError
-from archlab.nn import bitlinear, per_layer_inputs
+from archlab.nn import bitlinear, ngram_input, per_layer_inputs
 from archlab.nn.block import BLOCKS, Block
 from archlab.nn.component import Component
 from archlab.nn.head import HEADS, Head
@@ -123,6 +123,7 @@ def _validate(cfg: ModelConfig, whole: bool = True) -> dict[str, ModelConfig]:
     for name in sorted(used_kinds(cfg) | mtp_kind):
         _validate_kind(cfg, name, kinds[name])
     check_loop(cfg)
+    ngram_input.validate(cfg)
     validate_injection(cfg)
     check_shared(cfg)
     if whole:

@@ -29,6 +29,8 @@ TINY: dict[str, dict] = {
     | {"v_head_dim": 5, "latent_scale": True, "rope_key_norm": True}
     | {"q_latent": "both", "gate": "elementwise", "gate_input": "q_latent"},
     # mla's sizes, and an indexer of 4 heads of 8 (4 of them rotated) keeping 5 keys of the 12 a query may see
+    # blocks of 2 pooled keys, of which an indexer of 4 heads of 8 keeps 3 blocks (6 tokens) per query
+    "qsa": {"n_head": 4, "head_dim": 8, "index_n_heads": 4, "index_head_dim": 8, "index_budget": 6, "index_ratio": 2},
     "dsa": {"n_head": 4, "q_lora_rank": 8, "kv_lora_rank": 16, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4}
     | {"v_head_dim": 5, "index_n_heads": 4, "index_head_dim": 8, "index_topk": 5},
     # 4 value heads of 6, 2 query/key heads of 8, conv 4, chunks of 5

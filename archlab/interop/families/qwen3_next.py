@@ -157,6 +157,9 @@ class Qwen3Next(Family):
             why = dense_why if dense else "one MoE for every MoE layer"
             wanted.append(("mlp", lc.mlp, dense_mlp if dense else cfg.mlp, why))
             layered.extend(section_problems(cfg, kind, wanted, self.title))
+            if is_deltanet(lc) and lc.attention.output_gate != "silu":  # its gated norm is norm(o)·silu(z)
+                field = f"model.layers.kinds.{kind}.attention.output_gate"
+                layered.append(Problem(field, lc.attention.output_gate, "silu", " (its linear layers gate by silu)"))
         return first_per_field(layered)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -29,12 +29,12 @@ REFUSED: dict[str, Refused] = {
     "qwen4_exp_text": Refused(
         "Qwen4-Exp",
         "Qwen4ExpForCausalLM",
-        "hyper-connections (`hc_count` residual streams) and per-layer n-gram embeddings (`ngram_size`, `ple_layer_ids`)",
+        "no record yet (its mapping): its parts are held, `gated` streams, `ngram_input`, `qsa`, `mlp_norm`/`final_norm` off",
     ),
     "qwen4_exp": Refused(
         "Qwen4-Exp (vision-language)",
         "Qwen4ExpForCausalLM",
-        "hyper-connections (`hc_count` residual streams), n-gram embeddings (`ngram_size`), and a vision tower",
+        "its text model has no record yet (its mapping): its parts are held, `gated` streams, `ngram_input`, `qsa`",
     ),
     "zaya": Refused(
         "ZAYA",

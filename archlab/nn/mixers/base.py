@@ -130,10 +130,10 @@ def positions_seen(cfg: ModelConfig, length: int, layer: int) -> int:
 
 
 class Snapshot(NamedTuple):
-    """A KV cache as it was (``KVCache.snapshot``): its length, its five lists, its passes' snapshots."""
+    """A KV cache as it was (``KVCache.snapshot``): its length, its six lists, its passes' snapshots."""
 
     length: int
-    lists: tuple[list[Optional[Tensor]], ...]
+    lists: tuple[list[Any], ...]
     passes: dict[int, Snapshot]
 
 
@@ -147,7 +147,8 @@ class KVCache:
     replaces itself: ``conv_state`` (its convolution's last inputs) and ``recurrent_state`` (its states).
     A layer that runs attention and a recurrence side by side (``parallel``) keeps both, in its own slots
     of the four lists, each part as it would alone. A ``stateful`` MLP (RWKV's channel-mix, which reads the
-    token before) keeps its layer's last input in ``shift``. Each later pass of a looped layer
+    token before) keeps its layer's last input in ``shift``; a layer's n-gram input (``model.ngram_input``) its
+    last tokens and convolution inputs in ``ngram``. Each later pass of a looped layer
     (``model.layers.loop``) keeps its own in a cache of its own, ``of_pass``.
     ``dtype`` (default: the first tensors') is the one they are stored in; ``layers`` the config of each
     slot where they are not the model's layers (a multi-token prediction module's block numbered after them).
@@ -176,6 +177,7 @@ class KVCache:
         self.conv_state: list[Optional[Tensor]] = [None] * slots
         self.recurrent_state: list[Optional[Tensor]] = [None] * slots
         self.shift: list[Optional[Tensor]] = [None] * slots  # a stateful MLP's last input [B, d]
+        self.ngram: list[Optional[Any]] = [None] * slots  # an n-gram input's NGramState (model.ngram_input)
         self.length = 0  # positions already seen; advanced by the model after each forward
         self.passes: dict[int, KVCache] = {}  # a looped layer's later passes' caches, by pass (of_pass)
 
@@ -193,7 +195,7 @@ class KVCache:
     def snapshot(self) -> Snapshot:
         """What ``restore`` takes decoding back to: the length, every layer's tensors as they are now and
         the looped passes' caches likewise."""
-        lists = (self.k, self.v, self.conv_state, self.recurrent_state, self.shift)
+        lists = (self.k, self.v, self.conv_state, self.recurrent_state, self.shift, self.ngram)
         return Snapshot(
             self.length, tuple(list(held) for held in lists), {p: c.snapshot() for p, c in self.passes.items()}
         )
@@ -201,7 +203,9 @@ class KVCache:
     def restore(self, snapshot: Snapshot) -> None:
         """Decoding back where ``snapshot`` was taken: what was cached since is forgotten."""
         self.length = snapshot.length
-        self.k, self.v, self.conv_state, self.recurrent_state, self.shift = (list(t) for t in snapshot.lists)
+        self.k, self.v, self.conv_state, self.recurrent_state, self.shift, self.ngram = (
+            list(t) for t in snapshot.lists
+        )
         self.passes = {p: c for p, c in self.passes.items() if p in snapshot.passes}  # a pass begun since: none
         for p, taken in snapshot.passes.items():
             self.passes[p].restore(taken)
@@ -209,7 +213,7 @@ class KVCache:
     def truncatable(self) -> bool:
         """Whether lowering ``length`` alone forgets the last positions: every layer keeps all its keys and
         values in place (no window, chunk, recurrent state or stateful MLP), so nothing else moved."""
-        states = (*self.conv_state, *self.recurrent_state, *self.shift)
+        states = (*self.conv_state, *self.recurrent_state, *self.shift, *self.ngram)
         held = all(w is None for w in self.windows) and all(t is None for t in states)
         return held and all(c.truncatable() for c in self.passes.values())
 

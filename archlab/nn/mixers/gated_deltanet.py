@@ -23,6 +23,7 @@ from torch import nn
 
 from archlab import checks
 from archlab.config import MixerConfig, ModelConfig, mixer_config
+from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role, residual_projection
 from archlab.nn.mixers.base import MIXERS, Mixer, Tokens
@@ -53,6 +54,7 @@ class GatedDeltaNetConfig(MixerConfig):
     dt_init_floor: float = 1e-4
     allow_neg_eigval: bool = False  # β = 2·sigmoid(b) in (0, 2), not (0, 1) (OLMo Hybrid's linear_allow_neg_eigval)
     norm_eps: Optional[float] = None  # the output norm's epsilon; None = model.norm.eps (OLMo Hybrid: 1e-5, fixed)
+    output_gate: str = choice("silu", "sigmoid")  # the normed output times act(z) (Qwen4-Exp's output_gate_type)
 
 
 def key_heads(cfg: ModelConfig) -> int:
@@ -72,7 +74,8 @@ class GatedDeltaNet(Mixer):
     """One bias-free in-projection to q, k, v (through a causal depthwise convolution of ``conv_kernel``
     and SiLU), the output gate z and each head's β and decay inputs b and a; the gated delta rule over
     ``n_head`` states (each query/key head serving ``n_head / key_heads`` consecutive value heads); an
-    RMSNorm of each head's output with one ``v_head_dim`` scale, times silu(z) (``norm(o)·silu(z)``); the
+    RMSNorm of each head's output with one ``v_head_dim`` scale, times silu(z) (``norm(o)·silu(z)``; σ(z) with
+    ``output_gate: sigmoid``, Qwen4-Exp's); the
     output projection. No position reaches it: a rotary scheme's rotation is left unused and a score
     bias never computed for its layers (Qwen3-Next's linear layers take none beside its RoPE attention),
     the recurrence itself ordering the tokens. Its ``mask`` (``Tokens``): padded positions enter the
@@ -102,6 +105,7 @@ class GatedDeltaNet(Mixer):
         self.norm_eps = cfg.norm.eps if a.norm_eps is None else a.norm_eps
         self.dt_init = (a.dt_bias_init, a.dt_min, a.dt_max, a.dt_init_floor)
         self.beta_scale = 2.0 if a.allow_neg_eigval else 1.0
+        self.gate = torch.sigmoid if a.output_gate == "sigmoid" else F.silu
         self.proj = residual_projection(nn.Linear(a.n_head * a.v_head_dim, d, bias=False))
 
     def param_roles(self) -> dict[str, Role]:
@@ -143,7 +147,7 @@ class GatedDeltaNet(Mixer):
             cache.recurrent_state[layer] = state.to(cache.dtype or state.dtype)
         o = o.transpose(1, 2)  # [B, T, H, dv]
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.norm_eps) * self.norm_weight.to(f)
-        o = o * F.silu(z.to(f).unflatten(-1, (H, dv)))
+        o = o * self.gate(z.to(f).unflatten(-1, (H, dv)))
         return self.proj(o.to(x.dtype).flatten(2))
 
     @torch.no_grad()
@@ -206,6 +210,7 @@ class GatedDeltaNet(Mixer):
         for name in ("key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk"):
             checks.integer(f"model.attention.{name}", getattr(a, name), 1)
         checks.choice("model.attention.allow_neg_eigval", a.allow_neg_eigval, (True, False))
+        checks.choice("model.attention.output_gate", a.output_gate, ("silu", "sigmoid"))
         if a.norm_eps is not None:
             checks.positive("model.attention.norm_eps", a.norm_eps)
         if a.dt_bias_init is None:
@@ -220,7 +225,9 @@ class GatedDeltaNet(Mixer):
         """``gated_deltanet <H>v/<Hk>qk x (<dk> k, <dv> v), conv <K>`` (``, β in (0, 2)`` with allow_neg_eigval)."""
         a = cfg.attention
         sizes = f"{a.n_head}v/{key_heads(cfg)}qk x ({a.key_head_dim} k, {a.v_head_dim} v), conv {a.conv_kernel}"
-        return f"gated_deltanet {sizes}" + ", β in (0, 2)" * a.allow_neg_eigval
+        return (
+            f"gated_deltanet {sizes}" + ", β in (0, 2)" * a.allow_neg_eigval + ", σ gate" * (a.output_gate == "sigmoid")
+        )
 
     @classmethod
     def reads(cls, cfg: ModelConfig) -> frozenset[str]:
@@ -228,4 +235,4 @@ class GatedDeltaNet(Mixer):
         it draws."""
         drawn = {"dt_min", "dt_max", "dt_init_floor"} if cfg.attention.dt_bias_init is None else set()
         own = {"n_head", "key_heads", "key_head_dim", "v_head_dim", "conv_kernel", "scan_chunk", "dt_bias_init"}
-        return frozenset(own | {"allow_neg_eigval", "norm_eps"} | drawn)
+        return frozenset(own | {"allow_neg_eigval", "norm_eps", "output_gate"} | drawn)
