@@ -210,6 +210,16 @@ def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
         (["model.mlp.routing.scoring=sigmoid"], "model.mlp.routing.scoring"),
         (["+model.layers.kinds.attention.position.theta=5.0"], "model.layers.kinds.attention.position.theta"),
         (["+model.layers.kinds.attention.mlp.routing.top_k=3"], "model.layers.kinds.attention.mlp.routing.top_k"),
+        # the linear layers' own fields: β in (0, 2), a norm eps of their own, a sigmoid output gate
+        (
+            ["+model.layers.kinds.deltanet.attention.allow_neg_eigval=true"],
+            "model.layers.kinds.deltanet.attention.allow_neg_eigval",
+        ),
+        (["+model.layers.kinds.deltanet.attention.norm_eps=0.001"], "model.layers.kinds.deltanet.attention.norm_eps"),
+        (
+            ["+model.layers.kinds.deltanet.attention.output_gate=sigmoid"],
+            "model.layers.kinds.deltanet.attention.output_gate",
+        ),
     ],
 )
 def test_to_hf_refuses_what_qwen3_next_cannot_hold(overrides, field):

@@ -73,6 +73,21 @@ def moe_to_hf(cfg: ModelConfig) -> dict[str, Any]:
     )
 
 
+def linear_layer_problems(cfg: ModelConfig, kind: str, lc: ModelConfig) -> list[Problem]:
+    """What a Gated DeltaNet layer kind sets that Qwen3-Next's linear layers cannot hold: β in (0, 2), an
+    output norm eps of its own, a sigmoid output gate (its gated norm is norm(o)·silu(z), eps rms_norm_eps)."""
+    a, field = lc.attention, f"model.layers.kinds.{kind}.attention"
+    found = []
+    if a.allow_neg_eigval:
+        found.append(Problem(f"{field}.allow_neg_eigval", True, "false", " (its β is sigmoid(b), in (0, 1))"))
+    if a.norm_eps not in (None, cfg.norm.eps):
+        why = " (its linear layers' norm is at rms_norm_eps)"
+        found.append(Problem(f"{field}.norm_eps", a.norm_eps, f"null or model.norm.eps={cfg.norm.eps}", why))
+    if a.output_gate != "silu":
+        found.append(Problem(f"{field}.output_gate", a.output_gate, "silu", " (its linear layers gate by silu)"))
+    return found
+
+
 class Qwen3Next(Family):
     """Qwen3NextForCausalLM: see the module docstring."""
 
@@ -157,9 +172,8 @@ class Qwen3Next(Family):
             why = dense_why if dense else "one MoE for every MoE layer"
             wanted.append(("mlp", lc.mlp, dense_mlp if dense else cfg.mlp, why))
             layered.extend(section_problems(cfg, kind, wanted, self.title))
-            if is_deltanet(lc) and lc.attention.output_gate != "silu":  # its gated norm is norm(o)·silu(z)
-                field = f"model.layers.kinds.{kind}.attention.output_gate"
-                layered.append(Problem(field, lc.attention.output_gate, "silu", " (its linear layers gate by silu)"))
+            if is_deltanet(lc):
+                layered.extend(linear_layer_problems(cfg, kind, lc))
         return first_per_field(layered)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
