@@ -173,8 +173,8 @@ def mtp_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
 
 def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int = 4) -> int:
     """Bytes the KV cache holds for one sequence of ``length`` tokens (default ``context_length``), from
-    the attention entry's closed form (a sliding-window layer keeps only its window), and a stateful MLP's,
-    for each pass of a looped layer. Not validated: the report reads it from runs recorded by earlier
+    the attention entry's closed form (a sliding-window layer keeps only its window), a stateful MLP's and
+    an n-gram input's (``model.ngram_input``), for each pass of a looped layer. Not validated: the report reads it from runs recorded by earlier
     versions, whose checks were looser."""
     cfg = to_model_config(cfg)
     T = length or cfg.context_length
@@ -183,7 +183,8 @@ def kv_cache_bytes(cfg: Any, length: Optional[int] = None, bytes_per_value: int 
     per_layer = sum(
         MIXERS.get(c.attention.kind).kv_cache_values(c, T, i) + MLPS.get(c.mlp.kind).state_values(c) for i, c in runs
     )
-    return bytes_per_value * (per_layer + shared_kv_values(cfg, T))  # and each shared-block use's keys and values
+    ngrams = sum(ngram_input.state_bytes(cfg, bytes_per_value) for i, _ in runs if i in cfg.ngram_input.layers)
+    return bytes_per_value * (per_layer + shared_kv_values(cfg, T)) + ngrams  # shared blocks' keys and values
 
 
 def built_counts(model: nn.Module) -> dict[str, int]:

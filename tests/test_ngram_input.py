@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers.mixers import randomise
 
-from archlab import ConfigError, compose_model
+from archlab import ConfigError, build_model, compose_model
 from archlab.nn.ngram_embedding import head_sizes, multipliers
 from archlab.nn.ngram_input import NGramInput, layer_params, table_params
 
@@ -214,7 +214,6 @@ def test_a_model_with_ngram_inputs_counts_trains_and_decodes_in_pieces_as_whole(
     cache in pieces equal the whole sequence's, and a left-padded row's equal its own alone."""
     from helpers.mixers import check_trains_then_decodes_in_pieces, decode_in_pieces
 
-    from archlab import build_model
     from archlab.accounting import check_build
 
     cfg = compose_model([*NGRAM, *stream])
@@ -234,7 +233,6 @@ def test_a_model_with_ngram_inputs_counts_trains_and_decodes_in_pieces_as_whole(
 def test_a_restored_cache_decodes_as_before():
     """Speculative decoding's rollback: the n-gram states are in the snapshot, so after a restore the same
     tokens give the same logits; the cache is not truncatable by its length alone."""
-    from archlab import build_model
 
     model = randomise(build_model(compose_model(NGRAM)), seed=10).eval()
     idx = _tokens(11, (2, 16))
@@ -255,7 +253,6 @@ def test_packed_documents_are_each_their_own():
     """A row of two documents packed (``document_ids``) gives each document's logits as it gives them alone:
     neither the n-grams nor the convolution reach across; the same row unpacked does differ (the convolution
     and n-grams do reach across without the ids)."""
-    from archlab import build_model
 
     model = randomise(build_model(compose_model(NGRAM)), seed=12).eval()
     idx = torch.where(_tokens(13, (1, 20)) == EOS, 7, _tokens(13, (1, 20)))  # no end token: only the ids part them
@@ -266,3 +263,20 @@ def test_packed_documents_are_each_their_own():
         torch.testing.assert_close(packed[:, :9], model(idx[:, :9]), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(packed[:, 9:], model(idx[:, 9:]), rtol=1e-5, atol=1e-5)
         assert not torch.allclose(model(idx)[:, 9:], model(idx[:, 9:]), rtol=1e-3, atol=1e-3)
+
+
+def test_the_decoding_state_is_counted_in_the_kv_cache_bytes():
+    """kv_cache_bytes adds, per layer with an n-gram input, what its NGramState holds after decoding: the
+    tokens and convolution inputs measured in the cache equal the closed form's part."""
+    import dataclasses
+
+    from archlab.accounting import kv_cache_bytes
+
+    cfg = compose_model(NGRAM)
+    model = build_model(cfg).eval()
+    cache = model.new_cache(2, 12)
+    with torch.no_grad():
+        model(_tokens(3, (2, 12)), cache)
+    held = sum(t.nbytes for state in cache.ngram if state is not None for t in state)
+    without = dataclasses.replace(cfg, ngram_input=dataclasses.replace(cfg.ngram_input, layers=[]))
+    assert held == 2 * (kv_cache_bytes(cfg, 12) - kv_cache_bytes(without, 12)) > 0

@@ -52,6 +52,14 @@ def table_params(cfg: ModelConfig) -> int:
     )
 
 
+def state_bytes(cfg: ModelConfig, bytes_per_value: int) -> int:
+    """What decoding keeps of one layer's n-gram input (``NGramState``): the convolution's last
+    (kernel − 1)·order inputs of n·d values, and the last order − 1 token ids (int64)."""
+    g = cfg.ngram_input
+    conv = streams(cfg) * cfg.d_model * (g.conv_kernel - 1) * g.order
+    return bytes_per_value * conv + torch.iinfo(torch.long).bits // 8 * (g.order - 1)
+
+
 def layer_params(cfg: ModelConfig) -> int:
     """One layer's part beside its table: keys p × n·d, the value p × d, three norm scales n·d and the
     convolution n·d × kernel."""
