@@ -54,6 +54,16 @@ QWEN_TEXT = dict(
     rope_parameters=dict(rope_type="default", rope_theta=100.0, partial_rotary_factor=0.25, mrope_section=[1, 1, 0]),
 )
 QWEN_VISION = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64)
+# a tiny VQ image encoder: Emu3's VQ-VAE and Apertus 1.5's vision tokenizer take the same sizes
+VQ = dict(
+    embed_dim=8,
+    codebook_size=16,
+    base_channels=32,
+    channel_multiplier=[1],
+    num_res_blocks=1,
+    attn_resolutions=[],
+    latent_channels=4,
+)
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=32)
 # case -> (config class, its keys, the text-only class it exports as, the parts left out)
 CASES = {
@@ -190,16 +200,7 @@ CASES = {
         "Emu3Config",
         dict(
             text_config=dict(TEXT, bos_token_id=0, pad_token_id=0, attention_bias=True, mlp_bias=True),
-            vq_config=dict(
-                embed_dim=8,
-                codebook_size=16,
-                base_channels=32,
-                channel_multiplier=[1],
-                num_res_blocks=1,
-                attn_resolutions=[],
-                latent_channels=4,
-                temporal_downsample_factor=1,
-            ),
+            vq_config=dict(VQ, temporal_downsample_factor=1),
             vocabulary_map={"<image>": 0},
         ),
         "Emu3ForCausalLM",
@@ -211,15 +212,7 @@ CASES = {
         "Apertus1p5Config",
         dict(
             text_config=dict(TEXT, output_vocab_size=60, rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
-            vision_config=dict(
-                embed_dim=8,
-                codebook_size=16,
-                base_channels=32,
-                channel_multiplier=[1],
-                num_res_blocks=1,
-                attn_resolutions=[],
-                latent_channels=4,
-            ),
+            vision_config=VQ,
             audio_config=dict(
                 model_type="wavtokenizer_encoder",
                 num_filters=4,
