@@ -147,3 +147,21 @@ def test_to_hf_refuses_layers_lara_mini_cannot_hold(kinds, field):
     assert field in {p.field for p in FAMILIES["lara_mini"].problems(cfg)}
     with pytest.raises(ConfigError):
         FAMILIES["lara_mini"].check(cfg)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(allow_neg_eigval=True), "model.layers.kinds.deltanet.attention.allow_neg_eigval"),
+        (dict(norm_eps=1e-3), "model.layers.kinds.deltanet.attention.norm_eps"),
+        (dict(output_gate="sigmoid"), "model.layers.kinds.deltanet.attention.output_gate"),
+    ],
+)
+def test_to_hf_refuses_linear_layers_lara_mini_cannot_hold(change, field):
+    """Its linear layers' β is sigmoid(b), their gated norm norm(o)·silu(z) at rms_norm_eps (Qwen3-Next's)."""
+    cfg = from_hf(hf_model("published-pattern")).cfg
+    deltanet = cfg.layers.kinds["deltanet"]
+    cfg.layers.kinds = {**cfg.layers.kinds, "deltanet": {**deltanet, "attention": {**deltanet["attention"], **change}}}
+    assert field in {p.field for p in FAMILIES["lara_mini"].problems(cfg)}
+    with pytest.raises(ConfigError):
+        FAMILIES["lara_mini"].check(cfg)

@@ -10,7 +10,9 @@ from typing import Any
 
 from archlab.config import ModelConfig
 from archlab.config.model import LayersConfig, shortest_layout
+from archlab.interop.families.base import Problem
 from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import kind_field
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mixers.gated_deltanet import key_heads
 
@@ -104,3 +106,19 @@ def _deltanet_rest(t: Tensors, archlab: str, hf: str) -> None:
     t.maps.append(TensorMap(f"{archlab}.dt_bias", (f"{hf}.dt_bias",)))
     t.maps.append(TensorMap(f"{archlab}.norm_weight", (f"{hf}.norm.weight",)))
     t.add(f"{archlab}.proj", f"{hf}.out_proj")
+
+
+def linear_layer_problems(cfg: ModelConfig, kind: str | None, lc: ModelConfig) -> list[Problem]:
+    """What a Gated DeltaNet layer (of layer kind ``kind``) sets that Qwen3-Next's and Lara-Mini's linear layers
+    cannot hold: β in (0, 2), an output norm eps of its own, a sigmoid output gate (their gated norm is
+    norm(o)·silu(z) at rms_norm_eps)."""
+    a, field = lc.attention, kind_field(cfg, kind, "model.attention")
+    found = []
+    if a.allow_neg_eigval:
+        found.append(Problem(f"{field}.allow_neg_eigval", True, "false", " (its β is sigmoid(b), in (0, 1))"))
+    if a.norm_eps not in (None, cfg.norm.eps):
+        why = " (its linear layers' norm is at rms_norm_eps)"
+        found.append(Problem(f"{field}.norm_eps", a.norm_eps, f"null or model.norm.eps={cfg.norm.eps}", why))
+    if a.output_gate != "silu":
+        found.append(Problem(f"{field}.output_gate", a.output_gate, "silu", " (its linear layers gate by silu)"))
+    return found

@@ -32,7 +32,7 @@ from archlab.interop.families.base import (
     out_bias,
     ungrouped,
 )
-from archlab.interop.families.deltanet import deltanet_tensors_apart, is_deltanet, linear_keys
+from archlab.interop.families.deltanet import deltanet_tensors_apart, is_deltanet, linear_keys, linear_layer_problems
 from archlab.interop.families.experts import stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
 from archlab.interop.families.mlps import mlp_section, shared_experts
@@ -110,6 +110,7 @@ class LaraMini(Family):
                 differ(
                     kind, "attention", lc.attention, linear, "one set of linear-attention sizes for every such layer"
                 )
+                layered.extend(linear_layer_problems(cfg, kind, lc))
             else:
                 a = lc.attention
                 same = dataclasses.replace(attention, window=window)

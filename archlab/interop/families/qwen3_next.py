@@ -44,6 +44,7 @@ from archlab.interop.families.deltanet import (
     gated_attention_tensors,
     is_deltanet,
     linear_keys,
+    linear_layer_problems,
 )
 from archlab.interop.families.experts import dense_tensors, stack_saved_experts
 from archlab.interop.families.llama import LLAMA_KEYS
@@ -71,21 +72,6 @@ def moe_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         norm_topk_prob=m.routing.normalize_top_k,
         router_aux_loss_coef=m.routing.aux_loss_weight,
     )
-
-
-def linear_layer_problems(cfg: ModelConfig, kind: str, lc: ModelConfig) -> list[Problem]:
-    """What a Gated DeltaNet layer kind sets that Qwen3-Next's linear layers cannot hold: β in (0, 2), an
-    output norm eps of its own, a sigmoid output gate (its gated norm is norm(o)·silu(z), eps rms_norm_eps)."""
-    a, field = lc.attention, f"model.layers.kinds.{kind}.attention"
-    found = []
-    if a.allow_neg_eigval:
-        found.append(Problem(f"{field}.allow_neg_eigval", True, "false", " (its β is sigmoid(b), in (0, 1))"))
-    if a.norm_eps not in (None, cfg.norm.eps):
-        why = " (its linear layers' norm is at rms_norm_eps)"
-        found.append(Problem(f"{field}.norm_eps", a.norm_eps, f"null or model.norm.eps={cfg.norm.eps}", why))
-    if a.output_gate != "silu":
-        found.append(Problem(f"{field}.output_gate", a.output_gate, "silu", " (its linear layers gate by silu)"))
-    return found
 
 
 class Qwen3Next(Family):
