@@ -68,10 +68,7 @@ def count(cfg: Any) -> dict[str, int]:
     norm = chosen.norm.num_params(cfg)
     # a sublayer's connection to several residual streams (model.stream): attention's, and the MLP's where present
     # or a layer's connection around its block (AltUp's)
-    connections = [
-        (1 + entries(c).mlp.present) * chosen.stream.connection_params(c) + chosen.stream.layer_params(c)
-        for _, c in layers
-    ]
+    connections = [_connection_params(c) for _, c in layers]  # each layer's by its own stream config
     counts = {
         "token_embedding": cfg.vocab_size * embedding_width(cfg),
         "position_embedding": chosen.position.num_params(cfg),
@@ -118,11 +115,9 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
     T = seq_len or model.context_length
     order = schedule(model)
     runs = [(i, layers[i]) for i, _ in order]  # each layer as often as it runs
-    extra = sum(_extra_flops(c, T, i) for i, c in runs)
-    connections = sum(1 + entries(c).mlp.present for _, c in runs)  # a sublayer's connection to the streams
-    extra += entries(model).stream.extra_flops(model, connections)
-    extra += len(runs) * entries(model).stream.layer_extra_flops(model)  # a connection around each layer run
-    again = sum(_run_params(model, layers[i], i) for i, p in order if p > 0)
+    extra = sum(_extra_flops(c, T, i) for i, c in runs)  # a layer's connections to the streams among them
+    extra += entries(model).stream.merge_flops(model)  # the streams' merge before the final norm
+    again = sum(_run_params(layers[i], i) for i, p in order if p > 0)
     again += shared_run_params(model) - shared_params(model)  # a shared block's weights once per use after its first
     extra += shared_extra_flops(model, T)
     # a looped layer's weights once per pass after its first; the multi-token prediction modules
@@ -131,20 +126,27 @@ def flops_per_token(cfg: ModelConfig | Resolved, active_non_embedding: int, seq_
 
 def _extra_flops(cfg: ModelConfig, seq_len: int, layer: int) -> int:
     """What one run of layer ``layer`` (of config ``cfg``) does beyond its weights: its attention's, MLP's and
-    block's ``extra_flops`` (attention's scores)."""
+    block's ``extra_flops`` (attention's scores), and its connections' to the residual streams (per sublayer,
+    or around the layer)."""
     e = entries(cfg)
-    return sum(part.extra_flops(cfg, seq_len, layer) for part in (e.attention, e.mlp, e.block))
+    streams = (1 + e.mlp.present) * e.stream.connection_flops(cfg) + e.stream.layer_extra_flops(cfg)
+    return sum(part.extra_flops(cfg, seq_len, layer) for part in (e.attention, e.mlp, e.block)) + streams
 
 
-def _run_params(model: ModelConfig, cfg: ModelConfig, layer: int) -> int:
-    """The parameters one token passes through in a run of layer ``layer`` (of config ``cfg``, in ``model``):
+def _connection_params(cfg: ModelConfig) -> int:
+    """A layer's connections to the residual streams (``cfg``'s ``stream``): attention's, and the MLP's where
+    present, or the one around its block (AltUp's)."""
+    e = entries(cfg)
+    return (1 + e.mlp.present) * e.stream.connection_params(cfg) + e.stream.layer_params(cfg)
+
+
+def _run_params(cfg: ModelConfig, layer: int) -> int:
+    """The parameters one token passes through in a run of layer ``layer`` (of config ``cfg``):
     its attention's and its MLP's (active), its block's norms and its sublayers' connections to the streams."""
     e = entries(cfg)
-    stream = entries(model).stream
-    connections = (1 + e.mlp.present) * stream.connection_params(cfg) + stream.layer_params(cfg)
     active = e.attention.active_params(cfg, layer) + e.mlp.active_params(cfg, layer)
     own = e.block.num_params(cfg, layer) + laurel.params(cfg)
-    return active + own + connections + per_layer_inputs.layer_params(cfg)
+    return active + own + _connection_params(cfg) + per_layer_inputs.layer_params(cfg)
 
 
 def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
@@ -153,7 +155,7 @@ def mtp_module_params(cfg: ModelConfig, active: bool = False) -> int:
     layer, index = mtp_layer(cfg), mtp_layer_index(cfg, 0)
     own = 3 * entries(cfg).norm.num_params(cfg) + 2 * cfg.d_model * cfg.d_model
     if active:  # a module's block runs on one stream: no connections
-        return own + _run_params(layer, layer, index)
+        return own + _run_params(layer, index)
     chosen = entries(layer)
     sublayers = chosen.attention.num_params(layer, index) + chosen.mlp.num_params(layer, index)
     return own + sublayers + chosen.block.num_params(layer, index) + laurel.params(layer)

@@ -131,7 +131,7 @@ def test_an_altup_model_trains_and_decodes_in_pieces_as_whole(extra):
         (["model.stream.n=0"], "model.stream.n"),
         (["model.stream.coef_clip=-1.0"], "model.stream.coef_clip"),
         (["model.block.layer_scalar=true"], "model.block.layer_scalar"),
-        (["model/layers=dense_first", "+model.layers.kinds.dense.stream.n=2"], "model.layers.kinds.dense.stream"),
+        (["model/layers=dense_first", "+model.layers.kinds.dense.stream.n=2"], "model.layers.kinds.dense.stream.n"),
     ],
 )
 def test_bad_settings_name_their_field(overrides, field):

@@ -164,7 +164,7 @@ def test_a_model_of_several_streams_trains_and_decodes_in_pieces_as_whole(stream
         (["model/block=post"], "model.block.kind"),
         (["model.stream.n=0"], "model.stream.n"),
         (["model.stream.sinkhorn_iters=0"], "model.stream.sinkhorn_iters"),
-        (["model/layers=dense_first", "+model.layers.kinds.dense.stream.n=2"], "model.layers.kinds.dense.stream"),
+        (["model/layers=dense_first", "+model.layers.kinds.dense.stream.n=2"], "model.layers.kinds.dense.stream.n"),
         (["model.stream.kind=hyper", "model/block=parallel"], "model.block.kind"),
     ],
 )

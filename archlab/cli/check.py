@@ -202,7 +202,8 @@ def layer_kinds(cfg: Any) -> dict[str, dict[str, Any]]:
             e = entries(c)
             out[name] = {
                 "layers": [],
-                "parts": f"position={e.position.describe(c)} attention={e.attention.describe(c)} mlp={e.mlp.describe(c)}",
+                "parts": f"position={e.position.describe(c)} attention={e.attention.describe(c)} mlp={e.mlp.describe(c)}"
+                + (f" stream={e.stream.describe(c)}" if e.stream.multiple else ""),
                 "attention": e.attention.num_params(c, i),
                 "mlp": e.mlp.num_params(c, i),
                 "norms": e.block.num_params(c, i),

@@ -3,8 +3,9 @@ named kind, each kind overriding fields of the model's ``attention``, ``position
 sliding window, no position encoding, a mixture of experts, another block wiring: OLMo Hybrid's post-norm
 attention layers beside pre-norm ones; the final norm stays the model's block's), or swapping the model's mixer or MLP for
 another whole (``attention: {kind: mamba2, ...}``: that mixer's own fields, the model's ``n_head``;
-``mlp: {kind: swiglu, d_ff: ...}``: that MLP's fields, those it shares with the model's kept). Everything built or counted per layer
-reads ``layer_configs``: a layer's config is the model's with its kind's fields merged in."""
+``mlp: {kind: swiglu, d_ff: ...}``: that MLP's fields, those it shares with the model's kept), or its layers'
+connections to the model's residual streams (``stream: {kind: mhc}``: on the model's ``n`` streams, which the
+model widens and merges). Everything built or counted per layer reads ``layer_configs``: a layer's config is the model's with its kind's fields merged in."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Optional, cast
 from archlab.config.model import OPTIONS, LayersConfig, ModelConfig, MTPConfig
 from archlab.errors import ConfigError
 
-FAMILIES = ("attention", "position", "mlp", "block")  # what a layer kind may override
+FAMILIES = ("attention", "position", "mlp", "block", "stream")  # what a layer kind may override
 
 
 def layer_kind(cfg: ModelConfig, layer: int) -> Optional[str]:

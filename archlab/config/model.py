@@ -123,7 +123,8 @@ class StreamConfig:
 
 
 # the residual streams' config classes, filled as archlab.nn.streams is imported
-STREAM_OPTIONS = Options("stream", "residual stream", StreamConfig)
+# a layer kind naming another stream keeps the model's n (its layers join the model's streams)
+STREAM_OPTIONS = Options("stream", "residual stream", StreamConfig, keep_shared=True)
 stream_config = STREAM_OPTIONS.register  # @stream_config(kind): the decorated class is stream kind's config
 # the sections whose options own their configs
 OPTIONS = {"attention": MIXER_OPTIONS, "position": POSITION_OPTIONS, "mlp": MLP_OPTIONS, "stream": STREAM_OPTIONS}
@@ -246,7 +247,7 @@ class SharedConfig:
 @dataclass
 class LayersConfig:
     """``model.layers``: layers that differ (``archlab.config.layers``). Named kinds, each overriding fields
-    of the model's ``attention``, ``position``, ``mlp`` and ``block``, and the layers each kind is given: the
+    of the model's ``attention``, ``position``, ``mlp``, ``block`` and ``stream``, and the layers each kind is given: the
     first ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts.
     ``loop``: a range of layers run again, with the same weights; ``shared``: weight-shared blocks feeding layers."""
 

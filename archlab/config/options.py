@@ -22,7 +22,8 @@ class Options:
     """The options of the section ``model.<section>``, whose config classes derive from ``base``. When a
     layer kind names another option, the new option starts from its own defaults and keeps the ``base``
     fields of the model's section, or (``keep_shared``) every field the two options share: MLPs, whose
-    fields of one name mean one thing in every kind, unlike mixers' (a head_dim of attention and of Mamba-2)."""
+    fields of one name mean one thing in every kind, and residual streams' (``n``), unlike mixers' (a head_dim of
+    attention and of Mamba-2)."""
 
     section: str  # "mlp"
     noun: str  # "MLP": how an error names an option

@@ -29,6 +29,7 @@ from archlab.nn.mtp import MultiTokenPrediction
 from archlab.nn.norms import NORMS, Norm
 from archlab.nn.positions import POSITIONS, Position
 from archlab.nn.streams import STREAMS, Stream
+from archlab.nn.streams.base import check_layer_stream
 from archlab.registry import Lookup
 
 # model.<family> -> its registry; the family's ``kind`` picks the entry
@@ -136,6 +137,7 @@ def _validate_kind(cfg: ModelConfig, name: str, layer: ModelConfig) -> None:
     """A layer kind's config ``layer`` passes every check, naming the kind's own field where it set the one
     refused; a position scheme may differ per layer only between schemes that act inside attention."""
     overrides = cfg.layers.kinds[name]
+    check_layer_stream(cfg, layer, f"model.layers.kinds.{name}.stream")  # before the layer's own checks of it
     try:
         _validate(layer, whole=False)
     except ConfigError as err:
@@ -148,12 +150,6 @@ def _validate_kind(cfg: ModelConfig, name: str, layer: ModelConfig) -> None:
             f"model.layers.kinds.{name}.attention",
             overrides["attention"],
             "no change with model.attention.value_residual=true (every layer mixes its values with the first's)",
-        )
-    if layer.stream != cfg.stream:
-        raise ConfigError(
-            f"model.layers.kinds.{name}.stream",
-            overrides["stream"],
-            "no change: the residual streams run through every layer (set model.stream for the whole model)",
         )
     if layer.position != cfg.position:
         for scheme in (cfg.position.kind, layer.position.kind):

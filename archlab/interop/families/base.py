@@ -256,6 +256,7 @@ class Family:
         if "model.position.scaling.kind" in self.features:
             rules.append(("model.position.scaling.kind", self.scalings, ""))
         found = [] if self.block_kinds else block_kind_problems(cfg, self.title)
+        found += kind_problems(cfg, "stream", f" ({self.title}'s layers share one residual stream)")
         found += per_layer_feature_problems(cfg, [f for f in PER_LAYER_FEATURES if f not in self.features])
         for field, allowed, why in rules + self.rules(cfg) + absent:
             if not has_field(cfg, field):  # a field of another option (an MLP's of another kind): not set
@@ -357,12 +358,18 @@ def first_per_field(problems: list[Problem]) -> list[Problem]:
 
 def block_kind_problems(cfg: ModelConfig, title: str) -> list[Problem]:
     """Each field of ``block`` that a used layer kind sets away from the model's block, named as the kind's."""
+    return kind_problems(cfg, "block", f" ({title}'s layers share one block)")
+
+
+def kind_problems(cfg: ModelConfig, section: str, why: str) -> list[Problem]:
+    """Each field of ``section`` that a used layer kind sets away from the model's, named as the kind's."""
     found = []
     for i, lc in enumerate(layer_configs(cfg)):
         kind = layer_kind(cfg, i)
-        for name, value, expected in differences(lc.block, cfg.block) if kind is not None else []:
-            field = kind_field(cfg, kind, f"model.block.{name}")
-            found.append(Problem(field, value, bare(expected), f" ({title}'s layers share one block)", (expected,)))
+        changed = differences(getattr(lc, section), getattr(cfg, section)) if kind is not None else []
+        for name, value, expected in changed:
+            field = kind_field(cfg, kind, f"model.{section}.{name}")
+            found.append(Problem(field, value, bare(expected), why, (expected,)))
     return first_per_field(found)
 
 

@@ -77,9 +77,14 @@ class Stream(ModelPart, nn.Module):
         return 0
 
     @classmethod
-    def extra_flops(cls, cfg: ModelConfig, connections: int) -> int:
-        """Training FLOPs per token of the model's part and ``connections`` sublayer connections beyond 6
-        per weight: what they do to the streams themselves."""
+    def connection_flops(cls, cfg: ModelConfig) -> int:
+        """Training FLOPs per token of one run of a sublayer's connection beyond 6 per weight: what it does to
+        the streams themselves."""
+        return 0
+
+    @classmethod
+    def merge_flops(cls, cfg: ModelConfig) -> int:
+        """Training FLOPs per token of the model's part (the widening and the merge) beyond 6 per weight."""
         return 0
 
 
@@ -93,6 +98,27 @@ def check_streams(cfg: ModelConfig) -> None:
     if cfg.block.kind != "pre":
         why = f"pre with model.stream.kind={cfg.stream.kind} (it reads each sublayer's input)"
         raise ConfigError("model.block.kind", cfg.block.kind, why)
+
+
+def check_layer_stream(model: ModelConfig, layer: ModelConfig, where: str) -> None:
+    """A layer kind's stream (``layer.stream``; ``where``: ``model.layers.kinds.<kind>.stream``) joins its layers
+    to the model's streams, which stay the model's (how many, widened and merged once): so the same number of
+    them, joined alike (per sublayer, or around the whole layer), and one stream where the model has one."""
+    ours, theirs = STREAMS.get(model.stream.kind), STREAMS.get(layer.stream.kind)
+    if (theirs.multiple, theirs.wraps_layers) != (ours.multiple, ours.wraps_layers):
+        alike = [k for k in STREAMS.names() if _joins(STREAMS.get(k)) == _joins(ours)]
+        why = "one stream" if not ours.multiple else "around whole layers" if ours.wraps_layers else "per sublayer"
+        allowed = f"{' or '.join(alike)} with model.stream.kind={model.stream.kind} (its streams joined {why})"
+        raise ConfigError(f"{where}.kind", layer.stream.kind, allowed)
+    if ours.multiple and layer.stream.n != model.stream.n:
+        raise ConfigError(
+            f"{where}.n", layer.stream.n, f"{model.stream.n} (model.stream.n: its layers join the model's streams)"
+        )
+
+
+def _joins(entry: type[Stream]) -> tuple[bool, bool]:
+    """How an entry joins the layers to the streams: whether there are several, and whether around whole layers."""
+    return entry.multiple, entry.wraps_layers
 
 
 def build_stream(cfg: ModelConfig) -> Optional[Stream]:

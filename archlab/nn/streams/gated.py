@@ -117,11 +117,15 @@ class Gated(Stream):
         return n * d * (1 + 2 * r + n)
 
     @classmethod
-    def extra_flops(cls, cfg: ModelConfig, connections: int) -> int:
-        """Per read the gating and the mean (n·d multiply-adds each), per connection also the write (n·d); the
-        merge's read; forward and backward, 6 FLOPs per multiply-add (the weights' 6 are counted apart)."""
-        n, d = cfg.stream.n, cfg.d_model
-        return 6 * n * d * (3 * connections + 2)
+    def connection_flops(cls, cfg: ModelConfig) -> int:
+        """The read's gating and mean (n·d multiply-adds each) and the write (n·d); forward and backward, 6
+        FLOPs per multiply-add (the weights' 6 are counted apart)."""
+        return 6 * cfg.stream.n * cfg.d_model * 3
+
+    @classmethod
+    def merge_flops(cls, cfg: ModelConfig) -> int:
+        """The merge's read: the gating and the mean, forward and backward."""
+        return 6 * cfg.stream.n * cfg.d_model * 2
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:

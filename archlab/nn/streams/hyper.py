@@ -113,11 +113,11 @@ class Hyper(Stream):
         return static + (d * (2 + n) + 2 + NORMS.get(cfg.norm.kind).num_params(cfg) if cfg.stream.dynamic else 0)
 
     @classmethod
-    def extra_flops(cls, cfg: ModelConfig, connections: int) -> int:
-        """Per connection the read and the mix ((1 + n)·n·d multiply-adds) and the write (n·d); the merge's
-        sum (n·d additions, left out); forward and backward, 6 FLOPs per multiply-add."""
+    def connection_flops(cls, cfg: ModelConfig) -> int:
+        """The read and the mix ((1 + n)·n·d multiply-adds) and the write (n·d); forward and backward, 6 FLOPs
+        per multiply-add. The merge's sum (n·d additions) is left out."""
         n, d = cfg.stream.n, cfg.d_model
-        return 6 * d * connections * ((1 + n) * n + n)
+        return 6 * d * ((1 + n) * n + n)
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:

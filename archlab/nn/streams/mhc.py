@@ -155,13 +155,17 @@ class MHC(Stream):
         return connection_rows(cfg) * (n * cfg.d_model + 1) + (3 if mixes else 2)
 
     @classmethod
-    def extra_flops(cls, cfg: ModelConfig, connections: int) -> int:
-        """Per connection the collapse and the expansion (n·d multiply-adds each) and the mix (n²·d); the
-        merge's collapse (n·d); forward and backward, 6 FLOPs per multiply-add. Sinkhorn's n²·iters per
-        token does not grow with the width: left out. ``mix: none``: no mix."""
+    def connection_flops(cls, cfg: ModelConfig) -> int:
+        """The collapse and the expansion (n·d multiply-adds each) and the mix (n²·d); forward and backward,
+        6 FLOPs per multiply-add. Sinkhorn's n²·iters per token does not grow with the width: left out.
+        ``mix: none``: no mix."""
         n, d = cfg.stream.n, cfg.d_model
-        mix = n * n if cfg.stream.mix == "sinkhorn" else 0
-        return 6 * d * (connections * (mix + 2 * n) + n)
+        return 6 * d * ((n * n if cfg.stream.mix == "sinkhorn" else 0) + 2 * n)
+
+    @classmethod
+    def merge_flops(cls, cfg: ModelConfig) -> int:
+        """The merge's collapse (n·d multiply-adds), forward and backward."""
+        return 6 * cfg.d_model * cfg.stream.n
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
