@@ -104,11 +104,17 @@ def check_layer_stream(model: ModelConfig, layer: ModelConfig, where: str) -> No
     """A layer kind's stream (``layer.stream``; ``where``: ``model.layers.kinds.<kind>.stream``) joins its layers
     to the model's streams, which stay the model's (how many, widened and merged once): so the same number of
     them, joined alike (per sublayer, or around the whole layer), and one stream where the model has one."""
-    ours, theirs = STREAMS.get(model.stream.kind), STREAMS.get(layer.stream.kind)
-    if (theirs.multiple, theirs.wraps_layers) != (ours.multiple, ours.wraps_layers):
+    ours = STREAMS.get(model.stream.kind)
+    if _joins(STREAMS.get(layer.stream.kind)) != _joins(ours):
         alike = [k for k in STREAMS.names() if _joins(STREAMS.get(k)) == _joins(ours)]
-        why = "one stream" if not ours.multiple else "around whole layers" if ours.wraps_layers else "per sublayer"
-        allowed = f"{' or '.join(alike)} with model.stream.kind={model.stream.kind} (its streams joined {why})"
+        why = (
+            "one stream; several are the model's, model.stream.kind"
+            if not ours.multiple
+            else "its copies wrap whole layers"
+            if ours.wraps_layers
+            else "a connection per sublayer to its streams"
+        )
+        allowed = f"{' or '.join(alike)} with model.stream.kind={model.stream.kind} ({why})"
         raise ConfigError(f"{where}.kind", layer.stream.kind, allowed)
     if ours.multiple and layer.stream.n != model.stream.n:
         raise ConfigError(
