@@ -5,7 +5,8 @@ attention layers beside pre-norm ones; the final norm stays the model's block's)
 another whole (``attention: {kind: mamba2, ...}``: that mixer's own fields, the model's ``n_head``;
 ``mlp: {kind: swiglu, d_ff: ...}``: that MLP's fields, those it shares with the model's kept), or its layers'
 connections to the model's residual streams (``stream: {kind: mhc}``: on the model's ``n`` streams, which the
-model widens and merges). Everything built or counted per layer reads ``layer_configs``: a layer's config is the model's with its kind's fields merged in."""
+model widens and merges). Everything built or counted per layer reads ``layer_configs``: a layer's config is
+the model's with its kind's fields merged in."""
 
 from __future__ import annotations
 

@@ -247,8 +247,8 @@ class SharedConfig:
 @dataclass
 class LayersConfig:
     """``model.layers``: layers that differ (``archlab.config.layers``). Named kinds, each overriding fields
-    of the model's ``attention``, ``position``, ``mlp``, ``block`` and ``stream``, and the layers each kind is given: the
-    first ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts.
+    of the model's ``attention``, ``position``, ``mlp``, ``block`` and ``stream``, and the layers each kind is
+    given: the first ones by ``first``, the rest by ``pattern`` cycled; a layer given no kind has the model's own parts.
     ``loop``: a range of layers run again, with the same weights; ``shared``: weight-shared blocks feeding layers."""
 
     kinds: Any = None  # name -> {attention: {window: 512}, position: {kind: none}} (untyped: set from the command line)
