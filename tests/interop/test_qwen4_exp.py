@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from archlab import build_model
 from archlab.accounting import count
 from archlab.config.layers import layer_configs
-from archlab.interop.hf import archlab_state_to_hf, config_from_hf, from_hf, load_hf_dir, save_hf_dir
+from archlab.interop.hf import archlab_state_to_hf, config_from_hf, from_hf, load_hf_dir
 
 transformers = pytest.importorskip("transformers")
 
@@ -95,7 +95,15 @@ def test_the_config_is_read_as_its_parts():
     ple_embed_dim of d_model reads as null; the indexer's keys, the streams and the gate as set."""
     cfg = config_from_hf(parity.hf_config(HF_CASES, "qwen4-exp"))
     g = cfg.ngram_input
-    assert (g.layers, g.boundary, g.dim, g.order, g.heads, g.table_base, g.table_multiple) == ([0, 2], EOS, 48, 3, 2, 100, 16)
+    assert (g.layers, g.boundary, g.dim, g.order, g.heads, g.table_base, g.table_multiple) == (
+        [0, 2],
+        EOS,
+        48,
+        3,
+        2,
+        100,
+        16,
+    )
     assert (cfg.stream.kind, cfg.stream.n, cfg.stream.rank) == ("gated", 2, 6)
     assert (cfg.block.attn_norm, cfg.block.mlp_norm, cfg.block.final_norm) == (False, False, False)
     a = cfg.attention
@@ -104,7 +112,12 @@ def test_the_config_is_read_as_its_parts():
     assert gates == ["sigmoid", "sigmoid"]
     silu = config_from_hf(parity.hf_config(HF_CASES, "qwen4-exp-silu"))
     assert silu.ngram_input.layers == [2, 3] and silu.ngram_input.dim is None
-    assert [lc.attention.kind for lc in layer_configs(silu)] == ["gated_deltanet", "qsa", "gated_deltanet", "gated_deltanet"]
+    assert [lc.attention.kind for lc in layer_configs(silu)] == [
+        "gated_deltanet",
+        "qsa",
+        "gated_deltanet",
+        "gated_deltanet",
+    ]
     assert {lc.attention.output_gate for lc in layer_configs(silu) if lc.attention.kind == "gated_deltanet"} == {"silu"}
 
 
@@ -160,7 +173,9 @@ def test_a_missing_shard_is_refused(tmp_path):
         load_hf_dir(tmp_path)
 
 
-INDEXER = dict(indexer_n_heads=8, indexer_kv_heads=1, indexer_head_dim=256, indexer_budget=2048, indexer_compress_ratio=64)
+INDEXER = dict(
+    indexer_n_heads=8, indexer_kv_heads=1, indexer_head_dim=256, indexer_budget=2048, indexer_compress_ratio=64
+)
 
 
 @pytest.mark.parametrize("ple", [{}, dict(ple_layer_ids=[1, 2], eos_token_id=248044)])
@@ -189,6 +204,7 @@ def test_the_count_is_transformers_on_the_default_config(ple):
         (dict(indexer_kv_heads=2), "indexer_kv_heads"),
         (dict(indexer_budget=None), "indexer_budget"),
         (dict(num_experts=0), "num_experts"),
+        (dict(eos_token_id=[V]), "eos_token_id"),  # no token: its n-grams' document end
         (dict(rope_parameters=dict(rope_type="linear", rope_theta=100.0, factor=2.0)), "rope_parameters.rope_type"),
     ],
 )

@@ -184,6 +184,8 @@ class Qwen4Exp(Qwen3_5Moe):
         cfg.stream = GatedConfig(n=c.hc_count, rank=c.hc_lowrank)
         cfg.block = BlockConfig(kind="pre", attn_norm=False, mlp_norm=False, final_norm=False)
         eos = c.eos_token_id[0] if isinstance(c.eos_token_id, list) and c.eos_token_id else c.eos_token_id
+        if c.ple_layer_ids and not (isinstance(eos, int) and 0 <= eos < c.vocab_size):
+            refuse_hf(c, "eos_token_id", "a token id below vocab_size (the document end no n-gram crosses)")
         cfg.ngram_input = NGramInputConfig(
             layers=[i - 1 for i in c.ple_layer_ids],
             dim=None if c.ple_embed_dim == c.hidden_size else c.ple_embed_dim,
@@ -252,7 +254,7 @@ class Qwen4Exp(Qwen3_5Moe):
                 key = f"{_ple(i)}.ple_embedding.{name}"
                 held = out.pop(key, None)
                 if held is not None and not torch.equal(held.cpu(), expected):
-                    allowed = f"{expected.tolist()} (what its config's ngram_size, seed and vocab sizes give)"
+                    allowed = "the hash constants its ngram_size, seed and vocab sizes give (archlab computes them)"
                     raise ConfigError(key, held.tolist(), allowed)
         return out
 
