@@ -36,6 +36,7 @@ from archlab.interop.families.tensors import TensorMap, join, split
 from archlab.interop.nearest import nearest
 from archlab.interop.wrapped import language_model_state, text_config
 from archlab.nn.model import Decoder
+from archlab.nn.ngram_embedding import NGramEmbedding
 from archlab.nn.validation import validate
 
 # Buffers that older checkpoints carry: causal masks (GPT-2, GPT-J, GPT-NeoX) and rotary frequencies; and
@@ -316,9 +317,17 @@ def _hf_weights(family: Family, hf_config: Any, state: dict[str, Tensor]) -> dic
 
 
 def _decoder(cfg: ModelConfig, state: dict[str, Tensor]) -> Decoder:
-    """An archlab Decoder holding ``state``'s tensors (built on meta, so nothing is initialised twice)."""
+    """An archlab Decoder holding ``state``'s tensors (built on meta, so nothing is initialised twice), its
+    buffers that no state dict holds (a MoE's load count, the n-gram hash constants) computed again."""
     model = build_model(cfg, device="meta")
     model.load_state_dict(state, strict=True, assign=True)
+    device = model.tok_emb.weight.device
+    for module in model.modules():  # buffers no state dict holds (not persistent): built again off meta
+        for name, buffer in module.named_buffers(recurse=False):
+            if buffer.is_meta:
+                setattr(module, name, torch.zeros_like(buffer, device=device))
+        if isinstance(module, NGramEmbedding):  # its hash constants, from the config
+            module.reset_constants()
     if cfg.head.tied:  # assign replaced both parameters: make the head the embedding again
         model.head.tie(model.tok_emb)
     return model

@@ -1,6 +1,6 @@
 """The language model of a vision-language checkpoint (archlab/interop/wrapped.py): ``from_hf`` and
 ``load_hf_dir`` on transformers' wrappers whose text config a record holds (Gemma 3, Qwen3.5, Qwen3.5-MoE,
-Llama 4, Emu3, Aria, Step-3.7, Gemma 4, Cohere Compass, Apertus 1.5, dots.3-note; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
+Llama 4, Emu3, Aria, Step-3.7, Gemma 4, Cohere Compass, Apertus 1.5, dots.3-note, Qwen4-Exp; LLaVA, which takes any text config, with a LLaMA's) read the language model alone,
 say in one logged line what they leave out (the vision tower, the projector, Emu3's VQ-VAE, dots.3-note's audio tower), and export it as the
 text-only class.
 
@@ -27,6 +27,7 @@ from archlab.interop.families.step_lm import causal_lm_class
 from archlab.interop.hf import from_hf, load_hf_dir, save_hf_dir, to_hf
 from archlab.interop.wrapped import language_model_state
 from interop.test_dots3_note import KEYS as DOTS3_TEXT
+from interop.test_qwen4_exp import HF_CASES as QWEN4_CASES
 
 transformers = pytest.importorskip("transformers")
 
@@ -64,6 +65,7 @@ VQ = dict(
     attn_resolutions=[],
     latent_channels=4,
 )
+QWEN4_TEXT = QWEN4_CASES["qwen4-exp"][2]
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=32)
 # case -> (config class, its keys, the text-only class it exports as, the parts left out)
 CASES = {
@@ -123,6 +125,14 @@ CASES = {
         "Qwen3_5MoeConfig",
         dict(text_config=dict(QWEN_TEXT, **MOE), vision_config=QWEN_VISION),
         "Qwen3NextForCausalLM",
+        "model.visual",
+    ),
+    # Qwen4-Exp's text config (tests/interop/test_qwen4_exp.py's: gated streams, qsa, n-gram inputs) beside
+    # Qwen3.5's vision tower
+    "qwen4_exp": (
+        "Qwen4ExpConfig",
+        dict(text_config=QWEN4_TEXT, vision_config=QWEN_VISION),
+        "Qwen4ExpForCausalLM",
         "model.visual",
     ),
     "llama4": (
@@ -308,7 +318,8 @@ def test_qwen3_5_moe_s_language_model_exports_as_its_own_text_class_by_family():
 
 
 @pytest.mark.parametrize(
-    "case", ["gemma3", "gemma4", "qwen3_5_moe", "llama4", "emu3", "step3p7", "cohere_compass", "dots3_note"]
+    "case",
+    ["gemma3", "gemma4", "qwen3_5_moe", "qwen4_exp", "llama4", "emu3", "step3p7", "cohere_compass", "dots3_note"],
 )
 def test_a_save_pretrained_directory_loads_and_saves_as_the_text_class(case, tmp_path, caplog):
     """save_pretrained of the wrapper (Gemma 3's names ``language_model.model.*``, Step-3.7's MoE as

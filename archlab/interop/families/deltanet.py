@@ -108,10 +108,12 @@ def _deltanet_rest(t: Tensors, archlab: str, hf: str) -> None:
     t.add(f"{archlab}.proj", f"{hf}.out_proj")
 
 
-def linear_layer_problems(cfg: ModelConfig, kind: str | None, lc: ModelConfig) -> list[Problem]:
+def linear_layer_problems(
+    cfg: ModelConfig, kind: str | None, lc: ModelConfig, gates: tuple[str, ...] = ("silu",)
+) -> list[Problem]:
     """What a Gated DeltaNet layer (of layer kind ``kind``) sets that Qwen3-Next's and Lara-Mini's linear layers
-    cannot hold: β in (0, 2), an output norm eps of its own, a sigmoid output gate (their gated norm is
-    norm(o)·silu(z) at rms_norm_eps)."""
+    cannot hold: β in (0, 2), an output norm eps of its own, an output gate not among ``gates`` (their gated
+    norm is norm(o)·silu(z) at rms_norm_eps; Qwen4-Exp's gates by silu or sigmoid)."""
     a, field = lc.attention, kind_field(cfg, kind, "model.attention")
     found = []
     if a.allow_neg_eigval:
@@ -119,6 +121,7 @@ def linear_layer_problems(cfg: ModelConfig, kind: str | None, lc: ModelConfig) -
     if a.norm_eps not in (None, cfg.norm.eps):
         why = " (its linear layers' norm is at rms_norm_eps)"
         found.append(Problem(f"{field}.norm_eps", a.norm_eps, f"null or model.norm.eps={cfg.norm.eps}", why))
-    if a.output_gate != "silu":
-        found.append(Problem(f"{field}.output_gate", a.output_gate, "silu", " (its linear layers gate by silu)"))
+    if a.output_gate not in gates:
+        why = f" (its linear layers gate by {' or '.join(gates)})"
+        found.append(Problem(f"{field}.output_gate", a.output_gate, " or ".join(gates), why))
     return found

@@ -79,6 +79,7 @@ class Qwen3Next(Family):
 
     mixer_kinds = ("gated_deltanet",)
     deltanet_tensors = staticmethod(deltanet_tensors_grouped)  # its Gated DeltaNet's projections (``deltanet``)
+    output_gates: tuple[str, ...] = ("silu",)  # its linear layers' output gates (deltanet.linear_layer_problems)
 
     model_type, title, model_class, config_class = "qwen3_next", "Qwen3-Next", "Qwen3NextForCausalLM", "Qwen3NextConfig"
     prefix = "model."
@@ -159,7 +160,7 @@ class Qwen3Next(Family):
             wanted.append(("mlp", lc.mlp, dense_mlp if dense else cfg.mlp, why))
             layered.extend(section_problems(cfg, kind, wanted, self.title))
             if is_deltanet(lc):
-                layered.extend(linear_layer_problems(cfg, kind, lc))
+                layered.extend(linear_layer_problems(cfg, kind, lc, self.output_gates))
         return first_per_field(layered)
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:

@@ -26,16 +26,6 @@ class Refused(NamedTuple):
 
 REFUSED: dict[str, Refused] = {
     # linear-attention, state-space, recurrent and convolution mixers
-    "qwen4_exp_text": Refused(
-        "Qwen4-Exp",
-        "Qwen4ExpForCausalLM",
-        "no record yet (its mapping): its parts are held, `gated` streams, `ngram_input`, `qsa`, `mlp_norm`/`final_norm` off",
-    ),
-    "qwen4_exp": Refused(
-        "Qwen4-Exp (vision-language)",
-        "Qwen4ExpForCausalLM",
-        "its text model has no record yet (its mapping): its parts are held, `gated` streams, `ngram_input`, `qsa`",
-    ),
     "zaya": Refused(
         "ZAYA",
         "ZayaForCausalLM",
@@ -138,6 +128,7 @@ WRAPPED: dict[str, Wrapped] = {
     "llama4": Wrapped("Llama 4 (vision-language)", "Llama4ForConditionalGeneration", "llama4_text"),
     "qwen3_5": Wrapped("Qwen3.5 (vision-language)", "Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
     "qwen3_5_moe": Wrapped("Qwen3.5-MoE (vision-language)", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text"),
+    "qwen4_exp": Wrapped("Qwen4-Exp (vision-language)", "Qwen4ExpForConditionalGeneration", "qwen4_exp_text"),
     "step3p7": Wrapped("Step-3.7 (vision-language)", "Step3p7ForConditionalGeneration", "step3p5"),
 }
 

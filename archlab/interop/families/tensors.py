@@ -44,7 +44,9 @@ class TensorMap(NamedTuple):
         then a; ``sizes`` = (key_heads, key_head_dim, n_head, v_head_dim)); ``depthwise_conv`` (nn.Conv1d's
         depthwise weight [C, 1, K], archlab's [C, K]); ``halves_interleaved`` (Zamba's Mamba in_proj: rows x_0, z_0,
     x_1, z_1, ...; archlab's every x row, then every z row); ``heads_merged`` (a tensor of shape ``sizes`` [H, n,
-    ...] per head, as Zamba's Mamba holds x_proj, dt_proj, A_log and D; archlab's its first two dims merged)."""
+    ...] per head, as Zamba's Mamba holds x_proj, dt_proj, A_log and D; archlab's its first two dims merged);
+    ``unflattened`` (a tensor HF holds flat, [n·d], that archlab holds of shape ``sizes``: Qwen4-Exp's stream norm
+    scales, one row per stream)."""
 
     archlab: str
     hf: tuple[str, ...]
@@ -112,6 +114,8 @@ def join(m: TensorMap, parts: list[Tensor], copy: bool) -> Tensor:
         return parts[0].unflatten(0, (-1, 2)).transpose(0, 1).flatten(0, 1).contiguous()
     if m.layout == "heads_merged":  # HF's [H, n, ...]: archlab's [H·n, ...]
         return parts[0].flatten(0, 1).clone() if copy else parts[0].flatten(0, 1)
+    if m.layout == "unflattened":  # HF's [n·d]: archlab's [n, d] = sizes
+        return parts[0].reshape(m.sizes).clone() if copy else parts[0].reshape(m.sizes)
     return parts[0].detach().clone() if copy else parts[0]
 
 
@@ -170,6 +174,8 @@ def split(m: TensorMap, tensor: Tensor, others: tuple[Tensor, ...] = ()) -> list
         return [tensor.unflatten(0, (2, -1)).transpose(0, 1).flatten(0, 1).contiguous()]
     if m.layout == "heads_merged":
         return [tensor.reshape(m.sizes).contiguous()]
+    if m.layout == "unflattened":
+        return [tensor.flatten().contiguous()]
     return [tensor]
 
 
