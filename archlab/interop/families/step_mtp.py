@@ -45,9 +45,10 @@ def swiglu_bound(values: Any, i: int) -> float | None:
 def clamps(lc: ModelConfig) -> tuple[float, float]:
     """A layer's entries of ``swiglu_limits`` and ``swiglu_limits_shared`` (0: no clamp; a dense layer's
     clamp is its shared entry)."""
+    own = getattr(lc.mlp, "swiglu_limit", None) or 0.0  # an MLP of another kind than SwiGLU: refused apart
     if is_dense(lc):
-        return 0.0, lc.mlp.swiglu_limit or 0.0
-    return lc.mlp.swiglu_limit or 0.0, shared_config(lc).mlp.swiglu_limit or 0.0
+        return 0.0, own
+    return own, getattr(shared_config(lc).mlp, "swiglu_limit", None) or 0.0
 
 
 def read_mtp(c: Any, depth: int, types: list[str], heads: dict[str, int]) -> StepLayer:
@@ -142,8 +143,8 @@ def mtp_problems(family: Family, varies: frozenset[str], cfg: ModelConfig) -> li
     for k in range(min(depth, cfg.n_layer)):
         want_routed, want_shared = clamps(layers[k])
         if not is_dense(lc) and routed != want_routed:
-            found.append(Problem(named("model.mlp.swiglu_limit"), lc.mlp.swiglu_limit, fmt(want_routed), _ALIASED))
+            found.append(Problem(named("model.mlp.swiglu_limit"), routed, fmt(want_routed), _ALIASED))
         if shared != want_shared:
             field = "model.mlp.swiglu_limit" if is_dense(lc) else "model.mlp.shared_swiglu_limit"
-            found.append(Problem(named(field), value_of(lc, field), fmt(want_shared), _ALIASED))
+            found.append(Problem(named(field), shared, fmt(want_shared), _ALIASED))
     return found
