@@ -25,6 +25,7 @@ from archlab.speculative import speculate
 transformers = pytest.importorskip("transformers")
 from transformers.modeling_layers import MtpModel  # noqa: E402
 
+from interop.test_bailing_hybrid import HF_CASES as BAILING  # noqa: E402
 from interop.test_deepseek import HF_CASES as DEEPSEEK  # noqa: E402
 from interop.test_glm4_moe import HF_CASES as GLM  # noqa: E402
 from interop.test_mellum import HF_CASES as MELLUM  # noqa: E402
@@ -40,7 +41,11 @@ CASES = {
     # DeepSeek-V3's and GLM-4.5's classes under other model_types (written as their own, not the layouts' export)
     "sarvam_mla": (SARVAM_MLA, "sarvam_mla"),
     "sarvam_moe": (SARVAM_MOE, "sarvam_moe"),
+    # KDA and MLA layers, its MTP layer an MLA MoE one (MtpModel needs the config's MTP types, which archlab writes)
+    "bailing_hybrid": (BAILING, "groups"),
 }
+# what a config must say of its MTP layers for transformers to build them (none of these checkpoints' configs do)
+MTP_TYPES = {"bailing_hybrid": dict(mtp_layer_types=["full_attention"], mtp_mlp_layer_types=["sparse"])}
 LAYERS = [case for case in CASES if FAMILIES[case].mtp_scheme == "layers"]
 
 
@@ -122,6 +127,8 @@ def test_a_checkpoint_with_its_mtp_layer_loads_with_transformers_logits(case, tm
 
     hf_model = hf_main(case, 4)
     hf_model.config.num_mtp_layers = 1  # the count its checkpoints' config gives
+    for key, value in MTP_TYPES.get(case, {}).items():
+        setattr(hf_model.config, key, value)
     mtp = parity.randomize(MtpModel(hf_model, 1), 6).eval()
     mtp.tie_with_main_model(hf_model)  # the embedding and head drawn with the model's
     hf_model.save_pretrained(str(tmp_path))
