@@ -6,8 +6,9 @@ every weight and buffer random. transformers has no causal-LM class for step3p5:
 (which raises on a missing tensor) with archlab's MTP logits; a checkpoint written from ``MtpModel``'s tensors
 by Step's checkpoint names (save_pretrained's stacked experts, or the published ``moe.*`` / ``share_expert``)
 loads into archlab with the same logits and drafts speculative decoding's tokens; archlab -> files -> archlab
-is bit-identical. The modules' layer is read from ``mtp_layer_types`` / ``mtp_mlp_layer_types`` and the clamps
-transformers gives MTP layer k (the model's layer k's); MTP layers archlab cannot give one kind are refused."""
+is bit-identical; Step-3.7's vision-language checkpoint with MTP layers loads its modules alike. The modules'
+layer is read from ``mtp_layer_types`` / ``mtp_mlp_layer_types`` and the clamps transformers gives MTP layer k
+(the model's layer k's); MTP layers archlab cannot give one kind are refused."""
 
 import json
 
@@ -258,3 +259,37 @@ def test_a_modules_clamp_transformers_would_not_give_it_is_refused():
     cfg.layers.kinds["sliding_dense_clamp0p6"]["mlp"]["swiglu_limit"] = 0.7
     with pytest.raises(ConfigError, match=r"kinds\.sliding_dense_clamp0p6\.mlp\.swiglu_limit"):
         config_to_hf(cfg, "step3p5")
+
+
+def test_a_step_3_7_checkpoint_with_its_mtp_layers_loads_with_transformers_logits(tmp_path):
+    """Step-3.7's vision-language checkpoint (read as its Step-3.5 language model) with its MTP layers by the
+    published names beside the model's: the modules load with the logits of transformers' MtpModel drafting
+    for Step3p7ForConditionalGeneration (its head the wrapper's lm_head)."""
+    from safetensors.torch import load_file, save_file
+
+    from interop.test_step import VISION
+
+    config = transformers.Step3p7Config(text_config=hf_config("sliding-dense").to_dict(), vision_config=VISION)
+    config.text_config._attn_implementation = config.text_config._experts_implementation = "eager"
+    ref = randomize(transformers.Step3p7ForConditionalGeneration(config), 4)
+    mtp = parity.randomize(MtpModel(ref, 1), 6).eval()
+    mtp.tie_with_main_model(ref)
+    ref.save_pretrained(str(tmp_path))
+    file = tmp_path / "model.safetensors"
+    held = load_file(str(file))
+    assert "model.embed_tokens.weight" in held  # saved by the published names: model.*, vision_model.*
+    tensors = checkpoint_names(mtp, config.text_config.num_hidden_layers, published=True)
+    save_file({**held, **tensors}, str(file), metadata={"format": "pt"})
+    model = load_hf_dir(tmp_path).eval()
+    assert (model.cfg.head.mtp.depth, model.cfg.head.mtp.layer) == (1, KIND["sliding-dense"])
+    idx = torch.randint(0, model.cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    ours = archlab_chain(model, idx, 1)
+    with torch.no_grad():
+        state = ref.model.language_model(idx).last_hidden_state
+        positions = torch.arange(12)[None].expand(2, -1)
+        theirs = [
+            ref(idx).logits,
+            mtp._project_to_logits(mtp.forward_layer(0, state[:, :-1], positions[:, 1:], None, input_ids=idx[:, 1:])),
+        ]
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
