@@ -29,7 +29,7 @@ from archlab.interop.families.base import Family, Problem
 from archlab.interop.families.dense import dense_family
 from archlab.interop.families.experts import unstack_experts
 from archlab.interop.families.moe import sparse_family
-from archlab.interop.families.mtp import checkpoint_depth, mtp_maps, take, with_depth
+from archlab.interop.families.mtp import checkpoint_depth, mtp_maps, take
 from archlab.interop.families.mtp import copies as mtp_copies
 from archlab.interop.families.refused import NOT_DECODER
 from archlab.interop.families.tensors import TensorMap, join, split
@@ -286,7 +286,7 @@ def mtp_state_to_hf(cfg: Any, state: dict[str, Tensor], family: str | None = Non
         return out
     main = {m.hf[0]: state[m.archlab] for m in record.tensors(cfg) if m.archlab in ("tok_emb.weight", "head.weight")}
     matrices = getattr(record, "expert_matrices", ("gate_proj", "up_proj", "down_proj"))
-    return {**unstack_experts(out, matrices), **mtp_copies(record, cfg, main)}
+    return {**(out if record.mtp_stacked else unstack_experts(out, matrices)), **mtp_copies(record, cfg, main)}
 
 
 def write_mtp(path: Path, cfg: Any, state: dict[str, Tensor], family: str | None = None) -> None:
@@ -418,7 +418,7 @@ def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None, famil
     depth = checkpoint_depth(family_record, hf_config, state)  # multi-token prediction modules it holds
     modules: dict[str, Tensor] = {}
     if depth:
-        cfg = validate(with_depth(cfg, depth, family_record.mtp_layer_kind))
+        cfg = validate(family_record.with_mtp(cfg, hf_config, depth))
         modules, state = take(family_record, cfg, state)  # read apart: the family's reading drops them
     state = _hf_weights(family_record, hf_config, {**family_record.from_checkpoint(cfg, state), **modules})
     state = hf_state_to_archlab(cfg, state, copy=False, family=family_record.model_type)

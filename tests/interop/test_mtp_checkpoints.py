@@ -1,10 +1,12 @@
 """Multi-token prediction modules in Hugging Face checkpoints (archlab/interop/families/mtp.py): transformers'
-causal-LM classes drop DeepSeek-V3's and GLM-4.5's MTP layers (``model.layers.<n_layer>.*``), so archlab reads
-and writes them in the checkpoint files. Checked against transformers' own ``MtpModel`` (what
-``generate(..., use_mtp=True)`` drafts with), every weight and buffer random: a checkpoint archlab writes loads
-into ``MtpModel.from_pretrained`` (which raises on a missing tensor) and gives its logits; a checkpoint
-written from ``MtpModel``'s tensors by the names DeepSeek's checkpoints use loads into archlab with the same
-logits; archlab -> files -> archlab is bit-identical; the loaded model drafts for speculative decoding."""
+causal-LM classes drop DeepSeek-V3's and GLM-4.5's MTP layers (``model.layers.<n_layer>.*``; the Sarvam
+models' in the same classes), so archlab reads and writes them in the checkpoint files (Step-3.5's:
+test_step_mtp.py). Checked against transformers' own ``MtpModel`` (what ``generate(..., use_mtp=True)``
+drafts with), every weight and buffer random: a checkpoint archlab writes loads into
+``MtpModel.from_pretrained`` (which raises on a missing tensor) and gives its logits; a checkpoint written
+from ``MtpModel``'s tensors by the names DeepSeek's checkpoints use (each family of that scheme) loads into
+archlab with the same logits; archlab -> files -> archlab is bit-identical; the loaded model drafts for
+speculative decoding."""
 
 import json
 
@@ -23,9 +25,12 @@ from archlab.speculative import speculate
 transformers = pytest.importorskip("transformers")
 from transformers.modeling_layers import MtpModel  # noqa: E402
 
+from interop.test_bailing_hybrid import HF_CASES as BAILING  # noqa: E402
 from interop.test_deepseek import HF_CASES as DEEPSEEK  # noqa: E402
 from interop.test_glm4_moe import HF_CASES as GLM  # noqa: E402
 from interop.test_mellum import HF_CASES as MELLUM  # noqa: E402
+from interop.test_sarvam_mla import HF_CASES as SARVAM_MLA  # noqa: E402
+from interop.test_sarvam_moe import HF_CASES as SARVAM_MOE  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_thread")  # tiny models: one intra-op thread
 
@@ -33,7 +38,15 @@ CASES = {
     "deepseek_v3": (DEEPSEEK, "deepseek_v3-yarn-groups"),
     "glm4_moe": (GLM, "glm4_moe"),
     "mellum": (MELLUM, "mellum"),  # Qwen3-Next's names: mtp.fc, mtp.pre_fc_norm_*, mtp.norm, mtp.layers.0
+    # DeepSeek-V3's and GLM-4.5's classes under other model_types (written as their own, not the layouts' export)
+    "sarvam_mla": (SARVAM_MLA, "sarvam_mla"),
+    "sarvam_moe": (SARVAM_MOE, "sarvam_moe"),
+    # KDA and MLA layers, its MTP layer an MLA MoE one (MtpModel needs the config's MTP types, which archlab writes)
+    "bailing_hybrid": (BAILING, "groups"),
 }
+# what a config must say of its MTP layers for transformers to build them (none of these checkpoints' configs do)
+MTP_TYPES = {"bailing_hybrid": dict(mtp_layer_types=["full_attention"], mtp_mlp_layer_types=["sparse"])}
+LAYERS = [case for case in CASES if FAMILIES[case].mtp_scheme == "layers"]
 
 
 def hf_main(case, seed):
@@ -75,7 +88,8 @@ def load_mtp(case, path, n_layer):
 def test_a_checkpoint_archlab_writes_is_read_by_transformers_mtp_model(case, tmp_path):
     cfg = with_depth(from_hf(hf_main(case, 3)).cfg, 1, FAMILIES[case].mtp_layer_kind)
     model = parity.randomize(build_model(cfg), 5).eval()
-    save_hf_dir(model, tmp_path)
+    save_hf_dir(model, tmp_path, family=case)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == case
     hf_model, mtp = load_mtp(case, tmp_path, cfg.n_layer)
     idx = torch.randint(0, cfg.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
     for ours, theirs in zip(archlab_logits(model, idx), reference(hf_model, mtp, idx)):
@@ -107,10 +121,14 @@ def checkpoint_names(mtp, n_layer):
     return out
 
 
-def test_a_deepseek_checkpoint_with_its_mtp_layer_loads_with_transformers_logits(tmp_path):
+@pytest.mark.parametrize("case", LAYERS)
+def test_a_checkpoint_with_its_mtp_layer_loads_with_transformers_logits(case, tmp_path):
     from safetensors.torch import load_file, save_file
 
-    hf_model = hf_main("deepseek_v3", 4)
+    hf_model = hf_main(case, 4)
+    hf_model.config.num_mtp_layers = 1  # the count its checkpoints' config gives
+    for key, value in MTP_TYPES.get(case, {}).items():
+        setattr(hf_model.config, key, value)
     mtp = parity.randomize(MtpModel(hf_model, 1), 6).eval()
     mtp.tie_with_main_model(hf_model)  # the embedding and head drawn with the model's
     hf_model.save_pretrained(str(tmp_path))

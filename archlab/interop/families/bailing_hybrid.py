@@ -11,9 +11,10 @@ dense SwiGLU as ``mlp_layer_types`` says) with three changes, each an archlab fi
 - layouts come as ``layer_group_size`` (every group's last layer MLA) and ``first_k_dense_replace`` where
   ``layer_types`` and ``mlp_layer_types`` are unset; both lists are written out.
 
-Its multi-token-prediction layers (``num_mtp_layers``, stored after the decoder as ``model.layers.<n_layer+i>``)
-are not part of causal inference: transformers drops them on loading, and so does ``from_checkpoint``; written
-back as ``num_mtp_layers`` 0."""
+Its multi-token-prediction layers (``num_mtp_layers``, stored after the decoder as ``model.layers.<n_layer+i>``),
+which transformers' causal LM drops, are read and written beside it as DeepSeek-V3's (``families/mtp.py``), each
+an MLA MoE layer, the model's own parts; transformers' ``MtpModel`` builds them only from a config that names
+their types (``mtp_layer_types``, ``mtp_mlp_layer_types``), which archlab writes."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from archlab.interop.families.deepseek import LATENT_EPS, mla_tensors
 from archlab.interop.families.experts import is_dense, pre_norm_tensors
 from archlab.interop.families.glm4_moe import without_mtp
 from archlab.interop.families.kimi_linear import FULL, LINEAR, KimiLinear, is_kda
+from archlab.interop.families.mtp import MTP_FEATURES, MTP_RULE
 from archlab.interop.families.rope import rope_from_hf, rope_to_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
+from archlab.interop.families.values import refuse_hf
 from archlab.nn.mixers.mla import MLAConfig
 
 GATE, SCALING = "model.attention.gate", "model.position.scaling"
@@ -56,7 +59,8 @@ class BailingHybrid(KimiLinear):
     position_kind = "rope"
     position_why = " (its MLA layers rotate qk_rope_head_dim dims)"
     scalings = ("none", "yarn")
-    features = frozenset({LATENT_EPS, GATE, f"{SCALING}.kind", f"{SCALING}.truncate"}) | LAYERS
+    features = frozenset({LATENT_EPS, GATE, f"{SCALING}.kind", f"{SCALING}.truncate"}) | LAYERS | MTP_FEATURES
+    mtp_keys = ("num_mtp_layers",)
     kda_rules = (("gate_rank", 0, " (its f_proj and g_proj are full-size)"),)
     layer_positions = "one RoPE for every layer"
     expert_matrices = ("gate_proj", "up_proj", "down_proj")
@@ -73,7 +77,17 @@ class BailingHybrid(KimiLinear):
         return super().family_rules(cfg) + [
             (GATE, ("head",), " (its MLA layers always gate each head by g_proj)"),
             ("model.position.pairing", ("interleaved",), " (its MLA layers rotate interleaved pairs)"),
+            MTP_RULE,
+            *([("model.mlp.kind", ("moe",), " (its MTP layers are MLA MoE layers)")] if cfg.head.mtp.depth else []),
         ]
+
+    def with_mtp(self, cfg: ModelConfig, c: Any, depth: int) -> ModelConfig:
+        """The modules' blocks the model's own parts: MLA MoE layers, as the config's MTP types say where given."""
+        for key, kind in (("mtp_layer_types", FULL), ("mtp_mlp_layer_types", "sparse")):
+            types = getattr(c, key, None)
+            if types is not None and list(types) != [kind] * depth:
+                refuse_hf(c, key, f"{depth} x {kind!r} (archlab's modules are of the model's own MLA MoE parts)", types)
+        return super().with_mtp(cfg, c, depth)
 
     def part_problems(self, cfg: ModelConfig) -> list[Problem]:
         """Kimi-Linear's, and KDA heads as many as the MLA layers' (one num_attention_heads sets both)."""
@@ -92,9 +106,13 @@ class BailingHybrid(KimiLinear):
         dense = [is_dense(lc) for lc in lcs]
         out |= dict(
             rope_parameters=rope_to_hf(cfg),
-            num_mtp_layers=0,
+            num_mtp_layers=cfg.head.mtp.depth,
             first_k_dense_replace=dense.index(False) if False in dense else len(dense),
         )
+        if cfg.head.mtp.depth:  # what transformers' MtpModel builds them from (an MLA MoE layer each)
+            out |= dict(
+                mtp_layer_types=[FULL] * cfg.head.mtp.depth, mtp_mlp_layer_types=["sparse"] * cfg.head.mtp.depth
+            )
         size = group_size(out["layer_types"])
         if size is not None:
             out["layer_group_size"] = size
@@ -124,7 +142,8 @@ class BailingHybrid(KimiLinear):
         return pre_norm_tensors(cfg, layer_attention_tensors)
 
     def from_checkpoint(self, cfg: ModelConfig, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Kimi-Linear's (renames, stacked experts, q/k/v convolutions joined), without the MTP layers."""
+        """Kimi-Linear's (renames, stacked experts, q/k/v convolutions joined), without the MTP layers (read
+        apart, ``families/mtp.py``)."""
         return super().from_checkpoint(cfg, without_mtp(cfg, state))
 
 

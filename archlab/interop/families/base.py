@@ -12,6 +12,7 @@ from torch import Tensor
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.errors import ConfigError
+from archlab.interop.families.mtp import with_depth
 from archlab.interop.families.tensors import TensorMap
 from archlab.interop.families.values import differences, has_field, kind_field, value_of
 from archlab.nn.mixers.base import head_dim
@@ -184,9 +185,15 @@ class Family:
     mtp_keys: tuple[str, ...] = ()
     mtp_scheme = "layers"
     mtp_layer_kind: str | None = None
+    mtp_stacked = False  # its checkpoints stack a module's experts as save_pretrained does (else one tensor each)
     # a family whose layouts another family holds too (an alias, a relative, a later version): ``FAMILIES``
     # lists it after the families that do not defer, so ``hf.family_of`` picks the other where both hold one
     defers = False
+
+    def with_mtp(self, cfg: ModelConfig, c: Any, depth: int) -> ModelConfig:
+        """``cfg`` (read from transformers config ``c``) with the ``depth`` modules its checkpoint holds, their
+        blocks of kind ``mtp_layer_kind`` (a family whose modules' layer its config describes reads it)."""
+        return with_depth(cfg, depth, self.mtp_layer_kind)
 
     def keys_to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         """The HF keyword arguments of ``keys``: each field's value in ``cfg``."""

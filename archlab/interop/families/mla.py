@@ -13,6 +13,7 @@ from archlab.interop.families.base import NO_HEAD_BIAS, Family, Rule
 from archlab.interop.families.deepseek import (
     LATENT_EPS,
     MLA_KEYS,
+    DeepseekV3,
     _DeepSeek,
     latent_eps_from_hf,
     latent_eps_rule,
@@ -52,8 +53,9 @@ class Glm4MoeLite(_DeepSeek):
         return super().from_hf(view(c, first_k_dense_replace=dense_prefix(c)))
 
 
-class SarvamMla(_DeepSeek):
-    """Sarvam MLA (``sarvam_mla``): DeepSeek-V3's own class, DeepseekV3ForCausalLM, its config under another name."""
+class SarvamMla(DeepseekV3):
+    """Sarvam MLA (``sarvam_mla``): DeepSeek-V3's own class, DeepseekV3ForCausalLM, its config under another name;
+    its checkpoints' multi-token prediction layers (``num_mtp_layers``) read and written as DeepSeek-V3's."""
 
     model_type, title, model_class, config_class = (
         "sarvam_mla",

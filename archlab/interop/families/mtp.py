@@ -3,9 +3,10 @@ leave out: read from and written to the checkpoint files beside the model. Each 
 the family names a layer of its parts (the family's maps of a one-layer model of them), under a prefix of
 the family's scheme (``Family.mtp_scheme``):
 
-- ``layers`` (DeepSeek-V3, GLM-4.5): module k is layer ``n_layer + k`` (``model.layers.61`` of DeepSeek-V3),
-  ``enorm``, ``hnorm``, ``eh_proj`` and ``shared_head.norm`` beside its block, with copies of the embedding
-  and the head (``embed_tokens``, ``shared_head.head``), which archlab shares with the model;
+- ``layers`` (DeepSeek-V3, GLM-4.5, the Sarvam models of their classes, Bailing hybrid, Step-3.5): module k
+  is layer ``n_layer + k`` (``model.layers.61`` of DeepSeek-V3), ``enorm``, ``hnorm``, ``eh_proj`` and
+  ``shared_head.norm`` beside its block, with copies of the embedding and the head (``embed_tokens``,
+  ``shared_head.head``), which archlab shares with the model;
 - ``mtp`` (Qwen3-Next, Mellum): one module under ``mtp.``: ``pre_fc_norm_embedding``,
   ``pre_fc_norm_hidden``, ``fc``, ``norm`` and its block as ``mtp.layers.0``."""
 

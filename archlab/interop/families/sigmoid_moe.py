@@ -19,6 +19,7 @@ from archlab.interop.families.experts import dense_first, mlp_tensors, pre_norm_
 from archlab.interop.families.glm4_moe import Glm4Moe, glm_attention_rules, glm_from_hf, glm_to_hf, without_mtp
 from archlab.interop.families.layered import view
 from archlab.interop.families.moe import _Sparse
+from archlab.interop.families.mtp import MTP_RULE
 from archlab.interop.families.rope import rope_from_hf
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import refuse_hf
@@ -85,15 +86,19 @@ class SarvamMoe(SigmoidRouted):
     """Sarvam MoE (``sarvam_moe``): GLM-4.5's own class, Glm4MoeForCausalLM, its config (full RoPE and
     QK-norm by default) under another name (GLM-4.5's rules, keys and reading: ``glm4_moe``). Its checkpoints
     keep the original code's names, the q/k/v rows fused (``query_key_value``): renamed and split on loading,
-    as transformers does; the MTP layers left out, as GLM-4.5's."""
+    as transformers does; the MTP layers (``num_mtp_layers``) read and written as GLM-4.5's."""
 
     model_type, title, model_class, config_class = "sarvam_moe", "Sarvam MoE", "Glm4MoeForCausalLM", "SarvamMoEConfig"
     features = Glm4Moe.features
+    mtp_keys = Glm4Moe.mtp_keys
     partial = True
     parts = "GLM-4.5's parts (its class Glm4MoeForCausalLM)"
 
     def attention_rules(self, cfg: ModelConfig) -> list[Rule]:
         return glm_attention_rules()
+
+    def rules(self, cfg: ModelConfig) -> list[Rule]:
+        return super().rules(cfg) + [MTP_RULE]
 
     def to_hf(self, cfg: ModelConfig) -> dict[str, Any]:
         return glm_to_hf(super().to_hf(cfg), cfg)

@@ -10,21 +10,25 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from archlab.config import ModelConfig
+from archlab.config import LayersConfig, ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
+from archlab.config.model import shortest_layout
 from archlab.interop.families.base import Family, Problem, Rule, ungrouped
 from archlab.interop.families.experts import is_dense, pre_norm_tensors
 from archlab.interop.families.layered import rope_of, view
-from archlab.interop.families.layered_moe import _LayeredSparse, apply_layout, one_window
+from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
 from archlab.interop.families.mlps import mlp_section
+from archlab.interop.families.mtp import MTP_FEATURES, with_depth
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
 from archlab.interop.families.step_lm import causal_lm_class
+from archlab.interop.families.step_mtp import StepLayer, clamps, mtp_problems, mtp_to_hf, read_mtp, swiglu_bound
 from archlab.interop.families.tensors import TensorMap, Tensors
 from archlab.interop.families.values import has_field, kind_field, refuse_hf, value_of
 from archlab.interop.families.windows import FULL, SLIDING, checked_types, sliding_to_hf
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width, shared_config
+from archlab.nn.mtp import mtp_layer
 from archlab.nn.rope import RoPEConfig
 
 # what a Step-3.5 layer kind sets of the model's RoPE: every field that its two layer types may set apart
@@ -39,12 +43,6 @@ _STEP37_NAMES = {
     ".share_expert.": ".mlp.shared_experts.",
 }
 _PAD_ID = 1  # Step3p7TextConfig's pad_token_id: an int (None is refused); archlab holds no special tokens
-
-
-def _limit(values: Any, i: int) -> float | None:
-    """Layer ``i``'s SwiGLU bound in Step's per-layer list (absent, null or 0: no clamp)."""
-    value = values[i] if values else None
-    return float(value) if value else None
 
 
 def _rope_fields(rope: RoPEConfig) -> dict[str, Any]:
@@ -70,6 +68,40 @@ def _tag(limit: float) -> str:
     return f"{limit:g}".replace(".", "p")
 
 
+def _kind(
+    c: Any, layer: StepLayer, rope: RoPEConfig, base_heads: int, per_type: dict[str, int]
+) -> tuple[str, dict[str, Any]]:
+    """A layer's kind: its name (type, then ``_dense``, its clamps, and ``_heads<n>`` where its heads are
+    not its type's) and its overrides of the model's parts (read with the full layers' heads)."""
+    sliding, dense, routed, shared = layer.type == SLIDING, layer.mlp == "dense", layer.routed, layer.shared
+    over: dict[str, dict[str, Any]] = {"position": _rope_fields(rope)}
+    attention: dict[str, Any] = {"window": c.sliding_window} if sliding else {}
+    if layer.heads != base_heads:
+        attention["n_head"] = layer.heads
+    if attention:
+        over["attention"] = attention
+    name, mlp_over = "sliding" if sliding else "full", {}
+    if dense:
+        name += "_dense"
+        mlp_over["kind"] = "swiglu"
+        if shared is not None:
+            name += f"_clamp{_tag(shared)}"
+            mlp_over.update(swiglu_limit=shared, swiglu_clamp="activation")
+    else:
+        if routed is not None:
+            name += f"_clamp{_tag(routed)}"
+            mlp_over.update(swiglu_limit=routed, swiglu_clamp="activation")
+        if shared is not None:
+            name += f"_shared{_tag(shared)}"
+        if shared != routed:  # unset, the shared expert takes the routed limit; 0: none
+            mlp_over.update(shared_swiglu_limit=0.0 if shared is None else shared, swiglu_clamp="activation")
+    if mlp_over:
+        over["mlp"] = mlp_over
+    if layer.heads != per_type[layer.type]:
+        name += f"_heads{layer.heads}"
+    return name, over
+
+
 class Step35(_LayeredSparse):
     """Step3p5ForCausalLM (``Step3p7TextModel`` and an LM head): pre-norm blocks of (1 + w) RMSNorms,
     q/k/v/o without biases, a (1 + w) RMSNorm on each head of q and k before RoPE, a sigmoid gate per head
@@ -86,20 +118,25 @@ class Step35(_LayeredSparse):
     parts = "(1 + w) norms, gated attention, per-head QK-norm, full/sliding layers with their own heads, clamped MoE"
 
     model_type, title, model_class, config_class = "step3p5", "Step-3.5", "Step3p5ForCausalLM", "Step3p7TextConfig"
-    features = frozenset(
-        {
-            "model.norm.unit_offset",
-            "model.position.scaling.kind",
-            "model.attention.qk_norm",
-            "model.attention.scale",
-            "model.attention.window",
-            "model.attention.gate",
-            "model.mlp.swiglu_limit",
-            "model.mlp.shared_swiglu_limit",
-            "model.layers.first",
-            "model.layers.pattern",
-        }
+    features = (
+        frozenset(
+            {
+                "model.norm.unit_offset",
+                "model.position.scaling.kind",
+                "model.attention.qk_norm",
+                "model.attention.scale",
+                "model.attention.window",
+                "model.attention.gate",
+                "model.mlp.swiglu_limit",
+                "model.mlp.shared_swiglu_limit",
+                "model.layers.first",
+                "model.layers.pattern",
+            }
+        )
+        | MTP_FEATURES
     )
+    # its checkpoints' multi-token prediction layers, model.layers.<n_layer + k> (step_mtp)
+    mtp_keys, mtp_stacked = ("num_nextn_predict_layers",), True
     varies = frozenset(
         {
             "model.attention.window",
@@ -147,6 +184,9 @@ class Step35(_LayeredSparse):
             rules.append(("model.mlp.swiglu_clamp", ("activation",), " (it bounds silu(gate) after the activation)"))
         return rules
 
+    def part_problems(self, cfg: ModelConfig) -> list[Problem]:
+        return _unique(super().part_problems(cfg) + mtp_problems(self, self.varies, cfg))
+
     def layout_problems(self, cfg: ModelConfig, layers: list[ModelConfig]) -> list[Problem]:
         """One window; per layer type, one head count and one RoPE; one width of the dense layers."""
         found = one_window(layers)
@@ -178,14 +218,14 @@ class Step35(_LayeredSparse):
         by_type = {t: lc for t, lc in zip(types, layers)}
         full, sliding = by_type.get(FULL, layers[0]), by_type.get(SLIDING, layers[0])
         moe = next((lc for lc, d in zip(layers, dense) if not d), cfg)
-        shared = [shared_config(lc).mlp.swiglu_limit if lc.mlp.kind == "moe" else lc.mlp.swiglu_limit for lc in layers]
+        widths = [d_ff(lc) for lc in [*layers, mtp_layer(cfg)] if is_dense(lc)]  # a dense MTP layer's too
         base = self.base_to_hf(dataclasses.replace(full, mlp=moe.mlp))  # the router's keys: a MoE layer's
         for key in ("num_local_experts", "router_aux_loss_coef"):  # Step names the count n_routed_experts, has no aux
             del base[key]
         scale = cfg.attention.scale
         return dict(
             base,
-            intermediate_size=d_ff(layers[dense.index(True)]) if any(dense) else d_ff(cfg),
+            intermediate_size=widths[0] if widths else d_ff(cfg),
             moe_intermediate_size=expert_width(moe),
             share_expert_dim=max(moe.mlp.n_shared_experts, 1) * expert_width(moe),
             n_routed_experts=moe.mlp.routing.n_experts,
@@ -195,15 +235,24 @@ class Step35(_LayeredSparse):
             num_sliding_attention_heads=sliding.attention.n_head,
             query_pre_attn_scalar=head_dim(cfg) if scale is None else scale**-2,
             rope_parameters={t: rope_to_hf(lc, rope_fraction(lc)) for t, lc in by_type.items()},
-            swiglu_limits=[
-                0.0 if d or lc.mlp.swiglu_limit is None else lc.mlp.swiglu_limit for lc, d in zip(layers, dense)
-            ],
-            swiglu_limits_shared=[0.0 if s is None else s for s in shared],
+            swiglu_limits=[clamps(lc)[0] for lc in layers],
+            swiglu_limits_shared=[clamps(lc)[1] for lc in layers],
             pad_token_id=_PAD_ID,
             **sliding_to_hf(cfg, layers),
+            **mtp_to_hf(cfg, full.attention.n_head),
         )
 
     def from_hf(self, c: Any) -> ModelConfig:
+        return self._read(c, 0)[0]
+
+    def with_mtp(self, cfg: ModelConfig, c: Any, depth: int) -> ModelConfig:
+        """``cfg`` read again with the modules' layer kind (``step_mtp.read_mtp``) beside the layers'."""
+        read, kind = self._read(c, depth)
+        return with_depth(read, depth, kind)
+
+    def _read(self, c: Any, depth: int) -> tuple[ModelConfig, str | None]:
+        """archlab's config of ``c`` with the kind of the layer of its ``depth`` MTP modules (none for 0;
+        None: the model's own parts)."""
         for name, allowed in (
             ("attention_bias", "false (archlab's head gate takes a bias with q/k/v; Step's g_proj has none)"),
             ("mlp_bias", "false (Step's routed experts have no biases; archlab's take them with its other MLPs)"),
@@ -257,37 +306,26 @@ class Step35(_LayeredSparse):
         cfg.attention.qk_norm, cfg.attention.gate = "head", "head"
         if c.query_pre_attn_scalar != hd:
             cfg.attention.scale = float(c.query_pre_attn_scalar) ** -0.5
+        per_type = {t: heads[types.index(t)] for t in set(types)}  # each type's head count (its first layer's)
         names, overrides = [], {}
         for i in range(n):
-            sliding, dense = types[i] == SLIDING, mlp_types[i] == "dense"
-            routed, shared = _limit(c.swiglu_limits, i), _limit(c.swiglu_limits_shared, i)
-            rope = ropes[types[i]]
-            over: dict[str, dict[str, Any]] = {"position": _rope_fields(rope)}
-            attention: dict[str, Any] = {"window": c.sliding_window} if sliding else {}
-            if heads[i] != base_heads:
-                attention["n_head"] = heads[i]
-            if attention:
-                over["attention"] = attention
-            name, mlp_over = "sliding" if sliding else "full", {}
-            if dense:
-                name += "_dense"
-                mlp_over["kind"] = "swiglu"
-                if shared is not None:
-                    name += f"_clamp{_tag(shared)}"
-                    mlp_over.update(swiglu_limit=shared, swiglu_clamp="activation")
-            else:
-                if routed is not None:
-                    name += f"_clamp{_tag(routed)}"
-                    mlp_over.update(swiglu_limit=routed, swiglu_clamp="activation")
-                if shared is not None:
-                    name += f"_shared{_tag(shared)}"
-                if shared != routed:  # unset, the shared expert takes the routed limit; 0: none
-                    mlp_over.update(shared_swiglu_limit=0.0 if shared is None else shared, swiglu_clamp="activation")
-            if mlp_over:
-                over["mlp"] = mlp_over
+            layer = StepLayer(
+                types[i],
+                mlp_types[i],
+                swiglu_bound(c.swiglu_limits, i),
+                swiglu_bound(c.swiglu_limits_shared, i),
+                heads[i],
+            )
+            name, overrides[name] = _kind(c, layer, ropes[types[i]], base_heads, per_type)
             names.append(name)
-            overrides[name] = over
-        return apply_layout(cfg, names, overrides)
+        if not depth:
+            return apply_layout(cfg, names, overrides), None
+        mtp, over = _kind(c, layer := read_mtp(c, depth, types, per_type), ropes[layer.type], base_heads, per_type)
+        if mtp in names:  # the modules' layer is one of the model's kinds (its own parts, where it has one)
+            return apply_layout(cfg, names, overrides), mtp if len(set(names)) > 1 else None
+        first, pattern = shortest_layout(names)
+        cfg.layers = LayersConfig(kinds={**{k: overrides[k] for k in names}, mtp: over}, first=first, pattern=pattern)
+        return cfg, mtp
 
     def tensors(self, cfg: ModelConfig) -> list[TensorMap]:
         return pre_norm_tensors(cfg, _attention_tensors)
