@@ -3,8 +3,8 @@ parts: each layer dense or MoE (``mlp_layer_types``), its indexer its own or the
 (``indexer_types`` "shared": dsa's ``index_shared``), the indexer's rotated dims last (``index_rope_at``),
 attention sinks and an elementwise output gate, routed experts clamped at ``swiglu_limit`` (the shared and
 dense ones not), and independent hyper-connections (``mhc`` with ``mix: none``: no comb, post scaled by
-``hc_magnitude``, with ε). Its checkpoints' multi-token prediction layers, which transformers leaves out, are
-not read."""
+``hc_magnitude``, with ε; ``init: hy_v4``, its start-up values). Its checkpoints' multi-token prediction
+layers, which transformers leaves out, are not read."""
 
 from __future__ import annotations
 
@@ -128,9 +128,9 @@ class HYV4(_DeepSeek):
             refuse_hf(c, "swiglu_limit", "a positive number (transformers' HYV4 clamps at any value, 0 too)")
         cfg = self.deepseek_from_hf(view(c, first_k_dense_replace=0), "half", **self.v3_routing(c))
         cfg.mlp = dataclasses.replace(cfg.mlp, swiglu_limit=float(c.swiglu_limit), shared_swiglu_limit=0.0)
-        cfg.stream = STREAM_OPTIONS.make(
-            kind="mhc", n=c.hc_mult, eps=float(c.hc_eps), mix="none", post_scale=float(c.hc_magnitude), post_eps=True
-        )
+        # init: a model trained from scratch starts its streams as HY V4's _init_weights does (conversion copies them)
+        hc = dict(n=c.hc_mult, eps=float(c.hc_eps), mix="none", post_scale=float(c.hc_magnitude), post_eps=True)
+        cfg.stream = STREAM_OPTIONS.make(kind="mhc", **hc, init="hy_v4")
         dense = {"mlp": {"kind": cfg.mlp.expert, "swiglu_limit": None}}
         return dsa_layers(cfg, [t == "dense" for t in mlps], indexers, dense)
 

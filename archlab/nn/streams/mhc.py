@@ -6,10 +6,12 @@ them through weights computed from the streams themselves: with ``x = rms(vec(H)
 projection of ``softmax(s₂·x·W_comb + b_comb) + ε`` onto the doubly stochastic matrices,
 ``H ← post ⊗ F(Σᵢ preᵢ Hᵢ) + combᵀ H``, so the residual mix keeps its norm however deep the stack. Before the
 final norm the streams are merged by weights computed likewise (``pre`` alone). HY V4's independent form
-(``mix: none``) drops ``comb``, ``H ← post ⊗ F(Σᵢ preᵢ Hᵢ) + H``, with its own post scale and ε on post."""
+(``mix: none``) drops ``comb``, ``H ← post ⊗ F(Σᵢ preᵢ Hᵢ) + H``, with its own post scale and ε on post, and
+``init: hy_v4`` starts the biases and scales as HY V4 does."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -36,6 +38,14 @@ class MHCConfig(StreamConfig):
     mix: str = choice("sinkhorn", "none")  # the streams mixed by comb (DeepSeek-V4) | carried as they are (HY V4)
     post_scale: float = 2.0  # post = post_scale·σ(·) (DeepSeek-V4: 2; HY V4's hc_magnitude)
     post_eps: bool = False  # eps added to post too (HY V4)
+    # start-up biases and scales: 0 and 1 (DeepSeek-V4) | pre's biases -log(n - 1), scales 0.01: pre ≈ 1/n (HY V4)
+    init: str = choice("deepseek_v4", "hy_v4")
+
+
+def start_values(n: int, init: str) -> tuple[float, float]:
+    """(pre's bias, every scale) at start-up, as transformers' ``_init_weights`` sets them: DeepSeek-V4's
+    (0, 1); HY V4's (-log(max(n - 1, 1)), 0.01), σ of which is 1/n (n ≥ 2): every read starts as the streams' mean."""
+    return (-math.log(max(n - 1, 1)), 0.01) if init == "hy_v4" else (0.0, 1.0)
 
 
 def connection_rows(cfg: ModelConfig) -> int:
@@ -65,6 +75,7 @@ class MHCConnection(Component, nn.Module):
         s = cfg.stream
         self.n, self.iters, self.eps, self.norm_eps = s.n, s.sinkhorn_iters, s.eps, cfg.norm.eps
         self.mixes, self.post_scale, self.post_eps = s.mix == "sinkhorn", s.post_scale, s.eps if s.post_eps else 0.0
+        self.start = start_values(s.n, s.init)
         rows = connection_rows(cfg)
         self.fn = nn.Parameter(torch.empty(rows, s.n * cfg.d_model))
         self.base = nn.Parameter(torch.empty(rows))
@@ -76,10 +87,13 @@ class MHCConnection(Component, nn.Module):
 
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:
-        """DeepSeek-V4's: fn N(0, init_std), base 0, scales 1."""
+        """fn N(0, init_std); pre's biases and the scales ``model.stream.init``'s (``start_values``), the other
+        biases 0."""
+        pre_bias, scale = self.start
         nn.init.normal_(self.fn, 0.0, std)
         nn.init.zeros_(self.base)
-        nn.init.ones_(self.scale)
+        self.base[: self.n].fill_(pre_bias)
+        nn.init.constant_(self.scale, scale)
 
     def weights(self, h: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
         """``pre`` and ``post`` ``[B, T, n]`` and ``comb`` ``[B, T, n, n]`` (doubly stochastic; None with
@@ -123,7 +137,7 @@ class MHC(Stream):
     def __init__(self, cfg: ModelConfig):
         super().__init__(cfg)
         s = cfg.stream
-        self.eps, self.norm_eps = s.eps, cfg.norm.eps
+        self.eps, self.norm_eps, self.start = s.eps, cfg.norm.eps, start_values(s.n, s.init)
         self.hc_fn = nn.Parameter(torch.empty(s.n, s.n * cfg.d_model))
         self.hc_base = nn.Parameter(torch.empty(s.n))
         self.hc_scale = nn.Parameter(torch.empty(1))
@@ -133,10 +147,12 @@ class MHC(Stream):
 
     @torch.no_grad()
     def init_parameters(self, std: float, residual_std: float) -> None:
-        """DeepSeek-V4's: hc_fn N(0, init_std), hc_base 0, hc_scale 1."""
+        """hc_fn N(0, init_std); hc_base pre's bias and hc_scale the scale of ``model.stream.init``
+        (``start_values``)."""
+        pre_bias, scale = self.start
         nn.init.normal_(self.hc_fn, 0.0, std)
-        nn.init.zeros_(self.hc_base)
-        nn.init.ones_(self.hc_scale)
+        nn.init.constant_(self.hc_base, pre_bias)
+        nn.init.constant_(self.hc_scale, scale)
 
     def merge(self, h: Tensor) -> Tensor:
         logits = F.linear(_rms(h.flatten(2), self.norm_eps), self.hc_fn.float())
@@ -169,13 +185,15 @@ class MHC(Stream):
 
     @staticmethod
     def describe(cfg: ModelConfig) -> str:
-        """``mhc ×<n>, sinkhorn <iters>`` (or ``no mix``), and post's scale where not 2."""
+        """``mhc ×<n>, sinkhorn <iters>`` (or ``no mix``), post's scale where not 2, and HY V4's start-up
+        values where chosen."""
         s = cfg.stream
         mix = f"sinkhorn {s.sinkhorn_iters}" if s.mix == "sinkhorn" else "no mix"
         post = ""
         if (s.post_scale, s.post_eps) != (2.0, False):
             post = f", post {s.post_scale:g}·σ" + (" + eps" if s.post_eps else "")
-        return f"mhc ×{s.n}, {mix}{post}"
+        start = ", HY V4 init" if s.init == "hy_v4" else ""
+        return f"mhc ×{s.n}, {mix}{post}{start}"
 
     @classmethod
     def validate(cls, cfg: ModelConfig) -> None:
