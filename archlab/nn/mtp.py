@@ -8,6 +8,7 @@ from. Training adds their mean cross-entropy times ``weight``; decoding may draf
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -15,6 +16,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import STREAM_OPTIONS, ModelConfig
 from archlab.config.layers import kind_config
+from archlab.config.model import MTPConfig
 from archlab.errors import ConfigError
 from archlab.nn.block import Block, build_block
 from archlab.nn.norms import build_norm
@@ -39,6 +41,11 @@ def mtp_layer_index(cfg: ModelConfig, k: int) -> int:
     """Module ``k``'s block (from 0) counted after the model's layers, as the checkpoints number it
     (DeepSeek-V3's ``model.layers.61``): its slot in a KV cache of the model and its modules."""
     return cfg.n_layer + k
+
+
+def with_depth(cfg: ModelConfig, depth: int, layer: Optional[str] = None) -> ModelConfig:
+    """``cfg`` with ``depth`` modules, their blocks of layer kind ``layer`` (None: the model's own parts)."""
+    return dataclasses.replace(cfg, head=dataclasses.replace(cfg.head, mtp=MTPConfig(depth=depth, layer=layer)))
 
 
 class MTPModule(nn.Module):

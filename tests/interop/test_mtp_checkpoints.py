@@ -18,8 +18,8 @@ from helpers.hf import EAGER
 from archlab import build_model
 from archlab.generate import generate
 from archlab.interop.families import FAMILIES
-from archlab.interop.families.mtp import with_depth
 from archlab.interop.hf import from_hf, load_hf_dir, save_hf_dir
+from archlab.nn.mtp import with_depth
 from archlab.speculative import speculate
 
 transformers = pytest.importorskip("transformers")

@@ -21,9 +21,9 @@ from helpers.published import LAYOUT_CONFIGS
 from archlab import ConfigError, build_model, count_params
 from archlab.generate import generate
 from archlab.interop.families import FAMILIES
-from archlab.interop.families.mtp import with_depth
 from archlab.interop.families.step import causal_lm_class
 from archlab.interop.hf import config_from_hf, config_to_hf, load_hf_dir, save_hf_dir
+from archlab.nn.mtp import with_depth
 from archlab.nn.validation import validate
 from archlab.speculative import speculate
 

@@ -347,8 +347,8 @@ def test_a_qwen3_5_wrapper_s_mtp_modules_load_with_its_language_model(tmp_path, 
 
     from archlab import build_model
     from archlab.generate import generate
-    from archlab.interop.families.mtp import with_depth
     from archlab.interop.hf import mtp_state_to_hf
+    from archlab.nn.mtp import with_depth
     from archlab.speculative import speculate
 
     hf = wrapper("qwen3_5", seed=4)

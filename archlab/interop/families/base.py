@@ -12,10 +12,10 @@ from torch import Tensor
 from archlab.config import ModelConfig
 from archlab.config.layers import layer_configs, layer_kind
 from archlab.errors import ConfigError
-from archlab.interop.families.mtp import with_depth
 from archlab.interop.families.tensors import TensorMap
 from archlab.interop.families.values import differences, has_field, kind_field, value_of
 from archlab.nn.mixers.base import head_dim
+from archlab.nn.mtp import with_depth
 from archlab.nn.rope import rotary_dim
 
 Rule = tuple[str, tuple, str]  # (field "model.a.b", the values a family can hold, why)

@@ -13,7 +13,7 @@ the family's scheme (``Family.mtp_scheme``):
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -62,11 +62,6 @@ def checkpoint_depth(family: Family, hf_config: Any, state: dict[str, Tensor]) -
         else "mtp.fc.weight"
     )
     return depth if first in state else 0
-
-
-def with_depth(cfg: ModelConfig, depth: int, layer: Optional[str] = None) -> ModelConfig:
-    """``cfg`` with ``depth`` modules, their blocks of layer kind ``layer`` (None: the model's own parts)."""
-    return dataclasses.replace(cfg, head=dataclasses.replace(cfg.head, mtp=MTPConfig(depth=depth, layer=layer)))
 
 
 def one_layer(cfg: ModelConfig) -> ModelConfig:

@@ -18,7 +18,7 @@ from archlab.interop.families.experts import is_dense, pre_norm_tensors
 from archlab.interop.families.layered import rope_of, view
 from archlab.interop.families.layered_moe import _LayeredSparse, _unique, apply_layout, one_window
 from archlab.interop.families.mlps import mlp_section
-from archlab.interop.families.mtp import MTP_FEATURES, with_depth
+from archlab.interop.families.mtp import MTP_FEATURES
 from archlab.interop.families.rope import rope_fraction, rope_to_hf
 from archlab.interop.families.step_lm import causal_lm_class
 from archlab.interop.families.step_mtp import StepLayer, clamps, mtp_problems, mtp_to_hf, read_mtp, swiglu_bound
@@ -28,7 +28,7 @@ from archlab.interop.families.windows import FULL, SLIDING, checked_types, slidi
 from archlab.nn.mixers.base import head_dim
 from archlab.nn.mlp import d_ff
 from archlab.nn.moe import expert_width, shared_config
-from archlab.nn.mtp import mtp_layer
+from archlab.nn.mtp import mtp_layer, with_depth
 from archlab.nn.rope import RoPEConfig
 
 # what a Step-3.5 layer kind sets of the model's RoPE: every field that its two layer types may set apart
