@@ -39,8 +39,10 @@ SETTINGS = settings(
 
 
 @st.composite
-def model_configs(draw) -> dict:
-    """A random tiny config exercising every option of every registry family."""
+def model_configs(draw, mixer: Optional[str] = None) -> dict:
+    """A random tiny config exercising every option of every registry family; ``mixer``: one of those drawn
+    with that mixer, the model's (causal, mla) or a layer kind's in the model's first layer (None draws as
+    it would without the argument)."""
     n_head = draw(st.sampled_from([1, 2, 3, 4]))
     n_kv_head = draw(st.sampled_from([None] + [k for k in range(1, n_head + 1) if n_head % k == 0]))  # None = MHA
     explicit_head_dim = draw(st.booleans())
@@ -51,7 +53,8 @@ def model_configs(draw) -> dict:
         head_dim = draw(st.sampled_from([2, 4, 6, 8, 16]))
         d_model = n_head * head_dim
     mla: dict = {}
-    if draw(st.sampled_from(["causal", "mla"])) == "mla":  # latent attention; RoPE rotates qk_rope_head_dim
+    latent = draw(st.sampled_from(["causal", "mla"])) == "mla" if mixer is None else mixer == "mla"
+    if latent:  # latent attention; RoPE rotates qk_rope_head_dim
         mla = {
             "kind": "mla",
             "q_lora_rank": draw(st.sampled_from([None, 3, 8])),
@@ -134,7 +137,7 @@ def model_configs(draw) -> dict:
     chunk = draw(st.sampled_from([None, 1, 2, 3, 5])) if window is None else None  # a layer slides or is chunked
     softcap = draw(st.sampled_from([None, 0.5, 20.0]))
     qk_norm = draw(st.sampled_from(["none", "head", "full", "l2"]))
-    layers = draw(layouts(n_head, position["kind"], bool(mla), chunk, window, mlp))
+    layers = draw(layouts(n_head, position["kind"], bool(mla), chunk, window, mlp, mixer))
     scale_embedding = draw(st.booleans())  # Gemma's sqrt(d_model), or any other factor
     raw = {
         "vocab_size": draw(st.integers(2, 64)),
@@ -217,12 +220,14 @@ def _mixer(mla: dict, **causal) -> dict:
 
 
 @st.composite
-def layouts(draw, n_head: int, position: str, mla: bool, chunk, window, mlp: dict) -> dict:
+def layouts(draw, n_head: int, position: str, mla: bool, chunk, window, mlp: dict, mixer: Optional[str] = None) -> dict:
     """``model.layers``: none; the published layouts, a MoE's first layer dense (one MLP of the experts'
     kind: DeepSeek) and/or every other layer global among the model's sliding ones (Gemma 2); or one or
     two layer kinds overriding key/value heads, the window, the position scheme (among those acting in
-    attention) and the MLP width, given by ``first`` and a cycled ``pattern``."""
-    layout = draw(st.sampled_from(["none", "published", "drawn"]))
+    attention) and the MLP width, given by ``first`` and a cycled ``pattern``; ``mixer`` (one of ``SWAPPED``):
+    drawn, the first layer of kind a of that mixer."""
+    swapped = mixer in SWAPPED
+    layout = "drawn" if swapped else draw(st.sampled_from(["none", "published", "drawn"]))
     if layout == "none":
         return {}
     if layout == "published":
@@ -248,11 +253,13 @@ def layouts(draw, n_head: int, position: str, mla: bool, chunk, window, mlp: dic
             kind["position"] = {"kind": draw(st.sampled_from(["rope", "alibi", "none"]))}
         if draw(st.booleans()):
             kind["mlp"] = {"d_ff": draw(st.integers(1, 24))}
-        if not mla and draw(st.booleans()):  # a recurrent mixer in these layers (Qwen3-Next, Bamba)
+        if swapped and name == "a":
+            kind["attention"] = draw(mixers(n_head, mixer))
+        elif not mla and draw(st.booleans()):  # a recurrent mixer in these layers (Qwen3-Next, Bamba)
             kind["attention"] = draw(mixers(n_head))
         kinds[name] = kind
     names = sorted(kinds)
-    first = draw(st.lists(st.sampled_from(names), max_size=1))
+    first = ["a"] if swapped else draw(st.lists(st.sampled_from(names), max_size=1))
     return {"kinds": kinds, "first": first, "pattern": draw(st.lists(st.sampled_from(names), max_size=3))}
 
 
