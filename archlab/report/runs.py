@@ -11,7 +11,7 @@ import math
 import re
 import statistics
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -344,10 +344,17 @@ def kv_cache_bytes_per_token(model: dict[str, Any], precision: Optional[str] = N
     of every layer, 2 * L * n_kv_head * head_dim elements without sliding windows, at 2 bytes for 16-bit
     precisions and 4 otherwise. The model config as the run recorded it, read as ``recorded_model_config``
     reads an earlier version's (its global_every and dense_layers as layer kinds)."""
+    return _kv_cache_bytes_per_token(json.dumps(model, sort_keys=True), precision)
+
+
+@cache
+def _kv_cache_bytes_per_token(model: str, precision: Optional[str]) -> float:
+    """``kv_cache_bytes_per_token`` of a recorded config as JSON: read once per config (a sweep's seeds and
+    the report's every table share it; reading one is the report's largest cost)."""
     from archlab.accounting import kv_cache_bytes
     from archlab.config import recorded_model_config
     from archlab.precision import compute_dtype
 
-    cfg = recorded_model_config(model)
+    cfg = recorded_model_config(json.loads(model))
     size = compute_dtype(precision).itemsize if precision else 4
     return kv_cache_bytes(cfg, cfg.context_length, size) / cfg.context_length
