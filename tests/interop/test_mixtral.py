@@ -5,8 +5,9 @@ A tiny random model (every parameter redrawn: matrices N(0, 0.2²), norm scales 
 same float32 logits in archlab and in transformers' eager attention and experts, from HF to archlab and
 from the shrunk preset to HF; every MoE layer routes every token to the same experts with the same weights;
 archlab -> HF -> archlab gives back every tensor bit for bit; greedy decoding (padded batches too) equals
-HF ``generate``; a save_pretrained directory (the stacked experts) loads; what Mixtral cannot hold is
-refused both ways, naming the field."""
+HF ``generate``; a save_pretrained directory (the stacked experts) loads, its experts' load counts built
+(no state dict holds them) and counting a training step; what Mixtral cannot hold is refused both ways,
+naming the field."""
 
 import pytest
 from helpers import hf as parity
@@ -117,3 +118,23 @@ def test_config_to_hf_refuses_what_the_family_cannot_hold(overrides, field):
 )
 def test_config_from_hf_refuses_what_archlab_cannot_hold(changes, field):
     parity.check_refuses(lambda: config_from_hf(parity.hf_config(HF_CASES, "mixtral-window", **changes)), field)
+
+
+def test_a_converted_model_s_buffers_are_built_and_count_a_training_step(tmp_path):
+    """``from_hf`` and ``load_hf_dir`` leave no buffer on the meta device: each MoE layer's load count, which
+    no state dict holds, starts at 0 on the weights' device and counts a training step's assignments (2 of
+    the 4 experts for each of the 2 x 8 tokens: 32 per layer), as it does in a model archlab built."""
+    import torch
+
+    from archlab.interop.hf import load_hf_dir
+
+    hf = hf_model()
+    hf.save_pretrained(tmp_path)
+    for model in (from_hf(hf), load_hf_dir(tmp_path)):
+        assert [name for name, b in model.named_buffers() if b.is_meta] == []
+        loads = [b for name, b in model.named_buffers() if name.endswith(".load")]
+        assert len(loads) == 3 and all(b.device == model.tok_emb.weight.device and b.sum() == 0 for b in loads)
+        model.train()
+        logits = model(torch.randint(0, 96, (2, 8), generator=torch.Generator().manual_seed(0)))
+        logits.float().logsumexp(-1).mean().backward()
+        assert [int(b.sum()) for b in loads] == [32, 32, 32]
