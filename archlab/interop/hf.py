@@ -150,11 +150,19 @@ def export_family(cfg: ModelConfig, name: str | None, field: str = "family") -> 
 def config_to_hf(cfg: Any, family: str | None = None, **hf_kwargs: Any) -> Any:
     """The transformers config of the family that holds ``cfg`` exactly (``export_family``: ``family``'s where
     given); ``hf_kwargs`` are passed on (archlab configs carry no special tokens, so bos/eos/pad ids default
-    to None, but where a family's config class takes an int: Step-3.5's pad id)."""
+    to None, but where a family's config class takes an int: Step-3.5's pad id). A key the family writes from
+    the model (Qwen4-Exp's eos_token_id, its n-gram inputs' document end) keeps its value: another is refused,
+    naming it, as it would describe another model; None leaves it."""
     cfg = validate(to_model_config(cfg))
     record = export_family(cfg, family)
     record.check(cfg)
-    kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **record.to_hf(cfg), **hf_kwargs}
+    written = record.to_hf(cfg)
+    for key, value in hf_kwargs.items():
+        if key in written and value is not None and not _same(value, written[key]):
+            why = f" ({record.title}'s config writes it from the model: another value describes another model)"
+            raise ConfigError(key, value, f"{written[key]!r} or None{why}")
+    given = {k: v for k, v in hf_kwargs.items() if k not in written}
+    kwargs = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None, **written, **given}
     return getattr(_transformers(), record.config_class)(**kwargs)
 
 

@@ -242,3 +242,19 @@ def test_other_streams_and_attention_are_refused():
     parity.check_family_refuses("qwen4_exp_text", plain, "model.stream.kind")
     causal = parity.changed_cfg(cfg, attention__kind="causal")
     parity.check_family_refuses("qwen4_exp_text", causal, "model.attention.kind")
+
+
+def test_an_end_token_other_than_the_n_gram_inputs_is_refused_on_export(tmp_path):
+    """The exported config's eos_token_id is the n-gram inputs' document end (``model.ngram_input.boundary``),
+    which HF's n-gram inputs read: another id passed on (as archlab-export passes its tokenizer's) is refused
+    naming it, before any file is written; the same id or None keeps it."""
+    from archlab.errors import ConfigError
+    from archlab.interop.hf import config_to_hf, save_hf_dir
+
+    model = from_hf(parity.hf_case(HF_CASES, "qwen4-exp", 1, **EAGER))
+    assert model.cfg.ngram_input.boundary == EOS
+    for same in (EOS, None):
+        assert config_to_hf(model.cfg, eos_token_id=same).eos_token_id == EOS
+    with pytest.raises(ConfigError) as refused:
+        save_hf_dir(model, tmp_path / "out", eos_token_id=EOS + 1)
+    assert refused.value.field == "eos_token_id" and not (tmp_path / "out").exists()
