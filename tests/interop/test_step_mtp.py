@@ -293,3 +293,23 @@ def test_a_step_3_7_checkpoint_with_its_mtp_layers_loads_with_transformers_logit
         ]
     for a, b in zip(ours, theirs):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+
+
+def test_the_head_s_copy_under_step_s_published_name_is_read(tmp_path):
+    """Step-3.5's published checkpoints name each MTP layer's copy of the head ``shared_head.output`` (as
+    SGLang's Step-3.5 MTP loader reads them): read as the copy archlab writes as ``shared_head.head``, dropped
+    where it is the model's head (the model back bit for bit), refused naming it where it is not."""
+    from safetensors.torch import load_file, save_file
+
+    cfg = archlab_cfg("sliding-dense")
+    model = parity.randomize(build_model(cfg), 5).eval()
+    save_hf_dir(model, tmp_path)
+    file, layer = tmp_path / "model.safetensors", f"model.layers.{cfg.n_layer}.shared_head"
+    held = load_file(str(file))
+    held[f"{layer}.output.weight"] = held.pop(f"{layer}.head.weight")
+    save_file(held, str(file), metadata={"format": "pt"})
+    parity.assert_same_tensors(model, load_hf_dir(tmp_path))
+    held[f"{layer}.output.weight"] = held[f"{layer}.output.weight"] + 1.0
+    save_file(held, str(file), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="shared_head.output"):
+        load_hf_dir(tmp_path)

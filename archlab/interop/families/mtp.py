@@ -37,6 +37,9 @@ PARTS = {
     "mtp": {"enorm": "pre_fc_norm_embedding", "hnorm": "pre_fc_norm_hidden", "eh_proj": "fc", "norm": "norm"},
 }
 COPIES = {"embed_tokens.weight": "model.embed_tokens.weight", "shared_head.head.weight": "lm_head.weight"}
+# the head's copy under the name Step-3.5's published checkpoints give it (SGLang's Step-3.5 MTP loader reads
+# ``shared_head.output`` as ``shared_head.head``): read as that copy, written as ``shared_head.head``
+READ_COPIES = {**COPIES, "shared_head.output.weight": "lm_head.weight"}
 LAYER0 = "model.layers.0."  # a one-layer model's layer, as the families name it
 
 
@@ -111,7 +114,7 @@ def take(family: Family, cfg: ModelConfig, state: dict[str, Tensor]) -> tuple[di
     embedding and the head dropped, refused where they are not the model's own (archlab holds one of each)."""
     rest, modules = dict(state), {}
     for k in range(cfg.head.mtp.depth):
-        for copy, original in COPIES.items():
+        for copy, original in READ_COPIES.items():
             name = f"{prefix(family, cfg, k)}{copy}"
             held = rest.pop(name, None) if family.mtp_scheme == "layers" else None
             model = rest.get(original, rest.get("model.embed_tokens.weight"))
