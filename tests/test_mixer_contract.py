@@ -139,6 +139,25 @@ def test_a_left_padded_batch_computes_each_prompt_as_alone(kind):
     check_padded_batch(model_of(mixer_config(kind)))
 
 
+# ---- 2a. under a per-head bias (ALiBi's) ----
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_under_a_per_head_bias_decoding_and_padding_hold_or_it_is_refused(kind):
+    """With ALiBi the mask is a bias per head ([H, T, S], per row [B, H, T, S]): cached decoding and a
+    left-padded batch hold as in 1 and 2, or the mixer refuses the scheme naming model.position.kind (moa,
+    dsa and qsa took the bias's heads for the batch or for their own query heads: make explore found it)."""
+    from archlab import ConfigError
+
+    try:
+        model = model_of(mixer_config(kind, position={"kind": "alibi"}))
+    except ConfigError as refused:
+        assert refused.field == "model.position.kind", refused
+        return
+    check_cached_decoding(model)
+    check_padded_batch(model)
+
+
 # ---- 2b. packed documents = each document alone ----
 
 

@@ -139,3 +139,29 @@ def test_checkpointing_and_compiled_blocks_give_the_eager_loss_and_gradients(var
     assert other_balance == pytest.approx(balance)
     for n in grads:
         torch.testing.assert_close(other[n], grads[n], rtol=1e-5, atol=1e-7, msg=f"{variant} {n}")
+
+
+def test_a_per_head_bias_reaches_every_chosen_expert_s_head():
+    """A per-head bias (ALiBi's, [1, H, T, T] as the model builds it) biases head j of every chosen expert as
+    key/value head j: the layer equals its experts run token by token and head by head with that bias, their
+    outputs weighted by the router and summed (make explore drew such a layer of 2 heads: it raised)."""
+    cfg = mixer_config("moa", attention=SIZES, position={"kind": "alibi"})
+    layer = cast(MixtureOfAttention, randomise(MixtureOfAttention(cfg).double(), 3).eval())
+    T, d, H, hd, k = 7, cfg.d_model, SIZES["n_head"], SIZES["head_dim"], SIZES["top_k"]
+    bias = POSITIONS.get("alibi")(cfg).bias(torch.arange(T), torch.arange(T)).double()  # [H, T, T]
+    mask = torch.where(torch.ones(T, T, dtype=torch.bool).tril(), bias, float("-inf"))[None]
+    x = torch.randn(1, T, d, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    got = layer(x, None, mask)
+    with torch.no_grad():
+        keys, values = layer.kv(x[0]).view(T, 2, H, hd).unbind(1)
+        _, weights, experts = layer.route(x[0])
+        expected = torch.zeros(T, d, dtype=torch.float64)
+        for t in range(T):
+            for slot in range(k):
+                e = int(experts[t, slot])
+                q = (layer.q_experts[e] @ x[0, t]).view(H, hd)
+                scores = torch.einsum("hd,shd->hs", q, keys[: t + 1]) * layer.scale + bias[:, t, : t + 1]
+                heads = torch.einsum("hs,shd->hd", scores.softmax(-1), values[: t + 1])
+                expected[t] += weights[t, slot] * (layer.o_experts[e] @ heads.flatten())
+        expected += cast(torch.Tensor, layer.bias)
+    torch.testing.assert_close(got[0], expected, rtol=1e-10, atol=1e-10)

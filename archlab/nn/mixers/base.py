@@ -282,6 +282,17 @@ def visible_keys(mask: Optional[Tensor], queries: int, keys: int, device: torch.
     return torch.ones(queries, keys, dtype=torch.bool, device=device).tril(keys - queries)
 
 
+def key_visibility(mask: Optional[Tensor], queries: int, keys: int, device: torch.device) -> Tensor:
+    """The keys each query sees, bool ``[B, T, S]`` or ``[T, S]``, of ``mask`` as ``Mixer.forward`` takes it: bool
+    or a bias (-inf where hidden), per row ``[B, 1 or H, T, S]`` or per head ``[H, T, S]`` (ALiBi's bias of a
+    batch without padding); every head hides the same keys."""
+    visible = visible_keys(mask, queries, keys, device)
+    visible = visible if visible.dtype == torch.bool else visible > float("-inf")
+    if visible.dim() == 4:
+        return visible[:, 0]
+    return visible[0] if visible.dim() == 3 else visible
+
+
 SAMPLED_QUERIES = 64  # score_stats reads at most this many queries per sequence
 
 

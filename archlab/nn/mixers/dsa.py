@@ -17,7 +17,7 @@ from archlab.config import ModelConfig, mixer_config
 from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
-from archlab.nn.mixers.base import MIXERS, positions_seen, visible_keys
+from archlab.nn.mixers.base import MIXERS, key_visibility, positions_seen
 from archlab.nn.mixers.mla import MLAConfig, MultiHeadLatentAttention
 from archlab.nn.mixers.shared_index import SharedChoice
 from archlab.nn.positions import Rotation
@@ -154,7 +154,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
             chosen = self.choice_source.chosen
             if chosen is None:  # the source chose every key it saw
                 return self.attend(q, k, v, mask, gate)
-            return self.attend(q, k, v, narrow(chosen & visible_of(mask, T, k.shape[2], x.device), mask), gate)
+            return self.attend(q, k, v, narrow(chosen & key_visibility(mask, T, k.shape[2], x.device), mask), gate)
         x, source = x.detach(), source.detach()  # the indexer's inputs: it learns from its own loss alone
         index_k = self.indexer.keys(x, rotary)
         if cache is not None:  # the indexer's key rides beside the shared rotated key
@@ -167,7 +167,7 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
             if self.choice_store is not None:
                 self.choice_store.chosen = None
             return self.attend(q, k, v, mask, gate)  # every key seen is chosen: mla's attention
-        visible = visible_of(mask, T, S, x.device)
+        visible = key_visibility(mask, T, S, x.device)
         with torch.set_grad_enabled(learn and torch.is_grad_enabled()):
             scores = self.indexer.scores(x, source, index_k, rotary)
         chosen = self.indexer.select(scores.detach(), visible) & visible
@@ -248,13 +248,6 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
             f"dsa: {MultiHeadLatentAttention.describe(cfg)}; indexer {a.index_n_heads}h x {a.index_head_dim}, "
             f"top {a.index_topk} keys{last}"
         )
-
-
-def visible_of(mask: Optional[Tensor], T: int, S: int, device: torch.device) -> Tensor:
-    """The keys each query sees, bool ``[B, T, S]`` or ``[T, S]``, of ``mask`` as ``Mixer.forward`` takes it."""
-    visible = visible_keys(mask, T, S, device)
-    visible = visible if visible.dtype == torch.bool else visible > float("-inf")
-    return visible[:, 0] if visible.dim() == 4 else visible
 
 
 def narrow(chosen: Tensor, mask: Optional[Tensor]) -> Tensor:

@@ -108,6 +108,8 @@ class MixtureOfAttention(Mixer):
             keys, values = cache.update(layer, keys, values)
         if mask is not None and mask.is_floating_point() and mask.dtype != q.dtype:
             mask = mask.to(q.dtype)  # autocast runs q in bf16; SDPA wants the bias in q's dtype
+        if mask is not None and mask.dim() >= 3 and mask.shape[-3] == H and H > 1:
+            mask = mask.repeat_interleave(k, dim=-3)  # a per-head bias (ALiBi's): head j's for every expert's head j
         y = F.scaled_dot_product_attention(
             q, keys, values, attn_mask=mask, is_causal=mask is None and T > 1, scale=self.scale,
             enable_gqa=k > 1,

@@ -21,7 +21,7 @@ from archlab.config import ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
 from archlab.nn.mixers.attention import AttentionConfig, CausalSelfAttention, qk_norm_config
-from archlab.nn.mixers.base import MIXERS, positions_seen, visible_keys
+from archlab.nn.mixers.base import MIXERS, key_visibility, positions_seen
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import Rotation
 
@@ -110,9 +110,7 @@ class QSAAttention(CausalSelfAttention):
                 keys = keys if held is None else torch.cat((held, keys), dim=1)
                 cache.recurrent_state[layer] = keys
             S = keys.shape[1]
-            visible = visible_keys(mask, T, S, x.device)
-            visible = visible if visible.dtype == torch.bool else visible > float("-inf")
-            visible = (visible[:, 0] if visible.dim() == 4 else visible).expand(B, T, S)
+            visible = key_visibility(mask, T, S, x.device).expand(B, T, S)
             chosen = self.indexer.select(q, keys, visible, rotary)
         bias = mask if mask is not None and mask.is_floating_point() else None
         narrowed = chosen[:, None] if bias is None else torch.where(chosen[:, None], bias, float("-inf"))
