@@ -386,6 +386,11 @@ def _model(raw, seed):
 @SETTINGS
 @given(model_configs(), st.integers(0, 2**16), st.data())
 def test_forward_shape_and_causality(raw, seed, data):
+    causal(raw, seed, data)
+
+
+def causal(raw, seed, data):
+    """The logits' shape, and a token changed at t + 1 moves no logit before it and some at it."""
     # LayerNorm over d_model = 2 maps every vector to ±(1, -1)·w + b: the final norm keeps one sign
     # bit, so a changed token need not be visible at all there (a change of 3e-11 was drawn once)
     assume(not (raw["norm"]["kind"] == "layernorm" and raw["d_model"] == 2))
@@ -412,6 +417,11 @@ def test_forward_shape_and_causality(raw, seed, data):
 @SETTINGS
 @given(model_configs(), st.integers(0, 2**16), st.data())
 def test_kv_cache_decoding_equals_full_forward(raw, seed, data):
+    decodes_as_whole(raw, seed, data)
+
+
+def decodes_as_whole(raw, seed, data):
+    """Logits through the cache (a prefix, then a token at a time; three chunks) equal the full forward."""
     cfg, model = _model(raw, seed)
     B, T = 2, cfg.context_length
     idx = torch.randint(0, cfg.vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
@@ -431,6 +441,23 @@ def test_kv_cache_decoding_equals_full_forward(raw, seed, data):
         cache = model.new_cache(B, T)
         chunks = [model(idx[:, a:b], cache) for a, b in ((0, p1), (p1, p2), (p2, T)) if b > a]
         torch.testing.assert_close(torch.cat(chunks, dim=1), full, **CACHE_TOL)
+
+
+# Unconditioned, a mixer other than causal attention and mla is one of ~20 choices of a layer kind, so 40 draws
+# see few of them: each mixer's own draws (model_configs(mixer=kind)), a few under the ci profile (make test),
+# as many as the profile asks for under make explore
+MIXER_SETTINGS = settings(SETTINGS, max_examples=4 if settings.default.derandomize else settings.default.max_examples)
+
+
+@pytest.mark.parametrize("kind", sorted(MIXERS.names()))
+def test_each_mixer_s_draws_are_causal_and_decode_as_they_run_whole(kind):
+    @MIXER_SETTINGS
+    @given(model_configs(mixer=kind), st.integers(0, 2**16), st.data())
+    def holds(raw, seed, data):
+        causal(raw, seed, data)
+        decodes_as_whole(raw, seed, data)
+
+    holds()
 
 
 def test_make_test_draws_the_same_examples_on_every_run():
