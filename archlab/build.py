@@ -10,6 +10,7 @@ from archlab.accounting import check_build, count
 from archlab.config import ModelConfig, to_model_config
 from archlab.config.store import CONF_DIR, register_configs
 from archlab.nn.model import Decoder
+from archlab.nn.ngram_embedding import NGramEmbedding
 from archlab.nn.validation import resolve, validate
 
 
@@ -55,4 +56,22 @@ def build_model(
         model.init_weights()
     if dtype is not None:
         model = model.to(dtype)
+    return model
+
+
+def model_from_state(cfg: Any, state: dict[str, torch.Tensor]) -> Decoder:
+    """The decoder of ``cfg`` holding ``state``'s tensors, built on the meta device so nothing is initialised
+    twice; the buffers no state dict holds (not persistent: a MoE's load count, the n-gram hash constants)
+    made again where the weights are, and a tied head tied again."""
+    model = build_model(cfg, device="meta")
+    model.load_state_dict(state, strict=True, assign=True)
+    device = model.tok_emb.weight.device
+    for module in model.modules():
+        for name, buffer in module.named_buffers(recurse=False):
+            if buffer.is_meta:
+                setattr(module, name, torch.zeros_like(buffer, device=device))
+        if isinstance(module, NGramEmbedding):  # its hash constants, from the config
+            module.reset_constants()
+    if model.cfg.head.tied:  # assign replaced both parameters: make the head the embedding again
+        model.head.tie(model.tok_emb)
     return model

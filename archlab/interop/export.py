@@ -199,15 +199,10 @@ def load_model(weights: Path, config: ModelConfig, field: str = "source") -> Any
     """The archlab Decoder of a weights file ``read_source`` found, on the CPU, in its stored dtype."""
     if weights.suffix == ".safetensors":
         return load_weights(weights)
-    from archlab.build import build_model
+    from archlab.build import model_from_state
 
     state = read_checkpoint(weights, field)["state_dict"]
-    model = build_model(config, device="meta")
-    tensors = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
-    model.load_state_dict(tensors, strict=True, assign=True)
-    if config.head.tied:  # assign replaced both parameters: make the head the embedding again
-        model.head.tie(model.tok_emb)
-    return model
+    return model_from_state(config, {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")})
 
 
 def export_hf(plan: ExportPlan) -> Path:

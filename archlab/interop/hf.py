@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from archlab.build import build_model
+from archlab.build import model_from_state
 from archlab.config import ModelConfig, to_model_config
 from archlab.errors import ConfigError
 from archlab.interop.families import FAMILIES, refusals
@@ -36,7 +36,6 @@ from archlab.interop.families.tensors import TensorMap, join, split
 from archlab.interop.nearest import nearest
 from archlab.interop.wrapped import language_model_state, text_config
 from archlab.nn.model import Decoder
-from archlab.nn.ngram_embedding import NGramEmbedding
 from archlab.nn.validation import validate
 
 # Buffers that older checkpoints carry: causal masks (GPT-2, GPT-J, GPT-NeoX) and rotary frequencies; and
@@ -324,23 +323,6 @@ def _hf_weights(family: Family, hf_config: Any, state: dict[str, Tensor]) -> dic
     return family.hf_weights(hf_config, state)
 
 
-def _decoder(cfg: ModelConfig, state: dict[str, Tensor]) -> Decoder:
-    """An archlab Decoder holding ``state``'s tensors (built on meta, so nothing is initialised twice), its
-    buffers that no state dict holds (a MoE's load count, the n-gram hash constants) computed again."""
-    model = build_model(cfg, device="meta")
-    model.load_state_dict(state, strict=True, assign=True)
-    device = model.tok_emb.weight.device
-    for module in model.modules():  # buffers no state dict holds (not persistent): built again off meta
-        for name, buffer in module.named_buffers(recurse=False):
-            if buffer.is_meta:
-                setattr(module, name, torch.zeros_like(buffer, device=device))
-        if isinstance(module, NGramEmbedding):  # its hash constants, from the config
-            module.reset_constants()
-    if cfg.head.tied:  # assign replaced both parameters: make the head the embedding again
-        model.head.tie(model.tok_emb)
-    return model
-
-
 def from_hf(hf_model: Any, family: str | None = None) -> Decoder:
     """An archlab Decoder with a copy of the weights of a transformers causal LM of any family in
     ``FAMILIES`` (GPT2LMHeadModel, LlamaForCausalLM, Gemma2ForCausalLM ...), in the same dtype, device
@@ -362,7 +344,7 @@ def from_hf(hf_model: Any, family: str | None = None) -> Decoder:
         )
     hf_state = _hf_weights(family_record, hf_config, hf_state)
     state = hf_state_to_archlab(cfg, hf_state, copy=True, family=family_record.model_type)
-    return _decoder(cfg, state).train(hf_model.training)
+    return model_from_state(cfg, state).train(hf_model.training)
 
 
 def to_hf(model: Decoder, family: str | None = None, **hf_kwargs: Any) -> Any:
@@ -434,7 +416,7 @@ def load_hf_dir(path: str | os.PathLike, dtype: torch.dtype | None = None, famil
         state = {k: v.to(dtype) for k, v in state.items()}
         if cfg.head.tied:
             state["head.weight"] = state["tok_emb.weight"]
-    return _decoder(cfg, state)
+    return model_from_state(cfg, state)
 
 
 def save_hf_dir(model: Decoder, path: str | os.PathLike, family: str | None = None, **hf_kwargs: Any) -> Path:
