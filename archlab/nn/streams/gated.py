@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from archlab import checks
 from archlab.config import ModelConfig, StreamConfig, stream_config
 from archlab.nn.component import Component, Role
+from archlab.nn.norms import l2_norm
 from archlab.nn.streams.base import STREAMS, Stream, Sublayer, check_streams
 
 
@@ -33,8 +34,7 @@ class GatedConfig(StreamConfig):
 def stream_rms(h: Tensor, weight: Tensor, eps: float, unit_offset: bool) -> Tensor:
     """Each stream of ``h`` ``[..., n, d]`` RMS-normed alone and scaled by ``weight`` ``[n, d]`` (``1 + weight``
     with ``unit_offset``), in float32, back in ``h``'s dtype."""
-    x = h.float()
-    x = x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    x = l2_norm(h.float(), eps)
     return (x * (weight.float() + 1.0 if unit_offset else weight.float())).to(h.dtype)
 
 

@@ -23,6 +23,7 @@ from archlab import checks
 from archlab.config import ModelConfig, StreamConfig, stream_config
 from archlab.config.fields import choice
 from archlab.nn.component import Component, Role
+from archlab.nn.norms import l2_norm
 from archlab.nn.streams.base import STREAMS, Stream, Sublayer, check_streams
 
 
@@ -52,12 +53,6 @@ def connection_rows(cfg: ModelConfig) -> int:
     """A connection's logits: pre and post, n each, and comb's n² where it mixes."""
     n = cfg.stream.n
     return (2 + n) * n if cfg.stream.mix == "sinkhorn" else 2 * n
-
-
-def _rms(x: Tensor, eps: float) -> Tensor:
-    """``x`` over the root mean square of its last dim, in float32, no learned scale."""
-    x = x.float()
-    return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
 
 
 def _collapse(h: Tensor, pre: Tensor) -> Tensor:
@@ -99,7 +94,7 @@ class MHCConnection(Component, nn.Module):
         """``pre`` and ``post`` ``[B, T, n]`` and ``comb`` ``[B, T, n, n]`` (doubly stochastic; None with
         ``mix: none``) of the streams ``h`` ``[B, T, n, d]``, in float32."""
         n = self.n
-        logits = F.linear(_rms(h.flatten(2), self.norm_eps), self.fn.float())
+        logits = F.linear(l2_norm(h.flatten(2).float(), self.norm_eps), self.fn.float())
         pre_w, post_w = logits[..., :n], logits[..., n : 2 * n]
         pre_b, post_b = self.base.float()[:n], self.base.float()[n : 2 * n]
         s_pre, s_post = self.scale.float()[0], self.scale.float()[1]
@@ -155,7 +150,7 @@ class MHC(Stream):
         nn.init.constant_(self.hc_scale, scale)
 
     def merge(self, h: Tensor) -> Tensor:
-        logits = F.linear(_rms(h.flatten(2), self.norm_eps), self.hc_fn.float())
+        logits = F.linear(l2_norm(h.flatten(2).float(), self.norm_eps), self.hc_fn.float())
         return _collapse(h, torch.sigmoid(logits * self.hc_scale.float() + self.hc_base.float()) + self.eps)
 
     @staticmethod
