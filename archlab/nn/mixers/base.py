@@ -293,6 +293,14 @@ def key_visibility(mask: Optional[Tensor], queries: int, keys: int, device: torc
     return visible[0] if visible.dim() == 3 else visible
 
 
+def narrow(chosen: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """The mask of the ``chosen`` keys ``[B, T, S]`` (within those ``mask`` shows): bool, or ``mask``'s bias
+    where chosen (an indexer's choice: dsa's, qsa's)."""
+    if mask is None or not mask.is_floating_point():
+        return chosen[:, None]
+    return torch.where(chosen[:, None], mask, float("-inf"))
+
+
 SAMPLED_QUERIES = 64  # score_stats reads at most this many queries per sequence
 
 

@@ -17,7 +17,7 @@ from archlab.config import ModelConfig, mixer_config
 from archlab.config.fields import choice
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
-from archlab.nn.mixers.base import MIXERS, key_visibility, positions_seen
+from archlab.nn.mixers.base import MIXERS, key_visibility, narrow, positions_seen
 from archlab.nn.mixers.mla import MLAConfig, MultiHeadLatentAttention
 from archlab.nn.mixers.shared_index import SharedChoice
 from archlab.nn.positions import Rotation
@@ -248,10 +248,3 @@ class DeepSeekSparseAttention(MultiHeadLatentAttention):
             f"dsa: {MultiHeadLatentAttention.describe(cfg)}; indexer {a.index_n_heads}h x {a.index_head_dim}, "
             f"top {a.index_topk} keys{last}"
         )
-
-
-def narrow(chosen: Tensor, mask: Optional[Tensor]) -> Tensor:
-    """The mask of the ``chosen`` keys (within those ``mask`` shows): bool, or ``mask``'s bias where chosen."""
-    if mask is None or not mask.is_floating_point():
-        return chosen[:, None]
-    return torch.where(chosen[:, None], mask, float("-inf"))

@@ -21,7 +21,7 @@ from archlab.config import ModelConfig, mixer_config
 from archlab.errors import ConfigError
 from archlab.nn.component import Role
 from archlab.nn.mixers.attention import AttentionConfig, CausalSelfAttention, qk_norm_config
-from archlab.nn.mixers.base import MIXERS, key_visibility, positions_seen
+from archlab.nn.mixers.base import MIXERS, key_visibility, narrow, positions_seen
 from archlab.nn.norms import NORMS
 from archlab.nn.positions import Rotation
 
@@ -112,9 +112,7 @@ class QSAAttention(CausalSelfAttention):
             S = keys.shape[1]
             visible = key_visibility(mask, T, S, x.device).expand(B, T, S)
             chosen = self.indexer.select(q, keys, visible, rotary)
-        bias = mask if mask is not None and mask.is_floating_point() else None
-        narrowed = chosen[:, None] if bias is None else torch.where(chosen[:, None], bias, float("-inf"))
-        return super().forward(x, rotary, narrowed, cache, layer)
+        return super().forward(x, rotary, narrow(chosen, mask), cache, layer)
 
     def score_stats(self, x, rotary=None, mask=None):  # typed as Mixer.score_stats
         """None: the indexer narrows each query's keys, which attention's scores over every key would not show."""
